@@ -1,0 +1,176 @@
+/**
+ * @file braid.h
+ * @brief braid: collective communication for host (and device) buffers.
+ *
+ * The API follows NCCL's shape: one rank creates a unique id, every rank
+ * calls braid_comm_init_rank() with it, then all ranks call the same
+ * collectives in the same order. Every entry point checks its arguments and
+ * returns a braid_result_t; braid_last_error() gives a message that names the
+ * bad argument or the failing peer.
+ */
+#ifndef BRAID_BRAID_H
+#define BRAID_BRAID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define BRAID_API __attribute__((visibility("default")))
+#else
+#define BRAID_API
+#endif
+
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+/** Version as MAJOR*10000 + MINOR*100 + PATCH. */
+#define BRAID_VERSION_CODE                                                                         \
+    (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
+
+/** Result codes: 0 is success, 1 is "in progress", negative values are errors. */
+typedef enum {
+    BRAID_SUCCESS = 0,
+    BRAID_INPROGRESS = 1,        /**< a non-blocking operation has not completed yet */
+    BRAID_ERR_INVALID_ARG = -1,  /**< a bad argument (the message names it) */
+    BRAID_ERR_NOMEM = -2,        /**< out of memory */
+    BRAID_ERR_SYSTEM = -3,       /**< a system call failed (the message has errno's text) */
+    BRAID_ERR_REMOTE = -4,       /**< a peer died, closed its connection or reported an error */
+    BRAID_ERR_TIMEOUT = -5,      /**< a wait passed BRAID_TIMEOUT (the message names the peer) */
+    BRAID_ERR_ABORTED = -6,      /**< braid_comm_abort() was called */
+    BRAID_ERR_MISMATCH = -7,     /**< ranks called different collectives (names both calls) */
+    BRAID_ERR_AUTH = -8,         /**< a connection presented a wrong job secret */
+    BRAID_ERR_INTERNAL = -9,     /**< a bug in braid */
+    BRAID_ERR_UNSUPPORTED = -10, /**< not built in, or not supported for these arguments */
+    BRAID_ERR_INVALID_USAGE = -11 /**< a valid argument used in a wrong state (destroyed comm) */
+} braid_result_t;
+
+/** Element types. */
+typedef enum {
+    BRAID_INT8 = 0,
+    BRAID_UINT8 = 1,
+    BRAID_INT32 = 2,
+    BRAID_UINT32 = 3,
+    BRAID_INT64 = 4,
+    BRAID_UINT64 = 5,
+    BRAID_FLOAT16 = 6,
+    BRAID_BFLOAT16 = 7,
+    BRAID_FLOAT32 = 8,
+    BRAID_FLOAT64 = 9,
+    BRAID_NUM_DTYPES = 10
+} braid_datatype_t;
+
+/** Reduction operations. avg is sum divided by the number of ranks. */
+typedef enum {
+    BRAID_SUM = 0,
+    BRAID_PROD = 1,
+    BRAID_MIN = 2,
+    BRAID_MAX = 3,
+    BRAID_AVG = 4,
+    BRAID_NUM_OPS = 5
+} braid_redop_t;
+
+#define BRAID_UNIQUE_ID_BYTES 128
+/** Opaque bootstrap handle: root address, port and a random 128-bit job secret. */
+typedef struct {
+    char internal[BRAID_UNIQUE_ID_BYTES];
+} braid_unique_id_t;
+
+typedef struct braid_comm *braid_comm_t;
+typedef struct braid_request *braid_request_t;
+
+/** Returns BRAID_VERSION_CODE of the library actually linked. */
+BRAID_API int braid_version(void);
+/** Static text for a result code (never NULL). */
+BRAID_API const char *braid_strerror(braid_result_t res);
+/** The calling thread's message for its last failed call ("" if none). */
+BRAID_API const char *braid_last_error(void);
+/** Name of a dtype / op ("float32", "sum"), or "invalid". */
+BRAID_API const char *braid_dtype_name(braid_datatype_t dtype);
+BRAID_API const char *braid_op_name(braid_redop_t op);
+/** Size in bytes of one element, 0 for an invalid dtype. */
+BRAID_API size_t braid_dtype_size(braid_datatype_t dtype);
+
+/**
+ * Creates a unique id on the root rank: opens the bootstrap listener (on
+ * BRAID_SOCKET_IFNAME's address, or the address of the default route) and
+ * draws the job secret. Send the id to the other ranks out of band.
+ */
+BRAID_API braid_result_t braid_get_unique_id(braid_unique_id_t *id_p);
+/** Formats an id as "host:port" (no secret) for logs. */
+BRAID_API braid_result_t braid_unique_id_str(const braid_unique_id_t *id, char *buf, size_t len);
+
+/** Collective: every rank of the job calls it with the same id and nranks. */
+BRAID_API braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks,
+                                              braid_unique_id_t id, int rank);
+/**
+ * Creates a communicator from the environment: BRAID_RANK/BRAID_NRANKS/BRAID_ROOT
+ * (host:port) and BRAID_SECRET, or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+ * Open MPI's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS
+ * (with BRAID_ROOT or MASTER_ADDR/MASTER_PORT for the root's address).
+ */
+BRAID_API braid_result_t braid_comm_init_env(braid_comm_t *comm_p);
+/** Frees a communicator. Not collective; pending operations are aborted. */
+BRAID_API braid_result_t braid_comm_destroy(braid_comm_t comm);
+/**
+ * Aborts every operation on comm: safe from another thread and from a signal-free
+ * context; blocked calls return BRAID_ERR_ABORTED promptly and peers see an error.
+ */
+BRAID_API braid_result_t braid_comm_abort(braid_comm_t comm);
+/** The communicator's sticky asynchronous error (BRAID_SUCCESS if none). */
+BRAID_API braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p,
+                                              const char **msg_p);
+BRAID_API braid_result_t braid_comm_rank(braid_comm_t comm, int *rank_p);
+BRAID_API braid_result_t braid_comm_size(braid_comm_t comm, int *size_p);
+
+/* Collectives. Blocking; sendbuf == recvbuf means in place. */
+BRAID_API braid_result_t braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                         braid_datatype_t dtype, braid_redop_t op,
+                                         braid_comm_t comm);
+BRAID_API braid_result_t braid_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                         braid_datatype_t dtype, int root, braid_comm_t comm);
+BRAID_API braid_result_t braid_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      braid_datatype_t dtype, braid_redop_t op, int root,
+                                      braid_comm_t comm);
+/** recvcount elements per rank: sendbuf holds nranks*recvcount; in place when
+ * recvbuf == sendbuf + rank*recvcount*size. */
+BRAID_API braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                              size_t recvcount, braid_datatype_t dtype,
+                                              braid_redop_t op, braid_comm_t comm);
+/** sendcount elements per rank: recvbuf holds nranks*sendcount; in place when
+ * sendbuf == recvbuf + rank*sendcount*size. */
+BRAID_API braid_result_t braid_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         braid_datatype_t dtype, braid_comm_t comm);
+BRAID_API braid_result_t braid_barrier(braid_comm_t comm);
+
+/* Non-blocking forms: operations on one comm complete in the order they were
+ * started; buffers must stay valid until braid_wait/braid_test says done. */
+BRAID_API braid_result_t braid_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                          braid_datatype_t dtype, braid_redop_t op,
+                                          braid_comm_t comm, braid_request_t *req_p);
+BRAID_API braid_result_t braid_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                          braid_datatype_t dtype, int root, braid_comm_t comm,
+                                          braid_request_t *req_p);
+BRAID_API braid_result_t braid_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                                       braid_datatype_t dtype, braid_redop_t op, int root,
+                                       braid_comm_t comm, braid_request_t *req_p);
+BRAID_API braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                               size_t recvcount, braid_datatype_t dtype,
+                                               braid_redop_t op, braid_comm_t comm,
+                                               braid_request_t *req_p);
+BRAID_API braid_result_t braid_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                          braid_datatype_t dtype, braid_comm_t comm,
+                                          braid_request_t *req_p);
+BRAID_API braid_result_t braid_ibarrier(braid_comm_t comm, braid_request_t *req_p);
+/** Waits for req and frees it; returns the operation's result. */
+BRAID_API braid_result_t braid_wait(braid_request_t req);
+/** Sets *done_p; when done, req is freed and the operation's result returned. */
+BRAID_API braid_result_t braid_test(braid_request_t req, int *done_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BRAID_BRAID_H */

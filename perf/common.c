@@ -1,0 +1,201 @@
+/* The braid backend of the perf tools and their shared main(). Public API only (braid.h).
+ *
+ * The communicator comes from braid_comm_init_env(): braid-run (BRAID_RANK/NRANKS/ROOT/SECRET),
+ * Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE plus BRAID_ROOT or MASTER_ADDR/MASTER_PORT),
+ * torchrun, PMI or Slurm variables, or BRAID_* set by hand. Started without any of these, a
+ * tool runs as a single rank, like nccl-tests on one GPU. */
+#include "common.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    braid_comm_t comm;
+    braid_request_t *reqs; /* started with -m > 1, completed in order */
+    int nreqs, cap;
+} braid_ctx_t;
+
+static int report(perf_backend_t *b, const char *call, braid_result_t res)
+{
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    fprintf(stderr, "%s:%d rank %d: %s failed: %s: %s\n", host, (int)getpid(), b->rank, call,
+            braid_strerror(res), braid_last_error());
+    return -1;
+}
+
+static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
+                    size_t count, int dtype, int op, int root, int nonblocking)
+{
+    braid_ctx_t *c = b->ctx;
+    braid_datatype_t dt = (braid_datatype_t)dtype;
+    braid_redop_t rop = (braid_redop_t)(op < 0 ? BRAID_SUM : op);
+    braid_request_t req = NULL, *rp = nonblocking ? &req : NULL;
+    braid_result_t res;
+    const char *call;
+
+    if (nonblocking && c->nreqs == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        braid_request_t *r = realloc(c->reqs, (size_t)cap * sizeof(*r));
+        if (!r) return report(b, "realloc", BRAID_ERR_NOMEM);
+        c->reqs = r;
+        c->cap = cap;
+    }
+    switch (coll->kind) {
+    case PERF_ALLREDUCE:
+        call = rp ? "braid_iallreduce" : "braid_allreduce";
+        res = rp ? braid_iallreduce(send, recv, count, dt, rop, c->comm, rp)
+                 : braid_allreduce(send, recv, count, dt, rop, c->comm);
+        break;
+    case PERF_BROADCAST:
+        call = rp ? "braid_ibroadcast" : "braid_broadcast";
+        res = rp ? braid_ibroadcast(send, recv, count, dt, root, c->comm, rp)
+                 : braid_broadcast(send, recv, count, dt, root, c->comm);
+        break;
+    case PERF_REDUCE:
+        call = rp ? "braid_ireduce" : "braid_reduce";
+        res = rp ? braid_ireduce(send, recv, count, dt, rop, root, c->comm, rp)
+                 : braid_reduce(send, recv, count, dt, rop, root, c->comm);
+        break;
+    case PERF_REDUCE_SCATTER:
+        call = rp ? "braid_ireduce_scatter" : "braid_reduce_scatter";
+        res = rp ? braid_ireduce_scatter(send, recv, count, dt, rop, c->comm, rp)
+                 : braid_reduce_scatter(send, recv, count, dt, rop, c->comm);
+        break;
+    case PERF_ALLGATHER:
+        call = rp ? "braid_iallgather" : "braid_allgather";
+        res = rp ? braid_iallgather(send, recv, count, dt, c->comm, rp)
+                 : braid_allgather(send, recv, count, dt, c->comm);
+        break;
+    default: return report(b, "start", BRAID_ERR_INTERNAL);
+    }
+    if (res != BRAID_SUCCESS) return report(b, call, res);
+    if (rp) c->reqs[c->nreqs++] = req;
+    return 0;
+}
+
+static int bk_complete(perf_backend_t *b)
+{
+    braid_ctx_t *c = b->ctx;
+    int rc = 0;
+    for (int i = 0; i < c->nreqs; i++) {
+        braid_result_t res = braid_wait(c->reqs[i]); /* frees the request, even on error */
+        if (res != BRAID_SUCCESS && rc == 0) rc = report(b, "braid_wait", res);
+    }
+    c->nreqs = 0;
+    return rc;
+}
+
+static int bk_barrier(perf_backend_t *b)
+{
+    braid_ctx_t *c = b->ctx;
+    braid_result_t res = braid_barrier(c->comm);
+    return res == BRAID_SUCCESS ? 0 : report(b, "braid_barrier", res);
+}
+
+static int bk_allreduce_f64(perf_backend_t *b, double *v, int op)
+{
+    braid_ctx_t *c = b->ctx;
+    braid_result_t res = braid_allreduce(v, v, 1, BRAID_FLOAT64, (braid_redop_t)op, c->comm);
+    return res == BRAID_SUCCESS ? 0 : report(b, "braid_allreduce(float64)", res);
+}
+
+static int bk_allreduce_i64(perf_backend_t *b, int64_t *v)
+{
+    braid_ctx_t *c = b->ctx;
+    braid_result_t res = braid_allreduce(v, v, 1, BRAID_INT64, BRAID_SUM, c->comm);
+    return res == BRAID_SUCCESS ? 0 : report(b, "braid_allreduce(int64)", res);
+}
+
+static int bk_allgather_bytes(perf_backend_t *b, const void *mine, void *all, size_t len)
+{
+    braid_ctx_t *c = b->ctx;
+    braid_result_t res = braid_allgather(mine, all, len, BRAID_UINT8, c->comm);
+    return res == BRAID_SUCCESS ? 0 : report(b, "braid_allgather", res);
+}
+
+static int bk_supports(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op)
+{
+    (void)b;
+    (void)coll;
+    (void)dtype;
+    (void)op;
+    return 1;
+}
+
+/* "<cpu model> (braid 0.1.0, transport auto)" */
+static void device_desc(char *buf, size_t len)
+{
+    char model[128] = "cpu", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        snprintf(model, sizeof(model), "%s", colon);
+        model[strcspn(model, "\n")] = '\0';
+        break;
+    }
+    if (f) fclose(f);
+    int v = braid_version();
+    const char *tr = getenv("BRAID_TRANSPORT");
+    snprintf(buf, len, "%s (braid %d.%d.%d, transport %s)", model, v / 10000, v / 100 % 100,
+             v % 100, tr && *tr ? tr : "auto");
+}
+
+/* Whether a launcher (or the user) set the variables braid_comm_init_env() reads. */
+static int have_launcher_env(void)
+{
+    static const char *const vars[] = {"BRAID_RANK", "BRAID_NRANKS", "RANK", "WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
+{
+    perf_opts_t opts;
+    setlinebuf(stdout);
+    int prc = perf_parse_args(argc, argv, coll, &opts);
+    if (prc) return prc > 0 ? 0 : 2;
+
+    braid_ctx_t ctx = {0};
+    perf_backend_t b = {.name = "braid", .ctx = &ctx};
+    braid_result_t res;
+    if (have_launcher_env()) {
+        res = braid_comm_init_env(&ctx.comm);
+        if (res != BRAID_SUCCESS) return report(&b, "braid_comm_init_env", res), 2;
+    } else {
+        braid_unique_id_t id;
+        res = braid_get_unique_id(&id);
+        if (res != BRAID_SUCCESS) return report(&b, "braid_get_unique_id", res), 2;
+        res = braid_comm_init_rank(&ctx.comm, 1, id, 0);
+        if (res != BRAID_SUCCESS) return report(&b, "braid_comm_init_rank", res), 2;
+    }
+    if ((res = braid_comm_rank(ctx.comm, &b.rank)) != BRAID_SUCCESS ||
+        (res = braid_comm_size(ctx.comm, &b.nranks)) != BRAID_SUCCESS) {
+        report(&b, "braid_comm_rank/size", res);
+        braid_comm_destroy(ctx.comm);
+        return 2;
+    }
+
+    char desc[256];
+    device_desc(desc, sizeof(desc));
+    b.device_desc = desc;
+    b.start = bk_start;
+    b.complete = bk_complete;
+    b.barrier = bk_barrier;
+    b.allreduce_f64 = bk_allreduce_f64;
+    b.allreduce_i64 = bk_allreduce_i64;
+    b.allgather_bytes = bk_allgather_bytes;
+    b.supports = bk_supports;
+
+    int rc = perf_bench_run(&b, coll, &opts);
+    if (rc == 2) braid_comm_abort(ctx.comm); /* let the peers fail now rather than time out */
+    braid_comm_destroy(ctx.comm);
+    free(ctx.reqs);
+    return rc;
+}

@@ -1,0 +1,173 @@
+/* Shared harness of the *_perf tools (nccl-tests compatible benchmarks).
+ *
+ * The harness is split in four parts so that the Open MPI peer (perf/peers/) can reuse all but
+ * the braid calls:
+ *   data.c    element generators, reference results, fp16/bf16 conversions, the checker;
+ *   report.c  command line, nccl-tests style output, the CSV file;
+ *   bench.c   the benchmark loop (warm-up, timing, check), written against perf_backend_t;
+ *   common.c  the braid backend and perf_braid_main(), which the thin *_perf.c mains call.
+ * Only data.c/report.c/bench.c are shared with the peers; they use braid.h for its enums only. */
+#ifndef BRAID_PERF_COMMON_H
+#define BRAID_PERF_COMMON_H
+
+#include "braid/braid.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PERF_ALL (-1)   /* -d all / -o all */
+#define PERF_NO_OP (-1) /* collectives without a reduction (broadcast, all_gather) */
+
+/* ---- collectives ------------------------------------------------------------------------- */
+
+typedef enum {
+    PERF_ALLREDUCE = 0,
+    PERF_BROADCAST,
+    PERF_REDUCE,
+    PERF_REDUCE_SCATTER,
+    PERF_ALLGATHER
+} perf_coll_kind_t;
+
+typedef struct {
+    const char *name; /* "all_reduce": the CSV 'collective' column */
+    perf_coll_kind_t kind;
+    int has_op;   /* takes -o */
+    int has_root; /* takes -r */
+} perf_coll_t;
+
+extern const perf_coll_t perf_coll_allreduce, perf_coll_broadcast, perf_coll_reduce,
+    perf_coll_reduce_scatter, perf_coll_allgather;
+
+/* Buffer geometry of one row, following nccl-tests' getCollByteCount: 'count' is the count
+ * passed to the call (and printed), bytes are what the send/recv buffers hold, the in-place
+ * offsets are per rank (multiply by the rank). */
+typedef struct {
+    size_t count;
+    size_t send_bytes, recv_bytes;
+    size_t send_ip_off, recv_ip_off;
+    size_t size; /* the printed size: max(send_bytes, recv_bytes) */
+} perf_geom_t;
+
+void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
+               perf_geom_t *geom_p);
+/* algbw and busbw in GB/s for a row of 'size' bytes that took 'sec' seconds. */
+void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double *algbw_p,
+             double *busbw_p);
+
+/* ---- dtypes, ops, generators (data.c) ---------------------------------------------------- */
+
+/* nccl-tests' names ("half", "float", "bfloat16") for output; NULL if invalid. */
+const char *perf_dtype_name(int dtype);
+size_t perf_dtype_size(int dtype);
+/* Parses a dtype name (nccl-tests' and braid's spellings) or "all"; -2 if unknown. */
+int perf_dtype_parse(const char *s);
+/* The dtypes "-d all" runs, in nccl-tests' order. */
+extern const int perf_all_dtypes[BRAID_NUM_DTYPES];
+
+const char *perf_op_name(int op); /* "sum" ... "avg", "none" for PERF_NO_OP */
+int perf_op_parse(const char *s); /* op or PERF_ALL; -2 if unknown */
+extern const int perf_all_ops[BRAID_NUM_OPS];
+
+uint16_t perf_float_to_half(float f); /* round to nearest even */
+float perf_half_to_float(uint16_t h);
+uint16_t perf_float_to_bf16(float f); /* round to nearest even */
+float perf_bf16_to_float(uint16_t b);
+
+/* Element values are drawn from a hash of (seed, index, rank) so that every rank can compute
+ * the exact result of any reduction locally: the range depends on dtype, op and nranks so that
+ * no sum leaves the range a float represents exactly or overflows a signed integer; see data.c
+ * for prod. */
+typedef struct {
+    int dtype;
+    int op; /* braid_redop_t, or PERF_NO_OP for copies */
+    int nranks;
+    uint64_t seed;
+    int64_t lo; /* values are lo + h % span (odd for integer prod; not for float prod) */
+    uint64_t span;
+} perf_gen_t;
+
+void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed);
+/* buf[i] = value of element idx0 + i of 'rank', for i < count. */
+void perf_fill(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0, int rank);
+/* buf[i] = the reduction over all ranks of element idx0 + i. */
+void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0);
+/* dst = bitwise NOT of exp: every element a collective fails to write stays wrong. */
+void perf_poison(void *dst, const void *exp, size_t bytes);
+/* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0), or
+ * within 2 ulp of max(|exp|, 1) for avg of a floating type. */
+size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t count);
+
+/* ---- options and output (report.c) ------------------------------------------------------- */
+
+typedef struct {
+    size_t min_bytes, max_bytes, step_bytes, step_factor;
+    int iters, warmup_iters, agg_iters, check, blocking, average;
+    int dtype, op, root; /* dtype/op may be PERF_ALL */
+    int report_cputime;
+    const char *csv_path;
+} perf_opts_t;
+
+/* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),
+ * -1 on a bad flag (message printed). */
+int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t *opts_p);
+/* Parses "64", "1.5K", "8M", "1G" (powers of 1024); returns -1 if malformed. */
+double perf_parse_size(const char *s);
+
+void perf_print_header(FILE *f, const perf_opts_t *o);
+void perf_print_columns(FILE *f, const perf_opts_t *o);
+void perf_print_row_params(FILE *f, size_t size, size_t count, const char *type, const char *op,
+                           int root);
+/* wrong < 0 prints N/A (check disabled). */
+void perf_print_row_result(FILE *f, double usec, double algbw, double busbw, int64_t wrong);
+void perf_format_time(char *buf, size_t len, double usec);
+
+typedef struct {
+    const char *collective;
+    int nranks;
+    size_t size, count;
+    const char *type, *redop;
+    int root;
+    double time_us[2], algbw[2], busbw[2]; /* [0] out-of-place, [1] in-place */
+    int64_t wrong[2];                       /* -1 when not checked */
+} perf_row_t;
+
+FILE *perf_csv_open(const char *path); /* appends; writes the header line into a new file */
+void perf_csv_row(FILE *f, const perf_row_t *row);
+extern const char perf_csv_header[];
+
+/* ---- the benchmark loop (bench.c) -------------------------------------------------------- */
+
+/* What the loop needs from a communication library. Calls return 0 on success; on failure
+ * they return nonzero after printing the error (rank, call, message) to stderr. */
+typedef struct perf_backend perf_backend_t;
+struct perf_backend {
+    const char *name; /* "braid", "ompi" */
+    int rank, nranks;
+    void *ctx;
+    /* Starts one collective; nonblocking when more are started before complete (-m > 1). */
+    int (*start)(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
+                 size_t count, int dtype, int op, int root, int nonblocking);
+    /* Completes every collective started since the last call. */
+    int (*complete)(perf_backend_t *b);
+    int (*barrier)(perf_backend_t *b);
+    /* In place over all ranks: op is BRAID_SUM, BRAID_MIN or BRAID_MAX. */
+    int (*allreduce_f64)(perf_backend_t *b, double *v, int op);
+    int (*allreduce_i64)(perf_backend_t *b, int64_t *v);
+    /* all[r*len ..] = rank r's mine[0..len) */
+    int (*allgather_bytes)(perf_backend_t *b, const void *mine, void *all, size_t len);
+    /* 0 when the backend cannot run this dtype/op (the loop skips it with a note). */
+    int (*supports)(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op);
+    const char *device_desc; /* after "[cpu]" in the "# Using devices" lines */
+};
+
+/* Runs the whole test (header, sweep for each dtype/op, footer) and returns the exit code:
+ * 0, 1 if a check found wrong elements (or NCCL_TESTS_MIN_BW is not met), 2 on an error. */
+int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t *o);
+
+/* ---- braid (common.c) -------------------------------------------------------------------- */
+
+/* main() of every braid *_perf tool. */
+int perf_braid_main(int argc, char **argv, const perf_coll_t *coll);
+
+#endif

@@ -1,0 +1,342 @@
+/* Element generators, reference results and the checker of the perf tools.
+ *
+ * Every rank fills its input from a hash of (seed, element index, rank), so each rank can
+ * compute the exact expected result of any collective on its own, without trusting anything
+ * the library computed. Values are integers chosen so that results are exact in every dtype:
+ *   sum, avg  values in [-M, M] (or [0, M] for unsigned) with nranks * M < 2^p, where p is the
+ *             dtype's precision (11 bits for float16, 8 for bfloat16, 24 for float32) or its
+ *             value bits (7 for int8): no partial sum rounds or overflows, in any order;
+ *   min, max, copies  the same with nranks taken as 1;
+ *   prod      integers: odd values of the full range, the product wraps (braid computes it
+ *             unsigned, mod 2^bits); floats: each rank gives +-2^e (|e| <= 1), and one rank
+ *             per element (drawn from the hash) 3 times that: every partial product is exact.
+ * avg of a floating type is sum / nranks rounded once, so the check allows 2 ulp of
+ * max(|expected|, 1); everything else must match exactly. */
+#include "common.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name; /* nccl-tests' name, printed */
+    size_t size;
+    int bits;      /* precision (floats) or value bits (integers) */
+    int is_signed; /* signed integers and floats */
+    int is_float;
+} dtype_info_t;
+
+static const dtype_info_t dtype_info[BRAID_NUM_DTYPES] = {
+    [BRAID_INT8] = {"int8", 1, 7, 1, 0},
+    [BRAID_UINT8] = {"uint8", 1, 8, 0, 0},
+    [BRAID_INT32] = {"int32", 4, 31, 1, 0},
+    [BRAID_UINT32] = {"uint32", 4, 32, 0, 0},
+    [BRAID_INT64] = {"int64", 8, 63, 1, 0},
+    [BRAID_UINT64] = {"uint64", 8, 64, 0, 0},
+    [BRAID_FLOAT16] = {"half", 2, 11, 1, 1},
+    [BRAID_BFLOAT16] = {"bfloat16", 2, 8, 1, 1},
+    [BRAID_FLOAT32] = {"float", 4, 24, 1, 1},
+    [BRAID_FLOAT64] = {"double", 8, 53, 1, 1},
+};
+
+const int perf_all_dtypes[BRAID_NUM_DTYPES] = {
+    BRAID_INT8,    BRAID_UINT8,   BRAID_INT32,   BRAID_UINT32,  BRAID_INT64,
+    BRAID_UINT64,  BRAID_FLOAT16, BRAID_FLOAT32, BRAID_FLOAT64, BRAID_BFLOAT16};
+
+static const struct {
+    const char *name;
+    int dtype;
+} dtype_aliases[] = {
+    {"int8", BRAID_INT8},        {"char", BRAID_INT8},          {"uint8", BRAID_UINT8},
+    {"int32", BRAID_INT32},      {"int", BRAID_INT32},          {"uint32", BRAID_UINT32},
+    {"int64", BRAID_INT64},      {"uint64", BRAID_UINT64},      {"half", BRAID_FLOAT16},
+    {"float16", BRAID_FLOAT16},  {"fp16", BRAID_FLOAT16},       {"bfloat16", BRAID_BFLOAT16},
+    {"bf16", BRAID_BFLOAT16},    {"float", BRAID_FLOAT32},      {"float32", BRAID_FLOAT32},
+    {"fp32", BRAID_FLOAT32},     {"double", BRAID_FLOAT64},     {"float64", BRAID_FLOAT64},
+    {"fp64", BRAID_FLOAT64},
+};
+
+const char *perf_dtype_name(int dtype)
+{
+    if (dtype < 0 || dtype >= BRAID_NUM_DTYPES) return NULL;
+    return dtype_info[dtype].name;
+}
+
+size_t perf_dtype_size(int dtype)
+{
+    if (dtype < 0 || dtype >= BRAID_NUM_DTYPES) return 0;
+    return dtype_info[dtype].size;
+}
+
+int perf_dtype_parse(const char *s)
+{
+    if (strcmp(s, "all") == 0) return PERF_ALL;
+    for (size_t i = 0; i < sizeof(dtype_aliases) / sizeof(dtype_aliases[0]); i++)
+        if (strcmp(s, dtype_aliases[i].name) == 0) return dtype_aliases[i].dtype;
+    return -2;
+}
+
+static const char *const op_names[BRAID_NUM_OPS] = {
+    [BRAID_SUM] = "sum", [BRAID_PROD] = "prod", [BRAID_MIN] = "min",
+    [BRAID_MAX] = "max", [BRAID_AVG] = "avg",
+};
+
+/* nccl-tests' order for -o all. */
+const int perf_all_ops[BRAID_NUM_OPS] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN, BRAID_AVG};
+
+const char *perf_op_name(int op)
+{
+    if (op == PERF_NO_OP) return "none";
+    if (op < 0 || op >= BRAID_NUM_OPS) return "invalid";
+    return op_names[op];
+}
+
+int perf_op_parse(const char *s)
+{
+    if (strcmp(s, "all") == 0) return PERF_ALL;
+    for (int i = 0; i < BRAID_NUM_OPS; i++)
+        if (strcmp(s, op_names[i]) == 0) return i;
+    return -2;
+}
+
+/* ---- float16 / bfloat16 -------------------------------------------------------------------- */
+
+uint16_t perf_float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or NaN (kept quiet) */
+        return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero); units of 2^-24 */
+        float a;
+        memcpy(&a, &ax, sizeof(a));
+        return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f)); /* exact scale, RNE */
+    }
+    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u); /* round to nearest even */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+float perf_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24);
+        return sign ? -f : f;
+    }
+    if (e == 31)
+        x = sign | 0x7f800000u | (m << 13);
+    else
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, sizeof(f));
+    return f;
+}
+
+uint16_t perf_float_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float perf_bf16_to_float(uint16_t b)
+{
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof(f));
+    return f;
+}
+
+/* ---- generators ---------------------------------------------------------------------------- */
+
+static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
+{
+    uint64_t x = idx * 0x9e3779b97f4a7c15ull + (seed << 20) + salt * 0xd1b54a32d192ed03ull;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return (uint32_t)(x >> 32);
+}
+
+#define PERF_MAX_MAG (1ull << 20)
+
+void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed)
+{
+    const dtype_info_t *t = &dtype_info[dtype];
+    int scale = (op == BRAID_SUM || op == BRAID_AVG) ? nranks : 1;
+    uint64_t limit = t->bits >= 64 ? UINT64_MAX : (1ull << t->bits) - 1;
+    uint64_t m = limit / (uint64_t)(scale > 0 ? scale : 1);
+    if (m > PERF_MAX_MAG) m = PERF_MAX_MAG;
+    if (m < 1) m = 1;
+    g->dtype = dtype;
+    g->op = op;
+    g->nranks = nranks;
+    g->seed = seed;
+    if (t->is_signed) {
+        g->lo = -(int64_t)m;
+        g->span = 2 * m + 1;
+    } else {
+        g->lo = 0;
+        g->span = m + 1;
+    }
+}
+
+/* The rank that contributes the factor 3 (or 1.5) of element idx under a floating prod. */
+static inline int prod_special(const perf_gen_t *g, uint64_t idx)
+{
+    return (int)(mix(g->seed, idx, 0xffffffffull) % (uint32_t)g->nranks);
+}
+
+/* Largest |exponent| a rank's factor may have under a floating prod so that every partial
+ * product stays a normal number: float16 spans 2^-14..2^15, the others far more. */
+static inline int prod_emax(const perf_gen_t *g)
+{
+    if (g->dtype == BRAID_FLOAT16) return g->nranks <= 12 ? 1 : 0;
+    return g->nranks <= 100 ? 1 : 0;
+}
+
+/* Floating prod: +-2^e with |e| <= emax, times 3 on the special rank: exact in any order. */
+static inline double fprod_value(const perf_gen_t *g, uint64_t idx, int rank, int special)
+{
+    uint32_t h = mix(g->seed, idx, (uint64_t)rank);
+    int emax = prod_emax(g);
+    int e = (int)((h >> 1) % (uint32_t)(2 * emax + 1)) - emax;
+    double v = ldexp(h & 1 ? -1.0 : 1.0, e);
+    return rank == special ? 3.0 * v : v;
+}
+
+static inline int64_t int_value(const perf_gen_t *g, uint64_t idx, int rank)
+{
+    int64_t v = g->lo + (int64_t)(mix(g->seed, idx, (uint64_t)rank) % g->span);
+    /* Integer prod wraps (as braid documents); odd factors keep the product from collapsing
+     * to 0 mod 2^bits, so a misplaced element still shows. */
+    return g->op == BRAID_PROD ? (int64_t)((uint64_t)v | 1u) : v;
+}
+
+/* Stores integer v (exact in the dtype by construction; integers wrap) at element i. */
+static inline void store_int(int dtype, void *buf, size_t i, int64_t v)
+{
+    switch (dtype) {
+    case BRAID_INT8:
+    case BRAID_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case BRAID_INT32:
+    case BRAID_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case BRAID_INT64:
+    case BRAID_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case BRAID_FLOAT16: ((uint16_t *)buf)[i] = perf_float_to_half((float)v); break;
+    case BRAID_BFLOAT16: ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v); break;
+    case BRAID_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case BRAID_FLOAT64: ((double *)buf)[i] = (double)v; break;
+    default: break;
+    }
+}
+
+static inline void store_double(int dtype, void *buf, size_t i, double v)
+{
+    switch (dtype) {
+    case BRAID_FLOAT16: ((uint16_t *)buf)[i] = perf_float_to_half((float)v); break;
+    case BRAID_BFLOAT16: ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v); break;
+    case BRAID_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case BRAID_FLOAT64: ((double *)buf)[i] = v; break;
+    default: break;
+    }
+}
+
+void perf_fill(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0, int rank)
+{
+    if (g->op == BRAID_PROD && dtype_info[g->dtype].is_float) {
+        for (size_t i = 0; i < count; i++) {
+            uint64_t idx = idx0 + i;
+            store_double(g->dtype, buf, i, fprod_value(g, idx, rank, prod_special(g, idx)));
+        }
+        return;
+    }
+    for (size_t i = 0; i < count; i++) store_int(g->dtype, buf, i, int_value(g, idx0 + i, rank));
+}
+
+void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0)
+{
+    int n = g->nranks, is_float = dtype_info[g->dtype].is_float;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t idx = idx0 + i;
+        if (g->op == BRAID_PROD && is_float) {
+            int special = prod_special(g, idx);
+            double acc = 1.0;
+            for (int r = 0; r < n; r++) acc *= fprod_value(g, idx, r, special);
+            store_double(g->dtype, buf, i, acc);
+            continue;
+        }
+        if (g->op == BRAID_PROD) {
+            uint64_t acc = 1; /* wraps mod 2^64, then the store truncates to the dtype */
+            for (int r = 0; r < n; r++) acc *= (uint64_t)int_value(g, idx, r);
+            store_int(g->dtype, buf, i, (int64_t)acc);
+            continue;
+        }
+        int64_t acc = int_value(g, idx, 0);
+        for (int r = 1; r < n; r++) {
+            int64_t v = int_value(g, idx, r);
+            switch (g->op) {
+            case BRAID_MIN: acc = v < acc ? v : acc; break;
+            case BRAID_MAX: acc = v > acc ? v : acc; break;
+            default: acc += v; break; /* sum, avg: no overflow by the choice of range */
+            }
+        }
+        if (g->op == BRAID_AVG && is_float)
+            store_double(g->dtype, buf, i, (double)acc / n);
+        else if (g->op == BRAID_AVG)
+            store_int(g->dtype, buf, i, acc / n); /* truncating, as braid's integer avg */
+        else
+            store_int(g->dtype, buf, i, acc);
+    }
+}
+
+void perf_poison(void *dst, const void *exp, size_t bytes)
+{
+    const unsigned char *s = exp;
+    unsigned char *d = dst;
+    for (size_t i = 0; i < bytes; i++) d[i] = (unsigned char)~s[i];
+}
+
+static inline double load_float(int dtype, const void *buf, size_t i)
+{
+    switch (dtype) {
+    case BRAID_FLOAT16: return perf_half_to_float(((const uint16_t *)buf)[i]);
+    case BRAID_BFLOAT16: return perf_bf16_to_float(((const uint16_t *)buf)[i]);
+    case BRAID_FLOAT32: return ((const float *)buf)[i];
+    default: return ((const double *)buf)[i];
+    }
+}
+
+size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t count)
+{
+    const dtype_info_t *t = &dtype_info[g->dtype];
+    size_t wrong = 0;
+    if (!t->is_float) {
+        const unsigned char *a = got, *b = exp;
+        for (size_t i = 0; i < count; i++)
+            wrong += memcmp(a + i * t->size, b + i * t->size, t->size) != 0;
+        return wrong;
+    }
+    int avg = g->op == BRAID_AVG;
+    for (size_t i = 0; i < count; i++) {
+        double a = load_float(g->dtype, got, i), b = load_float(g->dtype, exp, i);
+        if (!avg) {
+            wrong += !(a == b); /* NaN counts as wrong */
+            continue;
+        }
+        double mag = fabs(b) > 1.0 ? fabs(b) : 1.0;
+        double ulp = ldexp(1.0, ilogb(mag) - (t->bits - 1));
+        wrong += !(fabs(a - b) <= 2.0 * ulp);
+    }
+    return wrong;
+}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Builds the Open MPI peer benchmark (ompi_allreduce_perf) with mpicc.
+#   perf/peers/build.sh [OUTDIR]     (default: build/bin of the repository)
+# It shares perf/bench.c, data.c and report.c with the braid tools (same loop, output and CSV);
+# braid.h is only included for its enums, nothing links libbraid.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:-$repo/build/bin}
+mpicc=${MPICC:-mpicc}
+command -v "$mpicc" >/dev/null 2>&1 || {
+    echo "build.sh: $mpicc not found (apt-get install libopenmpi-dev openmpi-bin)" >&2
+    exit 1
+}
+mkdir -p "$out"
+"$mpicc" -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$repo/include" -I"$repo/perf" \
+    "$here/ompi_allreduce_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
+    "$repo/perf/report.c" -lm -o "$out/ompi_allreduce_perf"
+echo "built $out/ompi_allreduce_perf"

@@ -1,0 +1,351 @@
+/* Command line and output of the perf tools, in nccl-tests' format (src/common.cu): the same
+ * flags, the same header, column widths, time formatting and footer, so scripts written for
+ * nccl-tests output parse ours. Also the --csv file (one row per size/type/op). */
+#include "common.h"
+
+#include <ctype.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- collectives --------------------------------------------------------------------------- */
+
+const perf_coll_t perf_coll_allreduce = {"all_reduce", PERF_ALLREDUCE, 1, 0};
+const perf_coll_t perf_coll_broadcast = {"broadcast", PERF_BROADCAST, 0, 1};
+const perf_coll_t perf_coll_reduce = {"reduce", PERF_REDUCE, 1, 1};
+const perf_coll_t perf_coll_reduce_scatter = {"reduce_scatter", PERF_REDUCE_SCATTER, 1, 0};
+const perf_coll_t perf_coll_allgather = {"all_gather", PERF_ALLGATHER, 0, 0};
+
+void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
+               perf_geom_t *geom_p)
+{
+    size_t count = bytes / typesize, n = (size_t)nranks, base = count / n;
+    perf_geom_t g = {0};
+    switch (kind) {
+    case PERF_REDUCE_SCATTER: /* sendbuf holds nranks blocks; in place: block 'rank' */
+        g.count = base;
+        g.send_bytes = base * n * typesize;
+        g.recv_bytes = base * typesize;
+        g.recv_ip_off = base * typesize;
+        break;
+    case PERF_ALLGATHER: /* recvbuf holds nranks blocks; in place: send from block 'rank' */
+        g.count = base;
+        g.send_bytes = base * typesize;
+        g.recv_bytes = base * n * typesize;
+        g.send_ip_off = base * typesize;
+        break;
+    default: /* all_reduce, broadcast, reduce */
+        g.count = count;
+        g.send_bytes = g.recv_bytes = count * typesize;
+        break;
+    }
+    g.size = g.send_bytes > g.recv_bytes ? g.send_bytes : g.recv_bytes;
+    *geom_p = g;
+}
+
+void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double *algbw_p,
+             double *busbw_p)
+{
+    double n = nranks, factor = 1.0;
+    double algbw = sec > 0 ? (double)size / 1.0e9 / sec : 0.0;
+    switch (kind) {
+    case PERF_ALLREDUCE: factor = 2.0 * (n - 1) / n; break;
+    case PERF_REDUCE_SCATTER:
+    case PERF_ALLGATHER: factor = (n - 1) / n; break;
+    default: factor = 1.0; break; /* broadcast, reduce */
+    }
+    *algbw_p = algbw;
+    *busbw_p = algbw * factor;
+}
+
+/* ---- command line -------------------------------------------------------------------------- */
+
+double perf_parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1.0;
+    while (isspace((unsigned char)*end)) end++;
+    double units = 1.0;
+    switch (*end) {
+    case 'G':
+    case 'g': units = 1024.0 * 1024 * 1024; break;
+    case 'M':
+    case 'm': units = 1024.0 * 1024; break;
+    case 'K':
+    case 'k': units = 1024.0; break;
+    case '\0': return v;
+    default: return -1.0;
+    }
+    end++;
+    if (*end == 'B' || *end == 'b') end++;
+    return *end == '\0' ? v * units : -1.0;
+}
+
+static int parse_int(const char *s, const char *what, long min, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 0);
+    if (end == s || *end != '\0' || v < min) {
+        fprintf(stderr, "invalid value '%s' for '%s'\n", s, what);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void usage(const char *prog, const perf_coll_t *coll)
+{
+    printf("USAGE: %s \n\t"
+           "[-t,--nthreads <num threads>] (1 only)\n\t"
+           "[-g,--ngpus <gpus per thread>] (1 only: one rank per process)\n\t"
+           "[-b,--minbytes <min size in bytes>] \n\t"
+           "[-e,--maxbytes <max size in bytes>] \n\t"
+           "[-i,--stepbytes <increment size>] \n\t"
+           "[-f,--stepfactor <increment factor>] \n\t"
+           "[-n,--iters <iteration count>] \n\t"
+           "[-m,--agg_iters <aggregated iteration count>] \n\t"
+           "[-w,--warmup_iters <warmup iteration count>] \n\t"
+           "[-p,--parallel_init <0/1>] (ignored)\n\t"
+           "[-c,--check <check iteration count>] \n\t"
+           "[-o,--op <sum/prod/min/max/avg/all>] %s\n\t"
+           "[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/bfloat16/float/double/all>] "
+           "\n\t"
+           "[-r,--root <root>] %s\n\t"
+           "[-z,--blocking <0/1>] (1: barrier after each collective; calls always block)\n\t"
+           "[-y,--stream_null <0/1>] (ignored)\n\t"
+           "[-T,--timeout <time in seconds>] (ignored: see BRAID_TIMEOUT)\n\t"
+           "[-G,--cudagraph <num graph launches>] (0 only)\n\t"
+           "[-C,--report_cputime <0/1>] \n\t"
+           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] "
+           "\n\t"
+           "[--csv <file>] append one row per size/type/op to a CSV file (rank 0)\n\t"
+           "[-h,--help]\n",
+           prog, coll->has_op ? "" : "(ignored)", coll->has_root ? "" : "(ignored)");
+}
+
+int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t *opts_p)
+{
+    perf_opts_t o = {
+        .min_bytes = 32u << 20, .max_bytes = 32u << 20, .step_bytes = 1u << 20,
+        .step_factor = 1, .iters = 20, .warmup_iters = 5, .agg_iters = 1, .check = 1,
+        .blocking = 0, .average = 1, .dtype = BRAID_FLOAT32, .op = BRAID_SUM, .root = 0,
+    };
+    static const struct option longopts[] = {
+        {"nthreads", required_argument, 0, 't'},  {"ngpus", required_argument, 0, 'g'},
+        {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
+        {"stepbytes", required_argument, 0, 'i'}, {"stepfactor", required_argument, 0, 'f'},
+        {"iters", required_argument, 0, 'n'},     {"agg_iters", required_argument, 0, 'm'},
+        {"warmup_iters", required_argument, 0, 'w'},
+        {"parallel_init", required_argument, 0, 'p'},
+        {"check", required_argument, 0, 'c'},     {"op", required_argument, 0, 'o'},
+        {"datatype", required_argument, 0, 'd'},  {"root", required_argument, 0, 'r'},
+        {"blocking", required_argument, 0, 'z'},  {"stream_null", required_argument, 0, 'y'},
+        {"timeout", required_argument, 0, 'T'},   {"cudagraph", required_argument, 0, 'G'},
+        {"report_cputime", required_argument, 0, 'C'},
+        {"average", required_argument, 0, 'a'},   {"csv", required_argument, 0, 'F'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    optind = 1;
+    for (;;) {
+        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:hG:C:a:", longopts,
+                            NULL);
+        if (c == -1) break;
+        long v = 0;
+        double sz;
+        switch (c) {
+        case 't':
+        case 'g':
+            if (parse_int(optarg, c == 't' ? "nthreads" : "ngpus", 1, &v)) return -1;
+            if (v != 1) {
+                fprintf(stderr, "-%c %ld: braid's perf tools run one rank per process; start "
+                                "more processes (braid-run -n N, mpirun -np N)\n", c, v);
+                return -1;
+            }
+            break;
+        case 'b':
+        case 'e':
+        case 'i':
+            sz = perf_parse_size(optarg);
+            if (sz < 0) {
+                fprintf(stderr, "invalid size specified for '%s'\n",
+                        c == 'b' ? "minbytes" : c == 'e' ? "maxbytes" : "stepbytes");
+                return -1;
+            }
+            if (c == 'b') o.min_bytes = (size_t)sz;
+            else if (c == 'e') o.max_bytes = (size_t)sz;
+            else o.step_bytes = (size_t)sz;
+            break;
+        case 'f':
+            if (parse_int(optarg, "stepfactor", 0, &v)) return -1;
+            o.step_factor = (size_t)v;
+            break;
+        case 'n':
+            if (parse_int(optarg, "iters", 1, &v)) return -1;
+            o.iters = (int)v;
+            break;
+        case 'm':
+            if (parse_int(optarg, "agg_iters", 1, &v)) return -1;
+            o.agg_iters = (int)v;
+            break;
+        case 'w':
+            if (parse_int(optarg, "warmup_iters", 0, &v)) return -1;
+            o.warmup_iters = (int)v;
+            break;
+        case 'c':
+            if (parse_int(optarg, "check", 0, &v)) return -1;
+            o.check = (int)v;
+            break;
+        case 'z':
+            if (parse_int(optarg, "blocking", 0, &v)) return -1;
+            o.blocking = v != 0;
+            break;
+        case 'C':
+            if (parse_int(optarg, "report_cputime", 0, &v)) return -1;
+            o.report_cputime = v != 0;
+            break;
+        case 'a':
+            if (parse_int(optarg, "average", 0, &v)) return -1;
+            if (v > 3) {
+                fprintf(stderr, "invalid value '%s' for 'average' (0..3)\n", optarg);
+                return -1;
+            }
+            o.average = (int)v;
+            break;
+        case 'r':
+            if (parse_int(optarg, "root", 0, &v)) return -1;
+            o.root = (int)v;
+            break;
+        case 'o':
+            o.op = perf_op_parse(optarg);
+            if (o.op == -2) {
+                fprintf(stderr, "invalid op '%s' (sum, prod, min, max, avg, all)\n", optarg);
+                return -1;
+            }
+            break;
+        case 'd':
+            o.dtype = perf_dtype_parse(optarg);
+            if (o.dtype == -2) {
+                fprintf(stderr, "invalid datatype '%s' (int8, uint8, int32, uint32, int64, "
+                                "uint64, half, bfloat16, float, double, all)\n", optarg);
+                return -1;
+            }
+            break;
+        case 'G':
+            if (parse_int(optarg, "cudagraph", 0, &v)) return -1;
+            if (v != 0) {
+                fprintf(stderr, "-G %ld: CUDA graphs are not supported by the host tools\n", v);
+                return -1;
+            }
+            break;
+        case 'F': o.csv_path = optarg; break;
+        case 'p':
+        case 'y':
+        case 'T': break; /* accepted for compatibility, no effect */
+        case 'h': usage(basename(argv[0]), coll); return 1;
+        default: usage(basename(argv[0]), coll); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o.min_bytes > o.max_bytes) {
+        fprintf(stderr, "invalid sizes for 'minbytes' and 'maxbytes': %llu > %llu\n",
+                (unsigned long long)o.min_bytes, (unsigned long long)o.max_bytes);
+        return -1;
+    }
+    if (o.step_factor > 1 ? o.min_bytes == 0 : o.step_bytes == 0) {
+        if (o.min_bytes != o.max_bytes) {
+            fprintf(stderr, "the sweep would not advance: use -b > 0 with -f, or -i > 0\n");
+            return -1;
+        }
+    }
+    *opts_p = o;
+    return 0;
+}
+
+/* ---- stdout -------------------------------------------------------------------------------- */
+
+void perf_print_header(FILE *f, const perf_opts_t *o)
+{
+    fprintf(f,
+            "# nThread %d nGpus %d minBytes %ld maxBytes %ld step: %ld(%s) warmup iters: %d "
+            "iters: %d agg iters: %d validation: %d graph: %d\n",
+            1, 1, (long)o->min_bytes, (long)o->max_bytes,
+            (long)(o->step_factor > 1 ? o->step_factor : o->step_bytes),
+            o->step_factor > 1 ? "factor" : "bytes", o->warmup_iters, o->iters, o->agg_iters,
+            o->check, 0);
+    if (o->blocking)
+        fprintf(f, "# Blocking Enabled: wait for completion and barrier after each collective \n");
+    fprintf(f, "#\n");
+}
+
+void perf_print_columns(FILE *f, const perf_opts_t *o)
+{
+    const char *t = o->report_cputime ? "cputime" : "time";
+    fprintf(f, "#\n");
+    fprintf(f,
+            "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
+            "        \n",
+            "", "", "", "", "");
+    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+            "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
+            "#wrong");
+    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+            "");
+}
+
+void perf_print_row_params(FILE *f, size_t size, size_t count, const char *type, const char *op,
+                           int root)
+{
+    fprintf(f, "%12li  %12li  %8s  %6s  %6i", (long)size, (long)count, type, op, root);
+}
+
+void perf_format_time(char *buf, size_t len, double usec)
+{
+    if (usec >= 10000.0)
+        snprintf(buf, len, "%7.0f", usec);
+    else if (usec >= 100.0)
+        snprintf(buf, len, "%7.1f", usec);
+    else
+        snprintf(buf, len, "%7.2f", usec);
+}
+
+void perf_print_row_result(FILE *f, double usec, double algbw, double busbw, int64_t wrong)
+{
+    char t[64];
+    perf_format_time(t, sizeof(t), usec);
+    if (wrong >= 0)
+        fprintf(f, "  %7s  %6.2f  %6.2f  %5g", t, algbw, busbw, (double)wrong);
+    else
+        fprintf(f, "  %7s  %6.2f  %6.2f  %5s", t, algbw, busbw, "N/A");
+}
+
+/* ---- CSV ----------------------------------------------------------------------------------- */
+
+const char perf_csv_header[] =
+    "collective,nranks,size,count,type,redop,root,time_oop_us,algbw_oop,busbw_oop,wrong_oop,"
+    "time_ip_us,algbw_ip,busbw_ip,wrong_ip\n";
+
+FILE *perf_csv_open(const char *path)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) fputs(perf_csv_header, f);
+    fflush(f);
+    return f;
+}
+
+void perf_csv_row(FILE *f, const perf_row_t *r)
+{
+    fprintf(f, "%s,%d,%zu,%zu,%s,%s,%d", r->collective, r->nranks, r->size, r->count, r->type,
+            r->redop, r->root);
+    for (int ip = 0; ip < 2; ip++)
+        fprintf(f, ",%.3f,%.6f,%.6f,%lld", r->time_us[ip], r->algbw[ip], r->busbw[ip],
+                (long long)r->wrong[ip]);
+    fputc('\n', f);
+    fflush(f);
+}

@@ -1,0 +1,87 @@
+/* Plans: an algorithm turns (collective, count, dtype size, nranks, rank, chunking) into a
+ * sequence of steps per channel. Each step is one engine primitive on one chunk. Plans are pure
+ * functions of their parameters: no transport, no memory, exhaustively unit-tested.
+ *
+ * Primitive semantics (in = input + in_off, out = output + out_off, R = the chunk received
+ * from the channel's recv peer, S = the send slot to the channel's send peer, all `count`
+ * elements; "final" applies avg's division by nranks):
+ *   SEND                   S = in
+ *   RECV                   out = R
+ *   COPY                   out = final(in)               (no communication)
+ *   COPY_SEND              out = in, S = in
+ *   RECV_REDUCE_SEND       S = R op in
+ *   RECV_REDUCE_COPY       out = final(R op in)
+ *   RECV_REDUCE_COPY_SEND  out = S = final(R op in)
+ *   RECV_COPY_SEND         out = S = R
+ * Every message, including empty ones, is sent, so both ends of a connection agree on the
+ * number of messages whatever the chunking. */
+#ifndef BRAID_ALGOS_PLAN_H
+#define BRAID_ALGOS_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    BRAID_PRIM_SEND = 0,
+    BRAID_PRIM_RECV,
+    BRAID_PRIM_COPY,
+    BRAID_PRIM_COPY_SEND,
+    BRAID_PRIM_RECV_REDUCE_SEND,
+    BRAID_PRIM_RECV_REDUCE_COPY,
+    BRAID_PRIM_RECV_REDUCE_COPY_SEND,
+    BRAID_PRIM_RECV_COPY_SEND,
+    BRAID_PRIM_COUNT
+} braid_prim_t;
+
+const char *braid_prim_name(braid_prim_t p);
+/* Whether a primitive receives / sends / reads the input / writes the output. */
+int braid_prim_recvs(braid_prim_t p);
+int braid_prim_sends(braid_prim_t p);
+int braid_prim_reads_in(braid_prim_t p);
+int braid_prim_writes_out(braid_prim_t p);
+
+typedef struct {
+    uint8_t prim;
+    size_t in_off;  /* element offset into the input buffer */
+    size_t out_off; /* element offset into the output buffer */
+    size_t count;   /* elements */
+} braid_step_t;
+
+/* Parameters shared by every plan. For allreduce/broadcast/reduce `count` is the total
+ * count; for reduce_scatter it is recvcount (per rank) and for allgather sendcount. */
+typedef struct {
+    int coll;          /* braid_coll_t */
+    int nranks, rank;  /* rank is the ring position: ring order == rank order here */
+    int root;          /* broadcast / reduce root, else -1 */
+    size_t count;
+    size_t chunk;      /* max elements per step (>= 1) */
+    int nchannels;     /* >= 1 */
+} braid_plan_params_t;
+
+/* A resumable iterator over one channel's steps. */
+typedef struct {
+    braid_plan_params_t p;
+    int channel;
+    size_t ch_off, ch_count; /* this channel's slice of the (per-rank) count */
+    size_t loop_off;         /* start of the current loop within the slice */
+    size_t loop_chunk;       /* elements per block in the current loop */
+    int k;                   /* step index within the loop */
+    int done;
+} braid_plan_cursor_t;
+
+/* Starts the iterator of `channel` (0..nchannels-1). */
+void braid_plan_begin(braid_plan_cursor_t *c, const braid_plan_params_t *p, int channel);
+/* Writes the next step and returns 1, or returns 0 when the channel has no more steps. */
+int braid_plan_next(braid_plan_cursor_t *c, braid_step_t *s);
+
+/* Ring neighbours of a rank for a chain/ring collective. */
+static inline int braid_ring_next(int rank, int n)
+{
+    return (rank + 1) % n;
+}
+static inline int braid_ring_prev(int rank, int n)
+{
+    return (rank + n - 1) % n;
+}
+
+#endif

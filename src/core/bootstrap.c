@@ -1,0 +1,463 @@
+/* Bootstrap client side, the unique id layout and the hello (see bootstrap.h and the wire
+ * format in bootstrap_wire.h; the root service is in bootstrap_root.c).
+ *
+ * Unique id layout (128 bytes, little-endian):
+ *   0  "BRD1"          4  u16 family (4 or 6)   6  u16 port
+ *   8  16 address bytes (IPv4: the first 4, the rest zero)
+ *   24 16 secret bytes  40 u32 IPv6 scope id    44..127 zero */
+#include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ID_MAGIC "BRD1"
+#define ID_RESERVED 44
+
+void braid_boot_id_encode(const braid_boot_addr_t *a, braid_unique_id_t *id_p)
+{
+    uint8_t b[BRAID_UNIQUE_ID_BYTES];
+    memset(b, 0, sizeof(b));
+    memcpy(b, ID_MAGIC, 4);
+    if (a->addr.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&a->addr;
+        boot_put_u16(b + 4, 4);
+        boot_put_u16(b + 6, ntohs(in->sin_port));
+        memcpy(b + 8, &in->sin_addr, 4);
+    } else if (a->addr.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&a->addr;
+        boot_put_u16(b + 4, 6);
+        boot_put_u16(b + 6, ntohs(in6->sin6_port));
+        memcpy(b + 8, &in6->sin6_addr, 16);
+        boot_put_u32(b + 40, in6->sin6_scope_id);
+    }
+    memcpy(b + 24, a->secret, BRAID_SECRET_BYTES);
+    memcpy(id_p->internal, b, sizeof(b));
+}
+
+braid_result_t braid_boot_id_decode(const braid_unique_id_t *id, braid_boot_addr_t *a_p)
+{
+    if (!id || !a_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "id: NULL pointer");
+    const uint8_t *b = (const uint8_t *)id->internal;
+    if (memcmp(b, ID_MAGIC, 4))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "id: bad magic (not a braid unique id, or from another version)");
+    for (int i = ID_RESERVED; i < BRAID_UNIQUE_ID_BYTES; i++)
+        if (b[i])
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "id: reserved byte %d is not zero", i);
+    unsigned fam = boot_get_u16(b + 4), port = boot_get_u16(b + 6);
+    if (port == 0) return braid_set_error(BRAID_ERR_INVALID_ARG, "id: port 0");
+    braid_boot_addr_t a;
+    memset(&a, 0, sizeof(a));
+    if (fam == 4) {
+        for (int i = 12; i < 24; i++)
+            if (b[i])
+                return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                       "id: IPv4 id with non-zero address padding");
+        if (boot_get_u32(b + 40))
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "id: IPv4 id with a scope id");
+        struct sockaddr_in *in = (struct sockaddr_in *)&a.addr;
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        memcpy(&in->sin_addr, b + 8, 4);
+        a.addrlen = sizeof(*in);
+    } else if (fam == 6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a.addr;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        memcpy(&in6->sin6_addr, b + 8, 16);
+        in6->sin6_scope_id = boot_get_u32(b + 40);
+        a.addrlen = sizeof(*in6);
+    } else {
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "id: unknown address family %u", fam);
+    }
+    memcpy(a.secret, b + 24, BRAID_SECRET_BYTES);
+    *a_p = a;
+    return BRAID_SUCCESS;
+}
+
+/* Hello: u32 magic | u32 version | 16 secret bytes | i32 rank | i32 nranks. */
+void braid_boot_hello_pack(const braid_boot_hello_t *h, uint8_t out[BRAID_BOOT_HELLO_BYTES])
+{
+    boot_put_u32(out, h->magic);
+    boot_put_u32(out + 4, h->version);
+    memcpy(out + 8, h->secret, BRAID_SECRET_BYTES);
+    boot_put_u32(out + 24, (uint32_t)h->rank);
+    boot_put_u32(out + 28, (uint32_t)h->nranks);
+}
+
+braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_hello_t *h_p)
+{
+    const uint8_t *b = buf;
+    if (!b || !h_p || len != BRAID_BOOT_HELLO_BYTES)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "hello: %zu bytes, want %d", len,
+                               BRAID_BOOT_HELLO_BYTES);
+    braid_boot_hello_t h;
+    h.magic = boot_get_u32(b);
+    h.version = boot_get_u32(b + 4);
+    memcpy(h.secret, b + 8, BRAID_SECRET_BYTES);
+    h.rank = (int32_t)boot_get_u32(b + 24);
+    h.nranks = (int32_t)boot_get_u32(b + 28);
+    if (h.magic != BOOT_HELLO_MAGIC)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "hello: bad magic 0x%08x", h.magic);
+    if (h.version != BOOT_VERSION)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "hello: version %u, want %u", h.version,
+                               BOOT_VERSION);
+    if (h.nranks < 1 || h.nranks > BOOT_MAX_NRANKS || h.rank < 0 || h.rank >= h.nranks)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "hello: rank %d of nranks %d", h.rank,
+                               h.nranks);
+    *h_p = h;
+    return BRAID_SUCCESS;
+}
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+struct braid_bootstrap {
+    int fd;
+    int rank, nranks;
+    double timeout_s;
+    const volatile int *abort_flag;
+    uint32_t seq;       /* collectives completed */
+    braid_result_t err; /* sticky */
+    char errmsg[512];
+    char root[96];
+};
+
+/* Extra time a client waits for the root's reply past its own deadline, so that the root's
+ * message (which names the missing ranks) arrives first when both time out together. */
+static double reply_grace(double timeout_s)
+{
+    return fmin(1.0, 0.25 * timeout_s) + 0.05;
+}
+
+static double deadline_after(double timeout_s)
+{
+    return timeout_s > 0 ? boot_now() + timeout_s : INFINITY;
+}
+
+/* Records the sticky error of bs and the caller's last-error message. */
+static braid_result_t fail(braid_bootstrap_t *bs, braid_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static braid_result_t fail(braid_bootstrap_t *bs, braid_result_t code, const char *fmt, ...)
+{
+    if (!bs->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(bs->errmsg, sizeof(bs->errmsg), fmt, ap);
+        va_end(ap);
+        bs->err = code;
+    }
+    return braid_set_error(bs->err, "%s", bs->errmsg);
+}
+
+static int aborted(const braid_bootstrap_t *bs)
+{
+    return bs->abort_flag && *bs->abort_flag;
+}
+
+/* Waits until fd is ready for events in slices of at most 100 ms. Returns 1 when ready,
+ * 0 at the deadline, BRAID_ERR_ABORTED (sticky) if the abort flag is set. */
+static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline, int abortable)
+{
+    for (;;) {
+        if (abortable && aborted(bs))
+            return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+        double left = deadline - boot_now();
+        if (left <= 0) return 0;
+        int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, ms);
+        if (n > 0) return 1;
+        if (n < 0 && errno != EINTR)
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: poll failed: %s", strerror(errno));
+    }
+}
+
+static braid_result_t root_closed(braid_bootstrap_t *bs)
+{
+    return fail(bs, BRAID_ERR_REMOTE, "bootstrap root %s closed the connection", bs->root);
+}
+
+static braid_result_t read_fail_msg(braid_bootstrap_t *bs, const uint8_t *hdr, double deadline);
+
+/* Reads exactly len bytes. what: for the timeout message ("ranks to join"). */
+static braid_result_t recv_all(braid_bootstrap_t *bs, void *buf, size_t len, double deadline,
+                               const char *what)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = recv(bs->fd, (char *)buf + got, len - got, MSG_DONTWAIT);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0) return root_closed(bs);
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            if (errno == ECONNRESET) return root_closed(bs);
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: recv from root %s: %s", bs->root,
+                        strerror(errno));
+        }
+        int w = wait_fd(bs, bs->fd, POLLIN, deadline, 1);
+        if (w < 0) return w;
+        if (w == 0)
+            return fail(bs, BRAID_ERR_TIMEOUT, "bootstrap: rank %d waited %g s for %s", bs->rank,
+                        bs->timeout_s, what);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* Non-blocking: if the root sent something while this rank was not waiting, it is a
+ * BOOT_MSG_FAIL (or EOF); read it into the sticky error. */
+static braid_result_t check_async(braid_bootstrap_t *bs)
+{
+    if (bs->err) return braid_set_error(bs->err, "%s", bs->errmsg);
+    struct pollfd p = {.fd = bs->fd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0) return BRAID_SUCCESS;
+    uint8_t hdr[BOOT_HDR_BYTES];
+    double deadline = boot_now() + 2.0;
+    BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, "an error message from the root"));
+    if (boot_get_u32(hdr) == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
+    return fail(bs, BRAID_ERR_INTERNAL, "bootstrap: unexpected message type %u from root %s",
+                boot_get_u32(hdr), bs->root);
+}
+
+static braid_result_t send_all(braid_bootstrap_t *bs, const void *buf, size_t len,
+                               double deadline, int abortable)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(bs->fd, (const char *)buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EPIPE || errno == ECONNRESET) {
+            check_async(bs); /* the root may have said why before closing */
+            return root_closed(bs);
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: send to root %s: %s", bs->root,
+                        strerror(errno));
+        int w = wait_fd(bs, bs->fd, POLLOUT, deadline, abortable);
+        if (w < 0) return w;
+        if (w == 0)
+            return fail(bs, BRAID_ERR_TIMEOUT, "bootstrap: rank %d could not send to root %s "
+                        "within %g s", bs->rank, bs->root, bs->timeout_s);
+    }
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t read_fail_msg(braid_bootstrap_t *bs, const uint8_t *hdr, double deadline)
+{
+    uint64_t len = boot_get_u64(hdr + 8);
+    int32_t code = (int32_t)boot_get_u32(hdr + 4);
+    char text[BOOT_MAX_TEXT + 1];
+    if (len > BOOT_MAX_TEXT)
+        return fail(bs, BRAID_ERR_INTERNAL, "bootstrap: root %s sent a %llu-byte error text",
+                    bs->root, (unsigned long long)len);
+    BRAID_CHECK(recv_all(bs, text, (size_t)len, deadline, "an error message from the root"));
+    text[len] = '\0';
+    boot_sanitize(text);
+    if (code >= 0 || code < BRAID_ERR_INVALID_USAGE) code = BRAID_ERR_REMOTE;
+    return fail(bs, (braid_result_t)code, "%s", text);
+}
+
+/* Receives the root's reply of the given type (a FAIL becomes the sticky error). */
+static braid_result_t recv_reply(braid_bootstrap_t *bs, uint32_t type, uint64_t len, void *buf,
+                                 double deadline, const char *what)
+{
+    uint8_t hdr[BOOT_HDR_BYTES];
+    BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, what));
+    uint32_t t = boot_get_u32(hdr), aux = boot_get_u32(hdr + 4);
+    if (t == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
+    if (t != type || boot_get_u64(hdr + 8) != len || (type == BOOT_MSG_RESULT && aux != bs->seq))
+        return fail(bs, BRAID_ERR_INTERNAL,
+                    "bootstrap: unexpected reply from root %s (type %u aux %u len %llu, want "
+                    "type %u aux %u len %llu)",
+                    bs->root, t, aux, (unsigned long long)boot_get_u64(hdr + 8), type, bs->seq,
+                    (unsigned long long)len);
+    return recv_all(bs, buf, (size_t)len, deadline, what);
+}
+
+static int connect_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
+           err == EHOSTUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN ||
+           err == EINTR;
+}
+
+/* Connects to the root, retrying with backoff until the deadline. */
+static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_t *root,
+                                   double deadline)
+{
+    double backoff = 0.01;
+    int last = 0;
+    for (;;) {
+        if (aborted(bs)) return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+        int fd = socket(root->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: socket failed: %s", strerror(errno));
+        int rc = connect(fd, (const struct sockaddr *)&root->addr, root->addrlen);
+        int err = rc == 0 ? 0 : errno;
+        if (rc < 0 && err == EINPROGRESS) {
+            int w = wait_fd(bs, fd, POLLOUT, deadline, 1);
+            if (w < 0) {
+                close(fd);
+                return w;
+            }
+            socklen_t sl = sizeof(err);
+            if (w == 0) err = ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl))
+                err = errno;
+        }
+        if (err == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            bs->fd = fd;
+            return BRAID_SUCCESS;
+        }
+        close(fd);
+        last = err;
+        if (!connect_retryable(err))
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: rank %d cannot connect to root %s: %s",
+                        bs->rank, bs->root, strerror(err));
+        double until = fmin(boot_now() + backoff, deadline);
+        while (boot_now() < until) {
+            if (aborted(bs))
+                return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+            double left = until - boot_now();
+            if (left > 0) usleep((useconds_t)(fmin(left, 0.1) * 1e6));
+        }
+        if (boot_now() >= deadline)
+            return fail(bs, BRAID_ERR_TIMEOUT,
+                        "bootstrap: rank %d could not connect to root %s within %g s (last "
+                        "error: %s)",
+                        bs->rank, bs->root, bs->timeout_s, strerror(last));
+        backoff = fmin(backoff * 2, 0.5);
+    }
+}
+
+braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t *root, int rank,
+                               int nranks, double timeout_s, const volatile int *abort_flag)
+{
+    if (!bs_p || !root) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: bs_p/root is NULL");
+    if (nranks < 1 || nranks > BOOT_MAX_NRANKS)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: nranks %d out of 1..%d",
+                               nranks, BOOT_MAX_NRANKS);
+    if (rank < 0 || rank >= nranks)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: rank %d out of 0..%d", rank,
+                               nranks - 1);
+    if (root->addr.ss_family != AF_INET && root->addr.ss_family != AF_INET6)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: root address family %d",
+                               root->addr.ss_family);
+    braid_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    if (!bs) return braid_set_error(BRAID_ERR_NOMEM, "bootstrap: out of memory");
+    bs->fd = -1;
+    bs->rank = rank;
+    bs->nranks = nranks;
+    bs->timeout_s = timeout_s;
+    bs->abort_flag = abort_flag;
+    braid_boot_addr_str(&root->addr, bs->root, sizeof(bs->root));
+    double deadline = deadline_after(timeout_s);
+    braid_result_t res;
+    BRAID_CHECK_GOTO(connect_root(bs, root, deadline), res, out);
+
+    braid_boot_hello_t h = {.magic = BOOT_HELLO_MAGIC, .version = BOOT_VERSION, .rank = rank,
+                            .nranks = nranks};
+    memcpy(h.secret, root->secret, BRAID_SECRET_BYTES);
+    uint8_t hello[BRAID_BOOT_HELLO_BYTES];
+    braid_boot_hello_pack(&h, hello);
+    BRAID_CHECK_GOTO(send_all(bs, hello, sizeof(hello), deadline, 1), res, out);
+    char what[64];
+    snprintf(what, sizeof(what), "all %d ranks to join", nranks);
+    BRAID_CHECK_GOTO(recv_reply(bs, BOOT_MSG_ACK, 0, NULL, deadline + reply_grace(timeout_s),
+                                what),
+                     res, out);
+    braid_debug(BOOT, "rank %d of %d joined the bootstrap at %s", rank, nranks, bs->root);
+    *bs_p = bs;
+    return BRAID_SUCCESS;
+out:
+    braid_boot_close(bs);
+    return res;
+}
+
+static braid_result_t allgather(braid_bootstrap_t *bs, const void *mine, void *all, size_t bytes,
+                                const char *name)
+{
+    BRAID_CHECK(check_async(bs));
+    if (aborted(bs)) return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+    double deadline = deadline_after(bs->timeout_s);
+    uint8_t hdr[BOOT_HDR_BYTES];
+    boot_hdr_pack(hdr, BOOT_MSG_ALLGATHER, bs->seq, bytes);
+    BRAID_CHECK(send_all(bs, hdr, sizeof(hdr), deadline, 1));
+    BRAID_CHECK(send_all(bs, mine, bytes, deadline, 1));
+    char what[96];
+    snprintf(what, sizeof(what), "the other ranks to reach bootstrap %s #%u", name, bs->seq);
+    BRAID_CHECK(recv_reply(bs, BOOT_MSG_RESULT, (uint64_t)bytes * (uint64_t)bs->nranks, all,
+                           deadline + reply_grace(bs->timeout_s), what));
+    bs->seq++;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_boot_allgather(braid_bootstrap_t *bs, const void *mine, void *all,
+                                    size_t bytes)
+{
+    if (!bs) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap allgather: bs is NULL");
+    if (bytes && (!mine || !all))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap allgather: %s is NULL",
+                               mine ? "all" : "mine");
+    if (bytes > BOOT_MAX_TOTAL / (uint64_t)bs->nranks)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "bootstrap allgather: %zu bytes x %d ranks exceeds the %llu MiB "
+                               "limit",
+                               bytes, bs->nranks, (unsigned long long)(BOOT_MAX_TOTAL >> 20));
+    return allgather(bs, mine, all, bytes, "allgather");
+}
+
+braid_result_t braid_boot_barrier(braid_bootstrap_t *bs)
+{
+    if (!bs) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap barrier: bs is NULL");
+    return allgather(bs, NULL, NULL, 0, "barrier");
+}
+
+void braid_boot_report_error(braid_bootstrap_t *bs, const char *msg)
+{
+    if (!bs || bs->fd < 0) return;
+    char text[BOOT_MAX_TEXT];
+    snprintf(text, sizeof(text), "%s", msg ? msg : "(no message)");
+    size_t n = strlen(text);
+    uint8_t hdr[BOOT_HDR_BYTES];
+    boot_hdr_pack(hdr, BOOT_MSG_ERROR, 0, n);
+    /* Keep the sticky error and the caller's message as they are. */
+    braid_result_t saved = bs->err;
+    char savedmsg[sizeof(bs->errmsg)];
+    memcpy(savedmsg, bs->errmsg, sizeof(savedmsg));
+    double deadline = boot_now() + 2.0;
+    if (send_all(bs, hdr, sizeof(hdr), deadline, 0) == 0) send_all(bs, text, n, deadline, 0);
+    bs->err = saved;
+    memcpy(bs->errmsg, savedmsg, sizeof(savedmsg));
+    braid_debug(BOOT, "rank %d reported to the bootstrap root: %s", bs->rank, text);
+}
+
+braid_result_t braid_boot_poll_error(braid_bootstrap_t *bs)
+{
+    if (!bs) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap poll_error: bs is NULL");
+    return check_async(bs);
+}
+
+void braid_boot_close(braid_bootstrap_t *bs)
+{
+    if (!bs) return;
+    if (bs->fd >= 0) close(bs->fd);
+    free(bs);
+}

@@ -1,0 +1,144 @@
+/* Bootstrap: the out-of-band TCP network that ranks use to find each other before any
+ * transport exists, and for small control exchanges afterwards (allgather of addresses,
+ * barriers during setup, comm_split).
+ *
+ * A unique id (braid_unique_id_t, 128 bytes) holds: a magic, the root's address family, IPv4
+ * or IPv6 address and port, and a random 128-bit job secret. The root service (a thread in
+ * the process that created the id, or in rank 0 under braid_comm_init_env) accepts exactly one
+ * connection per rank. Every connection begins with a hello {magic, version, secret, rank,
+ * nranks}; a wrong secret or magic is dropped and logged (BRAID_ERR_AUTH is never returned to
+ * the listener; it keeps serving), a rank/nranks mismatch fails every rank's init with a clear
+ * error. All wire messages are length-checked; the parser is exposed for the fuzzer.
+ *
+ * Every blocking call has a deadline (timeout_s) and checks *abort_flag (non-zero = abort,
+ * returns BRAID_ERR_ABORTED) at least every 100 ms. */
+#ifndef BRAID_CORE_BOOTSTRAP_H
+#define BRAID_CORE_BOOTSTRAP_H
+
+#include "braid/braid.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define BRAID_SECRET_BYTES 16
+
+/* The decoded unique id. */
+typedef struct {
+    struct sockaddr_storage addr; /* root address and port */
+    socklen_t addrlen;
+    uint8_t secret[BRAID_SECRET_BYTES];
+} braid_boot_addr_t;
+
+typedef struct braid_bootstrap braid_bootstrap_t;
+
+/* Encodes / decodes / validates a unique id (decode returns BRAID_ERR_INVALID_ARG naming
+ * "id" for a bad magic or family). */
+void braid_boot_id_encode(const braid_boot_addr_t *a, braid_unique_id_t *id_p);
+braid_result_t braid_boot_id_decode(const braid_unique_id_t *id, braid_boot_addr_t *a_p);
+
+/* Fills 'secret' with random bytes from getrandom(). */
+braid_result_t braid_boot_random_secret(uint8_t secret[BRAID_SECRET_BYTES]);
+
+/* Opens the root listener on addr (port 0 = any; the chosen port is written back into *addr)
+ * and starts the root service thread for a job of any size (the first hello fixes nranks).
+ * The service lives until every rank closed its connection, or an error/timeout of timeout_s
+ * without progress. Used by braid_get_unique_id (addr = the interface's address, port 0)
+ * and by rank 0 under braid_comm_init_env (addr = BRAID_ROOT). If addr is not an address
+ * of this host (EADDRNOTAVAIL: a NAT or virtual address) the listener binds the wildcard
+ * address of the same family and port. timeout_s <= 0 means no timeout.
+ *
+ * Details: until the first rank joins the service waits indefinitely; afterwards a join
+ * phase or an allgather that makes no progress for timeout_s fails every rank with
+ * BRAID_ERR_TIMEOUT naming the missing ranks. After a failure the service keeps answering
+ * late joiners with the error for timeout_s, then exits. The thread blocks all signals. */
+braid_result_t braid_boot_root_start(braid_boot_addr_t *addr, double timeout_s);
+
+/* Number of root services running in this process (tests check that they exit). */
+int braid_boot_root_count(void);
+
+/* The same as braid_boot_root_start, and returns a handle (root_p may be NULL) that must be
+ * passed to braid_boot_root_wait exactly once. The process that hosts a root service must
+ * not exit while the service still has replies to deliver (the last barrier's results to
+ * the other ranks): rank 0 calls braid_boot_root_wait after its own braid_boot_close. */
+typedef struct braid_boot_root braid_boot_root_t;
+braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
+                                            braid_boot_root_t **root_p);
+/* Waits up to timeout_s until the service exited or is quiescent (no collective in progress
+ * and every queued reply handed to the kernel; call it after this process's own rank closed
+ * its connection, so no new collective can complete), then frees the handle. The service
+ * itself goes on until its ranks closed. Returns BRAID_ERR_TIMEOUT if it did not settle. */
+braid_result_t braid_boot_root_wait(braid_boot_root_t *root, double timeout_s);
+
+/* Connects to the root and waits until all nranks ranks are in. Connecting is retried with
+ * backoff until the deadline (ranks may start before the root listens). timeout_s (<= 0 = no
+ * deadline) applies to this call and to every later call on bs; abort_flag (may be NULL)
+ * must stay valid until braid_boot_close. Errors from the root (another rank's bad
+ * nranks, a duplicate rank, a timeout naming the missing ranks) come back with their code.
+ * After any error (including BRAID_ERR_ABORTED and BRAID_ERR_TIMEOUT) bs is unusable: every
+ * later call returns the same error; only braid_boot_report_error and braid_boot_close
+ * remain useful. Not thread-safe: one thread at a time per bs. */
+braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t *root, int rank,
+                               int nranks, double timeout_s, const volatile int *abort_flag);
+/* all must hold nranks * bytes; this rank's bytes are copied to all + rank * bytes (mine
+ * may be all + rank * bytes). Every rank must pass the same bytes (else BRAID_ERR_MISMATCH on
+ * all ranks); nranks * bytes is limited to 64 MiB. */
+braid_result_t braid_boot_allgather(braid_bootstrap_t *bs, const void *mine, void *all,
+                                    size_t bytes);
+braid_result_t braid_boot_barrier(braid_bootstrap_t *bs);
+/* Reports an error to the root, which forwards it to all ranks: their next bootstrap call
+ * (and braid_boot_poll_error) returns BRAID_ERR_REMOTE with "rank R: msg". Best effort,
+ * ignores the abort flag, waits at most 2 s. */
+void braid_boot_report_error(braid_bootstrap_t *bs, const char *msg);
+/* Non-blocking: returns the error the root forwarded (another rank's report, a rank that
+ * closed its connection, a root that died) or the sticky error of bs, else BRAID_SUCCESS.
+ * Sets the last-error message when it returns an error. */
+braid_result_t braid_boot_poll_error(braid_bootstrap_t *bs);
+/* Closes the connection (the root counts this rank as done) and frees bs; NULL is a no-op. */
+void braid_boot_close(braid_bootstrap_t *bs);
+
+/* Wire parsing exposed for the fuzzer: returns 0 if buf[0..len) is a well-formed hello and
+ * fills the fields, else BRAID_ERR_INVALID_ARG. */
+typedef struct {
+    uint32_t magic, version;
+    uint8_t secret[BRAID_SECRET_BYTES];
+    int32_t rank, nranks;
+} braid_boot_hello_t;
+#define BRAID_BOOT_HELLO_BYTES 32
+braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_hello_t *h_p);
+void braid_boot_hello_pack(const braid_boot_hello_t *h, uint8_t out[BRAID_BOOT_HELLO_BYTES]);
+
+/* Parses "host:port", "[v6]:port" or "host" (with default_port) into addr (numeric or
+ * resolved with getaddrinfo); errors name the string. */
+braid_result_t braid_boot_parse_hostport(const char *s, int default_port,
+                                         struct sockaddr_storage *addr_p, socklen_t *len_p);
+
+/* Picks the address the root should listen on: BRAID_SOCKET_IFNAME's first address if set,
+ * else the first non-loopback interface that is up, else 127.0.0.1. */
+braid_result_t braid_boot_local_addr(struct sockaddr_storage *addr_p, socklen_t *len_p);
+
+/* Constant-time comparison of two secrets (0 if equal). */
+int braid_secret_cmp(const uint8_t *a, const uint8_t *b);
+
+/* Formats an address as "1.2.3.4:5" or "[::1]:5" (no secret); never fails. */
+void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len);
+
+/* The environment contract of braid_comm_init_env:
+ * - rank/nranks from the first pair that is set of BRAID_RANK/BRAID_NRANKS, RANK/WORLD_SIZE
+ *   (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE,
+ *   SLURM_PROCID/SLURM_NTASKS;
+ * - the root address from BRAID_ROOT (host:port), else MASTER_ADDR with port MASTER_PORT + 1
+ *   (MASTER_PORT itself belongs to torch's TCPStore, which torchrun's agent or rank 0 of
+ *   torch.distributed already listens on);
+ * - the secret from BRAID_SECRET (32 hex digits), else derived from identifiers every rank of
+ *   the job sees (root address, nranks, TORCHELASTIC_RUN_ID, Open MPI / PMIx / Slurm job ids),
+ *   with a warning that the bootstrap is then not authenticated;
+ * - *is_root_p = (rank == 0): that rank calls braid_boot_root_start(root_p, timeout) before
+ *   braid_boot_init.
+ * Missing or malformed variables give BRAID_ERR_INVALID_ARG naming them. Outputs are set
+ * only on success. */
+braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
+                                      int *is_root_p);
+
+#endif

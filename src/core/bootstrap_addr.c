@@ -1,0 +1,390 @@
+/* Bootstrap addressing: "host:port" parsing, the interface the root listens on
+ * (BRAID_SOCKET_IFNAME), job secrets, and the environment contract of braid_comm_init_env. */
+#include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
+#include "core/config.h"
+#include "core/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 2] = "?";
+    if (!buf || !len) return;
+    if (addr && addr->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)addr;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(in->sin_port));
+    } else if (addr && addr->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        if (in6->sin6_scope_id) {
+            size_t n = strlen(host);
+            snprintf(host + n, sizeof(host) - n, "%%%u", (unsigned)in6->sin6_scope_id);
+        }
+        snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(in6->sin6_port));
+    } else {
+        snprintf(buf, len, "(unknown address family)");
+    }
+}
+
+static int parse_port(const char *p, int *port_p)
+{
+    if (!*p || strlen(p) > 5) return -1;
+    int v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < 1 || v > 65535) return -1;
+    *port_p = v;
+    return 0;
+}
+
+braid_result_t braid_boot_parse_hostport(const char *s, int default_port,
+                                         struct sockaddr_storage *addr_p, socklen_t *len_p)
+{
+    char host[256];
+    const char *port = NULL;
+    if (!s || !*s) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address is empty");
+    if (!addr_p || !len_p)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "parse_hostport: addr_p/len_p is NULL");
+    size_t n = strlen(s);
+    if (n >= sizeof(host))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address '%.32s...' is too long",
+                               s);
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close)
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address '%s': missing ']'",
+                                   s);
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (close[1] == ':') port = close + 2;
+        else if (close[1] != '\0')
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "bootstrap address '%s': unexpected text after ']'", s);
+    } else {
+        const char *colon = strchr(s, ':');
+        memcpy(host, s, n + 1);
+        if (colon && !strchr(colon + 1, ':')) { /* host:port (a bare IPv6 has several ':') */
+            host[colon - s] = '\0';
+            port = colon + 1;
+        }
+    }
+    if (!host[0])
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address '%s': no host", s);
+    int portnum = default_port;
+    if (port) {
+        if (parse_port(port, &portnum))
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "bootstrap address '%s': bad port '%s' (want 1..65535)", s,
+                                   port);
+    } else if (default_port < 1 || default_port > 65535) {
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "bootstrap address '%s': no port (want host:port)", s);
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc || !res)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "bootstrap address '%s': cannot resolve '%s': %s", s, host,
+                               rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    struct sockaddr_storage a;
+    memset(&a, 0, sizeof(a));
+    memcpy(&a, res->ai_addr, res->ai_addrlen);
+    socklen_t alen = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    if (a.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a)->sin_port = htons((uint16_t)portnum);
+    else if (a.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&a)->sin6_port = htons((uint16_t)portnum);
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "bootstrap address '%s': not an IPv4 or IPv6 address", s);
+    *addr_p = a;
+    *len_p = alen;
+    return BRAID_SUCCESS;
+}
+
+/* BRAID_SOCKET_IFNAME grammar (NCCL's): a comma-separated list of name prefixes; a leading
+ * '^' selects the interfaces that match none of them, a leading '=' (after any '^') makes
+ * the names exact instead of prefixes. */
+static int ifname_match(const char *spec, const char *name)
+{
+    int exclude = spec[0] == '^';
+    spec += exclude;
+    int exact = spec[0] == '=';
+    spec += exact;
+    int match = 0;
+    while (*spec && !match) {
+        const char *end = strchr(spec, ',');
+        size_t n = end ? (size_t)(end - spec) : strlen(spec);
+        if (n > 0)
+            match = exact ? (strlen(name) == n && !strncmp(name, spec, n))
+                          : !strncmp(name, spec, n);
+        spec += n + (end ? 1 : 0);
+    }
+    return exclude ? !match : match;
+}
+
+/* Lower is better; -1 = never. */
+static int addr_rank(const struct ifaddrs *ifa, int user_spec)
+{
+    int loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
+    if (ifa->ifa_addr->sa_family == AF_INET) return loop ? (user_spec ? 3 : -1) : 0;
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ifa->ifa_addr;
+    if (loop) return user_spec ? 4 : -1;
+    if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) return user_spec ? 2 : -1;
+    return 1;
+}
+
+/* Appends name to the ", "-separated list unless it is there already. */
+static void add_name(char *names, size_t cap, const char *name)
+{
+    size_t nl = strlen(name), o = strlen(names);
+    for (const char *p = names; *p;) {
+        const char *end = strstr(p, ", ");
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == nl && !strncmp(p, name, n)) return;
+        p += n + (end ? 2 : 0);
+    }
+    if (o + nl + 3 < cap) snprintf(names + o, cap - o, "%s%s", o ? ", " : "", name);
+}
+
+braid_result_t braid_boot_local_addr(struct sockaddr_storage *addr_p, socklen_t *len_p)
+{
+    if (!addr_p || !len_p)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "local_addr: addr_p/len_p is NULL");
+    const char *spec = braid_param_str("SOCKET_IFNAME");
+    int user = spec[0] != '\0';
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list))
+        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap: getifaddrs failed: %s",
+                               strerror(errno));
+    const struct ifaddrs *best = NULL;
+    int best_rank = INT_MAX;
+    char names[512] = "";
+    for (const struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
+        if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP)) continue;
+        int fam = ifa->ifa_addr->sa_family;
+        if (fam != AF_INET && fam != AF_INET6) continue;
+        add_name(names, sizeof(names), ifa->ifa_name); /* for the error message */
+        if (user ? !ifname_match(spec, ifa->ifa_name)
+                 : (!strncmp(ifa->ifa_name, "docker", 6) || !strncmp(ifa->ifa_name, "virbr", 5)))
+            continue;
+        int r = addr_rank(ifa, user);
+        if (r >= 0 && r < best_rank) {
+            best = ifa;
+            best_rank = r;
+        }
+    }
+    struct sockaddr_storage a;
+    memset(&a, 0, sizeof(a));
+    socklen_t alen;
+    if (best) {
+        alen = best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                    : sizeof(struct sockaddr_in6);
+        memcpy(&a, best->ifa_addr, alen);
+        braid_debug(BOOT, "bootstrap interface %s", best->ifa_name);
+    } else if (user) {
+        braid_result_t res = braid_set_error(
+            BRAID_ERR_INVALID_ARG,
+            "BRAID_SOCKET_IFNAME=%s matches no interface that is up with an address "
+            "(interfaces: %s)",
+            spec, names[0] ? names : "none");
+        freeifaddrs(list);
+        return res;
+    } else {
+        struct sockaddr_in *in = (struct sockaddr_in *)&a;
+        in->sin_family = AF_INET;
+        in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        alen = sizeof(*in);
+    }
+    freeifaddrs(list);
+    ((struct sockaddr_in *)&a)->sin_port = 0; /* same offset in sockaddr_in6 */
+    *addr_p = a;
+    *len_p = alen;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_boot_random_secret(uint8_t secret[BRAID_SECRET_BYTES])
+{
+    size_t got = 0;
+    while (got < BRAID_SECRET_BYTES) {
+        ssize_t n = getrandom(secret + got, BRAID_SECRET_BYTES - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap: getrandom failed: %s",
+                                   strerror(errno));
+        got += (size_t)n;
+    }
+    return BRAID_SUCCESS;
+}
+
+int braid_secret_cmp(const uint8_t *a, const uint8_t *b)
+{
+    volatile uint8_t diff = 0;
+    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff != 0;
+}
+
+/* ---- the environment contract of braid_comm_init_env ------------------------------------ */
+
+static int parse_int_var(const char *name, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        braid_set_error(BRAID_ERR_INVALID_ARG, "%s='%s' is not an integer in %ld..%ld", name, v,
+                        lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A 128-bit mix (two FNV-1a lanes, finalised with splitmix64). Not a cryptographic hash:
+ * the derived secret only keeps separate jobs from joining each other by mistake. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void hash_str(uint64_t h[2], const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s;; p++) {
+        h[0] = (h[0] ^ *p) * 0x100000001b3ULL;
+        h[1] = (h[1] ^ *p ^ 0x5a) * 0x100000001b3ULL;
+        h[1] = mix64(h[1] + h[0]);
+        if (!*p) break;
+    }
+}
+
+static void derive_secret(const char *root, int nranks, uint8_t secret[BRAID_SECRET_BYTES])
+{
+    static const char *ids[] = {"TORCHELASTIC_RUN_ID", "OMPI_MCA_orte_ess_jobid",
+                                "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
+                                "SLURM_JOB_ID", "SLURM_STEP_ID"};
+    uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+    char buf[32];
+    hash_str(h, "braid-job-secret-v1");
+    hash_str(h, root);
+    snprintf(buf, sizeof(buf), "%d", nranks);
+    hash_str(h, buf);
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        const char *v = getenv(ids[i]);
+        hash_str(h, ids[i]);
+        hash_str(h, v ? v : "");
+    }
+    uint64_t a = mix64(h[0] ^ mix64(h[1])), b = mix64(h[1] + a);
+    boot_put_u64(secret, a);
+    boot_put_u64(secret + 8, b);
+}
+
+/* Prefixes the last error message with the variable it came from. */
+static braid_result_t prefix_error(const char *var)
+{
+    char msg[400];
+    snprintf(msg, sizeof(msg), "%s", braid_last_error());
+    return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: %s", var, msg);
+}
+
+braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
+                                      int *is_root_p)
+{
+    static const char *vars[][2] = {
+        {"BRAID_RANK", "BRAID_NRANKS"},     {"RANK", "WORLD_SIZE"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+    };
+    if (!rank_p || !nranks_p || !root_p || !is_root_p)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "env_resolve: an output pointer is NULL");
+    int rank = -1, nranks = 0;
+    size_t k = 0;
+    for (; k < sizeof(vars) / sizeof(vars[0]); k++)
+        if (getenv(vars[k][0]) || getenv(vars[k][1])) break;
+    if (k == sizeof(vars) / sizeof(vars[0]))
+        return braid_set_error(
+            BRAID_ERR_INVALID_ARG,
+            "no rank in the environment: set BRAID_RANK and BRAID_NRANKS (also read: "
+            "RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, "
+            "SLURM_PROCID/SLURM_NTASKS)");
+    const char *rv = getenv(vars[k][0]), *nv = getenv(vars[k][1]);
+    if (!rv || !nv)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s is set but %s is not",
+                               rv ? vars[k][0] : vars[k][1], rv ? vars[k][1] : vars[k][0]);
+    if (parse_int_var(vars[k][1], nv, 1, BOOT_MAX_NRANKS, &nranks)) return BRAID_ERR_INVALID_ARG;
+    if (parse_int_var(vars[k][0], rv, 0, nranks - 1, &rank)) return BRAID_ERR_INVALID_ARG;
+
+    braid_boot_addr_t root;
+    memset(&root, 0, sizeof(root));
+    char rootstr[300];
+    const char *broot = braid_param_str("ROOT");
+    if (broot[0]) {
+        if (braid_boot_parse_hostport(broot, 0, &root.addr, &root.addrlen) < 0)
+            return prefix_error("BRAID_ROOT");
+        snprintf(rootstr, sizeof(rootstr), "%s", broot);
+    } else {
+        const char *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
+        int port;
+        if (!ma || !mp || !ma[0])
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "no bootstrap root in the environment: set BRAID_ROOT=host:port "
+                                   "(or MASTER_ADDR and MASTER_PORT; %s is not set)",
+                                   !ma || !ma[0] ? "MASTER_ADDR" : "MASTER_PORT");
+        if (parse_int_var("MASTER_PORT", mp, 1, 65534, &port)) return BRAID_ERR_INVALID_ARG;
+        /* MASTER_PORT is torch's TCPStore; braid's root listens on the next port. */
+        if (braid_boot_parse_hostport(ma, port + 1, &root.addr, &root.addrlen) < 0)
+            return prefix_error("MASTER_ADDR");
+        snprintf(rootstr, sizeof(rootstr), "%s:%d", ma, port);
+    }
+
+    const char *sec = braid_param_str("SECRET");
+    if (sec[0]) {
+        size_t n = strlen(sec);
+        if (n != 2 * BRAID_SECRET_BYTES)
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "BRAID_SECRET must be %d hex digits (it has %zu characters)",
+                                   2 * BRAID_SECRET_BYTES, n);
+        for (int i = 0; i < BRAID_SECRET_BYTES; i++) {
+            int hi = hexval(sec[2 * i]), lo = hexval(sec[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                       "BRAID_SECRET must be %d hex digits (character %d is not)",
+                                       2 * BRAID_SECRET_BYTES, hi < 0 ? 2 * i + 1 : 2 * i + 2);
+            root.secret[i] = (uint8_t)(hi << 4 | lo);
+        }
+    } else {
+        derive_secret(rootstr, nranks, root.secret);
+        if (rank == 0)
+            braid_warn(BOOT, "BRAID_SECRET is not set: the bootstrap is not authenticated "
+                             "(the job secret is derived from job identifiers)");
+    }
+    *rank_p = rank;
+    *nranks_p = nranks;
+    *root_p = root;
+    *is_root_p = rank == 0;
+    return BRAID_SUCCESS;
+}

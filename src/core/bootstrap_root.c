@@ -1,0 +1,747 @@
+/* The bootstrap root service: one detached thread per job, one poll() loop over the listener,
+ * the connections that have not sent their hello yet, and one connection per rank. All
+ * sockets are non-blocking; nothing a peer does (or fails to do) blocks the loop.
+ *
+ * Life of a job: connections authenticate with the hello (wrong secret/magic/garbage/silence
+ * for 5 s: closed and logged); the first valid hello fixes nranks; when all ranks joined the
+ * root sends ACK to all. Then rounds of allgather (barrier = 0 bytes): rank blobs are read
+ * straight into the round's result buffer, which, once complete, is queued (refcounted) to
+ * every rank. Any failure (mismatch, a rank that closes while others wait, an error report, a
+ * timeout) is sent to every rank as BOOT_MSG_FAIL, after which the service only answers
+ * with that failure until its ranks closed (or timeout_s passed), then exits. */
+#include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HELLO_TIMEOUT_S 5.0
+#define MAX_UNAUTH 256 /* connections that have not sent their hello yet */
+
+static atomic_int live_roots;
+
+/* Shared by the service thread and the braid_boot_root_start_handle caller. */
+struct braid_boot_root {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs, exited, quiet;
+};
+
+static void handle_unref(braid_boot_root_t *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int left = --h->refs;
+    pthread_mutex_unlock(&h->mu);
+    if (left) return;
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static void handle_set(braid_boot_root_t *h, int exited, int quiet)
+{
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    if (h->exited != exited || h->quiet != quiet) {
+        h->exited = exited;
+        h->quiet = quiet;
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+int braid_boot_root_count(void)
+{
+    return atomic_load(&live_roots);
+}
+
+/* A message queued to one or more connections; data holds header + payload. */
+typedef struct {
+    int refs;
+    size_t len;
+    uint8_t data[];
+} msg_t;
+
+typedef struct out {
+    msg_t *m;
+    size_t off;
+    struct out *next;
+} out_t;
+
+enum { ROLE_UNAUTH, ROLE_RANK, ROLE_DOOMED }; /* doomed: gets the failure, then closes */
+
+typedef struct {
+    int fd, role, rank, shut;
+    double hello_deadline;
+    char peer[96];
+    uint8_t hello[BRAID_BOOT_HELLO_BYTES];
+    size_t hello_got;
+    uint8_t hdr[BOOT_HDR_BYTES];
+    size_t hdr_got;
+    int in_payload;
+    uint32_t in_type;
+    uint8_t *in_dst; /* into the round buffer or in_text */
+    size_t in_need, in_got;
+    char *in_text;
+    out_t *out, **out_tail;
+} conn_t;
+
+typedef struct {
+    int lfd;
+    double timeout_s, hello_timeout_s;
+    uint8_t secret[BRAID_SECRET_BYTES];
+    char where[96];
+    conn_t **conns; /* every open connection */
+    int nconns, capconns, nunauth;
+    /* the job, once the first hello arrived */
+    int nranks, first_rank, njoined, nclosed, all_in;
+    conn_t **ranks; /* open connection of each rank, or NULL */
+    uint8_t *joined;
+    /* the current allgather round */
+    msg_t *round;
+    size_t round_bytes;
+    uint32_t round_seq;
+    int round_count, round_first;
+    uint8_t *contributed;
+    double last_progress;
+    /* failure */
+    int failed;
+    double failed_at;
+    msg_t *fail_msg;
+    braid_boot_root_t *handle; /* or NULL */
+} root_t;
+
+static msg_t *msg_new(size_t payload)
+{
+    msg_t *m = malloc(sizeof(msg_t) + BOOT_HDR_BYTES + payload);
+    if (!m) return NULL;
+    m->refs = 1;
+    m->len = BOOT_HDR_BYTES + payload;
+    return m;
+}
+
+static void msg_unref(msg_t *m)
+{
+    if (m && --m->refs == 0) free(m);
+}
+
+static void enqueue(conn_t *c, msg_t *m)
+{
+    out_t *o = malloc(sizeof(*o));
+    if (!o) {
+        braid_warn(BOOT, "bootstrap root: out of memory queueing a message to %s", c->peer);
+        return;
+    }
+    m->refs++;
+    *o = (out_t){.m = m};
+    *c->out_tail = o;
+    c->out_tail = &o->next;
+}
+
+static void conn_free(conn_t *c)
+{
+    while (c->out) {
+        out_t *o = c->out;
+        c->out = o->next;
+        msg_unref(o->m);
+        free(o);
+    }
+    if (c->fd >= 0) close(c->fd);
+    free(c->in_text);
+    free(c);
+}
+
+/* Sends the failure to every rank connection (and doomed ones) and enters the failed state. */
+static void root_fail(root_t *r, braid_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void root_fail(root_t *r, braid_result_t code, const char *fmt, ...)
+{
+    if (r->failed) return;
+    char text[BOOT_MAX_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    braid_warn(BOOT, "bootstrap root %s: %s", r->where, text);
+    size_t n = strlen(text);
+    r->failed = 1;
+    r->failed_at = boot_now();
+    r->fail_msg = msg_new(n);
+    if (r->fail_msg) {
+        boot_hdr_pack(r->fail_msg->data, BOOT_MSG_FAIL, (uint32_t)code, n);
+        memcpy(r->fail_msg->data + BOOT_HDR_BYTES, text, n);
+    }
+    msg_unref(r->round);
+    r->round = NULL;
+    for (int i = 0; i < r->nconns; i++) {
+        conn_t *c = r->conns[i];
+        if (c->role == ROLE_UNAUTH) continue;
+        c->role = ROLE_DOOMED;
+        if (r->fail_msg) enqueue(c, r->fail_msg);
+    }
+}
+
+/* Formats the ranks for which have[i] is 0: "rank 3" or "ranks 2,3". */
+static void rank_list(char *buf, size_t len, const uint8_t *have, int nranks)
+{
+    int count = 0, shown = 0;
+    for (int i = 0; i < nranks; i++)
+        count += !have[i];
+    size_t o = (size_t)snprintf(buf, len, "%s ", count == 1 ? "rank" : "ranks");
+    for (int i = 0; i < nranks && o < len; i++) {
+        if (have[i]) continue;
+        if (shown == 32) {
+            snprintf(buf + o, len - o, ",... (%d more)", count - shown);
+            return;
+        }
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", shown++ ? "," : "", i);
+    }
+}
+
+static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
+{
+    c->role = ROLE_DOOMED;
+    if (r->failed) {
+        /* Count late joiners so the service can exit once every rank heard the failure. */
+        if (h->nranks == r->nranks && !r->joined[h->rank]) {
+            r->joined[h->rank] = 1;
+            r->njoined++;
+        }
+        if (r->fail_msg) enqueue(c, r->fail_msg);
+        return;
+    }
+    if (r->nranks == 0) {
+        r->ranks = calloc((size_t)h->nranks, sizeof(*r->ranks));
+        r->joined = calloc((size_t)h->nranks, 1);
+        r->contributed = calloc((size_t)h->nranks, 1);
+        if (!r->ranks || !r->joined || !r->contributed) {
+            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory for %d ranks",
+                      h->nranks);
+            return;
+        }
+        r->nranks = h->nranks;
+        r->first_rank = h->rank;
+    }
+    if (h->nranks != r->nranks) {
+        root_fail(r, BRAID_ERR_INVALID_ARG,
+                  "bootstrap: nranks mismatch: rank %d (%s) was started with nranks=%d but "
+                  "rank %d with nranks=%d",
+                  h->rank, c->peer, h->nranks, r->first_rank, r->nranks);
+    } else if (r->joined[h->rank]) {
+        root_fail(r, BRAID_ERR_INVALID_ARG,
+                  "bootstrap: duplicate rank: two processes claim rank %d (the second from %s)",
+                  h->rank, c->peer);
+    } else {
+        c->role = ROLE_RANK;
+        c->rank = h->rank;
+        r->ranks[h->rank] = c;
+        r->joined[h->rank] = 1;
+        r->njoined++;
+        r->last_progress = boot_now();
+        braid_debug(BOOT, "bootstrap root %s: rank %d joined from %s (%d of %d)", r->where,
+                    h->rank, c->peer, r->njoined, r->nranks);
+        if (r->njoined == r->nranks) {
+            msg_t *ack = msg_new(0);
+            if (!ack) {
+                root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory");
+                return;
+            }
+            boot_hdr_pack(ack->data, BOOT_MSG_ACK, 0, 0);
+            for (int i = 0; i < r->nranks; i++)
+                enqueue(r->ranks[i], ack);
+            msg_unref(ack);
+            r->all_in = 1;
+            braid_info(BOOT, "bootstrap root %s: all %d ranks joined", r->where, r->nranks);
+        }
+    }
+}
+
+/* Returns -1 to close the connection. */
+static int read_hello(root_t *r, conn_t *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->hello + c->hello_got, sizeof(c->hello) - c->hello_got, 0);
+        if (n == 0) {
+            braid_info(BOOT, "bootstrap root %s: connection from %s closed before its hello",
+                       r->where, c->peer);
+            return -1;
+        }
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->hello_got += (size_t)n;
+        if (c->hello_got < sizeof(c->hello)) continue;
+        braid_boot_hello_t h;
+        if (braid_boot_hello_parse(c->hello, sizeof(c->hello), &h) < 0) {
+            braid_clear_error();
+            braid_warn(BOOT, "rejected connection from %s: malformed hello (not a braid "
+                             "bootstrap client, or another version)",
+                       c->peer);
+            return -1;
+        }
+        if (braid_secret_cmp(h.secret, r->secret)) {
+            braid_warn(BOOT, "rejected connection from %s: wrong job secret", c->peer);
+            return -1;
+        }
+        r->nunauth--;
+        admit(r, c, &h);
+        return 0;
+    }
+}
+
+static void finish_round(root_t *r)
+{
+    msg_t *m = r->round;
+    boot_hdr_pack(m->data, BOOT_MSG_RESULT, r->round_seq,
+                  (uint64_t)r->round_bytes * (uint64_t)r->nranks);
+    for (int i = 0; i < r->nranks; i++)
+        enqueue(r->ranks[i], m);
+    msg_unref(m);
+    r->round = NULL;
+    r->round_count = 0;
+    memset(r->contributed, 0, (size_t)r->nranks);
+    r->round_seq++;
+    r->last_progress = boot_now();
+}
+
+/* A complete header arrived from a rank: validates it and sets up the payload read. */
+static void start_payload(root_t *r, conn_t *c)
+{
+    uint32_t type = boot_get_u32(c->hdr), aux = boot_get_u32(c->hdr + 4);
+    uint64_t len = boot_get_u64(c->hdr + 8);
+    int R = c->rank;
+    c->in_type = type;
+    c->in_got = 0;
+    c->in_payload = 1;
+    if (type == BOOT_MSG_ERROR) {
+        if (len > BOOT_MAX_TEXT) {
+            root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a %llu-byte error report",
+                      R, (unsigned long long)len);
+            return;
+        }
+        c->in_text = calloc(1, (size_t)len + 1);
+        if (!c->in_text) {
+            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory");
+            return;
+        }
+        c->in_dst = (uint8_t *)c->in_text;
+        c->in_need = (size_t)len;
+        return;
+    }
+    if (type != BOOT_MSG_ALLGATHER) {
+        root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent an unknown message type %u", R,
+                  type);
+        return;
+    }
+    if (!r->all_in) {
+        root_fail(r, BRAID_ERR_REMOTE,
+                  "bootstrap: rank %d started a bootstrap collective before all ranks joined", R);
+        return;
+    }
+    if (aux != r->round_seq || r->contributed[R]) {
+        root_fail(r, BRAID_ERR_MISMATCH,
+                  "bootstrap: rank %d is at bootstrap collective #%u but the job is at #%u", R,
+                  aux, r->round_seq);
+        return;
+    }
+    if (!r->round) {
+        if (len > BOOT_MAX_TOTAL / (uint64_t)r->nranks) {
+            root_fail(r, BRAID_ERR_INVALID_ARG,
+                      "bootstrap: rank %d sent a %llu-byte allgather block; x %d ranks exceeds "
+                      "the %llu MiB limit",
+                      R, (unsigned long long)len, r->nranks,
+                      (unsigned long long)(BOOT_MAX_TOTAL >> 20));
+            return;
+        }
+        for (int i = 0; i < r->nranks; i++)
+            if (!r->ranks[i]) {
+                root_fail(r, BRAID_ERR_REMOTE,
+                          "bootstrap: rank %d closed its bootstrap connection before "
+                          "bootstrap collective #%u",
+                          i, r->round_seq);
+                return;
+            }
+        r->round = msg_new((size_t)len * (size_t)r->nranks);
+        if (!r->round) {
+            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory for a %llu-byte "
+                      "allgather", (unsigned long long)len * (unsigned long long)r->nranks);
+            return;
+        }
+        r->round_bytes = (size_t)len;
+        r->round_first = R;
+    } else if (len != r->round_bytes) {
+        root_fail(r, BRAID_ERR_MISMATCH,
+                  "bootstrap allgather #%u: rank %d passed %llu bytes but rank %d passed %zu "
+                  "bytes (all ranks must pass the same size)",
+                  r->round_seq, R, (unsigned long long)len, r->round_first, r->round_bytes);
+        return;
+    }
+    c->in_dst = r->round->data + BOOT_HDR_BYTES + (size_t)R * r->round_bytes;
+    c->in_need = (size_t)len;
+}
+
+static void end_payload(root_t *r, conn_t *c)
+{
+    c->in_payload = 0;
+    c->hdr_got = 0;
+    if (c->in_type == BOOT_MSG_ERROR) {
+        boot_sanitize(c->in_text);
+        root_fail(r, BRAID_ERR_REMOTE, "rank %d: %s", c->rank, c->in_text);
+        free(c->in_text);
+        c->in_text = NULL;
+        return;
+    }
+    r->contributed[c->rank] = 1;
+    r->round_count++;
+    r->last_progress = boot_now();
+    if (r->round_count == r->nranks) finish_round(r);
+}
+
+/* Reads what a rank sent. Returns -1 when the connection closed. */
+static int read_rank(root_t *r, conn_t *c)
+{
+    for (;;) {
+        ssize_t n;
+        if (c->role == ROLE_DOOMED) { /* discard until EOF */
+            uint8_t junk[4096];
+            n = recv(c->fd, junk, sizeof(junk), 0);
+        } else if (!c->in_payload) {
+            n = recv(c->fd, c->hdr + c->hdr_got, sizeof(c->hdr) - c->hdr_got, 0);
+            if (n > 0 && (c->hdr_got += (size_t)n) == sizeof(c->hdr)) {
+                start_payload(r, c);
+                if (c->role == ROLE_RANK && c->in_need == 0) end_payload(r, c);
+            }
+        } else {
+            n = recv(c->fd, c->in_dst + c->in_got, c->in_need - c->in_got, 0);
+            if (n > 0 && (c->in_got += (size_t)n) == c->in_need) end_payload(r, c);
+        }
+        if (n == 0) return -1;
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    }
+}
+
+/* Writes queued messages. Returns -1 when the connection is broken. */
+static int write_conn(conn_t *c)
+{
+    while (c->out) {
+        out_t *o = c->out;
+        ssize_t n = send(c->fd, o->m->data + o->off, o->m->len - o->off, MSG_NOSIGNAL);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        o->off += (size_t)n;
+        if (o->off < o->m->len) continue;
+        c->out = o->next;
+        if (!c->out) c->out_tail = &c->out;
+        msg_unref(o->m);
+        free(o);
+    }
+    return 0;
+}
+
+static void drop_conn(root_t *r, int i)
+{
+    conn_t *c = r->conns[i];
+    if (c->role == ROLE_UNAUTH) r->nunauth--;
+    if (c->role == ROLE_RANK) {
+        r->ranks[c->rank] = NULL;
+        r->nclosed++;
+        if (!r->all_in)
+            root_fail(r, BRAID_ERR_REMOTE,
+                      "bootstrap: rank %d closed its bootstrap connection before all ranks "
+                      "joined",
+                      c->rank);
+        else if (r->round)
+            root_fail(r, BRAID_ERR_REMOTE,
+                      "bootstrap: rank %d closed its bootstrap connection during bootstrap "
+                      "collective #%u",
+                      c->rank, r->round_seq);
+    } else if (c->role == ROLE_DOOMED && c->rank >= 0 && r->ranks && r->ranks[c->rank] == c) {
+        r->ranks[c->rank] = NULL;
+    }
+    conn_free(c);
+    r->conns[i] = r->conns[--r->nconns];
+}
+
+static void accept_conns(root_t *r)
+{
+    for (;;) {
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof(peer);
+        int fd = accept4(r->lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where,
+                           strerror(errno));
+            return;
+        }
+        char name[96];
+        braid_boot_addr_str(&peer, name, sizeof(name));
+        conn_t *c = NULL;
+        if (r->nunauth >= MAX_UNAUTH) {
+            braid_warn(BOOT, "rejected connection from %s: too many connections without a "
+                             "hello", name);
+        } else if (r->nconns == r->capconns) {
+            int cap = r->capconns ? 2 * r->capconns : 16;
+            conn_t **nc = realloc(r->conns, (size_t)cap * sizeof(*nc));
+            if (nc) {
+                r->conns = nc;
+                r->capconns = cap;
+            }
+        }
+        if (r->nunauth < MAX_UNAUTH && r->nconns < r->capconns) c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->rank = -1;
+        c->role = ROLE_UNAUTH;
+        c->out_tail = &c->out;
+        c->hello_deadline = boot_now() + r->hello_timeout_s;
+        snprintf(c->peer, sizeof(c->peer), "%s", name);
+        r->conns[r->nconns++] = c;
+        r->nunauth++;
+    }
+}
+
+static void check_timeouts(root_t *r, double now)
+{
+    for (int i = 0; i < r->nconns; i++) {
+        conn_t *c = r->conns[i];
+        if (c->role == ROLE_UNAUTH && now >= c->hello_deadline) {
+            braid_warn(BOOT, "rejected connection from %s: no hello within %g s", c->peer,
+                       r->hello_timeout_s);
+            drop_conn(r, i--);
+        }
+    }
+    if (r->failed || r->timeout_s <= 0 || now - r->last_progress < r->timeout_s) return;
+    char list[512];
+    if (r->nranks && !r->all_in && r->njoined > 0) {
+        rank_list(list, sizeof(list), r->joined, r->nranks);
+        root_fail(r, BRAID_ERR_TIMEOUT, "bootstrap: waited %g s for %s to join (%d of %d in)",
+                  r->timeout_s, list, r->njoined, r->nranks);
+    } else if (r->round) {
+        rank_list(list, sizeof(list), r->contributed, r->nranks);
+        root_fail(r, BRAID_ERR_TIMEOUT,
+                  "bootstrap: waited %g s for %s to reach bootstrap collective #%u", r->timeout_s,
+                  list, r->round_seq);
+    }
+}
+
+/* True when the service is done. */
+static int finished(root_t *r, double now)
+{
+    int open = 0;
+    for (int i = 0; i < r->nconns; i++)
+        open += r->conns[i]->role != ROLE_UNAUTH;
+    if (!r->failed) return r->all_in && open == 0;
+    double linger = r->timeout_s > 0 ? r->timeout_s : 60.0;
+    if (now - r->failed_at >= linger) return 1;
+    return open == 0 && r->nranks > 0 && r->njoined == r->nranks;
+}
+
+static void *root_main(void *arg)
+{
+    root_t *r = arg;
+    struct pollfd *pfds = NULL;
+    int cap = 0;
+    braid_debug(BOOT, "bootstrap root listening on %s", r->where);
+    for (;;) {
+        double now = boot_now();
+        check_timeouts(r, now);
+        if (finished(r, now)) break;
+        if (r->handle) {
+            int quiet = !r->round && (r->all_in || r->failed);
+            for (int i = 0; i < r->nconns && quiet; i++)
+                quiet = !r->conns[i]->out;
+            handle_set(r->handle, 0, quiet);
+        }
+        if (cap < r->nconns + 1) {
+            struct pollfd *np = realloc(pfds, (size_t)(r->nconns + 16) * sizeof(*np));
+            if (!np) {
+                usleep(10000);
+                continue;
+            }
+            pfds = np;
+            cap = r->nconns + 16;
+        }
+        pfds[0] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        for (int i = 0; i < r->nconns; i++) {
+            conn_t *c = r->conns[i];
+            /* Doomed connections: flush the failure, then half-close so the client reads it
+             * before EOF, then wait for the client's EOF. */
+            if (c->role == ROLE_DOOMED && !c->out && !c->shut) {
+                shutdown(c->fd, SHUT_WR);
+                c->shut = 1;
+            }
+            pfds[i + 1] = (struct pollfd){.fd = c->fd, .events = POLLIN | (c->out ? POLLOUT : 0)};
+        }
+        int n = poll(pfds, (nfds_t)r->nconns + 1, 100);
+        if (n <= 0) continue;
+        /* Connections are only removed (swap with the last) inside this loop, and only the
+         * ones at or after i; iterate downwards so each pfds entry matches its connection. */
+        int nc = r->nconns;
+        for (int i = nc - 1; i >= 0; i--) {
+            short ev = pfds[i + 1].revents;
+            if (!ev || i >= r->nconns) continue;
+            conn_t *c = r->conns[i];
+            int bad = 0;
+            if (ev & (POLLIN | POLLHUP | POLLERR))
+                bad = c->role == ROLE_UNAUTH ? read_hello(r, c) : read_rank(r, c);
+            if (!bad && c->out && (ev & (POLLOUT | POLLERR))) bad = write_conn(c);
+            if (bad) drop_conn(r, i);
+        }
+        if (pfds[0].revents) accept_conns(r);
+    }
+    braid_debug(BOOT, "bootstrap root %s exits", r->where);
+    while (r->nconns)
+        drop_conn(r, r->nconns - 1);
+    free(pfds);
+    free(r->conns);
+    free(r->ranks);
+    free(r->joined);
+    free(r->contributed);
+    msg_unref(r->round);
+    msg_unref(r->fail_msg);
+    close(r->lfd);
+    if (r->handle) {
+        handle_set(r->handle, 1, 1);
+        handle_unref(r->handle);
+    }
+    free(r);
+    atomic_fetch_sub(&live_roots, 1);
+    return NULL;
+}
+
+braid_result_t braid_boot_root_wait(braid_boot_root_t *h, double timeout_s)
+{
+    if (!h) return BRAID_SUCCESS;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    pthread_mutex_lock(&h->mu);
+    int rc = 0;
+    while (!h->exited && !h->quiet && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+    int settled = h->exited || h->quiet;
+    pthread_mutex_unlock(&h->mu);
+    handle_unref(h);
+    if (!settled)
+        return braid_set_error(BRAID_ERR_TIMEOUT,
+                               "bootstrap root: replies still undelivered after %g s", timeout_s);
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_boot_root_start(braid_boot_addr_t *addr, double timeout_s)
+{
+    return braid_boot_root_start_handle(addr, timeout_s, NULL);
+}
+
+static braid_boot_root_t *handle_new(void)
+{
+    braid_boot_root_t *h = calloc(1, sizeof(*h));
+    pthread_condattr_t ca;
+    if (!h) return NULL;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    h->refs = 2;
+    return h;
+}
+
+braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
+                                            braid_boot_root_t **root_p)
+{
+    if (!addr || (addr->addr.ss_family != AF_INET && addr->addr.ss_family != AF_INET6))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap root: bad address");
+    char where[96];
+    braid_boot_addr_str(&addr->addr, where, sizeof(where));
+    int fd = socket(addr->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: socket failed: %s",
+                               strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int rc = bind(fd, (const struct sockaddr *)&addr->addr, addr->addrlen);
+    if (rc < 0 && errno == EADDRNOTAVAIL) {
+        /* Not an address of this host (NAT, virtual IP): listen on the wildcard address. */
+        struct sockaddr_storage any;
+        memset(&any, 0, sizeof(any));
+        any.ss_family = addr->addr.ss_family;
+        if (any.ss_family == AF_INET)
+            ((struct sockaddr_in *)&any)->sin_port = ((struct sockaddr_in *)&addr->addr)->sin_port;
+        else
+            ((struct sockaddr_in6 *)&any)->sin6_port =
+                ((struct sockaddr_in6 *)&addr->addr)->sin6_port;
+        braid_info(BOOT, "bootstrap root: %s is not local, listening on all addresses", where);
+        rc = bind(fd, (const struct sockaddr *)&any, addr->addrlen);
+    }
+    if (rc < 0 || listen(fd, 1024) < 0) {
+        int err = errno;
+        close(fd);
+        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: cannot listen on %s: %s",
+                               where, strerror(err));
+    }
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof(bound);
+    getsockname(fd, (struct sockaddr *)&bound, &bl);
+    uint16_t port = bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                               : ((struct sockaddr_in6 *)&bound)->sin6_port;
+    root_t *r = calloc(1, sizeof(*r));
+    if (r && root_p && !(r->handle = handle_new())) {
+        free(r);
+        r = NULL;
+    }
+    if (!r) {
+        close(fd);
+        return braid_set_error(BRAID_ERR_NOMEM, "bootstrap root: out of memory");
+    }
+    r->lfd = fd;
+    r->timeout_s = timeout_s;
+    r->hello_timeout_s =
+        timeout_s > 0 && timeout_s < HELLO_TIMEOUT_S ? timeout_s : HELLO_TIMEOUT_S;
+    memcpy(r->secret, addr->secret, BRAID_SECRET_BYTES);
+    braid_boot_addr_t a = *addr;
+    if (a.addr.ss_family == AF_INET) ((struct sockaddr_in *)&a.addr)->sin_port = port;
+    else ((struct sockaddr_in6 *)&a.addr)->sin6_port = port;
+    braid_boot_addr_str(&a.addr, r->where, sizeof(r->where));
+    braid_boot_root_t *handle = r->handle; /* r belongs to the thread once it runs */
+
+    pthread_attr_t attr;
+    pthread_t tid;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread inherits a mask that blocks all */
+    atomic_fetch_add(&live_roots, 1);
+    rc = pthread_create(&tid, &attr, root_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc) {
+        atomic_fetch_sub(&live_roots, 1);
+        close(fd);
+        if (r->handle) {
+            handle_unref(r->handle);
+            handle_unref(r->handle);
+        }
+        free(r);
+        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: pthread_create failed: %s",
+                               strerror(rc));
+    }
+    *addr = a;
+    if (root_p) *root_p = handle;
+    return BRAID_SUCCESS;
+}

@@ -1,0 +1,101 @@
+/* Private to src/core/bootstrap*.c: the bootstrap wire format and small helpers.
+ *
+ * Every integer on the wire is little-endian. A connection starts with the 32-byte hello
+ * (braid_boot_hello_pack); after that every message is a 16-byte header followed by len
+ * payload bytes:
+ *
+ *   u32 type | u32 aux | u64 len
+ *
+ *   client -> root  BOOT_MSG_ALLGATHER  aux = collective sequence number, payload = this rank's blob
+ *                   BOOT_MSG_ERROR      payload = error text (braid_boot_report_error)
+ *   root -> client  BOOT_MSG_ACK        all ranks joined (len 0)
+ *                   BOOT_MSG_RESULT     aux = sequence number, payload = nranks blobs in rank order
+ *                   BOOT_MSG_FAIL       aux = (uint32_t)braid_result_t, payload = error text
+ *
+ * A client has at most one request outstanding, so anything the root sends while a client is
+ * not waiting for a reply is a BOOT_MSG_FAIL. */
+#ifndef BRAID_CORE_BOOTSTRAP_WIRE_H
+#define BRAID_CORE_BOOTSTRAP_WIRE_H
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define BOOT_HELLO_MAGIC 0x48445242u /* "BRDH" */
+#define BOOT_VERSION 1u
+#define BOOT_HDR_BYTES 16
+#define BOOT_MAX_TOTAL ((uint64_t)64 << 20) /* largest allgather result (all ranks) */
+#define BOOT_MAX_TEXT 1024                  /* longest error text on the wire */
+#define BOOT_MAX_NRANKS (1 << 20)
+
+enum {
+    BOOT_MSG_ALLGATHER = 1,
+    BOOT_MSG_ERROR = 2,
+    BOOT_MSG_ACK = 3,
+    BOOT_MSG_RESULT = 4,
+    BOOT_MSG_FAIL = 5,
+};
+
+static inline void boot_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline uint16_t boot_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline void boot_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint32_t boot_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static inline void boot_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t boot_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static inline void boot_hdr_pack(uint8_t out[BOOT_HDR_BYTES], uint32_t type, uint32_t aux,
+                                 uint64_t len)
+{
+    boot_put_u32(out, type);
+    boot_put_u32(out + 4, aux);
+    boot_put_u64(out + 8, len);
+}
+
+/* Monotonic seconds. */
+static inline double boot_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Replaces non-printable bytes of a received text by '?' so logs stay readable. */
+static inline void boot_sanitize(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f) *s = '?';
+}
+
+#endif

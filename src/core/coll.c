@@ -1,0 +1,247 @@
+/* Public collective entry points: argument checks, then the engine on the caller's thread, or
+ * through the worker queue for the braid_i* forms (and for blocking calls issued while
+ * non-blocking ones are pending, so operations on a communicator stay in call order). */
+#include "core/comm.h"
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/worker.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *dtype_names[BRAID_NUM_DTYPES] = {
+    "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
+    "float64"};
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
+
+const char *braid_dtype_name(braid_datatype_t dtype)
+{
+    return (unsigned)dtype < BRAID_NUM_DTYPES ? dtype_names[dtype] : "invalid";
+}
+
+const char *braid_op_name(braid_redop_t op)
+{
+    return (unsigned)op < BRAID_NUM_OPS ? op_names[op] : "invalid";
+}
+
+size_t braid_dtype_size(braid_datatype_t dtype)
+{
+    return (unsigned)dtype < BRAID_NUM_DTYPES ? dtype_sizes[dtype] : 0;
+}
+
+braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    uint32_t seq = ++comm->seq;
+    if (atomic_load(&comm->aborted))
+        return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
+    int err = atomic_load(&comm->error);
+    if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
+    braid_result_t res;
+    if (a->coll == BRAID_COLL_BARRIER) {
+        /* One byte per rank of scratch, reduced with max. */
+        uint8_t *scratch = calloc((size_t)comm->nranks, 1);
+        if (!scratch) return braid_set_error(BRAID_ERR_NOMEM, "barrier: out of memory");
+        braid_op_args_t b = *a;
+        b.sendbuf = b.recvbuf = scratch;
+        b.count = (size_t)comm->nranks;
+        res = braid_engine_run(comm, &b, seq);
+        free(scratch);
+    } else {
+        res = braid_engine_run(comm, a, seq);
+    }
+    if (res < 0) {
+        char why[600];
+        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
+        braid_comm_set_error(comm, res, "%s", braid_last_error());
+        braid_comm_fail_peers(comm, res, why);
+    }
+    return res;
+}
+
+static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* Checks everything a collective's arguments can get wrong; the message names the argument. */
+static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    const char *name = braid_coll_name(a->coll);
+    if ((unsigned)a->dtype >= BRAID_NUM_DTYPES)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: dtype=%d is not a braid_datatype_t",
+                               name, (int)a->dtype);
+    int reduces = a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
+                  a->coll == BRAID_COLL_REDUCE_SCATTER;
+    if (reduces && (unsigned)a->op >= BRAID_NUM_OPS)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: op=%d is not a braid_redop_t", name,
+                               (int)a->op);
+    int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
+    if (rooted && (a->root < 0 || a->root >= comm->nranks))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: root=%d is outside [0, nranks=%d)",
+                               name, a->root, comm->nranks);
+    size_t es = braid_dtype_size(a->dtype);
+    size_t n = (size_t)comm->nranks;
+    int per_rank = a->coll == BRAID_COLL_REDUCE_SCATTER || a->coll == BRAID_COLL_ALLGATHER;
+    if (a->count > (SIZE_MAX / 2) / es / (per_rank ? n : 1) || a->count > (UINT64_MAX >> 8))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: count=%zu overflows the byte size",
+                               name, a->count);
+    if (a->count == 0) return BRAID_SUCCESS;
+    size_t bytes = a->count * es, big = per_rank ? bytes * n : bytes;
+    size_t in_bytes = a->coll == BRAID_COLL_REDUCE_SCATTER ? big : bytes;
+    size_t out_bytes = a->coll == BRAID_COLL_ALLGATHER ? big : bytes;
+    int root = rooted && comm->rank == a->root;
+    int needs_send = a->coll == BRAID_COLL_BROADCAST ? root : 1;
+    int needs_recv = a->coll == BRAID_COLL_REDUCE ? root : 1;
+    if (needs_send && !a->sendbuf)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: sendbuf is NULL with count=%zu", name,
+                               a->count);
+    if (needs_recv && !a->recvbuf)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: recvbuf is NULL with count=%zu", name,
+                               a->count);
+    if (needs_send && needs_recv && a->sendbuf != a->recvbuf &&
+        overlaps(a->sendbuf, in_bytes, a->recvbuf, out_bytes)) {
+        /* In place for reduce-scatter / allgather is the rank's own slot. */
+        const char *slot = NULL;
+        if (a->coll == BRAID_COLL_REDUCE_SCATTER)
+            slot = (const char *)a->sendbuf + (size_t)comm->rank * bytes;
+        if (a->coll == BRAID_COLL_ALLGATHER)
+            slot = (const char *)a->recvbuf + (size_t)comm->rank * bytes;
+        int in_place = slot && (a->coll == BRAID_COLL_REDUCE_SCATTER
+                                    ? slot == (const char *)a->recvbuf
+                                    : slot == (const char *)a->sendbuf);
+        if (!in_place)
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "%s: sendbuf and recvbuf overlap without being in place", name);
+    }
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_t *a,
+                                   braid_request_t *req_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(validate(comm, a));
+    if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
+    struct braid_request *req = calloc(1, sizeof(*req));
+    if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");
+    req->args = *a;
+    req->comm = comm;
+    braid_result_t res = braid_worker_submit(comm, req);
+    if (res < 0) {
+        free(req);
+        return res;
+    }
+    if (req_p) {
+        *req_p = req;
+        return BRAID_SUCCESS;
+    }
+    return braid_wait(req);
+}
+
+#define ARGS(c, s, r, n, d, o, rt)                                                                 \
+    (braid_op_args_t)                                                                              \
+    {                                                                                              \
+        .coll = (c), .sendbuf = (s), .recvbuf = (r), .count = (n), .dtype = (d), .op = (o),        \
+        .root = (rt)                                                                               \
+    }
+
+braid_result_t braid_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
+                                braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "allreduce: req_p is NULL");
+    braid_op_args_t a = ARGS(BRAID_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
+{
+    braid_op_args_t a = ARGS(BRAID_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1);
+    return run_or_queue(comm, &a, NULL);
+}
+
+braid_result_t braid_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                braid_datatype_t dtype, int root, braid_comm_t comm,
+                                braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "broadcast: req_p is NULL");
+    braid_op_args_t a = ARGS(BRAID_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, 0, root);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                               braid_datatype_t dtype, int root, braid_comm_t comm)
+{
+    braid_op_args_t a = ARGS(BRAID_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, 0, root);
+    return run_or_queue(comm, &a, NULL);
+}
+
+braid_result_t braid_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                             braid_datatype_t dtype, braid_redop_t op, int root,
+                             braid_comm_t comm, braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce: req_p is NULL");
+    braid_op_args_t a = ARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                            braid_datatype_t dtype, braid_redop_t op, int root, braid_comm_t comm)
+{
+    braid_op_args_t a = ARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+    return run_or_queue(comm, &a, NULL);
+}
+
+braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
+                                     braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce_scatter: req_p is NULL");
+    braid_op_args_t a =
+        ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
+{
+    braid_op_args_t a =
+        ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
+    return run_or_queue(comm, &a, NULL);
+}
+
+braid_result_t braid_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                braid_datatype_t dtype, braid_comm_t comm, braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "allgather: req_p is NULL");
+    braid_op_args_t a = ARGS(BRAID_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, 0, -1);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               braid_datatype_t dtype, braid_comm_t comm)
+{
+    braid_op_args_t a = ARGS(BRAID_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, 0, -1);
+    return run_or_queue(comm, &a, NULL);
+}
+
+/* A barrier is an all-reduce of one byte per rank (every rank's final value depends on every
+ * rank having entered); sendbuf/recvbuf NULL tell the engine to use scratch space. */
+braid_result_t braid_ibarrier(braid_comm_t comm, braid_request_t *req_p)
+{
+    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "barrier: req_p is NULL");
+    braid_op_args_t a = ARGS(BRAID_COLL_BARRIER, NULL, NULL, 0, BRAID_UINT8, BRAID_MAX, -1);
+    return run_or_queue(comm, &a, req_p);
+}
+
+braid_result_t braid_barrier(braid_comm_t comm)
+{
+    braid_op_args_t a = ARGS(BRAID_COLL_BARRIER, NULL, NULL, 0, BRAID_UINT8, BRAID_MAX, -1);
+    return run_or_queue(comm, &a, NULL);
+}

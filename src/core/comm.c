@@ -1,0 +1,405 @@
+/* Communicator lifecycle: unique id, init (bootstrap, peer discovery, ring connections),
+ * destroy, abort, the sticky asynchronous error and the registry of live communicators. */
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/worker.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* ---- registry of live communicators (so a destroyed handle gets a clear error) ---------- */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct braid_comm **reg;
+static size_t reg_n, reg_cap;
+
+static braid_result_t reg_add(struct braid_comm *c)
+{
+    pthread_mutex_lock(&reg_lock);
+    if (reg_n == reg_cap) {
+        size_t cap = reg_cap ? reg_cap * 2 : 16;
+        struct braid_comm **n = realloc(reg, cap * sizeof(*n));
+        if (!n) {
+            pthread_mutex_unlock(&reg_lock);
+            return braid_set_error(BRAID_ERR_NOMEM, "out of memory registering a communicator");
+        }
+        reg = n;
+        reg_cap = cap;
+    }
+    reg[reg_n++] = c;
+    pthread_mutex_unlock(&reg_lock);
+    return BRAID_SUCCESS;
+}
+
+static void reg_remove(struct braid_comm *c)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; i < reg_n; i++)
+        if (reg[i] == c) {
+            reg[i] = reg[--reg_n];
+            break;
+        }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+braid_result_t braid_comm_check(struct braid_comm *comm)
+{
+    if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
+    int found = 0;
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; i < reg_n && !found; i++) found = reg[i] == comm;
+    pthread_mutex_unlock(&reg_lock);
+    if (!found)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                               "comm %p is not a live communicator (destroyed or never created)",
+                               (void *)comm);
+    return BRAID_SUCCESS;
+}
+
+const char *braid_coll_name(int coll)
+{
+    switch (coll) {
+    case BRAID_COLL_ALLREDUCE: return "allreduce";
+    case BRAID_COLL_BROADCAST: return "broadcast";
+    case BRAID_COLL_REDUCE: return "reduce";
+    case BRAID_COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case BRAID_COLL_ALLGATHER: return "allgather";
+    case BRAID_COLL_BARRIER: return "barrier";
+    }
+    return "unknown collective";
+}
+
+int braid_version(void)
+{
+    return BRAID_VERSION_CODE;
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,
+                                    ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&comm->err_lock);
+    if (!atomic_load(&comm->error)) {
+        snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
+        atomic_store(&comm->error, res);
+        braid_warn(COLL, "rank %d: %s (%s)", comm->rank, msg, braid_strerror(res));
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    return braid_set_error(res, "%s", msg);
+}
+
+void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why)
+{
+    for (int c = 0; c < comm->nchannels; c++) {
+        braid_ring_t *r = &comm->ring[c];
+        if (r->send) r->send->ops->fail(r->send, code, why);
+        if (r->recv) r->recv->ops->fail(r->recv, code, why);
+    }
+}
+
+braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!err_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "err_p is NULL");
+    *err_p = atomic_load(&comm->error);
+    if (msg_p) *msg_p = *err_p ? comm->errmsg : "";
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_rank(braid_comm_t comm, int *rank_p)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!rank_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "rank_p is NULL");
+    *rank_p = comm->rank;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_size(braid_comm_t comm, int *size_p)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!size_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "size_p is NULL");
+    *size_p = comm->nranks;
+    return BRAID_SUCCESS;
+}
+
+/* ---- host identity ---------------------------------------------------------------------- */
+void braid_host_id(char out[BRAID_HOST_ID_BYTES])
+{
+    const char *forced = braid_param_str("HOSTNAME");
+    if (*forced) {
+        snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
+        return;
+    }
+    char host[64] = "", boot[40] = "", ns[40] = "";
+    gethostname(host, sizeof(host) - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
+    ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+    ns[n > 0 ? n : 0] = '\0';
+    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
+}
+
+/* ---- unique id -------------------------------------------------------------------------- */
+braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
+{
+    braid_clear_error();
+    if (!id_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "id_p is NULL");
+    braid_boot_addr_t a;
+    memset(&a, 0, sizeof(a));
+    BRAID_CHECK(braid_boot_local_addr(&a.addr, &a.addrlen));
+    BRAID_CHECK(braid_boot_random_secret(a.secret));
+    double timeout;
+    BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
+    BRAID_CHECK(braid_boot_root_start(&a, timeout));
+    braid_boot_id_encode(&a, id_p);
+    return BRAID_SUCCESS;
+}
+
+/* ---- init --------------------------------------------------------------------------------- */
+static int count_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static braid_result_t read_tuning(struct braid_comm *c)
+{
+    int64_t v;
+    BRAID_CHECK(braid_param_double("TIMEOUT", &c->timeout_s));
+    if (c->timeout_s <= 0) c->timeout_s = 1e9;
+    BRAID_CHECK(braid_param_int("NCHANNELS", &v));
+    c->nchannels = v ? (int)v : 1;
+    if (c->nchannels > BRAID_MAX_CHANNELS)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NCHANNELS=%lld exceeds %d",
+                               (long long)v, BRAID_MAX_CHANNELS);
+    BRAID_CHECK(braid_param_int("CHUNK_SIZE", &v));
+    c->chunk_bytes = v ? (size_t)v : (size_t)128 << 10;
+    if (c->chunk_bytes < 64 || c->chunk_bytes > ((size_t)64 << 20))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_CHUNK_SIZE=%zu is outside [64 B, 64 MiB]", c->chunk_bytes);
+    c->chunk_bytes &= ~(size_t)63; /* a multiple of every element size and of a cache line */
+    BRAID_CHECK(braid_param_int("NSLOTS", &v));
+    c->nslots = (int)v;
+    if (c->nslots < 2 || c->nslots > 64)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NSLOTS=%d is outside [2, 64]",
+                               c->nslots);
+    BRAID_CHECK(braid_param_int("SPIN_US", &v));
+    c->spin_us = (int)v;
+    const char *t = braid_param_str("TRANSPORT");
+    if (!*t) c->transport = NULL;
+    else if (!strcasecmp(t, "shm")) c->transport = &braid_transport_shm;
+    else if (!strcasecmp(t, "tcp")) c->transport = braid_transport_by_name("tcp");
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_TRANSPORT='%s' is not one of: shm, tcp", t);
+    if (*t && !c->transport)
+        return braid_set_error(BRAID_ERR_UNSUPPORTED, "BRAID_TRANSPORT=%s is not built in", t);
+    return BRAID_SUCCESS;
+}
+
+/* The transport for the connection between this rank and peer. */
+static braid_result_t pick_transport(struct braid_comm *c, int peer,
+                                     const braid_transport_t **t_p)
+{
+    if (c->transport) {
+        if (c->transport == &braid_transport_shm &&
+            strcmp(c->peers[peer].host, c->peers[c->rank].host))
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "BRAID_TRANSPORT=shm but rank %d is on another host", peer);
+        *t_p = c->transport;
+        return BRAID_SUCCESS;
+    }
+    if (!strcmp(c->peers[peer].host, c->peers[c->rank].host)) {
+        *t_p = &braid_transport_shm;
+        return BRAID_SUCCESS;
+    }
+    *t_p = braid_transport_by_name("tcp");
+    if (!*t_p)
+        return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                               "rank %d is on another host and no network transport is built in",
+                               peer);
+    return BRAID_SUCCESS;
+}
+
+typedef struct {
+    uint32_t len;
+    uint8_t info[BRAID_CONN_INFO_BYTES];
+} conn_blob_t;
+
+static braid_result_t connect_rings(struct braid_comm *c)
+{
+    int n = c->nranks, nch = c->nchannels;
+    if (n == 1) return BRAID_SUCCESS;
+    braid_result_t res = BRAID_SUCCESS;
+    conn_blob_t *mine = calloc((size_t)nch, sizeof(*mine));
+    conn_blob_t *all = calloc((size_t)nch * (size_t)n, sizeof(*all));
+    if (!mine || !all) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory connecting rings");
+        goto out;
+    }
+    for (int ch = 0; ch < nch; ch++) {
+        braid_ring_t *r = &c->ring[ch];
+        r->prev = (c->rank + n - 1) % n;
+        r->next = (c->rank + 1) % n;
+        const braid_transport_t *t;
+        BRAID_CHECK_GOTO(pick_transport(c, r->prev, &t), res, out);
+        size_t len = BRAID_CONN_INFO_BYTES;
+        BRAID_CHECK_GOTO(t->recv_setup(c, r->prev, ch, &r->recv, mine[ch].info, &len), res, out);
+        mine[ch].len = (uint32_t)len;
+    }
+    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)nch * sizeof(*mine)), res,
+                     out);
+    for (int ch = 0; ch < nch; ch++) {
+        braid_ring_t *r = &c->ring[ch];
+        const braid_transport_t *t;
+        BRAID_CHECK_GOTO(pick_transport(c, r->next, &t), res, out);
+        conn_blob_t *b = &all[(size_t)r->next * (size_t)nch + (size_t)ch];
+        BRAID_CHECK_GOTO(t->send_connect(c, r->next, ch, b->info, b->len, &r->send), res, out);
+    }
+    BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, out);
+    for (int ch = 0; ch < nch; ch++)
+        BRAID_CHECK_GOTO(c->ring[ch].recv->ops->recv_accept(c->ring[ch].recv), res, out);
+    for (int ch = 0; ch < nch; ch++)
+        braid_info(INIT, "rank %d channel %d: send to %d via %s, receive from %d via %s", c->rank,
+                   ch, c->ring[ch].next, c->ring[ch].send->ops->name, c->ring[ch].prev,
+                   c->ring[ch].recv->ops->name);
+out:
+    free(mine);
+    free(all);
+    return res;
+}
+
+static void close_rings(struct braid_comm *c)
+{
+    for (int ch = 0; ch < BRAID_MAX_CHANNELS; ch++) {
+        braid_ring_t *r = &c->ring[ch];
+        if (r->send) r->send->ops->close(r->send);
+        if (r->recv) r->recv->ops->close(r->recv);
+        r->send = r->recv = NULL;
+    }
+}
+
+static void comm_free(struct braid_comm *c)
+{
+    close_rings(c);
+    if (c->boot) braid_boot_close(c->boot);
+    free(c->peers);
+    pthread_mutex_destroy(&c->err_lock);
+    pthread_mutex_destroy(&c->q_lock);
+    pthread_cond_destroy(&c->q_cond);
+    c->magic = 0;
+    free(c);
+}
+
+static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
+                                int rank)
+{
+    braid_result_t res;
+    struct braid_comm *c = calloc(1, sizeof(*c));
+    if (!c) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a communicator");
+    c->magic = BRAID_COMM_MAGIC;
+    c->rank = rank;
+    c->nranks = nranks;
+    pthread_mutex_init(&c->err_lock, NULL);
+    pthread_mutex_init(&c->q_lock, NULL);
+    pthread_cond_init(&c->q_cond, NULL);
+    braid_log_set_rank(rank);
+    BRAID_CHECK_GOTO(read_tuning(c), res, fail);
+    BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
+                                     (const volatile int *)&c->aborted),
+                     res, fail);
+    braid_peer_info_t me;
+    memset(&me, 0, sizeof(me));
+    braid_host_id(me.host);
+    me.pid = (int32_t)getpid();
+    me.rank = rank;
+    c->peers = calloc((size_t)nranks, sizeof(*c->peers));
+    if (!c->peers) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", nranks);
+        goto fail;
+    }
+    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, &me, c->peers, sizeof(me)), res, fail);
+    for (int i = 0; i < nranks; i++) c->local_nranks += !strcmp(c->peers[i].host, me.host);
+    c->ncpus = count_cpus();
+    if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 2 : 50;
+    BRAID_CHECK_GOTO(connect_rings(c), res, fail);
+    BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
+    BRAID_CHECK_GOTO(reg_add(c), res, fail);
+    braid_info(INIT, "rank %d/%d ready: %d local ranks on %d cpus, %d channel(s), chunk %zu B, "
+                     "%d slots, spin %d us",
+               rank, nranks, c->local_nranks, c->ncpus, c->nchannels, c->chunk_bytes, c->nslots,
+               c->spin_us);
+    *comm_p = c;
+    return BRAID_SUCCESS;
+fail:
+    if (c->boot) braid_boot_report_error(c->boot, braid_last_error());
+    comm_free(c);
+    return res;
+}
+
+braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks, braid_unique_id_t id,
+                                    int rank)
+{
+    braid_clear_error();
+    if (!comm_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm_p is NULL");
+    if (nranks < 1)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "nranks=%d must be at least 1", nranks);
+    if (rank < 0 || rank >= nranks)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "rank=%d is outside [0, nranks=%d)", rank,
+                               nranks);
+    braid_boot_addr_t root;
+    BRAID_CHECK(braid_boot_id_decode(&id, &root));
+    return comm_init(comm_p, nranks, &root, rank);
+}
+
+braid_result_t braid_comm_init_env(braid_comm_t *comm_p)
+{
+    braid_clear_error();
+    if (!comm_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm_p is NULL");
+    int rank, nranks, is_root;
+    braid_boot_addr_t root;
+    BRAID_CHECK(braid_boot_env_resolve(&rank, &nranks, &root, &is_root));
+    if (is_root) {
+        double timeout;
+        BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
+        braid_boot_addr_t listen = root;
+        BRAID_CHECK(braid_boot_root_start(&listen, timeout));
+    }
+    return comm_init(comm_p, nranks, &root, rank);
+}
+
+braid_result_t braid_comm_abort(braid_comm_t comm)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    atomic_store(&comm->aborted, 1);
+    braid_comm_fail_peers(comm, BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+    braid_worker_wake(comm);
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_destroy(braid_comm_t comm)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    reg_remove(comm);
+    braid_worker_stop(comm);
+    comm_free(comm);
+    return BRAID_SUCCESS;
+}

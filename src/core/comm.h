@@ -1,0 +1,106 @@
+/* The communicator's internal state, shared by core/, algos/ and transport/. */
+#ifndef BRAID_CORE_COMM_H
+#define BRAID_CORE_COMM_H
+
+#include "braid/braid.h"
+#include "core/bootstrap.h"
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define BRAID_MAX_CHANNELS 16
+#define BRAID_HOST_ID_BYTES 64
+
+typedef enum {
+    BRAID_COLL_ALLREDUCE = 1,
+    BRAID_COLL_BROADCAST = 2,
+    BRAID_COLL_REDUCE = 3,
+    BRAID_COLL_REDUCE_SCATTER = 4,
+    BRAID_COLL_ALLGATHER = 5,
+    BRAID_COLL_BARRIER = 6
+} braid_coll_t;
+
+const char *braid_coll_name(int coll);
+
+/* What each rank publishes at init (allgathered through the bootstrap). */
+typedef struct {
+    char host[BRAID_HOST_ID_BYTES]; /* host identity: equal strings = same host */
+    int32_t pid;
+    int32_t rank;
+} braid_peer_info_t;
+
+typedef struct {
+    int prev, next;        /* ring neighbours in rank numbering */
+    braid_conn_t *send;    /* to next */
+    braid_conn_t *recv;    /* from prev */
+} braid_ring_t;
+
+/* One queued non-blocking operation (see coll.c). */
+typedef struct braid_op_args {
+    int coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    braid_datatype_t dtype;
+    braid_redop_t op;
+    int root;
+} braid_op_args_t;
+
+struct braid_request {
+    braid_op_args_t args;
+    struct braid_comm *comm;
+    struct braid_request *next;
+    _Atomic int done;
+    braid_result_t result;
+    char errmsg[512];
+};
+
+struct braid_comm {
+    uint64_t magic;
+    int rank, nranks;
+    braid_bootstrap_t *boot;
+    braid_peer_info_t *peers; /* nranks entries */
+    int local_nranks;         /* ranks on this host */
+    int ncpus;                /* cores this process may run on */
+
+    /* Tuning, read from the environment at init. */
+    double timeout_s;
+    int nchannels;
+    size_t chunk_bytes;
+    int nslots;
+    int spin_us;
+    const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
+
+    braid_ring_t ring[BRAID_MAX_CHANNELS];
+    uint32_t seq; /* collectives started */
+
+    _Atomic int aborted;
+    _Atomic int error; /* sticky braid_result_t, 0 = none */
+    char errmsg[512];
+    pthread_mutex_t err_lock;
+
+    /* Non-blocking operations: run in order by a worker thread started on first use. */
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_cond;
+    struct braid_request *q_head, *q_tail;
+    int q_pending; /* queued or running */
+    int worker_started, worker_stop;
+    pthread_t worker;
+};
+
+#define BRAID_COMM_MAGIC 0x62726169645f636dULL
+
+/* Validates a communicator handle (NULL, never created, destroyed): 0 or an error naming it. */
+braid_result_t braid_comm_check(struct braid_comm *comm);
+/* Records the first asynchronous error of comm (sticky) and sets the thread's message. */
+braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,
+                                    ...) __attribute__((format(printf, 3, 4)));
+/* Tells every peer this rank failed, wakes local waiters. */
+void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+
+/* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
+void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
+
+#endif

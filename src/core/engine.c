@@ -1,0 +1,242 @@
+/* The engine: runs a plan's steps over the channels' ring connections.
+ *
+ * Each channel is a small state machine: take the next step from the plan, acquire the received
+ * chunk (if the primitive receives) and a free send slot (if it sends), apply the primitive,
+ * post and release. Acquisitions are non-blocking; the engine round-robins the channels and,
+ * when none can move, spins briefly (BRAID_SPIN_US; short when ranks outnumber cores) and then
+ * sleeps in the transport's wait() on what the first blocked channel needs. Pipelining comes
+ * from the transports' FIFOs: a sender runs up to nslots chunks ahead of its receiver.
+ *
+ * Every wait is bounded: no progress for BRAID_TIMEOUT seconds is BRAID_ERR_TIMEOUT naming the
+ * peer and the operation; an abort (flag set by braid_comm_abort, which also wakes sleepers)
+ * returns BRAID_ERR_ABORTED; a dead or failed peer is BRAID_ERR_REMOTE from the transport. */
+#include "core/engine.h"
+#include "algos/plan.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    braid_plan_cursor_t cur;
+    braid_step_t step;
+    int have_step;
+    const braid_msg_hdr_t *rhdr;
+    const void *rbuf;
+    void *sbuf;
+    int done;
+} chan_state_t;
+
+typedef struct {
+    struct braid_comm *comm;
+    const braid_op_args_t *a;
+    size_t es;
+    braid_msg_hdr_t hdr;
+    const char *in;
+    char *out;
+} run_t;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void copy_bytes(void *dst, const void *src, size_t n)
+{
+    if (dst != src && n) memcpy(dst, src, n);
+}
+
+static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg_hdr_t *h,
+                                   size_t bytes)
+{
+    const braid_msg_hdr_t *e = &r->hdr;
+    if (h->seq == e->seq && h->coll == e->coll && h->dtype == e->dtype && h->op == e->op &&
+        h->root == e->root && h->count == e->count && h->bytes == bytes)
+        return BRAID_SUCCESS;
+    char theirs[160], mine[160];
+    snprintf(theirs, sizeof(theirs), "%s #%u (count %llu, %s, %s, root %d)",
+             braid_coll_name(h->coll), h->seq, (unsigned long long)h->count,
+             braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
+    snprintf(mine, sizeof(mine), "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(e->coll),
+             e->seq, (unsigned long long)e->count, braid_dtype_name(e->dtype),
+             braid_op_name(e->op), e->root);
+    if (!strcmp(theirs, mine))
+        return braid_set_error(BRAID_ERR_INTERNAL,
+                               "rank %d sent %u bytes where rank %d expected %zu in %s",
+                               conn->peer, h->bytes, r->comm->rank, bytes, mine);
+    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s",
+                           conn->peer, theirs, r->comm->rank, mine);
+}
+
+/* Applies the step's primitive; all buffers are acquired. */
+static void apply(run_t *r, chan_state_t *cs)
+{
+    const braid_step_t *s = &cs->step;
+    size_t bytes = s->count * r->es;
+    const char *in = r->in + s->in_off * r->es;
+    char *out = r->out + s->out_off * r->es;
+    const void *R = cs->rbuf;
+    void *S = cs->sbuf;
+    braid_datatype_t dt = r->a->dtype;
+    braid_redop_t op = r->a->op;
+    int n = r->comm->nranks;
+    switch ((braid_prim_t)s->prim) {
+    case BRAID_PRIM_SEND: copy_bytes(S, in, bytes); break;
+    case BRAID_PRIM_RECV: copy_bytes(out, R, bytes); break;
+    case BRAID_PRIM_COPY:
+        if (r->a->coll == BRAID_COLL_ALLREDUCE || r->a->coll == BRAID_COLL_REDUCE ||
+            r->a->coll == BRAID_COLL_REDUCE_SCATTER)
+            braid_reduce_finalize(dt, op, out, in, s->count, n);
+        else
+            copy_bytes(out, in, bytes);
+        break;
+    case BRAID_PRIM_COPY_SEND:
+        copy_bytes(out, in, bytes);
+        copy_bytes(S, in, bytes);
+        break;
+    case BRAID_PRIM_RECV_REDUCE_SEND: braid_reduce_pair(dt, op, S, R, in, s->count); break;
+    case BRAID_PRIM_RECV_REDUCE_COPY: braid_reduce_pair_final(dt, op, out, R, in, s->count, n); break;
+    case BRAID_PRIM_RECV_REDUCE_COPY_SEND:
+        braid_reduce_pair_final(dt, op, out, R, in, s->count, n);
+        copy_bytes(S, out, bytes);
+        break;
+    case BRAID_PRIM_RECV_COPY_SEND:
+        copy_bytes(out, R, bytes);
+        copy_bytes(S, R, bytes);
+        break;
+    default: break;
+    }
+}
+
+/* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
+ * *wait_dir_p then say what it waits for. */
+static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
+                               braid_wait_dir_t *wait_dir_p)
+{
+    braid_ring_t *ring = &r->comm->ring[ch];
+    if (!cs->have_step) {
+        if (!braid_plan_next(&cs->cur, &cs->step)) {
+            cs->done = 1;
+            return BRAID_SUCCESS;
+        }
+        cs->have_step = 1;
+        cs->rbuf = NULL;
+        cs->sbuf = NULL;
+    }
+    braid_prim_t p = (braid_prim_t)cs->step.prim;
+    size_t bytes = cs->step.count * r->es;
+    if (braid_prim_recvs(p) && !cs->rbuf) {
+        braid_conn_t *c = ring->recv;
+        if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+        braid_result_t res = c->ops->recv_get(c, &cs->rhdr, &cs->rbuf);
+        if (res == BRAID_INPROGRESS) {
+            *wait_conn_p = c;
+            *wait_dir_p = BRAID_WAIT_RECV;
+            return res;
+        }
+        BRAID_CHECK(res);
+        BRAID_CHECK(check_header(r, c, cs->rhdr, bytes));
+    }
+    if (braid_prim_sends(p) && !cs->sbuf) {
+        braid_conn_t *c = ring->send;
+        if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+        braid_result_t res = c->ops->send_get(c, &cs->sbuf);
+        if (res == BRAID_INPROGRESS) {
+            *wait_conn_p = c;
+            *wait_dir_p = BRAID_WAIT_SEND;
+            return res;
+        }
+        BRAID_CHECK(res);
+    }
+    apply(r, cs);
+    if (braid_prim_sends(p)) {
+        braid_msg_hdr_t h = r->hdr;
+        h.bytes = (uint32_t)bytes;
+        BRAID_CHECK(ring->send->ops->send_post(ring->send, &h));
+    }
+    if (braid_prim_recvs(p)) BRAID_CHECK(ring->recv->ops->recv_release(ring->recv));
+    cs->have_step = 0;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq)
+{
+    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
+    r.in = a->sendbuf;
+    r.out = a->recvbuf;
+    r.hdr = (braid_msg_hdr_t){.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype,
+                              .op = (uint8_t)a->op, .root = a->root, .count = a->count};
+    int nch = comm->nchannels;
+    braid_plan_params_t pp = {.coll = a->coll, .nranks = comm->nranks, .rank = comm->rank,
+                              .root = a->root, .count = a->count, .nchannels = nch};
+    pp.chunk = comm->chunk_bytes / r.es;
+    chan_state_t cs[BRAID_MAX_CHANNELS];
+    int remaining = 0;
+    for (int c = 0; c < nch; c++) {
+        memset(&cs[c], 0, sizeof(cs[c]));
+        braid_plan_begin(&cs[c].cur, &pp, c);
+        cs[c].done = cs[c].cur.done;
+        remaining += !cs[c].done;
+    }
+    uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
+    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t idle_since = 0;
+    while (remaining) {
+        int progressed = 0;
+        braid_conn_t *wconn = NULL;
+        braid_wait_dir_t wdir = BRAID_WAIT_RECV;
+        for (int c = 0; c < nch; c++) {
+            if (cs[c].done) continue;
+            /* Run a channel as far as it goes before moving on. */
+            for (;;) {
+                braid_conn_t *wc = NULL;
+                braid_wait_dir_t wd;
+                braid_result_t res = try_step(&r, c, &cs[c], &wc, &wd);
+                if (res == BRAID_INPROGRESS) {
+                    if (!wconn) {
+                        wconn = wc;
+                        wdir = wd;
+                    }
+                    break;
+                }
+                if (res < 0) return res;
+                progressed = 1;
+                if (cs[c].done) {
+                    remaining--;
+                    break;
+                }
+            }
+        }
+        if (!remaining) break;
+        if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+            return braid_set_error(BRAID_ERR_ABORTED, "%s #%u aborted by braid_comm_abort",
+                                   braid_coll_name(a->coll), seq);
+        if (progressed) {
+            idle_since = 0;
+            continue;
+        }
+        uint64_t now = braid_now_ns();
+        if (!idle_since) idle_since = now;
+        if (now - idle_since < spin_ns) {
+            for (int i = 0; i < 16; i++) cpu_relax();
+            continue;
+        }
+        if (now - idle_since > timeout_ns)
+            return braid_set_error(
+                BRAID_ERR_TIMEOUT,
+                "%s #%u timed out after %.1f s waiting to %s rank %d (channel %d); rank %d "
+                "may be hung or late",
+                braid_coll_name(a->coll), seq, comm->timeout_s,
+                wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wconn->peer,
+                wconn->channel, wconn->peer);
+        uint64_t deadline = idle_since + timeout_ns;
+        if (nch > 1 && deadline > now + 1000000ull) deadline = now + 1000000ull;
+        BRAID_CHECK(wconn->ops->wait(wconn, wdir, deadline));
+    }
+    return BRAID_SUCCESS;
+}

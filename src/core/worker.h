@@ -1,0 +1,20 @@
+/* The per-communicator worker thread that runs non-blocking operations in order. */
+#ifndef BRAID_CORE_WORKER_H
+#define BRAID_CORE_WORKER_H
+
+#include "core/comm.h"
+
+/* Queues req (started lazily); the worker runs it with braid_coll_execute. */
+braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request *req);
+/* Wakes the worker (abort). */
+void braid_worker_wake(struct braid_comm *comm);
+/* Aborts queued work, joins the worker. */
+void braid_worker_stop(struct braid_comm *comm);
+/* Number of queued or running operations. */
+int braid_worker_pending(struct braid_comm *comm);
+
+/* Runs one validated collective on the calling thread (coll.c): takes the next sequence
+ * number, runs the engine, records a failure as the comm's sticky error and tells peers. */
+braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a);
+
+#endif

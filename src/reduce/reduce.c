@@ -1,0 +1,169 @@
+/* CPU reduction kernels: the entry points of reduce.h, the ISA dispatcher and the generic
+ * (baseline ISA) kernel variant.
+ *
+ * Three variants of every kernel are compiled from one template (reduce_kernels.h) over the
+ * element functions of reduce_ops.h: "generic" (this file, baseline flags: SSE2 on x86-64),
+ * "avx2" (reduce_simd_avx2.c, AVX2 + F16C) and "avx512" (reduce_simd_avx512.c, AVX-512
+ * F/BW/VL). The dispatcher picks one on the first call in the process: the best the CPU
+ * supports, or the one BRAID_REDUCE_ISA=generic|avx2|avx512 names (lowered to what the CPU
+ * supports, with a warning). The choice is made lazily, so a test that sets the variable
+ * before its first reduction (Criterion runs each test in its own process) gets that path.
+ * All variants give bit-identical results; tests/unit/test_reduce.c checks it. */
+#include "reduce/reduce.h"
+#include "reduce/reduce_ops.h"
+
+#include "core/config.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- the generic variant ----------------------------------------------------------------- */
+
+#define REDUCE_ATTR
+#define REDUCE_SFX(name) name##_generic
+#define REDUCE_TABLE braid_reduce_table_generic
+#define REDUCE_ISA_NAME "generic"
+#include "reduce/reduce_kernels.h"
+#undef REDUCE_ATTR
+#undef REDUCE_SFX
+#undef REDUCE_TABLE
+#undef REDUCE_ISA_NAME
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+static const braid_reduce_table_t *braid_reduce_tab = &braid_reduce_table_generic;
+static pthread_once_t braid_reduce_once = PTHREAD_ONCE_INIT;
+
+enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 };
+
+static int braid_reduce_cpu_best(void)
+{
+#if BRAID_REDUCE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return ISA_AVX2;
+#endif
+    return ISA_GENERIC;
+}
+
+static void braid_reduce_choose(void)
+{
+    static const char *const names[] = {"generic", "avx2", "avx512"};
+    int best = braid_reduce_cpu_best();
+    int isa = best;
+    const char *want = braid_param_str("REDUCE_ISA");
+    if (want[0] != '\0' && strcasecmp(want, "auto") != 0) {
+        int req = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcasecmp(want, names[i]) == 0) req = i;
+        if (req < 0) {
+            braid_warn(ENV, "BRAID_REDUCE_ISA='%s' is not generic, avx2, avx512 or auto; using %s",
+                       want, names[best]);
+        } else if (req > best) {
+            braid_warn(ENV, "BRAID_REDUCE_ISA=%s: this CPU does not support it; using %s", want,
+                       names[best]);
+        } else {
+            isa = req;
+        }
+    }
+#if BRAID_REDUCE_X86
+    if (isa == ISA_AVX512)
+        braid_reduce_tab = &braid_reduce_table_avx512;
+    else if (isa == ISA_AVX2)
+        braid_reduce_tab = &braid_reduce_table_avx2;
+    else
+        braid_reduce_tab = &braid_reduce_table_generic;
+#else
+    braid_reduce_tab = &braid_reduce_table_generic;
+#endif
+    braid_debug(COLL, "cpu reduction kernels: %s", braid_reduce_tab->name);
+}
+
+static const braid_reduce_table_t *braid_reduce_table(void)
+{
+    pthread_once(&braid_reduce_once, braid_reduce_choose);
+    return braid_reduce_tab;
+}
+
+const char *braid_reduce_isa(void)
+{
+    return braid_reduce_table()->name;
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+static const unsigned char braid_reduce_esize[BRAID_NUM_DTYPES] = {
+    [BRAID_INT8] = 1,    [BRAID_UINT8] = 1,   [BRAID_INT32] = 4,   [BRAID_UINT32] = 4,
+    [BRAID_INT64] = 8,   [BRAID_UINT64] = 8,  [BRAID_FLOAT16] = 2, [BRAID_BFLOAT16] = 2,
+    [BRAID_FLOAT32] = 4, [BRAID_FLOAT64] = 8,
+};
+
+/* Callers have validated dtype and op; a bad one here is a bug in braid. */
+static int braid_reduce_args_ok(braid_datatype_t dtype, braid_redop_t op)
+{
+    if ((unsigned)dtype < BRAID_NUM_DTYPES && (unsigned)op < BRAID_NUM_OPS) return 1;
+    braid_warn(COLL, "internal error: reduction with invalid dtype %d or op %d", (int)dtype,
+               (int)op);
+    return 0;
+}
+
+static int braid_reduce_nranks(int nranks)
+{
+    if (nranks >= 1) return nranks;
+    braid_warn(COLL, "internal error: avg over %d ranks (using 1)", nranks);
+    return 1;
+}
+
+void braid_reduce_pair(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
+                       const void *b, size_t count)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, op)) return;
+    int rop = op == BRAID_AVG ? BRAID_ROP_SUM : (int)op;
+    braid_reduce_table()->pair[dtype][rop](dst, a, b, count);
+}
+
+void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
+                             const void *b, size_t count, int nranks)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, op)) return;
+    if (op == BRAID_AVG)
+        braid_reduce_table()->avg[dtype](dst, a, b, count, braid_reduce_nranks(nranks));
+    else
+        braid_reduce_table()->pair[dtype][op](dst, a, b, count);
+}
+
+void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
+                           size_t count, int nranks)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, op)) return;
+    if (op == BRAID_AVG)
+        braid_reduce_table()->div[dtype](dst, src, count, braid_reduce_nranks(nranks));
+    else if (dst != src)
+        memmove(dst, src, count * braid_reduce_esize[dtype]);
+}
+
+/* ---- scalar conversions ------------------------------------------------------------------ */
+
+float braid_half_to_float(uint16_t h)
+{
+    return braid_rop_h2f(h);
+}
+
+uint16_t braid_float_to_half(float f)
+{
+    return braid_rop_f2h(f);
+}
+
+float braid_bf16_to_float(uint16_t b)
+{
+    return braid_rop_bf2f(b);
+}
+
+uint16_t braid_float_to_bf16(float f)
+{
+    return braid_rop_f2bf(f);
+}

@@ -1,0 +1,38 @@
+/* CPU reduction kernels: one entry point per shape, dispatched on (dtype, op).
+ *
+ * All kernels are element-wise and allow dst to alias a or b exactly (not partially).
+ * float16/bfloat16 are widened to float32, combined, and rounded back to nearest-even;
+ * NaN and inf propagate as IEEE 754 says (min/max return NaN if either input is NaN).
+ * Integer sum/prod wrap (two's complement, computed unsigned to avoid UB). */
+#ifndef BRAID_REDUCE_REDUCE_H
+#define BRAID_REDUCE_REDUCE_H
+
+#include "braid/braid.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dst[i] = a[i] op b[i] for i < count. op BRAID_AVG combines as sum. */
+void braid_reduce_pair(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
+                       const void *b, size_t count);
+
+/* The last step of a reduction: dst[i] = a[i] op b[i], and for BRAID_AVG the sum is then
+ * divided by nranks (integers: truncating division; floats: IEEE division in the element's
+ * compute type, float32 for float16/bfloat16). Other ops ignore nranks. */
+void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
+                             const void *b, size_t count, int nranks);
+
+/* dst[i] = src[i] / nranks for BRAID_AVG with a single rank (or a copy for other ops). */
+void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
+                           size_t count, int nranks);
+
+/* Scalar conversions (exported for tests and the perf tools' checkers). */
+float braid_half_to_float(uint16_t h);
+uint16_t braid_float_to_half(float f); /* round to nearest even, overflow -> inf, NaN kept */
+float braid_bf16_to_float(uint16_t b);
+uint16_t braid_float_to_bf16(float f); /* round to nearest even, NaN kept quiet */
+
+/* Which SIMD path the dispatcher chose ("avx512", "avx2", "generic"). */
+const char *braid_reduce_isa(void);
+
+#endif

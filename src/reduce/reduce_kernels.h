@@ -1,0 +1,192 @@
+/* Kernel template: every (dtype, op) kernel of one ISA variant, and its table.
+ *
+ * Included once per variant (no include guard, on purpose) by reduce.c (generic),
+ * reduce_simd_avx2.c and reduce_simd_avx512.c. The includer defines first:
+ *   REDUCE_ATTR         attributes of every kernel, e.g. __attribute__((target("avx2")))
+ *   REDUCE_SFX(name)    name##_variant, so the variants' static kernels do not collide
+ *   REDUCE_TABLE        the braid_reduce_table_t this file defines
+ *   REDUCE_ISA_NAME     "generic", "avx2" or "avx512"
+ * and optionally REDUCE_H2F_BLOCK(float *f, const braid_rop_f16_mem *h) and
+ * REDUCE_F2H_BLOCK(braid_rop_f16_mem *h, const float *f), which convert BRAID_RK_HBLK float16
+ * values with hardware instructions (F16C, AVX-512) bit-identically to braid_rop_h2f/f2h. Without
+ * them the scalar conversions are used in loops the compiler may vectorize.
+ *
+ * The kernels are the loops of BRAID_RK_FOR over the element functions of reduce_ops.h; the
+ * compiler vectorizes them for the variant's target. float16 goes through blocks of
+ * BRAID_RK_HBLK float32 values held in L1: convert a and b, combine with the float32 element
+ * function (vectorized), convert back. */
+
+#ifndef REDUCE_H2F_BLOCK
+static REDUCE_ATTR inline void REDUCE_SFX(h2f_block)(float *f, const braid_rop_f16_mem *h)
+{
+    BRAID_IVDEP
+    for (size_t j = 0; j < BRAID_RK_HBLK; j++)
+        f[j] = braid_rop_h2f(h[j]);
+}
+static REDUCE_ATTR inline void REDUCE_SFX(f2h_block)(braid_rop_f16_mem *h, const float *f)
+{
+    BRAID_IVDEP
+    for (size_t j = 0; j < BRAID_RK_HBLK; j++)
+        h[j] = braid_rop_f2h(f[j]);
+}
+#define REDUCE_H2F_BLOCK REDUCE_SFX(h2f_block)
+#define REDUCE_F2H_BLOCK REDUCE_SFX(f2h_block)
+#endif
+
+/* dst[k] = braid_rop_<tag>_<op>(a[k], b[k]) */
+#define REDUCE_DEF_PAIR(tag, T, opname)                                                            \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_##opname)(void *dst_, const void *a_, const void *b_, \
+                                                       size_t n)                                   \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *a = a_;                                                       \
+        const braid_rop_##tag##_mem *b = b_;                                                       \
+        BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_##opname(a[k], b[k]));                    \
+    }
+
+/* dst[k] = (a[k] + b[k]) / nranks, and dst[k] = src[k] / nranks */
+#define REDUCE_DEF_AVG_DIV(tag, T)                                                                 \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_avg)(void *dst_, const void *a_, const void *b_,      \
+                                                  size_t n, int nranks)                            \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *a = a_;                                                       \
+        const braid_rop_##tag##_mem *b = b_;                                                       \
+        const braid_rop_##tag##_dn_t dn = braid_rop_##tag##_dn(nranks);                            \
+        BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_avg(a[k], b[k], dn));                     \
+    }                                                                                              \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_div)(void *dst_, const void *src_, size_t n,          \
+                                                  int nranks)                                      \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *src = src_;                                                   \
+        const braid_rop_##tag##_dn_t dn = braid_rop_##tag##_dn(nranks);                            \
+        BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_div(src[k], dn));                         \
+    }
+
+#define REDUCE_DEF_DTYPE(tag, T)                                                                   \
+    REDUCE_DEF_PAIR(tag, T, sum)                                                                   \
+    REDUCE_DEF_PAIR(tag, T, prod)                                                                  \
+    REDUCE_DEF_PAIR(tag, T, min)                                                                   \
+    REDUCE_DEF_PAIR(tag, T, max)                                                                   \
+    REDUCE_DEF_AVG_DIV(tag, T)
+
+REDUCE_DEF_DTYPE(i8, int8_t)
+REDUCE_DEF_DTYPE(u8, uint8_t)
+REDUCE_DEF_DTYPE(i32, int32_t)
+REDUCE_DEF_DTYPE(u32, uint32_t)
+REDUCE_DEF_DTYPE(i64, int64_t)
+REDUCE_DEF_DTYPE(u64, uint64_t)
+REDUCE_DEF_DTYPE(bf16, uint16_t)
+REDUCE_DEF_DTYPE(f32, float)
+REDUCE_DEF_DTYPE(f64, double)
+
+/* float16: FEXPR combines float32 values x and y (and may use dn). Whole blocks are converted
+ * with REDUCE_H2F_BLOCK/REDUCE_F2H_BLOCK; all of a and b's block is read before dst's block is
+ * written, so exact aliasing is safe. The tail uses the scalar conversions. */
+#define REDUCE_F16_BODY(FEXPR)                                                                     \
+    braid_rop_f16_mem *dst = dst_;                                                                 \
+    const braid_rop_f16_mem *a = a_;                                                               \
+    const braid_rop_f16_mem *b = b_;                                                               \
+    size_t i = 0;                                                                                  \
+    for (; i + BRAID_RK_HBLK <= n; i += BRAID_RK_HBLK) {                                           \
+        float fa[BRAID_RK_HBLK], fb[BRAID_RK_HBLK];                                                \
+        REDUCE_H2F_BLOCK(fa, a + i);                                                               \
+        REDUCE_H2F_BLOCK(fb, b + i);                                                               \
+        BRAID_IVDEP                                                                                \
+        for (size_t j = 0; j < BRAID_RK_HBLK; j++) {                                               \
+            const float x = fa[j], y = fb[j];                                                      \
+            fa[j] = (FEXPR);                                                                       \
+        }                                                                                          \
+        REDUCE_F2H_BLOCK(dst + i, fa);                                                             \
+    }                                                                                              \
+    for (; i < n; i++) {                                                                           \
+        const float x = braid_rop_h2f(a[i]), y = braid_rop_h2f(b[i]);                              \
+        dst[i] = braid_rop_f2h(FEXPR);                                                             \
+    }
+
+#define REDUCE_DEF_F16_PAIR(opname)                                                                \
+    static REDUCE_ATTR void REDUCE_SFX(f16_##opname)(void *dst_, const void *a_, const void *b_,   \
+                                                     size_t n)                                     \
+    {                                                                                              \
+        REDUCE_F16_BODY(braid_rop_f32_##opname(x, y))                                              \
+    }
+
+REDUCE_DEF_F16_PAIR(sum)
+REDUCE_DEF_F16_PAIR(prod)
+REDUCE_DEF_F16_PAIR(min)
+REDUCE_DEF_F16_PAIR(max)
+
+static REDUCE_ATTR void REDUCE_SFX(f16_avg)(void *dst_, const void *a_, const void *b_, size_t n,
+                                            int nranks)
+{
+    const float dn = (float)nranks;
+    REDUCE_F16_BODY(braid_rop_f32_avg(x, y, dn))
+}
+
+static REDUCE_ATTR void REDUCE_SFX(f16_div)(void *dst_, const void *src_, size_t n, int nranks)
+{
+    /* The pair body with b = a and y unused: one conversion too many, but no second copy. */
+    const void *a_ = src_;
+    const void *b_ = src_;
+    const float dn = (float)nranks;
+    REDUCE_F16_BODY(((void)y, x / dn))
+}
+
+#define REDUCE_ROW(tag)                                                                            \
+    {                                                                                              \
+        REDUCE_SFX(tag##_sum), REDUCE_SFX(tag##_prod), REDUCE_SFX(tag##_min),                      \
+            REDUCE_SFX(tag##_max)                                                                  \
+    }
+
+const braid_reduce_table_t REDUCE_TABLE = {
+    .name = REDUCE_ISA_NAME,
+    .pair =
+        {
+            [BRAID_INT8] = REDUCE_ROW(i8),
+            [BRAID_UINT8] = REDUCE_ROW(u8),
+            [BRAID_INT32] = REDUCE_ROW(i32),
+            [BRAID_UINT32] = REDUCE_ROW(u32),
+            [BRAID_INT64] = REDUCE_ROW(i64),
+            [BRAID_UINT64] = REDUCE_ROW(u64),
+            [BRAID_FLOAT16] = REDUCE_ROW(f16),
+            [BRAID_BFLOAT16] = REDUCE_ROW(bf16),
+            [BRAID_FLOAT32] = REDUCE_ROW(f32),
+            [BRAID_FLOAT64] = REDUCE_ROW(f64),
+        },
+    .avg =
+        {
+            [BRAID_INT8] = REDUCE_SFX(i8_avg),
+            [BRAID_UINT8] = REDUCE_SFX(u8_avg),
+            [BRAID_INT32] = REDUCE_SFX(i32_avg),
+            [BRAID_UINT32] = REDUCE_SFX(u32_avg),
+            [BRAID_INT64] = REDUCE_SFX(i64_avg),
+            [BRAID_UINT64] = REDUCE_SFX(u64_avg),
+            [BRAID_FLOAT16] = REDUCE_SFX(f16_avg),
+            [BRAID_BFLOAT16] = REDUCE_SFX(bf16_avg),
+            [BRAID_FLOAT32] = REDUCE_SFX(f32_avg),
+            [BRAID_FLOAT64] = REDUCE_SFX(f64_avg),
+        },
+    .div =
+        {
+            [BRAID_INT8] = REDUCE_SFX(i8_div),
+            [BRAID_UINT8] = REDUCE_SFX(u8_div),
+            [BRAID_INT32] = REDUCE_SFX(i32_div),
+            [BRAID_UINT32] = REDUCE_SFX(u32_div),
+            [BRAID_INT64] = REDUCE_SFX(i64_div),
+            [BRAID_UINT64] = REDUCE_SFX(u64_div),
+            [BRAID_FLOAT16] = REDUCE_SFX(f16_div),
+            [BRAID_BFLOAT16] = REDUCE_SFX(bf16_div),
+            [BRAID_FLOAT32] = REDUCE_SFX(f32_div),
+            [BRAID_FLOAT64] = REDUCE_SFX(f64_div),
+        },
+};
+
+#undef REDUCE_DEF_PAIR
+#undef REDUCE_DEF_AVG_DIV
+#undef REDUCE_DEF_DTYPE
+#undef REDUCE_F16_BODY
+#undef REDUCE_DEF_F16_PAIR
+#undef REDUCE_ROW
+#undef REDUCE_H2F_BLOCK
+#undef REDUCE_F2H_BLOCK

@@ -1,0 +1,16 @@
+/* The table of built-in transports. */
+#include "transport/transport.h"
+
+#include <string.h>
+#include <strings.h>
+
+static const braid_transport_t *const transports[] = {
+    &braid_transport_shm,
+};
+
+const braid_transport_t *braid_transport_by_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
+        if (!strcasecmp(transports[i]->name, name)) return transports[i];
+    return NULL;
+}

@@ -1,0 +1,91 @@
+/* The transport interface: one-directional connections carrying a FIFO of fixed-size staging
+ * slots from a sender rank to a receiver rank.
+ *
+ * A connection is set up in three calls, with a bootstrap allgather between the first two:
+ *   receiver: recv_setup(peer, channel) -> conn + an info blob (<= BRAID_CONN_INFO_BYTES)
+ *   sender:   send_connect(peer, channel, receiver's blob) -> conn
+ *   receiver: recv_accept(conn) completes once the sender is connected.
+ *
+ * The data path is non-blocking and copy-avoiding: the sender asks for the next free slot
+ * (send_get), writes the payload straight into it (the engine's reduction writes there), then
+ * posts it with a message header (send_post). The receiver asks for the next filled slot
+ * (recv_get), reads it in place, and releases it (recv_release). A slot that is not available
+ * yet is BRAID_INPROGRESS (back-pressure), never an error. wait() sleeps until the condition
+ * the engine needs may have changed, or until deadline_ns, whichever is first; it also detects
+ * a dead peer (BRAID_ERR_REMOTE naming it).
+ *
+ * Ops tables start with their size so they can grow; fields use designated initializers. */
+#ifndef BRAID_TRANSPORT_TRANSPORT_H
+#define BRAID_TRANSPORT_TRANSPORT_H
+
+#include "braid/braid.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BRAID_CONN_INFO_BYTES 192
+
+struct braid_comm;
+
+/* Carried with every message (every slot). seq and desc let the receiver check that both
+ * ranks run the same collective (BRAID_ERR_MISMATCH otherwise). */
+typedef struct {
+    uint32_t bytes;    /* payload bytes in this slot */
+    uint32_t seq;      /* collective sequence number on the communicator (low 32 bits) */
+    uint8_t coll;      /* braid_coll_t */
+    uint8_t dtype;     /* braid_datatype_t */
+    uint8_t op;        /* braid_redop_t */
+    uint8_t flags;     /* BRAID_MSG_* */
+    int32_t root;      /* root rank or -1 */
+    uint64_t count;    /* the collective's count argument */
+} braid_msg_hdr_t;
+
+#define BRAID_MSG_ABORT 0x1 /* the sender aborted: the payload is an error text */
+
+typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1 } braid_wait_dir_t;
+
+typedef struct braid_conn {
+    const struct braid_transport *ops;
+    struct braid_comm *comm;
+    int peer;         /* the remote rank */
+    int channel;
+    size_t slot_size; /* payload capacity of one slot */
+    int is_send;
+} braid_conn_t;
+
+typedef struct braid_transport {
+    size_t size; /* sizeof(braid_transport_t) of the build that filled the table */
+    const char *name;
+    braid_result_t (*recv_setup)(struct braid_comm *comm, int peer, int channel,
+                                 braid_conn_t **conn_p, void *info, size_t *info_len_p);
+    braid_result_t (*send_connect)(struct braid_comm *comm, int peer, int channel,
+                                   const void *info, size_t info_len, braid_conn_t **conn_p);
+    braid_result_t (*recv_accept)(braid_conn_t *conn);
+    /* Data path. */
+    braid_result_t (*send_get)(braid_conn_t *conn, void **buf_p);
+    braid_result_t (*send_post)(braid_conn_t *conn, const braid_msg_hdr_t *hdr);
+    braid_result_t (*recv_get)(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
+                               const void **buf_p);
+    braid_result_t (*recv_release)(braid_conn_t *conn);
+    /* Progress for transports that move data in software (tcp); NULL when not needed. */
+    braid_result_t (*progress)(braid_conn_t *conn);
+    /* Sleeps until the slot in direction dir may be available, or deadline_ns (CLOCK_MONOTONIC)
+     * passes (returns BRAID_SUCCESS either way), or the peer is found dead (BRAID_ERR_REMOTE). */
+    braid_result_t (*wait)(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns);
+    /* Wakes any thread sleeping in wait() on conn (used by abort). Async-safe. */
+    void (*wake)(braid_conn_t *conn);
+    /* Tells the peer this side failed (best effort): its waits then return BRAID_ERR_REMOTE
+     * with `why`, or `code` itself when it is BRAID_ERR_MISMATCH. */
+    void (*fail)(braid_conn_t *conn, braid_result_t code, const char *why);
+    void (*close)(braid_conn_t *conn);
+} braid_transport_t;
+
+extern const braid_transport_t braid_transport_shm;
+
+/* The built-in transport called name ("shm", "tcp"), or NULL if not built (registry.c). */
+const braid_transport_t *braid_transport_by_name(const char *name);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t braid_now_ns(void);
+
+#endif

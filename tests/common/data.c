@@ -1,0 +1,156 @@
+#include "data.h"
+#include "reduce/reduce.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int is_float(braid_datatype_t dt)
+{
+    return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT32 ||
+           dt == BRAID_FLOAT64;
+}
+
+static int is_signed(braid_datatype_t dt)
+{
+    return dt == BRAID_INT8 || dt == BRAID_INT32 || dt == BRAID_INT64 || is_float(dt);
+}
+
+double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed)
+{
+    uint64_t h = (uint64_t)i * 2654435761u + (uint64_t)rank * 40503u + (uint64_t)seed * 977u;
+    h ^= h >> 13;
+    if (op == BRAID_PROD) {
+        /* Products stay exact: +-1, 2 and (floats) 0.5. */
+        static const double fv[] = {1, 2, -1, 0.5, 1, -1, 2};
+        static const double sv[] = {1, 2, -1, 1, 3, -1, 1};
+        static const double uv[] = {1, 2, 1, 3, 1, 1, 2};
+        if (is_float(dt)) return fv[h % 7];
+        return is_signed(dt) ? sv[h % 7] : uv[h % 7];
+    }
+    if (op == BRAID_MIN || op == BRAID_MAX) {
+        int v = (int)(h % 201);
+        return is_signed(dt) ? v - 100 : v;
+    }
+    int v = (int)(h % 23);
+    return is_signed(dt) ? v - 11 : v;
+}
+
+static void store(void *buf, size_t k, braid_datatype_t dt, double v)
+{
+    switch (dt) {
+    case BRAID_INT8: ((int8_t *)buf)[k] = (int8_t)(int64_t)v; break;
+    case BRAID_UINT8: ((uint8_t *)buf)[k] = (uint8_t)(uint64_t)v; break;
+    case BRAID_INT32: ((int32_t *)buf)[k] = (int32_t)(int64_t)v; break;
+    case BRAID_UINT32: ((uint32_t *)buf)[k] = (uint32_t)(uint64_t)v; break;
+    case BRAID_INT64: ((int64_t *)buf)[k] = (int64_t)v; break;
+    case BRAID_UINT64: ((uint64_t *)buf)[k] = (uint64_t)v; break;
+    case BRAID_FLOAT16: ((uint16_t *)buf)[k] = braid_float_to_half((float)v); break;
+    case BRAID_BFLOAT16: ((uint16_t *)buf)[k] = braid_float_to_bf16((float)v); break;
+    case BRAID_FLOAT32: ((float *)buf)[k] = (float)v; break;
+    case BRAID_FLOAT64: ((double *)buf)[k] = v; break;
+    default: break;
+    }
+}
+
+void data_fill(void *buf, braid_datatype_t dt, braid_redop_t op, int rank, size_t base,
+               size_t count, int seed)
+{
+    for (size_t k = 0; k < count; k++) store(buf, k, dt, data_value(dt, op, rank, base + k, seed));
+}
+
+/* Integer reductions wrap like the element type: compute in 64 bits and truncate. */
+void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size_t i, int seed)
+{
+    if (is_float(dt)) {
+        double acc = data_value(dt, op, 0, i, seed);
+        for (int r = 1; r < n; r++) {
+            double v = data_value(dt, op, r, i, seed);
+            switch (op) {
+            case BRAID_SUM:
+            case BRAID_AVG: acc += v; break;
+            case BRAID_PROD: acc *= v; break;
+            case BRAID_MIN: acc = v < acc ? v : acc; break;
+            case BRAID_MAX: acc = v > acc ? v : acc; break;
+            default: break;
+            }
+        }
+        if (op == BRAID_AVG) acc /= n;
+        if (dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16) acc = (float)acc;
+        store(out, 0, dt, acc);
+        return;
+    }
+    int64_t acc = (int64_t)data_value(dt, op, 0, i, seed);
+    for (int r = 1; r < n; r++) {
+        int64_t v = (int64_t)data_value(dt, op, r, i, seed);
+        switch (op) {
+        case BRAID_SUM:
+        case BRAID_AVG: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
+        case BRAID_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
+        case BRAID_MIN: acc = v < acc ? v : acc; break;
+        case BRAID_MAX: acc = v > acc ? v : acc; break;
+        default: break;
+        }
+    }
+    if (op == BRAID_AVG) {
+        /* Sums here never wrap, so the element type's truncating division is int64's. */
+        acc /= n;
+    }
+    store(out, 0, dt, (double)acc);
+}
+
+static size_t compare(const void *got, const void *want_fn_arg, braid_datatype_t dt,
+                      size_t count, const char *what,
+                      void (*want)(void *out, size_t k, const void *arg))
+{
+    size_t es = braid_dtype_size(dt), bad = 0;
+    unsigned char w[8];
+    for (size_t k = 0; k < count; k++) {
+        want(w, k, want_fn_arg);
+        if (memcmp((const char *)got + k * es, w, es)) {
+            if (bad < 3) {
+                uint64_t g = 0, x = 0;
+                memcpy(&g, (const char *)got + k * es, es);
+                memcpy(&x, w, es);
+                fprintf(stderr, "%s: %s element %zu: got 0x%llx, want 0x%llx\n", what,
+                        braid_dtype_name(dt), k, (unsigned long long)g, (unsigned long long)x);
+            }
+            bad++;
+        }
+    }
+    return bad;
+}
+
+typedef struct {
+    braid_datatype_t dt;
+    braid_redop_t op;
+    int n, src, seed;
+    size_t base;
+} want_t;
+
+static void want_reduced(void *out, size_t k, const void *arg)
+{
+    const want_t *w = arg;
+    data_expected(out, w->dt, w->op, w->n, w->base + k, w->seed);
+}
+
+static void want_rank(void *out, size_t k, const void *arg)
+{
+    const want_t *w = arg;
+    store(out, 0, w->dt, data_value(w->dt, w->op, w->src, w->base + k, w->seed));
+}
+
+size_t data_check_reduced(const void *got, braid_datatype_t dt, braid_redop_t op, int n,
+                          size_t base, size_t count, int seed, const char *what)
+{
+    want_t w = {.dt = dt, .op = op, .n = n, .seed = seed, .base = base};
+    return compare(got, &w, dt, count, what, want_reduced);
+}
+
+size_t data_check_rank(const void *got, braid_datatype_t dt, braid_redop_t op, int src,
+                       size_t base, size_t count, int seed, const char *what)
+{
+    want_t w = {.dt = dt, .op = op, .src = src, .seed = seed, .base = base};
+    return compare(got, &w, dt, count, what, want_rank);
+}

@@ -1,0 +1,230 @@
+/* Collectives as real processes (n = 1..8, oversubscribed on small machines): every dtype x op,
+ * counts 0, 1, 7, n-1, n+1, primes, a large prime and 64 MiB, unaligned buffers, in place and
+ * out of place, every root. Inputs depend on (rank, index, seed); results are compared
+ * bit-exactly with an independent reference (tests/common/data.c). */
+#include "data.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    int big;      /* also run the large counts */
+    int unaligned;
+} opts_t;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n + 64);
+    if (!p) abort();
+    return p;
+}
+
+/* One allreduce check; off shifts both buffers by `off` bytes (unaligned). */
+static int check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt,
+                           braid_redop_t op, size_t count, int in_place, size_t off, int seed)
+{
+    size_t es = braid_dtype_size(dt);
+    char *sb = xmalloc(count * es + off), *rb = xmalloc(count * es + off);
+    char *s = sb + off, *r = in_place ? s : rb + off;
+    data_fill(s, dt, op, rank, 0, count, seed);
+    if (!in_place) memset(r, 0xAB, count * es);
+    char what[128];
+    snprintf(what, sizeof(what), "allreduce n=%d %s %s count=%zu %s off=%zu", n,
+             braid_dtype_name(dt), braid_op_name(op), count, in_place ? "in-place" : "oop", off);
+    braid_result_t res = braid_allreduce(s, r, count, dt, op, comm);
+    size_t bad = res ? count + 1 : data_check_reduced(r, dt, op, n, 0, count, seed, what);
+    free(sb);
+    free(rb);
+    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
+    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
+    return 0;
+}
+
+static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const opts_t *o = arg;
+    size_t counts[] = {0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n + 1, 1009, 65537};
+    int seed = 1;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+        for (int op = 0; op < BRAID_NUM_OPS; op++)
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+                for (int ip = 0; ip < 2; ip++) {
+                    size_t off = o->unaligned && (ci & 1) ? 1 + (size_t)dt % 3 : 0;
+                    if (check_allreduce(comm, rank, n, dt, op, counts[ci], ip, off, seed++))
+                        return 1;
+                }
+    if (o->big) {
+        if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 0, 0, 7)) return 1;
+        if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (64u << 20) / 4, 1, 0, 8))
+            return 1;
+    }
+    return 0;
+}
+
+static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t counts[] = {0, 1, 7, (size_t)n + 1, 4099, 300007};
+    int seed = 100;
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        size_t count = counts[ci];
+        for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
+            size_t es = braid_dtype_size(dt);
+            size_t big = count * (size_t)n * es;
+            char *in = xmalloc(big + 8), *out = xmalloc(big + 8);
+            char what[128];
+            for (int root = 0; root < n; root++) {
+                /* broadcast: only the root's sendbuf matters */
+                data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
+                memset(out, 0xCD, count * es);
+                snprintf(what, sizeof(what), "broadcast n=%d root=%d %s count=%zu", n, root,
+                         braid_dtype_name(dt), count);
+                MP_OK(rank, braid_broadcast(in, out, count, dt, root, comm));
+                MP_CHECK(rank, !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed, what),
+                         "%s", what);
+                /* in-place broadcast */
+                data_fill(out, dt, BRAID_SUM, rank, 0, count, seed + 1);
+                MP_OK(rank, braid_broadcast(out, out, count, dt, root, comm));
+                MP_CHECK(rank,
+                         !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed + 1, what),
+                         "%s in place", what);
+                /* reduce, sum and max */
+                for (int op = BRAID_SUM; op <= BRAID_MAX; op += 3) {
+                    data_fill(in, dt, op, rank, 0, count, seed);
+                    snprintf(what, sizeof(what), "reduce n=%d root=%d %s %s count=%zu", n, root,
+                             braid_dtype_name(dt), braid_op_name(op), count);
+                    MP_OK(rank, braid_reduce(in, out, count, dt, op, root, comm));
+                    if (rank == root)
+                        MP_CHECK(rank, !data_check_reduced(out, dt, op, n, 0, count, seed, what),
+                                 "%s", what);
+                }
+            }
+            for (int op = 0; op < BRAID_NUM_OPS; op++) {
+                /* reduce_scatter: sendbuf holds n blocks of count */
+                data_fill(in, dt, op, rank, 0, count * (size_t)n, seed);
+                snprintf(what, sizeof(what), "reduce_scatter n=%d %s %s count=%zu", n,
+                         braid_dtype_name(dt), braid_op_name(op), count);
+                MP_OK(rank, braid_reduce_scatter(in, out, count, dt, op, comm));
+                MP_CHECK(rank,
+                         !data_check_reduced(out, dt, op, n, (size_t)rank * count, count, seed,
+                                             what),
+                         "%s", what);
+                /* in place: recvbuf is the rank's slot inside sendbuf */
+                data_fill(in, dt, op, rank, 0, count * (size_t)n, seed);
+                char *slot = in + (size_t)rank * count * es;
+                MP_OK(rank, braid_reduce_scatter(in, slot, count, dt, op, comm));
+                MP_CHECK(rank,
+                         !data_check_reduced(slot, dt, op, n, (size_t)rank * count, count, seed,
+                                             what),
+                         "%s in place", what);
+            }
+            /* allgather: rank r's block = r's inputs */
+            data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
+            snprintf(what, sizeof(what), "allgather n=%d %s count=%zu", n, braid_dtype_name(dt),
+                     count);
+            MP_OK(rank, braid_allgather(in, out, count, dt, comm));
+            for (int b = 0; b < n; b++)
+                MP_CHECK(rank,
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
+                                          count, seed, what),
+                         "%s block %d", what, b);
+            data_fill(out + (size_t)rank * count * es, dt, BRAID_SUM, rank, 0, count, seed);
+            MP_OK(rank, braid_allgather(out + (size_t)rank * count * es, out, count, dt, comm));
+            for (int b = 0; b < n; b++)
+                MP_CHECK(rank,
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
+                                          count, seed, what),
+                         "%s in place block %d", what, b);
+            free(in);
+            free(out);
+            seed++;
+        }
+        MP_OK(rank, braid_barrier(comm));
+    }
+    return 0;
+}
+
+static int nonblocking(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    enum { K = 6 };
+    size_t counts[K] = {1, 100, 7777, 1 << 16, 3, 250001};
+    float *bufs[K];
+    braid_request_t reqs[K];
+    for (int k = 0; k < K; k++) {
+        bufs[k] = xmalloc(counts[k] * sizeof(float));
+        data_fill(bufs[k], BRAID_FLOAT32, BRAID_SUM, rank, 0, counts[k], 50 + k);
+        MP_OK(rank, braid_iallreduce(bufs[k], bufs[k], counts[k], BRAID_FLOAT32, BRAID_SUM, comm,
+                                     &reqs[k]));
+    }
+    /* A blocking call issued while non-blocking ones are pending runs after them. */
+    float x = (float)(rank + 1), y = 0;
+    MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm));
+    MP_CHECK(rank, y == (float)(n * (n + 1) / 2), "blocking after pending: %g", y);
+    for (int k = K - 1; k >= 0; k--) {
+        int done = 0;
+        if (k % 2) {
+            while (!done) MP_OK(rank, braid_test(reqs[k], &done));
+        } else {
+            MP_OK(rank, braid_wait(reqs[k]));
+        }
+        MP_CHECK(rank,
+                 !data_check_reduced(bufs[k], BRAID_FLOAT32, BRAID_SUM, n, 0, counts[k], 50 + k,
+                                     "iallreduce"),
+                 "iallreduce %d", k);
+        free(bufs[k]);
+    }
+    braid_request_t b;
+    MP_OK(rank, braid_ibarrier(comm, &b));
+    MP_OK(rank, braid_wait(b));
+    return 0;
+}
+
+TestSuite(coll, .timeout = 300);
+
+#define ALLREDUCE_TEST(N)                                                                          \
+    Test(coll, allreduce_every_dtype_op_count_n##N)                                                \
+    {                                                                                              \
+        opts_t o = {.big = (N == 2 || N == 3 || N == 8), .unaligned = 1};                          \
+        cr_assert_eq(mp_run(N, allreduce_matrix, &o, 240), 0, "some rank failed (see stderr)");   \
+    }
+ALLREDUCE_TEST(1)
+ALLREDUCE_TEST(2)
+ALLREDUCE_TEST(3)
+ALLREDUCE_TEST(4)
+ALLREDUCE_TEST(5)
+ALLREDUCE_TEST(6)
+ALLREDUCE_TEST(7)
+ALLREDUCE_TEST(8)
+
+Test(coll, broadcast_reduce_reduce_scatter_allgather_n1_to_n8)
+{
+    int ns[] = {1, 2, 3, 4, 5, 8};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], rooted_and_ring, NULL, 240), 0, "n=%d failed (see stderr)",
+                     ns[i]);
+}
+
+Test(coll, nonblocking_in_order_with_blocking)
+{
+    cr_assert_eq(mp_run(3, nonblocking, NULL, 120), 0);
+    cr_assert_eq(mp_run(1, nonblocking, NULL, 120), 0);
+}
+
+static int channels_and_chunks(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
+        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, 0, 0, 9)) return 1;
+    return 0;
+}
+
+Test(coll, many_channels_small_chunks_few_slots)
+{
+    setenv("BRAID_NCHANNELS", "3", 1);
+    setenv("BRAID_CHUNK_SIZE", "4K", 1);
+    setenv("BRAID_NSLOTS", "2", 1);
+    cr_assert_eq(mp_run(4, channels_and_chunks, NULL, 120), 0);
+}

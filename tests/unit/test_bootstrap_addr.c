@@ -1,0 +1,410 @@
+/* Bootstrap tests (suite "bootstrap") without a network: unique id layout, hello parsing,
+ * host:port parsing, BRAID_SOCKET_IFNAME and the launcher environments of
+ * braid_comm_init_env. Criterion forks each test, so setenv() stays inside the test. */
+#include "core/bootstrap.h"
+#include "core/log.h"
+
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void v4(braid_boot_addr_t *a, const char *ip, int port)
+{
+    memset(a, 0, sizeof(*a));
+    struct sockaddr_in *in = (struct sockaddr_in *)&a->addr;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    cr_assert_eq(inet_pton(AF_INET, ip, &in->sin_addr), 1);
+    a->addrlen = sizeof(*in);
+    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
+        a->secret[i] = (uint8_t)(i * 13 + 7);
+}
+
+Test(bootstrap, id_roundtrip_v4, .timeout = 30)
+{
+    braid_boot_addr_t a, b;
+    braid_unique_id_t id;
+    v4(&a, "10.1.2.3", 40123);
+    braid_boot_id_encode(&a, &id);
+    cr_assert_eq(memcmp(id.internal, "BRD1", 4), 0);
+    cr_assert_eq(braid_boot_id_decode(&id, &b), 0, "%s", braid_last_error());
+    cr_assert_eq(b.addr.ss_family, AF_INET);
+    cr_assert_eq(b.addrlen, sizeof(struct sockaddr_in));
+    cr_assert_eq(memcmp(&b.addr, &a.addr, sizeof(struct sockaddr_in)), 0);
+    cr_assert_eq(memcmp(a.secret, b.secret, BRAID_SECRET_BYTES), 0);
+    /* Fixed little-endian layout: port at byte 6. */
+    cr_assert_eq((uint8_t)id.internal[6], 40123 & 0xff);
+    cr_assert_eq((uint8_t)id.internal[7], 40123 >> 8);
+}
+
+Test(bootstrap, id_roundtrip_v6_scope, .timeout = 30)
+{
+    braid_boot_addr_t a, b;
+    braid_unique_id_t id;
+    memset(&a, 0, sizeof(a));
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a.addr;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(555);
+    in6->sin6_scope_id = 3;
+    inet_pton(AF_INET6, "fe80::1:2", &in6->sin6_addr);
+    a.addrlen = sizeof(*in6);
+    memset(a.secret, 0xa5, sizeof(a.secret));
+    braid_boot_id_encode(&a, &id);
+    cr_assert_eq(braid_boot_id_decode(&id, &b), 0, "%s", braid_last_error());
+    const struct sockaddr_in6 *o = (const struct sockaddr_in6 *)&b.addr;
+    cr_assert_eq(o->sin6_family, AF_INET6);
+    cr_assert_eq(ntohs(o->sin6_port), 555);
+    cr_assert_eq(o->sin6_scope_id, 3u);
+    cr_assert_eq(memcmp(&o->sin6_addr, &in6->sin6_addr, 16), 0);
+    cr_assert_eq(memcmp(a.secret, b.secret, BRAID_SECRET_BYTES), 0);
+}
+
+Test(bootstrap, id_rejects_bad, .timeout = 30)
+{
+    braid_boot_addr_t a, b;
+    braid_unique_id_t id, bad;
+    v4(&a, "127.0.0.1", 9);
+    braid_boot_id_encode(&a, &id);
+    bad = id;
+    bad.internal[0] = 'X';
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "id"));
+    cr_assert_not_null(strstr(braid_last_error(), "magic"));
+    bad = id;
+    bad.internal[4] = 5; /* family */
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+    bad = id;
+    bad.internal[6] = bad.internal[7] = 0; /* port 0 */
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+    bad = id;
+    bad.internal[100] = 1; /* reserved */
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+    bad = id;
+    bad.internal[20] = 1; /* IPv4 padding */
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+    memset(&bad, 0, sizeof(bad));
+    cr_assert_eq(braid_boot_id_decode(&bad, &b), BRAID_ERR_INVALID_ARG);
+}
+
+Test(bootstrap, hello_parse, .timeout = 30)
+{
+    braid_boot_hello_t h = {.magic = 0x48445242u, .version = 1, .rank = 5, .nranks = 6}, o;
+    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
+        h.secret[i] = (uint8_t)(255 - i);
+    uint8_t buf[BRAID_BOOT_HELLO_BYTES + 1];
+    braid_boot_hello_pack(&h, buf);
+    cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES, &o), 0, "%s",
+                 braid_last_error());
+    cr_assert_eq(o.rank, 5);
+    cr_assert_eq(o.nranks, 6);
+    cr_assert_eq(memcmp(o.secret, h.secret, BRAID_SECRET_BYTES), 0);
+    cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES - 1, &o),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES + 1, &o),
+                 BRAID_ERR_INVALID_ARG);
+    braid_boot_hello_t bad[] = {
+        {.magic = 0x48445243u, .version = 1, .rank = 0, .nranks = 1},
+        {.magic = 0x48445242u, .version = 2, .rank = 0, .nranks = 1},
+        {.magic = 0x48445242u, .version = 1, .rank = 1, .nranks = 1},
+        {.magic = 0x48445242u, .version = 1, .rank = -1, .nranks = 1},
+        {.magic = 0x48445242u, .version = 1, .rank = 0, .nranks = 0},
+        {.magic = 0x48445242u, .version = 1, .rank = 0, .nranks = -4},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        braid_boot_hello_pack(&bad[i], buf);
+        cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES, &o),
+                     BRAID_ERR_INVALID_ARG, "case %zu accepted", i);
+    }
+}
+
+Test(bootstrap, secrets, .timeout = 30)
+{
+    uint8_t a[BRAID_SECRET_BYTES], b[BRAID_SECRET_BYTES];
+    cr_assert_eq(braid_boot_random_secret(a), 0);
+    cr_assert_eq(braid_boot_random_secret(b), 0);
+    cr_assert_neq(memcmp(a, b, sizeof(a)), 0);
+    cr_assert_eq(braid_secret_cmp(a, a), 0);
+    cr_assert_neq(braid_secret_cmp(a, b), 0);
+    memcpy(b, a, sizeof(a));
+    b[15] ^= 1;
+    cr_assert_neq(braid_secret_cmp(a, b), 0);
+}
+
+/* ---- host:port ---------------------------------------------------------------------------- */
+
+static void parse_ok(const char *s, int defport, int family, const char *ip, int port)
+{
+    struct sockaddr_storage a;
+    socklen_t l;
+    char buf[128];
+    cr_assert_eq(braid_boot_parse_hostport(s, defport, &a, &l), 0, "'%s': %s", s,
+                 braid_last_error());
+    cr_assert_eq(a.ss_family, family, "'%s'", s);
+    if (family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&a;
+        inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+        cr_assert_eq(l, sizeof(*in));
+        cr_assert_eq(ntohs(in->sin_port), port, "'%s'", s);
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&a;
+        inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
+        cr_assert_eq(l, sizeof(*in6));
+        cr_assert_eq(ntohs(in6->sin6_port), port, "'%s'", s);
+    }
+    if (ip) cr_assert_str_eq(buf, ip, "'%s'", s);
+}
+
+static void parse_bad(const char *s, int defport)
+{
+    struct sockaddr_storage a;
+    socklen_t l;
+    cr_assert_eq(braid_boot_parse_hostport(s, defport, &a, &l), BRAID_ERR_INVALID_ARG,
+                 "'%s' accepted", s);
+    if (s && *s)
+        cr_assert_not_null(strstr(braid_last_error(), s), "'%s' not named in '%s'", s,
+                           braid_last_error());
+}
+
+Test(bootstrap, hostport_parse, .timeout = 30)
+{
+    parse_ok("127.0.0.1:1234", 0, AF_INET, "127.0.0.1", 1234);
+    parse_ok("[::1]:1234", 0, AF_INET6, "::1", 1234);
+    parse_ok("[fd00::2]:65535", 0, AF_INET6, "fd00::2", 65535);
+    parse_ok("::1", 77, AF_INET6, "::1", 77);
+    parse_ok("10.0.0.7", 29500, AF_INET, "10.0.0.7", 29500);
+    struct sockaddr_storage a;
+    socklen_t l;
+    cr_assert_eq(braid_boot_parse_hostport("localhost:1234", 0, &a, &l), 0, "%s",
+                 braid_last_error());
+    cr_assert(a.ss_family == AF_INET || a.ss_family == AF_INET6);
+    cr_assert_eq(ntohs(((struct sockaddr_in *)&a)->sin_port), 1234);
+    cr_assert_eq(braid_boot_parse_hostport("[fe80::1%lo]:5", 0, &a, &l), 0, "%s",
+                 braid_last_error());
+    cr_assert_neq(((struct sockaddr_in6 *)&a)->sin6_scope_id, 0u);
+    char s[96];
+    braid_boot_addr_str(&a, s, sizeof(s));
+    cr_assert_eq(strncmp(s, "[fe80::1%", 9), 0, "%s", s);
+
+    parse_bad("", 1);
+    parse_bad(NULL, 1);
+    parse_bad(":1234", 0);
+    parse_bad("1.2.3.4:", 0);
+    parse_bad("1.2.3.4:0", 0);
+    parse_bad("1.2.3.4:65536", 0);
+    parse_bad("1.2.3.4:12ab", 0);
+    parse_bad("1.2.3.4:-1", 0);
+    parse_bad("1.2.3.4", 0); /* no port and no default */
+    parse_bad("[::1", 0);
+    parse_bad("[::1]x", 0);
+    parse_bad("[::1]:", 0);
+    parse_bad("[]:80", 0);
+    parse_bad("no-such-host.invalid:80", 0);
+}
+
+Test(bootstrap, addr_str, .timeout = 30)
+{
+    struct sockaddr_storage a;
+    socklen_t l;
+    char s[96];
+    cr_assert_eq(braid_boot_parse_hostport("192.0.2.1:80", 0, &a, &l), 0);
+    braid_boot_addr_str(&a, s, sizeof(s));
+    cr_assert_str_eq(s, "192.0.2.1:80");
+    cr_assert_eq(braid_boot_parse_hostport("[2001:db8::5]:443", 0, &a, &l), 0);
+    braid_boot_addr_str(&a, s, sizeof(s));
+    cr_assert_str_eq(s, "[2001:db8::5]:443");
+}
+
+/* ---- BRAID_SOCKET_IFNAME ------------------------------------------------------------------- */
+
+/* Whether an interface other than loopback is up with an IPv4 address. */
+static int have_nonloop_v4(void)
+{
+    struct ifaddrs *list, *i;
+    int found = 0;
+    cr_assert_eq(getifaddrs(&list), 0);
+    for (i = list; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK) && strncmp(i->ifa_name, "docker", 6))
+            found = 1;
+    freeifaddrs(list);
+    return found;
+}
+
+static int is_loopback(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24 == 127;
+    return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+Test(bootstrap, socket_ifname, .timeout = 30)
+{
+    struct sockaddr_storage a;
+    socklen_t l;
+    char s[96];
+    unsetenv("BRAID_SOCKET_IFNAME");
+    cr_assert_eq(braid_boot_local_addr(&a, &l), 0, "%s", braid_last_error());
+    cr_assert_eq(a.ss_family, AF_INET);
+    cr_assert_eq(is_loopback(&a), !have_nonloop_v4());
+    cr_assert_eq(((struct sockaddr_in *)&a)->sin_port, 0);
+
+    setenv("BRAID_SOCKET_IFNAME", "=lo", 1);
+    cr_assert_eq(braid_boot_local_addr(&a, &l), 0, "%s", braid_last_error());
+    braid_boot_addr_str(&a, s, sizeof(s));
+    cr_assert_str_eq(s, "127.0.0.1:0");
+    setenv("BRAID_SOCKET_IFNAME", "nosuch,lo", 1); /* prefix list */
+    cr_assert_eq(braid_boot_local_addr(&a, &l), 0, "%s", braid_last_error());
+    cr_assert(is_loopback(&a));
+    setenv("BRAID_SOCKET_IFNAME", "=l", 1); /* exact: "l" is not "lo" */
+    cr_assert_eq(braid_boot_local_addr(&a, &l), BRAID_ERR_INVALID_ARG);
+
+    setenv("BRAID_SOCKET_IFNAME", "^lo", 1);
+    int rc = braid_boot_local_addr(&a, &l);
+    if (have_nonloop_v4()) {
+        cr_assert_eq(rc, 0, "%s", braid_last_error());
+        cr_assert(!is_loopback(&a));
+    }
+    setenv("BRAID_SOCKET_IFNAME", "^=lo", 1);
+    if (braid_boot_local_addr(&a, &l) == 0) cr_assert(!is_loopback(&a));
+
+    setenv("BRAID_SOCKET_IFNAME", "nosuchif0", 1);
+    cr_assert_eq(braid_boot_local_addr(&a, &l), BRAID_ERR_INVALID_ARG);
+    const char *m = braid_last_error();
+    cr_assert_not_null(strstr(m, "BRAID_SOCKET_IFNAME=nosuchif0"), "%s", m);
+    cr_assert_not_null(strstr(m, "interfaces: "), "%s", m);
+    cr_assert_not_null(strstr(m, "lo"), "%s", m);
+}
+
+/* ---- braid_comm_init_env's environment ------------------------------------------------------ */
+
+static void clear_env(void)
+{
+    static const char *vars[] = {
+        "BRAID_RANK", "BRAID_NRANKS", "BRAID_ROOT", "BRAID_SECRET", "RANK", "WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
+        "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+        "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "SLURM_JOB_ID",
+        "SLURM_STEP_ID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    setenv("BRAID_DEBUG", "NONE", 1); /* the unauthenticated-job warning */
+}
+
+static void resolve_ok(int rank, int nranks, const char *ip, int port, braid_boot_addr_t *a_p)
+{
+    int r = -1, n = -1, root = -1;
+    braid_boot_addr_t a;
+    char s[96], want[96];
+    cr_assert_eq(braid_boot_env_resolve(&r, &n, &a, &root), 0, "%s", braid_last_error());
+    cr_assert_eq(r, rank);
+    cr_assert_eq(n, nranks);
+    cr_assert_eq(root, rank == 0);
+    braid_boot_addr_str(&a.addr, s, sizeof(s));
+    snprintf(want, sizeof(want), "%s:%d", ip, port);
+    cr_assert_str_eq(s, want);
+    if (a_p) *a_p = a;
+}
+
+static void resolve_bad(const char *needle, const char *needle2)
+{
+    int r = -7, n = -7, root = -7;
+    braid_boot_addr_t a;
+    memset(&a, 0x5a, sizeof(a));
+    cr_assert_eq(braid_boot_env_resolve(&r, &n, &a, &root), BRAID_ERR_INVALID_ARG);
+    const char *m = braid_last_error();
+    cr_assert_not_null(strstr(m, needle), "'%s' lacks '%s'", m, needle);
+    if (needle2) cr_assert_not_null(strstr(m, needle2), "'%s' lacks '%s'", m, needle2);
+    cr_assert(r == -7 && n == -7 && root == -7, "outputs set on failure");
+}
+
+Test(bootstrap, env_braid, .timeout = 30)
+{
+    clear_env();
+    setenv("BRAID_RANK", "2", 1);
+    setenv("BRAID_NRANKS", "4", 1);
+    setenv("BRAID_ROOT", "127.0.0.1:5000", 1);
+    setenv("BRAID_SECRET", "00112233445566778899aabbccddeeFF", 1);
+    setenv("RANK", "3", 1); /* BRAID_* wins over torchrun's */
+    setenv("WORLD_SIZE", "8", 1);
+    braid_boot_addr_t a;
+    resolve_ok(2, 4, "127.0.0.1", 5000, &a);
+    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
+        cr_assert_eq(a.secret[i], (uint8_t)(i * 0x11), "secret byte %d", i);
+    setenv("BRAID_RANK", "0", 1);
+    resolve_ok(0, 4, "127.0.0.1", 5000, NULL);
+}
+
+Test(bootstrap, env_torchrun, .timeout = 30)
+{
+    clear_env();
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("TORCHELASTIC_RUN_ID", "job-a", 1);
+    braid_boot_addr_t a, b, c;
+    resolve_ok(1, 2, "127.0.0.1", 29501, &a); /* MASTER_PORT + 1 */
+    setenv("RANK", "0", 1);
+    resolve_ok(0, 2, "127.0.0.1", 29501, &b);
+    cr_assert_eq(memcmp(a.secret, b.secret, BRAID_SECRET_BYTES), 0, "ranks derive the same");
+    setenv("TORCHELASTIC_RUN_ID", "job-b", 1);
+    resolve_ok(0, 2, "127.0.0.1", 29501, &c);
+    cr_assert_neq(memcmp(a.secret, c.secret, BRAID_SECRET_BYTES), 0, "jobs derive different");
+}
+
+Test(bootstrap, env_ompi_pmi_slurm, .timeout = 30)
+{
+    clear_env();
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+    setenv("BRAID_ROOT", "[::1]:7000", 1);
+    resolve_ok(3, 8, "[::1]", 7000, NULL);
+
+    clear_env();
+    setenv("PMI_RANK", "0", 1);
+    setenv("PMI_SIZE", "3", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", "1000", 1);
+    resolve_ok(0, 3, "10.0.0.1", 1001, NULL);
+
+    clear_env();
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "6", 1);
+    setenv("SLURM_JOB_ID", "4242", 1);
+    setenv("BRAID_ROOT", "10.0.0.2:1234", 1);
+    resolve_ok(5, 6, "10.0.0.2", 1234, NULL);
+}
+
+Test(bootstrap, env_errors, .timeout = 30)
+{
+    clear_env();
+    resolve_bad("BRAID_RANK", "SLURM_PROCID");
+    setenv("RANK", "0", 1);
+    resolve_bad("WORLD_SIZE", NULL);
+    setenv("WORLD_SIZE", "two", 1);
+    resolve_bad("WORLD_SIZE", "two");
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "2", 1);
+    resolve_bad("RANK", "0..1");
+    setenv("RANK", "1", 1);
+    resolve_bad("BRAID_ROOT", "MASTER_ADDR");
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    resolve_bad("MASTER_PORT", NULL);
+    setenv("MASTER_PORT", "70000", 1);
+    resolve_bad("MASTER_PORT", NULL);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("BRAID_ROOT", "127.0.0.1", 1);
+    resolve_bad("BRAID_ROOT", "no port");
+    setenv("BRAID_ROOT", "127.0.0.1:9", 1);
+    setenv("BRAID_SECRET", "abc", 1);
+    resolve_bad("BRAID_SECRET", NULL);
+    setenv("BRAID_SECRET", "0011223344556677889900112233445g", 1);
+    resolve_bad("BRAID_SECRET", "character 32");
+    setenv("BRAID_SECRET", "00112233445566778899001122334455", 1);
+    resolve_ok(1, 2, "127.0.0.1", 9, NULL);
+}

@@ -1,0 +1,276 @@
+/* Plans checked without any transport: every rank's step sequence is run in one process by a
+ * simulator that moves messages between ring neighbours through bounded FIFOs (as the engine's
+ * transports do). Each element carries the set of ranks whose contribution reached it (one
+ * byte per rank, so a double contribution shows) and the sum of the element indices those
+ * contributions came from (so a misplaced block shows). The simulator also detects deadlock:
+ * no rank able to move while some have steps left. */
+#include "algos/plan.h"
+#include "core/comm.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t contrib; /* byte r counts rank r's contributions */
+    uint64_t idxsum;  /* sum of the source indices */
+} elem_t;
+
+#define NSLOTS 3
+#define MAXN 8
+
+typedef struct {
+    elem_t *data[NSLOTS];
+    size_t count[NSLOTS];
+    int head, tail; /* messages posted / consumed */
+} fifo_t;
+
+typedef struct {
+    braid_plan_cursor_t cur;
+    braid_step_t step;
+    int have, done;
+    elem_t *in, *out;
+} rank_t;
+
+static elem_t *alloc_elems(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(elem_t));
+}
+
+static void combine(elem_t *d, const elem_t *a, const elem_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        d[i].contrib = a[i].contrib + b[i].contrib;
+        d[i].idxsum = a[i].idxsum + b[i].idxsum;
+    }
+}
+
+/* Runs coll for n ranks; returns each rank's output in outs[r] (caller frees). */
+static void simulate(int coll, int n, int root, size_t count, size_t chunk, int nch,
+                     size_t in_len, size_t out_len, elem_t **outs)
+{
+    rank_t rk[MAXN];
+    fifo_t fifo[MAXN][BRAID_MAX_CHANNELS]; /* fifo[r][c]: from r to r+1 on channel c */
+    memset(fifo, 0, sizeof(fifo));
+    for (int r = 0; r < n; r++) {
+        rk[r].in = alloc_elems(in_len);
+        rk[r].out = alloc_elems(out_len);
+        for (size_t i = 0; i < in_len; i++) {
+            rk[r].in[i].contrib = 1ull << (8 * r);
+            rk[r].in[i].idxsum = i;
+        }
+    }
+    braid_plan_cursor_t cur[MAXN][BRAID_MAX_CHANNELS];
+    braid_step_t st[MAXN][BRAID_MAX_CHANNELS];
+    int have[MAXN][BRAID_MAX_CHANNELS] = {{0}}, done[MAXN][BRAID_MAX_CHANNELS] = {{0}};
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < nch; c++) {
+            braid_plan_params_t p = {.coll = coll, .nranks = n, .rank = r, .root = root,
+                                     .count = count, .chunk = chunk, .nchannels = nch};
+            braid_plan_begin(&cur[r][c], &p, c);
+        }
+    for (;;) {
+        int moved = 0, left = 0;
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < nch; c++) {
+                if (done[r][c]) continue;
+                if (!have[r][c]) {
+                    if (!braid_plan_next(&cur[r][c], &st[r][c])) {
+                        done[r][c] = 1;
+                        moved = 1;
+                        continue;
+                    }
+                    have[r][c] = 1;
+                }
+                left = 1;
+                braid_step_t *s = &st[r][c];
+                fifo_t *rf = &fifo[(r + n - 1) % n][c], *sf = &fifo[r][c];
+                braid_prim_t p = s->prim;
+                if (braid_prim_recvs(p) && rf->head == rf->tail) continue;
+                if (braid_prim_sends(p) && sf->head - sf->tail == NSLOTS) continue;
+                elem_t *R = NULL;
+                if (braid_prim_recvs(p)) {
+                    int slot = rf->tail % NSLOTS;
+                    cr_assert_eq(rf->count[slot], s->count,
+                                 "n=%d rank %d: received %zu elements, step wants %zu", n, r,
+                                 rf->count[slot], s->count);
+                    R = rf->data[slot];
+                }
+                if (braid_prim_reads_in(p))
+                    cr_assert_leq(s->in_off + s->count, in_len, "n=%d rank %d reads past input",
+                                  n, r);
+                if (braid_prim_writes_out(p))
+                    cr_assert_leq(s->out_off + s->count, out_len,
+                                  "n=%d rank %d writes past output", n, r);
+                elem_t *in = rk[r].in + s->in_off, *out = rk[r].out + s->out_off;
+                elem_t *S = alloc_elems(s->count);
+                switch (p) {
+                case BRAID_PRIM_SEND: memcpy(S, in, s->count * sizeof(elem_t)); break;
+                case BRAID_PRIM_RECV: memcpy(out, R, s->count * sizeof(elem_t)); break;
+                case BRAID_PRIM_COPY: memcpy(out, in, s->count * sizeof(elem_t)); break;
+                case BRAID_PRIM_COPY_SEND:
+                    memcpy(out, in, s->count * sizeof(elem_t));
+                    memcpy(S, in, s->count * sizeof(elem_t));
+                    break;
+                case BRAID_PRIM_RECV_REDUCE_SEND: combine(S, R, in, s->count); break;
+                case BRAID_PRIM_RECV_REDUCE_COPY: combine(out, R, in, s->count); break;
+                case BRAID_PRIM_RECV_REDUCE_COPY_SEND:
+                    combine(out, R, in, s->count);
+                    memcpy(S, out, s->count * sizeof(elem_t));
+                    break;
+                case BRAID_PRIM_RECV_COPY_SEND:
+                    memcpy(out, R, s->count * sizeof(elem_t));
+                    memcpy(S, R, s->count * sizeof(elem_t));
+                    break;
+                default: cr_assert_fail("bad primitive %d", p);
+                }
+                if (braid_prim_recvs(p)) {
+                    free(R);
+                    rf->tail++;
+                }
+                if (braid_prim_sends(p)) {
+                    int slot = sf->head % NSLOTS;
+                    sf->data[slot] = S;
+                    sf->count[slot] = s->count;
+                    sf->head++;
+                } else {
+                    free(S);
+                }
+                have[r][c] = 0;
+                moved = 1;
+            }
+        if (!left) break;
+        cr_assert(moved, "deadlock: coll %d n=%d count=%zu chunk=%zu nch=%d", coll, n, count,
+                  chunk, nch);
+    }
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < nch; c++)
+            cr_assert_eq(fifo[r][c].head, fifo[r][c].tail,
+                         "n=%d: %d unread messages from rank %d", n,
+                         fifo[r][c].head - fifo[r][c].tail, r);
+    for (int r = 0; r < n; r++) {
+        free(rk[r].in);
+        outs[r] = rk[r].out;
+    }
+}
+
+static uint64_t all_ranks(int n)
+{
+    uint64_t m = 0;
+    for (int r = 0; r < n; r++) m |= 1ull << (8 * r);
+    return m;
+}
+
+static const size_t counts[] = {0, 1, 2, 7, 8, 13, 64, 97, 1000};
+static const size_t chunks[] = {1, 3, 16, 1 << 20};
+
+#define FOR_SHAPES                                                                                 \
+    for (int n = 1; n <= MAXN; n++)                                                                \
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)                         \
+            for (size_t ki = 0; ki < sizeof(chunks) / sizeof(chunks[0]); ki++)                     \
+                for (int nch = 1; nch <= 3; nch++)
+
+TestSuite(plan, .timeout = 120);
+
+Test(plan, allreduce_every_rank_gets_every_contribution_once)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        elem_t *outs[MAXN];
+        simulate(BRAID_COLL_ALLREDUCE, n, -1, count, chunks[ki], nch, count, count, outs);
+        for (int r = 0; r < n; r++) {
+            for (size_t i = 0; i < count; i++) {
+                cr_assert_eq(outs[r][i].contrib, all_ranks(n),
+                             "n=%d count=%zu chunk=%zu nch=%d rank %d elem %zu: %llx", n, count,
+                             chunks[ki], nch, r, i, (unsigned long long)outs[r][i].contrib);
+                cr_assert_eq(outs[r][i].idxsum, (uint64_t)n * i);
+            }
+            free(outs[r]);
+        }
+    }
+}
+
+Test(plan, reduce_scatter_gives_each_rank_its_block)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        elem_t *outs[MAXN];
+        simulate(BRAID_COLL_REDUCE_SCATTER, n, -1, count, chunks[ki], nch, count * (size_t)n,
+                 count, outs);
+        for (int r = 0; r < n; r++) {
+            for (size_t i = 0; i < count; i++) {
+                cr_assert_eq(outs[r][i].contrib, all_ranks(n), "n=%d rank %d elem %zu", n, r, i);
+                cr_assert_eq(outs[r][i].idxsum, (uint64_t)n * ((size_t)r * count + i));
+            }
+            free(outs[r]);
+        }
+    }
+}
+
+Test(plan, allgather_places_each_rank_block)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        elem_t *outs[MAXN];
+        simulate(BRAID_COLL_ALLGATHER, n, -1, count, chunks[ki], nch, count, count * (size_t)n,
+                 outs);
+        for (int r = 0; r < n; r++) {
+            for (int b = 0; b < n; b++)
+                for (size_t i = 0; i < count; i++) {
+                    elem_t *e = &outs[r][(size_t)b * count + i];
+                    cr_assert_eq(e->contrib, 1ull << (8 * b), "n=%d rank %d block %d elem %zu", n,
+                                 r, b, i);
+                    cr_assert_eq(e->idxsum, i);
+                }
+            free(outs[r]);
+        }
+    }
+}
+
+Test(plan, broadcast_and_reduce_every_root)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        for (int root = 0; root < n; root++) {
+            elem_t *outs[MAXN];
+            simulate(BRAID_COLL_BROADCAST, n, root, count, chunks[ki], nch, count, count, outs);
+            for (int r = 0; r < n; r++) {
+                for (size_t i = 0; i < count; i++) {
+                    cr_assert_eq(outs[r][i].contrib, 1ull << (8 * root));
+                    cr_assert_eq(outs[r][i].idxsum, i);
+                }
+                free(outs[r]);
+            }
+            simulate(BRAID_COLL_REDUCE, n, root, count, chunks[ki], nch, count, count, outs);
+            for (size_t i = 0; i < count; i++) {
+                cr_assert_eq(outs[root][i].contrib, all_ranks(n), "reduce n=%d root %d", n, root);
+                cr_assert_eq(outs[root][i].idxsum, (uint64_t)n * i);
+            }
+            for (int r = 0; r < n; r++) free(outs[r]);
+        }
+    }
+}
+
+Test(plan, allreduce_step_count_is_2n_minus_1_per_loop)
+{
+    for (int n = 2; n <= MAXN; n++) {
+        braid_plan_params_t p = {.coll = BRAID_COLL_ALLREDUCE, .nranks = n, .rank = 0,
+                                 .count = (size_t)n * 10, .chunk = 10, .nchannels = 1};
+        braid_plan_cursor_t c;
+        braid_plan_begin(&c, &p, 0);
+        braid_step_t s;
+        int steps = 0, sends = 0, recvs = 0;
+        while (braid_plan_next(&c, &s)) {
+            steps++;
+            sends += braid_prim_sends(s.prim);
+            recvs += braid_prim_recvs(s.prim);
+        }
+        cr_assert_eq(steps, 2 * n - 1);
+        cr_assert_eq(sends, 2 * (n - 1));
+        cr_assert_eq(recvs, 2 * (n - 1));
+    }
+}
