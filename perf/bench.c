@@ -41,8 +41,8 @@ static double now_sec(void)
 }
 
 /* Starts the call of iteration 'iter' on the shifted buffers. */
-static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root,
-                      int in_place, int iter, int nonblocking)
+static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root, int in_place,
+                      int iter, int nonblocking)
 {
     perf_backend_t *b = bt->b;
     size_t total = g->size;
@@ -97,16 +97,16 @@ static void init_check(bench_t *bt, const perf_gen_t *gen, const perf_geom_t *g,
         for (int q = 0; q < n; q++)
             perf_fill(gen, exp + (size_t)q * blk, count, (uint64_t)q * count, q);
         perf_poison(recv, exp, blk * (size_t)n);
-        perf_fill(gen, in_place ? recv + (size_t)rank * blk : send, count,
-                  (uint64_t)rank * count, rank);
+        perf_fill(gen, in_place ? recv + (size_t)rank * blk : send, count, (uint64_t)rank * count,
+                  rank);
         *n_p = count * (size_t)n;
         break;
     }
 }
 
 /* One timed measurement (out of place or in place) of one row; prints its columns. */
-static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root,
-                      int in_place, perf_row_t *row)
+static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root, int in_place,
+                      perf_row_t *row)
 {
     perf_backend_t *b = bt->b;
     const perf_opts_t *o = bt->o;
@@ -194,8 +194,13 @@ static int time_test(bench_t *bt, int dtype, int op)
         perf_geom(bt->coll->kind, size, perf_dtype_size(dtype), b->nranks, &g);
         if (g.count == 0) continue; /* nothing to move: no row */
         if (bt->out) perf_print_row_params(bt->out, g.size, g.count, tname, oname, root);
-        perf_row_t row = {.collective = bt->coll->name, .nranks = b->nranks, .size = g.size,
-                          .count = g.count, .type = tname, .redop = oname, .root = root};
+        perf_row_t row = {.collective = bt->coll->name,
+                          .nranks = b->nranks,
+                          .size = g.size,
+                          .count = g.count,
+                          .type = tname,
+                          .redop = oname,
+                          .root = root};
         if (bench_time(bt, &g, dtype, op, root, 0, &row) ||
             bench_time(bt, &g, dtype, op, root, 1, &row)) {
             if (bt->out) fprintf(bt->out, "\n");
@@ -233,7 +238,8 @@ static int print_devices(bench_t *bt)
         fprintf(bt->out, "# Using devices\n");
         for (int r = 0; r < b->nranks; r++) {
             int local = 0;
-            for (int q = 0; q < r; q++) local += strcmp(all[q].host, all[r].host) == 0;
+            for (int q = 0; q < r; q++)
+                local += strcmp(all[q].host, all[r].host) == 0;
             fprintf(bt->out, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r, 0,
                     (int)all[r].pid, all[r].host, local, b->device_desc);
         }
@@ -258,8 +264,7 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     int rc = 2;
 
     if (coll->has_root && (o->root < 0 || o->root >= b->nranks)) {
-        if (bt.out) fprintf(stderr, "invalid root %d: the job has %d ranks\n", o->root,
-                            b->nranks);
+        if (bt.out) fprintf(stderr, "invalid root %d: the job has %d ranks\n", o->root, b->nranks);
         return 2;
     }
     if (bt.out) perf_print_header(bt.out, o);
@@ -270,8 +275,7 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     bt.recv = alloc_buf(o->max_bytes);
     bt.exp = o->check ? alloc_buf(o->max_bytes) : NULL;
     if (!bt.send || !bt.recv || (o->check && !bt.exp)) {
-        fprintf(stderr, "rank %d: cannot allocate 3 buffers of %zu bytes\n", b->rank,
-                o->max_bytes);
+        fprintf(stderr, "rank %d: cannot allocate 3 buffers of %zu bytes\n", b->rank, o->max_bytes);
         goto out;
     }
     if (bt.out && o->csv_path) {
@@ -308,7 +312,9 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     if (bt.out) {
         fprintf(bt.out, "# Out of bounds values : %d %s\n", (int)errors, errors ? "FAILED" : "OK");
         fprintf(bt.out, "# Avg bus bandwidth    : %g %s\n", avg_bw,
-                min_bw == -1 ? "" : bw_fail ? "FAILED" : "OK");
+                min_bw == -1 ? ""
+                : bw_fail    ? "FAILED"
+                             : "OK");
         fprintf(bt.out, "#\n");
         fflush(bt.out);
     }

@@ -20,7 +20,9 @@ static int report(perf_backend_t *b, const char *call, braid_result_t res)
 {
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
-    fprintf(stderr, "%s:%d rank %d: %s failed: %s: %s\n", host, (int)getpid(), b->rank, call,
+    char rank[16] = "?"; /* unknown until the communicator exists */
+    if (b->rank >= 0) snprintf(rank, sizeof(rank), "%d", b->rank);
+    fprintf(stderr, "%s:%d rank %s: %s failed: %s: %s\n", host, (int)getpid(), rank, call,
             braid_strerror(res), braid_last_error());
     return -1;
 }
@@ -68,7 +70,8 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
         res = rp ? braid_iallgather(send, recv, count, dt, c->comm, rp)
                  : braid_allgather(send, recv, count, dt, c->comm);
         break;
-    default: return report(b, "start", BRAID_ERR_INTERNAL);
+    default:
+        return report(b, "start", BRAID_ERR_INTERNAL);
     }
     if (res != BRAID_SUCCESS) return report(b, call, res);
     if (rp) c->reqs[c->nreqs++] = req;
@@ -133,7 +136,8 @@ static void device_desc(char *buf, size_t len)
         char *colon = strchr(line, ':');
         if (strncmp(line, "model name", 10) != 0 || !colon) continue;
         colon++;
-        while (*colon == ' ' || *colon == '\t') colon++;
+        while (*colon == ' ' || *colon == '\t')
+            colon++;
         snprintf(model, sizeof(model), "%s", colon);
         model[strcspn(model, "\n")] = '\0';
         break;
@@ -148,8 +152,9 @@ static void device_desc(char *buf, size_t len)
 /* Whether a launcher (or the user) set the variables braid_comm_init_env() reads. */
 static int have_launcher_env(void)
 {
-    static const char *const vars[] = {"BRAID_RANK", "BRAID_NRANKS", "RANK", "WORLD_SIZE",
-                                       "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    static const char *const vars[] = {"BRAID_RANK",  "BRAID_NRANKS",         "RANK",
+                                       "WORLD_SIZE",  "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                       "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         if (getenv(vars[i])) return 1;
     return 0;
@@ -163,7 +168,7 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     if (prc) return prc > 0 ? 0 : 2;
 
     braid_ctx_t ctx = {0};
-    perf_backend_t b = {.name = "braid", .ctx = &ctx};
+    perf_backend_t b = {.name = "braid", .rank = -1, .ctx = &ctx};
     braid_result_t res;
     if (have_launcher_env()) {
         res = braid_comm_init_env(&ctx.comm);

@@ -129,7 +129,7 @@ typedef struct {
     const char *type, *redop;
     int root;
     double time_us[2], algbw[2], busbw[2]; /* [0] out-of-place, [1] in-place */
-    int64_t wrong[2];                       /* -1 when not checked */
+    int64_t wrong[2];                      /* -1 when not checked */
 } perf_row_t;
 
 FILE *perf_csv_open(const char *path); /* appends; writes the header line into a new file */

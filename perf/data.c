@@ -28,32 +28,27 @@ typedef struct {
 } dtype_info_t;
 
 static const dtype_info_t dtype_info[BRAID_NUM_DTYPES] = {
-    [BRAID_INT8] = {"int8", 1, 7, 1, 0},
-    [BRAID_UINT8] = {"uint8", 1, 8, 0, 0},
-    [BRAID_INT32] = {"int32", 4, 31, 1, 0},
-    [BRAID_UINT32] = {"uint32", 4, 32, 0, 0},
-    [BRAID_INT64] = {"int64", 8, 63, 1, 0},
-    [BRAID_UINT64] = {"uint64", 8, 64, 0, 0},
-    [BRAID_FLOAT16] = {"half", 2, 11, 1, 1},
-    [BRAID_BFLOAT16] = {"bfloat16", 2, 8, 1, 1},
-    [BRAID_FLOAT32] = {"float", 4, 24, 1, 1},
-    [BRAID_FLOAT64] = {"double", 8, 53, 1, 1},
+    [BRAID_INT8] = {"int8", 1, 7, 1, 0},      [BRAID_UINT8] = {"uint8", 1, 8, 0, 0},
+    [BRAID_INT32] = {"int32", 4, 31, 1, 0},   [BRAID_UINT32] = {"uint32", 4, 32, 0, 0},
+    [BRAID_INT64] = {"int64", 8, 63, 1, 0},   [BRAID_UINT64] = {"uint64", 8, 64, 0, 0},
+    [BRAID_FLOAT16] = {"half", 2, 11, 1, 1},  [BRAID_BFLOAT16] = {"bfloat16", 2, 8, 1, 1},
+    [BRAID_FLOAT32] = {"float", 4, 24, 1, 1}, [BRAID_FLOAT64] = {"double", 8, 53, 1, 1},
 };
 
 const int perf_all_dtypes[BRAID_NUM_DTYPES] = {
-    BRAID_INT8,    BRAID_UINT8,   BRAID_INT32,   BRAID_UINT32,  BRAID_INT64,
-    BRAID_UINT64,  BRAID_FLOAT16, BRAID_FLOAT32, BRAID_FLOAT64, BRAID_BFLOAT16};
+    BRAID_INT8,   BRAID_UINT8,   BRAID_INT32,   BRAID_UINT32,  BRAID_INT64,
+    BRAID_UINT64, BRAID_FLOAT16, BRAID_FLOAT32, BRAID_FLOAT64, BRAID_BFLOAT16};
 
 static const struct {
     const char *name;
     int dtype;
 } dtype_aliases[] = {
-    {"int8", BRAID_INT8},        {"char", BRAID_INT8},          {"uint8", BRAID_UINT8},
-    {"int32", BRAID_INT32},      {"int", BRAID_INT32},          {"uint32", BRAID_UINT32},
-    {"int64", BRAID_INT64},      {"uint64", BRAID_UINT64},      {"half", BRAID_FLOAT16},
-    {"float16", BRAID_FLOAT16},  {"fp16", BRAID_FLOAT16},       {"bfloat16", BRAID_BFLOAT16},
-    {"bf16", BRAID_BFLOAT16},    {"float", BRAID_FLOAT32},      {"float32", BRAID_FLOAT32},
-    {"fp32", BRAID_FLOAT32},     {"double", BRAID_FLOAT64},     {"float64", BRAID_FLOAT64},
+    {"int8", BRAID_INT8},       {"char", BRAID_INT8},      {"uint8", BRAID_UINT8},
+    {"int32", BRAID_INT32},     {"int", BRAID_INT32},      {"uint32", BRAID_UINT32},
+    {"int64", BRAID_INT64},     {"uint64", BRAID_UINT64},  {"half", BRAID_FLOAT16},
+    {"float16", BRAID_FLOAT16}, {"fp16", BRAID_FLOAT16},   {"bfloat16", BRAID_BFLOAT16},
+    {"bf16", BRAID_BFLOAT16},   {"float", BRAID_FLOAT32},  {"float32", BRAID_FLOAT32},
+    {"fp32", BRAID_FLOAT32},    {"double", BRAID_FLOAT64}, {"float64", BRAID_FLOAT64},
     {"fp64", BRAID_FLOAT64},
 };
 
@@ -228,27 +223,51 @@ static inline void store_int(int dtype, void *buf, size_t i, int64_t v)
 {
     switch (dtype) {
     case BRAID_INT8:
-    case BRAID_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case BRAID_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
     case BRAID_INT32:
-    case BRAID_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case BRAID_UINT32:
+        ((uint32_t *)buf)[i] = (uint32_t)v;
+        break;
     case BRAID_INT64:
-    case BRAID_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case BRAID_FLOAT16: ((uint16_t *)buf)[i] = perf_float_to_half((float)v); break;
-    case BRAID_BFLOAT16: ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v); break;
-    case BRAID_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case BRAID_FLOAT64: ((double *)buf)[i] = (double)v; break;
-    default: break;
+    case BRAID_UINT64:
+        ((uint64_t *)buf)[i] = (uint64_t)v;
+        break;
+    case BRAID_FLOAT16:
+        ((uint16_t *)buf)[i] = perf_float_to_half((float)v);
+        break;
+    case BRAID_BFLOAT16:
+        ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v);
+        break;
+    case BRAID_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case BRAID_FLOAT64:
+        ((double *)buf)[i] = (double)v;
+        break;
+    default:
+        break;
     }
 }
 
 static inline void store_double(int dtype, void *buf, size_t i, double v)
 {
     switch (dtype) {
-    case BRAID_FLOAT16: ((uint16_t *)buf)[i] = perf_float_to_half((float)v); break;
-    case BRAID_BFLOAT16: ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v); break;
-    case BRAID_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case BRAID_FLOAT64: ((double *)buf)[i] = v; break;
-    default: break;
+    case BRAID_FLOAT16:
+        ((uint16_t *)buf)[i] = perf_float_to_half((float)v);
+        break;
+    case BRAID_BFLOAT16:
+        ((uint16_t *)buf)[i] = perf_float_to_bf16((float)v);
+        break;
+    case BRAID_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case BRAID_FLOAT64:
+        ((double *)buf)[i] = v;
+        break;
+    default:
+        break;
     }
 }
 
@@ -261,7 +280,8 @@ void perf_fill(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0, int 
         }
         return;
     }
-    for (size_t i = 0; i < count; i++) store_int(g->dtype, buf, i, int_value(g, idx0 + i, rank));
+    for (size_t i = 0; i < count; i++)
+        store_int(g->dtype, buf, i, int_value(g, idx0 + i, rank));
 }
 
 void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0)
@@ -272,13 +292,15 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
         if (g->op == BRAID_PROD && is_float) {
             int special = prod_special(g, idx);
             double acc = 1.0;
-            for (int r = 0; r < n; r++) acc *= fprod_value(g, idx, r, special);
+            for (int r = 0; r < n; r++)
+                acc *= fprod_value(g, idx, r, special);
             store_double(g->dtype, buf, i, acc);
             continue;
         }
         if (g->op == BRAID_PROD) {
             uint64_t acc = 1; /* wraps mod 2^64, then the store truncates to the dtype */
-            for (int r = 0; r < n; r++) acc *= (uint64_t)int_value(g, idx, r);
+            for (int r = 0; r < n; r++)
+                acc *= (uint64_t)int_value(g, idx, r);
             store_int(g->dtype, buf, i, (int64_t)acc);
             continue;
         }
@@ -286,9 +308,15 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
         for (int r = 1; r < n; r++) {
             int64_t v = int_value(g, idx, r);
             switch (g->op) {
-            case BRAID_MIN: acc = v < acc ? v : acc; break;
-            case BRAID_MAX: acc = v > acc ? v : acc; break;
-            default: acc += v; break; /* sum, avg: no overflow by the choice of range */
+            case BRAID_MIN:
+                acc = v < acc ? v : acc;
+                break;
+            case BRAID_MAX:
+                acc = v > acc ? v : acc;
+                break;
+            default:
+                acc += v;
+                break; /* sum, avg: no overflow by the choice of range */
             }
         }
         if (g->op == BRAID_AVG && is_float)
@@ -304,16 +332,21 @@ void perf_poison(void *dst, const void *exp, size_t bytes)
 {
     const unsigned char *s = exp;
     unsigned char *d = dst;
-    for (size_t i = 0; i < bytes; i++) d[i] = (unsigned char)~s[i];
+    for (size_t i = 0; i < bytes; i++)
+        d[i] = (unsigned char)~s[i];
 }
 
 static inline double load_float(int dtype, const void *buf, size_t i)
 {
     switch (dtype) {
-    case BRAID_FLOAT16: return perf_half_to_float(((const uint16_t *)buf)[i]);
-    case BRAID_BFLOAT16: return perf_bf16_to_float(((const uint16_t *)buf)[i]);
-    case BRAID_FLOAT32: return ((const float *)buf)[i];
-    default: return ((const double *)buf)[i];
+    case BRAID_FLOAT16:
+        return perf_half_to_float(((const uint16_t *)buf)[i]);
+    case BRAID_BFLOAT16:
+        return perf_bf16_to_float(((const uint16_t *)buf)[i]);
+    case BRAID_FLOAT32:
+        return ((const float *)buf)[i];
+    default:
+        return ((const double *)buf)[i];
     }
 }
 

@@ -50,10 +50,16 @@ void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double 
     double n = nranks, factor = 1.0;
     double algbw = sec > 0 ? (double)size / 1.0e9 / sec : 0.0;
     switch (kind) {
-    case PERF_ALLREDUCE: factor = 2.0 * (n - 1) / n; break;
+    case PERF_ALLREDUCE:
+        factor = 2.0 * (n - 1) / n;
+        break;
     case PERF_REDUCE_SCATTER:
-    case PERF_ALLGATHER: factor = (n - 1) / n; break;
-    default: factor = 1.0; break; /* broadcast, reduce */
+    case PERF_ALLGATHER:
+        factor = (n - 1) / n;
+        break;
+    default: /* broadcast, reduce */
+        factor = 1.0;
+        break;
     }
     *algbw_p = algbw;
     *busbw_p = algbw * factor;
@@ -66,17 +72,26 @@ double perf_parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     if (end == s || v < 0) return -1.0;
-    while (isspace((unsigned char)*end)) end++;
+    while (isspace((unsigned char)*end))
+        end++;
     double units = 1.0;
     switch (*end) {
     case 'G':
-    case 'g': units = 1024.0 * 1024 * 1024; break;
+    case 'g':
+        units = 1024.0 * 1024 * 1024;
+        break;
     case 'M':
-    case 'm': units = 1024.0 * 1024; break;
+    case 'm':
+        units = 1024.0 * 1024;
+        break;
     case 'K':
-    case 'k': units = 1024.0; break;
-    case '\0': return v;
-    default: return -1.0;
+    case 'k':
+        units = 1024.0;
+        break;
+    case '\0':
+        return v;
+    default:
+        return -1.0;
     }
     end++;
     if (*end == 'B' || *end == 'b') end++;
@@ -128,29 +143,49 @@ static void usage(const char *prog, const perf_coll_t *coll)
 int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t *opts_p)
 {
     perf_opts_t o = {
-        .min_bytes = 32u << 20, .max_bytes = 32u << 20, .step_bytes = 1u << 20,
-        .step_factor = 1, .iters = 20, .warmup_iters = 5, .agg_iters = 1, .check = 1,
-        .blocking = 0, .average = 1, .dtype = BRAID_FLOAT32, .op = BRAID_SUM, .root = 0,
+        .min_bytes = 32u << 20,
+        .max_bytes = 32u << 20,
+        .step_bytes = 1u << 20,
+        .step_factor = 1,
+        .iters = 20,
+        .warmup_iters = 5,
+        .agg_iters = 1,
+        .check = 1,
+        .blocking = 0,
+        .average = 1,
+        .dtype = BRAID_FLOAT32,
+        .op = BRAID_SUM,
+        .root = 0,
     };
     static const struct option longopts[] = {
-        {"nthreads", required_argument, 0, 't'},  {"ngpus", required_argument, 0, 'g'},
-        {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
-        {"stepbytes", required_argument, 0, 'i'}, {"stepfactor", required_argument, 0, 'f'},
-        {"iters", required_argument, 0, 'n'},     {"agg_iters", required_argument, 0, 'm'},
+        {"nthreads", required_argument, 0, 't'},
+        {"ngpus", required_argument, 0, 'g'},
+        {"minbytes", required_argument, 0, 'b'},
+        {"maxbytes", required_argument, 0, 'e'},
+        {"stepbytes", required_argument, 0, 'i'},
+        {"stepfactor", required_argument, 0, 'f'},
+        {"iters", required_argument, 0, 'n'},
+        {"agg_iters", required_argument, 0, 'm'},
         {"warmup_iters", required_argument, 0, 'w'},
         {"parallel_init", required_argument, 0, 'p'},
-        {"check", required_argument, 0, 'c'},     {"op", required_argument, 0, 'o'},
-        {"datatype", required_argument, 0, 'd'},  {"root", required_argument, 0, 'r'},
-        {"blocking", required_argument, 0, 'z'},  {"stream_null", required_argument, 0, 'y'},
-        {"timeout", required_argument, 0, 'T'},   {"cudagraph", required_argument, 0, 'G'},
+        {"check", required_argument, 0, 'c'},
+        {"op", required_argument, 0, 'o'},
+        {"datatype", required_argument, 0, 'd'},
+        {"root", required_argument, 0, 'r'},
+        {"blocking", required_argument, 0, 'z'},
+        {"stream_null", required_argument, 0, 'y'},
+        {"timeout", required_argument, 0, 'T'},
+        {"cudagraph", required_argument, 0, 'G'},
         {"report_cputime", required_argument, 0, 'C'},
-        {"average", required_argument, 0, 'a'},   {"csv", required_argument, 0, 'F'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"average", required_argument, 0, 'a'},
+        {"csv", required_argument, 0, 'F'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     optind = 1;
     for (;;) {
-        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:hG:C:a:", longopts,
-                            NULL);
+        int c =
+            getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:hG:C:a:", longopts, NULL);
         if (c == -1) break;
         long v = 0;
         double sz;
@@ -159,8 +194,10 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         case 'g':
             if (parse_int(optarg, c == 't' ? "nthreads" : "ngpus", 1, &v)) return -1;
             if (v != 1) {
-                fprintf(stderr, "-%c %ld: braid's perf tools run one rank per process; start "
-                                "more processes (braid-run -n N, mpirun -np N)\n", c, v);
+                fprintf(stderr,
+                        "-%c %ld: braid's perf tools run one rank per process; start "
+                        "more processes (braid-run -n N, mpirun -np N)\n",
+                        c, v);
                 return -1;
             }
             break;
@@ -170,12 +207,17 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             sz = perf_parse_size(optarg);
             if (sz < 0) {
                 fprintf(stderr, "invalid size specified for '%s'\n",
-                        c == 'b' ? "minbytes" : c == 'e' ? "maxbytes" : "stepbytes");
+                        c == 'b'   ? "minbytes"
+                        : c == 'e' ? "maxbytes"
+                                   : "stepbytes");
                 return -1;
             }
-            if (c == 'b') o.min_bytes = (size_t)sz;
-            else if (c == 'e') o.max_bytes = (size_t)sz;
-            else o.step_bytes = (size_t)sz;
+            if (c == 'b')
+                o.min_bytes = (size_t)sz;
+            else if (c == 'e')
+                o.max_bytes = (size_t)sz;
+            else
+                o.step_bytes = (size_t)sz;
             break;
         case 'f':
             if (parse_int(optarg, "stepfactor", 0, &v)) return -1;
@@ -227,8 +269,10 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         case 'd':
             o.dtype = perf_dtype_parse(optarg);
             if (o.dtype == -2) {
-                fprintf(stderr, "invalid datatype '%s' (int8, uint8, int32, uint32, int64, "
-                                "uint64, half, bfloat16, float, double, all)\n", optarg);
+                fprintf(stderr,
+                        "invalid datatype '%s' (int8, uint8, int32, uint32, int64, "
+                        "uint64, half, bfloat16, float, double, all)\n",
+                        optarg);
                 return -1;
             }
             break;
@@ -239,12 +283,19 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                 return -1;
             }
             break;
-        case 'F': o.csv_path = optarg; break;
+        case 'F':
+            o.csv_path = optarg;
+            break;
         case 'p':
         case 'y':
-        case 'T': break; /* accepted for compatibility, no effect */
-        case 'h': usage(basename(argv[0]), coll); return 1;
-        default: usage(basename(argv[0]), coll); return -1;
+        case 'T':
+            break; /* accepted for compatibility, no effect */
+        case 'h':
+            usage(basename(argv[0]), coll);
+            return 1;
+        default:
+            usage(basename(argv[0]), coll);
+            return -1;
         }
     }
     if (optind < argc) {

@@ -44,11 +44,16 @@ static int is_unsigned(int dt)
 static int64_t load_i(int dt, const void *p, size_t i)
 {
     switch (dt) {
-    case BRAID_INT8: return ((const int8_t *)p)[i];
-    case BRAID_UINT8: return ((const uint8_t *)p)[i];
-    case BRAID_INT32: return ((const int32_t *)p)[i];
-    case BRAID_UINT32: return ((const uint32_t *)p)[i];
-    default: return ((const int64_t *)p)[i];
+    case BRAID_INT8:
+        return ((const int8_t *)p)[i];
+    case BRAID_UINT8:
+        return ((const uint8_t *)p)[i];
+    case BRAID_INT32:
+        return ((const int32_t *)p)[i];
+    case BRAID_UINT32:
+        return ((const uint32_t *)p)[i];
+    default:
+        return ((const int64_t *)p)[i];
     }
 }
 
@@ -56,20 +61,30 @@ static void store_i(int dt, void *p, size_t i, int64_t v)
 {
     switch (dt) {
     case BRAID_INT8:
-    case BRAID_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case BRAID_UINT8:
+        ((uint8_t *)p)[i] = (uint8_t)v;
+        break;
     case BRAID_INT32:
-    case BRAID_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-    default: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    case BRAID_UINT32:
+        ((uint32_t *)p)[i] = (uint32_t)v;
+        break;
+    default:
+        ((uint64_t *)p)[i] = (uint64_t)v;
+        break;
     }
 }
 
 static double load_f(int dt, const void *p, size_t i)
 {
     switch (dt) {
-    case BRAID_FLOAT16: return perf_half_to_float(((const uint16_t *)p)[i]);
-    case BRAID_BFLOAT16: return perf_bf16_to_float(((const uint16_t *)p)[i]);
-    case BRAID_FLOAT32: return ((const float *)p)[i];
-    default: return ((const double *)p)[i];
+    case BRAID_FLOAT16:
+        return perf_half_to_float(((const uint16_t *)p)[i]);
+    case BRAID_BFLOAT16:
+        return perf_bf16_to_float(((const uint16_t *)p)[i]);
+    case BRAID_FLOAT32:
+        return ((const float *)p)[i];
+    default:
+        return ((const double *)p)[i];
     }
 }
 
@@ -77,20 +92,32 @@ static double load_f(int dt, const void *p, size_t i)
 static double round_f(int dt, double v)
 {
     switch (dt) {
-    case BRAID_FLOAT16: return perf_half_to_float(perf_float_to_half((float)v));
-    case BRAID_BFLOAT16: return perf_bf16_to_float(perf_float_to_bf16((float)v));
-    case BRAID_FLOAT32: return (float)v;
-    default: return v;
+    case BRAID_FLOAT16:
+        return perf_half_to_float(perf_float_to_half((float)v));
+    case BRAID_BFLOAT16:
+        return perf_bf16_to_float(perf_float_to_bf16((float)v));
+    case BRAID_FLOAT32:
+        return (float)v;
+    default:
+        return v;
     }
 }
 
 static void store_f(int dt, void *p, size_t i, double v)
 {
     switch (dt) {
-    case BRAID_FLOAT16: ((uint16_t *)p)[i] = perf_float_to_half((float)v); break;
-    case BRAID_BFLOAT16: ((uint16_t *)p)[i] = perf_float_to_bf16((float)v); break;
-    case BRAID_FLOAT32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
+    case BRAID_FLOAT16:
+        ((uint16_t *)p)[i] = perf_float_to_half((float)v);
+        break;
+    case BRAID_BFLOAT16:
+        ((uint16_t *)p)[i] = perf_float_to_bf16((float)v);
+        break;
+    case BRAID_FLOAT32:
+        ((float *)p)[i] = (float)v;
+        break;
+    default:
+        ((double *)p)[i] = v;
+        break;
     }
 }
 
@@ -103,15 +130,23 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
         for (int r = 1; r < n; r++) {
             double v = load_f(dt, src[r], off);
             switch (op) {
-            case BRAID_PROD: acc = acc * v; break;
-            case BRAID_MIN: acc = v < acc ? v : acc; break;
-            case BRAID_MAX: acc = v > acc ? v : acc; break;
-            default: acc = acc + v; break;
+            case BRAID_PROD:
+                acc = acc * v;
+                break;
+            case BRAID_MIN:
+                acc = v < acc ? v : acc;
+                break;
+            case BRAID_MAX:
+                acc = v > acc ? v : acc;
+                break;
+            default:
+                acc = acc + v;
+                break;
             }
             if (dt != BRAID_FLOAT64) acc = (float)acc; /* float32 compute type */
             acc = round_f(dt, acc);
         }
-        if (op == BRAID_AVG) acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / n);
+        if (op == BRAID_AVG) acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / (float)n);
         store_f(dt, dst, di, acc);
         return;
     }
@@ -121,16 +156,23 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
         int64_t v = load_i(dt, src[r], off);
         int lt = is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc;
         switch (op) {
-        case BRAID_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
-        case BRAID_MIN: acc = lt ? v : acc; break;
-        case BRAID_MAX: acc = lt ? acc : v; break;
-        default: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
+        case BRAID_PROD:
+            acc = (int64_t)((uint64_t)acc * (uint64_t)v);
+            break;
+        case BRAID_MIN:
+            acc = lt ? v : acc;
+            break;
+        case BRAID_MAX:
+            acc = lt ? acc : v;
+            break;
+        default:
+            acc = (int64_t)((uint64_t)acc + (uint64_t)v);
+            break;
         }
         store_i(dt, tmp, 0, acc); /* wrap to the dtype */
         acc = load_i(dt, tmp, 0);
     }
-    if (op == BRAID_AVG)
-        acc = is_unsigned(dt) ? (int64_t)((uint64_t)acc / (uint64_t)n) : acc / n;
+    if (op == BRAID_AVG) acc = is_unsigned(dt) ? (int64_t)((uint64_t)acc / (uint64_t)n) : acc / n;
     store_i(dt, dst, di, acc);
 }
 
@@ -175,19 +217,24 @@ static int fake_start(perf_backend_t *b, const perf_coll_t *coll, const void *se
     w->post[me].send = send;
     sync_all(w);
     const void *src[FAKE_MAX_RANKS];
-    for (int r = 0; r < n; r++) src[r] = w->post[r].send;
+    for (int r = 0; r < n; r++)
+        src[r] = w->post[r].send;
     switch (coll->kind) {
     case PERF_ALLREDUCE:
     case PERF_REDUCE:
-        for (size_t i = 0; i < count; i++) ref_reduce(dt, op, n, src, i, c->tmp, i);
+        for (size_t i = 0; i < count; i++)
+            ref_reduce(dt, op, n, src, i, c->tmp, i);
         break;
     case PERF_REDUCE_SCATTER:
         for (size_t i = 0; i < count; i++)
             ref_reduce(dt, op, n, src, (size_t)me * count + i, c->tmp, i);
         break;
-    case PERF_BROADCAST: memcpy(c->tmp, src[root], count * ts); break;
+    case PERF_BROADCAST:
+        memcpy(c->tmp, src[root], count * ts);
+        break;
     case PERF_ALLGATHER:
-        for (int q = 0; q < n; q++) memcpy(c->tmp + (size_t)q * count * ts, src[q], count * ts);
+        for (int q = 0; q < n; q++)
+            memcpy(c->tmp + (size_t)q * count * ts, src[q], count * ts);
         break;
     }
     if (w->bug && me == n - 1 && out > 2) c->tmp[ts] ^= 0x10; /* element 1, last rank */
@@ -230,7 +277,8 @@ static int fake_allreduce_i64(perf_backend_t *b, int64_t *v)
     w->post[b->rank].i64 = *v;
     sync_all(w);
     int64_t acc = 0;
-    for (int r = 0; r < b->nranks; r++) acc += w->post[r].i64;
+    for (int r = 0; r < b->nranks; r++)
+        acc += w->post[r].i64;
     sync_all(w);
     *v = acc;
     return 0;
@@ -265,10 +313,17 @@ static void *fake_rank_main(void *arg)
     fake_rank_t *fr = arg;
     fake_ctx_t ctx = {.w = fr->w};
     perf_backend_t b = {
-        .name = "fake", .rank = fr->rank, .nranks = fr->w->n, .ctx = &ctx,
-        .start = fake_start, .complete = fake_complete, .barrier = fake_barrier,
-        .allreduce_f64 = fake_allreduce_f64, .allreduce_i64 = fake_allreduce_i64,
-        .allgather_bytes = fake_allgather_bytes, .supports = fake_supports,
+        .name = "fake",
+        .rank = fr->rank,
+        .nranks = fr->w->n,
+        .ctx = &ctx,
+        .start = fake_start,
+        .complete = fake_complete,
+        .barrier = fake_barrier,
+        .allreduce_f64 = fake_allreduce_f64,
+        .allreduce_i64 = fake_allreduce_i64,
+        .allgather_bytes = fake_allgather_bytes,
+        .supports = fake_supports,
         .device_desc = "fake (threads)",
     };
     fr->rc = perf_bench_run(&b, fr->coll, fr->opts);
@@ -357,8 +412,8 @@ static void test_parsing(void)
     EXPECT(perf_op_parse("avg") == BRAID_AVG);
     EXPECT(perf_op_parse("mulsum") == -2);
 
-    char *argv[] = {"x", "-b", "8", "-e", "128M", "-f", "2", "-d", "all", "-o", "max", "-a",
-                    "3", "-n", "7", "--csv", "out.csv", NULL};
+    char *argv[] = {"x",  "-b",  "8",  "-e", "128M", "-f", "2",     "-d",      "all",
+                    "-o", "max", "-a", "3",  "-n",   "7",  "--csv", "out.csv", NULL};
     perf_opts_t o;
     EXPECT(perf_parse_args(17, argv, &perf_coll_allreduce, &o) == 0);
     EXPECT(o.min_bytes == 8 && o.max_bytes == 128u << 20 && o.step_factor == 2);
@@ -427,7 +482,8 @@ static void test_generators(void)
                 for (size_t i = 1; i < COUNT; i++)
                     distinct += memcmp(in[0] + i * ts, in[0], ts) != 0;
                 EXPECT(distinct > COUNT / 3);
-                for (int r = 0; r < n; r++) free(in[r]);
+                for (int r = 0; r < n; r++)
+                    free(in[r]);
             }
         }
         free(got);
@@ -438,8 +494,8 @@ static void test_generators(void)
 static void test_bench(void)
 {
     perf_opts_t o;
-    char *argv[] = {"x", "-b", "8", "-e", "8K", "-f", "8", "-n", "2", "-w", "1",
-                    "-d", "all", "-o", "all", NULL};
+    char *argv[] = {"x", "-b", "8", "-e", "8K",  "-f", "8",   "-n",
+                    "2", "-w", "1", "-d", "all", "-o", "all", NULL};
     EXPECT(perf_parse_args(15, argv, &perf_coll_allreduce, &o) == 0);
     fflush(stdout);
     int saved = dup(1);
@@ -453,8 +509,8 @@ static void test_bench(void)
                 failures++;
             }
             if (n > 1 && fake_run(n, 1, colls[c], &o) != 1) {
-                fprintf(stderr, "fake %s on %d ranks: corruption not detected\n",
-                        colls[c]->name, n);
+                fprintf(stderr, "fake %s on %d ranks: corruption not detected\n", colls[c]->name,
+                        n);
                 failures++;
             }
         }

@@ -30,26 +30,40 @@ static int mpi_fail(perf_backend_t *b, const char *call, int err)
 static MPI_Datatype mpi_type(int dtype)
 {
     switch (dtype) {
-    case BRAID_INT8: return MPI_INT8_T;
-    case BRAID_UINT8: return MPI_UINT8_T;
-    case BRAID_INT32: return MPI_INT32_T;
-    case BRAID_UINT32: return MPI_UINT32_T;
-    case BRAID_INT64: return MPI_INT64_T;
-    case BRAID_UINT64: return MPI_UINT64_T;
-    case BRAID_FLOAT32: return MPI_FLOAT;
-    case BRAID_FLOAT64: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
+    case BRAID_INT8:
+        return MPI_INT8_T;
+    case BRAID_UINT8:
+        return MPI_UINT8_T;
+    case BRAID_INT32:
+        return MPI_INT32_T;
+    case BRAID_UINT32:
+        return MPI_UINT32_T;
+    case BRAID_INT64:
+        return MPI_INT64_T;
+    case BRAID_UINT64:
+        return MPI_UINT64_T;
+    case BRAID_FLOAT32:
+        return MPI_FLOAT;
+    case BRAID_FLOAT64:
+        return MPI_DOUBLE;
+    default:
+        return MPI_DATATYPE_NULL;
     }
 }
 
 static MPI_Op mpi_op(int op)
 {
     switch (op) {
-    case BRAID_SUM: return MPI_SUM;
-    case BRAID_PROD: return MPI_PROD;
-    case BRAID_MIN: return MPI_MIN;
-    case BRAID_MAX: return MPI_MAX;
-    default: return MPI_OP_NULL;
+    case BRAID_SUM:
+        return MPI_SUM;
+    case BRAID_PROD:
+        return MPI_PROD;
+    case BRAID_MIN:
+        return MPI_MIN;
+    case BRAID_MAX:
+        return MPI_MAX;
+    default:
+        return MPI_OP_NULL;
     }
 }
 
@@ -130,9 +144,14 @@ int main(int argc, char **argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpi_ctx_t ctx = {0};
     perf_backend_t b = {
-        .name = "ompi", .ctx = &ctx, .start = m_start, .complete = m_complete,
-        .barrier = m_barrier, .allreduce_f64 = m_allreduce_f64,
-        .allreduce_i64 = m_allreduce_i64, .allgather_bytes = m_allgather_bytes,
+        .name = "ompi",
+        .ctx = &ctx,
+        .start = m_start,
+        .complete = m_complete,
+        .barrier = m_barrier,
+        .allreduce_f64 = m_allreduce_f64,
+        .allreduce_i64 = m_allreduce_i64,
+        .allgather_bytes = m_allgather_bytes,
         .supports = m_supports,
     };
     MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);

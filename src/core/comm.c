@@ -203,6 +203,10 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                c->nslots);
     BRAID_CHECK(braid_param_int("SPIN_US", &v));
     c->spin_us = (int)v;
+    const char *algo = braid_param_str("ALGO");
+    if (*algo && strcasecmp(algo, "ring"))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_ALGO='%s' is not one of the algorithms: ring", algo);
     const char *t = braid_param_str("TRANSPORT");
     if (!*t) c->transport = NULL;
     else if (!strcasecmp(t, "shm")) c->transport = &braid_transport_shm;
@@ -300,6 +304,7 @@ static void close_rings(struct braid_comm *c)
 static void comm_free(struct braid_comm *c)
 {
     close_rings(c);
+    braid_transport_comm_cleanup(c);
     if (c->boot) braid_boot_close(c->boot);
     free(c->peers);
     pthread_mutex_destroy(&c->err_lock);

@@ -74,6 +74,7 @@ struct braid_comm {
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];
+    void *tcp_state; /* owned by transport/tcp*.c (listener, progress thread) */
     uint32_t seq; /* collectives started */
 
     _Atomic int aborted;

@@ -15,7 +15,7 @@ static const braid_param_t params[] = {
     {"TIMEOUT", "300", BRAID_PARAM_DOUBLE,
      "seconds a blocking wait on a live but silent peer may last before BRAID_ERR_TIMEOUT"},
     {"TRANSPORT", "", BRAID_PARAM_STR, "force a transport: shm, tcp (default: shm within a host)"},
-    {"ALGO", "", BRAID_PARAM_STR, "force an algorithm: ring (default: chosen by the cost model)"},
+    {"ALGO", "", BRAID_PARAM_STR, "force an algorithm: ring (the only one so far)"},
     {"NCHANNELS", "0", BRAID_PARAM_INT, "channels (independent rings); 0 = automatic"},
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
@@ -30,7 +30,6 @@ static const braid_param_t params[] = {
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},
     {"SECRET", "", BRAID_PARAM_STR, "job secret, 32 hex digits (set by braid-run)"},
     {"LOCAL_RANK", "", BRAID_PARAM_INT, "rank within the host (informational, set by braid-run)"},
-    {"TRACE", "", BRAID_PARAM_STR, "write a Chrome trace of every step to this file (%p pid)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,9 @@
 #include "core/config.h"
 #include "core/log.h"
 
+#if BRAID_REDUCE_X86
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <string.h>
 #include <strings.h>
@@ -38,6 +41,16 @@ static pthread_once_t braid_reduce_once = PTHREAD_ONCE_INIT;
 
 enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 };
 
+#if BRAID_REDUCE_X86
+/* F16C (CPUID.1:ECX bit 29); not every compiler's __builtin_cpu_supports knows "f16c". */
+static int braid_reduce_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
+/* __builtin_cpu_supports also checks that the OS saves the AVX/AVX-512 state (XCR0). */
 static int braid_reduce_cpu_best(void)
 {
 #if BRAID_REDUCE_X86
@@ -45,7 +58,7 @@ static int braid_reduce_cpu_best(void)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return ISA_AVX2;
+    if (__builtin_cpu_supports("avx2") && braid_reduce_has_f16c()) return ISA_AVX2;
 #endif
     return ISA_GENERIC;
 }

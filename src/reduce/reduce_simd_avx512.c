@@ -12,7 +12,11 @@
 #if BRAID_REDUCE_X86
 #include <immintrin.h>
 
+#if defined(__clang__) /* clang has no prefer-vector-width in target() */
+#define REDUCE_ATTR __attribute__((target("avx512f,avx512bw,avx512vl")))
+#else
 #define REDUCE_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,prefer-vector-width=512")))
+#endif
 #define REDUCE_SFX(name) name##_avx512
 #define REDUCE_TABLE braid_reduce_table_avx512
 #define REDUCE_ISA_NAME "avx512"

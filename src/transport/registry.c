@@ -14,3 +14,9 @@ const braid_transport_t *braid_transport_by_name(const char *name)
         if (!strcasecmp(transports[i]->name, name)) return transports[i];
     return NULL;
 }
+
+void braid_transport_comm_cleanup(struct braid_comm *comm)
+{
+    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
+        if (transports[i]->comm_cleanup) transports[i]->comm_cleanup(comm);
+}

@@ -78,12 +78,17 @@ typedef struct braid_transport {
      * with `why`, or `code` itself when it is BRAID_ERR_MISMATCH. */
     void (*fail)(braid_conn_t *conn, braid_result_t code, const char *why);
     void (*close)(braid_conn_t *conn);
+    /* Frees per-communicator state of this transport (listeners, threads); called by
+     * braid_comm_destroy after every connection is closed. NULL when there is none. */
+    void (*comm_cleanup)(struct braid_comm *comm);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;
 
 /* The built-in transport called name ("shm", "tcp"), or NULL if not built (registry.c). */
 const braid_transport_t *braid_transport_by_name(const char *name);
+/* Calls every built-in transport's comm_cleanup. */
+void braid_transport_comm_cleanup(struct braid_comm *comm);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);

@@ -21,6 +21,9 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 TestSuite(reduce, .timeout = 60);
 TestSuite(half, .timeout = 60);
@@ -152,7 +155,7 @@ static uint16_t ref_d2bf(double v)
 {
     uint16_t sign = signbit(v) ? 0x8000 : 0;
     double a = fabs(v);
-    if (a >= 0x1.fep127) return sign | 0x7f80;
+    if (a >= 0x1.ffp127) return sign | 0x7f80; /* halfway from the max (0x1.fep127) to 2^128 */
     if (a < 0x1p-126) return sign | (uint16_t)rint(a * 0x1p133);
     int e;
     double q = rint(ldexp(frexp(a, &e), 8)); /* [128, 256] */
@@ -309,7 +312,7 @@ static want_t ref_elem(braid_datatype_t dt, braid_redop_t op, int mode, uint64_t
         else if (x == y)
             w.bits = x;
         else
-            w.bits = (signbit(X) == (op == BRAID_MIN)) ? x : y; /* +0 vs -0 */
+            w.bits = (!!signbit(X) == (op == BRAID_MIN)) ? x : y; /* +0 vs -0 */
         return w;
     }
     if (mode == M_DIV) {
@@ -679,8 +682,10 @@ static int cpu_has(const char *isa)
     if (!strcmp(isa, "generic")) return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (!strcmp(isa, "avx2"))
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    if (!strcmp(isa, "avx2")) {
+        unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 */
+        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    }
     if (!strcmp(isa, "avx512"))
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
@@ -856,8 +861,8 @@ Test(half, f16_all_patterns_round_trip)
             cr_assert_eq(fb, want, "half 0x%04x -> 0x%08x, want NaN 0x%08x", h, fb, want);
         } else {
             double ref = ref_h2d((uint16_t)h);
-            cr_assert((double)f == ref && signbit(f) == signbit(ref), "half 0x%04x -> %a, want %a",
-                      h, (double)f, ref);
+            cr_assert((double)f == ref && !!signbit(f) == !!signbit(ref),
+                      "half 0x%04x -> %a, want %a", h, (double)f, ref);
         }
         uint16_t back = braid_float_to_half(f);
         cr_assert_eq(back, h, "half 0x%04x -> %a -> 0x%04x", h, (double)f, back);
@@ -872,8 +877,8 @@ Test(half, bf16_all_patterns_round_trip)
         cr_assert_eq(fb, h << 16, "bf16 0x%04x -> 0x%08x", h, fb);
         if (!bits_isnan(BRAID_BFLOAT16, h)) {
             double ref = ref_bf2d((uint16_t)h);
-            cr_assert((double)f == ref && signbit(f) == signbit(ref), "bf16 0x%04x -> %a, want %a",
-                      h, (double)f, ref);
+            cr_assert((double)f == ref && !!signbit(f) == !!signbit(ref),
+                      "bf16 0x%04x -> %a, want %a", h, (double)f, ref);
         }
         cr_assert_eq(braid_float_to_bf16(f), h, "bf16 0x%04x does not round-trip", h);
     }

@@ -1,0 +1,115 @@
+#!/bin/sh
+# Runs braid's all_reduce_perf and Open MPI's MPI_Allreduce (perf/peers/ompi_allreduce_perf)
+# in one session with the same flags, and writes CSVs, logs, a comparison PNG and a table.
+#
+#   perf/compare.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 256M] [-f 2] [-n 20] [-w 5]
+#                   [-c 1] [-d float] [-O sum] [-- extra all_reduce_perf flags]
+#
+#   -o DIR    results directory (default perf/results/<date>-<host>)
+#   -B BUILD  build directory holding bin/braid-run and bin/all_reduce_perf (default build)
+#   -N LIST   rank counts (default "2 4")
+#   -b/-e/-f/-n/-w/-c/-d/-O  as the perf tools' -b -e -f -n -w -c -d -o
+#
+# Per rank count N: DIR/braid_nN.csv, DIR/ompi_nN.csv and their stdout logs; then DIR/busbw.png
+# (all runs) and DIR/summary.txt (busbw of both at 8B, 1M, 16M, 256M and the largest size).
+# braid runs as  BUILD/bin/braid-run -n N BUILD/bin/all_reduce_perf ...
+# Open MPI as    mpirun --allow-run-as-root --oversubscribe -np N --mca btl self,vader \
+#                    $MPIRUN_ARGS BUILD/bin/ompi_allreduce_perf ...
+# (built by perf/peers/build.sh when missing). BRAID_* variables pass through to braid.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+dir="" build="$repo/build" ranks="2 4" minb=8 maxb=256M fac=2 iters=20 warm=5 check=1
+dtype=float op=sum
+while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
+    case $opt in
+    o) dir=$OPTARG ;;
+    B) build=$OPTARG ;;
+    N) ranks=$OPTARG ;;
+    b) minb=$OPTARG ;;
+    e) maxb=$OPTARG ;;
+    f) fac=$OPTARG ;;
+    n) iters=$OPTARG ;;
+    w) warm=$OPTARG ;;
+    c) check=$OPTARG ;;
+    d) dtype=$OPTARG ;;
+    O) op=$OPTARG ;;
+    h) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+bin="$build/bin"
+[ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y%m%d-%H%M%S)-$(hostname)"
+mkdir -p "$dir"
+
+for f in braid-run all_reduce_perf; do
+    [ -x "$bin/$f" ] || { echo "compare.sh: $bin/$f missing (cmake --build $build)" >&2; exit 1; }
+done
+[ -x "$bin/ompi_allreduce_perf" ] || "$here/peers/build.sh" "$bin"
+
+flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
+{
+    echo "# compare.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus"
+    echo "# flags: $flags $*"
+    echo "# $(mpirun --version 2>/dev/null | head -n1)"
+    env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
+} >"$dir/summary.txt"
+
+status=0
+for n in $ranks; do
+    echo "== braid, $n ranks"
+    rm -f "$dir/braid_n$n.csv" "$dir/ompi_n$n.csv"
+    # shellcheck disable=SC2086 # flags are words
+    "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$dir/braid_n$n.csv" "$@" \
+        >"$dir/braid_n$n.log" 2>&1 || { echo "braid n=$n failed (exit $?), see $dir/braid_n$n.log"; status=1; }
+    grep -E '^# (Out of|Avg)' "$dir/braid_n$n.log" || tail -n 5 "$dir/braid_n$n.log"
+    echo "== Open MPI, $n ranks"
+    # shellcheck disable=SC2086
+    mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader ${MPIRUN_ARGS:-} \
+        "$bin/ompi_allreduce_perf" $flags --csv "$dir/ompi_n$n.csv" "$@" \
+        >"$dir/ompi_n$n.log" 2>&1 || { echo "ompi n=$n failed (exit $?), see $dir/ompi_n$n.log"; status=1; }
+    grep -E '^# (Out of|Avg)' "$dir/ompi_n$n.log" || tail -n 5 "$dir/ompi_n$n.log"
+done
+
+# Plot every CSV that has rows.
+set --
+for n in $ranks; do
+    for lib in braid ompi; do
+        f="$dir/${lib}_n$n.csv"
+        [ -s "$f" ] && set -- "$@" "$lib n=$n=$f"
+    done
+done
+if [ $# -gt 0 ]; then
+    "$here/plot.sh" -o "$dir/busbw.png" -T "all_reduce $dtype $op: braid vs Open MPI (busbw)" "$@"
+    "$here/plot.sh" -o "$dir/time.png" -y time_oop_us -T "all_reduce $dtype $op: time" "$@"
+fi
+
+# Table: out-of-place busbw (GB/s) and time (us) of both at a few sizes.
+{
+    printf '\n%-6s %12s %14s %14s %14s %14s %8s\n' ranks size braid_us ompi_us braid_GB/s \
+        ompi_GB/s ratio
+    for n in $ranks; do
+        b="$dir/braid_n$n.csv" o="$dir/ompi_n$n.csv"
+        [ -s "$b" ] && [ -s "$o" ] || continue
+        awk -F, -v n="$n" '
+            FNR == 1 { file++; next }
+            { t[file, $3] = $8; bw[file, $3] = $10; if ($3 > max) max = $3 }
+            END {
+                split("8 1048576 16777216 268435456", want, " ")
+                k = 0; for (i = 1; i <= 4; i++) if (want[i] <= max) sz[++k] = want[i]
+                if (sz[k] != max) sz[++k] = max
+                for (i = 1; i <= k; i++) {
+                    s = sz[i]
+                    if (!((1, s) in t) || !((2, s) in t)) continue
+                    r = bw[2, s] > 0 ? bw[1, s] / bw[2, s] : 0
+                    printf "%-6s %12d %14.2f %14.2f %14.4f %14.4f %8.2f\n", n, s, t[1, s],
+                        t[2, s], bw[1, s], bw[2, s], r
+                }
+            }' "$b" "$o"
+    done
+    echo "(ratio = braid busbw / Open MPI busbw, out of place)"
+} | tee -a "$dir/summary.txt"
+echo "results in $dir"
+exit $status

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds braid twice (release with -Werror, and ASan+UBSan), runs the
+# whole suite under the sanitizers, then the fuzzers and the multi-host (netns) tests when
+# available, and finally the whole Criterion suite on the release build (its synthesis line is
+# the last line printed). Exit status is non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/deps.sh || exit 1
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WERROR=ON >/dev/null || exit 1
+cmake --build build -j"$jobs" || exit 1
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBRAID_SANITIZE=ON -DBRAID_WERROR=ON \
+  -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
+cmake --build build-asan -j"$jobs" --target braid_tests || exit 1
+
+status=0
+echo "== ASan+UBSan suite"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  build-asan/bin/braid_tests --jobs "$jobs" 2>&1 | tail -n 40 || status=1
+for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh; do
+  if [ -x "$extra" ] || [ -f "$extra" ]; then
+    echo "== $extra"
+    bash "$extra" || status=1
+  fi
+done
+echo "== braid test suite"
+build/bin/braid_tests --jobs "$jobs" || status=1
+exit $status
