@@ -35,7 +35,7 @@ while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
     c) check=$OPTARG ;;
     d) dtype=$OPTARG ;;
     O) op=$OPTARG ;;
-    h) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
 done
@@ -52,6 +52,7 @@ done
 flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
 {
     echo "# compare.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus"
+    echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work skews the numbers)"
     echo "# flags: $flags $*"
     echo "# $(mpirun --version 2>/dev/null | head -n1)"
     env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
@@ -92,7 +93,7 @@ fi
         ompi_GB/s ratio
     for n in $ranks; do
         b="$dir/braid_n$n.csv" o="$dir/ompi_n$n.csv"
-        [ -s "$b" ] && [ -s "$o" ] || continue
+        if [ ! -s "$b" ] || [ ! -s "$o" ]; then continue; fi
         awk -F, -v n="$n" '
             FNR == 1 { file++; next }
             { t[file, $3] = $8; bw[file, $3] = $10; if ($3 > max) max = $3 }

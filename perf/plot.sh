@@ -19,7 +19,7 @@
 set -eu
 
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
     exit "${1:-2}"
 }
 
@@ -39,7 +39,7 @@ while getopts "o:y:t:r:n:c:T:W:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-[ -n "$out" ] && [ $# -gt 0 ] || usage
+if [ -z "$out" ] || [ $# -eq 0 ]; then usage; fi
 command -v gnuplot >/dev/null 2>&1 || { echo "plot.sh: gnuplot not found" >&2; exit 1; }
 
 tmp=$(mktemp -d)

@@ -15,7 +15,9 @@ cmake --build build-asan -j"$jobs" --target braid_tests || exit 1
 
 status=0
 echo "== ASan+UBSan suite"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   build-asan/bin/braid_tests --jobs "$jobs" 2>&1 | tail -n 40 || status=1
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh; do
   if [ -x "$extra" ] || [ -f "$extra" ]; then

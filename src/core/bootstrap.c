@@ -128,14 +128,14 @@ struct braid_bootstrap {
     uint32_t seq;       /* collectives completed */
     braid_result_t err; /* sticky */
     char errmsg[512];
+    int quiet; /* braid_boot_report_error: leave the caller's last-error message alone */
     char root[96];
 };
 
-/* Extra time a client waits for the root's reply past its own deadline, so that the root's
- * message (which names the missing ranks) arrives first when both time out together. */
+/* How long a client that gave up waits for the root's answer to BOOT_MSG_GIVEUP. */
 static double reply_grace(double timeout_s)
 {
-    return fmin(1.0, 0.25 * timeout_s) + 0.05;
+    return fmin(1.0, 0.25 * timeout_s) + 0.1;
 }
 
 static double deadline_after(double timeout_s)
@@ -155,6 +155,7 @@ static braid_result_t fail(braid_bootstrap_t *bs, braid_result_t code, const cha
         va_end(ap);
         bs->err = code;
     }
+    if (bs->quiet) return bs->err;
     return braid_set_error(bs->err, "%s", bs->errmsg);
 }
 
@@ -219,7 +220,7 @@ static braid_result_t recv_all(braid_bootstrap_t *bs, void *buf, size_t len, dou
  * BOOT_MSG_FAIL (or EOF); read it into the sticky error. */
 static braid_result_t check_async(braid_bootstrap_t *bs)
 {
-    if (bs->err) return braid_set_error(bs->err, "%s", bs->errmsg);
+    if (bs->err) return bs->quiet ? bs->err : braid_set_error(bs->err, "%s", bs->errmsg);
     struct pollfd p = {.fd = bs->fd, .events = POLLIN};
     if (poll(&p, 1, 0) <= 0) return BRAID_SUCCESS;
     uint8_t hdr[BOOT_HDR_BYTES];
@@ -230,8 +231,8 @@ static braid_result_t check_async(braid_bootstrap_t *bs)
                 boot_get_u32(hdr), bs->root);
 }
 
-static braid_result_t send_all(braid_bootstrap_t *bs, const void *buf, size_t len,
-                               double deadline, int abortable)
+static braid_result_t send_all(braid_bootstrap_t *bs, const void *buf, size_t len, double deadline,
+                               int abortable)
 {
     size_t off = 0;
     while (off < len) {
@@ -251,8 +252,10 @@ static braid_result_t send_all(braid_bootstrap_t *bs, const void *buf, size_t le
         int w = wait_fd(bs, bs->fd, POLLOUT, deadline, abortable);
         if (w < 0) return w;
         if (w == 0)
-            return fail(bs, BRAID_ERR_TIMEOUT, "bootstrap: rank %d could not send to root %s "
-                        "within %g s", bs->rank, bs->root, bs->timeout_s);
+            return fail(bs, BRAID_ERR_TIMEOUT,
+                        "bootstrap: rank %d could not send to root %s "
+                        "within %g s",
+                        bs->rank, bs->root, bs->timeout_s);
     }
     return BRAID_SUCCESS;
 }
@@ -272,11 +275,22 @@ static braid_result_t read_fail_msg(braid_bootstrap_t *bs, const uint8_t *hdr, d
     return fail(bs, (braid_result_t)code, "%s", text);
 }
 
-/* Receives the root's reply of the given type (a FAIL becomes the sticky error). */
+/* Receives the root's reply of the given type (a FAIL becomes the sticky error). At the
+ * deadline the client sends BOOT_MSG_GIVEUP: the root knows which ranks are missing and
+ * fails the whole job with a timeout that names them (or the reply was already on its way,
+ * and arrives). Only if the root does not answer does the client use its own message. */
 static braid_result_t recv_reply(braid_bootstrap_t *bs, uint32_t type, uint64_t len, void *buf,
                                  double deadline, const char *what)
 {
     uint8_t hdr[BOOT_HDR_BYTES];
+    int w = wait_fd(bs, bs->fd, POLLIN, deadline, 1);
+    if (w < 0) return w;
+    if (w == 0) {
+        boot_hdr_pack(hdr, BOOT_MSG_GIVEUP, type == BOOT_MSG_ACK ? BOOT_GIVEUP_JOIN : bs->seq, 0);
+        braid_debug(BOOT, "rank %d gives up waiting for %s", bs->rank, what);
+        BRAID_CHECK(send_all(bs, hdr, sizeof(hdr), boot_now() + 1.0, 0));
+        deadline = boot_now() + reply_grace(bs->timeout_s);
+    }
     BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, what));
     uint32_t t = boot_get_u32(hdr), aux = boot_get_u32(hdr + 4);
     if (t == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
@@ -291,9 +305,8 @@ static braid_result_t recv_reply(braid_bootstrap_t *bs, uint32_t type, uint64_t 
 
 static int connect_retryable(int err)
 {
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
-           err == EHOSTUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN ||
-           err == EINTR;
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
+           err == ECONNRESET || err == ECONNABORTED || err == EAGAIN || err == EINTR;
 }
 
 /* Connects to the root, retrying with backoff until the deadline. */
@@ -316,7 +329,8 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
                 return w;
             }
             socklen_t sl = sizeof(err);
-            if (w == 0) err = ETIMEDOUT;
+            if (w == 0)
+                err = ETIMEDOUT;
             else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl))
                 err = errno;
         }
@@ -350,10 +364,11 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
 braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t *root, int rank,
                                int nranks, double timeout_s, const volatile int *abort_flag)
 {
-    if (!bs_p || !root) return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: bs_p/root is NULL");
+    if (!bs_p || !root)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: bs_p/root is NULL");
     if (nranks < 1 || nranks > BOOT_MAX_NRANKS)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: nranks %d out of 1..%d",
-                               nranks, BOOT_MAX_NRANKS);
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: nranks %d out of 1..%d", nranks,
+                               BOOT_MAX_NRANKS);
     if (rank < 0 || rank >= nranks)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap: rank %d out of 0..%d", rank,
                                nranks - 1);
@@ -372,17 +387,15 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     braid_result_t res;
     BRAID_CHECK_GOTO(connect_root(bs, root, deadline), res, out);
 
-    braid_boot_hello_t h = {.magic = BOOT_HELLO_MAGIC, .version = BOOT_VERSION, .rank = rank,
-                            .nranks = nranks};
+    braid_boot_hello_t h = {
+        .magic = BOOT_HELLO_MAGIC, .version = BOOT_VERSION, .rank = rank, .nranks = nranks};
     memcpy(h.secret, root->secret, BRAID_SECRET_BYTES);
     uint8_t hello[BRAID_BOOT_HELLO_BYTES];
     braid_boot_hello_pack(&h, hello);
     BRAID_CHECK_GOTO(send_all(bs, hello, sizeof(hello), deadline, 1), res, out);
     char what[64];
     snprintf(what, sizeof(what), "all %d ranks to join", nranks);
-    BRAID_CHECK_GOTO(recv_reply(bs, BOOT_MSG_ACK, 0, NULL, deadline + reply_grace(timeout_s),
-                                what),
-                     res, out);
+    BRAID_CHECK_GOTO(recv_reply(bs, BOOT_MSG_ACK, 0, NULL, deadline, what), res, out);
     braid_debug(BOOT, "rank %d of %d joined the bootstrap at %s", rank, nranks, bs->root);
     *bs_p = bs;
     return BRAID_SUCCESS;
@@ -404,7 +417,7 @@ static braid_result_t allgather(braid_bootstrap_t *bs, const void *mine, void *a
     char what[96];
     snprintf(what, sizeof(what), "the other ranks to reach bootstrap %s #%u", name, bs->seq);
     BRAID_CHECK(recv_reply(bs, BOOT_MSG_RESULT, (uint64_t)bytes * (uint64_t)bs->nranks, all,
-                           deadline + reply_grace(bs->timeout_s), what));
+                           deadline, what));
     bs->seq++;
     return BRAID_SUCCESS;
 }
@@ -438,12 +451,14 @@ void braid_boot_report_error(braid_bootstrap_t *bs, const char *msg)
     size_t n = strlen(text);
     uint8_t hdr[BOOT_HDR_BYTES];
     boot_hdr_pack(hdr, BOOT_MSG_ERROR, 0, n);
-    /* Keep the sticky error and the caller's message as they are. */
+    /* Keep the sticky error and the caller's last-error message as they are. */
     braid_result_t saved = bs->err;
     char savedmsg[sizeof(bs->errmsg)];
     memcpy(savedmsg, bs->errmsg, sizeof(savedmsg));
     double deadline = boot_now() + 2.0;
+    bs->quiet = 1;
     if (send_all(bs, hdr, sizeof(hdr), deadline, 0) == 0) send_all(bs, text, n, deadline, 0);
+    bs->quiet = 0;
     bs->err = saved;
     memcpy(bs->errmsg, savedmsg, sizeof(savedmsg));
     braid_debug(BOOT, "rank %d reported to the bootstrap root: %s", bs->rank, text);

@@ -11,7 +11,11 @@
  * error. All wire messages are length-checked; the parser is exposed for the fuzzer.
  *
  * Every blocking call has a deadline (timeout_s) and checks *abort_flag (non-zero = abort,
- * returns BRAID_ERR_ABORTED) at least every 100 ms. */
+ * returns BRAID_ERR_ABORTED) at least every 100 ms. A client whose deadline passes tells the
+ * root, which fails every rank with one BRAID_ERR_TIMEOUT message naming the missing ranks.
+ *
+ * Files: bootstrap.c (id, hello, client), bootstrap_root.c (the service), bootstrap_addr.c
+ * (host:port, BRAID_SOCKET_IFNAME, secrets, environment), bootstrap_wire.h (wire format). */
 #ifndef BRAID_CORE_BOOTSTRAP_H
 #define BRAID_CORE_BOOTSTRAP_H
 

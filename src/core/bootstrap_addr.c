@@ -65,11 +65,11 @@ braid_result_t braid_boot_parse_hostport(const char *s, int default_port,
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
         if (!close)
-            return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address '%s': missing ']'",
-                                   s);
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap address '%s': missing ']'", s);
         memcpy(host, s + 1, (size_t)(close - s - 1));
         host[close - s - 1] = '\0';
-        if (close[1] == ':') port = close + 2;
+        if (close[1] == ':')
+            port = close + 2;
         else if (close[1] != '\0')
             return braid_set_error(BRAID_ERR_INVALID_ARG,
                                    "bootstrap address '%s': unexpected text after ']'", s);
@@ -130,8 +130,8 @@ static int ifname_match(const char *spec, const char *name)
         const char *end = strchr(spec, ',');
         size_t n = end ? (size_t)(end - spec) : strlen(spec);
         if (n > 0)
-            match = exact ? (strlen(name) == n && !strncmp(name, spec, n))
-                          : !strncmp(name, spec, n);
+            match =
+                exact ? (strlen(name) == n && !strncmp(name, spec, n)) : !strncmp(name, spec, n);
         spec += n + (end ? 1 : 0);
     }
     return exclude ? !match : match;
@@ -247,8 +247,8 @@ static int parse_int_var(const char *name, const char *v, long lo, long hi, int 
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        braid_set_error(BRAID_ERR_INVALID_ARG, "%s='%s' is not an integer in %ld..%ld", name, v,
-                        lo, hi);
+        braid_set_error(BRAID_ERR_INVALID_ARG, "%s='%s' is not an integer in %ld..%ld", name, v, lo,
+                        hi);
         return -1;
     }
     *out = (int)x;
@@ -284,9 +284,12 @@ static void hash_str(uint64_t h[2], const char *s)
 
 static void derive_secret(const char *root, int nranks, uint8_t secret[BRAID_SECRET_BYTES])
 {
-    static const char *ids[] = {"TORCHELASTIC_RUN_ID", "OMPI_MCA_orte_ess_jobid",
-                                "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
-                                "SLURM_JOB_ID", "SLURM_STEP_ID"};
+    static const char *ids[] = {"TORCHELASTIC_RUN_ID",
+                                "OMPI_MCA_orte_ess_jobid",
+                                "OMPI_MCA_ess_base_jobid",
+                                "PMIX_NAMESPACE",
+                                "SLURM_JOB_ID",
+                                "SLURM_STEP_ID"};
     uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
     char buf[32];
     hash_str(h, "braid-job-secret-v1");
@@ -315,8 +318,10 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
                                       int *is_root_p)
 {
     static const char *vars[][2] = {
-        {"BRAID_RANK", "BRAID_NRANKS"},     {"RANK", "WORLD_SIZE"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"},
+        {"BRAID_RANK", "BRAID_NRANKS"},
+        {"RANK", "WORLD_SIZE"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"},
         {"SLURM_PROCID", "SLURM_NTASKS"},
     };
     if (!rank_p || !nranks_p || !root_p || !is_root_p)

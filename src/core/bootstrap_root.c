@@ -99,6 +99,7 @@ typedef struct {
 typedef struct {
     int lfd;
     double timeout_s, hello_timeout_s;
+    double accept_paused_until; /* after EMFILE and the like, so the loop does not spin */
     uint8_t secret[BRAID_SECRET_BYTES];
     char where[96];
     conn_t **conns; /* every open connection */
@@ -225,8 +226,7 @@ static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
         r->joined = calloc((size_t)h->nranks, 1);
         r->contributed = calloc((size_t)h->nranks, 1);
         if (!r->ranks || !r->joined || !r->contributed) {
-            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory for %d ranks",
-                      h->nranks);
+            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory for %d ranks", h->nranks);
             return;
         }
         r->nranks = h->nranks;
@@ -248,8 +248,8 @@ static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
         r->joined[h->rank] = 1;
         r->njoined++;
         r->last_progress = boot_now();
-        braid_debug(BOOT, "bootstrap root %s: rank %d joined from %s (%d of %d)", r->where,
-                    h->rank, c->peer, r->njoined, r->nranks);
+        braid_debug(BOOT, "bootstrap root %s: rank %d joined from %s (%d of %d)", r->where, h->rank,
+                    c->peer, r->njoined, r->nranks);
         if (r->njoined == r->nranks) {
             msg_t *ack = msg_new(0);
             if (!ack) {
@@ -282,8 +282,9 @@ static int read_hello(root_t *r, conn_t *c)
         braid_boot_hello_t h;
         if (braid_boot_hello_parse(c->hello, sizeof(c->hello), &h) < 0) {
             braid_clear_error();
-            braid_warn(BOOT, "rejected connection from %s: malformed hello (not a braid "
-                             "bootstrap client, or another version)",
+            braid_warn(BOOT,
+                       "rejected connection from %s: malformed hello (not a braid "
+                       "bootstrap client, or another version)",
                        c->peer);
             return -1;
         }
@@ -323,8 +324,8 @@ static void start_payload(root_t *r, conn_t *c)
     c->in_payload = 1;
     if (type == BOOT_MSG_ERROR) {
         if (len > BOOT_MAX_TEXT) {
-            root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a %llu-byte error report",
-                      R, (unsigned long long)len);
+            root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a %llu-byte error report", R,
+                      (unsigned long long)len);
             return;
         }
         c->in_text = calloc(1, (size_t)len + 1);
@@ -335,6 +336,25 @@ static void start_payload(root_t *r, conn_t *c)
         c->in_dst = (uint8_t *)c->in_text;
         c->in_need = (size_t)len;
         return;
+    }
+    if (type == BOOT_MSG_GIVEUP) {
+        char list[512];
+        c->in_need = 0;
+        if (len) {
+            root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a malformed message", R);
+        } else if (!r->all_in && aux == BOOT_GIVEUP_JOIN) {
+            rank_list(list, sizeof(list), r->joined, r->nranks);
+            root_fail(r, BRAID_ERR_TIMEOUT,
+                      "bootstrap: rank %d timed out waiting for %s to join (%d of %d in)", R, list,
+                      r->njoined, r->nranks);
+        } else if (r->round && aux == r->round_seq) {
+            rank_list(list, sizeof(list), r->contributed, r->nranks);
+            root_fail(r, BRAID_ERR_TIMEOUT,
+                      "bootstrap: rank %d timed out waiting for %s to reach bootstrap "
+                      "collective #%u",
+                      R, list, r->round_seq);
+        }
+        return; /* else the reply is already on its way */
     }
     if (type != BOOT_MSG_ALLGATHER) {
         root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent an unknown message type %u", R,
@@ -348,19 +368,19 @@ static void start_payload(root_t *r, conn_t *c)
     }
     if (aux != r->round_seq || r->contributed[R]) {
         root_fail(r, BRAID_ERR_MISMATCH,
-                  "bootstrap: rank %d is at bootstrap collective #%u but the job is at #%u", R,
-                  aux, r->round_seq);
+                  "bootstrap: rank %d is at bootstrap collective #%u but the job is at #%u", R, aux,
+                  r->round_seq);
+        return;
+    }
+    if (len > BOOT_MAX_TOTAL / (uint64_t)r->nranks) {
+        root_fail(r, BRAID_ERR_INVALID_ARG,
+                  "bootstrap: rank %d sent a %llu-byte allgather block; x %d ranks exceeds "
+                  "the %llu MiB limit",
+                  R, (unsigned long long)len, r->nranks,
+                  (unsigned long long)(BOOT_MAX_TOTAL >> 20));
         return;
     }
     if (!r->round) {
-        if (len > BOOT_MAX_TOTAL / (uint64_t)r->nranks) {
-            root_fail(r, BRAID_ERR_INVALID_ARG,
-                      "bootstrap: rank %d sent a %llu-byte allgather block; x %d ranks exceeds "
-                      "the %llu MiB limit",
-                      R, (unsigned long long)len, r->nranks,
-                      (unsigned long long)(BOOT_MAX_TOTAL >> 20));
-            return;
-        }
         for (int i = 0; i < r->nranks; i++)
             if (!r->ranks[i]) {
                 root_fail(r, BRAID_ERR_REMOTE,
@@ -371,8 +391,10 @@ static void start_payload(root_t *r, conn_t *c)
             }
         r->round = msg_new((size_t)len * (size_t)r->nranks);
         if (!r->round) {
-            root_fail(r, BRAID_ERR_NOMEM, "bootstrap root: out of memory for a %llu-byte "
-                      "allgather", (unsigned long long)len * (unsigned long long)r->nranks);
+            root_fail(r, BRAID_ERR_NOMEM,
+                      "bootstrap root: out of memory for a %llu-byte "
+                      "allgather",
+                      (unsigned long long)len * (unsigned long long)r->nranks);
             return;
         }
         r->round_bytes = (size_t)len;
@@ -392,6 +414,7 @@ static void end_payload(root_t *r, conn_t *c)
 {
     c->in_payload = 0;
     c->hdr_got = 0;
+    if (c->in_type == BOOT_MSG_GIVEUP) return;
     if (c->in_type == BOOT_MSG_ERROR) {
         boot_sanitize(c->in_text);
         root_fail(r, BRAID_ERR_REMOTE, "rank %d: %s", c->rank, c->in_text);
@@ -452,12 +475,14 @@ static void drop_conn(root_t *r, int i)
     if (c->role == ROLE_RANK) {
         r->ranks[c->rank] = NULL;
         r->nclosed++;
-        if (!r->all_in)
+        if (!r->all_in) {
+            char list[512];
+            rank_list(list, sizeof(list), r->joined, r->nranks);
             root_fail(r, BRAID_ERR_REMOTE,
                       "bootstrap: rank %d closed its bootstrap connection before all ranks "
-                      "joined",
-                      c->rank);
-        else if (r->round)
+                      "joined (%s had not joined)",
+                      c->rank, list);
+        } else if (r->round)
             root_fail(r, BRAID_ERR_REMOTE,
                       "bootstrap: rank %d closed its bootstrap connection during bootstrap "
                       "collective #%u",
@@ -477,17 +502,20 @@ static void accept_conns(root_t *r)
         int fd = accept4(r->lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where,
-                           strerror(errno));
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where, strerror(errno));
+                r->accept_paused_until = boot_now() + 0.1;
+            }
             return;
         }
         char name[96];
         braid_boot_addr_str(&peer, name, sizeof(name));
         conn_t *c = NULL;
         if (r->nunauth >= MAX_UNAUTH) {
-            braid_warn(BOOT, "rejected connection from %s: too many connections without a "
-                             "hello", name);
+            braid_warn(BOOT,
+                       "rejected connection from %s: too many connections without a "
+                       "hello",
+                       name);
         } else if (r->nconns == r->capconns) {
             int cap = r->capconns ? 2 * r->capconns : 16;
             conn_t **nc = realloc(r->conns, (size_t)cap * sizeof(*nc));
@@ -573,7 +601,8 @@ static void *root_main(void *arg)
             pfds = np;
             cap = r->nconns + 16;
         }
-        pfds[0] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        pfds[0] =
+            (struct pollfd){.fd = r->lfd, .events = now >= r->accept_paused_until ? POLLIN : 0};
         for (int i = 0; i < r->nconns; i++) {
             conn_t *c = r->conns[i];
             /* Doomed connections: flush the failure, then half-close so the client reads it
@@ -691,8 +720,8 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
     if (rc < 0 || listen(fd, 1024) < 0) {
         int err = errno;
         close(fd);
-        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: cannot listen on %s: %s",
-                               where, strerror(err));
+        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: cannot listen on %s: %s", where,
+                               strerror(err));
     }
     struct sockaddr_storage bound;
     socklen_t bl = sizeof(bound);
@@ -710,12 +739,13 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
     }
     r->lfd = fd;
     r->timeout_s = timeout_s;
-    r->hello_timeout_s =
-        timeout_s > 0 && timeout_s < HELLO_TIMEOUT_S ? timeout_s : HELLO_TIMEOUT_S;
+    r->hello_timeout_s = timeout_s > 0 && timeout_s < HELLO_TIMEOUT_S ? timeout_s : HELLO_TIMEOUT_S;
     memcpy(r->secret, addr->secret, BRAID_SECRET_BYTES);
     braid_boot_addr_t a = *addr;
-    if (a.addr.ss_family == AF_INET) ((struct sockaddr_in *)&a.addr)->sin_port = port;
-    else ((struct sockaddr_in6 *)&a.addr)->sin6_port = port;
+    if (a.addr.ss_family == AF_INET)
+        ((struct sockaddr_in *)&a.addr)->sin_port = port;
+    else
+        ((struct sockaddr_in6 *)&a.addr)->sin6_port = port;
     braid_boot_addr_str(&a.addr, r->where, sizeof(r->where));
     braid_boot_root_t *handle = r->handle; /* r belongs to the thread once it runs */
 

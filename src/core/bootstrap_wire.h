@@ -6,8 +6,12 @@
  *
  *   u32 type | u32 aux | u64 len
  *
- *   client -> root  BOOT_MSG_ALLGATHER  aux = collective sequence number, payload = this rank's blob
- *                   BOOT_MSG_ERROR      payload = error text (braid_boot_report_error)
+ *   client -> root  BOOT_MSG_ALLGATHER  aux = collective sequence number, payload = this rank's
+ * blob BOOT_MSG_ERROR      payload = error text (braid_boot_report_error) BOOT_MSG_GIVEUP     the
+ * client's deadline passed while it waited for the reply to the join (aux = BOOT_GIVEUP_JOIN) or to
+ *                                       collective aux; len 0. If that is still pending the
+ *                                       root fails the job with a timeout naming the missing
+ *                                       ranks, else it ignores it (the reply is in flight).
  *   root -> client  BOOT_MSG_ACK        all ranks joined (len 0)
  *                   BOOT_MSG_RESULT     aux = sequence number, payload = nranks blobs in rank order
  *                   BOOT_MSG_FAIL       aux = (uint32_t)braid_result_t, payload = error text
@@ -34,7 +38,9 @@ enum {
     BOOT_MSG_ACK = 3,
     BOOT_MSG_RESULT = 4,
     BOOT_MSG_FAIL = 5,
+    BOOT_MSG_GIVEUP = 6,
 };
+#define BOOT_GIVEUP_JOIN 0xffffffffu
 
 static inline void boot_put_u16(uint8_t *p, uint16_t v)
 {

@@ -322,6 +322,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a communicator");
     c->magic = BRAID_COMM_MAGIC;
     c->rank = rank;
+    c->boot_addr = *root;
     c->nranks = nranks;
     pthread_mutex_init(&c->err_lock, NULL);
     pthread_mutex_init(&c->q_lock, NULL);

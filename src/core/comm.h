@@ -75,6 +75,7 @@ struct braid_comm {
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];
     void *tcp_state; /* owned by transport/tcp*.c (listener, progress thread) */
+    braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq; /* collectives started */
 
     _Atomic int aborted;

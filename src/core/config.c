@@ -30,6 +30,8 @@ static const braid_param_t params[] = {
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},
     {"SECRET", "", BRAID_PARAM_STR, "job secret, 32 hex digits (set by braid-run)"},
     {"LOCAL_RANK", "", BRAID_PARAM_INT, "rank within the host (informational, set by braid-run)"},
+    {"REDUCE_ISA", "auto", BRAID_PARAM_STR,
+     "CPU reduction kernels: auto, avx512, avx2, generic (for testing)"},
     {NULL, NULL, 0, NULL},
 };
 

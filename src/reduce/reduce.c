@@ -8,7 +8,11 @@
  * supports, or the one BRAID_REDUCE_ISA=generic|avx2|avx512 names (lowered to what the CPU
  * supports, with a warning). The choice is made lazily, so a test that sets the variable
  * before its first reduction (Criterion runs each test in its own process) gets that path.
- * All variants give bit-identical results; tests/unit/test_reduce.c checks it. */
+ * All variants give bit-identical results; tests/unit/test_reduce.c checks it.
+ *
+ * Even the generic variant vectorizes (GCC 12 -O2, objdump -d): its float32 sum loop is
+ * movups, cmpeqps/andps/andnps/orps (the NaN select), addps on xmm registers.
+ * BRAID_REDUCE_ISA is read with braid_param_str (src/core/config.c's table should list it). */
 #include "reduce/reduce.h"
 #include "reduce/reduce_ops.h"
 

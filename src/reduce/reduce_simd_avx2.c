@@ -35,4 +35,6 @@ static REDUCE_ATTR inline void braid_rk_f2h_block_avx2(braid_rop_f16_mem *h, con
 #define REDUCE_F2H_BLOCK braid_rk_f2h_block_avx2
 #include "reduce/reduce_kernels.h"
 
+#else
+typedef int braid_reduce_no_avx2_t; /* ISO C wants a non-empty file */
 #endif

@@ -39,4 +39,6 @@ static REDUCE_ATTR inline void braid_rk_f2h_block_avx512(braid_rop_f16_mem *h, c
 #define REDUCE_F2H_BLOCK braid_rk_f2h_block_avx512
 #include "reduce/reduce_kernels.h"
 
+#else
+typedef int braid_reduce_no_avx512_t; /* ISO C wants a non-empty file */
 #endif

@@ -1,4 +1,5 @@
 /* The table of built-in transports. */
+#include "transport/tcp.h"
 #include "transport/transport.h"
 
 #include <string.h>
@@ -6,6 +7,7 @@
 
 static const braid_transport_t *const transports[] = {
     &braid_transport_shm,
+    &braid_transport_tcp,
 };
 
 const braid_transport_t *braid_transport_by_name(const char *name)

@@ -37,21 +37,34 @@ double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int
     return is_signed(dt) ? v - 11 : v;
 }
 
+/* Stores through memcpy: buffers may be misaligned on purpose. */
 static void store(void *buf, size_t k, braid_datatype_t dt, double v)
 {
+    union {
+        int8_t i8;
+        uint8_t u8;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+        uint16_t h;
+        float f;
+        double d;
+    } t;
     switch (dt) {
-    case BRAID_INT8: ((int8_t *)buf)[k] = (int8_t)(int64_t)v; break;
-    case BRAID_UINT8: ((uint8_t *)buf)[k] = (uint8_t)(uint64_t)v; break;
-    case BRAID_INT32: ((int32_t *)buf)[k] = (int32_t)(int64_t)v; break;
-    case BRAID_UINT32: ((uint32_t *)buf)[k] = (uint32_t)(uint64_t)v; break;
-    case BRAID_INT64: ((int64_t *)buf)[k] = (int64_t)v; break;
-    case BRAID_UINT64: ((uint64_t *)buf)[k] = (uint64_t)v; break;
-    case BRAID_FLOAT16: ((uint16_t *)buf)[k] = braid_float_to_half((float)v); break;
-    case BRAID_BFLOAT16: ((uint16_t *)buf)[k] = braid_float_to_bf16((float)v); break;
-    case BRAID_FLOAT32: ((float *)buf)[k] = (float)v; break;
-    case BRAID_FLOAT64: ((double *)buf)[k] = v; break;
-    default: break;
+    case BRAID_INT8: t.i8 = (int8_t)(int64_t)v; break;
+    case BRAID_UINT8: t.u8 = (uint8_t)(uint64_t)v; break;
+    case BRAID_INT32: t.i32 = (int32_t)(int64_t)v; break;
+    case BRAID_UINT32: t.u32 = (uint32_t)(uint64_t)v; break;
+    case BRAID_INT64: t.i64 = (int64_t)v; break;
+    case BRAID_UINT64: t.u64 = (uint64_t)v; break;
+    case BRAID_FLOAT16: t.h = braid_float_to_half((float)v); break;
+    case BRAID_BFLOAT16: t.h = braid_float_to_bf16((float)v); break;
+    case BRAID_FLOAT32: t.f = (float)v; break;
+    case BRAID_FLOAT64: t.d = v; break;
+    default: return;
     }
+    memcpy((char *)buf + k * braid_dtype_size(dt), &t, braid_dtype_size(dt));
 }
 
 void data_fill(void *buf, braid_datatype_t dt, braid_redop_t op, int rank, size_t base,

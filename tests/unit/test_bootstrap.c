@@ -43,7 +43,7 @@ typedef void (*body_fn)(job_t *j, int idx, const braid_boot_addr_t *root, slot_t
 
 struct job {
     int nprocs;
-    double timeout;     /* client timeout */
+    double timeout; /* client timeout */
     double root_timeout;
     body_fn body;
     int ranks[MAXP];  /* rank of each process (default idx) */
@@ -100,8 +100,8 @@ static void body_full(job_t *j, int idx, const braid_boot_addr_t *root, slot_t *
         for (int r = 0; r < nranks; r++)
             for (size_t k = 0; k < n; k++)
                 if (all[(size_t)r * n + k] != pattern(r, k, round)) {
-                    snprintf(s->msg, sizeof(s->msg), "round %d: slot %d byte %zu wrong", round,
-                             r, k);
+                    snprintf(s->msg, sizeof(s->msg), "round %d: slot %d byte %zu wrong", round, r,
+                             k);
                     s->stage = 4;
                     s->result = BRAID_ERR_INTERNAL;
                     free(mine);
@@ -118,13 +118,22 @@ static void body_full(job_t *j, int idx, const braid_boot_addr_t *root, slot_t *
     braid_boot_close(bs);
 }
 
+static int use_ipv6; /* start_root listens on [::1] */
+
 static void start_root(braid_boot_addr_t *root, double timeout)
 {
     memset(root, 0, sizeof(*root));
-    struct sockaddr_in *in = (struct sockaddr_in *)&root->addr;
-    in->sin_family = AF_INET;
-    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    root->addrlen = sizeof(*in);
+    if (use_ipv6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&root->addr;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_addr = in6addr_loopback;
+        root->addrlen = sizeof(*in6);
+    } else {
+        struct sockaddr_in *in = (struct sockaddr_in *)&root->addr;
+        in->sin_family = AF_INET;
+        in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        root->addrlen = sizeof(*in);
+    }
     cr_assert_eq(braid_boot_random_secret(root->secret), 0);
     cr_assert_eq(braid_boot_root_start(root, timeout), 0, "%s", braid_last_error());
 }
@@ -148,8 +157,8 @@ static void run_job(job_t *j, int start_root_here, void (*before_release)(job_t 
 {
     int fds[MAXP][2];
     pid_t pids[MAXP];
-    j->slots = mmap(NULL, sizeof(slot_t) * MAXP, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    j->slots = mmap(NULL, sizeof(slot_t) * MAXP, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                    -1, 0);
     cr_assert_neq(j->slots, MAP_FAILED);
     memset(j->slots, 0, sizeof(slot_t) * MAXP);
     for (int i = 0; i < j->nprocs; i++) {
@@ -180,8 +189,8 @@ static void assert_all_ok(job_t *j)
     for (int i = 0; i < j->nprocs; i++) {
         cr_assert(WIFEXITED(j->status[i]) && WEXITSTATUS(j->status[i]) == 0,
                   "process %d status 0x%x", i, j->status[i]);
-        cr_assert_eq(j->slots[i].result, 0, "process %d stage %d: %s (%s)", i,
-                     j->slots[i].stage, braid_strerror(j->slots[i].result), j->slots[i].msg);
+        cr_assert_eq(j->slots[i].result, 0, "process %d stage %d: %s (%s)", i, j->slots[i].stage,
+                     braid_strerror(j->slots[i].result), j->slots[i].msg);
     }
 }
 
@@ -222,6 +231,17 @@ Test(bootstrap, ranks_4, .timeout = 30)
 Test(bootstrap, ranks_8, .timeout = 30)
 {
     run_ok(8);
+}
+
+Test(bootstrap, ranks_4_ipv6, .timeout = 30)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 probe = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int have = fd >= 0 && bind(fd, (struct sockaddr *)&probe, sizeof(probe)) == 0;
+    if (fd >= 0) close(fd);
+    if (!have) cr_skip_test("no IPv6 loopback here");
+    use_ipv6 = 1;
+    run_ok(4);
 }
 
 /* ---- hostile connections ---------------------------------------------------------------- */
@@ -363,8 +383,8 @@ static void assert_all_failed(job_t *j, int code, const char *needle, const char
         cr_assert_not_null(strstr(j->slots[i].msg, needle), "process %d: '%s' lacks '%s'", i,
                            j->slots[i].msg, needle);
         if (needle2)
-            cr_assert_not_null(strstr(j->slots[i].msg, needle2), "process %d: '%s' lacks '%s'",
-                               i, j->slots[i].msg, needle2);
+            cr_assert_not_null(strstr(j->slots[i].msg, needle2), "process %d: '%s' lacks '%s'", i,
+                               j->slots[i].msg, needle2);
     }
 }
 
@@ -398,17 +418,30 @@ Test(bootstrap, allgather_size_mismatch, .timeout = 30)
     assert_all_failed(&j, BRAID_ERR_MISMATCH, "17 bytes", "16 bytes");
 }
 
-Test(bootstrap, missing_rank_times_out, .timeout = 30)
+/* root_timeout: the root's own timer fires first (equal) or the clients' (longer): either
+ * way every rank gets a timeout naming the missing rank. */
+static void missing_rank(double root_timeout)
 {
     job_t j;
     job_defaults(&j, 3, body_full);
     for (int i = 0; i < 3; i++)
         j.nranks[i] = 4; /* rank 3 never shows up */
-    j.timeout = j.root_timeout = 1.0;
+    j.timeout = 1.0;
+    j.root_timeout = root_timeout;
     run_job(&j, 1, NULL);
     assert_all_failed(&j, BRAID_ERR_TIMEOUT, "rank 3 to join", "3 of 4");
     for (int i = 0; i < 3; i++)
         cr_assert_lt(j.slots[i].elapsed, 3.0, "took %g s", j.slots[i].elapsed);
+}
+
+Test(bootstrap, missing_rank_times_out, .timeout = 30)
+{
+    missing_rank(1.0);
+}
+
+Test(bootstrap, missing_rank_times_out_client_first, .timeout = 30)
+{
+    missing_rank(20.0);
 }
 
 /* Rank 2 joins but never reaches the allgather. */
@@ -421,17 +454,28 @@ static void body_lazy(job_t *j, int idx, const braid_boot_addr_t *root, slot_t *
     braid_boot_close(bs);
 }
 
-Test(bootstrap, allgather_times_out_naming_rank, .timeout = 30)
+static void lazy_rank(double root_timeout)
 {
     job_t j;
     job_defaults(&j, 3, body_lazy);
-    j.timeout = j.root_timeout = 1.0;
+    j.timeout = 1.0;
+    j.root_timeout = root_timeout;
     run_job(&j, 1, NULL);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(j.slots[i].result, BRAID_ERR_TIMEOUT, "%d: %s", i, j.slots[i].msg);
         cr_assert_not_null(strstr(j.slots[i].msg, "rank 2 to reach"), "%s", j.slots[i].msg);
         cr_assert_lt(j.slots[i].elapsed, 3.0);
     }
+}
+
+Test(bootstrap, allgather_times_out_naming_rank, .timeout = 30)
+{
+    lazy_rank(1.0);
+}
+
+Test(bootstrap, allgather_times_out_client_first, .timeout = 30)
+{
+    lazy_rank(20.0);
 }
 
 /* Rank 2 dies (SIGKILL) while the others are in the allgather. */
@@ -455,8 +499,8 @@ Test(bootstrap, rank_death_is_remote_error, .timeout = 30)
         if (i == 2) continue;
         cr_assert_eq(j.slots[i].result, BRAID_ERR_REMOTE, "%d: %s", i, j.slots[i].msg);
         cr_assert_eq(j.slots[i].stage, 2);
-        cr_assert_not_null(strstr(j.slots[i].msg, "rank 2 closed its bootstrap connection"),
-                           "%s", j.slots[i].msg);
+        cr_assert_not_null(strstr(j.slots[i].msg, "rank 2 closed its bootstrap connection"), "%s",
+                           j.slots[i].msg);
         cr_assert_lt(j.slots[i].elapsed, 2.0, "took %g s", j.slots[i].elapsed);
     }
 }
@@ -554,6 +598,31 @@ Test(bootstrap, connect_timeout_names_root, .timeout = 30)
     cr_assert_not_null(strstr(braid_last_error(), "127.0.0.1:1"), "%s", braid_last_error());
 }
 
+/* A root that accepts but never answers: the client's own timeout message. */
+Test(bootstrap, unresponsive_root_times_out, .timeout = 30)
+{
+    braid_boot_addr_t root;
+    memset(&root, 0, sizeof(root));
+    struct sockaddr_in *in = (struct sockaddr_in *)&root.addr;
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    root.addrlen = sizeof(*in);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)in, sizeof(*in)), 0);
+    cr_assert_eq(listen(fd, 4), 0);
+    socklen_t l = sizeof(*in);
+    getsockname(fd, (struct sockaddr *)in, &l);
+    braid_bootstrap_t *bs = NULL;
+    double t0 = now_s();
+    int res = braid_boot_init(&bs, &root, 1, 2, 0.5, NULL);
+    double el = now_s() - t0;
+    cr_assert_eq(res, BRAID_ERR_TIMEOUT, "%s", braid_last_error());
+    cr_assert(el >= 0.5 && el < 1.5, "took %g s", el);
+    cr_assert_not_null(strstr(braid_last_error(), "rank 1 waited 0.5 s for all 2 ranks to join"),
+                       "%s", braid_last_error());
+    close(fd);
+}
+
 Test(bootstrap, allgather_too_large, .timeout = 30)
 {
     braid_boot_addr_t root;
@@ -621,6 +690,12 @@ static void body_env(job_t *j, int idx, const braid_boot_addr_t *unused, slot_t 
     t0 = now_s();
     res = braid_boot_barrier(bs);
     record(s, 3, res, t0);
+    /* Reporting to a dead root fails quietly: the caller's message stays. */
+    usleep(100 * 1000);
+    braid_set_error(BRAID_ERR_INTERNAL, "the caller's own message");
+    braid_boot_report_error(bs, "late report");
+    braid_boot_report_error(bs, "and another");
+    if (strcmp(braid_last_error(), "the caller's own message")) s->stage = 6;
     braid_boot_close(bs);
 }
 
@@ -642,10 +717,10 @@ Test(bootstrap, root_death_is_remote_error, .timeout = 30)
     run_job(&j, 0, NULL);
     for (int i = 1; i < 3; i++) {
         cr_assert_eq(j.slots[i].result, BRAID_ERR_REMOTE, "%d: %s", i, j.slots[i].msg);
+        cr_assert_eq(j.slots[i].stage, 3, "report_error changed the last error");
         cr_assert_not_null(strstr(j.slots[i].msg, "bootstrap root 127.0.0.1:"), "%s",
                            j.slots[i].msg);
-        cr_assert_not_null(strstr(j.slots[i].msg, "closed the connection"), "%s",
-                           j.slots[i].msg);
+        cr_assert_not_null(strstr(j.slots[i].msg, "closed the connection"), "%s", j.slots[i].msg);
         cr_assert_lt(j.slots[i].elapsed, 2.0);
     }
 }

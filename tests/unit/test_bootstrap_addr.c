@@ -117,8 +117,8 @@ Test(bootstrap, hello_parse, .timeout = 30)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         braid_boot_hello_pack(&bad[i], buf);
-        cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES, &o),
-                     BRAID_ERR_INVALID_ARG, "case %zu accepted", i);
+        cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES, &o), BRAID_ERR_INVALID_ARG,
+                     "case %zu accepted", i);
     }
 }
 
@@ -284,12 +284,26 @@ Test(bootstrap, socket_ifname, .timeout = 30)
 
 static void clear_env(void)
 {
-    static const char *vars[] = {
-        "BRAID_RANK", "BRAID_NRANKS", "BRAID_ROOT", "BRAID_SECRET", "RANK", "WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
-        "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-        "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "SLURM_JOB_ID",
-        "SLURM_STEP_ID"};
+    static const char *vars[] = {"BRAID_RANK",
+                                 "BRAID_NRANKS",
+                                 "BRAID_ROOT",
+                                 "BRAID_SECRET",
+                                 "RANK",
+                                 "WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE",
+                                 "PMI_RANK",
+                                 "PMI_SIZE",
+                                 "SLURM_PROCID",
+                                 "SLURM_NTASKS",
+                                 "MASTER_ADDR",
+                                 "MASTER_PORT",
+                                 "TORCHELASTIC_RUN_ID",
+                                 "OMPI_MCA_orte_ess_jobid",
+                                 "OMPI_MCA_ess_base_jobid",
+                                 "PMIX_NAMESPACE",
+                                 "SLURM_JOB_ID",
+                                 "SLURM_STEP_ID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     setenv("BRAID_DEBUG", "NONE", 1); /* the unauthenticated-job warning */

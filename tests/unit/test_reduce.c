@@ -811,6 +811,8 @@ Test(reduce, isa_bit_identical, .timeout = 120)
     for (int k = 0; k < 3; k++) {
         if (!cpu_has(isas[k])) continue;
         unsigned char *base = shm + k * (total + 64);
+        fflush(stdout);
+        fflush(stderr);
         pid_t pid = fork();
         cr_assert(pid >= 0);
         if (pid == 0) {

@@ -1,0 +1,586 @@
+/* TCP transport: the data path (see tcp.h for the design, tcp_conn.c for setup and the
+ * progress thread, tcp_wire.c for the frame format).
+ *
+ * Sender. The engine fills slot pos % nslots in place and posts it: send_post packs the wire
+ * header next to the slot, publishes head (frames posted) and writes whatever the socket
+ * takes right away with one sendmsg of header + payload (several frames batched when they
+ * queue up). tail counts frames entirely handed to the kernel; a slot is free while
+ * pos - tail < nslots. A socket that has frames left over is armed for EPOLLOUT in the
+ * progress thread, which finishes them even while the engine sleeps on a receive (a send is
+ * never stuck behind a receive) or runs no collective at all. The engine's progress() and
+ * wait() also push queued frames when they get the connection's mutex. wait(SEND) sleeps with
+ * futex on `ev`, which the writer bumps when tail moves or the connection fails.
+ *
+ * Receiver. Only the engine's thread reads data sockets, when it needs the next frame:
+ * recv_get reads the header through a small bounce buffer, copies the bytes already there and
+ * reads the rest of the payload straight into the slot (a readv whose second vector is the
+ * bounce buffer, so the next header usually comes in the same call). wait(RECV) sleeps in
+ * ppoll on the socket of the next frame and the communicator's wake eventfd.
+ *
+ * Failures. EOF or a reset while a frame is expected is BRAID_ERR_REMOTE "rank R (host H,
+ * addr) closed the connection"; a malformed header is BRAID_ERR_REMOTE naming the rank and
+ * the reason. fail() sends an ABORT frame: on a send connection after the frames already
+ * posted, on a receive connection backwards to the sender (whose progress thread watches its
+ * sockets for it). A peer that goes silent is caught by the engine's BRAID_TIMEOUT. */
+#include "core/comm.h"
+#include "core/log.h"
+#include "transport/tcp.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TX_IOV 64
+#define RX_BOUNCE BRAID_TCP_BOUNCE
+
+static inline int before(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) < 0;
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait_for(_Atomic uint32_t *w, uint32_t val, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+static void bump_ev(tcp_conn_t *c)
+{
+    atomic_fetch_add_explicit(&c->ev, 1, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->waiters, memory_order_relaxed)) futex_wake_all(&c->ev);
+}
+
+static void wake_engine(tcp_state_t *st)
+{
+    uint64_t one = 1;
+    ssize_t n = write(st->wake_efd, &one, sizeof(one));
+    (void)n;
+}
+
+void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, ...)
+{
+    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->fail_msg, sizeof(c->fail_msg), fmt, ap);
+    va_end(ap);
+    braid_info(NET, "tcp: %s", c->fail_msg);
+    atomic_store_explicit(&c->failed, code, memory_order_release);
+    bump_ev(c);
+    wake_engine(c->st);
+}
+
+/* The connection's sticky failure as this thread's error, or BRAID_SUCCESS. */
+static braid_result_t failure(tcp_conn_t *c)
+{
+    int code = atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (!code) return BRAID_SUCCESS;
+    return braid_set_error(code, "%s", c->fail_msg);
+}
+
+void braid_tcp_sock_unwatch(tcp_sock_t *s)
+{
+    if (s->in_epoll) epoll_ctl(s->conn->st->ep, EPOLL_CTL_DEL, s->fd, NULL);
+    s->in_epoll = 0;
+    s->armed = 0;
+}
+
+static void sock_arm(tcp_sock_t *s, int want)
+{
+    if (!s->in_epoll || s->armed == want) return;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0),
+                             .data.ptr = s};
+    if (epoll_ctl(s->conn->st->ep, EPOLL_CTL_MOD, s->fd, &ev) == 0) s->armed = want;
+}
+
+/* ---- sender ----------------------------------------------------------------------------- */
+
+static size_t frame_size(tcp_conn_t *c, uint32_t f)
+{
+    if (c->abort_set && f == c->abort_idx) return c->abort_len;
+    return BRAID_TCP_HDR_BYTES + c->wbytes[f % c->nslots];
+}
+
+/* Consumes n written bytes from socket s's frames. */
+static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
+{
+    while (n) {
+        size_t rem = frame_size(c, s->next) - s->off;
+        if (n < rem) {
+            s->off += n;
+            return;
+        }
+        n -= rem;
+        if (c->abort_set && s->next == c->abort_idx) c->abort_done = 1;
+        s->next += (uint32_t)c->nsocks;
+        s->off = 0;
+    }
+}
+
+/* Writes as much of socket s's queued frames as it takes; 1 if it is full. */
+static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
+{
+    for (;;) {
+        struct iovec iov[TX_IOV];
+        int k = 0;
+        size_t total = 0, off = s->off;
+        uint32_t f = s->next;
+        while (k + 2 <= TX_IOV && before(f, limit)) {
+            uint32_t slot = f % c->nslots;
+            size_t fb = c->wbytes[slot];
+            if (off < BRAID_TCP_HDR_BYTES) {
+                iov[k++] = (struct iovec){c->whdr[slot] + off, BRAID_TCP_HDR_BYTES - off};
+                total += BRAID_TCP_HDR_BYTES - off;
+                off = BRAID_TCP_HDR_BYTES;
+            }
+            size_t p = off - BRAID_TCP_HDR_BYTES;
+            if (fb > p) {
+                iov[k++] = (struct iovec){c->slots + (size_t)slot * c->base.slot_size + p, fb - p};
+                total += fb - p;
+            }
+            off = 0;
+            f += (uint32_t)c->nsocks;
+        }
+        if (k < TX_IOV && c->abort_set && !c->abort_done && f == c->abort_idx) {
+            iov[k++] = (struct iovec){c->abort_frame + off, c->abort_len - off};
+            total += c->abort_len - off;
+        }
+        if (!k) return 0;
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+        ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 1;
+            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
+                                 c->desc, strerror(errno));
+            return -1;
+        }
+        tx_advance(c, s, (size_t)n);
+        if ((size_t)n < total) return 1;
+    }
+}
+
+braid_result_t braid_tcp_tx_push(tcp_conn_t *c)
+{
+    if (c->closed) return BRAID_SUCCESS;
+    uint32_t head = atomic_load_explicit(&c->head, memory_order_acquire);
+    uint32_t limit = c->abort_set ? c->abort_idx : head;
+    int err = 0;
+    for (int i = 0; i < c->nsocks && !err; i++) {
+        tcp_sock_t *s = &c->sock[i];
+        if (s->fd < 0 || !s->in_epoll) continue;
+        int full = tx_sock(c, s, limit);
+        if (full < 0) {
+            err = 1;
+            break;
+        }
+        int pending = before(s->next, limit) ||
+                      (c->abort_set && !c->abort_done && s->next == c->abort_idx);
+        sock_arm(s, pending);
+    }
+    if (err) {
+        for (int i = 0; i < c->nsocks; i++) braid_tcp_sock_unwatch(&c->sock[i]);
+        return failure(c);
+    }
+    uint32_t done = limit;
+    for (int i = 0; i < c->nsocks; i++)
+        if (before(c->sock[i].next, done)) done = c->sock[i].next;
+    if (done != atomic_load_explicit(&c->tail, memory_order_relaxed)) {
+        atomic_store_explicit(&c->tail, done, memory_order_release);
+        bump_ev(c);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* The progress thread: bytes (or EOF) on a send socket, where only ABORT frames may come. */
+void braid_tcp_rev_read(tcp_sock_t *s)
+{
+    tcp_conn_t *c = s->conn;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        size_t want = BRAID_TCP_HDR_BYTES;
+        braid_msg_hdr_t h;
+        int32_t code = 0;
+        if (s->rev_len >= BRAID_TCP_HDR_BYTES) {
+            if (braid_tcp_hdr_parse(s->rev, s->rev_len, 0, &h, &code) < 0 ||
+                !(h.flags & BRAID_MSG_ABORT)) {
+                braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
+                                     "%s sent unexpected data back on its receive socket",
+                                     c->desc);
+                break;
+            }
+            want += h.bytes;
+            if (s->rev_len == want) {
+                char text[BRAID_TCP_ABORT_MAX + 1];
+                memcpy(text, s->rev + BRAID_TCP_HDR_BYTES, h.bytes);
+                text[h.bytes] = '\0';
+                if (code == BRAID_ERR_MISMATCH)
+                    braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
+                else
+                    braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
+                                         text[0] ? text : "no reason given");
+                break;
+            }
+        }
+        ssize_t n = recv(s->fd, s->rev + s->rev_len, want - s->rev_len, MSG_DONTWAIT);
+        if (n > 0) {
+            s->rev_len += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+        /* EOF or reset: an error only if this side still has to send (checked by the engine
+         * through the sticky failure, so a peer that finished and closed is fine). */
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
+        break;
+    }
+    for (int i = 0; i < c->nsocks; i++) braid_tcp_sock_unwatch(&c->sock[i]);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (c->pos - c->tail_seen >= c->nslots) {
+        c->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
+        if (c->pos - c->tail_seen >= c->nslots) {
+            BRAID_CHECK(failure(c));
+            return BRAID_INPROGRESS;
+        }
+    }
+    *buf_p = c->slots + (size_t)(c->pos % c->nslots) * conn->slot_size;
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t tcp_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    BRAID_CHECK(failure(c));
+    if (hdr->bytes > conn->slot_size || (hdr->flags & BRAID_MSG_ABORT))
+        return braid_set_error(BRAID_ERR_INTERNAL, "tcp: posting %u bytes in a %zu-byte slot",
+                               hdr->bytes, conn->slot_size);
+    uint32_t slot = c->pos % c->nslots;
+    braid_tcp_hdr_pack(hdr, 0, c->whdr[slot]);
+    c->wbytes[slot] = hdr->bytes;
+    c->pos++;
+    pthread_mutex_lock(&c->mu);
+    atomic_store_explicit(&c->head, c->pos, memory_order_release);
+    braid_result_t res = braid_tcp_tx_push(c);
+    pthread_mutex_unlock(&c->mu);
+    return res;
+}
+
+/* ---- receiver ---------------------------------------------------------------------------- */
+
+/* Receive error on s (n = recv's result): sticky BRAID_ERR_REMOTE. */
+static braid_result_t rx_error(tcp_conn_t *c, ssize_t n)
+{
+    if (n == 0)
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
+    else
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (receive: %s)",
+                             c->desc, strerror(errno));
+    return failure(c);
+}
+
+/* Reads frame c->rhead from its socket: 1 when complete, 0 when the socket has no more
+ * bytes for now, < 0 on error. */
+static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
+{
+    if (!s->have_hdr) {
+        while (s->bb_len - s->bb_off < BRAID_TCP_HDR_BYTES) {
+            if (s->bb_off) {
+                memmove(s->bb, s->bb + s->bb_off, s->bb_len - s->bb_off);
+                s->bb_len -= s->bb_off;
+                s->bb_off = 0;
+            }
+            ssize_t n = recv(s->fd, s->bb + s->bb_len, RX_BOUNCE - s->bb_len, MSG_DONTWAIT);
+            if (n > 0) {
+                s->bb_len += (size_t)n;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+            return rx_error(c, n);
+        }
+        if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size,
+                                &s->hdr, &s->code) < 0) {
+            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
+                                 braid_last_error());
+            return failure(c);
+        }
+        s->bb_off += BRAID_TCP_HDR_BYTES;
+        s->have_hdr = 1;
+        s->got = 0;
+    }
+    size_t bytes = s->hdr.bytes;
+    char *dst = (s->hdr.flags & BRAID_MSG_ABORT)
+                    ? c->rx_text
+                    : c->slots + (size_t)(c->rhead % c->nslots) * c->base.slot_size;
+    size_t k = s->bb_len - s->bb_off;
+    if (k > bytes - s->got) k = bytes - s->got;
+    memcpy(dst + s->got, s->bb + s->bb_off, k);
+    s->got += k;
+    s->bb_off += k;
+    while (s->got < bytes) {
+        size_t rem = bytes - s->got;
+        struct iovec iov[2] = {{dst + s->got, rem}, {s->bb, RX_BOUNCE}};
+        s->bb_off = s->bb_len = 0;
+        ssize_t n = readv(s->fd, iov, 2);
+        if (n > 0) {
+            if ((size_t)n <= rem) {
+                s->got += (size_t)n;
+            } else {
+                s->got = bytes;
+                s->bb_len = (size_t)n - rem;
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        return rx_error(c, n);
+    }
+    s->have_hdr = 0;
+    return 1;
+}
+
+/* Reads frames into free slots: stops when the socket has nothing, the ring is full, or after
+ * one frame when the next one would need another system call. */
+static braid_result_t rx_pump(tcp_conn_t *c)
+{
+    while (c->rhead - c->pos < c->nslots) {
+        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        braid_result_t r = rx_frame(c, s);
+        if (r <= 0) return r;
+        if (s->hdr.flags & BRAID_MSG_ABORT) {
+            char *text = c->rx_text;
+            text[s->hdr.bytes] = '\0';
+            if (s->code == BRAID_ERR_MISMATCH)
+                braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
+            else
+                braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
+                                     text[0] ? text : "no reason given");
+            return failure(c);
+        }
+        c->rhdr[c->rhead % c->nslots] = s->hdr;
+        c->rhead++;
+        tcp_sock_t *n = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        if (n->bb_len - n->bb_off < BRAID_TCP_HDR_BYTES && !n->have_hdr) break;
+    }
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
+                                   const void **buf_p)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (c->rhead == c->pos) {
+        BRAID_CHECK(failure(c));
+        BRAID_CHECK(rx_pump(c));
+        if (c->rhead == c->pos) return BRAID_INPROGRESS;
+    }
+    uint32_t i = c->pos % c->nslots;
+    *hdr_p = &c->rhdr[i];
+    *buf_p = c->slots + (size_t)i * conn->slot_size;
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t tcp_recv_release(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    c->pos++;
+    return BRAID_SUCCESS;
+}
+
+/* ---- progress, wait, wake, fail ----------------------------------------------------------- */
+
+static braid_result_t tcp_progress(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (!conn->is_send) return BRAID_SUCCESS;
+    BRAID_CHECK(failure(c));
+    if (atomic_load_explicit(&c->tail, memory_order_relaxed) ==
+        atomic_load_explicit(&c->head, memory_order_relaxed))
+        return BRAID_SUCCESS;
+    if (pthread_mutex_trylock(&c->mu)) return BRAID_SUCCESS;
+    braid_result_t res = braid_tcp_tx_push(c);
+    pthread_mutex_unlock(&c->mu);
+    return res;
+}
+
+static braid_result_t wait_recv(tcp_conn_t *c, uint64_t deadline_ns)
+{
+    BRAID_CHECK(failure(c));
+    BRAID_CHECK(rx_pump(c));
+    if (c->rhead != c->pos) return BRAID_SUCCESS;
+    uint64_t now = braid_now_ns();
+    if (now >= deadline_ns) return BRAID_SUCCESS;
+    uint64_t ns = deadline_ns - now;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    struct pollfd p[2] = {{.fd = c->sock[c->rhead % (uint32_t)c->nsocks].fd, .events = POLLIN},
+                          {.fd = c->st->wake_efd, .events = POLLIN}};
+    int n = ppoll(p, 2, &ts, NULL);
+    if (n > 0 && (p[1].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t r = read(c->st->wake_efd, &v, sizeof(v));
+        (void)r;
+    }
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
+{
+    BRAID_CHECK(tcp_progress(&c->base));
+    uint32_t seen = atomic_load_explicit(&c->ev, memory_order_acquire);
+    if (c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots)
+        return BRAID_SUCCESS;
+    BRAID_CHECK(failure(c));
+    uint64_t now = braid_now_ns();
+    if (now >= deadline_ns) return BRAID_SUCCESS;
+    uint64_t ns = deadline_ns - now;
+    if (ns > 100000000ull) ns = 100000000ull;
+    atomic_fetch_add_explicit(&c->waiters, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    int ready = c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots ||
+                atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (!ready) futex_wait_for(&c->ev, seen, ns);
+    atomic_fetch_sub_explicit(&c->waiters, 1, memory_order_relaxed);
+    /* Returns after any event: a wake-up may be an abort the engine must see. */
+    return failure(c);
+}
+
+static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    return dir == BRAID_WAIT_RECV ? wait_recv(c, deadline_ns) : wait_send(c, deadline_ns);
+}
+
+static void tcp_wake(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    bump_ev(c);
+    wake_engine(c->st);
+}
+
+static void tcp_fail(braid_conn_t *conn, braid_result_t code, const char *why)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    uint8_t frame[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
+    size_t len = strlen(why);
+    if (len > BRAID_TCP_ABORT_MAX) len = BRAID_TCP_ABORT_MAX;
+    braid_msg_hdr_t h = {.bytes = (uint32_t)len, .flags = BRAID_MSG_ABORT, .root = -1};
+    braid_tcp_hdr_pack(&h, code < 0 ? code : BRAID_ERR_REMOTE, frame);
+    memcpy(frame + BRAID_TCP_HDR_BYTES, why, len);
+    pthread_mutex_lock(&c->mu);
+    if (conn->is_send) {
+        if (!c->abort_set && !c->closed) {
+            memcpy(c->abort_frame, frame, BRAID_TCP_HDR_BYTES + len);
+            c->abort_len = BRAID_TCP_HDR_BYTES + len;
+            c->abort_idx = atomic_load_explicit(&c->head, memory_order_relaxed);
+            c->abort_set = 1;
+            braid_tcp_tx_push(c);
+        }
+    } else if (!c->abort_set && !c->closed && c->sock[0].fd >= 0) {
+        /* Backwards on the receive socket: nothing else is ever written there. */
+        c->abort_set = 1;
+        ssize_t n = send(c->sock[0].fd, frame, BRAID_TCP_HDR_BYTES + len,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n;
+    }
+    pthread_mutex_unlock(&c->mu);
+    tcp_wake(conn);
+}
+
+/* Finishes queued frames before the connection closes (the receiver still needs them), up to
+ * the communicator's timeout; skipped after a failure or an abort. */
+static void flush_sends(tcp_conn_t *c)
+{
+    struct braid_comm *comm = c->base.comm;
+    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    for (;;) {
+        if (atomic_load(&c->failed) || atomic_load(&comm->aborted) || atomic_load(&comm->error))
+            return;
+        pthread_mutex_lock(&c->mu);
+        braid_tcp_tx_push(c);
+        uint32_t head = atomic_load(&c->head);
+        int done = atomic_load(&c->tail) == head && (!c->abort_set || c->abort_done);
+        int fd = c->sock[atomic_load(&c->tail) % (uint32_t)c->nsocks].fd;
+        pthread_mutex_unlock(&c->mu);
+        if (done || fd < 0) return;
+        if (braid_now_ns() > deadline) {
+            braid_warn(NET, "tcp: closing the connection to %s with %u frame(s) unsent", c->desc,
+                       head - atomic_load(&c->tail));
+            return;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, 100);
+    }
+}
+
+static void tcp_close(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (!c) return;
+    if (conn->is_send) flush_sends(c);
+    tcp_state_t *st = c->st;
+    /* The progress thread holds tlock while it handles events, so after this it never
+     * touches the sockets; the memory is freed by comm_cleanup. */
+    pthread_mutex_lock(&st->tlock);
+    pthread_mutex_lock(&c->mu);
+    c->closed = 1;
+    for (int i = 0; i < c->nsocks; i++) {
+        tcp_sock_t *s = &c->sock[i];
+        braid_tcp_sock_unwatch(s);
+        if (s->fd >= 0) close(s->fd);
+        s->fd = -1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&st->tlock);
+}
+
+/* Defined in tcp_conn.c. */
+braid_result_t braid_tcp_recv_setup(struct braid_comm *comm, int peer, int channel,
+                                    braid_conn_t **conn_p, void *info, size_t *info_len_p);
+braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int channel,
+                                      const void *info, size_t info_len, braid_conn_t **conn_p);
+braid_result_t braid_tcp_recv_accept(braid_conn_t *conn);
+void braid_tcp_comm_cleanup(struct braid_comm *comm);
+
+const braid_transport_t braid_transport_tcp = {
+    .size = sizeof(braid_transport_t),
+    .name = "tcp",
+    .recv_setup = braid_tcp_recv_setup,
+    .send_connect = braid_tcp_send_connect,
+    .recv_accept = braid_tcp_recv_accept,
+    .send_get = tcp_send_get,
+    .send_post = tcp_send_post,
+    .recv_get = tcp_recv_get,
+    .recv_release = tcp_recv_release,
+    .progress = tcp_progress,
+    .wait = tcp_wait,
+    .wake = tcp_wake,
+    .fail = tcp_fail,
+    .close = tcp_close,
+    .comm_cleanup = braid_tcp_comm_cleanup,
+};

@@ -1,0 +1,185 @@
+/* TCP transport: internal state shared by tcp.c (data path), tcp_conn.c (setup, listener,
+ * progress thread) and tcp_wire.c (wire formats), and the wire parsers the fuzzer drives.
+ *
+ * Design (see tcp.c for the data path and tcp_conn.c for setup):
+ * - Every connection has a local FIFO of nslots slots, like shm's: the engine writes a send
+ *   slot in place and posts it; a receive slot is filled from the socket and read in place.
+ * - Frames: a 32-byte wire header (magic, bytes, seq, coll, dtype, op, flags, root, code,
+ *   count) followed by `bytes` of payload. Frame k of a connection travels on socket
+ *   k % nsocks (BRAID_NSOCKS_PERPEER sockets per connection), so every socket carries whole
+ *   frames in order and the receiver reads frame k from socket k % nsocks.
+ * - Sending: send_post writes straight to the socket from the engine's thread when the
+ *   socket has room (no thread hand-off at small sizes). What does not fit stays queued in the
+ *   slot and the socket is armed for EPOLLOUT in the per-communicator progress thread, which
+ *   finishes it even while the engine waits on something else or runs no collective at all.
+ *   A slot is free again once its frame is entirely in the kernel.
+ * - Receiving: only the engine's thread reads data sockets, on demand (recv_get / wait), so
+ *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket.
+ * - Failures travel as ABORT frames: forward on a send socket (after the frames already
+ *   posted), and backward on a receive socket (the sender never gets other data there; its
+ *   progress thread watches for it and for EOF).
+ * - The progress thread also owns the listener: it accepts, reads the hello {magic, version,
+ *   secret, rank, channel, socket index, nsocks}, checks the secret with braid_secret_cmp and
+ *   hands the socket to the matching receive connection; anything else is closed and logged. */
+#ifndef BRAID_TRANSPORT_TCP_H
+#define BRAID_TRANSPORT_TCP_H
+
+#include "core/bootstrap.h"
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+extern const braid_transport_t braid_transport_tcp;
+
+/* ---- wire formats (tcp_wire.c) ------------------------------------------------------------ */
+#define BRAID_TCP_HDR_BYTES 32
+#define BRAID_TCP_HELLO_BYTES 40
+#define BRAID_TCP_INFO_BYTES 40
+#define BRAID_TCP_ABORT_MAX 480 /* payload bytes of an ABORT frame (error text) */
+#define BRAID_TCP_MAX_SOCKS 8
+#define BRAID_TCP_BOUNCE 8192 /* receive bounce buffer per socket (headers, small payloads) */
+
+/* Packs a data frame header (code 0) or an ABORT frame header (hdr->flags has
+ * BRAID_MSG_ABORT, code < 0 is the sender's braid_result_t). */
+void braid_tcp_hdr_pack(const braid_msg_hdr_t *hdr, int32_t code,
+                        uint8_t out[BRAID_TCP_HDR_BYTES]);
+/* Parses and length-checks a frame header: a data frame may carry at most slot_size bytes,
+ * an ABORT frame at most BRAID_TCP_ABORT_MAX. BRAID_ERR_REMOTE with the reason otherwise. */
+braid_result_t braid_tcp_hdr_parse(const void *buf, size_t len, size_t slot_size,
+                                   braid_msg_hdr_t *hdr_p, int32_t *code_p);
+
+/* What a connecting rank presents on each data socket. */
+typedef struct {
+    uint8_t secret[BRAID_SECRET_BYTES];
+    int32_t rank, channel, sock, nsocks;
+} braid_tcp_hello_t;
+void braid_tcp_hello_pack(const braid_tcp_hello_t *h, uint8_t out[BRAID_TCP_HELLO_BYTES]);
+/* BRAID_ERR_AUTH for a bad magic or version, BRAID_ERR_INVALID_ARG for bad fields. The
+ * secret is not checked here. */
+braid_result_t braid_tcp_hello_parse(const void *buf, size_t len, braid_tcp_hello_t *h_p);
+
+/* The receiver's connection info blob (allgathered by the bootstrap). */
+typedef struct {
+    struct sockaddr_storage addr; /* listener address and port */
+    socklen_t addrlen;
+    uint32_t nsocks;
+    uint64_t slot_size;
+} braid_tcp_info_t;
+void braid_tcp_info_pack(const braid_tcp_info_t *info, uint8_t out[BRAID_TCP_INFO_BYTES]);
+braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_t *info_p);
+
+/* ---- internal state ----------------------------------------------------------------------- */
+enum { TCP_EV_LISTEN = 1, TCP_EV_EFD, TCP_EV_HELLO, TCP_EV_SEND };
+
+struct tcp_conn;
+struct tcp_state;
+
+typedef struct {
+    int kind; /* TCP_EV_SEND: first member, the epoll tag */
+    struct tcp_conn *conn;
+    int fd, idx;
+    /* Sender: next frame index this socket writes, bytes of it written, EPOLLOUT armed. */
+    uint32_t next;
+    size_t off;
+    int armed, in_epoll;
+    /* Receiver: bounce buffer for headers and small payloads, the frame being read. */
+    uint8_t *bb;
+    size_t bb_off, bb_len;
+    int have_hdr;
+    braid_msg_hdr_t hdr;
+    int32_t code;
+    size_t got;
+    /* Sender: bytes of an ABORT frame the receiver sent back. */
+    uint8_t rev[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
+    size_t rev_len;
+} tcp_sock_t;
+
+typedef struct tcp_conn {
+    braid_conn_t base;
+    struct tcp_state *st;
+    struct tcp_conn *next_conn; /* every connection of the communicator */
+    int nsocks;
+    tcp_sock_t sock[BRAID_TCP_MAX_SOCKS];
+    char desc[160]; /* "rank 3 (host h, 1.2.3.4:5)" */
+
+    uint32_t nslots;
+    char *slots; /* nslots * slot_size */
+    /* Sender: head = frames posted (engine), tail = frames entirely in the kernel. The mutex
+     * guards the sockets' write state; ev counts events a waiter sleeps on (tail moved,
+     * failure) with futex, waiters says someone sleeps. */
+    _Atomic uint32_t head, tail;
+    _Atomic uint32_t ev, waiters;
+    uint32_t pos;       /* engine: next slot to post (send) or to read (recv) */
+    uint32_t tail_seen; /* sender's cached tail */
+    pthread_mutex_t mu;
+    uint8_t (*whdr)[BRAID_TCP_HDR_BYTES]; /* sender: packed header of each slot */
+    uint32_t *wbytes;                     /* sender: payload bytes of each slot */
+    /* Sender after fail(): an ABORT frame sent as frame abort_idx, nothing after it. */
+    int abort_set, abort_done;
+    uint32_t abort_idx;
+    uint8_t abort_frame[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
+    size_t abort_len;
+    /* Receiver: headers of filled slots; frames received (rhead). */
+    braid_msg_hdr_t *rhdr;
+    uint32_t rhead;
+    char rx_text[BRAID_TCP_ABORT_MAX + 1]; /* receiver: text of an ABORT frame */
+    _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
+    /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
+    _Atomic int failed;
+    char fail_msg[600];
+    int closed;
+} tcp_conn_t;
+
+typedef struct tcp_pending {
+    int kind; /* TCP_EV_HELLO */
+    struct tcp_pending *next;
+    int fd;
+    uint8_t buf[BRAID_TCP_HELLO_BYTES];
+    size_t got;
+    uint64_t deadline_ns;
+    char from[64];
+} tcp_pending_t;
+
+typedef struct tcp_state {
+    struct braid_comm *comm;
+    int ep;                    /* the progress thread's epoll */
+    int efd;                   /* wakes the progress thread (stop) */
+    int wake_efd;              /* wakes the engine sleeping in ppoll (wake/fail) */
+    int listen_fd;             /* -1 until the first recv_setup */
+    struct sockaddr_storage laddr;
+    socklen_t laddrlen;
+    int nsocks;                /* BRAID_NSOCKS_PERPEER */
+    int tag_listen, tag_efd;   /* epoll tags */
+    pthread_t thread;
+    int thread_started;
+    _Atomic int stop;
+    pthread_mutex_t tlock; /* held by the progress thread while it handles events */
+    tcp_conn_t *conns;
+    tcp_pending_t *pending;
+    int npending;
+} tcp_state_t;
+
+/* tcp_conn.c */
+braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p);
+braid_result_t braid_tcp_listen(tcp_state_t *st);
+void braid_tcp_conn_describe(tcp_conn_t *c, const struct sockaddr_storage *addr);
+void braid_tcp_sock_options(int fd);
+
+/* tcp.c, used by the progress thread (c->mu held for tx_push). */
+braid_result_t braid_tcp_tx_push(tcp_conn_t *c);
+void braid_tcp_rev_read(tcp_sock_t *s);
+/* Records the connection's first failure and wakes its waiters. */
+void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void braid_tcp_sock_unwatch(tcp_sock_t *s);
+
+/* For tests: the address and port the communicator's data listener is bound to
+ * (BRAID_ERR_INVALID_USAGE if it has none). */
+braid_result_t braid_tcp_listen_addr(struct braid_comm *comm, struct sockaddr_storage *addr_p,
+                                     socklen_t *len_p);
+
+#endif

@@ -1,0 +1,520 @@
+/* The TCP transport with real processes on loopback (BRAID_TRANSPORT=tcp forces it; Criterion
+ * forks each test, so setenv stays local to the test): collective correctness for n = 2, 3,
+ * 4, 8, several channels and sockets per peer, IPv6, a SIGKILLed rank (BRAID_ERR_REMOTE naming
+ * it, promptly), a SIGSTOPped rank (BRAID_ERR_TIMEOUT naming it), abort from another thread,
+ * a malformed frame, connections with a wrong secret or garbage on the data port, and no fd or
+ * thread left after braid_comm_destroy. Inputs depend on (rank, index, seed); results are
+ * checked bit-exactly against tests/common/data.c. */
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "data.h"
+#include "mp.h"
+#include "transport/tcp.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n + 64);
+    if (!p) abort();
+    return p;
+}
+
+static void use_tcp(void)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+}
+
+/* ---- correctness ---------------------------------------------------------------------------- */
+
+static int check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt,
+                           braid_redop_t op, size_t count, int in_place, int seed)
+{
+    size_t es = braid_dtype_size(dt);
+    char *s = xmalloc(count * es), *rb = xmalloc(count * es);
+    char *r = in_place ? s : rb;
+    data_fill(s, dt, op, rank, 0, count, seed);
+    if (!in_place) memset(r, 0xAB, count * es);
+    char what[128];
+    snprintf(what, sizeof(what), "tcp allreduce n=%d %s %s count=%zu %s", n, braid_dtype_name(dt),
+             braid_op_name(op), count, in_place ? "in-place" : "oop");
+    braid_result_t res = braid_allreduce(s, r, count, dt, op, comm);
+    size_t bad = res ? count + 1 : data_check_reduced(r, dt, op, n, 0, count, seed, what);
+    free(s);
+    free(rb);
+    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
+    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
+    return 0;
+}
+
+/* Every dtype with sum, a few ops, counts 0, 1, small primes, 65537, and 8 MiB of floats. */
+static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t counts[] = {0, 1, 7, (size_t)n + 1, 1009, 65537};
+    braid_redop_t ops[] = {BRAID_SUM, BRAID_MAX, BRAID_PROD, BRAID_AVG};
+    int seed = 1;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+                if (check_allreduce(comm, rank, n, dt, ops[o], counts[ci], (int)(ci & 1), seed++))
+                    return 1;
+    if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 7)) return 1;
+    if (check_allreduce(comm, rank, n, BRAID_INT32, BRAID_MIN, (8u << 20) / 4 + 3, 1, 8)) return 1;
+    return 0;
+}
+
+static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t counts[] = {0, 1, 7, 4099, 300007};
+    braid_datatype_t dts[] = {BRAID_INT8, BRAID_FLOAT16, BRAID_FLOAT32, BRAID_UINT64};
+    int seed = 100;
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); di++, seed++) {
+            braid_datatype_t dt = dts[di];
+            size_t count = counts[ci], es = braid_dtype_size(dt);
+            char *in = xmalloc(count * (size_t)n * es), *out = xmalloc(count * (size_t)n * es);
+            char what[128];
+            int root = (int)(ci + di) % n;
+            data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
+            memset(out, 0xCD, count * es);
+            snprintf(what, sizeof(what), "tcp broadcast n=%d root=%d %s count=%zu", n, root,
+                     braid_dtype_name(dt), count);
+            MP_OK(rank, braid_broadcast(in, out, count, dt, root, comm));
+            MP_CHECK(rank, !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed, what),
+                     "%s", what);
+            data_fill(in, dt, BRAID_SUM, rank, 0, count * (size_t)n, seed);
+            snprintf(what, sizeof(what), "tcp reduce_scatter n=%d %s count=%zu", n,
+                     braid_dtype_name(dt), count);
+            MP_OK(rank, braid_reduce_scatter(in, out, count, dt, BRAID_SUM, comm));
+            MP_CHECK(rank,
+                     !data_check_reduced(out, dt, BRAID_SUM, n, (size_t)rank * count, count, seed,
+                                         what),
+                     "%s", what);
+            data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
+            snprintf(what, sizeof(what), "tcp allgather n=%d %s count=%zu", n,
+                     braid_dtype_name(dt), count);
+            MP_OK(rank, braid_allgather(in, out, count, dt, comm));
+            for (int b = 0; b < n; b++)
+                MP_CHECK(rank,
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
+                                          count, seed, what),
+                         "%s block %d", what, b);
+            free(in);
+            free(out);
+        }
+        MP_OK(rank, braid_barrier(comm));
+    }
+    return 0;
+}
+
+TestSuite(tcp, .timeout = 240);
+
+#define CORRECTNESS_TEST(N)                                                                        \
+    Test(tcp, allreduce_matrix_n##N)                                                               \
+    {                                                                                              \
+        use_tcp();                                                                                 \
+        cr_assert_eq(mp_run(N, allreduce_matrix, NULL, 200), 0, "some rank failed (see stderr)"); \
+    }                                                                                              \
+    Test(tcp, broadcast_reduce_scatter_allgather_n##N)                                             \
+    {                                                                                              \
+        use_tcp();                                                                                 \
+        cr_assert_eq(mp_run(N, rooted_and_ring, NULL, 200), 0, "some rank failed (see stderr)");  \
+    }
+CORRECTNESS_TEST(2)
+CORRECTNESS_TEST(3)
+CORRECTNESS_TEST(4)
+CORRECTNESS_TEST(8)
+
+static int channels_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
+        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, dt & 1, 9 + dt)) return 1;
+    if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 3)) return 1;
+    return rooted_and_ring(comm, rank, n, NULL);
+}
+
+Test(tcp, channels_and_two_sockets_per_peer)
+{
+    use_tcp();
+    setenv("BRAID_NCHANNELS", "3", 1);
+    setenv("BRAID_NSOCKS_PERPEER", "2", 1);
+    cr_assert_eq(mp_run(3, channels_fn, NULL, 200), 0, "3 channels, 2 sockets (see stderr)");
+    setenv("BRAID_NSOCKS_PERPEER", "4", 1);
+    setenv("BRAID_CHUNK_SIZE", "4K", 1);
+    setenv("BRAID_NSLOTS", "2", 1);
+    cr_assert_eq(mp_run(4, channels_fn, NULL, 200), 0, "4K chunks, 2 slots, 4 sockets");
+}
+
+/* ---- a second communicator made inside a test: IPv6, fd and thread leaks ---------------------- */
+
+/* The entries of a /proc directory as a bitmap of numbers (fds or thread ids below 1<<16). */
+typedef struct {
+    uint64_t bits[1024];
+} idset_t;
+
+static void list_dir(const char *path, idset_t *set)
+{
+    memset(set, 0, sizeof(*set));
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (e->d_name[0] != '.' && v >= 0 && v < 65536) set->bits[v / 64] |= 1ull << (v % 64);
+    }
+    closedir(d);
+}
+
+/* The first id in now that was not in before, or -1. */
+static long new_id(const idset_t *before, const idset_t *now)
+{
+    for (int i = 0; i < 1024; i++)
+        if (now->bits[i] & ~before->bits[i])
+            return i * 64L + __builtin_ctzll(now->bits[i] & ~before->bits[i]);
+    return -1;
+}
+
+/* Makes a unique id whose root listens on addr (rank 0) and hands it to every rank. */
+static int share_id(braid_comm_t comm, int rank, const char *addr, braid_unique_id_t *id)
+{
+    if (rank == 0) {
+        braid_boot_addr_t a;
+        memset(&a, 0, sizeof(a));
+        MP_OK(rank, braid_boot_parse_hostport(addr, 1, &a.addr, &a.addrlen));
+        ((struct sockaddr_in *)&a.addr)->sin_port = 0; /* any port (same offset in v6) */
+        MP_OK(rank, braid_boot_random_secret(a.secret));
+        MP_OK(rank, braid_boot_root_start(&a, 30));
+        braid_boot_id_encode(&a, id);
+    }
+    MP_OK(rank, braid_broadcast(id, id, sizeof(*id), BRAID_UINT8, 0, comm));
+    return 0;
+}
+
+static int second_comm(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const char *addr = arg;
+    braid_unique_id_t id;
+    static idset_t fds0, tasks0, fds1, tasks1;
+    list_dir("/proc/self/fd", &fds0);
+    list_dir("/proc/self/task", &tasks0);
+    if (share_id(comm, rank, addr, &id)) return 1;
+    braid_comm_t c2;
+    MP_OK(rank, braid_comm_init_rank(&c2, n, id, rank));
+    struct sockaddr_storage la;
+    socklen_t ll;
+    MP_OK(rank, braid_tcp_listen_addr(c2, &la, &ll));
+    char as[80];
+    braid_boot_addr_str(&la, as, sizeof(as));
+    int want = strchr(addr, '[') ? AF_INET6 : AF_INET;
+    MP_CHECK(rank, la.ss_family == want, "data listener on %s for a root at %s", as, addr);
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 2)
+        if (check_allreduce(c2, rank, n, dt, BRAID_SUM, 70001, 0, 31 + dt)) return 1;
+    MP_OK(rank, braid_comm_destroy(c2));
+    /* Everything of c2 is gone (rank 0's root service exits once every rank closed). */
+    for (int i = 0; i < 150; i++) {
+        list_dir("/proc/self/fd", &fds1);
+        list_dir("/proc/self/task", &tasks1);
+        if (!braid_boot_root_count() || (new_id(&fds0, &fds1) < 0 && new_id(&tasks0, &tasks1) < 0))
+            break;
+        usleep(20000);
+    }
+    long fd = new_id(&fds0, &fds1), task = new_id(&tasks0, &tasks1);
+    char link[64], target[256] = "";
+    snprintf(link, sizeof(link), "/proc/self/fd/%ld", fd);
+    if (fd >= 0 && readlink(link, target, sizeof(target) - 1) < 0) target[0] = '\0';
+    MP_CHECK(rank, fd < 0, "fd %ld (%s) is left after destroy", fd, target);
+    MP_CHECK(rank, task < 0, "thread %ld is left after destroy", task);
+    return 0;
+}
+
+Test(tcp, ipv6_loopback_and_no_fd_or_thread_left)
+{
+    use_tcp();
+    cr_assert_eq(mp_run(3, second_comm, "[::1]", 120), 0, "IPv6 (see stderr)");
+    cr_assert_eq(mp_run(2, second_comm, "127.0.0.1", 120), 0, "IPv4 (see stderr)");
+}
+
+/* ---- the data port rejects strangers ---------------------------------------------------------- */
+
+/* Connects to addr, sends len bytes, and says whether the listener closed the connection
+ * within 3 s (1) or not (0). */
+static int rejected(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
+                    size_t len)
+{
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)addr, alen) != 0) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    if (len && send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
+        close(fd);
+        return 1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int closed = 0;
+    if (poll(&p, 1, 3000) == 1) {
+        char c;
+        closed = recv(fd, &c, 1, 0) <= 0;
+    }
+    close(fd);
+    return closed;
+}
+
+static int strangers(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    struct sockaddr_storage la;
+    socklen_t ll;
+    MP_OK(rank, braid_tcp_listen_addr(comm, &la, &ll));
+    braid_tcp_hello_t h = {.rank = (rank + n - 1) % n, .channel = 0, .sock = 0, .nsocks = 1};
+    uint8_t hello[BRAID_TCP_HELLO_BYTES];
+    memset(h.secret, 0x5a, sizeof(h.secret));
+    braid_tcp_hello_pack(&h, hello);
+    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)), "a wrong secret was not rejected");
+    uint8_t junk[300];
+    for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (uint8_t)(i * 37 + (size_t)rank);
+    MP_CHECK(rank, rejected(&la, ll, junk, sizeof(junk)), "garbage was not rejected");
+    MP_CHECK(rank, rejected(&la, ll, junk, 0) || 1, "connect and close");
+    memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
+    braid_tcp_hello_pack(&h, hello);
+    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)),
+             "a second connection for an already connected channel was not rejected");
+    /* A half-sent hello sits until the listener times it out; the job goes on meanwhile. */
+    int half = socket(la.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    MP_CHECK(rank, half >= 0 && connect(half, (struct sockaddr *)&la, ll) == 0, "connect");
+    MP_CHECK(rank, send(half, hello, 10, MSG_NOSIGNAL) == 10, "send");
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
+        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 50021, 0, 77 + dt)) return 1;
+    close(half);
+    return 0;
+}
+
+Test(tcp, wrong_secret_and_garbage_on_the_data_port_are_rejected)
+{
+    use_tcp();
+    cr_assert_eq(mp_run(3, strangers, NULL, 60), 0, "see stderr");
+}
+
+/* ---- a malformed frame --------------------------------------------------------------------- */
+
+static int bad_frame(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    float x[4] = {1, 2, 3, 4};
+    if (rank == 0) {
+        /* A header announcing more bytes than a slot holds, straight on the data socket. */
+        tcp_conn_t *c = (tcp_conn_t *)comm->ring[0].send;
+        braid_msg_hdr_t h = {.bytes = (uint32_t)c->base.slot_size + 1, .seq = 1, .coll = 1,
+                             .dtype = BRAID_FLOAT32, .root = -1, .count = 4};
+        uint8_t w[BRAID_TCP_HDR_BYTES];
+        braid_tcp_hdr_pack(&h, 0, w);
+        MP_CHECK(rank, send(c->sock[0].fd, w, sizeof(w), MSG_NOSIGNAL) == sizeof(w), "send");
+    }
+    double t0 = now_s();
+    braid_result_t r = braid_allreduce(x, x, 4, BRAID_FLOAT32, BRAID_SUM, comm);
+    double dt = now_s() - t0;
+    fprintf(stderr, "rank %d: %s after %.3f s\n", rank, braid_last_error(), dt);
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE, "got %s: %s", braid_strerror(r), braid_last_error());
+    MP_CHECK(rank, strstr(braid_last_error(), "rank 0"), "message: %s", braid_last_error());
+    if (rank == 1)
+        MP_CHECK(rank, strstr(braid_last_error(), "exceeds the slot size"), "message: %s",
+                 braid_last_error());
+    MP_CHECK(rank, dt < 5, "took %.2f s", dt);
+    return 0;
+}
+
+Test(tcp, oversized_frame_header_is_a_remote_error)
+{
+    use_tcp();
+    setenv("BRAID_TIMEOUT", "10", 1);
+    cr_assert_eq(mp_run(2, bad_frame, NULL, 60), 0, "see stderr");
+}
+
+/* ---- faults: killed, stopped, aborted ------------------------------------------------------- */
+
+typedef struct {
+    _Atomic int iters[64];
+    int result[64];
+    double t_err[64];
+    char msg[64][400];
+} shared_t;
+
+static shared_t *shared_new(void)
+{
+    shared_t *s = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(s != MAP_FAILED);
+    memset(s, 0, sizeof(*s));
+    return s;
+}
+
+/* Allreduces of 1 MiB until one fails; records the error and when it came back. */
+static int loop_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    shared_t *sh = arg;
+    size_t count = 1 << 18;
+    float *buf = calloc(count, sizeof(float));
+    braid_result_t res = BRAID_SUCCESS;
+    for (int it = 0; it < 1000000 && res == BRAID_SUCCESS; it++) {
+        res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
+        atomic_fetch_add(&sh->iters[rank], 1);
+    }
+    sh->t_err[rank] = now_s();
+    sh->result[rank] = res;
+    snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", braid_last_error());
+    free(buf);
+    return 0;
+}
+
+static int wait_iters(shared_t *sh, int n, int iters, double timeout)
+{
+    double t0 = now_s();
+    for (;;) {
+        int ok = 1;
+        for (int r = 0; r < n; r++) ok &= atomic_load(&sh->iters[r]) >= iters;
+        if (ok) return 1;
+        if (now_s() - t0 > timeout) return 0;
+        usleep(10000);
+    }
+}
+
+Test(tcp, killed_rank_gives_remote_error_naming_it_promptly)
+{
+    use_tcp();
+    int ns[] = {2, 4};
+    for (size_t k = 0; k < 2; k++) {
+        int n = ns[k], victim = n == 2 ? 1 : 2;
+        shared_t *sh = shared_new();
+        mp_job_t job;
+        mp_start(&job, n, loop_fn, sh);
+        cr_assert(wait_iters(sh, n, 5, 60), "ranks did not get going");
+        double t_kill = now_s();
+        kill(job.pids[victim], SIGKILL);
+        mp_wait(&job, 60);
+        char name[16];
+        snprintf(name, sizeof(name), "rank %d", victim);
+        for (int r = 0; r < n; r++) {
+            if (r == victim) continue;
+            double dt = sh->t_err[r] - t_kill;
+            cr_log_info("n=%d rank %d: %s after %.3f s: %s", n, r,
+                        braid_strerror(sh->result[r]), dt, sh->msg[r]);
+            cr_assert(WIFEXITED(job.status[r]) && WEXITSTATUS(job.status[r]) == 0,
+                      "rank %d exited badly", r);
+            cr_assert_eq(sh->result[r], BRAID_ERR_REMOTE, "rank %d: %s", r, sh->msg[r]);
+            cr_assert(strstr(sh->msg[r], name), "rank %d's message does not name %s: %s", r,
+                      name, sh->msg[r]);
+            cr_assert(dt < 3.0, "rank %d took %.2f s to notice", r, dt);
+        }
+        munmap(sh, sizeof(*sh));
+    }
+}
+
+Test(tcp, stopped_rank_gives_timeout_naming_it)
+{
+    use_tcp();
+    setenv("BRAID_TIMEOUT", "2", 1);
+    int n = 3, victim = 1;
+    shared_t *sh = shared_new();
+    mp_job_t job;
+    mp_start(&job, n, loop_fn, sh);
+    cr_assert(wait_iters(sh, n, 5, 60), "ranks did not get going");
+    double t_stop = now_s();
+    kill(job.pids[victim], SIGSTOP);
+    for (int r = 0; r < n; r++)
+        if (r != victim) waitpid(job.pids[r], &job.status[r], 0);
+    kill(job.pids[victim], SIGKILL);
+    waitpid(job.pids[victim], &job.status[victim], 0);
+    for (int r = 0; r < n; r++) {
+        if (r == victim) continue;
+        double dt = sh->t_err[r] - t_stop;
+        cr_log_info("rank %d: %s after %.3f s: %s", r, braid_strerror(sh->result[r]), dt,
+                    sh->msg[r]);
+        cr_assert(sh->result[r] == BRAID_ERR_TIMEOUT || sh->result[r] == BRAID_ERR_REMOTE,
+                  "rank %d: %s", r, sh->msg[r]);
+        cr_assert(dt > 1.0 && dt < 6.0, "rank %d took %.2f s", r, dt);
+    }
+    /* The rank that receives from the stopped one times out naming it; the others time out
+     * naming the rank they wait on, or hear of a peer's failure. */
+    cr_assert_eq(sh->result[2], BRAID_ERR_TIMEOUT, "rank 2: %s", sh->msg[2]);
+    cr_assert(strstr(sh->msg[2], "rank 1"), "rank 2: %s", sh->msg[2]);
+    munmap(sh, sizeof(*sh));
+}
+
+typedef struct {
+    braid_comm_t comm;
+    double delay;
+} aborter_t;
+
+static void *aborter(void *arg)
+{
+    aborter_t *a = arg;
+    usleep((useconds_t)(a->delay * 1e6));
+    braid_comm_abort(a->comm);
+    return NULL;
+}
+
+/* Rank 0 aborts from a second thread while its main thread is blocked (mode 0: rank 1 is
+ * late; mode 1: data is flowing in big allreduces). */
+static int abort_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    int mode = *(int *)arg;
+    size_t count = mode ? (8u << 20) / 4 : 1024;
+    float *buf = calloc(count, sizeof(float));
+    pthread_t t;
+    aborter_t a = {comm, 0.4};
+    if (rank == 0) pthread_create(&t, NULL, aborter, &a);
+    if (rank == 1 && mode == 0) usleep(1500 * 1000);
+    double t0 = now_s();
+    braid_result_t res = BRAID_SUCCESS;
+    for (int i = 0; i < 100000 && res == BRAID_SUCCESS; i++)
+        res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
+    double dt = now_s() - t0;
+    if (rank == 0) pthread_join(t, NULL);
+    free(buf);
+    fprintf(stderr, "abort mode %d rank %d: %s after %.3f s: %s\n", mode, rank,
+            braid_strerror(res), dt, braid_last_error());
+    if (rank == 0) {
+        MP_CHECK(rank, res == BRAID_ERR_ABORTED, "got %s", braid_strerror(res));
+        MP_CHECK(rank, dt < 1.5, "abort took %.2f s", dt);
+    } else {
+        MP_CHECK(rank, res == BRAID_ERR_REMOTE, "got %s: %s", braid_strerror(res),
+                 braid_last_error());
+        MP_CHECK(rank, strstr(braid_last_error(), "rank 0"), "message: %s", braid_last_error());
+        MP_CHECK(rank, dt < (mode ? 2.0 : 1.5 + 2.0), "took %.2f s", dt);
+    }
+    return 0;
+}
+
+Test(tcp, abort_from_another_thread_unblocks_promptly)
+{
+    use_tcp();
+    int mode0 = 0, mode1 = 1;
+    cr_assert_eq(mp_run(2, abort_fn, &mode0, 60), 0, "blocked waiting (see stderr)");
+    cr_assert_eq(mp_run(2, abort_fn, &mode1, 60), 0, "data flowing (see stderr)");
+}
