@@ -237,8 +237,7 @@ static int second_comm(braid_comm_t comm, int rank, int n, void *arg)
     for (int i = 0; i < 150; i++) {
         list_dir("/proc/self/fd", &fds1);
         list_dir("/proc/self/task", &tasks1);
-        if (!braid_boot_root_count() || (new_id(&fds0, &fds1) < 0 && new_id(&tasks0, &tasks1) < 0))
-            break;
+        if (new_id(&fds0, &fds1) < 0 && new_id(&tasks0, &tasks1) < 0) break;
         usleep(20000);
     }
     long fd = new_id(&fds0, &fds1), task = new_id(&tasks0, &tasks1);
