@@ -19,6 +19,8 @@ BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   build-asan/bin/braid_tests --jobs "$jobs" 2>&1 | tail -n 40 || status=1
+echo "== install smoke (pkg-config, find_package)"
+bash tests/install_smoke.sh || status=1
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh; do
   if [ -x "$extra" ] || [ -f "$extra" ]; then
     echo "== $extra"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs build/ into a temporary prefix and builds examples/allreduce.c against it twice:
+# with pkg-config (braid.pc) and with CMake's find_package(braid); runs it on 2 ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install build --prefix "$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+cc -Wall -Wextra -o "$prefix/ex_pc" examples/allreduce.c $(pkg-config --cflags --libs braid) \
+  -Wl,-rpath,"$prefix/lib"
+mkdir -p "$prefix/proj"
+cat >"$prefix/proj/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.25)
+project(ex C)
+find_package(braid REQUIRED)
+add_executable(ex_cmake $PWD/examples/allreduce.c)
+target_link_libraries(ex_cmake PRIVATE braid::braid)
+CM
+cmake -S "$prefix/proj" -B "$prefix/proj/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$prefix/proj/b" >/dev/null
+"$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
+LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
+echo "install smoke: pkg-config and find_package builds ran"
