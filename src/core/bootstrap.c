@@ -128,7 +128,8 @@ struct braid_bootstrap {
     uint32_t seq;       /* collectives completed */
     braid_result_t err; /* sticky */
     char errmsg[512];
-    int quiet; /* braid_boot_report_error: leave the caller's last-error message alone */
+    int quiet;  /* braid_boot_report_error: leave the caller's last-error message alone */
+    int joined; /* the root acknowledged the hello */
     char root[96];
 };
 
@@ -184,6 +185,12 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
 
 static braid_result_t root_closed(braid_bootstrap_t *bs)
 {
+    if (!bs->joined)
+        return fail(bs, BRAID_ERR_REMOTE,
+                    "bootstrap root %s closed the connection before all ranks joined (the root "
+                    "drops a hello with a wrong job secret or from another braid version; see "
+                    "its log)",
+                    bs->root);
     return fail(bs, BRAID_ERR_REMOTE, "bootstrap root %s closed the connection", bs->root);
 }
 
@@ -396,6 +403,7 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     char what[64];
     snprintf(what, sizeof(what), "all %d ranks to join", nranks);
     BRAID_CHECK_GOTO(recv_reply(bs, BOOT_MSG_ACK, 0, NULL, deadline, what), res, out);
+    bs->joined = 1;
     braid_debug(BOOT, "rank %d of %d joined the bootstrap at %s", rank, nranks, bs->root);
     *bs_p = bs;
     return BRAID_SUCCESS;

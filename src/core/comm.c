@@ -155,6 +155,44 @@ void braid_host_id(char out[BRAID_HOST_ID_BYTES])
     snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
 }
 
+/* ---- roots hosted by this process --------------------------------------------------------
+ * braid_get_unique_id starts a root service; the communicator created from that id in this
+ * process adopts it, so destroy can wait until the service delivered its last replies. */
+typedef struct hosted_root {
+    uint8_t secret[BRAID_SECRET_BYTES];
+    braid_boot_root_t *root;
+    struct hosted_root *next;
+} hosted_root_t;
+static hosted_root_t *hosted;
+
+static void hosted_add(const uint8_t *secret, braid_boot_root_t *root)
+{
+    hosted_root_t *h = calloc(1, sizeof(*h));
+    if (!h) return; /* the service still runs; destroy just will not wait for it */
+    memcpy(h->secret, secret, BRAID_SECRET_BYTES);
+    h->root = root;
+    pthread_mutex_lock(&reg_lock);
+    h->next = hosted;
+    hosted = h;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static braid_boot_root_t *hosted_take(const uint8_t *secret)
+{
+    braid_boot_root_t *root = NULL;
+    pthread_mutex_lock(&reg_lock);
+    for (hosted_root_t **p = &hosted; *p; p = &(*p)->next)
+        if (!braid_secret_cmp((*p)->secret, secret)) {
+            hosted_root_t *h = *p;
+            *p = h->next;
+            root = h->root;
+            free(h);
+            break;
+        }
+    pthread_mutex_unlock(&reg_lock);
+    return root;
+}
+
 /* ---- unique id -------------------------------------------------------------------------- */
 braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
 {
@@ -166,7 +204,9 @@ braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
     BRAID_CHECK(braid_boot_random_secret(a.secret));
     double timeout;
     BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
-    BRAID_CHECK(braid_boot_root_start(&a, timeout));
+    braid_boot_root_t *root;
+    BRAID_CHECK(braid_boot_root_start_handle(&a, timeout, &root));
+    hosted_add(a.secret, root);
     braid_boot_id_encode(&a, id_p);
     return BRAID_SUCCESS;
 }
@@ -305,7 +345,18 @@ static void comm_free(struct braid_comm *c)
 {
     close_rings(c);
     braid_transport_comm_cleanup(c);
+    int joined = c->boot != NULL;
     if (c->boot) braid_boot_close(c->boot);
+    /* The root service must deliver its last replies before this process may exit (no wait
+     * if this rank never joined: then it has nothing to deliver for us). Keep the caller's
+     * error message. */
+    if (c->root) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", braid_last_error());
+        if (braid_boot_root_wait(c->root, joined ? 5.0 : 0.0) != BRAID_SUCCESS && joined)
+            braid_warn(BOOT, "bootstrap root service did not settle within 5 s");
+        braid_restore_error(saved);
+    }
     free(c->peers);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->q_lock);
@@ -315,11 +366,15 @@ static void comm_free(struct braid_comm *c)
 }
 
 static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
-                                int rank)
+                                int rank, braid_boot_root_t *hosted_root)
 {
     braid_result_t res;
     struct braid_comm *c = calloc(1, sizeof(*c));
-    if (!c) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a communicator");
+    if (!c) {
+        if (hosted_root) braid_boot_root_wait(hosted_root, 0.1);
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a communicator");
+    }
+    c->root = hosted_root;
     c->magic = BRAID_COMM_MAGIC;
     c->rank = rank;
     c->boot_addr = *root;
@@ -373,7 +428,7 @@ braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks, braid_uniq
                                nranks);
     braid_boot_addr_t root;
     BRAID_CHECK(braid_boot_id_decode(&id, &root));
-    return comm_init(comm_p, nranks, &root, rank);
+    return comm_init(comm_p, nranks, &root, rank, hosted_take(root.secret));
 }
 
 braid_result_t braid_comm_init_env(braid_comm_t *comm_p)
@@ -383,13 +438,14 @@ braid_result_t braid_comm_init_env(braid_comm_t *comm_p)
     int rank, nranks, is_root;
     braid_boot_addr_t root;
     BRAID_CHECK(braid_boot_env_resolve(&rank, &nranks, &root, &is_root));
+    braid_boot_root_t *hosted_root = NULL;
     if (is_root) {
         double timeout;
         BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
         braid_boot_addr_t listen = root;
-        BRAID_CHECK(braid_boot_root_start(&listen, timeout));
+        BRAID_CHECK(braid_boot_root_start_handle(&listen, timeout, &hosted_root));
     }
-    return comm_init(comm_p, nranks, &root, rank);
+    return comm_init(comm_p, nranks, &root, rank, hosted_root);
 }
 
 braid_result_t braid_comm_abort(braid_comm_t comm)

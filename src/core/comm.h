@@ -61,6 +61,7 @@ struct braid_comm {
     uint64_t magic;
     int rank, nranks;
     braid_bootstrap_t *boot;
+    braid_boot_root_t *root; /* the bootstrap root service this process hosts, if any */
     braid_peer_info_t *peers; /* nranks entries */
     int local_nranks;         /* ranks on this host */
     int ncpus;                /* cores this process may run on */

@@ -39,6 +39,9 @@ typedef struct {
     char *out;
 } run_t;
 
+/* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
+#define SUB_BLOCK 8192
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -102,12 +105,20 @@ static void apply(run_t *r, chan_state_t *cs)
     case BRAID_PRIM_RECV_REDUCE_SEND: braid_reduce_pair(dt, op, S, R, in, s->count); break;
     case BRAID_PRIM_RECV_REDUCE_COPY: braid_reduce_pair_final(dt, op, out, R, in, s->count, n); break;
     case BRAID_PRIM_RECV_REDUCE_COPY_SEND:
-        braid_reduce_pair_final(dt, op, out, R, in, s->count, n);
-        copy_bytes(S, out, bytes);
+        /* Two outputs: reduce a sub-block into out, then copy it to the slot while it is
+         * still in L1, so the second output costs no memory read. */
+        for (size_t o = 0; o < bytes; o += SUB_BLOCK) {
+            size_t b = bytes - o < SUB_BLOCK ? bytes - o : SUB_BLOCK;
+            braid_reduce_pair_final(dt, op, out + o, (const char *)R + o, in + o, b / r->es, n);
+            copy_bytes((char *)S + o, out + o, b);
+        }
         break;
     case BRAID_PRIM_RECV_COPY_SEND:
-        copy_bytes(out, R, bytes);
-        copy_bytes(S, R, bytes);
+        for (size_t o = 0; o < bytes; o += SUB_BLOCK) {
+            size_t b = bytes - o < SUB_BLOCK ? bytes - o : SUB_BLOCK;
+            copy_bytes(out + o, (const char *)R + o, b);
+            copy_bytes((char *)S + o, out + o, b);
+        }
         break;
     default: break;
     }

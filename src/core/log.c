@@ -122,6 +122,11 @@ braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
     return res;
 }
 
+void braid_restore_error(const char *msg)
+{
+    snprintf(last_error, sizeof(last_error), "%s", msg);
+}
+
 void braid_clear_error(void)
 {
     last_error[0] = '\0';

@@ -51,6 +51,8 @@ void braid_log_msg(braid_log_level_t level, braid_subsys_t subsys, const char *f
 braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void braid_clear_error(void);
+/* Puts back a message saved from braid_last_error() (no logging). */
+void braid_restore_error(const char *msg);
 
 /* Call trail: on failure, log "file:line -> error" at DEBUG and return it. */
 #define BRAID_CHECK(call)                                                                          \

@@ -181,6 +181,10 @@ braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_
     memset(&in, 0, sizeof(in));
     unsigned fam = get16(b + 4), port = get16(b + 6);
     if (fam == 4) {
+        for (int i = 12; i < 28; i++)
+            if (b[i])
+                return braid_set_error(BRAID_ERR_INTERNAL,
+                                       "tcp: IPv4 connection info with non-zero padding");
         struct sockaddr_in *a = (struct sockaddr_in *)&in.addr;
         a->sin_family = AF_INET;
         a->sin_port = htons((uint16_t)port);
