@@ -243,6 +243,8 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                c->nslots);
     BRAID_CHECK(braid_param_int("SPIN_US", &v));
     c->spin_us = (int)v;
+    BRAID_CHECK(braid_param_int("YIELD_US", &v));
+    c->yield_us = (int)v;
     const char *algo = braid_param_str("ALGO");
     if (*algo && strcasecmp(algo, "ring"))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
@@ -400,7 +402,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, &me, c->peers, sizeof(me)), res, fail);
     for (int i = 0; i < nranks; i++) c->local_nranks += !strcmp(c->peers[i].host, me.host);
     c->ncpus = count_cpus();
-    if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 2 : 50;
+    if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 1 : 5;
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);

@@ -72,6 +72,7 @@ struct braid_comm {
     size_t chunk_bytes;
     int nslots;
     int spin_us;
+    int yield_us; /* then sched_yield() for this long before sleeping */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];

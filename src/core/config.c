@@ -21,6 +21,8 @@ static const braid_param_t params[] = {
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
     {"SPIN_US", "0", BRAID_PARAM_INT,
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},
+    {"YIELD_US", "2000", BRAID_PARAM_INT,
+     "after spinning, microseconds to call sched_yield() before sleeping in a wait"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel"},

@@ -195,6 +195,7 @@ braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *
         remaining += !cs[c].done;
     }
     uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
+    uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
     uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
     uint64_t idle_since = 0;
     while (remaining) {
@@ -235,6 +236,12 @@ braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *
         if (!idle_since) idle_since = now;
         if (now - idle_since < spin_ns) {
             for (int i = 0; i < 16; i++) cpu_relax();
+            continue;
+        }
+        /* Then yield: a peer that needs this core (more ranks than cores) runs at once, and
+         * the ring moves at context-switch speed instead of futex wake-up speed. */
+        if (now - idle_since < spin_ns + yield_ns) {
+            sched_yield();
             continue;
         }
         if (now - idle_since > timeout_ns)

@@ -30,8 +30,10 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -433,11 +435,37 @@ static braid_result_t tcp_progress(braid_conn_t *conn)
     return BRAID_SUCCESS;
 }
 
+/* Whether the slot the engine waits for is there (or the connection failed). */
+static int wait_ready(tcp_conn_t *c, braid_wait_dir_t dir)
+{
+    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return 1;
+    if (dir == BRAID_WAIT_RECV) return c->rhead != c->pos;
+    return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots;
+}
+
+/* Moves data for the waiter without sleeping: reads the next frame, or pushes queued
+ * frames (when the progress thread does not hold the connection). */
+static braid_result_t wait_poke(tcp_conn_t *c, braid_wait_dir_t dir)
+{
+    if (dir == BRAID_WAIT_RECV) return rx_pump(c);
+    return tcp_progress(&c->base);
+}
+
+/* Before sleeping, wait() polls with sched_yield for up to this long: a wake-up from ppoll or
+ * futex costs tens of microseconds on a virtual machine, and when ranks outnumber cores the
+ * yield hands the core to the rank that will produce the data. */
+static uint64_t yield_ns(void)
+{
+    static int us = -1;
+    if (us < 0) {
+        const char *e = getenv("TCPX_YIELD_US");
+        us = e ? atoi(e) : 200;
+    }
+    return (uint64_t)us * 1000ull;
+}
+
 static braid_result_t wait_recv(tcp_conn_t *c, uint64_t deadline_ns)
 {
-    BRAID_CHECK(failure(c));
-    BRAID_CHECK(rx_pump(c));
-    if (c->rhead != c->pos) return BRAID_SUCCESS;
     uint64_t now = braid_now_ns();
     if (now >= deadline_ns) return BRAID_SUCCESS;
     uint64_t ns = deadline_ns - now;
@@ -456,29 +484,37 @@ static braid_result_t wait_recv(tcp_conn_t *c, uint64_t deadline_ns)
 
 static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
 {
-    BRAID_CHECK(tcp_progress(&c->base));
     uint32_t seen = atomic_load_explicit(&c->ev, memory_order_acquire);
-    if (c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots)
-        return BRAID_SUCCESS;
-    BRAID_CHECK(failure(c));
+    if (wait_ready(c, BRAID_WAIT_SEND)) return BRAID_SUCCESS;
     uint64_t now = braid_now_ns();
     if (now >= deadline_ns) return BRAID_SUCCESS;
     uint64_t ns = deadline_ns - now;
     if (ns > 100000000ull) ns = 100000000ull;
     atomic_fetch_add_explicit(&c->waiters, 1, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
-    int ready = c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots ||
-                atomic_load_explicit(&c->failed, memory_order_acquire);
-    if (!ready) futex_wait_for(&c->ev, seen, ns);
+    if (!wait_ready(c, BRAID_WAIT_SEND)) futex_wait_for(&c->ev, seen, ns);
     atomic_fetch_sub_explicit(&c->waiters, 1, memory_order_relaxed);
-    /* Returns after any event: a wake-up may be an abort the engine must see. */
-    return failure(c);
+    return BRAID_SUCCESS;
 }
 
 static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
-    return dir == BRAID_WAIT_RECV ? wait_recv(c, deadline_ns) : wait_send(c, deadline_ns);
+    BRAID_CHECK(failure(c));
+    BRAID_CHECK(wait_poke(c, dir));
+    if (wait_ready(c, dir)) return failure(c);
+    uint64_t now = braid_now_ns(), yend = now + yield_ns();
+    if (yend > deadline_ns) yend = deadline_ns;
+    while (now < yend && !atomic_load_explicit(&conn->comm->aborted, memory_order_relaxed)) {
+        sched_yield();
+        BRAID_CHECK(wait_poke(c, dir));
+        if (wait_ready(c, dir)) return failure(c);
+        now = braid_now_ns();
+    }
+    if (dir == BRAID_WAIT_RECV) BRAID_CHECK(wait_recv(c, deadline_ns));
+    else BRAID_CHECK(wait_send(c, deadline_ns));
+    /* Returns after any event: a wake-up may be an abort the engine must see. */
+    return failure(c);
 }
 
 static void tcp_wake(braid_conn_t *conn)

@@ -104,6 +104,12 @@ void braid_tcp_sock_options(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const char *e = getenv("TCPX_BUF");
+    if (e) {
+        int b = atoi(e);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+    }
 }
 
 /* The address to listen on (port 0). */
@@ -139,6 +145,7 @@ braid_result_t braid_tcp_listen(tcp_state_t *st)
     braid_boot_addr_str(&a, as, sizeof(as));
     int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return braid_set_error(BRAID_ERR_SYSTEM, "tcp: socket for %s: %m", as);
+    braid_tcp_sock_options(fd);
     if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 512) != 0) {
         braid_result_t r = braid_set_error(BRAID_ERR_SYSTEM, "tcp: cannot listen on %s: %m", as);
         close(fd);

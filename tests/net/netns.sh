@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Runs a braid job on several "hosts" made of network namespaces on this machine (needs root).
+#
+#   tests/net/netns.sh [options] -- prog [args...]
+#
+#   --hosts N          hosts (network namespaces), 2..4 (default 2)
+#   --ranks-per-host K ranks per host (default 2): rank = host * K + local index
+#   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
+#   --drop P           drop P percent of the packets each host receives from the others
+#                      (nft numgen random), e.g. 1% or 0.5
+#   --victim R         rank R is expected to die by a signal (not a failure of the job)
+#   --timeout S        kill the job after S seconds (default 120); exit 124
+#   --keep-logs DIR    write rank.R.out / rank.R.err there (default: a temporary directory,
+#                      removed at exit; rank 0's output and a failed rank's stderr are printed)
+#   -x VAR=VALUE       set VAR in every rank's environment (repeatable)
+#
+# Layout: namespaces braidtest-<pid>-h0..h<N-1> (the hosts) and braidtest-<pid>-br, which
+# holds a bridge; each host has eth0 (a veth whose peer is a bridge port) with address
+# 198.18.0.<i+1>/24 and its own loopback. Only 198.18.0.0/15 (RFC 2544 benchmarking) is used.
+# Every rank gets BRAID_RANK, BRAID_NRANKS, BRAID_LOCAL_RANK, BRAID_ROOT=198.18.0.1:<port> (on
+# host 0) and a random BRAID_SECRET, and runs under `ip netns exec`. braid's host identity
+# includes the network namespace, so ranks on one host use shm and ranks on different hosts
+# use TCP. Everything is removed at exit (also on failure, timeout, SIGINT/SIGTERM).
+#
+# Exit status: 0 if every rank exited 0 (the victim excepted), else the first failing rank's
+# status (128+signal when killed), 124 on timeout, 2 on bad usage, 3 on setup failure.
+set -uo pipefail
+
+hosts=2 rph=2 rate="" drop="" victim=-1 timeout=120 logs="" extra_env=()
+usage() {
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case $1 in
+    --hosts) hosts=$2; shift 2 ;;
+    --ranks-per-host) rph=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --drop) drop=${2%\%}; shift 2 ;;
+    --victim) victim=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    --keep-logs) logs=$2; shift 2 ;;
+    -x) extra_env+=("$2"); shift 2 ;;
+    --) shift; break ;;
+    -h | --help) usage ;;
+    *) echo "netns.sh: unknown option $1" >&2; usage ;;
+    esac
+done
+[ $# -gt 0 ] || usage
+[[ $hosts =~ ^[2-4]$ ]] || { echo "netns.sh: --hosts must be 2..4" >&2; exit 2; }
+[[ $rph =~ ^[1-8]$ ]] || { echo "netns.sh: --ranks-per-host must be 1..8" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "netns.sh: needs root (network namespaces)" >&2; exit 2; }
+
+prefix="braidtest-$$"
+br="$prefix-br"
+nranks=$((hosts * rph))
+pids=()
+tmp_logs=""
+if [ -z "$logs" ]; then
+    logs=$(mktemp -d /tmp/braid-netns.XXXXXX)
+    tmp_logs=$logs
+fi
+mkdir -p "$logs"
+
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do { wait "$p"; } 2>/dev/null; done
+    for ((h = 0; h < hosts; h++)); do ip netns del "$prefix-h$h" 2>/dev/null; done
+    ip netns del "$br" 2>/dev/null
+    [ -n "$tmp_logs" ] && rm -rf "$tmp_logs"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+setup() {
+    set -e
+    ip netns add "$br"
+    ip -n "$br" link add br0 type bridge
+    ip -n "$br" link set br0 up
+    ip -n "$br" link set lo up
+    for ((h = 0; h < hosts; h++)); do
+        local ns="$prefix-h$h"
+        ip netns add "$ns"
+        ip -n "$br" link add "h$h" type veth peer name eth0 netns "$ns"
+        ip -n "$br" link set "h$h" master br0 up
+        ip -n "$ns" link set lo up
+        ip -n "$ns" addr add "198.18.0.$((h + 1))/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        if [ -n "$rate" ]; then
+            # Both directions of the host's link: its egress and the bridge port's egress.
+            tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 100ms
+            tc -n "$br" qdisc add dev "h$h" root tbf rate "$rate" burst 1mb latency 100ms
+        fi
+        if [ -n "$drop" ]; then
+            # Drop probability in units of 1/10000 (accepts 1, 1%, 0.5).
+            local per10k
+            per10k=$(awk -v p="$drop" 'BEGIN { printf "%d", p * 100 + 0.5 }')
+            ip netns exec "$ns" nft -f - <<EOF
+table inet braidtest {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iifname "eth0" ip saddr 198.18.0.0/15 numgen random mod 10000 < $per10k drop
+    }
+}
+EOF
+        fi
+    done
+    # (No STP on the bridge: ports forward at once; the bootstrap retries its connect.)
+    set +e
+}
+if ! (setup); then
+    echo "netns.sh: setting up the namespaces failed" >&2
+    exit 3
+fi
+
+port=$((20000 + $$ % 20000))
+secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+start=$(date +%s)
+for ((r = 0; r < nranks; r++)); do
+    h=$((r / rph))
+    env_args=(BRAID_RANK=$r BRAID_NRANKS=$nranks BRAID_LOCAL_RANK=$((r % rph))
+        BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret "${extra_env[@]}")
+    ip netns exec "$prefix-h$h" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
+        2>"$logs/rank.$r.err" &
+    pids+=($!)
+done
+
+# Wait for every rank, with the timeout.
+status=0
+declare -A done_rank
+left=$nranks
+while [ "$left" -gt 0 ]; do
+    for ((r = 0; r < nranks; r++)); do
+        [ -n "${done_rank[$r]:-}" ] && continue
+        if ! kill -0 "${pids[$r]}" 2>/dev/null; then
+            { wait "${pids[$r]}"; } 2>/dev/null
+            st=$?
+            done_rank[$r]=$st
+            left=$((left - 1))
+            if [ "$st" -ne 0 ] && [ "$r" -ne "$victim" ] && [ "$status" -eq 0 ]; then
+                status=$st
+                echo "netns.sh: rank $r (host $((r / rph))) exited with status $st" >&2
+                tail -n 20 "$logs/rank.$r.err" | sed "s/^/[$r] /" >&2
+            fi
+            if [ "$r" -eq "$victim" ] && [ "$st" -lt 128 ]; then
+                echo "netns.sh: victim rank $r was not killed (status $st)" >&2
+                [ "$status" -eq 0 ] && status=1
+            fi
+        fi
+    done
+    if [ "$left" -gt 0 ]; then
+        if [ $(($(date +%s) - start)) -ge "$timeout" ]; then
+            echo "netns.sh: timeout after $timeout s; killing the job" >&2
+            for ((r = 0; r < nranks; r++)); do
+                [ -z "${done_rank[$r]:-}" ] && tail -n 5 "$logs/rank.$r.err" | sed "s/^/[$r] /" >&2
+            done
+            exit 124
+        fi
+        sleep 0.05
+    fi
+done
+cat "$logs/rank.0.out"
+[ -s "$logs/rank.0.err" ] && sed 's/^/[0] /' "$logs/rank.0.err" >&2
+exit $status

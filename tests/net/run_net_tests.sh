@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Multi-host tests: collectives over network namespaces acting as hosts (tests/net/netns.sh),
+# ranks 2 per host, so every job mixes shm (within a host) and TCP (between hosts). Cases:
+# plain links, 1% packet drop, a 1 gbit rate limit, both with 2 channels and 2 sockets per
+# peer, 4 hosts, and a SIGKILLed rank whose peers must report it. Results are checked by
+# perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
+#
+#   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
+#
+# The last line is "net: N passed, N failed"; the exit status is non-zero if any case failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-${BRAID_BUILD:-build}}
+net=tests/net/netns.sh
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "net: needs root (network namespaces); skipped"
+    echo "net: 0 passed, 0 failed"
+    exit 0
+fi
+lib="$build/lib"
+if [ ! -e "$lib/libbraid.so" ]; then
+    echo "net: $lib/libbraid.so missing (cmake --build $build)" >&2
+    echo "net: 0 passed, 1 failed"
+    exit 1
+fi
+work=$(mktemp -d /tmp/braid-net.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+check="$work/net_check"
+if ! ${CC:-cc} -O2 -Wall -Wextra -I include tests/net/net_check.c -L "$lib" -lbraid \
+    -Wl,-rpath,"$(cd "$lib" && pwd)" -o "$check"; then
+    echo "net: building net_check failed" >&2
+    echo "net: 0 passed, 1 failed"
+    exit 1
+fi
+perf="$build/bin/all_reduce_perf"
+[ -x "$perf" ] || perf=""
+
+passed=0 failed=0
+run() { # name, then netns.sh arguments
+    local name=$1 t0 t1 rc
+    shift
+    t0=$(date +%s.%N)
+    "$net" --timeout 60 "$@" >"$work/out" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1))
+        printf "[PASS] %-44s %5.1f s\n" "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    else
+        failed=$((failed + 1))
+        printf "[FAIL] %-44s (status %d)\n" "$name" $rc
+        tail -n 25 "$work/out" | sed 's/^/    /'
+    fi
+}
+perf_args=(-b 8 -e 8M -f 8 -n 3 -w 1 -c 1 -d all)
+
+run "2 hosts: collectives" --hosts 2 -- "$check" coll
+[ -n "$perf" ] && run "2 hosts: all_reduce_perf, every dtype" --hosts 2 -- "$perf" "${perf_args[@]}"
+run "4 hosts: collectives" --hosts 4 -- "$check" coll
+run "2 hosts, 1% drop: collectives" --hosts 2 --drop 1% -- "$check" coll
+[ -n "$perf" ] && run "2 hosts, 1% drop: all_reduce_perf" --hosts 2 --drop 1% -- "$perf" \
+    -b 1M -e 16M -f 4 -n 3 -w 1 -c 1
+run "3 hosts, 1gbit: collectives" --hosts 3 --rate 1gbit -- "$check" coll
+[ -n "$perf" ] && run "3 hosts, 1gbit: all_reduce_perf" --hosts 3 --rate 1gbit -- "$perf" \
+    -b 8 -e 16M -f 16 -n 3 -w 1 -c 1
+run "2 hosts, 1gbit + 1% drop, 2 ch x 2 sockets" --hosts 2 --rate 1gbit --drop 1% \
+    -x BRAID_NCHANNELS=2 -x BRAID_NSOCKS_PERPEER=2 -- "$check" coll
+run "3 hosts: killed rank 3 is reported" --hosts 3 --victim 3 -- "$check" victim 3
+run "2 hosts, 1% drop: killed rank 2 is reported" --hosts 2 --drop 1% --victim 2 -- \
+    "$check" victim 2 20
+leftover=$(ip netns list | grep -c '^braidtest-' || true)
+if [ "$leftover" -ne 0 ]; then
+    echo "[FAIL] namespaces left behind: $leftover"
+    failed=$((failed + 1))
+fi
+echo "net: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
