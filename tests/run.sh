@@ -13,7 +13,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBRAID_SANITIZE=ON -DBRAID_WE
   -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
 cmake --build build-asan -j"$jobs" --target braid_tests || exit 1
 
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR=ON \
+  -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
+cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
+
 status=0
+echo "== ThreadSanitizer: worker thread, concurrent polling, abort from another thread"
+TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || status=1
 echo "== ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \

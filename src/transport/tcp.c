@@ -274,6 +274,7 @@ static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
         }
     }
     *buf_p = c->slots + (size_t)(c->pos % c->nslots) * conn->slot_size;
+    c->st->idle_since = 0;
     return BRAID_SUCCESS;
 }
 
@@ -407,6 +408,7 @@ static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **h
         if (c->rhead == c->pos) return BRAID_INPROGRESS;
     }
     uint32_t i = c->pos % c->nslots;
+    c->st->idle_since = 0;
     *hdr_p = &c->rhdr[i];
     *buf_p = c->slots + (size_t)i * conn->slot_size;
     return BRAID_SUCCESS;
@@ -500,15 +502,26 @@ static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
 static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
+    tcp_state_t *st = c->st;
     BRAID_CHECK(failure(c));
     BRAID_CHECK(wait_poke(c, dir));
-    if (wait_ready(c, dir)) return failure(c);
-    uint64_t now = braid_now_ns(), yend = now + yield_ns();
+    if (wait_ready(c, dir)) {
+        st->idle_since = 0;
+        return failure(c);
+    }
+    /* The yield phase counts from the first wait without progress, so an engine that calls
+     * wait() in short slices (several channels) still goes to sleep. */
+    uint64_t now = braid_now_ns();
+    if (!st->idle_since) st->idle_since = now;
+    uint64_t yend = st->idle_since + yield_ns();
     if (yend > deadline_ns) yend = deadline_ns;
     while (now < yend && !atomic_load_explicit(&conn->comm->aborted, memory_order_relaxed)) {
         sched_yield();
         BRAID_CHECK(wait_poke(c, dir));
-        if (wait_ready(c, dir)) return failure(c);
+        if (wait_ready(c, dir)) {
+            st->idle_since = 0;
+            return failure(c);
+        }
         now = braid_now_ns();
     }
     if (dir == BRAID_WAIT_RECV) BRAID_CHECK(wait_recv(c, deadline_ns));

@@ -161,6 +161,7 @@ typedef struct tcp_state {
     tcp_conn_t *conns;
     tcp_pending_t *pending;
     int npending;
+    uint64_t idle_since; /* engine: when its waits stopped seeing progress (0 = they see it) */
 } tcp_state_t;
 
 /* tcp_conn.c */
