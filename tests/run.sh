@@ -24,7 +24,8 @@ echo "== ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  build-asan/bin/braid_tests --jobs "$jobs" 2>&1 | tail -n 40 || status=1
+  build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1 || status=1
+grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |runtime error|check failed" build-asan/tests.log | tail -n 60
 echo "== install smoke (pkg-config, find_package)"
 bash tests/install_smoke.sh || status=1
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh; do

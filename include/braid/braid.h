@@ -126,6 +126,17 @@ BRAID_API braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t 
 BRAID_API braid_result_t braid_comm_rank(braid_comm_t comm, int *rank_p);
 BRAID_API braid_result_t braid_comm_size(braid_comm_t comm, int *size_p);
 
+/** The color that makes braid_comm_split return no communicator (NULL) to the caller. */
+#define BRAID_SPLIT_NOCOLOR (-1)
+/**
+ * Collective over comm (as MPI_Comm_split / ncclCommSplit): the ranks that pass the same
+ * color form a new communicator, ranked by (key, rank in comm). A negative color
+ * (BRAID_SPLIT_NOCOLOR) joins no group and sets *newcomm_p to NULL. Operations pending on
+ * comm complete first. The new communicator is independent of comm: destroy each one.
+ */
+BRAID_API braid_result_t braid_comm_split(braid_comm_t comm, int color, int key,
+                                          braid_comm_t *newcomm_p);
+
 /* Collectives. Blocking; sendbuf == recvbuf means in place. */
 BRAID_API braid_result_t braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                          braid_datatype_t dtype, braid_redop_t op,

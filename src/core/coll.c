@@ -1,6 +1,7 @@
 /* Public collective entry points: argument checks, then the engine on the caller's thread, or
  * through the worker queue for the braid_i* forms (and for blocking calls issued while
  * non-blocking ones are pending, so operations on a communicator stay in call order). */
+#include "algos/algo.h"
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -50,7 +51,7 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
         res = braid_engine_run(comm, &b, seq);
         free(scratch);
     } else {
-        res = braid_engine_run(comm, a, seq);
+        res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */
     }
     if (res < 0) {
         char why[600];

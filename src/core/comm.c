@@ -1,6 +1,7 @@
 /* Communicator lifecycle: unique id, init (bootstrap, peer discovery, ring connections),
  * destroy, abort, the sticky asynchronous error and the registry of live communicators. */
 #include "core/comm.h"
+#include "algos/algo.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/worker.h"
@@ -245,10 +246,7 @@ static braid_result_t read_tuning(struct braid_comm *c)
     c->spin_us = (int)v;
     BRAID_CHECK(braid_param_int("YIELD_US", &v));
     c->yield_us = (int)v;
-    const char *algo = braid_param_str("ALGO");
-    if (*algo && strcasecmp(algo, "ring"))
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_ALGO='%s' is not one of the algorithms: ring", algo);
+    BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
     const char *t = braid_param_str("TRANSPORT");
     if (!*t) c->transport = NULL;
     else if (!strcasecmp(t, "shm")) c->transport = &braid_transport_shm;
@@ -345,6 +343,7 @@ static void close_rings(struct braid_comm *c)
 
 static void comm_free(struct braid_comm *c)
 {
+    braid_algo_comm_free(c);
     close_rings(c);
     braid_transport_comm_cleanup(c);
     int joined = c->boot != NULL;
@@ -404,6 +403,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     c->ncpus = count_cpus();
     if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 1 : 5;
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
+    BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);
     braid_info(INIT, "rank %d/%d ready: %d local ranks on %d cpus, %d channel(s), chunk %zu B, "
@@ -455,6 +455,7 @@ braid_result_t braid_comm_abort(braid_comm_t comm)
     BRAID_CHECK(braid_comm_check(comm));
     atomic_store(&comm->aborted, 1);
     braid_comm_fail_peers(comm, BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+    braid_algo_comm_abort(comm);
     braid_worker_wake(comm);
     return BRAID_SUCCESS;
 }

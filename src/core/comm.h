@@ -74,9 +74,11 @@ struct braid_comm {
     int spin_us;
     int yield_us; /* then sched_yield() for this long before sleeping */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
+    int algo; /* forced by BRAID_ALGO (braid_algo_t in algos/algo.h), -1 = automatic */
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];
     void *tcp_state; /* owned by transport/tcp*.c (listener, progress thread) */
+    struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq; /* collectives started */
 

@@ -14,7 +14,7 @@ int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int ran
 /* braid_comm_split without the public entry's argument checks and error reset; the new
  * communicator's log prefix keeps the parent's rank when quiet_log is set (internal
  * sub-communicators). */
-braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key,
-                                         int quiet_log, struct braid_comm **newcomm_p);
+braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key, int quiet_log,
+                                         struct braid_comm **newcomm_p);
 
 #endif

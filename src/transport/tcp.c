@@ -6,22 +6,29 @@
  * takes right away with one sendmsg of header + payload (several frames batched when they
  * queue up). tail counts frames entirely handed to the kernel; a slot is free while
  * pos - tail < nslots. A socket that has frames left over is armed for EPOLLOUT in the
- * progress thread, which finishes them even while the engine sleeps on a receive (a send is
- * never stuck behind a receive) or runs no collective at all. The engine's progress() and
- * wait() also push queued frames when they get the connection's mutex. wait(SEND) sleeps with
- * futex on `ev`, which the writer bumps when tail moves or the connection fails.
+ * progress thread, which finishes them even while the engine waits on a receive (a send is
+ * never stuck behind a receive) or runs no collective at all; the engine's progress() and
+ * wait() push them too when they get the connection's mutex first. wait(SEND) finally sleeps
+ * with futex on `ev`, which the writer bumps when tail moves or the connection fails.
  *
  * Receiver. Only the engine's thread reads data sockets, when it needs the next frame:
  * recv_get reads the header through a small bounce buffer, copies the bytes already there and
  * reads the rest of the payload straight into the slot (a readv whose second vector is the
- * bounce buffer, so the next header usually comes in the same call). wait(RECV) sleeps in
- * ppoll on the socket of the next frame and the communicator's wake eventfd.
+ * bounce buffer, so the next header usually comes in the same call). wait(RECV) finally
+ * sleeps in ppoll on the socket of the next frame and the communicator's wake eventfd.
  *
- * Failures. EOF or a reset while a frame is expected is BRAID_ERR_REMOTE "rank R (host H,
+ * Waiting. The engine spins and then yields (BRAID_SPIN_US, BRAID_YIELD_US) calling
+ * recv_get / progress, which move data without sleeping; wait() then sleeps until data or the
+ * engine's deadline.
+ *
+ * Failures. EOF or a reset where a frame is expected is BRAID_ERR_REMOTE "rank R (host H,
  * addr) closed the connection"; a malformed header is BRAID_ERR_REMOTE naming the rank and
  * the reason. fail() sends an ABORT frame: on a send connection after the frames already
  * posted, on a receive connection backwards to the sender (whose progress thread watches its
- * sockets for it). A peer that goes silent is caught by the engine's BRAID_TIMEOUT. */
+ * sockets for it, and for EOF). Like shm, a failure is reported when the engine needs the
+ * connection (a frame to read, a slot that does not come free), so the engine's own checks of
+ * the data it already has (a mismatch) come first; after a local abort it is
+ * BRAID_ERR_ABORTED. A peer that goes silent is caught by the engine's BRAID_TIMEOUT. */
 #include "core/comm.h"
 #include "core/log.h"
 #include "transport/tcp.h"
@@ -30,10 +37,8 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -110,8 +115,7 @@ void braid_tcp_sock_unwatch(tcp_sock_t *s)
 static void sock_arm(tcp_sock_t *s, int want)
 {
     if (!s->in_epoll || s->armed == want) return;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0),
-                             .data.ptr = s};
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0), .data.ptr = s};
     if (epoll_ctl(s->conn->st->ep, EPOLL_CTL_MOD, s->fd, &ev) == 0) s->armed = want;
 }
 
@@ -182,9 +186,9 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
     }
 }
 
-braid_result_t braid_tcp_tx_push(tcp_conn_t *c)
+void braid_tcp_tx_push(tcp_conn_t *c)
 {
-    if (c->closed) return BRAID_SUCCESS;
+    if (c->closed) return;
     uint32_t head = atomic_load_explicit(&c->head, memory_order_acquire);
     uint32_t limit = c->abort_set ? c->abort_idx : head;
     int err = 0;
@@ -196,13 +200,14 @@ braid_result_t braid_tcp_tx_push(tcp_conn_t *c)
             err = 1;
             break;
         }
-        int pending = before(s->next, limit) ||
-                      (c->abort_set && !c->abort_done && s->next == c->abort_idx);
+        int pending =
+            before(s->next, limit) || (c->abort_set && !c->abort_done && s->next == c->abort_idx);
         sock_arm(s, pending);
     }
     if (err) {
-        for (int i = 0; i < c->nsocks; i++) braid_tcp_sock_unwatch(&c->sock[i]);
-        return failure(c);
+        for (int i = 0; i < c->nsocks; i++)
+            braid_tcp_sock_unwatch(&c->sock[i]);
+        return; /* the failure is reported when the engine needs the connection */
     }
     uint32_t done = limit;
     for (int i = 0; i < c->nsocks; i++)
@@ -211,14 +216,12 @@ braid_result_t braid_tcp_tx_push(tcp_conn_t *c)
         atomic_store_explicit(&c->tail, done, memory_order_release);
         bump_ev(c);
     }
-    return BRAID_SUCCESS;
 }
 
 /* The progress thread: bytes (or EOF) on a send socket, where only ABORT frames may come. */
 void braid_tcp_rev_read(tcp_sock_t *s)
 {
     tcp_conn_t *c = s->conn;
-    pthread_mutex_lock(&c->mu);
     for (;;) {
         size_t want = BRAID_TCP_HDR_BYTES;
         braid_msg_hdr_t h;
@@ -227,8 +230,7 @@ void braid_tcp_rev_read(tcp_sock_t *s)
             if (braid_tcp_hdr_parse(s->rev, s->rev_len, 0, &h, &code) < 0 ||
                 !(h.flags & BRAID_MSG_ABORT)) {
                 braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
-                                     "%s sent unexpected data back on its receive socket",
-                                     c->desc);
+                                     "%s sent unexpected data back on its receive socket", c->desc);
                 break;
             }
             want += h.bytes;
@@ -250,17 +252,14 @@ void braid_tcp_rev_read(tcp_sock_t *s)
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            pthread_mutex_unlock(&c->mu);
-            return;
-        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         /* EOF or reset: an error only if this side still has to send (checked by the engine
          * through the sticky failure, so a peer that finished and closed is fine). */
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
         break;
     }
-    for (int i = 0; i < c->nsocks; i++) braid_tcp_sock_unwatch(&c->sock[i]);
-    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->nsocks; i++)
+        braid_tcp_sock_unwatch(&c->sock[i]);
 }
 
 static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
@@ -274,7 +273,6 @@ static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
         }
     }
     *buf_p = c->slots + (size_t)(c->pos % c->nslots) * conn->slot_size;
-    c->st->idle_since = 0;
     return BRAID_SUCCESS;
 }
 
@@ -306,8 +304,8 @@ static braid_result_t rx_error(tcp_conn_t *c, ssize_t n)
     if (n == 0)
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
     else
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (receive: %s)",
-                             c->desc, strerror(errno));
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (receive: %s)", c->desc,
+                             strerror(errno));
     return failure(c);
 }
 
@@ -331,8 +329,8 @@ static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
             return rx_error(c, n);
         }
-        if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size,
-                                &s->hdr, &s->code) < 0) {
+        if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size, &s->hdr,
+                                &s->code) < 0) {
             braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
                                  braid_last_error());
             return failure(c);
@@ -376,10 +374,12 @@ static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
  * one frame when the next one would need another system call. */
 static braid_result_t rx_pump(tcp_conn_t *c)
 {
-    while (c->rhead - c->pos < c->nslots) {
+    braid_result_t r = BRAID_SUCCESS;
+    while (!atomic_load_explicit(&c->failed, memory_order_relaxed) &&
+           c->rhead - c->pos < c->nslots) {
         tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        braid_result_t r = rx_frame(c, s);
-        if (r <= 0) return r;
+        r = rx_frame(c, s);
+        if (r <= 0) break;
         if (s->hdr.flags & BRAID_MSG_ABORT) {
             char *text = c->rx_text;
             text[s->hdr.bytes] = '\0';
@@ -388,14 +388,18 @@ static braid_result_t rx_pump(tcp_conn_t *c)
             else
                 braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
                                      text[0] ? text : "no reason given");
-            return failure(c);
+            break;
         }
         c->rhdr[c->rhead % c->nslots] = s->hdr;
         c->rhead++;
         tcp_sock_t *n = &c->sock[c->rhead % (uint32_t)c->nsocks];
         if (n->bb_len - n->bb_off < BRAID_TCP_HDR_BYTES && !n->have_hdr) break;
     }
-    return BRAID_SUCCESS;
+    /* Frames received before a failure are delivered first (the engine's own checks of
+     * them come before the peer's news). */
+    if (c->rhead != c->pos) return BRAID_SUCCESS;
+    if (r < 0) return r;
+    return failure(c);
 }
 
 static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
@@ -403,12 +407,10 @@ static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **h
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     if (c->rhead == c->pos) {
-        BRAID_CHECK(failure(c));
         BRAID_CHECK(rx_pump(c));
         if (c->rhead == c->pos) return BRAID_INPROGRESS;
     }
     uint32_t i = c->pos % c->nslots;
-    c->st->idle_since = 0;
     *hdr_p = &c->rhdr[i];
     *buf_p = c->slots + (size_t)i * conn->slot_size;
     return BRAID_SUCCESS;
@@ -438,11 +440,15 @@ static braid_result_t tcp_progress(braid_conn_t *conn)
 }
 
 /* Whether the slot the engine waits for is there (or the connection failed). */
-static int wait_ready(tcp_conn_t *c, braid_wait_dir_t dir)
+static int have_slot(tcp_conn_t *c, braid_wait_dir_t dir)
 {
-    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return 1;
     if (dir == BRAID_WAIT_RECV) return c->rhead != c->pos;
     return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots;
+}
+
+static int wait_ready(tcp_conn_t *c, braid_wait_dir_t dir)
+{
+    return atomic_load_explicit(&c->failed, memory_order_acquire) || have_slot(c, dir);
 }
 
 /* Moves data for the waiter without sleeping: reads the next frame, or pushes queued
@@ -451,19 +457,6 @@ static braid_result_t wait_poke(tcp_conn_t *c, braid_wait_dir_t dir)
 {
     if (dir == BRAID_WAIT_RECV) return rx_pump(c);
     return tcp_progress(&c->base);
-}
-
-/* Before sleeping, wait() polls with sched_yield for up to this long: a wake-up from ppoll or
- * futex costs tens of microseconds on a virtual machine, and when ranks outnumber cores the
- * yield hands the core to the rank that will produce the data. */
-static uint64_t yield_ns(void)
-{
-    static int us = -1;
-    if (us < 0) {
-        const char *e = getenv("TCPX_YIELD_US");
-        us = e ? atoi(e) : 200;
-    }
-    return (uint64_t)us * 1000ull;
 }
 
 static braid_result_t wait_recv(tcp_conn_t *c, uint64_t deadline_ns)
@@ -502,32 +495,16 @@ static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
 static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
-    tcp_state_t *st = c->st;
-    BRAID_CHECK(failure(c));
     BRAID_CHECK(wait_poke(c, dir));
-    if (wait_ready(c, dir)) {
-        st->idle_since = 0;
-        return failure(c);
+    if (!have_slot(c, dir)) {
+        BRAID_CHECK(failure(c));
+        if (dir == BRAID_WAIT_RECV)
+            BRAID_CHECK(wait_recv(c, deadline_ns));
+        else
+            BRAID_CHECK(wait_send(c, deadline_ns));
     }
-    /* The yield phase counts from the first wait without progress, so an engine that calls
-     * wait() in short slices (several channels) still goes to sleep. */
-    uint64_t now = braid_now_ns();
-    if (!st->idle_since) st->idle_since = now;
-    uint64_t yend = st->idle_since + yield_ns();
-    if (yend > deadline_ns) yend = deadline_ns;
-    while (now < yend && !atomic_load_explicit(&conn->comm->aborted, memory_order_relaxed)) {
-        sched_yield();
-        BRAID_CHECK(wait_poke(c, dir));
-        if (wait_ready(c, dir)) {
-            st->idle_since = 0;
-            return failure(c);
-        }
-        now = braid_now_ns();
-    }
-    if (dir == BRAID_WAIT_RECV) BRAID_CHECK(wait_recv(c, deadline_ns));
-    else BRAID_CHECK(wait_send(c, deadline_ns));
     /* Returns after any event: a wake-up may be an abort the engine must see. */
-    return failure(c);
+    return have_slot(c, dir) ? BRAID_SUCCESS : failure(c);
 }
 
 static void tcp_wake(braid_conn_t *conn)
@@ -558,8 +535,8 @@ static void tcp_fail(braid_conn_t *conn, braid_result_t code, const char *why)
     } else if (!c->abort_set && !c->closed && c->sock[0].fd >= 0) {
         /* Backwards on the receive socket: nothing else is ever written there. */
         c->abort_set = 1;
-        ssize_t n = send(c->sock[0].fd, frame, BRAID_TCP_HDR_BYTES + len,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            send(c->sock[0].fd, frame, BRAID_TCP_HDR_BYTES + len, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)n;
     }
     pthread_mutex_unlock(&c->mu);

@@ -45,8 +45,7 @@ extern const braid_transport_t braid_transport_tcp;
 
 /* Packs a data frame header (code 0) or an ABORT frame header (hdr->flags has
  * BRAID_MSG_ABORT, code < 0 is the sender's braid_result_t). */
-void braid_tcp_hdr_pack(const braid_msg_hdr_t *hdr, int32_t code,
-                        uint8_t out[BRAID_TCP_HDR_BYTES]);
+void braid_tcp_hdr_pack(const braid_msg_hdr_t *hdr, int32_t code, uint8_t out[BRAID_TCP_HDR_BYTES]);
 /* Parses and length-checks a frame header: a data frame may carry at most slot_size bytes,
  * an ABORT frame at most BRAID_TCP_ABORT_MAX. BRAID_ERR_REMOTE with the reason otherwise. */
 braid_result_t braid_tcp_hdr_parse(const void *buf, size_t len, size_t slot_size,
@@ -127,7 +126,7 @@ typedef struct tcp_conn {
     braid_msg_hdr_t *rhdr;
     uint32_t rhead;
     char rx_text[BRAID_TCP_ABORT_MAX + 1]; /* receiver: text of an ABORT frame */
-    _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
+    _Atomic int nconnected;                /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
     char fail_msg[600];
@@ -146,14 +145,14 @@ typedef struct tcp_pending {
 
 typedef struct tcp_state {
     struct braid_comm *comm;
-    int ep;                    /* the progress thread's epoll */
-    int efd;                   /* wakes the progress thread (stop) */
-    int wake_efd;              /* wakes the engine sleeping in ppoll (wake/fail) */
-    int listen_fd;             /* -1 until the first recv_setup */
+    int ep;        /* the progress thread's epoll */
+    int efd;       /* wakes the progress thread (stop) */
+    int wake_efd;  /* wakes the engine sleeping in ppoll (wake/fail) */
+    int listen_fd; /* -1 until the first recv_setup */
     struct sockaddr_storage laddr;
     socklen_t laddrlen;
-    int nsocks;                /* BRAID_NSOCKS_PERPEER */
-    int tag_listen, tag_efd;   /* epoll tags */
+    int nsocks;              /* BRAID_NSOCKS_PERPEER */
+    int tag_listen, tag_efd; /* epoll tags */
     pthread_t thread;
     int thread_started;
     _Atomic int stop;
@@ -161,7 +160,6 @@ typedef struct tcp_state {
     tcp_conn_t *conns;
     tcp_pending_t *pending;
     int npending;
-    uint64_t idle_since; /* engine: when its waits stopped seeing progress (0 = they see it) */
 } tcp_state_t;
 
 /* tcp_conn.c */
@@ -170,8 +168,8 @@ braid_result_t braid_tcp_listen(tcp_state_t *st);
 void braid_tcp_conn_describe(tcp_conn_t *c, const struct sockaddr_storage *addr);
 void braid_tcp_sock_options(int fd);
 
-/* tcp.c, used by the progress thread (c->mu held for tx_push). */
-braid_result_t braid_tcp_tx_push(tcp_conn_t *c);
+/* tcp.c, used by the progress thread (both with c->mu held). */
+void braid_tcp_tx_push(tcp_conn_t *c);
 void braid_tcp_rev_read(tcp_sock_t *s);
 /* Records the connection's first failure and wakes its waiters. */
 void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, ...)

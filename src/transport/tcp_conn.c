@@ -104,12 +104,9 @@ void braid_tcp_sock_options(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    const char *e = getenv("TCPX_BUF");
-    if (e) {
-        int b = atoi(e);
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
-    }
+    /* SO_SNDBUF/SO_RCVBUF stay unset: an explicit size turns the kernel's autotuning off
+     * (it grows up to tcp_wmem/tcp_rmem's maximum, 4 and 32 MiB here), and fixed 1 or 4 MiB
+     * buffers were not faster on loopback. */
 }
 
 /* The address to listen on (port 0). */
@@ -145,7 +142,6 @@ braid_result_t braid_tcp_listen(tcp_state_t *st)
     braid_boot_addr_str(&a, as, sizeof(as));
     int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return braid_set_error(BRAID_ERR_SYSTEM, "tcp: socket for %s: %m", as);
-    braid_tcp_sock_options(fd);
     if (bind(fd, (struct sockaddr *)&a, alen) != 0 || listen(fd, 512) != 0) {
         braid_result_t r = braid_set_error(BRAID_ERR_SYSTEM, "tcp: cannot listen on %s: %m", as);
         close(fd);
@@ -195,12 +191,16 @@ static braid_result_t conn_new(tcp_state_t *st, int peer, int channel, int is_se
     c->st = st;
     c->nsocks = nsocks;
     c->nslots = (uint32_t)comm->nslots;
-    c->base = (braid_conn_t){.ops = &braid_transport_tcp, .comm = comm, .peer = peer,
-                             .channel = channel, .slot_size = slot, .is_send = is_send};
+    c->base = (braid_conn_t){.ops = &braid_transport_tcp,
+                             .comm = comm,
+                             .peer = peer,
+                             .channel = channel,
+                             .slot_size = slot,
+                             .is_send = is_send};
     pthread_mutex_init(&c->mu, NULL);
     for (int i = 0; i < BRAID_TCP_MAX_SOCKS; i++) {
-        c->sock[i] = (tcp_sock_t){.kind = TCP_EV_SEND, .conn = c, .fd = -1, .idx = i,
-                                  .next = (uint32_t)i};
+        c->sock[i] =
+            (tcp_sock_t){.kind = TCP_EV_SEND, .conn = c, .fd = -1, .idx = i, .next = (uint32_t)i};
     }
     int ok = posix_memalign((void **)&c->slots, 4096, (size_t)c->nslots * slot) == 0;
     if (ok && is_send) {
@@ -210,7 +210,8 @@ static braid_result_t conn_new(tcp_state_t *st, int peer, int channel, int is_se
     } else if (ok) {
         c->rhdr = calloc(c->nslots, sizeof(*c->rhdr));
         ok = c->rhdr != NULL;
-        for (int i = 0; i < nsocks && ok; i++) ok = (c->sock[i].bb = malloc(BRAID_TCP_BOUNCE)) != NULL;
+        for (int i = 0; i < nsocks && ok; i++)
+            ok = (c->sock[i].bb = malloc(BRAID_TCP_BOUNCE)) != NULL;
     }
     braid_tcp_conn_describe(c, NULL);
     pthread_mutex_lock(&st->tlock);
@@ -238,8 +239,10 @@ braid_result_t braid_tcp_recv_setup(struct braid_comm *comm, int peer, int chann
     if (st->listen_fd < 0) BRAID_CHECK(braid_tcp_listen(st));
     tcp_conn_t *c;
     BRAID_CHECK(conn_new(st, peer, channel, 0, st->nsocks, comm->chunk_bytes, &c));
-    braid_tcp_info_t in = {.addr = st->laddr, .addrlen = st->laddrlen,
-                           .nsocks = (uint32_t)st->nsocks, .slot_size = comm->chunk_bytes};
+    braid_tcp_info_t in = {.addr = st->laddr,
+                           .addrlen = st->laddrlen,
+                           .nsocks = (uint32_t)st->nsocks,
+                           .slot_size = comm->chunk_bytes};
     braid_tcp_info_pack(&in, info);
     *info_len_p = BRAID_TCP_INFO_BYTES;
     *conn_p = &c->base;
@@ -273,8 +276,7 @@ static braid_result_t connect_sock(tcp_conn_t *c, const braid_tcp_info_t *in, in
     if (fd < 0) return braid_set_error(BRAID_ERR_SYSTEM, "tcp: socket: %m");
     c->sock[idx].fd = fd;
     braid_tcp_sock_options(fd);
-    if (connect(fd, (const struct sockaddr *)&in->addr, in->addrlen) != 0 &&
-        errno != EINPROGRESS)
+    if (connect(fd, (const struct sockaddr *)&in->addr, in->addrlen) != 0 && errno != EINPROGRESS)
         return braid_set_error(BRAID_ERR_SYSTEM, "tcp: cannot connect to %s: %m", c->desc);
     BRAID_CHECK(wait_fd(comm, fd, POLLOUT, deadline, what));
     int err = 0;
@@ -284,8 +286,8 @@ static braid_result_t connect_sock(tcp_conn_t *c, const braid_tcp_info_t *in, in
         errno = err;
         return braid_set_error(BRAID_ERR_SYSTEM, "tcp: cannot connect to %s: %m", c->desc);
     }
-    braid_tcp_hello_t h = {.rank = comm->rank, .channel = c->base.channel, .sock = idx,
-                           .nsocks = c->nsocks};
+    braid_tcp_hello_t h = {
+        .rank = comm->rank, .channel = c->base.channel, .sock = idx, .nsocks = c->nsocks};
     memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
     uint8_t buf[BRAID_TCP_HELLO_BYTES];
     braid_tcp_hello_pack(&h, buf);
@@ -356,8 +358,8 @@ braid_result_t braid_tcp_recv_accept(braid_conn_t *conn)
                                    "tcp: %s connected %d of %d socket(s) to rank %d within %.1f s",
                                    c->desc, got, c->nsocks, comm->rank, comm->timeout_s);
         struct timespec ts = {0, 100000000};
-        syscall(SYS_futex, (uint32_t *)&c->nconnected, FUTEX_WAIT_PRIVATE, (uint32_t)got, &ts,
-                NULL, 0);
+        syscall(SYS_futex, (uint32_t *)&c->nconnected, FUTEX_WAIT_PRIVATE, (uint32_t)got, &ts, NULL,
+                0);
     }
 }
 
@@ -405,7 +407,8 @@ static void accept_all(tcp_state_t *st)
         if (st->npending >= MAX_PENDING) {
             /* Expire the oldest (dropped after this batch of events). */
             tcp_pending_t *o = st->pending;
-            while (o && o->next) o = o->next;
+            while (o && o->next)
+                o = o->next;
             if (o) o->deadline_ns = 0;
         }
         p->next = st->pending;
@@ -433,9 +436,9 @@ static void hello_read(tcp_state_t *st, tcp_pending_t *p)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         {
-        pending_drop(st, p, strerror(errno));
-        return;
-    }
+            pending_drop(st, p, strerror(errno));
+            return;
+        }
     }
     p->got += (size_t)n;
     if (p->got < sizeof(p->buf)) return;
@@ -444,12 +447,11 @@ static void hello_read(tcp_state_t *st, tcp_pending_t *p)
     if (braid_tcp_hello_parse(p->buf, p->got, &h) < 0) {
         snprintf(why, sizeof(why), "not a braid data connection (%s)", braid_last_error());
         {
-        pending_drop(st, p, why);
-        return;
+            pending_drop(st, p, why);
+            return;
+        }
     }
-    }
-    if (braid_secret_cmp(h.secret, st->comm->boot_addr.secret))
-        {
+    if (braid_secret_cmp(h.secret, st->comm->boot_addr.secret)) {
         pending_drop(st, p, "wrong job secret");
         return;
     }
@@ -458,9 +460,9 @@ static void hello_read(tcp_state_t *st, tcp_pending_t *p)
         snprintf(why, sizeof(why), "unexpected socket %d/%d from rank %d, channel %d", h.sock,
                  h.nsocks, h.rank, h.channel);
         {
-        pending_drop(st, p, why);
-        return;
-    }
+            pending_drop(st, p, why);
+            return;
+        }
     }
     epoll_ctl(st->ep, EPOLL_CTL_DEL, p->fd, NULL);
     braid_tcp_sock_options(p->fd);
@@ -510,14 +512,12 @@ static void *progress_main(void *arg)
             } else if (kind == TCP_EV_SEND) {
                 tcp_sock_t *s = evs[i].data.ptr;
                 tcp_conn_t *c = s->conn;
-                if (c->closed || !s->in_epoll) continue;
-                if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP))
+                pthread_mutex_lock(&c->mu);
+                if (!c->closed && s->in_epoll &&
+                    (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)))
                     braid_tcp_rev_read(s);
-                if ((evs[i].events & EPOLLOUT) && s->in_epoll) {
-                    pthread_mutex_lock(&c->mu);
-                    braid_tcp_tx_push(c);
-                    pthread_mutex_unlock(&c->mu);
-                }
+                if (!c->closed && s->in_epoll && (evs[i].events & EPOLLOUT)) braid_tcp_tx_push(c);
+                pthread_mutex_unlock(&c->mu);
             }
         }
         if (st->npending) expire_pending(st);
@@ -539,7 +539,8 @@ void braid_tcp_comm_cleanup(struct braid_comm *comm)
         (void)r;
         pthread_join(st->thread, NULL);
     }
-    while (st->pending) pending_drop(st, st->pending, NULL);
+    while (st->pending)
+        pending_drop(st, st->pending, NULL);
     for (tcp_conn_t *c = st->conns, *nx; c; c = nx) {
         nx = c->next_conn;
         for (int i = 0; i < BRAID_TCP_MAX_SOCKS; i++) {

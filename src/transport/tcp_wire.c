@@ -37,7 +37,8 @@ static uint16_t get16(const uint8_t *p)
 
 static void put32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint32_t get32(const uint8_t *p)
@@ -56,8 +57,7 @@ static uint64_t get64(const uint8_t *p)
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
-void braid_tcp_hdr_pack(const braid_msg_hdr_t *hdr, int32_t code,
-                        uint8_t out[BRAID_TCP_HDR_BYTES])
+void braid_tcp_hdr_pack(const braid_msg_hdr_t *hdr, int32_t code, uint8_t out[BRAID_TCP_HDR_BYTES])
 {
     put32(out, HDR_MAGIC);
     put32(out + 4, hdr->bytes);
@@ -93,14 +93,13 @@ braid_result_t braid_tcp_hdr_parse(const void *buf, size_t len, size_t slot_size
     int32_t code = (int32_t)get32(b + 20);
     h.count = get64(b + 24);
     if (h.flags & ~BRAID_MSG_ABORT)
-        return braid_set_error(BRAID_ERR_REMOTE, "frame header with unknown flags 0x%02x",
-                               h.flags);
+        return braid_set_error(BRAID_ERR_REMOTE, "frame header with unknown flags 0x%02x", h.flags);
     if (h.flags & BRAID_MSG_ABORT) {
         if (code >= 0)
             return braid_set_error(BRAID_ERR_REMOTE, "abort frame with result code %d", code);
         if (h.bytes > BRAID_TCP_ABORT_MAX)
-            return braid_set_error(BRAID_ERR_REMOTE, "abort frame of %u bytes exceeds %d",
-                                   h.bytes, BRAID_TCP_ABORT_MAX);
+            return braid_set_error(BRAID_ERR_REMOTE, "abort frame of %u bytes exceeds %d", h.bytes,
+                                   BRAID_TCP_ABORT_MAX);
     } else {
         if (code != 0)
             return braid_set_error(BRAID_ERR_REMOTE, "data frame with result code %d", code);
@@ -145,8 +144,8 @@ braid_result_t braid_tcp_hello_parse(const void *buf, size_t len, braid_tcp_hell
     if (h.rank < 0 || h.rank >= MAX_RANKS || h.channel < 0 || h.channel >= MAX_CHANNELS ||
         h.nsocks < 1 || h.nsocks > BRAID_TCP_MAX_SOCKS || h.sock < 0 || h.sock >= h.nsocks)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "hello with rank %d, channel %d, socket %d of %d", h.rank,
-                               h.channel, h.sock, h.nsocks);
+                               "hello with rank %d, channel %d, socket %d of %d", h.rank, h.channel,
+                               h.sock, h.nsocks);
     *h_p = h;
     return BRAID_SUCCESS;
 }
@@ -205,8 +204,8 @@ braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_
     if (port == 0 || in.nsocks < 1 || in.nsocks > BRAID_TCP_MAX_SOCKS || in.slot_size == 0 ||
         in.slot_size > ((uint64_t)64 << 20))
         return braid_set_error(BRAID_ERR_INTERNAL,
-                               "tcp: connection info with port %u, %u sockets, slot %llu B",
-                               port, in.nsocks, (unsigned long long)in.slot_size);
+                               "tcp: connection info with port %u, %u sockets, slot %llu B", port,
+                               in.nsocks, (unsigned long long)in.slot_size);
     *info_p = in;
     return BRAID_SUCCESS;
 }

@@ -102,24 +102,24 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
             snprintf(what, sizeof(what), "tcp broadcast n=%d root=%d %s count=%zu", n, root,
                      braid_dtype_name(dt), count);
             MP_OK(rank, braid_broadcast(in, out, count, dt, root, comm));
-            MP_CHECK(rank, !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed, what),
-                     "%s", what);
+            MP_CHECK(rank, !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed, what), "%s",
+                     what);
             data_fill(in, dt, BRAID_SUM, rank, 0, count * (size_t)n, seed);
             snprintf(what, sizeof(what), "tcp reduce_scatter n=%d %s count=%zu", n,
                      braid_dtype_name(dt), count);
             MP_OK(rank, braid_reduce_scatter(in, out, count, dt, BRAID_SUM, comm));
-            MP_CHECK(rank,
-                     !data_check_reduced(out, dt, BRAID_SUM, n, (size_t)rank * count, count, seed,
-                                         what),
-                     "%s", what);
+            MP_CHECK(
+                rank,
+                !data_check_reduced(out, dt, BRAID_SUM, n, (size_t)rank * count, count, seed, what),
+                "%s", what);
             data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
-            snprintf(what, sizeof(what), "tcp allgather n=%d %s count=%zu", n,
-                     braid_dtype_name(dt), count);
+            snprintf(what, sizeof(what), "tcp allgather n=%d %s count=%zu", n, braid_dtype_name(dt),
+                     count);
             MP_OK(rank, braid_allgather(in, out, count, dt, comm));
             for (int b = 0; b < n; b++)
                 MP_CHECK(rank,
-                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
-                                          count, seed, what),
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0, count,
+                                          seed, what),
                          "%s block %d", what, b);
             free(in);
             free(out);
@@ -135,12 +135,12 @@ TestSuite(tcp, .timeout = 240);
     Test(tcp, allreduce_matrix_n##N)                                                               \
     {                                                                                              \
         use_tcp();                                                                                 \
-        cr_assert_eq(mp_run(N, allreduce_matrix, NULL, 200), 0, "some rank failed (see stderr)"); \
+        cr_assert_eq(mp_run(N, allreduce_matrix, NULL, 200), 0, "some rank failed (see stderr)");  \
     }                                                                                              \
     Test(tcp, broadcast_reduce_scatter_allgather_n##N)                                             \
     {                                                                                              \
         use_tcp();                                                                                 \
-        cr_assert_eq(mp_run(N, rooted_and_ring, NULL, 200), 0, "some rank failed (see stderr)");  \
+        cr_assert_eq(mp_run(N, rooted_and_ring, NULL, 200), 0, "some rank failed (see stderr)");   \
     }
 CORRECTNESS_TEST(2)
 CORRECTNESS_TEST(3)
@@ -168,7 +168,8 @@ Test(tcp, channels_and_two_sockets_per_peer)
     cr_assert_eq(mp_run(4, channels_fn, NULL, 200), 0, "4K chunks, 2 slots, 4 sockets");
 }
 
-/* ---- a second communicator made inside a test: IPv6, fd and thread leaks ---------------------- */
+/* ---- a second communicator made inside a test: IPv6, fd and thread leaks ----------------------
+ */
 
 /* The entries of a /proc directory as a bitmap of numbers (fds or thread ids below 1<<16). */
 typedef struct {
@@ -256,7 +257,8 @@ Test(tcp, ipv6_loopback_and_no_fd_or_thread_left)
     cr_assert_eq(mp_run(2, second_comm, "127.0.0.1", 120), 0, "IPv4 (see stderr)");
 }
 
-/* ---- the data port rejects strangers ---------------------------------------------------------- */
+/* ---- the data port rejects strangers ----------------------------------------------------------
+ */
 
 /* Connects to addr, sends len bytes, and says whether the listener closed the connection
  * within 3 s (1) or not (0). */
@@ -294,7 +296,8 @@ static int strangers(braid_comm_t comm, int rank, int n, void *arg)
     braid_tcp_hello_pack(&h, hello);
     MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)), "a wrong secret was not rejected");
     uint8_t junk[300];
-    for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (uint8_t)(i * 37 + (size_t)rank);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + (size_t)rank);
     MP_CHECK(rank, rejected(&la, ll, junk, sizeof(junk)), "garbage was not rejected");
     MP_CHECK(rank, rejected(&la, ll, junk, 0) || 1, "connect and close");
     memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
@@ -327,8 +330,12 @@ static int bad_frame(braid_comm_t comm, int rank, int n, void *arg)
     if (rank == 0) {
         /* A header announcing more bytes than a slot holds, straight on the data socket. */
         tcp_conn_t *c = (tcp_conn_t *)comm->ring[0].send;
-        braid_msg_hdr_t h = {.bytes = (uint32_t)c->base.slot_size + 1, .seq = 1, .coll = 1,
-                             .dtype = BRAID_FLOAT32, .root = -1, .count = 4};
+        braid_msg_hdr_t h = {.bytes = (uint32_t)c->base.slot_size + 1,
+                             .seq = 1,
+                             .coll = 1,
+                             .dtype = BRAID_FLOAT32,
+                             .root = -1,
+                             .count = 4};
         uint8_t w[BRAID_TCP_HDR_BYTES];
         braid_tcp_hdr_pack(&h, 0, w);
         MP_CHECK(rank, send(c->sock[0].fd, w, sizeof(w), MSG_NOSIGNAL) == sizeof(w), "send");
@@ -364,8 +371,8 @@ typedef struct {
 
 static shared_t *shared_new(void)
 {
-    shared_t *s = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    shared_t *s =
+        mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(s != MAP_FAILED);
     memset(s, 0, sizeof(*s));
     return s;
@@ -395,7 +402,8 @@ static int wait_iters(shared_t *sh, int n, int iters, double timeout)
     double t0 = now_s();
     for (;;) {
         int ok = 1;
-        for (int r = 0; r < n; r++) ok &= atomic_load(&sh->iters[r]) >= iters;
+        for (int r = 0; r < n; r++)
+            ok &= atomic_load(&sh->iters[r]) >= iters;
         if (ok) return 1;
         if (now_s() - t0 > timeout) return 0;
         usleep(10000);
@@ -420,13 +428,13 @@ Test(tcp, killed_rank_gives_remote_error_naming_it_promptly)
         for (int r = 0; r < n; r++) {
             if (r == victim) continue;
             double dt = sh->t_err[r] - t_kill;
-            cr_log_info("n=%d rank %d: %s after %.3f s: %s", n, r,
-                        braid_strerror(sh->result[r]), dt, sh->msg[r]);
+            cr_log_info("n=%d rank %d: %s after %.3f s: %s", n, r, braid_strerror(sh->result[r]),
+                        dt, sh->msg[r]);
             cr_assert(WIFEXITED(job.status[r]) && WEXITSTATUS(job.status[r]) == 0,
                       "rank %d exited badly", r);
             cr_assert_eq(sh->result[r], BRAID_ERR_REMOTE, "rank %d: %s", r, sh->msg[r]);
-            cr_assert(strstr(sh->msg[r], name), "rank %d's message does not name %s: %s", r,
-                      name, sh->msg[r]);
+            cr_assert(strstr(sh->msg[r], name), "rank %d's message does not name %s: %s", r, name,
+                      sh->msg[r]);
             cr_assert(dt < 3.0, "rank %d took %.2f s to notice", r, dt);
         }
         munmap(sh, sizeof(*sh));
@@ -496,8 +504,8 @@ static int abort_fn(braid_comm_t comm, int rank, int n, void *arg)
     double dt = now_s() - t0;
     if (rank == 0) pthread_join(t, NULL);
     free(buf);
-    fprintf(stderr, "abort mode %d rank %d: %s after %.3f s: %s\n", mode, rank,
-            braid_strerror(res), dt, braid_last_error());
+    fprintf(stderr, "abort mode %d rank %d: %s after %.3f s: %s\n", mode, rank, braid_strerror(res),
+            dt, braid_last_error());
     if (rank == 0) {
         MP_CHECK(rank, res == BRAID_ERR_ABORTED, "got %s", braid_strerror(res));
         MP_CHECK(rank, dt < 1.5, "abort took %.2f s", dt);

@@ -56,12 +56,23 @@ static void fill(void *buf, braid_datatype_t dt, int r, size_t base, size_t n, i
     for (size_t k = 0; k < n; k++) {
         long v = value(r, base + k, seed);
         switch (dt) {
-        case BRAID_INT32: ((int32_t *)buf)[k] = (int32_t)(v - 6); break;
-        case BRAID_UINT8: ((uint8_t *)buf)[k] = (uint8_t)v; break;
-        case BRAID_INT64: ((int64_t *)buf)[k] = v - 6; break;
-        case BRAID_FLOAT32: ((float *)buf)[k] = (float)(v - 6); break;
-        case BRAID_FLOAT64: ((double *)buf)[k] = (double)(v - 6); break;
-        default: break;
+        case BRAID_INT32:
+            ((int32_t *)buf)[k] = (int32_t)(v - 6);
+            break;
+        case BRAID_UINT8:
+            ((uint8_t *)buf)[k] = (uint8_t)v;
+            break;
+        case BRAID_INT64:
+            ((int64_t *)buf)[k] = v - 6;
+            break;
+        case BRAID_FLOAT32:
+            ((float *)buf)[k] = (float)(v - 6);
+            break;
+        case BRAID_FLOAT64:
+            ((double *)buf)[k] = (double)(v - 6);
+            break;
+        default:
+            break;
         }
     }
 }
@@ -69,12 +80,18 @@ static void fill(void *buf, braid_datatype_t dt, int r, size_t base, size_t n, i
 static double get(const void *buf, braid_datatype_t dt, size_t k)
 {
     switch (dt) {
-    case BRAID_INT32: return ((const int32_t *)buf)[k];
-    case BRAID_UINT8: return ((const uint8_t *)buf)[k];
-    case BRAID_INT64: return (double)((const int64_t *)buf)[k];
-    case BRAID_FLOAT32: return ((const float *)buf)[k];
-    case BRAID_FLOAT64: return ((const double *)buf)[k];
-    default: return 0;
+    case BRAID_INT32:
+        return ((const int32_t *)buf)[k];
+    case BRAID_UINT8:
+        return ((const uint8_t *)buf)[k];
+    case BRAID_INT64:
+        return (double)((const int64_t *)buf)[k];
+    case BRAID_FLOAT32:
+        return ((const float *)buf)[k];
+    case BRAID_FLOAT64:
+        return ((const double *)buf)[k];
+    default:
+        return 0;
     }
 }
 
@@ -99,8 +116,7 @@ static double expect(braid_datatype_t dt, braid_redop_t op, size_t i, int seed)
 
 static int coll(braid_comm_t comm, int rounds)
 {
-    braid_datatype_t dts[] = {BRAID_INT32, BRAID_UINT8, BRAID_INT64, BRAID_FLOAT32,
-                              BRAID_FLOAT64};
+    braid_datatype_t dts[] = {BRAID_INT32, BRAID_UINT8, BRAID_INT64, BRAID_FLOAT32, BRAID_FLOAT64};
     size_t counts[] = {0, 1, 7, 1009, 65537, 300007, (8u << 20) / 4};
     int seed = 1;
     size_t maxb = ((8u << 20) + 64) * (size_t)nranks_;
@@ -128,21 +144,20 @@ static int coll(braid_comm_t comm, int rounds)
                 OK(braid_broadcast(a, b, n, dt, root, comm));
                 for (size_t k = 0; k < n; k++)
                     CHECK(get(b, dt, k) == in_value(dt, root, k, seed),
-                          "broadcast root %d %s count %zu: wrong [%zu]", root,
-                          braid_dtype_name(dt), n, k);
+                          "broadcast root %d %s count %zu: wrong [%zu]", root, braid_dtype_name(dt),
+                          n, k);
                 fill(a, dt, rank_, 0, n * (size_t)nranks_, seed);
                 OK(braid_reduce_scatter(a, b, n, dt, BRAID_MAX, comm));
                 for (size_t k = 0; k < n; k++)
                     CHECK(get(b, dt, k) == expect(dt, BRAID_MAX, (size_t)rank_ * n + k, seed),
-                          "reduce_scatter %s count %zu: wrong [%zu]", braid_dtype_name(dt), n,
-                          k);
+                          "reduce_scatter %s count %zu: wrong [%zu]", braid_dtype_name(dt), n, k);
                 fill(a, dt, rank_, 0, n, seed);
                 OK(braid_allgather(a, b, n, dt, comm));
                 for (int r = 0; r < nranks_; r++)
                     for (size_t k = 0; k < n; k++)
                         CHECK(get(b, dt, (size_t)r * n + k) == in_value(dt, r, k, seed),
-                              "allgather %s count %zu: wrong block %d [%zu]",
-                              braid_dtype_name(dt), n, r, k);
+                              "allgather %s count %zu: wrong block %d [%zu]", braid_dtype_name(dt),
+                              n, r, k);
             }
         }
         OK(braid_barrier(comm));

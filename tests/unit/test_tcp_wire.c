@@ -11,8 +11,14 @@
 
 Test(tcp, wire_frame_header_round_trip_and_layout, .timeout = 10)
 {
-    braid_msg_hdr_t h = {.bytes = 4096, .seq = 0x01020304, .coll = 1, .dtype = 8, .op = 4,
-                         .flags = 0, .root = -1, .count = 0x1122334455667788ull};
+    braid_msg_hdr_t h = {.bytes = 4096,
+                         .seq = 0x01020304,
+                         .coll = 1,
+                         .dtype = 8,
+                         .op = 4,
+                         .flags = 0,
+                         .root = -1,
+                         .count = 0x1122334455667788ull};
     uint8_t w[BRAID_TCP_HDR_BYTES];
     braid_tcp_hdr_pack(&h, 0, w);
     cr_assert(!memcmp(w, "BTRD", 4));
@@ -75,7 +81,8 @@ Test(tcp, wire_abort_frames, .timeout = 10)
 Test(tcp, wire_hello, .timeout = 10)
 {
     braid_tcp_hello_t h = {.rank = 5, .channel = 2, .sock = 1, .nsocks = 2}, g;
-    for (int i = 0; i < BRAID_SECRET_BYTES; i++) h.secret[i] = (uint8_t)(i * 11);
+    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
+        h.secret[i] = (uint8_t)(i * 11);
     uint8_t w[BRAID_TCP_HELLO_BYTES];
     braid_tcp_hello_pack(&h, w);
     cr_assert_eq(braid_tcp_hello_parse(w, sizeof(w), &g), BRAID_SUCCESS);
@@ -96,8 +103,8 @@ Test(tcp, wire_hello, .timeout = 10)
                                {.rank = 0, .nsocks = BRAID_TCP_MAX_SOCKS + 1}};
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
         braid_tcp_hello_pack(&odd[i], bad);
-        cr_assert_eq(braid_tcp_hello_parse(bad, sizeof(bad), &g), BRAID_ERR_INVALID_ARG,
-                     "case %zu", i);
+        cr_assert_eq(braid_tcp_hello_parse(bad, sizeof(bad), &g), BRAID_ERR_INVALID_ARG, "case %zu",
+                     i);
     }
 }
 

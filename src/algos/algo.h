@@ -1,0 +1,91 @@
+/* Algorithm selection (select.c) and the algorithms composed from sub-communicators
+ * (hier.c). Every collective goes through braid_algo_execute, which picks an algorithm from
+ * BRAID_ALGO or the cost model and runs it; the ring (engine.c over comm->ring) is the default
+ * and the fallback whenever another algorithm does not apply to a shape.
+ *
+ * Determinism: the choice depends only on the collective's arguments (equal on every rank by
+ * contract), the host grouping (from allgathered host ids) and constants; at init every rank
+ * allgathers its choices for every size and checks they agree with rank 0's, so a rank that
+ * would choose differently (a different BRAID_ALGO, say) fails init instead of hanging. */
+#ifndef BRAID_ALGOS_ALGO_H
+#define BRAID_ALGOS_ALGO_H
+
+#include "core/comm.h"
+#include "topo/topo.h"
+
+typedef enum {
+    BRAID_ALGO_AUTO = -1,
+    BRAID_ALGO_RING = 0,
+    BRAID_ALGO_HIER = 1,
+    BRAID_ALGO_RECDBL = 2,
+    BRAID_ALGO_TREE = 3,
+    BRAID_ALGO_COUNT = 4
+} braid_algo_t;
+
+const char *braid_algo_name(int algo);
+/* "" = automatic; otherwise one of ring, hier, recdbl, tree (any case); an unknown name is
+ * BRAID_ERR_INVALID_ARG with a message listing the valid ones. */
+braid_result_t braid_algo_parse(const char *name, int *algo_p);
+
+/* ---- the cost model (pure) ---------------------------------------------------------------- */
+typedef struct {
+    double alpha_us; /* latency of one message */
+    double gbps;     /* bandwidth, GB/s (1e9 bytes per second) */
+} braid_link_model_t;
+
+typedef struct {
+    int nranks, nhosts;
+    int min_local, max_local; /* ranks per host */
+    int ring_crossings;       /* ring edges between hosts (rank-order ring) */
+    int ring_host_out;        /* most ring edges leaving one host (they share its NIC) */
+    braid_link_model_t intra, inter;
+    double launch_us; /* fixed cost of one (sub-)collective */
+} braid_model_t;
+
+/* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring
+ * step, ~5 GB/s bus bandwidth in place), tcp a 10 GbE link (no recorded measurement yet). */
+#define BRAID_MODEL_SHM_ALPHA_US 0.5
+#define BRAID_MODEL_SHM_GBPS 5.0
+#define BRAID_MODEL_NET_ALPHA_US 25.0
+#define BRAID_MODEL_NET_GBPS 1.1
+#define BRAID_MODEL_LAUNCH_US 2.0
+
+/* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
+void braid_model_init(braid_model_t *m, const braid_topo_t *t);
+/* Whether algo is implemented and applies to (coll, count elements of elem_size bytes). */
+int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m);
+/* Estimated microseconds of algo for coll on `bytes` (the per-rank buffer of allreduce);
+ * a negative value if it does not apply. */
+double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m);
+/* The cheapest applicable algorithm (ties: the lower id; the ring always applies). */
+int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m);
+/* Writes the model's table (allreduce, 8 B .. 256 MiB, every algorithm and the choice). */
+void braid_model_print(const braid_model_t *m, FILE *f);
+
+/* ---- per-communicator state ----------------------------------------------------------------- */
+typedef struct braid_algo_state {
+    braid_topo_t topo;
+    braid_model_t model;
+    int forced; /* braid_algo_t, BRAID_ALGO_AUTO if none */
+    /* Hierarchical algorithms: made with braid_comm_split on first use. */
+    int hier_ready;
+    struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
+    struct braid_comm *inter; /* ranks with this rank's local index, one per host */
+} braid_algo_state_t;
+
+/* At the end of init (collective: one bootstrap allgather to check the choices agree). */
+braid_result_t braid_algo_comm_init(struct braid_comm *c);
+/* From braid_comm_abort: aborts the sub-communicators too. */
+void braid_algo_comm_abort(struct braid_comm *c);
+/* From comm_free: destroys the sub-communicators and the state. */
+void braid_algo_comm_free(struct braid_comm *c);
+/* Runs one validated collective (not barrier) with the chosen algorithm. */
+braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
+
+/* hier.c: all-reduce as intra-host reduce-scatter, inter-host all-reduce among equal local
+ * indices, intra-host all-gather; the tail that does not divide by the local size goes over
+ * the flat ring. Creates the sub-communicators on first use. */
+braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq);
+
+#endif

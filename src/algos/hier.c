@@ -1,0 +1,129 @@
+/* Hierarchical all-reduce, composed of collectives on two sub-communicators made with
+ * braid_comm_split on first use (collective over the parent, like the collective itself):
+ *   intra  the L ranks of this host, ranked by parent rank (= the local index lr);
+ *   inter  the H ranks with this rank's local index, one per host, ranked by host.
+ *
+ * Definitions: count N elements, L ranks per host (every host the same; select.c falls back
+ * to the flat ring otherwise), block size C = floor(N / L), tail = the last N - L*C (< L)
+ * elements. Block b is [b*C, (b+1)*C); this rank owns block lr.
+ *   1. intra reduce-scatter of blocks 0..L-1 into out[lr*C ..) (sum for avg)
+ *   2. inter all-reduce of block lr in place: L rings, one per local index, run concurrently
+ *      (each host's links all work); for avg, the owner then divides by n once
+ *   3. intra all-gather of the blocks in place (out[lr*C ..) is the rank's own slot)
+ *   4. the tail, if any, by a flat ring all-reduce on the parent (a few elements)
+ * Each element is reduced in one fixed order (the intra ring, then the inter ring) by its
+ * owner and copied to the others, so every rank ends with bit-identical values. */
+#include "algos/algo.h"
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/split.h"
+#include "core/worker.h"
+#include "reduce/reduce.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
+{
+    const braid_topo_t *t = &st->topo;
+    int h = t->host[c->rank], lr = t->local_rank[c->rank];
+    BRAID_CHECK(braid_comm_split_internal(c, h, c->rank, 1, &st->intra));
+    BRAID_CHECK(braid_comm_split_internal(c, lr, h, 1, &st->inter));
+    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] || st->inter->rank != h ||
+        st->inter->nranks != t->nhosts)
+        return braid_set_error(BRAID_ERR_INTERNAL,
+                               "hier: sub-communicators have the wrong shape (intra %d/%d, inter "
+                               "%d/%d for local rank %d of host %d of %d)",
+                               st->intra->rank, st->intra->nranks, st->inter->rank,
+                               st->inter->nranks, lr, h, t->nhosts);
+    braid_debug(TUNING, "hier: rank %d is local rank %d of host %d (%d ranks), %d hosts", c->rank,
+                lr, h, st->intra->nranks, st->inter->nranks);
+    st->hier_ready = 1;
+    return BRAID_SUCCESS;
+}
+
+/* Appends "r0,r1,..." (parent ranks of a sub-communicator's ranks 0, 1, ...) to buf. */
+static void map_ranks(const braid_topo_t *t, int intra, int which, char *buf, size_t len)
+{
+    size_t o = strlen(buf);
+    for (int r = 0, k = 0; r < t->nranks && o + 12 < len; r++) {
+        if ((intra ? t->host[r] : t->local_rank[r]) != which) continue;
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", k++ ? "," : "", r);
+    }
+}
+
+/* A failure in one sub-communicator must reach ranks waiting in the other one. The message
+ * says how the sub-communicators' rank numbers (which it may quote) map to this one's, once:
+ * a message forwarded from a peer keeps the map of the rank that detected the failure. */
+static void hier_fail(struct braid_comm *c, braid_algo_state_t *st, braid_result_t res)
+{
+    char why[600], map[240] = "";
+    const braid_topo_t *t = &st->topo;
+    if (st->hier_ready && !strstr(braid_last_error(), "[hier:")) {
+        snprintf(map, sizeof(map), " [hier: intra-host ranks 0.. are ranks ");
+        map_ranks(t, 1, t->host[c->rank], map, sizeof(map));
+        snprintf(map + strlen(map), sizeof(map) - strlen(map), "; inter-host ranks 0.. are ");
+        map_ranks(t, 0, t->local_rank[c->rank], map, sizeof(map));
+        snprintf(map + strlen(map), sizeof(map) - strlen(map), "]");
+    }
+    snprintf(why, sizeof(why), "%.350s%s", braid_last_error(), map);
+    struct braid_comm *subs[2] = {st->intra, st->inter};
+    for (int i = 0; i < 2; i++) {
+        if (!subs[i]) continue;
+        braid_comm_set_error(subs[i], res, "%s", why);
+        braid_comm_fail_peers(subs[i], res, why);
+    }
+    braid_set_error(res, "%s", why);
+}
+
+braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq)
+{
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    size_t es = braid_dtype_size(a->dtype);
+    int L = st->intra->nranks, lr = st->intra->rank;
+    size_t C = a->count / (size_t)L, body = C * (size_t)L;
+    braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
+    char *out = a->recvbuf;
+    char *mine = out + (size_t)lr * C * es;
+    if (C > 0) {
+        braid_op_args_t rs = {.coll = BRAID_COLL_REDUCE_SCATTER,
+                              .sendbuf = a->sendbuf,
+                              .recvbuf = mine,
+                              .count = C,
+                              .dtype = a->dtype,
+                              .op = op,
+                              .root = -1};
+        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &rs), res, fail);
+        braid_op_args_t ar = {.coll = BRAID_COLL_ALLREDUCE,
+                              .sendbuf = mine,
+                              .recvbuf = mine,
+                              .count = C,
+                              .dtype = a->dtype,
+                              .op = op,
+                              .root = -1};
+        BRAID_CHECK_GOTO(braid_coll_execute(st->inter, &ar), res, fail);
+        if (a->op == BRAID_AVG)
+            braid_reduce_finalize(a->dtype, BRAID_AVG, mine, mine, C, c->nranks);
+        braid_op_args_t ag = {.coll = BRAID_COLL_ALLGATHER,
+                              .sendbuf = mine,
+                              .recvbuf = out,
+                              .count = C,
+                              .dtype = a->dtype,
+                              .op = op,
+                              .root = -1};
+        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &ag), res, fail);
+    }
+    if (body < a->count) {
+        braid_op_args_t tail = *a;
+        tail.sendbuf = (const char *)a->sendbuf + body * es;
+        tail.recvbuf = out + body * es;
+        tail.count = a->count - body;
+        BRAID_CHECK_GOTO(braid_engine_run(c, &tail, seq), res, fail);
+    }
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}

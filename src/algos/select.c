@@ -1,0 +1,281 @@
+/* Algorithm selection: BRAID_ALGO, or an alpha-beta cost model that estimates every applicable
+ * algorithm for (collective, size, topology) and takes the cheapest.
+ *
+ * Model (times in microseconds; S = bytes per rank, n ranks on H hosts of L ranks each; a
+ * link is alpha + bytes/bandwidth; intra = shm, inter = the network):
+ *   ring     the block that travels furthest crosses 2(n-1) consecutive ring edges, about
+ *            2(n-1)/n laps: latency 2(n-1)/n * sum of the ring's edge alphas. Every edge
+ *            carries 2(n-1)/n * S bytes; the ring edges that leave one host share its NIC, so
+ *            the bottleneck is max(intra edge, inter edges per host x inter edge).
+ *   hier     reduce-scatter and all-gather within hosts ((L-1) intra steps of S/L each), and
+ *            L concurrent inter-host rings of 2(H-1) steps on S/L bytes sharing each host's
+ *            NIC: 2(H-1) inter alphas + 2(H-1)/H * S over the NIC; three sub-collective
+ *            launches; a ring on the remainder when the count does not divide by L.
+ * recdbl and tree are named (BRAID_ALGO accepts them) but not implemented yet: never chosen,
+ * and a forced one runs the ring. */
+#include "algos/algo.h"
+#include "core/engine.h"
+#include "core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *algo_names[BRAID_ALGO_COUNT] = {"ring", "hier", "recdbl", "tree"};
+
+const char *braid_algo_name(int algo)
+{
+    if (algo == BRAID_ALGO_AUTO) return "auto";
+    return algo >= 0 && algo < BRAID_ALGO_COUNT ? algo_names[algo] : "invalid";
+}
+
+braid_result_t braid_algo_parse(const char *name, int *algo_p)
+{
+    if (!name || !*name || !strcasecmp(name, "auto")) {
+        *algo_p = BRAID_ALGO_AUTO;
+        return BRAID_SUCCESS;
+    }
+    for (int i = 0; i < BRAID_ALGO_COUNT; i++)
+        if (!strcasecmp(name, algo_names[i])) {
+            *algo_p = i;
+            return BRAID_SUCCESS;
+        }
+    return braid_set_error(BRAID_ERR_INVALID_ARG,
+                           "BRAID_ALGO='%s' is not one of the algorithms: ring, hier, recdbl, tree "
+                           "(or empty for automatic)",
+                           name);
+}
+
+/* ---- the model ------------------------------------------------------------------------------ */
+void braid_model_init(braid_model_t *m, const braid_topo_t *t)
+{
+    memset(m, 0, sizeof(*m));
+    m->nranks = t->nranks;
+    m->nhosts = t->nhosts;
+    m->min_local = t->min_local;
+    m->max_local = t->max_local;
+    int *out = calloc((size_t)t->nhosts, sizeof(int));
+    for (int r = 0; t->nranks > 1 && r < t->nranks; r++) {
+        int a = t->host[r], b = t->host[(r + 1) % t->nranks];
+        if (a == b) continue;
+        m->ring_crossings++;
+        if (out) out[a]++;
+    }
+    for (int h = 0; out && h < t->nhosts; h++)
+        if (out[h] > m->ring_host_out) m->ring_host_out = out[h];
+    if (!out && m->ring_crossings) m->ring_host_out = m->ring_crossings; /* pessimistic */
+    free(out);
+    m->intra = (braid_link_model_t){BRAID_MODEL_SHM_ALPHA_US, BRAID_MODEL_SHM_GBPS};
+    m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
+    m->launch_us = BRAID_MODEL_LAUNCH_US;
+}
+
+int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
+{
+    switch (algo) {
+    case BRAID_ALGO_RING:
+        return 1;
+    case BRAID_ALGO_HIER:
+        return coll == BRAID_COLL_ALLREDUCE && m->nhosts >= 2 && m->min_local >= 2 &&
+               m->min_local == m->max_local && count >= (size_t)m->min_local;
+    default:
+        return 0; /* recdbl, tree: not implemented yet */
+    }
+}
+
+static double us_for(double bytes, const braid_link_model_t *l)
+{
+    return bytes / (l->gbps * 1e3);
+}
+
+/* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
+static double ring_us(double laps, double per_edge, const braid_model_t *m)
+{
+    int n = m->nranks, x = m->ring_crossings;
+    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us;
+    double t_intra = us_for(per_edge, &m->intra);
+    double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
+    return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
+}
+
+double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m)
+{
+    if (!braid_algo_applies(algo, coll, count, m)) return -1.0;
+    int n = m->nranks;
+    double S = (double)bytes, f = n > 1 ? (double)(n - 1) / n : 0.0;
+    if (n == 1) return m->launch_us + us_for(S, &m->intra);
+    if (algo == BRAID_ALGO_RING) {
+        switch (coll) {
+        case BRAID_COLL_ALLREDUCE:
+        case BRAID_COLL_BARRIER:
+            return ring_us(2 * f, 2 * f * S, m);
+        case BRAID_COLL_REDUCE_SCATTER:
+        case BRAID_COLL_ALLGATHER:
+            return ring_us(f, S * (n - 1), m); /* S is per rank */
+        default:
+            return ring_us(f, S, m); /* broadcast / reduce: a pipelined chain */
+        }
+    }
+    /* hier all-reduce */
+    int L = m->min_local, H = m->nhosts;
+    double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
+    double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
+    double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
+    double t = 3 * m->launch_us + 2 * rs + ar;
+    if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
+    return t;
+}
+
+int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m)
+{
+    int best = BRAID_ALGO_RING;
+    double best_t = braid_model_time(BRAID_ALGO_RING, coll, bytes, count, m);
+    for (int a = 1; a < BRAID_ALGO_COUNT; a++) {
+        double t = braid_model_time(a, coll, bytes, count, m);
+        if (t >= 0 && t < best_t) {
+            best = a;
+            best_t = t;
+        }
+    }
+    return best;
+}
+
+void braid_model_print(const braid_model_t *m, FILE *f)
+{
+    fprintf(f,
+            "cost model: %d ranks on %d host(s), %d..%d per host, rank-order ring crosses hosts "
+            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s\n",
+            m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
+            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps);
+    fprintf(f, "allreduce (float32) estimated us:\n%12s", "bytes");
+    for (int a = 0; a < BRAID_ALGO_COUNT; a++)
+        fprintf(f, " %10s", algo_names[a]);
+    fprintf(f, "  choice\n");
+    for (size_t b = 8; b <= ((size_t)256 << 20); b *= 2) {
+        fprintf(f, "%12zu", b);
+        for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+            double t = braid_model_time(a, BRAID_COLL_ALLREDUCE, b, b / 4, m);
+            if (t < 0)
+                fprintf(f, " %10s", "-");
+            else
+                fprintf(f, " %10.1f", t);
+        }
+        fprintf(f, "  %s\n", algo_names[braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, m)]);
+    }
+}
+
+/* ---- per communicator ------------------------------------------------------------------------ */
+/* The algorithm that runs (coll, count): forced if it applies, else the model's choice. */
+static int pick(const braid_algo_state_t *st, int coll, size_t count, size_t es)
+{
+    if (st->forced != BRAID_ALGO_AUTO)
+        return braid_algo_applies(st->forced, coll, count, &st->model) ? st->forced
+                                                                       : BRAID_ALGO_RING;
+    return braid_model_choose(coll, count * es, count, &st->model);
+}
+
+#define DIGEST_SIZES 34 /* allreduce of 2^k float32 elements, k = 0..33 */
+
+static void digest(const braid_algo_state_t *st, uint8_t out[DIGEST_SIZES + 1])
+{
+    out[0] = (uint8_t)(st->forced + 1);
+    for (int k = 0; k < DIGEST_SIZES; k++)
+        out[k + 1] = (uint8_t)pick(st, BRAID_COLL_ALLREDUCE, (size_t)1 << k, 4);
+}
+
+static void log_table(const braid_algo_state_t *st)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return;
+    braid_model_print(&st->model, f);
+    fclose(f);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        braid_info(TUNING, "%s", line);
+    free(text);
+}
+
+braid_result_t braid_algo_comm_init(struct braid_comm *c)
+{
+    braid_result_t res = BRAID_SUCCESS;
+    uint8_t *all = NULL;
+    braid_algo_state_t *st = calloc(1, sizeof(*st));
+    if (!st) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the algorithm state");
+    st->forced = c->algo;
+    BRAID_CHECK_GOTO(
+        braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &st->topo), res,
+        fail);
+    braid_model_init(&st->model, &st->topo);
+    if (c->nranks > 1) {
+        /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
+         * and hang: check it once here. */
+        uint8_t mine[DIGEST_SIZES + 1];
+        digest(st, mine);
+        all = malloc((size_t)c->nranks * sizeof(mine));
+        if (!all) {
+            res = braid_set_error(BRAID_ERR_NOMEM, "out of memory checking algorithm choices");
+            goto fail;
+        }
+        BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, sizeof(mine)), res, fail);
+        for (int r = 1; r < c->nranks; r++) {
+            const uint8_t *d = all + (size_t)r * sizeof(mine);
+            if (!memcmp(d, all, sizeof(mine))) continue;
+            res = braid_set_error(BRAID_ERR_INVALID_USAGE,
+                                  "rank %d would choose collective algorithms differently from "
+                                  "rank 0 (BRAID_ALGO=%s there, %s on rank 0): set the same "
+                                  "BRAID_ALGO on every rank",
+                                  r, braid_algo_name((int)d[0] - 1),
+                                  braid_algo_name((int)all[0] - 1));
+            goto fail;
+        }
+    }
+    if (st->forced == BRAID_ALGO_RECDBL || st->forced == BRAID_ALGO_TREE)
+        braid_info(TUNING, "BRAID_ALGO=%s is not implemented yet: collectives use the ring",
+                   braid_algo_name(st->forced));
+    if (c->rank == 0 && braid_log_enabled(BRAID_LOG_INFO, BRAID_SUBSYS_TUNING)) log_table(st);
+    free(all);
+    c->algo_state = st;
+    return BRAID_SUCCESS;
+fail:
+    free(all);
+    braid_topo_free(&st->topo);
+    free(st);
+    return res;
+}
+
+void braid_algo_comm_abort(struct braid_comm *c)
+{
+    braid_algo_state_t *st = c->algo_state;
+    if (!st) return;
+    if (st->intra) braid_comm_abort(st->intra);
+    if (st->inter) braid_comm_abort(st->inter);
+}
+
+void braid_algo_comm_free(struct braid_comm *c)
+{
+    braid_algo_state_t *st = c->algo_state;
+    if (!st) return;
+    if (st->intra) braid_comm_destroy(st->intra);
+    if (st->inter) braid_comm_destroy(st->inter);
+    braid_topo_free(&st->topo);
+    free(st);
+    c->algo_state = NULL;
+}
+
+braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq)
+{
+    braid_algo_state_t *st = c->algo_state;
+    if (!st || c->nranks == 1 || a->coll == BRAID_COLL_BARRIER) return braid_engine_run(c, a, seq);
+    int algo = pick(st, a->coll, a->count, braid_dtype_size(a->dtype));
+    if (st->forced != BRAID_ALGO_AUTO && algo != st->forced)
+        braid_debug(TUNING,
+                    "BRAID_ALGO=%s does not apply to %s #%u (count %zu, %d host(s), %d..%d ranks "
+                    "per host): running the ring",
+                    braid_algo_name(st->forced), braid_coll_name(a->coll), seq, a->count,
+                    st->model.nhosts, st->model.min_local, st->model.max_local);
+    braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
+                braid_algo_name(algo));
+    if (algo == BRAID_ALGO_HIER) return braid_hier_allreduce(c, st, a, seq);
+    return braid_engine_run(c, a, seq);
+}

@@ -1,0 +1,134 @@
+/* braid_comm_split: ranks of a communicator that pass the same color form a new communicator,
+ * ranked by (key, old rank), as MPI_Comm_split and ncclCommSplit.
+ *
+ * Protocol, all on the parent's bootstrap (so it is collective over the parent):
+ *   1. allgather (color, key) of every rank; each rank computes its group and position;
+ *   2. the group's new rank 0 (its leader) creates a unique id (which starts a bootstrap root
+ *      service in the leader's process), and a second allgather hands every rank its leader's
+ *      id (with a flag saying whether the leader managed to create it);
+ *   3. each member calls braid_comm_init_rank with that id: the new communicator has its own
+ *      bootstrap, connections and sequence numbers, and is destroyed independently.
+ * Ranks with a negative color take part in both allgathers and get NULL. */
+#include "core/split.h"
+#include "core/log.h"
+#include "core/worker.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int32_t color, key;
+} split_entry_t;
+
+typedef struct {
+    int32_t ok; /* 1 if id is valid (the leader created it) */
+    int32_t pad;
+    braid_unique_id_t id;
+} split_id_t;
+
+int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int rank, int *members,
+                      int *newrank_p)
+{
+    int32_t color = colors[rank];
+    if (color < 0) return 0;
+    int m = 0;
+    for (int r = 0; r < n; r++) {
+        if (colors[r] != color) continue;
+        /* Insertion by (key, rank): ranks arrive in increasing order, so ties keep it. */
+        int i = m++;
+        while (i > 0 && keys[members[i - 1]] > keys[r]) {
+            members[i] = members[i - 1];
+            i--;
+        }
+        members[i] = r;
+    }
+    for (int i = 0; i < m; i++)
+        if (members[i] == rank) *newrank_p = i;
+    return m;
+}
+
+braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key, int quiet_log,
+                                         struct braid_comm **newcomm_p)
+{
+    braid_result_t res = BRAID_SUCCESS;
+    int n = comm->nranks;
+    split_entry_t mine = {.color = color < 0 ? -1 : color, .key = key};
+    split_entry_t *all = calloc((size_t)n, sizeof(*all));
+    int32_t *colors = calloc((size_t)n, sizeof(*colors)), *keys = calloc((size_t)n, sizeof(*keys));
+    int *members = calloc((size_t)n, sizeof(*members));
+    split_id_t *ids = calloc((size_t)n, sizeof(*ids));
+    if (!all || !colors || !keys || !members || !ids) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "comm_split: out of memory for %d ranks", n);
+        goto out;
+    }
+    BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)), res, out);
+    for (int r = 0; r < n; r++) {
+        colors[r] = all[r].color;
+        keys[r] = all[r].key;
+    }
+    int newrank = 0;
+    int m = braid_split_group(n, colors, keys, comm->rank, members, &newrank);
+    split_id_t myid;
+    memset(&myid, 0, sizeof(myid));
+    braid_result_t id_res = BRAID_SUCCESS;
+    if (m > 0 && newrank == 0) {
+        id_res = braid_get_unique_id(&myid.id);
+        myid.ok = id_res == BRAID_SUCCESS;
+    }
+    BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &myid, ids, sizeof(myid)), res, out);
+    if (m == 0) {
+        braid_debug(INIT, "comm_split: rank %d has no color and joins no group", comm->rank);
+        *newcomm_p = NULL;
+        goto out;
+    }
+    if (id_res < 0) {
+        res = id_res;
+        goto out;
+    }
+    int leader = members[0];
+    if (!ids[leader].ok) {
+        res = braid_set_error(BRAID_ERR_REMOTE,
+                              "comm_split: rank %d, the first rank of color %d, could not create "
+                              "the new communicator's unique id",
+                              leader, (int)colors[comm->rank]);
+        goto out;
+    }
+    braid_debug(INIT, "comm_split: rank %d -> color %d, rank %d of %d (first rank %d)", comm->rank,
+                (int)colors[comm->rank], newrank, m, leader);
+    struct braid_comm *nc = NULL;
+    res = braid_comm_init_rank(&nc, m, ids[leader].id, newrank);
+    if (quiet_log) braid_log_set_rank(comm->rank);
+    if (res < 0) goto out;
+    *newcomm_p = nc;
+out:
+    free(all);
+    free(colors);
+    free(keys);
+    free(members);
+    free(ids);
+    return res;
+}
+
+braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t *newcomm_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!newcomm_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm_split: newcomm_p is NULL");
+    int err = atomic_load(&comm->error);
+    if (err)
+        return braid_set_error(err, "comm_split: communicator failed earlier: %s", comm->errmsg);
+    /* A split is collective over comm: operations started before it complete first (the
+     * worker runs them; they do not use the bootstrap, but keep call order anyway). */
+    while (braid_worker_pending(comm)) {
+        if (atomic_load(&comm->aborted))
+            return braid_set_error(BRAID_ERR_ABORTED, "comm_split: communicator was aborted");
+        usleep(100);
+    }
+    if (atomic_load(&comm->aborted))
+        return braid_set_error(BRAID_ERR_ABORTED, "comm_split: communicator was aborted");
+    struct braid_comm *nc = NULL;
+    BRAID_CHECK(braid_comm_split_internal(comm, color, key, 0, &nc));
+    *newcomm_p = nc;
+    return BRAID_SUCCESS;
+}

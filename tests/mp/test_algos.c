@@ -1,0 +1,234 @@
+/* Algorithms other than the flat ring, as real processes. Hosts are faked per rank with
+ * BRAID_HOSTNAME, then a braid_comm_split of the job's communicator (which re-reads the
+ * environment at its init) gives a communicator that sees those hosts: ranks on different
+ * "hosts" connect over tcp, ranks on the same one over shm. Results are checked bit-exactly
+ * against the reference (tests/common/data.c), for every dtype x op, counts that do and do not
+ * divide by the ranks per host, in place and out of place. White-box checks say whether the
+ * hierarchical algorithm really ran or fell back to the ring. */
+#include "algos/algo.h"
+#include "core/comm.h"
+#include "data.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int host[16];     /* faked host of each rank */
+    const char *algo; /* BRAID_ALGO for the split communicator ("" = automatic) */
+    int expect_hier;  /* whether hier must have run */
+    int full;         /* every dtype x op (else a few) */
+} shape_t;
+
+static braid_comm_t fake_hosts(braid_comm_t comm, int rank, const shape_t *s)
+{
+    char host[32];
+    snprintf(host, sizeof(host), "fake-%d", s->host[rank]);
+    setenv("BRAID_HOSTNAME", host, 1);
+    setenv("BRAID_ALGO", s->algo, 1);
+    braid_comm_t sub = NULL;
+    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
+    unsetenv("BRAID_HOSTNAME");
+    unsetenv("BRAID_ALGO");
+    if (r) fprintf(stderr, "rank %d: split: %s\n", rank, braid_last_error());
+    return r ? NULL : sub;
+}
+
+static int one(braid_comm_t c, int rank, int n, braid_datatype_t dt, braid_redop_t op, size_t count,
+               int in_place, int seed)
+{
+    size_t es = braid_dtype_size(dt);
+    char *s = malloc(count * es + 1), *r = malloc(count * es + 1);
+    MP_CHECK(rank, s && r, "malloc");
+    data_fill(s, dt, op, rank, 0, count, seed);
+    char *out = in_place ? s : r;
+    if (!in_place) memset(r, 0xEE, count * es);
+    char what[128];
+    snprintf(what, sizeof(what), "allreduce n=%d %s %s count=%zu %s", n, braid_dtype_name(dt),
+             braid_op_name(op), count, in_place ? "in place" : "oop");
+    braid_result_t res = braid_allreduce(s, out, count, dt, op, c);
+    size_t bad = res ? count + 1 : data_check_reduced(out, dt, op, n, 0, count, seed, what);
+    free(s);
+    free(r);
+    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
+    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
+    return 0;
+}
+
+static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const shape_t *s = arg;
+    braid_comm_t c = fake_hosts(comm, rank, s);
+    MP_CHECK(rank, c != NULL, "no communicator");
+    size_t counts[] = {1, 2, 3, 7, (size_t)n * 3 + 1, 1009, 65536, 65537};
+    int seed = 1;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+        for (int op = 0; op < BRAID_NUM_OPS; op++) {
+            int few = !s->full && !(dt == BRAID_FLOAT32 || (dt == BRAID_INT32 && op != 1) ||
+                                    (dt == BRAID_FLOAT16 && op == BRAID_AVG));
+            if (few) continue;
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+                if (one(c, rank, n, dt, op, counts[ci], (int)(ci & 1), seed++)) return 1;
+        }
+    if (one(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 1, seed++)) return 1;
+    /* The other collectives still work (on the ring) around the hierarchical ones. */
+    int32_t x = rank + 1, y = 0;
+    MP_OK(rank, braid_broadcast(&x, &y, 1, BRAID_INT32, n - 1, c));
+    MP_CHECK(rank, y == n, "broadcast gave %d", y);
+    MP_OK(rank, braid_barrier(c));
+    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+    MP_CHECK(rank, st && st->hier_ready == s->expect_hier, "hier ran: %d, expected %d",
+             st ? st->hier_ready : -1, s->expect_hier);
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
+/* The first hierarchical all-reduces run on the worker thread (non-blocking calls), so the
+ * sub-communicators are made there; a blocking one is queued behind them. */
+static int nonblocking_first(braid_comm_t comm, int rank, int n, void *arg)
+{
+    braid_comm_t c = fake_hosts(comm, rank, arg);
+    MP_CHECK(rank, c != NULL, "no communicator");
+    enum { K = 4 };
+    size_t counts[K] = {4099, 1 << 16, 5, 100001};
+    float *bufs[K];
+    braid_request_t reqs[K];
+    for (int k = 0; k < K; k++) {
+        bufs[k] = malloc(counts[k] * sizeof(float));
+        data_fill(bufs[k], BRAID_FLOAT32, BRAID_SUM, rank, 0, counts[k], 20 + k);
+        MP_OK(rank,
+              braid_iallreduce(bufs[k], bufs[k], counts[k], BRAID_FLOAT32, BRAID_SUM, c, &reqs[k]));
+    }
+    if (one(c, rank, n, BRAID_INT64, BRAID_MAX, 777, 0, 30)) return 1;
+    for (int k = 0; k < K; k++) {
+        MP_OK(rank, braid_wait(reqs[k]));
+        MP_CHECK(rank,
+                 !data_check_reduced(bufs[k], BRAID_FLOAT32, BRAID_SUM, n, 0, counts[k], 20 + k,
+                                     "iallreduce"),
+                 "iallreduce %d", k);
+        free(bufs[k]);
+    }
+    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+    MP_CHECK(rank, st && st->hier_ready, "hier did not run");
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
+static int mismatched_algo(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    setenv("BRAID_ALGO", rank == 1 ? "hier" : "ring", 1);
+    braid_comm_t sub = NULL;
+    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
+    unsetenv("BRAID_ALGO");
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && sub == NULL, "split gave %s", braid_strerror(r));
+    MP_CHECK(rank, strstr(braid_last_error(), "rank 1 would choose"), "message: %s",
+             braid_last_error());
+    /* The parent is unaffected. */
+    int32_t x = 1, y = 0;
+    MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_INT32, BRAID_SUM, comm));
+    MP_CHECK(rank, y == n, "allreduce gave %d", y);
+    return 0;
+}
+
+/* A rank dies in the middle of hierarchical all-reduces: every survivor must get an error
+ * promptly (through whichever sub-communicator it waits in), not hang. */
+static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    shape_t s = {.host = {0, 0, 1, 1}, .algo = "hier"};
+    braid_comm_t c = fake_hosts(comm, rank, &s);
+    MP_CHECK(rank, c != NULL, "no communicator");
+    int victim = *(const int *)arg;
+    size_t count = 1 << 16;
+    float *buf = calloc(count, sizeof(float));
+    braid_result_t res = BRAID_SUCCESS;
+    struct timespec t0, t1;
+    for (int it = 0; it < 100000 && res == BRAID_SUCCESS; it++) {
+        if (rank == victim && it == 5) _exit(9);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    }
+    free(buf);
+    double el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    MP_CHECK(rank, res == BRAID_ERR_REMOTE || res == BRAID_ERR_INTERNAL, "got %s (%s)",
+             braid_strerror(res), braid_last_error());
+    MP_CHECK(rank, el < 10.0, "the failing call took %.1f s", el);
+    float x = 1;
+    MP_CHECK(rank, braid_allreduce(&x, &x, 1, BRAID_FLOAT32, BRAID_SUM, c) != BRAID_SUCCESS,
+             "a failed communicator accepted a new collective");
+    braid_comm_destroy(c);
+    return 0;
+}
+
+TestSuite(algos, .timeout = 240);
+
+Test(algos, hier_rank_death_reaches_every_survivor)
+{
+    setenv("BRAID_TIMEOUT", "30", 1);
+    int victims[] = {3, 0};
+    for (int v = 0; v < 2; v++) {
+        mp_job_t job;
+        mp_start(&job, 4, victim_dies, &victims[v]);
+        mp_wait(&job, 60);
+        for (int r = 0; r < 4; r++) {
+            int st = job.status[r];
+            int want = r == victims[v] ? 9 : 0;
+            cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == want,
+                      "victim %d: rank %d ended with status 0x%x (see stderr)", victims[v], r, st);
+        }
+    }
+}
+
+Test(algos, hier_2_hosts_x_2_forced_every_dtype_op)
+{
+    shape_t s = {.host = {0, 0, 1, 1}, .algo = "hier", .expect_hier = 1, .full = 1};
+    cr_assert_eq(mp_run(4, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, hier_nonblocking_first_use_on_the_worker)
+{
+    shape_t s = {.host = {0, 1, 0, 1}, .algo = "hier", .expect_hier = 1};
+    cr_assert_eq(mp_run(4, nonblocking_first, &s, 100), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, hier_interleaved_hosts_3_x_2_automatic)
+{
+    /* The launcher placed ranks round-robin over 3 hosts; the model picks hier here. */
+    shape_t s = {.host = {0, 1, 2, 0, 1, 2}, .algo = "", .expect_hier = 1};
+    cr_assert_eq(mp_run(6, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, hier_2_hosts_x_3_shuffled)
+{
+    shape_t s = {.host = {1, 0, 0, 1, 1, 0}, .algo = "hier", .expect_hier = 1};
+    cr_assert_eq(mp_run(6, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, hier_uneven_hosts_falls_back_to_ring)
+{
+    shape_t s = {.host = {0, 0, 0, 1}, .algo = "hier", .expect_hier = 0};
+    cr_assert_eq(mp_run(4, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, hier_one_host_falls_back_to_ring)
+{
+    shape_t s = {.host = {0, 0, 0}, .algo = "hier", .expect_hier = 0};
+    cr_assert_eq(mp_run(3, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, forced_recdbl_runs_the_ring_until_implemented)
+{
+    shape_t s = {.host = {0, 0, 1, 1}, .algo = "recdbl", .expect_hier = 0};
+    cr_assert_eq(mp_run(4, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, ranks_with_different_algo_fail_init_clearly)
+{
+    cr_assert_eq(mp_run(3, mismatched_algo, NULL, 60), 0, "some rank failed (see stderr)");
+}

@@ -1,0 +1,129 @@
+/* The cost model and BRAID_ALGO parsing, without processes: the choice for shapes from one
+ * host to 4 hosts (even and uneven), determinism, applicability rules and the printed table. */
+#include "algos/algo.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+TestSuite(select, .timeout = 30);
+
+/* A model for n ranks whose hosts are given by host ids. */
+static braid_model_t model_for(int n, const int *host)
+{
+    char ids[16][8];
+    for (int r = 0; r < n; r++)
+        snprintf(ids[r], sizeof(ids[r]), "h%d", host[r]);
+    braid_topo_t t;
+    cr_assert_eq(braid_topo_group(n, ids[0], sizeof(ids[0]), &t), BRAID_SUCCESS);
+    braid_model_t m;
+    braid_model_init(&m, &t);
+    braid_topo_free(&t);
+    return m;
+}
+
+Test(select, parse_algo_names)
+{
+    int a = 99;
+    cr_assert_eq(braid_algo_parse("", &a), BRAID_SUCCESS);
+    cr_assert_eq(a, BRAID_ALGO_AUTO);
+    const char *names[] = {"ring", "HIER", "recdbl", "Tree"};
+    const char *canon[] = {"ring", "hier", "recdbl", "tree"};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(braid_algo_parse(names[i], &a), BRAID_SUCCESS);
+        cr_assert_eq(a, i);
+        cr_assert_str_eq(braid_algo_name(a), canon[i]);
+    }
+    a = 7;
+    cr_assert_eq(braid_algo_parse("rings", &a), BRAID_ERR_INVALID_ARG);
+    cr_assert_eq(a, 7, "output set on failure");
+    cr_assert(strstr(braid_last_error(), "'rings'") &&
+                  strstr(braid_last_error(), "ring, hier, recdbl, tree"),
+              "%s", braid_last_error());
+}
+
+Test(select, one_host_is_always_the_ring)
+{
+    int host[8] = {0};
+    braid_model_t m = model_for(8, host);
+    cr_assert_eq(m.ring_crossings, 0);
+    for (size_t b = 4; b <= ((size_t)1 << 30); b *= 2)
+        cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RING);
+    cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1024, 256, &m), 0);
+}
+
+Test(select, two_hosts_pick_hier_for_allreduce_only)
+{
+    int host[4] = {0, 0, 1, 1};
+    braid_model_t m = model_for(4, host);
+    cr_assert_eq(m.ring_crossings, 2);
+    cr_assert_eq(m.ring_host_out, 1);
+    size_t big = (size_t)64 << 20;
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, big, big / 4, &m), BRAID_ALGO_HIER);
+    double ring = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, big, big / 4, &m);
+    double hier = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, big, big / 4, &m);
+    cr_assert_gt(ring / hier, 1.2, "ring %.0f us, hier %.0f us", ring, hier);
+    /* Other collectives and counts below the local size: the ring. */
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m), BRAID_ALGO_RING);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLGATHER, big, big / 4, &m), BRAID_ALGO_RING);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 4, 1, &m), BRAID_ALGO_RING);
+    cr_assert(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 2, &m));
+    cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1, &m));
+    cr_assert(!braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 1000, &m));
+    cr_assert(!braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_BROADCAST, 1000, &m));
+}
+
+Test(select, interleaved_placement_makes_the_flat_ring_worse)
+{
+    int contiguous[8] = {0, 0, 0, 0, 1, 1, 1, 1}, cyclic[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    braid_model_t a = model_for(8, contiguous), b = model_for(8, cyclic);
+    cr_assert_eq(b.ring_crossings, 8);
+    cr_assert_eq(b.ring_host_out, 4);
+    size_t big = (size_t)16 << 20;
+    double ta = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, big, big / 4, &a);
+    double tb = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, big, big / 4, &b);
+    cr_assert_gt(tb, 3 * ta);
+    /* hier does not care about the placement */
+    cr_assert_float_eq(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, big, big / 4, &a),
+                       braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, big, big / 4, &b),
+                       1e-9);
+}
+
+Test(select, uneven_hosts_never_hier)
+{
+    int shapes[3][8] = {
+        {0, 0, 0, 1, 1, 2, 2, 2}, {0, 0, 0, 0, 0, 0, 0, 1}, {0, 1, 1, 2, 2, 3, 3, 3}};
+    for (int s = 0; s < 3; s++) {
+        braid_model_t m = model_for(8, shapes[s]);
+        for (size_t b = 8; b <= ((size_t)1 << 28); b *= 8)
+            cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RING,
+                         "shape %d, %zu bytes", s, b);
+    }
+}
+
+Test(select, remainder_costs_extra)
+{
+    int host[6] = {0, 0, 0, 1, 1, 1};
+    braid_model_t m = model_for(6, host);
+    double even = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 4 * 3000, 3000, &m);
+    double odd = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 4 * 3001, 3001, &m);
+    cr_assert_gt(odd, even);
+}
+
+Test(select, choices_deterministic_and_table_printed)
+{
+    int host[8] = {2, 0, 2, 0, 1, 1, 3, 3};
+    braid_model_t m1 = model_for(8, host), m2 = model_for(8, host);
+    for (size_t b = 1; b < ((size_t)1 << 32); b = b * 3 + 1)
+        for (int coll = BRAID_COLL_ALLREDUCE; coll <= BRAID_COLL_ALLGATHER; coll++)
+            cr_assert_eq(braid_model_choose(coll, b, b / 4, &m1),
+                         braid_model_choose(coll, b, b / 4, &m2));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    braid_model_print(&m1, f);
+    fclose(f);
+    cr_assert(strstr(text, "8 ranks on 4 host(s)") && strstr(text, "268435456") &&
+                  strstr(text, "choice"),
+              "%s", text);
+    free(text);
+}

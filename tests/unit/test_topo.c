@@ -1,0 +1,138 @@
+/* Topology without processes: host grouping from host id strings, and the ring order checked on
+ * shuffled rank-to-host maps (1..4 hosts, uneven ranks per host, NUMA ids, up to 16 ranks):
+ * a permutation, each host contiguous (the ring crosses each host boundary once), NUMA nodes
+ * contiguous within a host, hosts in order of their lowest rank, deterministic. Plus a smoke
+ * test of hardware discovery. */
+#include "topo/topo.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+TestSuite(topo, .timeout = 30);
+
+Test(topo, group_by_host_id)
+{
+    const char ids[6][8] = {"b", "a", "b", "c", "a", "b"};
+    braid_topo_t t;
+    cr_assert_eq(braid_topo_group(6, ids[0], sizeof(ids[0]), &t), BRAID_SUCCESS);
+    cr_assert_eq(t.nhosts, 3);
+    int host[6] = {0, 1, 0, 2, 1, 0}, local[6] = {0, 0, 1, 0, 1, 2}, size[3] = {3, 2, 1};
+    for (int r = 0; r < 6; r++) {
+        cr_assert_eq(t.host[r], host[r], "rank %d", r);
+        cr_assert_eq(t.local_rank[r], local[r], "rank %d", r);
+    }
+    for (int h = 0; h < 3; h++)
+        cr_assert_eq(t.host_size[h], size[h]);
+    cr_assert_eq(t.min_local, 1);
+    cr_assert_eq(t.max_local, 3);
+    int ranks[6];
+    cr_assert_eq(braid_topo_host_ranks(&t, 0, ranks), 3);
+    cr_assert(ranks[0] == 0 && ranks[1] == 2 && ranks[2] == 5);
+    braid_topo_free(&t);
+    cr_assert_eq(braid_topo_group(1, "x", 1, &t), BRAID_SUCCESS);
+    cr_assert(t.nhosts == 1 && t.min_local == 1 && t.max_local == 1);
+    braid_topo_free(&t);
+}
+
+static uint64_t rng_state;
+static int rnd(int m)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((rng_state >> 33) % (uint64_t)m);
+}
+
+/* Checks every property of an order; returns a description of the first violation or NULL. */
+static const char *check_order(int n, const int *host, const int *numa, const int *order)
+{
+    static char why[128];
+    int seen[64] = {0};
+    for (int i = 0; i < n; i++) {
+        if (order[i] < 0 || order[i] >= n || seen[order[i]]++) return "not a permutation";
+    }
+    int hosts = 0;
+    int hseen[64] = {0};
+    for (int r = 0; r < n; r++)
+        hosts += !hseen[host[r]]++;
+    int x = braid_topo_ring_crossings(n, host, order);
+    if (x != (hosts > 1 ? hosts : 0)) {
+        snprintf(why, sizeof(why), "%d host crossings for %d hosts", x, hosts);
+        return why;
+    }
+    /* Contiguous hosts (with crossings == hosts that already holds); host of rank 0 first. */
+    if (host[order[0]] != host[0]) return "the host of rank 0 does not come first";
+    int lowest_prev = -1;
+    for (int i = 0; i < n; i++) {
+        int start = i == 0 || host[order[i]] != host[order[i - 1]];
+        if (start) {
+            int lowest = n;
+            for (int r = 0; r < n; r++)
+                if (host[r] == host[order[i]] && r < lowest) lowest = r;
+            if (lowest <= lowest_prev) return "hosts not in order of their lowest rank";
+            lowest_prev = lowest;
+            continue;
+        }
+        int a = order[i - 1], b = order[i];
+        int na = numa ? numa[a] : 0, nb = numa ? numa[b] : 0;
+        if (na > nb || (na == nb && a > b)) return "within a host not by (numa, rank)";
+    }
+    return NULL;
+}
+
+Test(topo, ring_order_on_shuffled_maps)
+{
+    rng_state = 12345;
+    int cases = 0;
+    for (int n = 1; n <= 16; n++)
+        for (int nh = 1; nh <= 4; nh++)
+            for (int trial = 0; trial < 40; trial++, cases++) {
+                int host[16], numa[16], order[16], again[16];
+                /* Uneven: random host per rank, host ids arbitrary (not 0..nh-1). */
+                for (int r = 0; r < n; r++) {
+                    host[r] = 10 * rnd(nh) + 3;
+                    numa[r] = rnd(2);
+                }
+                int *nm = trial % 3 ? numa : NULL;
+                cr_assert_eq(braid_topo_ring_order(n, host, nm, order), BRAID_SUCCESS);
+                const char *bad = check_order(n, host, nm, order);
+                cr_assert_null(bad, "n=%d hosts<=%d trial %d: %s", n, nh, trial, bad);
+                cr_assert_eq(braid_topo_ring_order(n, host, nm, again), BRAID_SUCCESS);
+                cr_assert_arr_eq(order, again, (size_t)n * sizeof(int), "not deterministic");
+            }
+    cr_assert_gt(cases, 0);
+}
+
+Test(topo, ring_order_examples)
+{
+    /* Round-robin placement (launcher gave ranks cyclically over 2 hosts). */
+    int host[8] = {0, 1, 0, 1, 0, 1, 0, 1}, order[8];
+    cr_assert_eq(braid_topo_ring_order(8, host, NULL, order), BRAID_SUCCESS);
+    int want[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    cr_assert_arr_eq(order, want, sizeof(want));
+    int identity[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    cr_assert_eq(braid_topo_ring_crossings(8, host, identity), 8, "the rank-order ring");
+    cr_assert_eq(braid_topo_ring_crossings(8, host, order), 2);
+    /* NUMA nodes within one host: 1 0 1 0 -> ranks on node 0 first. */
+    int one[4] = {7, 7, 7, 7}, numa[4] = {1, 0, 1, 0};
+    cr_assert_eq(braid_topo_ring_order(4, one, numa, order), BRAID_SUCCESS);
+    int want2[4] = {1, 3, 0, 2};
+    cr_assert_arr_eq(order, want2, sizeof(want2));
+}
+
+Test(topo, discover_local_machine)
+{
+    braid_topo_hw_t hw;
+    braid_topo_discover(&hw);
+    cr_assert_not_null(hw.source);
+    cr_assert_geq(hw.npus, 1);
+    cr_assert_geq(hw.ncores, 1);
+    cr_assert_geq(hw.nnuma, 1);
+    cr_assert_leq(hw.nnics, BRAID_TOPO_MAX_DEVS);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    braid_topo_hw_print(&hw, f);
+    fclose(f);
+    cr_assert(strstr(text, "topology (") && strstr(text, "pins nothing"), "%s", text);
+    free(text);
+}
