@@ -160,6 +160,7 @@ typedef struct tcp_state {
     tcp_conn_t *conns;
     tcp_pending_t *pending;
     int npending;
+    uint64_t accept_paused_until; /* after EMFILE and the like (0 = accepting) */
 } tcp_state_t;
 
 /* tcp_conn.c */

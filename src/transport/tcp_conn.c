@@ -389,8 +389,14 @@ static void accept_all(tcp_state_t *st)
         int fd = accept4(st->listen_fd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* Out of fds or memory: stop watching the listener for a while, or the
+                 * level-triggered event would spin. */
                 braid_warn(NET, "tcp: accept on the data listener failed: %m");
+                struct epoll_event ev = {.events = 0, .data.ptr = &st->tag_listen};
+                epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev);
+                st->accept_paused_until = braid_now_ns() + 100000000ull;
+            }
             return;
         }
         tcp_pending_t *p = calloc(1, sizeof(*p));
@@ -491,7 +497,7 @@ static void *progress_main(void *arg)
     tcp_state_t *st = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&st->stop)) {
-        int n = epoll_wait(st->ep, evs, 64, st->npending ? 200 : -1);
+        int n = epoll_wait(st->ep, evs, 64, st->npending || st->accept_paused_until ? 100 : -1);
         if (n < 0 && errno != EINTR) {
             braid_warn(NET, "tcp: epoll_wait failed: %m");
             struct timespec ts = {0, 10000000};
@@ -521,6 +527,11 @@ static void *progress_main(void *arg)
             }
         }
         if (st->npending) expire_pending(st);
+        if (st->accept_paused_until && braid_now_ns() >= st->accept_paused_until) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &st->tag_listen};
+            epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev);
+            st->accept_paused_until = 0;
+        }
         pthread_mutex_unlock(&st->tlock);
     }
     return NULL;

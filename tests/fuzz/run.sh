@@ -7,7 +7,7 @@
 # Binaries, corpora and crash files go to build-fuzz/ (ignored by git). Exit status is non-zero
 # if a harness does not build or finds a crash; the last line is "fuzz: N passed, N failed".
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 secs=${1:-${FUZZ_SECONDS:-20}}
 out=build-fuzz
 cc=${CC_FUZZ:-clang}
@@ -16,11 +16,13 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     echo "fuzz: $cc not found (apt-get install clang)" >&2
     exit 1
 fi
+# shellcheck disable=SC2054 # the commas belong to -fsanitize
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I include
     -I src -D_GNU_SOURCE)
 common=(src/core/log.c src/core/config.c)
 
 # Seeds: one well-formed input of each kind, so the fuzzer starts past the magic checks.
+# shellcheck disable=SC2059 # the seed bytes are printf escapes
 seed() { mkdir -p "$out/corpus_$1" && printf "$3" >"$out/corpus_$1/$2"; }
 seed tcp_header frame '\x08\x00BTRD\x10\x00\x00\x00\x01\x00\x00\x00\x01\x08\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x04\x00\x00\x00\x00\x00\x00\x00'
 seed tcp_header abort '\x00\x01BTRD\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\xff\xff\xff\xff\xfc\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00hello'

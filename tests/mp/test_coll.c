@@ -96,8 +96,8 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
                 MP_CHECK(rank,
                          !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed + 1, what),
                          "%s in place", what);
-                /* reduce, sum and max */
-                for (int op = BRAID_SUM; op <= BRAID_MAX; op += 3) {
+                /* reduce, every op */
+                for (int op = 0; op < BRAID_NUM_OPS; op++) {
                     data_fill(in, dt, op, rank, 0, count, seed);
                     snprintf(what, sizeof(what), "reduce n=%d root=%d %s %s count=%zu", n, root,
                              braid_dtype_name(dt), braid_op_name(op), count);

@@ -62,6 +62,7 @@ if [ -z "$logs" ]; then
 fi
 mkdir -p "$logs"
 
+# shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
     local p
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
@@ -120,8 +121,8 @@ secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 start=$(date +%s)
 for ((r = 0; r < nranks; r++)); do
     h=$((r / rph))
-    env_args=(BRAID_RANK=$r BRAID_NRANKS=$nranks BRAID_LOCAL_RANK=$((r % rph))
-        BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret "${extra_env[@]}")
+    env_args=("BRAID_RANK=$r" "BRAID_NRANKS=$nranks" "BRAID_LOCAL_RANK=$((r % rph))"
+        "BRAID_ROOT=198.18.0.1:$port" "BRAID_SECRET=$secret" "${extra_env[@]}")
     ip netns exec "$prefix-h$h" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
         2>"$logs/rank.$r.err" &
     pids+=($!)

@@ -2,14 +2,15 @@
 # Multi-host tests: collectives over network namespaces acting as hosts (tests/net/netns.sh),
 # ranks 2 per host, so every job mixes shm (within a host) and TCP (between hosts). Cases:
 # plain links, 1% packet drop, a 1 gbit rate limit, both with 2 channels and 2 sockets per
-# peer, 4 hosts, and a SIGKILLed rank whose peers must report it. Results are checked by
+# peer, 4 hosts, the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
+# rank whose peers must report it promptly. Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
 #   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
 #
 # The last line is "net: N passed, N failed"; the exit status is non-zero if any case failed.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 build=${1:-${BRAID_BUILD:-build}}
 net=tests/net/netns.sh
 
@@ -58,6 +59,7 @@ perf_args=(-b 8 -e 8M -f 8 -n 3 -w 1 -c 1 -d all)
 run "2 hosts: collectives" --hosts 2 -- "$check" coll
 [ -n "$perf" ] && run "2 hosts: all_reduce_perf, every dtype" --hosts 2 -- "$perf" "${perf_args[@]}"
 run "4 hosts: collectives" --hosts 4 -- "$check" coll
+run "3 hosts, ring: collectives" --hosts 3 -x BRAID_ALGO=ring -- "$check" coll
 run "2 hosts, 1% drop: collectives" --hosts 2 --drop 1% -- "$check" coll
 [ -n "$perf" ] && run "2 hosts, 1% drop: all_reduce_perf" --hosts 2 --drop 1% -- "$perf" \
     -b 1M -e 16M -f 4 -n 3 -w 1 -c 1
@@ -66,9 +68,13 @@ run "3 hosts, 1gbit: collectives" --hosts 3 --rate 1gbit -- "$check" coll
     -b 8 -e 16M -f 16 -n 3 -w 1 -c 1
 run "2 hosts, 1gbit + 1% drop, 2 ch x 2 sockets" --hosts 2 --rate 1gbit --drop 1% \
     -x BRAID_NCHANNELS=2 -x BRAID_NSOCKS_PERPEER=2 -- "$check" coll
-run "3 hosts: killed rank 3 is reported" --hosts 3 --victim 3 -- "$check" victim 3
-run "2 hosts, 1% drop: killed rank 2 is reported" --hosts 2 --drop 1% --victim 2 -- \
-    "$check" victim 2 20
+# The ring names the dead rank itself; the hierarchical algorithm (chosen by default across
+# hosts) runs on sub-communicators, so its messages name ranks of those.
+run "3 hosts, ring: killed rank 3 is named" --hosts 3 --victim 3 -x BRAID_ALGO=ring -- \
+    "$check" victim 3
+run "2 hosts, ring, 1% drop: killed rank 2 is named" --hosts 2 --drop 1% --victim 2 \
+    -x BRAID_ALGO=ring -- "$check" victim 2 20
+run "3 hosts, default algorithm: killed rank 2" --hosts 3 --victim 2 -- "$check" victim 2 10 any
 leftover=$(ip netns list | grep -c '^braidtest-' || true)
 if [ "$leftover" -ne 0 ]; then
     echo "[FAIL] namespaces left behind: $leftover"
