@@ -40,6 +40,7 @@ typedef struct {
     int ring_host_out;        /* most ring edges leaving one host (they share its NIC) */
     braid_link_model_t intra, inter;
     double launch_us; /* fixed cost of one (sub-)collective */
+    size_t p2p_chunk; /* bytes per message of the latency algorithms */
 } braid_model_t;
 
 /* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring

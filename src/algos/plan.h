@@ -14,7 +14,16 @@
  *   RECV_REDUCE_COPY_SEND  out = S = final(R op in)
  *   RECV_COPY_SEND         out = S = R
  * Every message, including empty ones, is sent, so both ends of a connection agree on the
- * number of messages whatever the chunking. */
+ * number of messages whatever the chunking.
+ *
+ * Peers: a step receives from recv_peer and sends to send_peer; BRAID_PEER_RING (the default
+ * every plan gets) means the channel's ring neighbours (comm->ring[ch].recv / .send), any other
+ * value a rank whose point-to-point connection the communicator made at init (comm->p2p_*).
+ * Flags modify the primitive:
+ *   BRAID_STEP_IN_OUT   `in` is read from the output buffer (data accumulated by earlier steps)
+ *   BRAID_STEP_SWAP     reductions compute in op R instead of R op in (a fixed operand order
+ *                       on every rank: bit-identical results even for NaN-sensitive min/max)
+ *   BRAID_STEP_NOFINAL  a reduction that is not the last one: avg only sums */
 #ifndef BRAID_ALGOS_PLAN_H
 #define BRAID_ALGOS_PLAN_H
 
@@ -40,8 +49,16 @@ int braid_prim_sends(braid_prim_t p);
 int braid_prim_reads_in(braid_prim_t p);
 int braid_prim_writes_out(braid_prim_t p);
 
+#define BRAID_PEER_RING (-1)
+#define BRAID_STEP_IN_OUT 0x1
+#define BRAID_STEP_SWAP 0x2
+#define BRAID_STEP_NOFINAL 0x4
+
 typedef struct {
     uint8_t prim;
+    uint8_t flags;  /* BRAID_STEP_* */
+    int send_peer;  /* BRAID_PEER_RING or a rank */
+    int recv_peer;
     size_t in_off;  /* element offset into the input buffer */
     size_t out_off; /* element offset into the output buffer */
     size_t count;   /* elements */
@@ -49,8 +66,13 @@ typedef struct {
 
 /* Parameters shared by every plan. For allreduce/broadcast/reduce `count` is the total
  * count; for reduce_scatter it is recvcount (per rank) and for allgather sendcount. */
+/* Plan families (the values of braid_algo_t in algos/algo.h that the engine runs). */
+#define BRAID_PLAN_RING 0
+#define BRAID_PLAN_RECDBL 2
+
 typedef struct {
     int coll;          /* braid_coll_t */
+    int algo;          /* BRAID_PLAN_*; 0 (the ring) when not set */
     int nranks, rank;  /* rank is the ring position: ring order == rank order here */
     int root;          /* broadcast / reduce root, else -1 */
     size_t count;
@@ -66,6 +88,7 @@ typedef struct {
     size_t loop_off;         /* start of the current loop within the slice */
     size_t loop_chunk;       /* elements per block in the current loop */
     int k;                   /* step index within the loop */
+    int nsteps;              /* steps per loop (recdbl) */
     int done;
 } braid_plan_cursor_t;
 
@@ -83,5 +106,14 @@ static inline int braid_ring_prev(int rank, int n)
 {
     return (rank + n - 1) % n;
 }
+
+/* Recursive doubling all-reduce (recdbl.c), channel 0 only (other channels have no steps).
+ * P = the largest power of two <= nranks; ranks >= P are "extras", each paired with rank - P.
+ * Used by braid_plan_begin/next when p->algo == BRAID_PLAN_RECDBL. */
+void braid_recdbl_begin(braid_plan_cursor_t *c);
+void braid_recdbl_step(const braid_plan_cursor_t *c, braid_step_t *s);
+/* The peers rank talks to (each both ways) in recursive doubling: writes up to max ranks,
+ * returns how many there are (at most 1 + log2(nranks)). */
+int braid_recdbl_peers(int nranks, int rank, int *peers, int max);
 
 #endif

@@ -81,10 +81,12 @@ static int mod(long a, int n)
 }
 
 /* Steps in one loop for this rank. */
-static int steps_per_loop(const braid_plan_params_t *p)
+static int steps_per_loop(const braid_plan_cursor_t *c)
 {
+    const braid_plan_params_t *p = &c->p;
     int n = p->nranks;
     if (n == 1) return 1;
+    if (p->algo == BRAID_PLAN_RECDBL) return c->nsteps;
     switch (p->coll) {
     case BRAID_COLL_ALLREDUCE:
     case BRAID_COLL_BARRIER: return 2 * n - 1;
@@ -98,7 +100,8 @@ static void start_loop(braid_plan_cursor_t *c)
 {
     const braid_plan_params_t *p = &c->p;
     size_t rem = c->ch_count - c->loop_off;
-    if ((p->coll == BRAID_COLL_ALLREDUCE || p->coll == BRAID_COLL_BARRIER) && p->nranks > 1) {
+    if ((p->coll == BRAID_COLL_ALLREDUCE || p->coll == BRAID_COLL_BARRIER) && p->nranks > 1 &&
+        p->algo == BRAID_PLAN_RING) {
         size_t per = (rem + (size_t)p->nranks - 1) / (size_t)p->nranks;
         c->loop_chunk = per < p->chunk ? per : p->chunk;
     } else {
@@ -117,6 +120,12 @@ void braid_plan_begin(braid_plan_cursor_t *c, const braid_plan_params_t *p, int 
     size_t nch = (size_t)c->p.nchannels;
     c->ch_off = p->count * (size_t)channel / nch;
     c->ch_count = p->count * (size_t)(channel + 1) / nch - c->ch_off;
+    if (c->p.algo == BRAID_PLAN_RECDBL && c->p.nranks > 1) {
+        /* One channel: the latency algorithm's messages are few and small. */
+        c->ch_off = 0;
+        c->ch_count = channel == 0 ? p->count : 0;
+        braid_recdbl_begin(c);
+    }
     c->done = c->ch_count == 0;
     if (!c->done) start_loop(c);
 }
@@ -222,10 +231,14 @@ int braid_plan_next(braid_plan_cursor_t *c, braid_step_t *s)
 {
     if (c->done) return 0;
     const braid_plan_params_t *p = &c->p;
+    s->flags = 0;
+    s->send_peer = s->recv_peer = BRAID_PEER_RING;
     if (p->nranks == 1) {
         s->prim = BRAID_PRIM_COPY;
         s->in_off = s->out_off = c->ch_off + c->loop_off;
         s->count = c->loop_chunk;
+    } else if (p->algo == BRAID_PLAN_RECDBL) {
+        braid_recdbl_step(c, s);
     } else {
         switch (p->coll) {
         case BRAID_COLL_ALLREDUCE:
@@ -235,8 +248,9 @@ int braid_plan_next(braid_plan_cursor_t *c, braid_step_t *s)
         default: step_chain(c, s); break;
         }
     }
-    if (++c->k == steps_per_loop(p)) {
-        int ar = (p->coll == BRAID_COLL_ALLREDUCE || p->coll == BRAID_COLL_BARRIER);
+    if (++c->k == steps_per_loop(c)) {
+        int ar = (p->coll == BRAID_COLL_ALLREDUCE || p->coll == BRAID_COLL_BARRIER) &&
+                 p->algo == BRAID_PLAN_RING;
         c->loop_off += ar && p->nranks > 1 ? c->loop_chunk * (size_t)p->nranks : c->loop_chunk;
         if (c->loop_off >= c->ch_count) c->done = 1;
         else start_loop(c);

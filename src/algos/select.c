@@ -11,15 +11,23 @@
  *            L concurrent inter-host rings of 2(H-1) steps on S/L bytes sharing each host's
  *            NIC: 2(H-1) inter alphas + 2(H-1)/H * S over the NIC; three sub-collective
  *            launches; a ring on the remainder when the count does not divide by L.
- * recdbl and tree are named (BRAID_ALGO accepts them) but not implemented yet: never chosen,
- * and a forced one runs the ring. */
+ *   recdbl   (all-reduce) R = log2(P) rounds, plus 2 for the fix-up when n is not a power
+ *            of two P; each round one message of S bytes per rank, in chunks of at most
+ *            p2p_chunk bytes that do not overlap: R x (chunks x alpha + S/bandwidth) over the
+ *            slowest link (the network when there are several hosts).
+ * tree is named (BRAID_ALGO accepts it) but not implemented yet: never chosen, and a forced
+ * one runs the ring. */
 #include "algos/algo.h"
+#include "algos/plan.h"
 #include "core/engine.h"
 #include "core/log.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+_Static_assert(BRAID_PLAN_RING == BRAID_ALGO_RING && BRAID_PLAN_RECDBL == BRAID_ALGO_RECDBL,
+               "plan families are algorithm ids");
 
 static const char *algo_names[BRAID_ALGO_COUNT] = {"ring", "hier", "recdbl", "tree"};
 
@@ -68,6 +76,7 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     m->intra = (braid_link_model_t){BRAID_MODEL_SHM_ALPHA_US, BRAID_MODEL_SHM_GBPS};
     m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
     m->launch_us = BRAID_MODEL_LAUNCH_US;
+    m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
 }
 
 int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
@@ -78,8 +87,10 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
     case BRAID_ALGO_HIER:
         return coll == BRAID_COLL_ALLREDUCE && m->nhosts >= 2 && m->min_local >= 2 &&
                m->min_local == m->max_local && count >= (size_t)m->min_local;
+    case BRAID_ALGO_RECDBL:
+        return coll == BRAID_COLL_ALLREDUCE && m->nranks >= 2;
     default:
-        return 0; /* recdbl, tree: not implemented yet */
+        return 0; /* tree: not implemented yet */
     }
 }
 
@@ -115,6 +126,17 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         default:
             return ring_us(f, S, m); /* broadcast / reduce: a pipelined chain */
         }
+    }
+    if (algo == BRAID_ALGO_RECDBL) {
+        int P = 1, rounds = 0;
+        while (P * 2 <= n) {
+            P *= 2;
+            rounds++;
+        }
+        if (P < n) rounds += 2;
+        const braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
+        double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
+        return m->launch_us + rounds * (chunks * l->alpha_us + us_for(S, l));
     }
     /* hier all-reduce */
     int L = m->min_local, H = m->nhosts;
@@ -207,6 +229,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
         braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &st->topo), res,
         fail);
     braid_model_init(&st->model, &st->topo);
+    if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
          * and hang: check it once here. */
@@ -230,7 +253,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
             goto fail;
         }
     }
-    if (st->forced == BRAID_ALGO_RECDBL || st->forced == BRAID_ALGO_TREE)
+    if (st->forced == BRAID_ALGO_TREE)
         braid_info(TUNING, "BRAID_ALGO=%s is not implemented yet: collectives use the ring",
                    braid_algo_name(st->forced));
     if (c->rank == 0 && braid_log_enabled(BRAID_LOG_INFO, BRAID_SUBSYS_TUNING)) log_table(st);
@@ -277,5 +300,6 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
                 braid_algo_name(algo));
     if (algo == BRAID_ALGO_HIER) return braid_hier_allreduce(c, st, a, seq);
+    if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     return braid_engine_run(c, a, seq);
 }

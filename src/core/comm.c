@@ -2,6 +2,7 @@
  * destroy, abort, the sticky asynchronous error and the registry of live communicators. */
 #include "core/comm.h"
 #include "algos/algo.h"
+#include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/worker.h"
@@ -106,6 +107,10 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
         braid_ring_t *r = &comm->ring[c];
         if (r->send) r->send->ops->fail(r->send, code, why);
         if (r->recv) r->recv->ops->fail(r->recv, code, why);
+    }
+    for (int p = 0; comm->p2p_send && p < comm->nranks; p++) {
+        if (comm->p2p_send[p]) comm->p2p_send[p]->ops->fail(comm->p2p_send[p], code, why);
+        if (comm->p2p_recv[p]) comm->p2p_recv[p]->ops->fail(comm->p2p_recv[p], code, why);
     }
 }
 
@@ -331,6 +336,107 @@ out:
     return res;
 }
 
+/* Connections for arbitrary pairs: this rank sends to the nsend ranks send_to[] and receives
+ * from the nrecv ranks recv_from[] (every rank passes its side of the same pair set, and
+ * max_in >= any rank's nrecv, equal on every rank). The receivers' blobs go through one
+ * bootstrap allgather of max_in entries per rank; transports as for the rings. The
+ * connections get channel id BRAID_P2P_CHANNEL and the comm's p2p slot size and count. */
+typedef struct {
+    int32_t from; /* -1 = unused entry */
+    conn_blob_t b;
+} pair_blob_t;
+
+static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, int nsend,
+                                    const int *recv_from, int nrecv, int max_in)
+{
+    int n = c->nranks;
+    braid_result_t res = BRAID_SUCCESS;
+    size_t saved_chunk = c->chunk_bytes;
+    int saved_slots = c->nslots;
+    pair_blob_t *mine = calloc((size_t)max_in, sizeof(*mine));
+    pair_blob_t *all = calloc((size_t)max_in * (size_t)n, sizeof(*all));
+    if (!mine || !all) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory connecting peers");
+        goto out;
+    }
+    if (nrecv > max_in) {
+        res = braid_set_error(BRAID_ERR_INTERNAL, "connect_pairs: %d receivers > %d", nrecv,
+                              max_in);
+        goto out;
+    }
+    /* The transports size a connection's slots from the communicator at setup (both ends):
+     * smaller ones for these, restored below. */
+    c->chunk_bytes = c->p2p_chunk_bytes;
+    if (c->nslots > BRAID_P2P_MAX_SLOTS) c->nslots = BRAID_P2P_MAX_SLOTS;
+    for (int i = 0; i < max_in; i++) mine[i].from = -1;
+    for (int i = 0; i < nrecv; i++) {
+        int from = recv_from[i];
+        const braid_transport_t *t;
+        BRAID_CHECK_GOTO(pick_transport(c, from, &t), res, out);
+        size_t len = BRAID_CONN_INFO_BYTES;
+        BRAID_CHECK_GOTO(t->recv_setup(c, from, BRAID_P2P_CHANNEL, &c->p2p_recv[from],
+                                       mine[i].b.info, &len),
+                         res, out);
+        mine[i].from = from;
+        mine[i].b.len = (uint32_t)len;
+    }
+    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)max_in * sizeof(*mine)),
+                     res, out);
+    for (int i = 0; i < nsend; i++) {
+        int to = send_to[i];
+        const pair_blob_t *b = NULL;
+        for (int j = 0; j < max_in && !b; j++)
+            if (all[(size_t)to * (size_t)max_in + (size_t)j].from == c->rank)
+                b = &all[(size_t)to * (size_t)max_in + (size_t)j];
+        if (!b || b->b.len > BRAID_CONN_INFO_BYTES) {
+            res = braid_set_error(BRAID_ERR_INTERNAL,
+                                  "rank %d published no connection for rank %d", to, c->rank);
+            goto out;
+        }
+        const braid_transport_t *t;
+        BRAID_CHECK_GOTO(pick_transport(c, to, &t), res, out);
+        BRAID_CHECK_GOTO(
+            t->send_connect(c, to, BRAID_P2P_CHANNEL, b->b.info, b->b.len, &c->p2p_send[to]),
+            res, out);
+    }
+    c->chunk_bytes = saved_chunk;
+    c->nslots = saved_slots;
+    BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, out);
+    for (int i = 0; i < nrecv; i++)
+        BRAID_CHECK_GOTO(c->p2p_recv[recv_from[i]]->ops->recv_accept(c->p2p_recv[recv_from[i]]),
+                         res, out);
+out:
+    c->chunk_bytes = saved_chunk;
+    c->nslots = saved_slots;
+    free(mine);
+    free(all);
+    return res;
+}
+
+/* The pairs of the latency algorithms (recursive doubling: each partner both ways). */
+static braid_result_t connect_p2p(struct braid_comm *c)
+{
+    int n = c->nranks;
+    c->p2p_chunk_bytes =
+        c->chunk_bytes < BRAID_P2P_MAX_CHUNK ? c->chunk_bytes : BRAID_P2P_MAX_CHUNK;
+    if (n == 1) return BRAID_SUCCESS;
+    c->p2p_send = calloc((size_t)n, sizeof(*c->p2p_send));
+    c->p2p_recv = calloc((size_t)n, sizeof(*c->p2p_recv));
+    if (!c->p2p_send || !c->p2p_recv)
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peer connections", n);
+    int peers[64], max_in = 0;
+    for (int r = 0; r < n; r++) {
+        int k = braid_recdbl_peers(n, r, peers, 0);
+        if (k > max_in) max_in = k;
+    }
+    int np = braid_recdbl_peers(n, c->rank, peers, 64);
+    BRAID_CHECK(connect_pairs(c, peers, np, peers, np, max_in));
+    for (int i = 0; i < np; i++)
+        braid_debug(INIT, "rank %d: point-to-point with %d via %s", c->rank, peers[i],
+                    c->p2p_send[peers[i]]->ops->name);
+    return BRAID_SUCCESS;
+}
+
 static void close_rings(struct braid_comm *c)
 {
     for (int ch = 0; ch < BRAID_MAX_CHANNELS; ch++) {
@@ -339,6 +445,13 @@ static void close_rings(struct braid_comm *c)
         if (r->recv) r->recv->ops->close(r->recv);
         r->send = r->recv = NULL;
     }
+    for (int p = 0; c->p2p_send && p < c->nranks; p++) {
+        if (c->p2p_send[p]) c->p2p_send[p]->ops->close(c->p2p_send[p]);
+        if (c->p2p_recv[p]) c->p2p_recv[p]->ops->close(c->p2p_recv[p]);
+    }
+    free(c->p2p_send);
+    free(c->p2p_recv);
+    c->p2p_send = c->p2p_recv = NULL;
 }
 
 static void comm_free(struct braid_comm *c)
@@ -403,6 +516,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     c->ncpus = count_cpus();
     if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 1 : 5;
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
+    BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);

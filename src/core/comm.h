@@ -11,6 +11,10 @@
 #include <stdint.h>
 
 #define BRAID_MAX_CHANNELS 16
+/* The channel id the transports see for point-to-point connections (tcp's hello: < 64). */
+#define BRAID_P2P_CHANNEL 32
+#define BRAID_P2P_MAX_CHUNK ((size_t)64 << 10)
+#define BRAID_P2P_MAX_SLOTS 4
 #define BRAID_HOST_ID_BYTES 64
 
 typedef enum {
@@ -77,6 +81,11 @@ struct braid_comm {
     int algo; /* forced by BRAID_ALGO (braid_algo_t in algos/algo.h), -1 = automatic */
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];
+    /* Point-to-point connections of the latency algorithms (recursive doubling), made at init
+     * for the pairs they use: nranks entries each, NULL for ranks never talked to directly.
+     * Their own FIFOs (never shared with the ring), p2p_chunk_bytes slots of fewer slots. */
+    braid_conn_t **p2p_send, **p2p_recv;
+    size_t p2p_chunk_bytes;
     void *tcp_state; /* owned by transport/tcp*.c (listener, progress thread) */
     struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */

@@ -1,4 +1,5 @@
-/* The engine: runs a plan's steps over the channels' ring connections.
+/* The engine: runs a plan's steps over the channels' ring connections (or, for steps that name
+ * a peer, the communicator's point-to-point connection with that rank).
  *
  * Each channel is a small state machine: take the next step from the plan, acquire the received
  * chunk (if the primitive receives) and a free send slot (if it sends), apply the primitive,
@@ -27,6 +28,7 @@ typedef struct {
     const braid_msg_hdr_t *rhdr;
     const void *rbuf;
     void *sbuf;
+    braid_conn_t *rconn, *sconn; /* the current step's connections */
     int done;
 } chan_state_t;
 
@@ -81,9 +83,15 @@ static void apply(run_t *r, chan_state_t *cs)
 {
     const braid_step_t *s = &cs->step;
     size_t bytes = s->count * r->es;
-    const char *in = r->in + s->in_off * r->es;
+    const char *in = (s->flags & BRAID_STEP_IN_OUT ? r->out : r->in) + s->in_off * r->es;
     char *out = r->out + s->out_off * r->es;
     const void *R = cs->rbuf;
+    /* Operands of a reduction: R op in, or in op R for SWAP. */
+    const void *x = R, *y = in;
+    if (s->flags & BRAID_STEP_SWAP) {
+        x = in;
+        y = R;
+    }
     void *S = cs->sbuf;
     braid_datatype_t dt = r->a->dtype;
     braid_redop_t op = r->a->op;
@@ -102,14 +110,20 @@ static void apply(run_t *r, chan_state_t *cs)
         copy_bytes(out, in, bytes);
         copy_bytes(S, in, bytes);
         break;
-    case BRAID_PRIM_RECV_REDUCE_SEND: braid_reduce_pair(dt, op, S, R, in, s->count); break;
-    case BRAID_PRIM_RECV_REDUCE_COPY: braid_reduce_pair_final(dt, op, out, R, in, s->count, n); break;
+    case BRAID_PRIM_RECV_REDUCE_SEND: braid_reduce_pair(dt, op, S, x, y, s->count); break;
+    case BRAID_PRIM_RECV_REDUCE_COPY:
+        if (s->flags & BRAID_STEP_NOFINAL)
+            braid_reduce_pair(dt, op, out, x, y, s->count);
+        else
+            braid_reduce_pair_final(dt, op, out, x, y, s->count, n);
+        break;
     case BRAID_PRIM_RECV_REDUCE_COPY_SEND:
         /* Two outputs: reduce a sub-block into out, then copy it to the slot while it is
          * still in L1, so the second output costs no memory read. */
         for (size_t o = 0; o < bytes; o += SUB_BLOCK) {
             size_t b = bytes - o < SUB_BLOCK ? bytes - o : SUB_BLOCK;
-            braid_reduce_pair_final(dt, op, out + o, (const char *)R + o, in + o, b / r->es, n);
+            braid_reduce_pair_final(dt, op, out + o, (const char *)x + o, (const char *)y + o,
+                                    b / r->es, n);
             copy_bytes((char *)S + o, out + o, b);
         }
         break;
@@ -126,10 +140,28 @@ static void apply(run_t *r, chan_state_t *cs)
 
 /* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
  * *wait_dir_p then say what it waits for. */
+/* The connection a step uses: the ring's, or the point-to-point one with peer. */
+static braid_result_t step_conn(run_t *r, int ch, int peer, int send, braid_conn_t **conn_p)
+{
+    struct braid_comm *comm = r->comm;
+    braid_conn_t *c;
+    if (peer == BRAID_PEER_RING)
+        c = send ? comm->ring[ch].send : comm->ring[ch].recv;
+    else if (peer >= 0 && peer < comm->nranks && comm->p2p_send)
+        c = send ? comm->p2p_send[peer] : comm->p2p_recv[peer];
+    else
+        c = NULL;
+    if (!c)
+        return braid_set_error(BRAID_ERR_INTERNAL, "%s: rank %d has no connection to %s rank %d",
+                               braid_coll_name(r->a->coll), comm->rank, send ? "send to" : "receive from",
+                               peer);
+    *conn_p = c;
+    return BRAID_SUCCESS;
+}
+
 static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
                                braid_wait_dir_t *wait_dir_p)
 {
-    braid_ring_t *ring = &r->comm->ring[ch];
     if (!cs->have_step) {
         if (!braid_plan_next(&cs->cur, &cs->step)) {
             cs->done = 1;
@@ -138,11 +170,15 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         cs->have_step = 1;
         cs->rbuf = NULL;
         cs->sbuf = NULL;
+        cs->rconn = cs->sconn = NULL;
+        braid_prim_t p = (braid_prim_t)cs->step.prim;
+        if (braid_prim_recvs(p)) BRAID_CHECK(step_conn(r, ch, cs->step.recv_peer, 0, &cs->rconn));
+        if (braid_prim_sends(p)) BRAID_CHECK(step_conn(r, ch, cs->step.send_peer, 1, &cs->sconn));
     }
     braid_prim_t p = (braid_prim_t)cs->step.prim;
     size_t bytes = cs->step.count * r->es;
     if (braid_prim_recvs(p) && !cs->rbuf) {
-        braid_conn_t *c = ring->recv;
+        braid_conn_t *c = cs->rconn;
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
         braid_result_t res = c->ops->recv_get(c, &cs->rhdr, &cs->rbuf);
         if (res == BRAID_INPROGRESS) {
@@ -154,7 +190,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         BRAID_CHECK(check_header(r, c, cs->rhdr, bytes));
     }
     if (braid_prim_sends(p) && !cs->sbuf) {
-        braid_conn_t *c = ring->send;
+        braid_conn_t *c = cs->sconn;
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
         braid_result_t res = c->ops->send_get(c, &cs->sbuf);
         if (res == BRAID_INPROGRESS) {
@@ -168,14 +204,20 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     if (braid_prim_sends(p)) {
         braid_msg_hdr_t h = r->hdr;
         h.bytes = (uint32_t)bytes;
-        BRAID_CHECK(ring->send->ops->send_post(ring->send, &h));
+        BRAID_CHECK(cs->sconn->ops->send_post(cs->sconn, &h));
     }
-    if (braid_prim_recvs(p)) BRAID_CHECK(ring->recv->ops->recv_release(ring->recv));
+    if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
     return BRAID_SUCCESS;
 }
 
 braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq)
+{
+    return braid_engine_run_plan(comm, a, seq, BRAID_PLAN_RING);
+}
+
+braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_args_t *a,
+                                     uint32_t seq, int algo)
 {
     run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
     r.in = a->sendbuf;
@@ -183,9 +225,15 @@ braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *
     r.hdr = (braid_msg_hdr_t){.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype,
                               .op = (uint8_t)a->op, .root = a->root, .count = a->count};
     int nch = comm->nchannels;
-    braid_plan_params_t pp = {.coll = a->coll, .nranks = comm->nranks, .rank = comm->rank,
-                              .root = a->root, .count = a->count, .nchannels = nch};
-    pp.chunk = comm->chunk_bytes / r.es;
+    size_t chunk_bytes = comm->chunk_bytes;
+    if (algo != BRAID_PLAN_RING && comm->nranks > 1) {
+        nch = 1; /* latency plans: one channel over the point-to-point connections */
+        chunk_bytes = comm->p2p_chunk_bytes;
+    }
+    braid_plan_params_t pp = {.coll = a->coll, .algo = algo, .nranks = comm->nranks,
+                              .rank = comm->rank, .root = a->root, .count = a->count,
+                              .nchannels = nch};
+    pp.chunk = chunk_bytes / r.es;
     chan_state_t cs[BRAID_MAX_CHANNELS];
     int remaining = 0;
     for (int c = 0; c < nch; c++) {

@@ -72,7 +72,7 @@ static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    size_t counts[] = {0, 1, 7, (size_t)n + 1, 4099, quick() ? 30011 : 300007};
+    size_t counts[] = {0, 1, 7, (size_t)n + 1, 4099, quick() ? 30011 : 100003};
     int seed = 100;
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         size_t count = counts[ci];
@@ -96,8 +96,9 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
                 MP_CHECK(rank,
                          !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed + 1, what),
                          "%s in place", what);
-                /* reduce, every op */
+                /* reduce: every op (sum and max only at the largest count, for time) */
                 for (int op = 0; op < BRAID_NUM_OPS; op++) {
+                    if (count > 10000 && op != BRAID_SUM && op != BRAID_MAX) continue;
                     data_fill(in, dt, op, rank, 0, count, seed);
                     snprintf(what, sizeof(what), "reduce n=%d root=%d %s %s count=%zu", n, root,
                              braid_dtype_name(dt), braid_op_name(op), count);
