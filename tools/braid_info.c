@@ -1,7 +1,12 @@
 /* braid-info: prints what braid was built with and what it detects on this machine.
  *
  *   braid-info            version, build options, host identity, CPUs, transports, kernels
- *   braid-info --params   the table of every BRAID_* variable with its current value */
+ *   braid-info --params   the table of every BRAID_* variable with its current value
+ *   braid-info --tune [nranks [hosts]]
+ *                         the cost model's estimates and choice per all-reduce size for nranks
+ *                         ranks (default: the cpus available) in contiguous blocks on `hosts`
+ *                         hosts (default 1) */
+#include "algos/algo.h"
 #include "braid/braid.h"
 #include "core/comm.h"
 #include "core/config.h"
@@ -47,14 +52,69 @@ static void print_info(void)
     printf("selection: shm between ranks with the same host identity, else tcp; "
            "BRAID_TRANSPORT=%s\n",
            *braid_param_str("TRANSPORT") ? braid_param_str("TRANSPORT") : "(auto)");
-    printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce)\n");
+    printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce), "
+           "hier (2-level all-reduce), recdbl (recursive doubling all-reduce); "
+           "BRAID_ALGO=%s (see --tune)\n",
+           *braid_param_str("ALGO") ? braid_param_str("ALGO") : "(auto)");
+    braid_topo_hw_t hw;
+    braid_topo_discover(&hw);
+    printf("topology:\n");
+    braid_topo_hw_print(&hw, stdout);
+}
+
+static int parse_pos(const char *s, const char *what, int *v)
+{
+    char *end;
+    long x = strtol(s, &end, 10);
+    if (*end || x < 1 || x > 65536) {
+        fprintf(stderr, "braid-info: %s '%s' is not a number in [1, 65536]\n", what, s);
+        return -1;
+    }
+    *v = (int)x;
+    return 0;
+}
+
+/* The model for n ranks in contiguous blocks on h hosts (rank r on host r * h / n). */
+static int print_tune(int argc, char **argv)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1, h = 1;
+    if (argc > 2 && parse_pos(argv[2], "nranks", &n)) return 2;
+    if (argc > 3 && parse_pos(argv[3], "hosts", &h)) return 2;
+    if (h > n) {
+        fprintf(stderr, "braid-info: %d hosts for %d ranks\n", h, n);
+        return 2;
+    }
+    char(*ids)[16] = calloc((size_t)n, sizeof(*ids));
+    if (!ids) return 1;
+    for (int r = 0; r < n; r++)
+        snprintf(ids[r], sizeof(ids[r]), "host%d", (int)((long)r * h / n));
+    braid_topo_t t;
+    if (braid_topo_group(n, ids[0], sizeof(ids[0]), &t) != BRAID_SUCCESS) {
+        fprintf(stderr, "braid-info: %s\n", braid_last_error());
+        free(ids);
+        return 1;
+    }
+    braid_model_t m;
+    braid_model_init(&m, &t);
+    braid_model_print(&m, stdout);
+    braid_topo_free(&t);
+    free(ids);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: braid-info [--params]\n");
+        printf("usage: braid-info [--params | --tune [nranks [hosts]]]\n");
         return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--tune")) {
+        if (argc > 4) {
+            fprintf(stderr, "braid-info: --tune takes at most nranks and hosts\n");
+            return 2;
+        }
+        return print_tune(argc, argv);
     }
     if (argc > 1 && !strcmp(argv[1], "--params")) {
         print_params();

@@ -68,6 +68,7 @@ typedef struct braid_algo_state {
     braid_topo_t topo;
     braid_model_t model;
     int forced; /* braid_algo_t, BRAID_ALGO_AUTO if none */
+    uint64_t runs[BRAID_ALGO_COUNT]; /* collectives each algorithm ran (tests, logs) */
     /* Hierarchical algorithms: made with braid_comm_split on first use. */
     int hier_ready;
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */

@@ -20,22 +20,26 @@
 static int pow2_floor(int n)
 {
     int p = 1;
-    while (p * 2 <= n) p *= 2;
+    while (p * 2 <= n)
+        p *= 2;
     return p;
 }
 
 static int log2_int(int p)
 {
     int l = 0;
-    while ((1 << l) < p) l++;
+    while ((1 << l) < p)
+        l++;
     return l;
 }
 
 void braid_recdbl_begin(braid_plan_cursor_t *c)
 {
     int n = c->p.nranks, r = c->p.rank, P = pow2_floor(n), L = log2_int(P);
-    if (r >= P) c->nsteps = 2;
-    else c->nsteps = 2 * L + (r < n - P ? 2 : 0);
+    if (r >= P)
+        c->nsteps = 2;
+    else
+        c->nsteps = 2 * L + (r < n - P ? 2 : 0);
 }
 
 void braid_recdbl_step(const braid_plan_cursor_t *c, braid_step_t *s)

@@ -299,6 +299,7 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
                     st->model.nhosts, st->model.min_local, st->model.max_local);
     braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
                 braid_algo_name(algo));
+    st->runs[algo]++;
     if (algo == BRAID_ALGO_HIER) return braid_hier_allreduce(c, st, a, seq);
     if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     return braid_engine_run(c, a, seq);

@@ -78,6 +78,38 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
                            conn->peer, theirs, r->comm->rank, mine);
 }
 
+/* A collective's messages travel on the ring connections or on the point-to-point ones,
+ * never both, so a message with this collective's sequence number on a connection the plan
+ * does not use means its sender runs another collective (or the same one with another
+ * algorithm): a mismatch that neither side would otherwise read. Looks (without consuming) at
+ * the next message of every such connection; errors of those connections are left to the
+ * waits that need them. */
+static braid_result_t check_foreign(run_t *r, int algo)
+{
+    struct braid_comm *comm = r->comm;
+    for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
+        braid_conn_t *c;
+        if (i < comm->nchannels) {
+            if (algo == BRAID_PLAN_RING) continue;
+            c = comm->ring[i].recv;
+        } else {
+            if (algo != BRAID_PLAN_RING || !comm->p2p_recv) break;
+            c = comm->p2p_recv[i - comm->nchannels];
+        }
+        const braid_msg_hdr_t *h;
+        const void *buf;
+        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != r->hdr.seq ||
+            (h->flags & BRAID_MSG_ABORT))
+            continue;
+        BRAID_CHECK(check_header(r, c, h, h->bytes));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d runs %s #%u with another algorithm than rank %d (%s)",
+                               c->peer, braid_coll_name(r->a->coll), r->hdr.seq, comm->rank,
+                               algo == BRAID_PLAN_RING ? "ring" : "recursive doubling");
+    }
+    return BRAID_SUCCESS;
+}
+
 /* Applies the step's primitive; all buffers are acquired. */
 static void apply(run_t *r, chan_state_t *cs)
 {
@@ -245,7 +277,7 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
     uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
     uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
     uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
-    uint64_t idle_since = 0;
+    uint64_t idle_since = 0, next_check = 0, check_gap = 0;
     while (remaining) {
         int progressed = 0;
         braid_conn_t *wconn = NULL;
@@ -278,6 +310,7 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
                                    braid_coll_name(a->coll), seq);
         if (progressed) {
             idle_since = 0;
+            next_check = check_gap = 0;
             continue;
         }
         uint64_t now = braid_now_ns();
@@ -300,7 +333,15 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
                 braid_coll_name(a->coll), seq, comm->timeout_s,
                 wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wconn->peer,
                 wconn->channel, wconn->peer);
+        /* Sleeping: look for a mismatched peer now and then (1 ms, doubling to 64 ms). */
+        if (now >= next_check) {
+            BRAID_CHECK(check_foreign(&r, algo));
+            check_gap = check_gap ? check_gap * 2 : 1000000ull;
+            if (check_gap > 64000000ull) check_gap = 64000000ull;
+            next_check = now + check_gap;
+        }
         uint64_t deadline = idle_since + timeout_ns;
+        if (deadline > next_check) deadline = next_check;
         if (nch > 1 && deadline > now + 1000000ull) deadline = now + 1000000ull;
         BRAID_CHECK(wconn->ops->wait(wconn, wdir, deadline));
     }

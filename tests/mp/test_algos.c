@@ -222,7 +222,7 @@ Test(algos, hier_one_host_falls_back_to_ring)
     cr_assert_eq(mp_run(3, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
 }
 
-Test(algos, forced_recdbl_runs_the_ring_until_implemented)
+Test(algos, forced_recdbl_2_hosts_x_2)
 {
     shape_t s = {.host = {0, 0, 1, 1}, .algo = "recdbl", .expect_hier = 0};
     cr_assert_eq(mp_run(4, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");

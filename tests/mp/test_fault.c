@@ -164,7 +164,11 @@ static int abort_from_thread(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(fault, abort_from_another_thread_unblocks_the_wait)
 {
+    /* The ring: under recursive doubling rank 0's only message is already delivered when it
+     * aborts, and rank 1 then completes its all-reduce correctly. */
+    setenv("BRAID_ALGO", "ring", 1);
     cr_assert_eq(mp_run(2, abort_from_thread, NULL, 30), 0);
+    unsetenv("BRAID_ALGO");
 }
 
 static int mismatched(braid_comm_t comm, int rank, int n, void *arg)

@@ -357,7 +357,9 @@ Test(tcp, oversized_frame_header_is_a_remote_error)
 {
     use_tcp();
     setenv("BRAID_TIMEOUT", "10", 1);
+    setenv("BRAID_ALGO", "ring", 1); /* the frame goes on the ring's connection */
     cr_assert_eq(mp_run(2, bad_frame, NULL, 60), 0, "see stderr");
+    unsetenv("BRAID_ALGO");
 }
 
 /* ---- faults: killed, stopped, aborted ------------------------------------------------------- */

@@ -1,9 +1,12 @@
 /* Plans checked without any transport: every rank's step sequence is run in one process by a
- * simulator that moves messages between ring neighbours through bounded FIFOs (as the engine's
- * transports do). Each element carries the set of ranks whose contribution reached it (one
- * byte per rank, so a double contribution shows) and the sum of the element indices those
- * contributions came from (so a misplaced block shows). The simulator also detects deadlock:
- * no rank able to move while some have steps left. */
+ * simulator that moves messages between ring neighbours (and, for steps naming a peer, between
+ * point-to-point pairs) through bounded FIFOs (as the engine's transports do). Each element
+ * carries the set of ranks whose contribution reached it (one byte per rank, so a double
+ * contribution shows), the sum of the element indices those contributions came from (so a
+ * misplaced block shows), an order-sensitive hash of the reduction expression (equal on every
+ * rank = bit-identical results for any non-associative, non-commutative op) and how many
+ * final (avg-dividing) reductions it went through. The simulator also detects deadlock: no
+ * rank able to move while some have steps left. */
 #include "algos/plan.h"
 #include "core/comm.h"
 
@@ -14,6 +17,8 @@
 typedef struct {
     uint64_t contrib; /* byte r counts rank r's contributions */
     uint64_t idxsum;  /* sum of the source indices */
+    uint64_t expr;    /* hash of the expression tree: leaf (rank, index), then op(a, b) */
+    uint64_t finals;  /* final reductions applied (avg divides once: exactly 1 at the end) */
 } elem_t;
 
 #define NSLOTS 3
@@ -37,27 +42,56 @@ static elem_t *alloc_elems(size_t n)
     return calloc(n ? n : 1, sizeof(elem_t));
 }
 
-static void combine(elem_t *d, const elem_t *a, const elem_t *b, size_t n)
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    return x ^ (x >> 33);
+}
+
+/* d = a op b; final marks the reduction that applies avg's division. Called with d aliasing a
+ * or b exactly, as the kernels allow. */
+static void combine(elem_t *d, const elem_t *a, const elem_t *b, size_t n, int final)
 {
     for (size_t i = 0; i < n; i++) {
-        d[i].contrib = a[i].contrib + b[i].contrib;
-        d[i].idxsum = a[i].idxsum + b[i].idxsum;
+        cr_assert(a[i].finals == 0 && b[i].finals == 0, "reduces an already final value");
+        elem_t e = {.contrib = a[i].contrib + b[i].contrib,
+                    .idxsum = a[i].idxsum + b[i].idxsum,
+                    .expr = mix64(a[i].expr * 3 + mix64(b[i].expr + 0x9e3779b97f4a7c15ull)),
+                    .finals = (uint64_t)(final != 0)};
+        d[i] = e;
     }
 }
 
-/* Runs coll for n ranks; returns each rank's output in outs[r] (caller frees). */
-static void simulate(int coll, int n, int root, size_t count, size_t chunk, int nch,
-                     size_t in_len, size_t out_len, elem_t **outs)
+/* Whether rank r may talk to peer directly in plan family algo (the comm connects those). */
+static int connected(int algo, int n, int r, int peer)
+{
+    int peers[16];
+    int np = algo == BRAID_PLAN_RECDBL ? braid_recdbl_peers(n, r, peers, 16) : 0;
+    for (int i = 0; i < np; i++)
+        if (peers[i] == peer) return 1;
+    return 0;
+}
+
+/* Runs coll with plan family algo for n ranks; returns each rank's output in outs[r] (caller
+ * frees). */
+static void simulate_algo(int algo, int coll, int n, int root, size_t count, size_t chunk, int nch,
+                          size_t in_len, size_t out_len, elem_t **outs)
 {
     rank_t rk[MAXN];
     fifo_t fifo[MAXN][BRAID_MAX_CHANNELS]; /* fifo[r][c]: from r to r+1 on channel c */
+    fifo_t pfifo[MAXN][MAXN];              /* pfifo[a][b]: point-to-point from a to b */
     memset(fifo, 0, sizeof(fifo));
+    memset(pfifo, 0, sizeof(pfifo));
     for (int r = 0; r < n; r++) {
         rk[r].in = alloc_elems(in_len);
         rk[r].out = alloc_elems(out_len);
         for (size_t i = 0; i < in_len; i++) {
             rk[r].in[i].contrib = 1ull << (8 * r);
             rk[r].in[i].idxsum = i;
+            rk[r].in[i].expr = mix64(((uint64_t)r << 40) + i + 1);
         }
     }
     braid_plan_cursor_t cur[MAXN][BRAID_MAX_CHANNELS];
@@ -65,8 +99,14 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
     int have[MAXN][BRAID_MAX_CHANNELS] = {{0}}, done[MAXN][BRAID_MAX_CHANNELS] = {{0}};
     for (int r = 0; r < n; r++)
         for (int c = 0; c < nch; c++) {
-            braid_plan_params_t p = {.coll = coll, .nranks = n, .rank = r, .root = root,
-                                     .count = count, .chunk = chunk, .nchannels = nch};
+            braid_plan_params_t p = {.coll = coll,
+                                     .algo = algo,
+                                     .nranks = n,
+                                     .rank = r,
+                                     .root = root,
+                                     .count = count,
+                                     .chunk = chunk,
+                                     .nchannels = nch};
             braid_plan_begin(&cur[r][c], &p, c);
         }
     for (;;) {
@@ -86,6 +126,16 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
                 braid_step_t *s = &st[r][c];
                 fifo_t *rf = &fifo[(r + n - 1) % n][c], *sf = &fifo[r][c];
                 braid_prim_t p = s->prim;
+                if (braid_prim_recvs(p) && s->recv_peer != BRAID_PEER_RING) {
+                    cr_assert(connected(algo, n, r, s->recv_peer),
+                              "n=%d rank %d receives from unconnected rank %d", n, r, s->recv_peer);
+                    rf = &pfifo[s->recv_peer][r];
+                }
+                if (braid_prim_sends(p) && s->send_peer != BRAID_PEER_RING) {
+                    cr_assert(connected(algo, n, r, s->send_peer),
+                              "n=%d rank %d sends to unconnected rank %d", n, r, s->send_peer);
+                    sf = &pfifo[r][s->send_peer];
+                }
                 if (braid_prim_recvs(p) && rf->head == rf->tail) continue;
                 if (braid_prim_sends(p) && sf->head - sf->tail == NSLOTS) continue;
                 elem_t *R = NULL;
@@ -97,13 +147,19 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
                     R = rf->data[slot];
                 }
                 if (braid_prim_reads_in(p))
-                    cr_assert_leq(s->in_off + s->count, in_len, "n=%d rank %d reads past input",
-                                  n, r);
+                    cr_assert_leq(s->in_off + s->count,
+                                  s->flags & BRAID_STEP_IN_OUT ? out_len : in_len,
+                                  "n=%d rank %d reads past input", n, r);
                 if (braid_prim_writes_out(p))
                     cr_assert_leq(s->out_off + s->count, out_len,
                                   "n=%d rank %d writes past output", n, r);
-                elem_t *in = rk[r].in + s->in_off, *out = rk[r].out + s->out_off;
+                elem_t *in = (s->flags & BRAID_STEP_IN_OUT ? rk[r].out : rk[r].in) + s->in_off;
+                elem_t *out = rk[r].out + s->out_off;
                 elem_t *S = alloc_elems(s->count);
+                /* R op in, or in op R for SWAP */
+                const elem_t *x = s->flags & BRAID_STEP_SWAP ? in : R;
+                const elem_t *y = s->flags & BRAID_STEP_SWAP ? R : in;
+                int fin = !(s->flags & BRAID_STEP_NOFINAL);
                 switch (p) {
                 case BRAID_PRIM_SEND: memcpy(S, in, s->count * sizeof(elem_t)); break;
                 case BRAID_PRIM_RECV: memcpy(out, R, s->count * sizeof(elem_t)); break;
@@ -112,10 +168,14 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
                     memcpy(out, in, s->count * sizeof(elem_t));
                     memcpy(S, in, s->count * sizeof(elem_t));
                     break;
-                case BRAID_PRIM_RECV_REDUCE_SEND: combine(S, R, in, s->count); break;
-                case BRAID_PRIM_RECV_REDUCE_COPY: combine(out, R, in, s->count); break;
+                case BRAID_PRIM_RECV_REDUCE_SEND:
+                    combine(S, x, y, s->count, 0);
+                    break;
+                case BRAID_PRIM_RECV_REDUCE_COPY:
+                    combine(out, x, y, s->count, fin);
+                    break;
                 case BRAID_PRIM_RECV_REDUCE_COPY_SEND:
-                    combine(out, R, in, s->count);
+                    combine(out, x, y, s->count, fin);
                     memcpy(S, out, s->count * sizeof(elem_t));
                     break;
                 case BRAID_PRIM_RECV_COPY_SEND:
@@ -148,10 +208,21 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
             cr_assert_eq(fifo[r][c].head, fifo[r][c].tail,
                          "n=%d: %d unread messages from rank %d", n,
                          fifo[r][c].head - fifo[r][c].tail, r);
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            cr_assert_eq(pfifo[a][b].head, pfifo[a][b].tail,
+                         "n=%d: %d unread messages from rank %d to %d", n,
+                         pfifo[a][b].head - pfifo[a][b].tail, a, b);
     for (int r = 0; r < n; r++) {
         free(rk[r].in);
         outs[r] = rk[r].out;
     }
+}
+
+static void simulate(int coll, int n, int root, size_t count, size_t chunk, int nch, size_t in_len,
+                     size_t out_len, elem_t **outs)
+{
+    simulate_algo(BRAID_PLAN_RING, coll, n, root, count, chunk, nch, in_len, out_len, outs);
 }
 
 static uint64_t all_ranks(int n)
@@ -187,6 +258,92 @@ Test(plan, allreduce_every_rank_gets_every_contribution_once)
                 cr_assert_eq(outs[r][i].idxsum, (uint64_t)n * i);
             }
             free(outs[r]);
+        }
+    }
+}
+
+/* Every rank's every element: all contributions once, the same reduction expression as rank
+ * 0's (so bit-identical results), avg's division applied once, by the last reduction. */
+static void check_allreduce(const char *algo, int n, size_t count, size_t chunk, int nch,
+                            elem_t **outs)
+{
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < count; i++) {
+            const elem_t *e = &outs[r][i];
+            cr_assert_eq(e->contrib, all_ranks(n),
+                         "%s n=%d count=%zu chunk=%zu nch=%d rank %d elem %zu: %llx", algo, n,
+                         count, chunk, nch, r, i, (unsigned long long)e->contrib);
+            cr_assert_eq(e->idxsum, (uint64_t)n * i, "%s n=%d rank %d elem %zu", algo, n, r, i);
+            cr_assert_eq(e->expr, outs[0][i].expr,
+                         "%s n=%d count=%zu chunk=%zu: rank %d reduced elem %zu in another order "
+                         "than rank 0",
+                         algo, n, count, chunk, r, i);
+            if (n > 1)
+                cr_assert_eq(e->finals, 1, "%s n=%d rank %d elem %zu: %llu final reductions", algo,
+                             n, r, i, (unsigned long long)e->finals);
+        }
+}
+
+Test(plan, allreduce_ranks_reduce_in_one_order)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        elem_t *outs[MAXN];
+        simulate(BRAID_COLL_ALLREDUCE, n, -1, count, chunks[ki], nch, count, count, outs);
+        check_allreduce("ring", n, count, chunks[ki], nch, outs);
+        for (int r = 0; r < n; r++)
+            free(outs[r]);
+    }
+}
+
+Test(plan, recdbl_allreduce_every_shape)
+{
+    FOR_SHAPES
+    {
+        size_t count = counts[ci];
+        elem_t *outs[MAXN];
+        simulate_algo(BRAID_PLAN_RECDBL, BRAID_COLL_ALLREDUCE, n, -1, count, chunks[ki], nch, count,
+                      count, outs);
+        check_allreduce("recdbl", n, count, chunks[ki], nch, outs);
+        for (int r = 0; r < n; r++)
+            free(outs[r]);
+    }
+}
+
+Test(plan, recdbl_steps_and_peers)
+{
+    for (int n = 2; n <= MAXN; n++) {
+        int P = 1, L = 0;
+        while (P * 2 <= n) {
+            P *= 2;
+            L++;
+        }
+        for (int r = 0; r < n; r++) {
+            braid_plan_params_t p = {.coll = BRAID_COLL_ALLREDUCE,
+                                     .algo = BRAID_PLAN_RECDBL,
+                                     .nranks = n,
+                                     .rank = r,
+                                     .count = 5,
+                                     .chunk = 5,
+                                     .nchannels = 2};
+            braid_plan_cursor_t c;
+            braid_plan_begin(&c, &p, 1);
+            braid_step_t s;
+            cr_assert_not(braid_plan_next(&c, &s), "recdbl uses channel 0 only");
+            braid_plan_begin(&c, &p, 0);
+            int steps = 0, sends = 0;
+            while (braid_plan_next(&c, &s)) {
+                steps++;
+                sends += braid_prim_sends(s.prim);
+                cr_assert(s.send_peer != r && s.recv_peer != r);
+            }
+            int want = r >= P ? 2 : 2 * L + (r < n - P ? 2 : 0);
+            cr_assert_eq(steps, want, "n=%d rank %d: %d steps", n, r, steps);
+            cr_assert_eq(sends * 2, steps, "n=%d rank %d: sends half of the steps", n, r);
+            int peers[16];
+            int np = braid_recdbl_peers(n, r, peers, 16);
+            cr_assert_eq(np, r >= P ? 1 : L + (r < n - P), "n=%d rank %d: %d peers", n, r, np);
         }
     }
 }

@@ -41,13 +41,24 @@ Test(select, parse_algo_names)
               "%s", braid_last_error());
 }
 
-Test(select, one_host_is_always_the_ring)
+Test(select, one_host_recdbl_small_ring_large)
 {
     int host[8] = {0};
     braid_model_t m = model_for(8, host);
     cr_assert_eq(m.ring_crossings, 0);
-    for (size_t b = 4; b <= ((size_t)1 << 30); b *= 2)
-        cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RING);
+    /* recursive doubling below one crossover size, the ring from there on */
+    int prev = BRAID_ALGO_RECDBL, switches = 0;
+    for (size_t b = 4; b <= ((size_t)1 << 30); b *= 2) {
+        int a = braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m);
+        cr_assert(a == BRAID_ALGO_RING || a == BRAID_ALGO_RECDBL, "%zu bytes: %d", b, a);
+        switches += a != prev;
+        prev = a;
+    }
+    cr_assert_eq(switches, 1);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 8, 2, &m), BRAID_ALGO_RECDBL);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 1 << 24, 1 << 22, &m), BRAID_ALGO_RING);
+    /* other collectives: the ring */
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 8, 2, &m), BRAID_ALGO_RING);
     cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1024, 256, &m), 0);
 }
 
@@ -65,10 +76,11 @@ Test(select, two_hosts_pick_hier_for_allreduce_only)
     /* Other collectives and counts below the local size: the ring. */
     cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m), BRAID_ALGO_RING);
     cr_assert_eq(braid_model_choose(BRAID_COLL_ALLGATHER, big, big / 4, &m), BRAID_ALGO_RING);
-    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 4, 1, &m), BRAID_ALGO_RING);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 4, 1, &m), BRAID_ALGO_RECDBL);
     cr_assert(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 2, &m));
     cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1, &m));
-    cr_assert(!braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 1000, &m));
+    cr_assert(braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 1000, &m));
+    cr_assert(!braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_BROADCAST, 1000, &m));
     cr_assert(!braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_BROADCAST, 1000, &m));
 }
 
@@ -88,6 +100,23 @@ Test(select, interleaved_placement_makes_the_flat_ring_worse)
                        1e-9);
 }
 
+Test(select, recdbl_rounds_and_bytes)
+{
+    int one[8] = {0}, two[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    braid_model_t m4 = model_for(4, one), m5 = model_for(5, one), m8 = model_for(8, one);
+    braid_model_t m8h = model_for(8, two);
+    double t4 = braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 8, 2, &m4);
+    double t5 = braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 8, 2, &m5);
+    double t8 = braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 8, 2, &m8);
+    cr_assert(t4 < t8 && t8 < t5, "2, 3, 4 rounds: %.2f %.2f %.2f", t4, t8, t5);
+    /* the bandwidth term grows with log2(n), the ring's does not */
+    size_t big = (size_t)64 << 20;
+    cr_assert_gt(braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, big, big / 4, &m8),
+                 braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, big, big / 4, &m8));
+    /* two hosts: the network's alpha */
+    cr_assert_gt(braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 8, 2, &m8h), 3 * t8);
+}
+
 Test(select, uneven_hosts_never_hier)
 {
     int shapes[3][8] = {
@@ -95,8 +124,8 @@ Test(select, uneven_hosts_never_hier)
     for (int s = 0; s < 3; s++) {
         braid_model_t m = model_for(8, shapes[s]);
         for (size_t b = 8; b <= ((size_t)1 << 28); b *= 8)
-            cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RING,
-                         "shape %d, %zu bytes", s, b);
+            cr_assert_neq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_HIER,
+                          "shape %d, %zu bytes", s, b);
     }
 }
 
