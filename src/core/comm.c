@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/worker.h"
+#include "transport/rdma.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -256,9 +257,10 @@ static braid_result_t read_tuning(struct braid_comm *c)
     if (!*t) c->transport = NULL;
     else if (!strcasecmp(t, "shm")) c->transport = &braid_transport_shm;
     else if (!strcasecmp(t, "tcp")) c->transport = braid_transport_by_name("tcp");
+    else if (!strcasecmp(t, "rdma")) c->transport = braid_transport_by_name("rdma");
     else
         return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_TRANSPORT='%s' is not one of: shm, tcp", t);
+                               "BRAID_TRANSPORT='%s' is not one of: shm, tcp, rdma", t);
     if (*t && !c->transport)
         return braid_set_error(BRAID_ERR_UNSUPPORTED, "BRAID_TRANSPORT=%s is not built in", t);
     return BRAID_SUCCESS;
@@ -280,7 +282,8 @@ static braid_result_t pick_transport(struct braid_comm *c, int peer,
         *t_p = &braid_transport_shm;
         return BRAID_SUCCESS;
     }
-    *t_p = braid_transport_by_name("tcp");
+    *t_p = braid_rdma_usable() ? braid_transport_by_name("rdma") : NULL;
+    if (!*t_p) *t_p = braid_transport_by_name("tcp");
     if (!*t_p)
         return braid_set_error(BRAID_ERR_UNSUPPORTED,
                                "rank %d is on another host and no network transport is built in",

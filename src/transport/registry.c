@@ -1,4 +1,5 @@
 /* The table of built-in transports. */
+#include "transport/rdma.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
 
@@ -8,6 +9,7 @@
 static const braid_transport_t *const transports[] = {
     &braid_transport_shm,
     &braid_transport_tcp,
+    BRAID_TRANSPORT_RDMA_ENTRY
 };
 
 const braid_transport_t *braid_transport_by_name(const char *name)

@@ -1,0 +1,81 @@
+#!/bin/sh
+# Runs inside the Soft-RoCE VM (tests/rdma/vm.sh), started by run_rdma_tests.sh: the RDMA test
+# cases, ranks split across rxe0 (veth0, 198.18.0.1, "host" vmA) and rxe1 (veth1, 198.18.0.2,
+# "host" vmB). Prints "[PASS]/[FAIL] name" lines and "rdma: N passed, N failed".
+#   inner.sh BUILD_DIR
+build=$1
+perf="$build/bin/all_reduce_perf"
+passed=0
+failed=0
+port=29400
+secret=0123456789abcdef0123456789abcdef
+
+# job NRANKS "VAR=V ..." CMD...: first half of the ranks on vmA, the rest on vmB.
+job() {
+    n=$1
+    extra=$2
+    shift 2
+    port=$((port + 1))
+    r=0
+    pids=""
+    while [ $r -lt $n ]; do
+        if [ $r -lt $((n / 2)) ] || [ $n -eq 1 ]; then
+            h=vmA
+            ifn==veth0
+        else
+            h=vmB
+            ifn==veth1
+        fi
+        env BRAID_RANK=$r BRAID_NRANKS=$n BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret \
+            BRAID_HOSTNAME=$h BRAID_SOCKET_IFNAME=$ifn BRAID_TIMEOUT=120 $extra \
+            "$@" >/tmp/rank.$r.out 2>&1 &
+        pids="$pids $!"
+        r=$((r + 1))
+    done
+    rc=0
+    for p in $pids; do
+        wait $p || rc=1
+    done
+    return $rc
+}
+
+run() { # name nranks "env" cmd...
+    name=$1
+    shift
+    t0=$(date +%s)
+    if job "$@"; then
+        passed=$((passed + 1))
+        echo "[PASS] $name ($(($(date +%s) - t0)) s)"
+        [ -n "${VERBOSE:-}" ] && cat /tmp/rank.0.out
+    else
+        failed=$((failed + 1))
+        echo "[FAIL] $name ($(($(date +%s) - t0)) s)"
+        for f in /tmp/rank.*.out; do
+            echo "  --- $f"
+            tail -n 15 "$f" | sed 's/^/    /'
+        done
+    fi
+    rm -f /tmp/rank.*.out
+}
+
+if ibv_devices | grep -q rxe0 && ibv_devices | grep -q rxe1; then
+    passed=$((passed + 1))
+    echo "[PASS] rxe0 and rxe1 are up"
+else
+    failed=$((failed + 1))
+    echo "[FAIL] rxe devices missing"
+    ibv_devices
+fi
+
+args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
+run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
+    "BRAID_TRANSPORT=rdma" $perf $args
+run "2 ranks, rdma, 8 MiB messages" 2 "BRAID_TRANSPORT=rdma" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
+run "4 ranks (2 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 4 \
+    "BRAID_TRANSPORT=rdma" $perf $args
+run "4 ranks (2 per host), automatic (shm + rdma), all_reduce_perf -d all -o all" 4 \
+    "BRAID_DEBUG_SUBSYS=ALL" $perf $args
+run "4 ranks, ring, rdma, 2 channels" 4 "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_NCHANNELS=2" \
+    $perf -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
+echo "rdma: $passed passed, $failed failed"
+[ $failed -eq 0 ]
