@@ -2,6 +2,7 @@
 #include "reduce/reduce.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,17 +53,38 @@ static void store(void *buf, size_t k, braid_datatype_t dt, double v)
         double d;
     } t;
     switch (dt) {
-    case BRAID_INT8: t.i8 = (int8_t)(int64_t)v; break;
-    case BRAID_UINT8: t.u8 = (uint8_t)(uint64_t)v; break;
-    case BRAID_INT32: t.i32 = (int32_t)(int64_t)v; break;
-    case BRAID_UINT32: t.u32 = (uint32_t)(uint64_t)v; break;
-    case BRAID_INT64: t.i64 = (int64_t)v; break;
-    case BRAID_UINT64: t.u64 = (uint64_t)v; break;
-    case BRAID_FLOAT16: t.h = braid_float_to_half((float)v); break;
-    case BRAID_BFLOAT16: t.h = braid_float_to_bf16((float)v); break;
-    case BRAID_FLOAT32: t.f = (float)v; break;
-    case BRAID_FLOAT64: t.d = v; break;
-    default: return;
+    case BRAID_INT8:
+        t.i8 = (int8_t)(int64_t)v;
+        break;
+    case BRAID_UINT8:
+        t.u8 = (uint8_t)(uint64_t)v;
+        break;
+    case BRAID_INT32:
+        t.i32 = (int32_t)(int64_t)v;
+        break;
+    case BRAID_UINT32:
+        t.u32 = (uint32_t)(uint64_t)v;
+        break;
+    case BRAID_INT64:
+        t.i64 = (int64_t)v;
+        break;
+    case BRAID_UINT64:
+        t.u64 = (uint64_t)v;
+        break;
+    case BRAID_FLOAT16:
+        t.h = braid_float_to_half((float)v);
+        break;
+    case BRAID_BFLOAT16:
+        t.h = braid_float_to_bf16((float)v);
+        break;
+    case BRAID_FLOAT32:
+        t.f = (float)v;
+        break;
+    case BRAID_FLOAT64:
+        t.d = v;
+        break;
+    default:
+        return;
     }
     memcpy((char *)buf + k * braid_dtype_size(dt), &t, braid_dtype_size(dt));
 }
@@ -70,7 +92,8 @@ static void store(void *buf, size_t k, braid_datatype_t dt, double v)
 void data_fill(void *buf, braid_datatype_t dt, braid_redop_t op, int rank, size_t base,
                size_t count, int seed)
 {
-    for (size_t k = 0; k < count; k++) store(buf, k, dt, data_value(dt, op, rank, base + k, seed));
+    for (size_t k = 0; k < count; k++)
+        store(buf, k, dt, data_value(dt, op, rank, base + k, seed));
 }
 
 /* Integer reductions wrap like the element type: compute in 64 bits and truncate. */
@@ -82,11 +105,20 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
             double v = data_value(dt, op, r, i, seed);
             switch (op) {
             case BRAID_SUM:
-            case BRAID_AVG: acc += v; break;
-            case BRAID_PROD: acc *= v; break;
-            case BRAID_MIN: acc = v < acc ? v : acc; break;
-            case BRAID_MAX: acc = v > acc ? v : acc; break;
-            default: break;
+            case BRAID_AVG:
+                acc += v;
+                break;
+            case BRAID_PROD:
+                acc *= v;
+                break;
+            case BRAID_MIN:
+                acc = v < acc ? v : acc;
+                break;
+            case BRAID_MAX:
+                acc = v > acc ? v : acc;
+                break;
+            default:
+                break;
             }
         }
         if (op == BRAID_AVG) acc /= n;
@@ -99,11 +131,20 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
         int64_t v = (int64_t)data_value(dt, op, r, i, seed);
         switch (op) {
         case BRAID_SUM:
-        case BRAID_AVG: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
-        case BRAID_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
-        case BRAID_MIN: acc = v < acc ? v : acc; break;
-        case BRAID_MAX: acc = v > acc ? v : acc; break;
-        default: break;
+        case BRAID_AVG:
+            acc = (int64_t)((uint64_t)acc + (uint64_t)v);
+            break;
+        case BRAID_PROD:
+            acc = (int64_t)((uint64_t)acc * (uint64_t)v);
+            break;
+        case BRAID_MIN:
+            acc = v < acc ? v : acc;
+            break;
+        case BRAID_MAX:
+            acc = v > acc ? v : acc;
+            break;
+        default:
+            break;
         }
     }
     if (op == BRAID_AVG) {
@@ -113,9 +154,8 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
     store(out, 0, dt, (double)acc);
 }
 
-static size_t compare(const void *got, const void *want_fn_arg, braid_datatype_t dt,
-                      size_t count, const char *what,
-                      void (*want)(void *out, size_t k, const void *arg))
+static size_t compare(const void *got, const void *want_fn_arg, braid_datatype_t dt, size_t count,
+                      const char *what, void (*want)(void *out, size_t k, const void *arg))
 {
     size_t es = braid_dtype_size(dt), bad = 0;
     unsigned char w[8];
@@ -161,9 +201,42 @@ size_t data_check_reduced(const void *got, braid_datatype_t dt, braid_redop_t op
     return compare(got, &w, dt, count, what, want_reduced);
 }
 
-size_t data_check_rank(const void *got, braid_datatype_t dt, braid_redop_t op, int src,
-                       size_t base, size_t count, int seed, const char *what)
+size_t data_check_rank(const void *got, braid_datatype_t dt, braid_redop_t op, int src, size_t base,
+                       size_t count, int seed, const char *what)
 {
     want_t w = {.dt = dt, .op = op, .src = src, .seed = seed, .base = base};
     return compare(got, &w, dt, count, what, want_rank);
+}
+
+int data_check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt, braid_redop_t op,
+                         size_t count, int in_place, size_t off, int seed, const char *label)
+{
+    size_t es = braid_dtype_size(dt);
+    char *sb = malloc(count * es + off + 1), *rb = malloc(count * es + off + 1);
+    if (!sb || !rb) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        free(sb);
+        free(rb);
+        return 1;
+    }
+    char *s = sb + off, *r = in_place ? s : rb + off;
+    data_fill(s, dt, op, rank, 0, count, seed);
+    if (!in_place) memset(r, 0xAB, count * es);
+    char what[192];
+    snprintf(what, sizeof(what), "%s allreduce n=%d %s %s count=%zu %s off=%zu", label, n,
+             braid_dtype_name(dt), braid_op_name(op), count, in_place ? "in-place" : "oop", off);
+    braid_result_t res = braid_allreduce(s, r, count, dt, op, comm);
+    size_t bad = res ? 0 : data_check_reduced(r, dt, op, n, 0, count, seed, what);
+    free(sb);
+    free(rb);
+    if (res) {
+        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, braid_strerror(res),
+                braid_last_error());
+        return 1;
+    }
+    if (bad) {
+        fprintf(stderr, "rank %d: %s: %zu wrong elements\n", rank, what, bad);
+        return 1;
+    }
+    return 0;
 }

@@ -21,7 +21,13 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
 size_t data_check_reduced(const void *got, braid_datatype_t dt, braid_redop_t op, int n,
                           size_t base, size_t count, int seed, const char *what);
 /* Compares with rank src's inputs (broadcast / allgather). */
-size_t data_check_rank(const void *got, braid_datatype_t dt, braid_redop_t op, int src,
-                       size_t base, size_t count, int seed, const char *what);
+size_t data_check_rank(const void *got, braid_datatype_t dt, braid_redop_t op, int src, size_t base,
+                       size_t count, int seed, const char *what);
+
+/* One all-reduce checked against the reference, run inside a rank (tests/common/mp.h): inputs
+ * from (rank, index, seed), in place or not, both buffers shifted by `off` bytes (unaligned).
+ * Returns 0, or 1 after printing what went wrong (prefixed by label). */
+int data_check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt, braid_redop_t op,
+                         size_t count, int in_place, size_t off, int seed, const char *label);
 
 #endif

@@ -37,27 +37,6 @@ static braid_comm_t fake_hosts(braid_comm_t comm, int rank, const shape_t *s)
     return r ? NULL : sub;
 }
 
-static int one(braid_comm_t c, int rank, int n, braid_datatype_t dt, braid_redop_t op, size_t count,
-               int in_place, int seed)
-{
-    size_t es = braid_dtype_size(dt);
-    char *s = malloc(count * es + 1), *r = malloc(count * es + 1);
-    MP_CHECK(rank, s && r, "malloc");
-    data_fill(s, dt, op, rank, 0, count, seed);
-    char *out = in_place ? s : r;
-    if (!in_place) memset(r, 0xEE, count * es);
-    char what[128];
-    snprintf(what, sizeof(what), "allreduce n=%d %s %s count=%zu %s", n, braid_dtype_name(dt),
-             braid_op_name(op), count, in_place ? "in place" : "oop");
-    braid_result_t res = braid_allreduce(s, out, count, dt, op, c);
-    size_t bad = res ? count + 1 : data_check_reduced(out, dt, op, n, 0, count, seed, what);
-    free(s);
-    free(r);
-    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
-    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
-    return 0;
-}
-
 static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
 {
     const shape_t *s = arg;
@@ -71,9 +50,12 @@ static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
                                     (dt == BRAID_FLOAT16 && op == BRAID_AVG));
             if (few) continue;
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-                if (one(c, rank, n, dt, op, counts[ci], (int)(ci & 1), seed++)) return 1;
+                if (data_check_allreduce(c, rank, n, dt, op, counts[ci], (int)(ci & 1), 0, seed++,
+                                         "algos"))
+                    return 1;
         }
-    if (one(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 1, seed++)) return 1;
+    if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 1, 0, seed++, "algos"))
+        return 1;
     /* The other collectives still work (on the ring) around the hierarchical ones. */
     int32_t x = rank + 1, y = 0;
     MP_OK(rank, braid_broadcast(&x, &y, 1, BRAID_INT32, n - 1, c));
@@ -102,7 +84,7 @@ static int nonblocking_first(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank,
               braid_iallreduce(bufs[k], bufs[k], counts[k], BRAID_FLOAT32, BRAID_SUM, c, &reqs[k]));
     }
-    if (one(c, rank, n, BRAID_INT64, BRAID_MAX, 777, 0, 30)) return 1;
+    if (data_check_allreduce(c, rank, n, BRAID_INT64, BRAID_MAX, 777, 0, 0, 30, "algos")) return 1;
     for (int k = 0; k < K; k++) {
         MP_OK(rank, braid_wait(reqs[k]));
         MP_CHECK(rank,

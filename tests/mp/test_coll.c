@@ -10,7 +10,7 @@
 #include <string.h>
 
 typedef struct {
-    int big;      /* also run the large counts */
+    int big; /* also run the large counts */
     int unaligned;
 } opts_t;
 
@@ -27,27 +27,6 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-/* One allreduce check; off shifts both buffers by `off` bytes (unaligned). */
-static int check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt,
-                           braid_redop_t op, size_t count, int in_place, size_t off, int seed)
-{
-    size_t es = braid_dtype_size(dt);
-    char *sb = xmalloc(count * es + off), *rb = xmalloc(count * es + off);
-    char *s = sb + off, *r = in_place ? s : rb + off;
-    data_fill(s, dt, op, rank, 0, count, seed);
-    if (!in_place) memset(r, 0xAB, count * es);
-    char what[128];
-    snprintf(what, sizeof(what), "allreduce n=%d %s %s count=%zu %s off=%zu", n,
-             braid_dtype_name(dt), braid_op_name(op), count, in_place ? "in-place" : "oop", off);
-    braid_result_t res = braid_allreduce(s, r, count, dt, op, comm);
-    size_t bad = res ? count + 1 : data_check_reduced(r, dt, op, n, 0, count, seed, what);
-    free(sb);
-    free(rb);
-    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
-    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
-    return 0;
-}
-
 static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
     const opts_t *o = arg;
@@ -58,13 +37,16 @@ static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
                 for (int ip = 0; ip < 2; ip++) {
                     size_t off = o->unaligned && (ci & 1) ? 1 + (size_t)dt % 3 : 0;
-                    if (check_allreduce(comm, rank, n, dt, op, counts[ci], ip, off, seed++))
+                    if (data_check_allreduce(comm, rank, n, dt, op, counts[ci], ip, off, seed++,
+                                             "coll"))
                         return 1;
                 }
     if (o->big) {
-        if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 0, 0, 7)) return 1;
+        if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 0, 0, 7, "coll"))
+            return 1;
         size_t big = quick() ? (1u << 20) / 4 : (64u << 20) / 4;
-        if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, big, 1, 0, 8)) return 1;
+        if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, big, 1, 0, 8, "coll"))
+            return 1;
     }
     return 0;
 }
@@ -93,8 +75,7 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
                 /* in-place broadcast */
                 data_fill(out, dt, BRAID_SUM, rank, 0, count, seed + 1);
                 MP_OK(rank, braid_broadcast(out, out, count, dt, root, comm));
-                MP_CHECK(rank,
-                         !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed + 1, what),
+                MP_CHECK(rank, !data_check_rank(out, dt, BRAID_SUM, root, 0, count, seed + 1, what),
                          "%s in place", what);
                 /* reduce: every op (sum and max only at the largest count, for time) */
                 for (int op = 0; op < BRAID_NUM_OPS; op++) {
@@ -114,18 +95,18 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
                 snprintf(what, sizeof(what), "reduce_scatter n=%d %s %s count=%zu", n,
                          braid_dtype_name(dt), braid_op_name(op), count);
                 MP_OK(rank, braid_reduce_scatter(in, out, count, dt, op, comm));
-                MP_CHECK(rank,
-                         !data_check_reduced(out, dt, op, n, (size_t)rank * count, count, seed,
-                                             what),
-                         "%s", what);
+                MP_CHECK(
+                    rank,
+                    !data_check_reduced(out, dt, op, n, (size_t)rank * count, count, seed, what),
+                    "%s", what);
                 /* in place: recvbuf is the rank's slot inside sendbuf */
                 data_fill(in, dt, op, rank, 0, count * (size_t)n, seed);
                 char *slot = in + (size_t)rank * count * es;
                 MP_OK(rank, braid_reduce_scatter(in, slot, count, dt, op, comm));
-                MP_CHECK(rank,
-                         !data_check_reduced(slot, dt, op, n, (size_t)rank * count, count, seed,
-                                             what),
-                         "%s in place", what);
+                MP_CHECK(
+                    rank,
+                    !data_check_reduced(slot, dt, op, n, (size_t)rank * count, count, seed, what),
+                    "%s in place", what);
             }
             /* allgather: rank r's block = r's inputs */
             data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
@@ -134,15 +115,15 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
             MP_OK(rank, braid_allgather(in, out, count, dt, comm));
             for (int b = 0; b < n; b++)
                 MP_CHECK(rank,
-                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
-                                          count, seed, what),
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0, count,
+                                          seed, what),
                          "%s block %d", what, b);
             data_fill(out + (size_t)rank * count * es, dt, BRAID_SUM, rank, 0, count, seed);
             MP_OK(rank, braid_allgather(out + (size_t)rank * count * es, out, count, dt, comm));
             for (int b = 0; b < n; b++)
                 MP_CHECK(rank,
-                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0,
-                                          count, seed, what),
+                         !data_check_rank(out + (size_t)b * count * es, dt, BRAID_SUM, b, 0, count,
+                                          seed, what),
                          "%s in place block %d", what, b);
             free(in);
             free(out);
@@ -173,7 +154,8 @@ static int nonblocking(braid_comm_t comm, int rank, int n, void *arg)
     for (int k = K - 1; k >= 0; k--) {
         int done = 0;
         if (k % 2) {
-            while (!done) MP_OK(rank, braid_test(reqs[k], &done));
+            while (!done)
+                MP_OK(rank, braid_test(reqs[k], &done));
         } else {
             MP_OK(rank, braid_wait(reqs[k]));
         }
@@ -195,7 +177,7 @@ TestSuite(coll, .timeout = 300);
     Test(coll, allreduce_every_dtype_op_count_n##N)                                                \
     {                                                                                              \
         opts_t o = {.big = (N == 2 || N == 3 || N == 8), .unaligned = 1};                          \
-        cr_assert_eq(mp_run(N, allreduce_matrix, &o, 240), 0, "some rank failed (see stderr)");   \
+        cr_assert_eq(mp_run(N, allreduce_matrix, &o, 240), 0, "some rank failed (see stderr)");    \
     }
 ALLREDUCE_TEST(1)
 ALLREDUCE_TEST(2)
@@ -224,7 +206,7 @@ static int channels_and_chunks(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
-        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, 0, 0, 9)) return 1;
+        if (data_check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, 0, 0, 9, "coll")) return 1;
     return 0;
 }
 

@@ -47,26 +47,6 @@ static void use_tcp(void)
 
 /* ---- correctness ---------------------------------------------------------------------------- */
 
-static int check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt,
-                           braid_redop_t op, size_t count, int in_place, int seed)
-{
-    size_t es = braid_dtype_size(dt);
-    char *s = xmalloc(count * es), *rb = xmalloc(count * es);
-    char *r = in_place ? s : rb;
-    data_fill(s, dt, op, rank, 0, count, seed);
-    if (!in_place) memset(r, 0xAB, count * es);
-    char what[128];
-    snprintf(what, sizeof(what), "tcp allreduce n=%d %s %s count=%zu %s", n, braid_dtype_name(dt),
-             braid_op_name(op), count, in_place ? "in-place" : "oop");
-    braid_result_t res = braid_allreduce(s, r, count, dt, op, comm);
-    size_t bad = res ? count + 1 : data_check_reduced(r, dt, op, n, 0, count, seed, what);
-    free(s);
-    free(rb);
-    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
-    MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
-    return 0;
-}
-
 /* Every dtype with sum, a few ops, counts 0, 1, small primes, 65537, and 8 MiB of floats. */
 static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
@@ -77,10 +57,15 @@ static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-                if (check_allreduce(comm, rank, n, dt, ops[o], counts[ci], (int)(ci & 1), seed++))
+                if (data_check_allreduce(comm, rank, n, dt, ops[o], counts[ci], (int)(ci & 1), 0,
+                                         seed++, "tcp"))
                     return 1;
-    if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 7)) return 1;
-    if (check_allreduce(comm, rank, n, BRAID_INT32, BRAID_MIN, (8u << 20) / 4 + 3, 1, 8)) return 1;
+    if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 0, 7,
+                             "tcp"))
+        return 1;
+    if (data_check_allreduce(comm, rank, n, BRAID_INT32, BRAID_MIN, (8u << 20) / 4 + 3, 1, 0, 8,
+                             "tcp"))
+        return 1;
     return 0;
 }
 
@@ -151,8 +136,11 @@ static int channels_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
-        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, dt & 1, 9 + dt)) return 1;
-    if (check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 3)) return 1;
+        if (data_check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, dt & 1, 0, 9 + dt, "tcp"))
+            return 1;
+    if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 0, 3,
+                             "tcp"))
+        return 1;
     return rooted_and_ring(comm, rank, n, NULL);
 }
 
@@ -232,7 +220,7 @@ static int second_comm(braid_comm_t comm, int rank, int n, void *arg)
     int want = strchr(addr, '[') ? AF_INET6 : AF_INET;
     MP_CHECK(rank, la.ss_family == want, "data listener on %s for a root at %s", as, addr);
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 2)
-        if (check_allreduce(c2, rank, n, dt, BRAID_SUM, 70001, 0, 31 + dt)) return 1;
+        if (data_check_allreduce(c2, rank, n, dt, BRAID_SUM, 70001, 0, 0, 31 + dt, "tcp")) return 1;
     MP_OK(rank, braid_comm_destroy(c2));
     /* Everything of c2 is gone (rank 0's root service exits once every rank closed). */
     for (int i = 0; i < 150; i++) {
@@ -309,7 +297,8 @@ static int strangers(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, half >= 0 && connect(half, (struct sockaddr *)&la, ll) == 0, "connect");
     MP_CHECK(rank, send(half, hello, 10, MSG_NOSIGNAL) == 10, "send");
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
-        if (check_allreduce(comm, rank, n, dt, BRAID_SUM, 50021, 0, 77 + dt)) return 1;
+        if (data_check_allreduce(comm, rank, n, dt, BRAID_SUM, 50021, 0, 0, 77 + dt, "tcp"))
+            return 1;
     close(half);
     return 0;
 }
