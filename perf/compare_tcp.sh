@@ -1,0 +1,147 @@
+#!/bin/sh
+# braid (TCP transport) vs Open MPI (btl tcp,self) vs Gloo (TCP ring all-reduce) on loopback:
+# runs all_reduce_perf, ompi_allreduce_perf and gloo_allreduce_perf in one session with the same
+# flags, and writes CSVs, logs, a PNG and a table.
+#
+#   perf/compare_tcp.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 64M] [-f 2] [-n 10] [-w 3]
+#                       [-c 1] [-d float] [-O sum] [-- extra flags for all three tools]
+#
+#   -o DIR    results directory (default perf/results/<date>-<host>-tcp)
+#   -B BUILD  build directory holding bin/braid-run and bin/all_reduce_perf (default build)
+#   -N LIST   rank counts (default "2 4")
+#   -b/-e/-f/-n/-w/-c/-d/-O  as the perf tools' -b -e -f -n -w -c -d -o
+#
+# Per rank count N: DIR/{braid,ompi,gloo}_nN.csv and .log. The three tools run one after the
+# other for each N, and the order rotates from one N to the next (N=2: braid ompi gloo, N=4:
+# ompi gloo braid, ...) so no tool always runs first or last in a drifting load.
+#   braid     BRAID_TRANSPORT=tcp BUILD/bin/braid-run -n N BUILD/bin/all_reduce_perf ...
+#   Open MPI  mpirun --allow-run-as-root --oversubscribe -np N --mca btl tcp,self \
+#                 $MPIRUN_ARGS BUILD/bin/ompi_allreduce_perf ...   (perf/peers/build.sh if missing)
+#   Gloo      BUILD/bin/braid-run -n N BUILD/bin/gloo_allreduce_perf ...   (perf/peers/gloo_build.sh)
+# DIR/summary.txt: uptime/load before and after, versions, and out-of-place time (us) and busbw
+# (GB/s) of the three at 8 B, 1 MiB, 16 MiB, 64 MiB and the largest size, with braid/gloo and
+# braid/ompi busbw ratios; a wanted size the sweep does not hit is replaced by the nearest one it
+# has. (Default -f 2: with -b 8 -f 4 the sweep hits only odd powers of two, 8 B .. 32 MiB, and
+# misses 1, 16 and 64 MiB; -f 2 holds every -f 4 size too.)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+dir="" build="$repo/build" ranks="2 4" minb=8 maxb=64M fac=2 iters=10 warm=3 check=1
+dtype=float op=sum
+while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
+    case $opt in
+    o) dir=$OPTARG ;;
+    B) build=$OPTARG ;;
+    N) ranks=$OPTARG ;;
+    b) minb=$OPTARG ;;
+    e) maxb=$OPTARG ;;
+    f) fac=$OPTARG ;;
+    n) iters=$OPTARG ;;
+    w) warm=$OPTARG ;;
+    c) check=$OPTARG ;;
+    d) dtype=$OPTARG ;;
+    O) op=$OPTARG ;;
+    h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+bin="$build/bin"
+[ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y%m%d-%H%M%S)-$(hostname)-tcp"
+mkdir -p "$dir"
+
+for f in braid-run all_reduce_perf; do
+    [ -x "$bin/$f" ] || { echo "compare_tcp.sh: $bin/$f missing (cmake --build $build)" >&2; exit 1; }
+done
+[ -x "$bin/ompi_allreduce_perf" ] || "$here/peers/build.sh" "$bin"
+[ -x "$bin/gloo_allreduce_perf" ] || "$here/peers/gloo_build.sh" "$bin"
+
+flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
+{
+    echo "# compare_tcp.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus"
+    echo "# uptime at start: $(uptime)"
+    echo "# flags: $flags $*"
+    echo "# braid: BRAID_TRANSPORT=tcp braid-run; $(mpirun --version 2>/dev/null | head -n1), --mca btl tcp,self;"
+    echo "#   Gloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?') (libgloo-dev), gloo::allreduce RING over tcp 127.0.0.1"
+    env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
+} >"$dir/summary.txt"
+
+status=0
+run_tool() { # tool n
+    t=$1 n=$2 log="$dir/$1_n$2.log" csv="$dir/$1_n$2.csv"
+    shift 2
+    rm -f "$csv"
+    echo "== $t, $n ranks ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$dir/summary.txt"
+    start=$(date +%s)
+    # shellcheck disable=SC2086 # flags are words
+    case $t in
+    braid) BRAID_TRANSPORT=tcp "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$csv" "$@" ;;
+    ompi) mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl tcp,self ${MPIRUN_ARGS:-} \
+        "$bin/ompi_allreduce_perf" $flags --csv "$csv" "$@" ;;
+    gloo) "$bin/braid-run" -n "$n" "$bin/gloo_allreduce_perf" $flags --csv "$csv" "$@" ;;
+    esac >"$log" 2>&1 || { echo "$t n=$n failed (exit $?), see $log" | tee -a "$dir/summary.txt"; status=1; }
+    echo "   $(($(date +%s) - start)) s; $(grep -E '^# (Out of|Avg)' "$log" | tr '\n' ' ')" | tee -a "$dir/summary.txt"
+}
+order="braid ompi gloo"
+for n in $ranks; do
+    for t in $order; do run_tool "$t" "$n" "$@"; done
+    order="${order#* } ${order%% *}" # rotate: first tool goes last
+done
+echo "# uptime at end: $(uptime)" >>"$dir/summary.txt"
+
+# Plot every CSV that has rows.
+set --
+for n in $ranks; do
+    for lib in braid ompi gloo; do
+        f="$dir/${lib}_n$n.csv"
+        [ -s "$f" ] && set -- "$@" "$lib n=$n=$f"
+    done
+done
+if [ $# -gt 0 ] && command -v gnuplot >/dev/null 2>&1; then
+    "$here/plot.sh" -o "$dir/busbw.png" -T "all_reduce $dtype $op over TCP loopback: busbw" "$@" || true
+    "$here/plot.sh" -o "$dir/time.png" -y time_oop_us -T "all_reduce $dtype $op over TCP loopback: time" "$@" || true
+fi
+
+# Table: out-of-place time (us) and busbw (GB/s) of the three at a few sizes.
+{
+    printf '\n%-5s %10s %11s %11s %11s %9s %9s %9s %11s %10s\n' ranks size braid_us ompi_us \
+        gloo_us braid_BW ompi_BW gloo_BW braid/gloo braid/ompi
+    for n in $ranks; do
+        b="$dir/braid_n$n.csv" o="$dir/ompi_n$n.csv" g="$dir/gloo_n$n.csv"
+        [ -s "$b" ] || b=/dev/null
+        [ -s "$o" ] || o=/dev/null
+        [ -s "$g" ] || g=/dev/null
+        [ "$b$o$g" = /dev/null/dev/null/dev/null ] && continue
+        awk -F, -v n="$n" -v B="$b" -v O="$o" '
+            FNR == 1 { file = FILENAME == B ? 1 : FILENAME == O ? 2 : 3; next }
+            { t[file, $3] = $8; bw[file, $3] = $10; have[$3] = 1; if ($3 + 0 > max) max = $3 + 0 }
+            function us(f, s) { return ((f, s) in t) ? sprintf("%11.1f", t[f, s]) : sprintf("%11s", "-") }
+            function gb(f, s) { return ((f, s) in bw) ? sprintf("%9.3f", bw[f, s]) : sprintf("%9s", "-") }
+            function ratio(s, f) {
+                return ((1, s) in bw) && ((f, s) in bw) && bw[f, s] > 0 ? sprintf("%.2f", bw[1, s] / bw[f, s]) : "-"
+            }
+            END {
+                nh = 0; for (x in have) hs[++nh] = x + 0
+                split("8 1048576 16777216 67108864", want, " "); want[5] = max
+                k = 0
+                for (i = 1; i <= 5; i++) {
+                    best = -1
+                    for (j = 1; j <= nh; j++) {
+                        d = log(hs[j] / want[i]); if (d < 0) d = -d
+                        if (best < 0 || d < bd || (d == bd && hs[j] < best)) { best = hs[j]; bd = d }
+                    }
+                    if (best < 0 || (best in seen)) continue
+                    seen[best] = 1; sz[++k] = best
+                }
+                for (i = 1; i <= k; i++) {
+                    s = sz[i]
+                    printf "%-5s %10d %s %s %s %s %s %s %11s %10s\n", n, s, us(1, s), us(2, s),
+                        us(3, s), gb(1, s), gb(2, s), gb(3, s), ratio(s, 3), ratio(s, 2)
+                }
+            }' "$b" "$o" "$g"
+    done
+    echo "(out of place; BW = busbw GB/s; ratios = braid busbw / gloo, / Open MPI busbw)"
+} | tee -a "$dir/summary.txt"
+echo "results in $dir"
+exit $status
