@@ -195,9 +195,34 @@ static int victim(braid_comm_t comm, int v, int kill_at, int any)
     return 0;
 }
 
+/* All-reduces in a loop until the link to another host goes down (netns.sh --link-down):
+ * every rank must fail within BRAID_TIMEOUT (+ slack) with a timeout or remote error that
+ * names a rank, never hang. */
+static int linkdown(braid_comm_t comm, double timeout_s)
+{
+    size_t n = 1 << 16;
+    float *buf = calloc(n, sizeof(float));
+    CHECK(buf, "out of memory");
+    braid_result_t res = BRAID_SUCCESS;
+    double t = 0;
+    for (int it = 0; res == BRAID_SUCCESS && it < 100000000; it++) {
+        double t0 = now_s();
+        res = braid_allreduce(buf, buf, n, BRAID_FLOAT32, BRAID_SUM, comm);
+        t = now_s() - t0;
+    }
+    printf("net_check rank %d: %s after %.3f s in the failing call: %s\n", rank_,
+           braid_strerror(res), t, braid_last_error());
+    CHECK(res == BRAID_ERR_TIMEOUT || res == BRAID_ERR_REMOTE, "got %s", braid_strerror(res));
+    CHECK(strstr(braid_last_error(), "rank "), "the message names no rank");
+    CHECK(t < timeout_s + 3.0, "the failing call took %.2f s", t);
+    free(buf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "coll") && strcmp(argv[1], "victim")) ||
+    if (argc < 2 ||
+        (strcmp(argv[1], "coll") && strcmp(argv[1], "victim") && strcmp(argv[1], "linkdown")) ||
         (!strcmp(argv[1], "victim") && argc < 3)) {
         fprintf(stderr, "usage: net_check coll [ROUNDS] | net_check victim RANK [ITER [any]]\n");
         return 2;
@@ -214,6 +239,8 @@ int main(int argc, char **argv)
     int rc;
     if (!strcmp(argv[1], "coll"))
         rc = coll(comm, argc > 2 ? atoi(argv[2]) : 1);
+    else if (!strcmp(argv[1], "linkdown"))
+        rc = linkdown(comm, argc > 2 ? atof(argv[2]) : 3.0);
     else
         rc = victim(comm, atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 10,
                     argc > 4 && !strcmp(argv[4], "any"));

@@ -9,6 +9,7 @@
 #   --drop P           drop P percent of the packets each host receives from the others
 #                      (nft numgen random), e.g. 1% or 0.5
 #   --victim R         rank R is expected to die by a signal (not a failure of the job)
+#   --link-down H:S    S seconds after the start, set host H's link down (its eth0)
 #   --timeout S        kill the job after S seconds (default 120); exit 124
 #   --keep-logs DIR    write rank.R.out / rank.R.err there (default: a temporary directory,
 #                      removed at exit; rank 0's output and a failed rank's stderr are printed)
@@ -26,7 +27,7 @@
 # status (128+signal when killed), 124 on timeout, 2 on bad usage, 3 on setup failure.
 set -uo pipefail
 
-hosts=2 rph=2 rate="" drop="" victim=-1 timeout=120 logs="" extra_env=()
+hosts=2 rph=2 rate="" drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
@@ -38,6 +39,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
     --victim) victim=$2; shift 2 ;;
+    --link-down) link_down=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --keep-logs) logs=$2; shift 2 ;;
     -x) extra_env+=("$2"); shift 2 ;;
@@ -151,6 +153,11 @@ while [ "$left" -gt 0 ]; do
             fi
         fi
     done
+    if [ -n "$link_down" ] && [ $(($(date +%s) - start)) -ge "${link_down#*:}" ]; then
+        echo "netns.sh: setting host ${link_down%%:*}'s link down" >&2
+        ip netns exec "$prefix-h${link_down%%:*}" ip link set eth0 down
+        link_down=""
+    fi
     if [ "$left" -gt 0 ]; then
         if [ $(($(date +%s) - start)) -ge "$timeout" ]; then
             echo "netns.sh: timeout after $timeout s; killing the job" >&2

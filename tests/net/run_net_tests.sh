@@ -3,7 +3,7 @@
 # ranks 2 per host, so every job mixes shm (within a host) and TCP (between hosts). Cases:
 # plain links, 1% packet drop, a 1 gbit rate limit, both with 2 channels and 2 sockets per
 # peer, 4 hosts, the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
-# rank whose peers must report it promptly. Results are checked by
+# rank whose peers must report it promptly, and a link set down mid-run (timeout). Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
 #   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
@@ -75,6 +75,9 @@ run "3 hosts, ring: killed rank 3 is named" --hosts 3 --victim 3 -x BRAID_ALGO=r
 run "2 hosts, ring, 1% drop: killed rank 2 is named" --hosts 2 --drop 1% --victim 2 \
     -x BRAID_ALGO=ring -- "$check" victim 2 20
 run "3 hosts, default algorithm: killed rank 2" --hosts 3 --victim 2 -- "$check" victim 2 10 any
+# A link cut (no RST, no FIN): every rank must fail within BRAID_TIMEOUT naming a rank.
+run "2 hosts, ring: link down -> timeout naming a rank" --hosts 2 --link-down 1:2 \
+    -x BRAID_TIMEOUT=3 -x BRAID_ALGO=ring -- "$check" linkdown 3
 leftover=$(ip netns list | grep -c '^braidtest-' || true)
 if [ "$leftover" -ne 0 ]; then
     echo "[FAIL] namespaces left behind: $leftover"
