@@ -26,8 +26,7 @@ static void print_params(void)
         char var[64];
         snprintf(var, sizeof(var), "BRAID_%s", p->name);
         const char *v = getenv(var);
-        printf("%-22s %-10s %-12s %s\n", var, *p->defval ? p->defval : "-", v ? v : "-",
-               p->doc);
+        printf("%-22s %-10s %-12s %s\n", var, *p->defval ? p->defval : "-", v ? v : "-", p->doc);
     }
 }
 
@@ -103,10 +102,36 @@ static int print_tune(int argc, char **argv)
     return 0;
 }
 
+/* Inside a launched job (braid-run -n N braid-info --peers): every rank creates the
+ * communicator from the environment; rank 0 prints each rank's host and the transport rank 0
+ * would use to reach it, then every rank's ring neighbours. */
+static int print_peers(void)
+{
+    braid_comm_t comm;
+    braid_result_t r = braid_comm_init_env(&comm);
+    if (r) {
+        fprintf(stderr, "braid-info: %s: %s\n", braid_strerror(r), braid_last_error());
+        return 1;
+    }
+    if (comm->rank == 0) {
+        printf("%d ranks, %d on this host\n", comm->nranks, comm->local_nranks);
+        printf("%6s %8s  %-44s %s\n", "rank", "pid", "host identity", "transport from rank 0");
+        for (int p = 0; p < comm->nranks; p++) {
+            const braid_transport_t *t = NULL;
+            const char *name = p == 0 ? "(self)" : "none";
+            if (p && braid_comm_pick_transport(comm, p, &t) == BRAID_SUCCESS) name = t->name;
+            printf("%6d %8d  %-44s %s\n", p, comm->peers[p].pid, comm->peers[p].host, name);
+        }
+    }
+    braid_comm_destroy(comm);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: braid-info [--params | --tune [nranks [hosts]]]\n");
+        printf("usage: braid-info [--params | --tune [nranks [hosts]] | --peers (under a "
+               "launcher)]\n");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--tune")) {
@@ -116,6 +141,7 @@ int main(int argc, char **argv)
         }
         return print_tune(argc, argv);
     }
+    if (argc > 1 && !strcmp(argv[1], "--peers")) return print_peers();
     if (argc > 1 && !strcmp(argv[1], "--params")) {
         print_params();
         return 0;

@@ -267,8 +267,8 @@ static braid_result_t read_tuning(struct braid_comm *c)
 }
 
 /* The transport for the connection between this rank and peer. */
-static braid_result_t pick_transport(struct braid_comm *c, int peer,
-                                     const braid_transport_t **t_p)
+braid_result_t braid_comm_pick_transport(struct braid_comm *c, int peer,
+                                         const braid_transport_t **t_p)
 {
     if (c->transport) {
         if (c->transport == &braid_transport_shm &&
@@ -312,7 +312,7 @@ static braid_result_t connect_rings(struct braid_comm *c)
         r->prev = (c->rank + n - 1) % n;
         r->next = (c->rank + 1) % n;
         const braid_transport_t *t;
-        BRAID_CHECK_GOTO(pick_transport(c, r->prev, &t), res, out);
+        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, r->prev, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
         BRAID_CHECK_GOTO(t->recv_setup(c, r->prev, ch, &r->recv, mine[ch].info, &len), res, out);
         mine[ch].len = (uint32_t)len;
@@ -322,7 +322,7 @@ static braid_result_t connect_rings(struct braid_comm *c)
     for (int ch = 0; ch < nch; ch++) {
         braid_ring_t *r = &c->ring[ch];
         const braid_transport_t *t;
-        BRAID_CHECK_GOTO(pick_transport(c, r->next, &t), res, out);
+        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, r->next, &t), res, out);
         conn_blob_t *b = &all[(size_t)r->next * (size_t)nch + (size_t)ch];
         BRAID_CHECK_GOTO(t->send_connect(c, r->next, ch, b->info, b->len, &r->send), res, out);
     }
@@ -375,7 +375,7 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
     for (int i = 0; i < nrecv; i++) {
         int from = recv_from[i];
         const braid_transport_t *t;
-        BRAID_CHECK_GOTO(pick_transport(c, from, &t), res, out);
+        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, from, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
         BRAID_CHECK_GOTO(t->recv_setup(c, from, BRAID_P2P_CHANNEL, &c->p2p_recv[from],
                                        mine[i].b.info, &len),
@@ -397,7 +397,7 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
             goto out;
         }
         const braid_transport_t *t;
-        BRAID_CHECK_GOTO(pick_transport(c, to, &t), res, out);
+        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, to, &t), res, out);
         BRAID_CHECK_GOTO(
             t->send_connect(c, to, BRAID_P2P_CHANNEL, b->b.info, b->b.len, &c->p2p_send[to]),
             res, out);

@@ -115,6 +115,11 @@ braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res,
 /* Tells every peer this rank failed, wakes local waiters. */
 void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
 
+/* The transport this rank uses with peer (BRAID_TRANSPORT, else shm on the same host, else
+ * the network transport); an error when none can reach it. */
+braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
+                                         const braid_transport_t **t_p);
+
 /* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
 void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
 
