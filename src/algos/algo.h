@@ -52,6 +52,8 @@ typedef struct {
 #define BRAID_MODEL_LAUNCH_US 2.0
 
 /* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
+/* Recomputes the model's ring crossings for the ring order actually used (NULL = rank order). */
+void braid_model_set_ring(braid_model_t *m, const braid_topo_t *t, const int *order);
 void braid_model_init(braid_model_t *m, const braid_topo_t *t);
 /* Whether algo is implemented and applies to (coll, count elements of elem_size bytes). */
 int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m);
@@ -67,7 +69,7 @@ void braid_model_print(const braid_model_t *m, FILE *f);
 typedef struct braid_algo_state {
     braid_topo_t topo;
     braid_model_t model;
-    int forced; /* braid_algo_t, BRAID_ALGO_AUTO if none */
+    int forced;                      /* braid_algo_t, BRAID_ALGO_AUTO if none */
     uint64_t runs[BRAID_ALGO_COUNT]; /* collectives each algorithm ran (tests, logs) */
     /* Hierarchical algorithms: made with braid_comm_split on first use. */
     int hier_ready;

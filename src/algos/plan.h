@@ -56,8 +56,8 @@ int braid_prim_writes_out(braid_prim_t p);
 
 typedef struct {
     uint8_t prim;
-    uint8_t flags;  /* BRAID_STEP_* */
-    int send_peer;  /* BRAID_PEER_RING or a rank */
+    uint8_t flags; /* BRAID_STEP_* */
+    int send_peer; /* BRAID_PEER_RING or a rank */
     int recv_peer;
     size_t in_off;  /* element offset into the input buffer */
     size_t out_off; /* element offset into the output buffer */
@@ -71,13 +71,15 @@ typedef struct {
 #define BRAID_PLAN_RECDBL 2
 
 typedef struct {
-    int coll;          /* braid_coll_t */
-    int algo;          /* BRAID_PLAN_*; 0 (the ring) when not set */
-    int nranks, rank;  /* rank is the ring position: ring order == rank order here */
-    int root;          /* broadcast / reduce root, else -1 */
+    int coll;         /* braid_coll_t */
+    int algo;         /* BRAID_PLAN_*; 0 (the ring) when not set */
+    int nranks, rank; /* ring plans: rank is this rank's ring position; others: the rank */
+    int root;         /* broadcast / reduce root (a rank), else -1 */
+    const int *order; /* ring plans: order[pos] = rank at ring position pos; NULL = identity.
+                       * Reduce-scatter/all-gather blocks and the chain root map through it. */
     size_t count;
-    size_t chunk;      /* max elements per step (>= 1) */
-    int nchannels;     /* >= 1 */
+    size_t chunk;  /* max elements per step (>= 1) */
+    int nchannels; /* >= 1 */
 } braid_plan_params_t;
 
 /* A resumable iterator over one channel's steps. */

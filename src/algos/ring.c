@@ -27,7 +27,11 @@
  * p = 0 COPY_SEND, 0 < p < n-1 RECV_COPY_SEND, p = n-1 RECV, chunk by chunk.
  * Reduce is a chain root+1 -> ... -> root (p = r - root - 1): p = 0 SEND, then
  * RECV_REDUCE_SEND, and RECV_REDUCE_COPY at the root.
- * With one rank every collective is one COPY per chunk. */
+ * With one rank every collective is one COPY per chunk.
+ *
+ * r, b and the chain positions above are ring positions. The ring visits ranks in the order
+ * order[0..n-1] (topology-aware: each host boundary crossed once), so reduce-scatter and
+ * all-gather block b is rank order[b]'s slice, and a chain starts at the root's position. */
 #include "algos/plan.h"
 #include "core/comm.h"
 
@@ -74,6 +78,20 @@ int braid_prim_writes_out(braid_prim_t p)
            p == BRAID_PRIM_RECV_COPY_SEND;
 }
 
+/* The rank at ring position pos, and the ring position of rank r. */
+static int rank_at(const braid_plan_params_t *p, int pos)
+{
+    return p->order ? p->order[pos] : pos;
+}
+
+static int pos_of(const braid_plan_params_t *p, int r)
+{
+    if (!p->order) return r;
+    for (int q = 0; q < p->nranks; q++)
+        if (p->order[q] == r) return q;
+    return r;
+}
+
 static int mod(long a, int n)
 {
     long m = a % n;
@@ -89,10 +107,13 @@ static int steps_per_loop(const braid_plan_cursor_t *c)
     if (p->algo == BRAID_PLAN_RECDBL) return c->nsteps;
     switch (p->coll) {
     case BRAID_COLL_ALLREDUCE:
-    case BRAID_COLL_BARRIER: return 2 * n - 1;
+    case BRAID_COLL_BARRIER:
+        return 2 * n - 1;
     case BRAID_COLL_REDUCE_SCATTER:
-    case BRAID_COLL_ALLGATHER: return n;
-    default: return 1; /* broadcast, reduce: one step per chunk */
+    case BRAID_COLL_ALLGATHER:
+        return n;
+    default:
+        return 1; /* broadcast, reduce: one step per chunk */
     }
 }
 
@@ -184,7 +205,7 @@ static void step_reduce_scatter(const braid_plan_cursor_t *c, braid_step_t *s)
         s->prim = BRAID_PRIM_RECV_REDUCE_COPY;
         b = r;
     }
-    s->in_off = (size_t)b * c->p.count + w;
+    s->in_off = (size_t)rank_at(&c->p, b) * c->p.count + w;
     s->out_off = w;
     s->count = c->loop_chunk;
 }
@@ -204,7 +225,7 @@ static void step_allgather(const braid_plan_cursor_t *c, braid_step_t *s)
         b = mod(r + 1, n);
     }
     s->in_off = w;
-    s->out_off = (size_t)b * c->p.count + w;
+    s->out_off = (size_t)rank_at(&c->p, b) * c->p.count + w;
     s->count = c->loop_chunk;
 }
 
@@ -213,13 +234,13 @@ static void step_chain(const braid_plan_cursor_t *c, braid_step_t *s)
     int n = c->p.nranks;
     size_t w = c->ch_off + c->loop_off;
     if (c->p.coll == BRAID_COLL_BROADCAST) {
-        int pos = mod(c->p.rank - c->p.root, n);
-        s->prim = pos == 0 ? BRAID_PRIM_COPY_SEND
+        int pos = mod(c->p.rank - pos_of(&c->p, c->p.root), n);
+        s->prim = pos == 0      ? BRAID_PRIM_COPY_SEND
                   : pos < n - 1 ? BRAID_PRIM_RECV_COPY_SEND
                                 : BRAID_PRIM_RECV;
     } else {
-        int pos = mod(c->p.rank - c->p.root - 1, n);
-        s->prim = pos == 0 ? BRAID_PRIM_SEND
+        int pos = mod(c->p.rank - pos_of(&c->p, c->p.root) - 1, n);
+        s->prim = pos == 0      ? BRAID_PRIM_SEND
                   : pos < n - 1 ? BRAID_PRIM_RECV_REDUCE_SEND
                                 : BRAID_PRIM_RECV_REDUCE_COPY;
     }
@@ -242,18 +263,28 @@ int braid_plan_next(braid_plan_cursor_t *c, braid_step_t *s)
     } else {
         switch (p->coll) {
         case BRAID_COLL_ALLREDUCE:
-        case BRAID_COLL_BARRIER: step_allreduce(c, s); break;
-        case BRAID_COLL_REDUCE_SCATTER: step_reduce_scatter(c, s); break;
-        case BRAID_COLL_ALLGATHER: step_allgather(c, s); break;
-        default: step_chain(c, s); break;
+        case BRAID_COLL_BARRIER:
+            step_allreduce(c, s);
+            break;
+        case BRAID_COLL_REDUCE_SCATTER:
+            step_reduce_scatter(c, s);
+            break;
+        case BRAID_COLL_ALLGATHER:
+            step_allgather(c, s);
+            break;
+        default:
+            step_chain(c, s);
+            break;
         }
     }
     if (++c->k == steps_per_loop(c)) {
         int ar = (p->coll == BRAID_COLL_ALLREDUCE || p->coll == BRAID_COLL_BARRIER) &&
                  p->algo == BRAID_PLAN_RING;
         c->loop_off += ar && p->nranks > 1 ? c->loop_chunk * (size_t)p->nranks : c->loop_chunk;
-        if (c->loop_off >= c->ch_count) c->done = 1;
-        else start_loop(c);
+        if (c->loop_off >= c->ch_count)
+            c->done = 1;
+        else
+            start_loop(c);
     }
     return 1;
 }

@@ -55,16 +55,15 @@ braid_result_t braid_algo_parse(const char *name, int *algo_p)
 }
 
 /* ---- the model ------------------------------------------------------------------------------ */
-void braid_model_init(braid_model_t *m, const braid_topo_t *t)
+/* Ring edges that leave a host, in total and from the busiest host; order NULL = rank order. */
+void braid_model_set_ring(braid_model_t *m, const braid_topo_t *t, const int *order)
 {
-    memset(m, 0, sizeof(*m));
-    m->nranks = t->nranks;
-    m->nhosts = t->nhosts;
-    m->min_local = t->min_local;
-    m->max_local = t->max_local;
+    m->ring_crossings = m->ring_host_out = 0;
     int *out = calloc((size_t)t->nhosts, sizeof(int));
-    for (int r = 0; t->nranks > 1 && r < t->nranks; r++) {
-        int a = t->host[r], b = t->host[(r + 1) % t->nranks];
+    for (int q = 0; t->nranks > 1 && q < t->nranks; q++) {
+        int r0 = order ? order[q] : q,
+            r1 = order ? order[(q + 1) % t->nranks] : (q + 1) % t->nranks;
+        int a = t->host[r0], b = t->host[r1];
         if (a == b) continue;
         m->ring_crossings++;
         if (out) out[a]++;
@@ -73,6 +72,16 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
         if (out[h] > m->ring_host_out) m->ring_host_out = out[h];
     if (!out && m->ring_crossings) m->ring_host_out = m->ring_crossings; /* pessimistic */
     free(out);
+}
+
+void braid_model_init(braid_model_t *m, const braid_topo_t *t)
+{
+    memset(m, 0, sizeof(*m));
+    m->nranks = t->nranks;
+    m->nhosts = t->nhosts;
+    m->min_local = t->min_local;
+    m->max_local = t->max_local;
+    braid_model_set_ring(m, t, NULL);
     m->intra = (braid_link_model_t){BRAID_MODEL_SHM_ALPHA_US, BRAID_MODEL_SHM_GBPS};
     m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
     m->launch_us = BRAID_MODEL_LAUNCH_US;
@@ -229,6 +238,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
         braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &st->topo), res,
         fail);
     braid_model_init(&st->model, &st->topo);
+    braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms

@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/worker.h"
+#include "topo/topo.h"
 #include "transport/rdma.h"
 
 #include <errno.h>
@@ -56,7 +57,8 @@ braid_result_t braid_comm_check(struct braid_comm *comm)
     if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
     int found = 0;
     pthread_mutex_lock(&reg_lock);
-    for (size_t i = 0; i < reg_n && !found; i++) found = reg[i] == comm;
+    for (size_t i = 0; i < reg_n && !found; i++)
+        found = reg[i] == comm;
     pthread_mutex_unlock(&reg_lock);
     if (!found)
         return braid_set_error(BRAID_ERR_INVALID_USAGE,
@@ -68,12 +70,18 @@ braid_result_t braid_comm_check(struct braid_comm *comm)
 const char *braid_coll_name(int coll)
 {
     switch (coll) {
-    case BRAID_COLL_ALLREDUCE: return "allreduce";
-    case BRAID_COLL_BROADCAST: return "broadcast";
-    case BRAID_COLL_REDUCE: return "reduce";
-    case BRAID_COLL_REDUCE_SCATTER: return "reduce_scatter";
-    case BRAID_COLL_ALLGATHER: return "allgather";
-    case BRAID_COLL_BARRIER: return "barrier";
+    case BRAID_COLL_ALLREDUCE:
+        return "allreduce";
+    case BRAID_COLL_BROADCAST:
+        return "broadcast";
+    case BRAID_COLL_REDUCE:
+        return "reduce";
+    case BRAID_COLL_REDUCE_SCATTER:
+        return "reduce_scatter";
+    case BRAID_COLL_ALLGATHER:
+        return "allgather";
+    case BRAID_COLL_BARRIER:
+        return "barrier";
     }
     return "unknown collective";
 }
@@ -254,10 +262,14 @@ static braid_result_t read_tuning(struct braid_comm *c)
     c->yield_us = (int)v;
     BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
     const char *t = braid_param_str("TRANSPORT");
-    if (!*t) c->transport = NULL;
-    else if (!strcasecmp(t, "shm")) c->transport = &braid_transport_shm;
-    else if (!strcasecmp(t, "tcp")) c->transport = braid_transport_by_name("tcp");
-    else if (!strcasecmp(t, "rdma")) c->transport = braid_transport_by_name("rdma");
+    if (!*t)
+        c->transport = NULL;
+    else if (!strcasecmp(t, "shm"))
+        c->transport = &braid_transport_shm;
+    else if (!strcasecmp(t, "tcp"))
+        c->transport = braid_transport_by_name("tcp");
+    else if (!strcasecmp(t, "rdma"))
+        c->transport = braid_transport_by_name("rdma");
     else
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "BRAID_TRANSPORT='%s' is not one of: shm, tcp, rdma", t);
@@ -296,6 +308,25 @@ typedef struct {
     uint8_t info[BRAID_CONN_INFO_BYTES];
 } conn_blob_t;
 
+/* The ring visits hosts one after the other (whatever order the launcher numbered ranks in),
+ * so it crosses each host boundary once per direction. */
+static braid_result_t order_ring(struct braid_comm *c)
+{
+    braid_topo_t t;
+    c->ring_order = malloc((size_t)c->nranks * sizeof(int));
+    if (!c->ring_order) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the ring");
+    BRAID_CHECK(braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &t));
+    braid_result_t res = braid_topo_ring_order(c->nranks, t.host, NULL, c->ring_order);
+    if (res == BRAID_SUCCESS)
+        braid_debug(INIT, "ring crosses hosts %d times",
+                    braid_topo_ring_crossings(c->nranks, t.host, c->ring_order));
+    braid_topo_free(&t);
+    BRAID_CHECK(res);
+    for (int q = 0; q < c->nranks; q++)
+        if (c->ring_order[q] == c->rank) c->ring_pos = q;
+    return BRAID_SUCCESS;
+}
+
 static braid_result_t connect_rings(struct braid_comm *c)
 {
     int n = c->nranks, nch = c->nchannels;
@@ -309,8 +340,8 @@ static braid_result_t connect_rings(struct braid_comm *c)
     }
     for (int ch = 0; ch < nch; ch++) {
         braid_ring_t *r = &c->ring[ch];
-        r->prev = (c->rank + n - 1) % n;
-        r->next = (c->rank + 1) % n;
+        r->prev = c->ring_order[(c->ring_pos + n - 1) % n];
+        r->next = c->ring_order[(c->ring_pos + 1) % n];
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, r->prev, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
@@ -363,28 +394,29 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
         goto out;
     }
     if (nrecv > max_in) {
-        res = braid_set_error(BRAID_ERR_INTERNAL, "connect_pairs: %d receivers > %d", nrecv,
-                              max_in);
+        res =
+            braid_set_error(BRAID_ERR_INTERNAL, "connect_pairs: %d receivers > %d", nrecv, max_in);
         goto out;
     }
     /* The transports size a connection's slots from the communicator at setup (both ends):
      * smaller ones for these, restored below. */
     c->chunk_bytes = c->p2p_chunk_bytes;
     if (c->nslots > BRAID_P2P_MAX_SLOTS) c->nslots = BRAID_P2P_MAX_SLOTS;
-    for (int i = 0; i < max_in; i++) mine[i].from = -1;
+    for (int i = 0; i < max_in; i++)
+        mine[i].from = -1;
     for (int i = 0; i < nrecv; i++) {
         int from = recv_from[i];
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, from, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
-        BRAID_CHECK_GOTO(t->recv_setup(c, from, BRAID_P2P_CHANNEL, &c->p2p_recv[from],
-                                       mine[i].b.info, &len),
-                         res, out);
+        BRAID_CHECK_GOTO(
+            t->recv_setup(c, from, BRAID_P2P_CHANNEL, &c->p2p_recv[from], mine[i].b.info, &len),
+            res, out);
         mine[i].from = from;
         mine[i].b.len = (uint32_t)len;
     }
-    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)max_in * sizeof(*mine)),
-                     res, out);
+    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)max_in * sizeof(*mine)), res,
+                     out);
     for (int i = 0; i < nsend; i++) {
         int to = send_to[i];
         const pair_blob_t *b = NULL;
@@ -392,15 +424,15 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
             if (all[(size_t)to * (size_t)max_in + (size_t)j].from == c->rank)
                 b = &all[(size_t)to * (size_t)max_in + (size_t)j];
         if (!b || b->b.len > BRAID_CONN_INFO_BYTES) {
-            res = braid_set_error(BRAID_ERR_INTERNAL,
-                                  "rank %d published no connection for rank %d", to, c->rank);
+            res = braid_set_error(BRAID_ERR_INTERNAL, "rank %d published no connection for rank %d",
+                                  to, c->rank);
             goto out;
         }
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, to, &t), res, out);
         BRAID_CHECK_GOTO(
-            t->send_connect(c, to, BRAID_P2P_CHANNEL, b->b.info, b->b.len, &c->p2p_send[to]),
-            res, out);
+            t->send_connect(c, to, BRAID_P2P_CHANNEL, b->b.info, b->b.len, &c->p2p_send[to]), res,
+            out);
     }
     c->chunk_bytes = saved_chunk;
     c->nslots = saved_slots;
@@ -475,6 +507,7 @@ static void comm_free(struct braid_comm *c)
         braid_restore_error(saved);
     }
     free(c->peers);
+    free(c->ring_order);
     pthread_mutex_destroy(&c->err_lock);
     pthread_mutex_destroy(&c->q_lock);
     pthread_cond_destroy(&c->q_cond);
@@ -515,16 +548,19 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
         goto fail;
     }
     BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, &me, c->peers, sizeof(me)), res, fail);
-    for (int i = 0; i < nranks; i++) c->local_nranks += !strcmp(c->peers[i].host, me.host);
+    for (int i = 0; i < nranks; i++)
+        c->local_nranks += !strcmp(c->peers[i].host, me.host);
     c->ncpus = count_cpus();
     if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 1 : 5;
+    BRAID_CHECK_GOTO(order_ring(c), res, fail);
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);
-    braid_info(INIT, "rank %d/%d ready: %d local ranks on %d cpus, %d channel(s), chunk %zu B, "
-                     "%d slots, spin %d us",
+    braid_info(INIT,
+               "rank %d/%d ready: %d local ranks on %d cpus, %d channel(s), chunk %zu B, "
+               "%d slots, spin %d us",
                rank, nranks, c->local_nranks, c->ncpus, c->nchannels, c->chunk_bytes, c->nslots,
                c->spin_us);
     *comm_p = c;

@@ -81,6 +81,8 @@ struct braid_comm {
     int algo; /* forced by BRAID_ALGO (braid_algo_t in algos/algo.h), -1 = automatic */
 
     braid_ring_t ring[BRAID_MAX_CHANNELS];
+    int *ring_order; /* ring position -> rank (hosts contiguous, see topo/topo.h) */
+    int ring_pos;    /* this rank's ring position */
     /* Point-to-point connections of the latency algorithms (recursive doubling), made at init
      * for the pairs they use: nranks entries each, NULL for ranks never talked to directly.
      * Their own FIFOs (never shared with the ring), p2p_chunk_bytes slots of fewer slots. */

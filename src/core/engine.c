@@ -68,12 +68,12 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
              braid_coll_name(h->coll), h->seq, (unsigned long long)h->count,
              braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
     snprintf(mine, sizeof(mine), "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(e->coll),
-             e->seq, (unsigned long long)e->count, braid_dtype_name(e->dtype),
-             braid_op_name(e->op), e->root);
+             e->seq, (unsigned long long)e->count, braid_dtype_name(e->dtype), braid_op_name(e->op),
+             e->root);
     if (!strcmp(theirs, mine))
         return braid_set_error(BRAID_ERR_INTERNAL,
-                               "rank %d sent %u bytes where rank %d expected %zu in %s",
-                               conn->peer, h->bytes, r->comm->rank, bytes, mine);
+                               "rank %d sent %u bytes where rank %d expected %zu in %s", conn->peer,
+                               h->bytes, r->comm->rank, bytes, mine);
     return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s",
                            conn->peer, theirs, r->comm->rank, mine);
 }
@@ -129,8 +129,12 @@ static void apply(run_t *r, chan_state_t *cs)
     braid_redop_t op = r->a->op;
     int n = r->comm->nranks;
     switch ((braid_prim_t)s->prim) {
-    case BRAID_PRIM_SEND: copy_bytes(S, in, bytes); break;
-    case BRAID_PRIM_RECV: copy_bytes(out, R, bytes); break;
+    case BRAID_PRIM_SEND:
+        copy_bytes(S, in, bytes);
+        break;
+    case BRAID_PRIM_RECV:
+        copy_bytes(out, R, bytes);
+        break;
     case BRAID_PRIM_COPY:
         if (r->a->coll == BRAID_COLL_ALLREDUCE || r->a->coll == BRAID_COLL_REDUCE ||
             r->a->coll == BRAID_COLL_REDUCE_SCATTER)
@@ -142,7 +146,9 @@ static void apply(run_t *r, chan_state_t *cs)
         copy_bytes(out, in, bytes);
         copy_bytes(S, in, bytes);
         break;
-    case BRAID_PRIM_RECV_REDUCE_SEND: braid_reduce_pair(dt, op, S, x, y, s->count); break;
+    case BRAID_PRIM_RECV_REDUCE_SEND:
+        braid_reduce_pair(dt, op, S, x, y, s->count);
+        break;
     case BRAID_PRIM_RECV_REDUCE_COPY:
         if (s->flags & BRAID_STEP_NOFINAL)
             braid_reduce_pair(dt, op, out, x, y, s->count);
@@ -166,7 +172,8 @@ static void apply(run_t *r, chan_state_t *cs)
             copy_bytes((char *)S + o, out + o, b);
         }
         break;
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -185,8 +192,8 @@ static braid_result_t step_conn(run_t *r, int ch, int peer, int send, braid_conn
         c = NULL;
     if (!c)
         return braid_set_error(BRAID_ERR_INTERNAL, "%s: rank %d has no connection to %s rank %d",
-                               braid_coll_name(r->a->coll), comm->rank, send ? "send to" : "receive from",
-                               peer);
+                               braid_coll_name(r->a->coll), comm->rank,
+                               send ? "send to" : "receive from", peer);
     *conn_p = c;
     return BRAID_SUCCESS;
 }
@@ -254,17 +261,26 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
     run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
     r.in = a->sendbuf;
     r.out = a->recvbuf;
-    r.hdr = (braid_msg_hdr_t){.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype,
-                              .op = (uint8_t)a->op, .root = a->root, .count = a->count};
+    r.hdr = (braid_msg_hdr_t){.seq = seq,
+                              .coll = (uint8_t)a->coll,
+                              .dtype = (uint8_t)a->dtype,
+                              .op = (uint8_t)a->op,
+                              .root = a->root,
+                              .count = a->count};
     int nch = comm->nchannels;
     size_t chunk_bytes = comm->chunk_bytes;
     if (algo != BRAID_PLAN_RING && comm->nranks > 1) {
         nch = 1; /* latency plans: one channel over the point-to-point connections */
         chunk_bytes = comm->p2p_chunk_bytes;
     }
-    braid_plan_params_t pp = {.coll = a->coll, .algo = algo, .nranks = comm->nranks,
-                              .rank = comm->rank, .root = a->root, .count = a->count,
-                              .nchannels = nch};
+    braid_plan_params_t pp = {.coll = a->coll,
+                              .algo = algo,
+                              .nranks = comm->nranks,
+                              .rank = algo ? comm->rank : comm->ring_pos,
+                              .root = a->root,
+                              .count = a->count,
+                              .nchannels = nch,
+                              .order = algo ? NULL : comm->ring_order};
     pp.chunk = chunk_bytes / r.es;
     chan_state_t cs[BRAID_MAX_CHANNELS];
     int remaining = 0;
@@ -316,7 +332,8 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
         uint64_t now = braid_now_ns();
         if (!idle_since) idle_since = now;
         if (now - idle_since < spin_ns) {
-            for (int i = 0; i < 16; i++) cpu_relax();
+            for (int i = 0; i < 16; i++)
+                cpu_relax();
             continue;
         }
         /* Then yield: a peer that needs this core (more ranks than cores) runs at once, and
@@ -331,8 +348,8 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
                 "%s #%u timed out after %.1f s waiting to %s rank %d (channel %d); rank %d "
                 "may be hung or late",
                 braid_coll_name(a->coll), seq, comm->timeout_s,
-                wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wconn->peer,
-                wconn->channel, wconn->peer);
+                wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wconn->peer, wconn->channel,
+                wconn->peer);
         /* Sleeping: look for a mismatched peer now and then (1 ms, doubling to 64 ms). */
         if (now >= next_check) {
             BRAID_CHECK(check_foreign(&r, algo));

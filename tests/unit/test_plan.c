@@ -77,9 +77,14 @@ static int connected(int algo, int n, int r, int peer)
 
 /* Runs coll with plan family algo for n ranks; returns each rank's output in outs[r] (caller
  * frees). */
+/* Ring order used by the simulator for ring plans (NULL = rank order): the simulator's index
+ * is then the ring position, holding rank sim_order[pos]'s data. */
+static const int *sim_order;
+
 static void simulate_algo(int algo, int coll, int n, int root, size_t count, size_t chunk, int nch,
                           size_t in_len, size_t out_len, elem_t **outs)
 {
+    const int *order = algo == BRAID_PLAN_RING ? sim_order : NULL;
     rank_t rk[MAXN];
     fifo_t fifo[MAXN][BRAID_MAX_CHANNELS]; /* fifo[r][c]: from r to r+1 on channel c */
     fifo_t pfifo[MAXN][MAXN];              /* pfifo[a][b]: point-to-point from a to b */
@@ -88,10 +93,11 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
     for (int r = 0; r < n; r++) {
         rk[r].in = alloc_elems(in_len);
         rk[r].out = alloc_elems(out_len);
+        int who = order ? order[r] : r;
         for (size_t i = 0; i < in_len; i++) {
-            rk[r].in[i].contrib = 1ull << (8 * r);
+            rk[r].in[i].contrib = 1ull << (8 * who);
             rk[r].in[i].idxsum = i;
-            rk[r].in[i].expr = mix64(((uint64_t)r << 40) + i + 1);
+            rk[r].in[i].expr = mix64(((uint64_t)who << 40) + i + 1);
         }
     }
     braid_plan_cursor_t cur[MAXN][BRAID_MAX_CHANNELS];
@@ -106,7 +112,8 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                                      .root = root,
                                      .count = count,
                                      .chunk = chunk,
-                                     .nchannels = nch};
+                                     .nchannels = nch,
+                                     .order = order};
             braid_plan_begin(&cur[r][c], &p, c);
         }
     for (;;) {
@@ -151,8 +158,8 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                                   s->flags & BRAID_STEP_IN_OUT ? out_len : in_len,
                                   "n=%d rank %d reads past input", n, r);
                 if (braid_prim_writes_out(p))
-                    cr_assert_leq(s->out_off + s->count, out_len,
-                                  "n=%d rank %d writes past output", n, r);
+                    cr_assert_leq(s->out_off + s->count, out_len, "n=%d rank %d writes past output",
+                                  n, r);
                 elem_t *in = (s->flags & BRAID_STEP_IN_OUT ? rk[r].out : rk[r].in) + s->in_off;
                 elem_t *out = rk[r].out + s->out_off;
                 elem_t *S = alloc_elems(s->count);
@@ -161,9 +168,15 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                 const elem_t *y = s->flags & BRAID_STEP_SWAP ? R : in;
                 int fin = !(s->flags & BRAID_STEP_NOFINAL);
                 switch (p) {
-                case BRAID_PRIM_SEND: memcpy(S, in, s->count * sizeof(elem_t)); break;
-                case BRAID_PRIM_RECV: memcpy(out, R, s->count * sizeof(elem_t)); break;
-                case BRAID_PRIM_COPY: memcpy(out, in, s->count * sizeof(elem_t)); break;
+                case BRAID_PRIM_SEND:
+                    memcpy(S, in, s->count * sizeof(elem_t));
+                    break;
+                case BRAID_PRIM_RECV:
+                    memcpy(out, R, s->count * sizeof(elem_t));
+                    break;
+                case BRAID_PRIM_COPY:
+                    memcpy(out, in, s->count * sizeof(elem_t));
+                    break;
                 case BRAID_PRIM_COPY_SEND:
                     memcpy(out, in, s->count * sizeof(elem_t));
                     memcpy(S, in, s->count * sizeof(elem_t));
@@ -182,7 +195,8 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                     memcpy(out, R, s->count * sizeof(elem_t));
                     memcpy(S, R, s->count * sizeof(elem_t));
                     break;
-                default: cr_assert_fail("bad primitive %d", p);
+                default:
+                    cr_assert_fail("bad primitive %d", p);
                 }
                 if (braid_prim_recvs(p)) {
                     free(R);
@@ -200,14 +214,13 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                 moved = 1;
             }
         if (!left) break;
-        cr_assert(moved, "deadlock: coll %d n=%d count=%zu chunk=%zu nch=%d", coll, n, count,
-                  chunk, nch);
+        cr_assert(moved, "deadlock: coll %d n=%d count=%zu chunk=%zu nch=%d", coll, n, count, chunk,
+                  nch);
     }
     for (int r = 0; r < n; r++)
         for (int c = 0; c < nch; c++)
-            cr_assert_eq(fifo[r][c].head, fifo[r][c].tail,
-                         "n=%d: %d unread messages from rank %d", n,
-                         fifo[r][c].head - fifo[r][c].tail, r);
+            cr_assert_eq(fifo[r][c].head, fifo[r][c].tail, "n=%d: %d unread messages from rank %d",
+                         n, fifo[r][c].head - fifo[r][c].tail, r);
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++)
             cr_assert_eq(pfifo[a][b].head, pfifo[a][b].tail,
@@ -215,7 +228,7 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                          pfifo[a][b].head - pfifo[a][b].tail, a, b);
     for (int r = 0; r < n; r++) {
         free(rk[r].in);
-        outs[r] = rk[r].out;
+        outs[order ? order[r] : r] = rk[r].out;
     }
 }
 
@@ -228,7 +241,8 @@ static void simulate(int coll, int n, int root, size_t count, size_t chunk, int 
 static uint64_t all_ranks(int n)
 {
     uint64_t m = 0;
-    for (int r = 0; r < n; r++) m |= 1ull << (8 * r);
+    for (int r = 0; r < n; r++)
+        m |= 1ull << (8 * r);
     return m;
 }
 
@@ -354,8 +368,8 @@ Test(plan, reduce_scatter_gives_each_rank_its_block)
     {
         size_t count = counts[ci];
         elem_t *outs[MAXN];
-        simulate(BRAID_COLL_REDUCE_SCATTER, n, -1, count, chunks[ki], nch, count * (size_t)n,
-                 count, outs);
+        simulate(BRAID_COLL_REDUCE_SCATTER, n, -1, count, chunks[ki], nch, count * (size_t)n, count,
+                 outs);
         for (int r = 0; r < n; r++) {
             for (size_t i = 0; i < count; i++) {
                 cr_assert_eq(outs[r][i].contrib, all_ranks(n), "n=%d rank %d elem %zu", n, r, i);
@@ -407,7 +421,8 @@ Test(plan, broadcast_and_reduce_every_root)
                 cr_assert_eq(outs[root][i].contrib, all_ranks(n), "reduce n=%d root %d", n, root);
                 cr_assert_eq(outs[root][i].idxsum, (uint64_t)n * i);
             }
-            for (int r = 0; r < n; r++) free(outs[r]);
+            for (int r = 0; r < n; r++)
+                free(outs[r]);
         }
     }
 }
@@ -415,8 +430,12 @@ Test(plan, broadcast_and_reduce_every_root)
 Test(plan, allreduce_step_count_is_2n_minus_1_per_loop)
 {
     for (int n = 2; n <= MAXN; n++) {
-        braid_plan_params_t p = {.coll = BRAID_COLL_ALLREDUCE, .nranks = n, .rank = 0,
-                                 .count = (size_t)n * 10, .chunk = 10, .nchannels = 1};
+        braid_plan_params_t p = {.coll = BRAID_COLL_ALLREDUCE,
+                                 .nranks = n,
+                                 .rank = 0,
+                                 .count = (size_t)n * 10,
+                                 .chunk = 10,
+                                 .nchannels = 1};
         braid_plan_cursor_t c;
         braid_plan_begin(&c, &p, 0);
         braid_step_t s;
@@ -430,4 +449,68 @@ Test(plan, allreduce_step_count_is_2n_minus_1_per_loop)
         cr_assert_eq(sends, 2 * (n - 1));
         cr_assert_eq(recvs, 2 * (n - 1));
     }
+}
+
+/* Topology-aware rings visit ranks in any order: every ring collective must still give each
+ * rank its own result (reduce-scatter block, all-gather placement, chain roots). */
+Test(plan, ring_collectives_under_shuffled_ring_orders)
+{
+    for (int n = 2; n <= MAXN; n++) {
+        int orders[3][MAXN];
+        for (int q = 0; q < n; q++) {
+            orders[0][q] = n - 1 - q;                                           /* reversed */
+            orders[1][q] = q < (n + 1) / 2 ? 2 * q : 2 * (q - (n + 1) / 2) + 1; /* evens, odds */
+            orders[2][q] = (q * 3 + 1) % n; /* stride (when a bijection) */
+        }
+        for (int k = 0; k < 3; k++) {
+            int seen[MAXN] = {0}, ok = 1;
+            for (int q = 0; q < n; q++)
+                ok &= !seen[orders[k][q]]++;
+            if (!ok) continue;
+            sim_order = orders[k];
+            size_t counts2[] = {1, 13, 97};
+            for (size_t ci = 0; ci < 3; ci++) {
+                size_t count = counts2[ci];
+                elem_t *outs[MAXN];
+                simulate(BRAID_COLL_ALLREDUCE, n, -1, count, 5, 2, count, count, outs);
+                for (int r = 0; r < n; r++) {
+                    for (size_t i = 0; i < count; i++)
+                        cr_assert_eq(outs[r][i].contrib, all_ranks(n), "order %d n=%d", k, n);
+                    free(outs[r]);
+                }
+                simulate(BRAID_COLL_REDUCE_SCATTER, n, -1, count, 5, 2, count * (size_t)n, count,
+                         outs);
+                for (int r = 0; r < n; r++) {
+                    for (size_t i = 0; i < count; i++) {
+                        cr_assert_eq(outs[r][i].contrib, all_ranks(n));
+                        cr_assert_eq(outs[r][i].idxsum, (uint64_t)n * ((size_t)r * count + i),
+                                     "reduce_scatter order %d n=%d rank %d", k, n, r);
+                    }
+                    free(outs[r]);
+                }
+                simulate(BRAID_COLL_ALLGATHER, n, -1, count, 5, 2, count, count * (size_t)n, outs);
+                for (int r = 0; r < n; r++) {
+                    for (int b = 0; b < n; b++)
+                        for (size_t i = 0; i < count; i++)
+                            cr_assert_eq(outs[r][(size_t)b * count + i].contrib, 1ull << (8 * b),
+                                         "allgather order %d n=%d rank %d block %d", k, n, r, b);
+                    free(outs[r]);
+                }
+                for (int root = 0; root < n; root++) {
+                    simulate(BRAID_COLL_BROADCAST, n, root, count, 5, 1, count, count, outs);
+                    for (int r = 0; r < n; r++) {
+                        for (size_t i = 0; i < count; i++)
+                            cr_assert_eq(outs[r][i].contrib, 1ull << (8 * root));
+                        free(outs[r]);
+                    }
+                    simulate(BRAID_COLL_REDUCE, n, root, count, 5, 1, count, count, outs);
+                    for (size_t i = 0; i < count; i++)
+                        cr_assert_eq(outs[root][i].contrib, all_ranks(n), "reduce root %d", root);
+                    for (int r = 0; r < n; r++)
+                        free(outs[r]);
+                }
+            }
+        }
+    }
+    sim_order = NULL;
 }
