@@ -28,7 +28,7 @@ BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |runtime error|check failed" build-asan/tests.log | tail -n 60
 echo "== install smoke (pkg-config, find_package)"
 bash tests/install_smoke.sh || status=1
-for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh; do
+for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_tests.sh; do
   if [ -x "$extra" ] || [ -f "$extra" ]; then
     echo "== $extra"
     bash "$extra" || status=1

@@ -8,13 +8,11 @@
 extern const braid_transport_t braid_transport_rdma;
 /* 1 if this host has a verbs device with an active port (checked once, cheap after). */
 int braid_rdma_usable(void);
-#define BRAID_TRANSPORT_RDMA_ENTRY &braid_transport_rdma,
 #else
 static inline int braid_rdma_usable(void)
 {
     return 0;
 }
-#define BRAID_TRANSPORT_RDMA_ENTRY
 #endif
 
 #endif

@@ -9,7 +9,9 @@
 static const braid_transport_t *const transports[] = {
     &braid_transport_shm,
     &braid_transport_tcp,
-    BRAID_TRANSPORT_RDMA_ENTRY
+#if BRAID_HAVE_VERBS
+    &braid_transport_rdma,
+#endif
 };
 
 const braid_transport_t *braid_transport_by_name(const char *name)

@@ -87,7 +87,8 @@ Test(launchers, perf_tool_under_open_mpi_mpirun)
 Test(launchers, torchrun_style_environment_by_hand)
 {
     char cmd[8 * PATH_MAX];
-    int port = free_port();
+    /* braid's root listens on MASTER_PORT + 1 (torchrun's store owns MASTER_PORT). */
+    int port = free_port() - 1;
     size_t o = 0;
     for (int r = 0; r < 3; r++)
         o += (size_t)snprintf(cmd + o, sizeof(cmd) - o,

@@ -22,28 +22,34 @@ job() {
         if [ $r -lt $((n / 2)) ] || [ $n -eq 1 ]; then
             h=vmA
             ifn==veth0
+            hca==rxe0
         else
             h=vmB
             ifn==veth1
+            hca==rxe1
         fi
-        env BRAID_RANK=$r BRAID_NRANKS=$n BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret \
+        hca_env=""
+        [ -n "${by_hca:-}" ] && hca_env="BRAID_IB_HCA=$hca:1"
+        env $hca_env BRAID_RANK=$r BRAID_NRANKS=$n BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret \
             BRAID_HOSTNAME=$h BRAID_SOCKET_IFNAME=$ifn BRAID_TIMEOUT=120 $extra \
             "$@" >/tmp/rank.$r.out 2>&1 &
-        pids="$pids $!"
+        [ "$r" = "${victim:-}" ] || pids="$pids $!" # the victim kills itself
         r=$((r + 1))
     done
     rc=0
     for p in $pids; do
         wait $p || rc=1
     done
+    wait
     return $rc
 }
 
-run() { # name nranks "env" cmd...
+# run NAME NRANKS "VAR=V ..." CMD...; with want_log set, some rank's output must match it.
+run() {
     name=$1
     shift
     t0=$(date +%s)
-    if job "$@"; then
+    if job "$@" && { [ -z "${want_log:-}" ] || cat /tmp/rank.*.out | grep -q "$want_log"; }; then
         passed=$((passed + 1))
         echo "[PASS] $name ($(($(date +%s) - t0)) s)"
         [ -n "${VERBOSE:-}" ] && cat /tmp/rank.0.out
@@ -71,11 +77,33 @@ args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
 run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
     "BRAID_TRANSPORT=rdma" $perf $args
 run "2 ranks, rdma, 8 MiB messages" 2 "BRAID_TRANSPORT=rdma" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
+args4="-b 64 -e 64K -f 1024 -n 1 -w 1 -c 1 -d all -o all"
 run "4 ranks (2 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 4 \
-    "BRAID_TRANSPORT=rdma" $perf $args
+    "BRAID_TRANSPORT=rdma" $perf $args4
+want_log="via rdma"
 run "4 ranks (2 per host), automatic (shm + rdma), all_reduce_perf -d all -o all" 4 \
-    "BRAID_DEBUG_SUBSYS=ALL" $perf $args
+    "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=INIT" $perf $args4
+want_log=""
 run "4 ranks, ring, rdma, 2 channels" 4 "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_NCHANNELS=2" \
     $perf -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
+by_hca=1
+want_log="using rxe1:1 GID 1 (RoCE)"
+run "2 ranks, rdma, devices by BRAID_IB_HCA==rxeN:1, GID 1" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_IB_GID_INDEX=1 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" \
+    $perf -b 8 -e 1M -f 32 -n 1 -w 1 -c 1
+want_log=""
+by_hca=""
+check="$build/rdma-test/net_check"
+if [ -x "$check" ]; then
+    run "2 ranks, rdma: collectives (net_check coll)" 2 "BRAID_TRANSPORT=rdma" "$check" coll 1
+    victim=2
+    run "3 ranks, ring, rdma: killed rank 2 is named" 3 "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" \
+        "$check" victim 2 5
+    victim=3
+    run "4 ranks, automatic: killed rank 3" 4 "" "$check" victim 3 5 any
+    victim=1
+    run "2 ranks, rdma: killed rank 1 is named" 2 "BRAID_TRANSPORT=rdma" "$check" victim 1 5
+    victim=""
+fi
 echo "rdma: $passed passed, $failed failed"
 [ $failed -eq 0 ]

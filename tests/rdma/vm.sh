@@ -81,12 +81,13 @@ put_libs() {
     done
 }
 
+layout=2 # bump when the base initramfs changes
 prepare() {
     mkdir -p "$cache" || return 1
     local pkg kver deb
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
     [ -n "$pkg" ] || { echo "cannot find the kernel package linux-image-amd64 depends on" >&2; return 1; }
-    [ -f "$cache/ready-$pkg" ] && { echo "$pkg"; return 0; }
+    [ -f "$cache/ready-$pkg-v$layout" ] && { echo "$pkg"; return 0; }
     echo "vm.sh: preparing $pkg in $cache (once)" >&2
     rm -rf "$cache/k" "$cache/base" "$cache"/*.deb
     (cd "$cache" && apt-get download "$pkg" >/dev/null 2>&1) || { echo "apt-get download $pkg failed" >&2; return 1; }
@@ -163,6 +164,7 @@ EOF
 export PATH=/usr/sbin:/usr/bin:/bb
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 for m in /modules/*.ko; do insmod "$m" 2>/dev/null || echo "vm: insmod $m failed"; done
 ip link set lo up
 . /run/cmd.env
@@ -194,7 +196,7 @@ EOF
     chmod +x "$b/init"
     (cd "$b" && find . | cpio -o -H newc 2>/dev/null | gzip -1) >"$cache/base.cpio.gz" || return 1
     rm -rf "$cache/k/usr/share" "$cache/$(basename "$deb")"
-    touch "$cache/ready-$pkg"
+    touch "$cache/ready-$pkg-v$layout"
     echo "$pkg"
 }
 

@@ -1,0 +1,196 @@
+/* RDMA verbs transport: which device, port and address to use (BRAID_IB_HCA in NCCL's grammar,
+ * BRAID_IB_GID_INDEX), whether a usable device is there at all, and the listener's address. */
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "transport/rdma_impl.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- devices: BRAID_IB_HCA, BRAID_IB_GID_INDEX ------------------------------------------------
+ */
+
+/* NCCL's grammar: a comma list of name[:port]; names match as prefixes, or exactly after a
+ * leading '='; a leading '^' excludes the listed devices instead. Empty = every device. */
+static int hca_match(const char *spec, const char *dev, int port)
+{
+    if (!spec || !*spec) return 1;
+    int excl = 0, exact = 0, hit = 0;
+    if (*spec == '^') excl = 1, spec++;
+    if (*spec == '=') exact = 1, spec++;
+    while (*spec) {
+        size_t n = strcspn(spec, ",");
+        char tok[128];
+        snprintf(tok, sizeof(tok), "%.*s", (int)(n < sizeof(tok) ? n : sizeof(tok) - 1), spec);
+        int tport = -1;
+        char *colon = strchr(tok, ':');
+        if (colon) {
+            *colon = '\0';
+            tport = atoi(colon + 1);
+        }
+        if (*tok && (exact ? !strcmp(tok, dev) : !strncmp(tok, dev, strlen(tok))) &&
+            (tport < 0 || tport == port))
+            hit = 1;
+        spec += n;
+        if (*spec == ',') spec++;
+    }
+    return excl ? !hit : hit;
+}
+
+static int gid_is_ipv4(const union ibv_gid *g)
+{
+    static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return !memcmp(g->raw, pfx, sizeof(pfx));
+}
+
+/* The first IPv4 (else IPv6) address of the network interface ifindex. */
+static int ifindex_addr(unsigned ifindex, struct sockaddr_storage *a)
+{
+    char name[IF_NAMESIZE];
+    struct ifaddrs *ifs, *best = NULL;
+    if (!ifindex || !if_indextoname(ifindex, name) || getifaddrs(&ifs)) return -1;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || strcmp(i->ifa_name, name)) continue;
+        if (i->ifa_addr->sa_family == AF_INET) {
+            best = i;
+            break;
+        }
+        if (i->ifa_addr->sa_family == AF_INET6 && !best) best = i;
+    }
+    if (best) {
+        memset(a, 0, sizeof(*a));
+        memcpy(a, best->ifa_addr,
+               best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                    : sizeof(struct sockaddr_in6));
+    }
+    freeifaddrs(ifs);
+    return best ? 0 : -1;
+}
+
+/* The address of port `port` of ctx that rdma_cm should bind to: the GID at gid_index (or, when
+ * it is negative, a RoCE v2 IPv4 GID first, then any IPv4 GID, then the address of the GID's
+ * network interface). -1 if the port has none. */
+static int port_addr(struct ibv_context *ctx, int port, int gid_index, int gid_len,
+                     struct sockaddr_storage *a, int *gid_p)
+{
+    int best = -1, best_score = -1;
+    struct ibv_gid_entry be;
+    for (int g = gid_index >= 0 ? gid_index : 0; g < (gid_index >= 0 ? gid_index + 1 : gid_len);
+         g++) {
+        struct ibv_gid_entry e;
+        if (ibv_query_gid_ex(ctx, (uint32_t)port, (uint32_t)g, &e, 0)) continue;
+        int score = gid_is_ipv4(&e.gid) ? (e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 3 : 2)
+                                        : (e.ndev_ifindex ? 1 : 0);
+        if (score > best_score) best = g, best_score = score, be = e;
+    }
+    if (best < 0) return -1;
+    *gid_p = best;
+    if (gid_is_ipv4(&be.gid)) {
+        struct sockaddr_in *s = (struct sockaddr_in *)a;
+        memset(a, 0, sizeof(*a));
+        s->sin_family = AF_INET;
+        memcpy(&s->sin_addr, be.gid.raw + 12, 4);
+        return 0;
+    }
+    return ifindex_addr(be.ndev_ifindex, a);
+}
+
+/* Walks the active ports BRAID_IB_HCA allows; with want_addr, stops at the first one with an
+ * address (BRAID_IB_GID_INDEX picks its GID). 1 if one was found. */
+static int find_port(int want_addr, struct sockaddr_storage *a, char *desc, size_t desc_len)
+{
+    const char *spec = braid_param_str("IB_HCA");
+    int64_t gid_index = -1;
+    if (braid_param_int("IB_GID_INDEX", &gid_index) != 0) gid_index = -1;
+    int n = 0, found = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list) return 0;
+    for (int i = 0; i < n && !found; i++) {
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        if (!ctx) continue;
+        struct ibv_device_attr da;
+        if (ibv_query_device(ctx, &da) == 0) {
+            for (int p = 1; p <= da.phys_port_cnt && !found; p++) {
+                struct ibv_port_attr pa;
+                if (ibv_query_port(ctx, (uint8_t)p, &pa) || pa.state != IBV_PORT_ACTIVE ||
+                    !hca_match(spec, ibv_get_device_name(list[i]), p))
+                    continue;
+                int gid = -1;
+                if (!want_addr) {
+                    found = 1;
+                } else if (port_addr(ctx, p, (int)gid_index, pa.gid_tbl_len, a, &gid) == 0) {
+                    found = 1;
+                    snprintf(desc, desc_len, "%s:%d GID %d (%s)", ibv_get_device_name(list[i]), p,
+                             gid, pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
+                }
+            }
+        }
+        ibv_close_device(ctx);
+    }
+    ibv_free_device_list(list);
+    return found;
+}
+
+static int g_usable;
+static pthread_once_t g_usable_once = PTHREAD_ONCE_INIT;
+
+static void check_usable(void)
+{
+    g_usable = find_port(0, NULL, NULL, 0);
+}
+
+/* 1 when BRAID_IB_HCA or BRAID_IB_GID_INDEX chooses the local address (else the interfaces of
+ * BRAID_SOCKET_IFNAME or the route to the root do, as for tcp). */
+int braid_rdma_hca_chosen(void)
+{
+    return *braid_param_str("IB_HCA") || strcmp(braid_param_str("IB_GID_INDEX"), "-1");
+}
+
+braid_result_t braid_rdma_hca_addr(struct sockaddr_storage *a)
+{
+    char desc[160] = "";
+    if (!find_port(1, a, desc, sizeof(desc)))
+        return braid_set_error(
+            BRAID_ERR_INVALID_ARG,
+            "rdma: no active RDMA port with an address matches BRAID_IB_HCA='%s' "
+            "BRAID_IB_GID_INDEX=%s",
+            braid_param_str("IB_HCA"), braid_param_str("IB_GID_INDEX"));
+    braid_info(NET, "rdma: using %s", desc);
+    return BRAID_SUCCESS;
+}
+
+int braid_rdma_usable(void)
+{
+    pthread_once(&g_usable_once, check_usable);
+    return g_usable;
+}
+
+/* The address to listen on (port 0), like tcp's choice. */
+braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_storage *a)
+{
+    socklen_t len = sizeof(*a);
+    if (braid_rdma_hca_chosen()) return braid_rdma_hca_addr(a);
+    if (*braid_param_str("SOCKET_IFNAME")) return braid_boot_local_addr(a, &len);
+    const braid_boot_addr_t *root = &comm->boot_addr;
+    if (root->addrlen) {
+        int fd = socket(root->addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_storage s;
+        socklen_t sl = sizeof(s);
+        int ok = fd >= 0 && connect(fd, (const struct sockaddr *)&root->addr, root->addrlen) == 0 &&
+                 getsockname(fd, (struct sockaddr *)&s, &sl) == 0;
+        if (fd >= 0) close(fd);
+        if (ok && (s.ss_family == AF_INET || s.ss_family == AF_INET6)) {
+            ((struct sockaddr_in *)&s)->sin_port = 0;
+            *a = s;
+            return BRAID_SUCCESS;
+        }
+    }
+    return braid_boot_local_addr(a, &len);
+}
