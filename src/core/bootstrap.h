@@ -122,6 +122,12 @@ braid_result_t braid_boot_parse_hostport(const char *s, int default_port,
  * else the first non-loopback interface that is up, else 127.0.0.1. */
 braid_result_t braid_boot_local_addr(struct sockaddr_storage *addr_p, socklen_t *len_p);
 
+/* The local address a data listener should use (port 0): BRAID_SOCKET_IFNAME's if set, else
+ * the source address the kernel routes towards the bootstrap root (root may be NULL or
+ * empty), else braid_boot_local_addr's choice. */
+braid_result_t braid_boot_listen_addr(const braid_boot_addr_t *root, struct sockaddr_storage *a_p,
+                                      socklen_t *len_p);
+
 /* Constant-time comparison of two secrets (0 if equal). */
 int braid_secret_cmp(const uint8_t *a, const uint8_t *b);
 

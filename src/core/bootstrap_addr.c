@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,4 +393,26 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
     *root_p = root;
     *is_root_p = rank == 0;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_boot_listen_addr(const braid_boot_addr_t *root, struct sockaddr_storage *a_p,
+                                      socklen_t *len_p)
+{
+    if (*braid_param_str("SOCKET_IFNAME")) return braid_boot_local_addr(a_p, len_p);
+    if (root && root->addrlen) {
+        /* A connected UDP socket reveals the source address the kernel routes to the root. */
+        int fd = socket(root->addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_storage s;
+        socklen_t sl = sizeof(s);
+        int ok = fd >= 0 && connect(fd, (const struct sockaddr *)&root->addr, root->addrlen) == 0 &&
+                 getsockname(fd, (struct sockaddr *)&s, &sl) == 0;
+        if (fd >= 0) close(fd);
+        if (ok && (s.ss_family == AF_INET || s.ss_family == AF_INET6)) {
+            ((struct sockaddr_in *)&s)->sin_port = 0; /* same offset in sockaddr_in6 */
+            *a_p = s;
+            *len_p = sl;
+            return BRAID_SUCCESS;
+        }
+    }
+    return braid_boot_local_addr(a_p, len_p);
 }

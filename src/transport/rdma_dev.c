@@ -177,20 +177,5 @@ braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_s
 {
     socklen_t len = sizeof(*a);
     if (braid_rdma_hca_chosen()) return braid_rdma_hca_addr(a);
-    if (*braid_param_str("SOCKET_IFNAME")) return braid_boot_local_addr(a, &len);
-    const braid_boot_addr_t *root = &comm->boot_addr;
-    if (root->addrlen) {
-        int fd = socket(root->addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_storage s;
-        socklen_t sl = sizeof(s);
-        int ok = fd >= 0 && connect(fd, (const struct sockaddr *)&root->addr, root->addrlen) == 0 &&
-                 getsockname(fd, (struct sockaddr *)&s, &sl) == 0;
-        if (fd >= 0) close(fd);
-        if (ok && (s.ss_family == AF_INET || s.ss_family == AF_INET6)) {
-            ((struct sockaddr_in *)&s)->sin_port = 0;
-            *a = s;
-            return BRAID_SUCCESS;
-        }
-    }
-    return braid_boot_local_addr(a, &len);
+    return braid_boot_listen_addr(&comm->boot_addr, a, &len);
 }

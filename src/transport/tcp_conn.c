@@ -109,35 +109,11 @@ void braid_tcp_sock_options(int fd)
      * buffers were not faster on loopback. */
 }
 
-/* The address to listen on (port 0). */
-static braid_result_t listen_addr(struct braid_comm *comm, struct sockaddr_storage *a,
-                                  socklen_t *len)
-{
-    if (*braid_param_str("SOCKET_IFNAME")) return braid_boot_local_addr(a, len);
-    const braid_boot_addr_t *root = &comm->boot_addr;
-    if (root->addrlen) {
-        /* A connected UDP socket reveals the source address the kernel routes to the root. */
-        int fd = socket(root->addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_storage s;
-        socklen_t sl = sizeof(s);
-        int ok = fd >= 0 && connect(fd, (const struct sockaddr *)&root->addr, root->addrlen) == 0 &&
-                 getsockname(fd, (struct sockaddr *)&s, &sl) == 0;
-        if (fd >= 0) close(fd);
-        if (ok && (s.ss_family == AF_INET || s.ss_family == AF_INET6)) {
-            ((struct sockaddr_in *)&s)->sin_port = 0; /* same offset in sockaddr_in6 */
-            *a = s;
-            *len = sl;
-            return BRAID_SUCCESS;
-        }
-    }
-    return braid_boot_local_addr(a, len);
-}
-
 braid_result_t braid_tcp_listen(tcp_state_t *st)
 {
     struct sockaddr_storage a;
     socklen_t alen;
-    BRAID_CHECK(listen_addr(st->comm, &a, &alen));
+    BRAID_CHECK(braid_boot_listen_addr(&st->comm->boot_addr, &a, &alen));
     char as[80];
     braid_boot_addr_str(&a, as, sizeof(as));
     int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
