@@ -84,8 +84,8 @@ int mp_wait(mp_job_t *job, double timeout_s)
         if (left && el > timeout_s) {
             for (int r = 0; r < job->n; r++)
                 if (!waited[r]) {
-                    fprintf(stderr, "mp: rank %d (pid %d) still running after %.0f s: killed\n",
-                            r, (int)job->pids[r], timeout_s);
+                    fprintf(stderr, "mp: rank %d (pid %d) still running after %.0f s: killed\n", r,
+                            (int)job->pids[r], timeout_s);
                     kill(job->pids[r], SIGKILL);
                     waitpid(job->pids[r], &job->status[r], 0);
                     waited[r] = 1;
@@ -119,4 +119,18 @@ int mp_shm_leftovers(const mp_job_t *job)
     }
     closedir(d);
     return n;
+}
+
+braid_comm_t mp_fake_host_comm(braid_comm_t comm, int rank, int host, const char *algo)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "fake-%d", host);
+    setenv("BRAID_HOSTNAME", name, 1);
+    setenv("BRAID_ALGO", algo, 1);
+    braid_comm_t sub = NULL;
+    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
+    unsetenv("BRAID_HOSTNAME");
+    unsetenv("BRAID_ALGO");
+    if (r) fprintf(stderr, "rank %d: split: %s\n", rank, braid_last_error());
+    return r ? NULL : sub;
 }

@@ -48,6 +48,11 @@ int mp_run(int n, mp_fn_t fn, void *arg, double timeout_s);
                  braid_last_error());                                                              \
     } while (0)
 
+/* Inside a rank: a communicator over the same ranks on which this rank pretends to live on
+ * host "fake-<host>" (BRAID_HOSTNAME, re-read by a split), with BRAID_ALGO=algo ("" = the
+ * cost model). NULL (message printed) on failure. */
+braid_comm_t mp_fake_host_comm(braid_comm_t comm, int rank, int host, const char *algo);
+
 /* Number of /dev/shm segments created by the job's ranks that still exist. */
 int mp_shm_leftovers(const mp_job_t *job);
 

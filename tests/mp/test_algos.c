@@ -23,24 +23,10 @@ typedef struct {
     int full;         /* every dtype x op (else a few) */
 } shape_t;
 
-static braid_comm_t fake_hosts(braid_comm_t comm, int rank, const shape_t *s)
-{
-    char host[32];
-    snprintf(host, sizeof(host), "fake-%d", s->host[rank]);
-    setenv("BRAID_HOSTNAME", host, 1);
-    setenv("BRAID_ALGO", s->algo, 1);
-    braid_comm_t sub = NULL;
-    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
-    unsetenv("BRAID_HOSTNAME");
-    unsetenv("BRAID_ALGO");
-    if (r) fprintf(stderr, "rank %d: split: %s\n", rank, braid_last_error());
-    return r ? NULL : sub;
-}
-
 static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
 {
     const shape_t *s = arg;
-    braid_comm_t c = fake_hosts(comm, rank, s);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, s->host[rank], s->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     size_t counts[] = {1, 2, 3, 7, (size_t)n * 3 + 1, 1009, 65536, 65537};
     int seed = 1;
@@ -72,7 +58,8 @@ static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
  * sub-communicators are made there; a blocking one is queued behind them. */
 static int nonblocking_first(braid_comm_t comm, int rank, int n, void *arg)
 {
-    braid_comm_t c = fake_hosts(comm, rank, arg);
+    const shape_t *sh = arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, sh->host[rank], sh->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     enum { K = 4 };
     size_t counts[K] = {4099, 1 << 16, 5, 100001};
@@ -123,7 +110,7 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)n;
     shape_t s = {.host = {0, 0, 1, 1}, .algo = "hier"};
-    braid_comm_t c = fake_hosts(comm, rank, &s);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, s.host[rank], s.algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     int victim = *(const int *)arg;
     size_t count = 1 << 16;

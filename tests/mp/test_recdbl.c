@@ -21,20 +21,6 @@ typedef struct {
     int expect_recdbl; /* recdbl must have run (else it must not have) */
 } cfg_t;
 
-static braid_comm_t sub_comm(braid_comm_t comm, int rank, const cfg_t *cfg)
-{
-    char host[32];
-    snprintf(host, sizeof(host), "fake-%d", rank % cfg->hosts);
-    setenv("BRAID_HOSTNAME", host, 1);
-    setenv("BRAID_ALGO", cfg->algo, 1);
-    braid_comm_t sub = NULL;
-    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
-    unsetenv("BRAID_HOSTNAME");
-    unsetenv("BRAID_ALGO");
-    if (r) fprintf(stderr, "rank %d: split: %s\n", rank, braid_last_error());
-    return r ? NULL : sub;
-}
-
 static uint64_t recdbl_runs(braid_comm_t c)
 {
     braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
@@ -65,7 +51,7 @@ static int check_one(braid_comm_t c, int rank, int n, braid_datatype_t dt, braid
 static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
 {
     const cfg_t *cfg = arg;
-    braid_comm_t c = sub_comm(comm, rank, cfg);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank % cfg->hosts, cfg->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     /* 0, primes, and more than one 64 KiB chunk for every element size */
     size_t counts[] = {0, 1, 2, 13, 1009, 65537};
@@ -124,7 +110,7 @@ static void fill_random(void *buf, braid_datatype_t dt, int rank, size_t count, 
 static int bit_identical(braid_comm_t comm, int rank, int n, void *arg)
 {
     const cfg_t *cfg = arg;
-    braid_comm_t c = sub_comm(comm, rank, cfg);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank % cfg->hosts, cfg->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     braid_datatype_t dts[] = {BRAID_FLOAT32, BRAID_FLOAT64, BRAID_FLOAT16, BRAID_BFLOAT16};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MAX};
@@ -204,7 +190,8 @@ Test(recdbl, ring_forced_never_runs_recdbl)
 /* Automatic: the model takes recdbl for a few bytes and the ring for megabytes. */
 static int automatic(braid_comm_t comm, int rank, int n, void *arg)
 {
-    braid_comm_t c = sub_comm(comm, rank, arg);
+    const cfg_t *cf = arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank % cf->hosts, cf->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
     if (check_one(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 2, 0, 3)) return 1;
@@ -229,7 +216,8 @@ Test(recdbl, automatic_small_recdbl_large_ring)
  * each must still get a mismatch error naming both calls, not hang. */
 static int mismatch_across_algorithms(braid_comm_t comm, int rank, int n, void *arg)
 {
-    braid_comm_t c = sub_comm(comm, rank, arg);
+    const cfg_t *cf = arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank % cf->hosts, cf->algo);
     MP_CHECK(rank, c != NULL, "no communicator");
     size_t count = rank == 1 ? 2 : (size_t)1 << 20;
     float *buf = calloc(count, sizeof(float));

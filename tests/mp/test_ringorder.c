@@ -12,13 +12,8 @@
 static int interleaved(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    char host[32];
-    snprintf(host, sizeof(host), "fakehost%d", rank % 2);
-    setenv("BRAID_HOSTNAME", host, 1);
-    setenv("BRAID_ALGO", "ring", 1);
-    braid_comm_t sub = NULL;
-    MP_OK(rank, braid_comm_split(comm, 0, rank, &sub));
-    unsetenv("BRAID_HOSTNAME");
+    braid_comm_t sub = mp_fake_host_comm(comm, rank, rank % 2, "ring");
+    MP_CHECK(rank, sub, "split");
     /* Hosts contiguous on the ring: exactly two crossings (one each way). */
     int crossings = 0;
     for (int q = 0; q < n; q++)
