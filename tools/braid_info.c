@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "reduce/reduce.h"
+#include "transport/rdma.h"
 #include "transport/transport.h"
 
 #include <sched.h>
@@ -48,7 +49,9 @@ static void print_info(void)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         printf(" %s=%s", names[i], braid_transport_by_name(names[i]) ? "built" : "absent");
     printf("\n");
-    printf("selection: shm between ranks with the same host identity, else tcp; "
+    braid_rdma_print_devices(stdout);
+    printf("selection: shm between ranks with the same host identity, else rdma when a verbs "
+           "device is up, else tcp; "
            "BRAID_TRANSPORT=%s\n",
            *braid_param_str("TRANSPORT") ? braid_param_str("TRANSPORT") : "(auto)");
     printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce), "

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "transport/rdma_impl.h"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -178,4 +179,49 @@ braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_s
     socklen_t len = sizeof(*a);
     if (braid_rdma_hca_chosen()) return braid_rdma_hca_addr(a);
     return braid_boot_listen_addr(&comm->boot_addr, a, &len);
+}
+
+void braid_rdma_print_devices(FILE *f)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list || n == 0) {
+        fprintf(f, "rdma devices: none (no verbs device on this host)\n");
+        if (list) ibv_free_device_list(list);
+        return;
+    }
+    int64_t gid_index = -1;
+    if (braid_param_int("IB_GID_INDEX", &gid_index) != 0) gid_index = -1;
+    const char *spec = braid_param_str("IB_HCA");
+    for (int i = 0; i < n; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_device_attr da;
+        if (!ctx || ibv_query_device(ctx, &da)) {
+            fprintf(f, "rdma device %s: cannot be opened\n", name);
+            if (ctx) ibv_close_device(ctx);
+            continue;
+        }
+        for (int p = 1; p <= da.phys_port_cnt; p++) {
+            struct ibv_port_attr pa;
+            if (ibv_query_port(ctx, (uint8_t)p, &pa)) continue;
+            struct sockaddr_storage a;
+            int gid = -1;
+            char addr[INET6_ADDRSTRLEN] = "-";
+            if (pa.state == IBV_PORT_ACTIVE &&
+                port_addr(ctx, p, (int)gid_index, pa.gid_tbl_len, &a, &gid) == 0)
+                inet_ntop(a.ss_family,
+                          a.ss_family == AF_INET
+                              ? (const void *)&((struct sockaddr_in *)&a)->sin_addr
+                              : (const void *)&((struct sockaddr_in6 *)&a)->sin6_addr,
+                          addr, sizeof(addr));
+            fprintf(f, "rdma device %s port %d: %s, link layer %s, active MTU %d, GID %d (%s)%s\n",
+                    name, p, pa.state == IBV_PORT_ACTIVE ? "active" : "not active",
+                    pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+                    128 << pa.active_mtu, gid, addr,
+                    hca_match(spec, name, p) ? "" : " [excluded by BRAID_IB_HCA]");
+        }
+        ibv_close_device(ctx);
+    }
+    ibv_free_device_list(list);
 }

@@ -73,6 +73,17 @@ else
     ibv_devices
 fi
 
+info=$("$build/bin/braid-info" 2>&1)
+if echo "$info" | grep -q "rdma device rxe0 port 1: active" &&
+    echo "$info" | grep -q "rdma device rxe1 port 1: active, link layer Ethernet (RoCE)"; then
+    passed=$((passed + 1))
+    echo "[PASS] braid-info lists rxe0 and rxe1 with their chosen GIDs"
+else
+    failed=$((failed + 1))
+    echo "[FAIL] braid-info does not list the rxe devices"
+    echo "$info" | grep rdma
+fi
+
 args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
 run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
     "BRAID_TRANSPORT=rdma" $perf $args
