@@ -20,34 +20,9 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
-dir="" build="$repo/build" ranks="2 4" minb=8 maxb=256M fac=2 iters=20 warm=5 check=1
-dtype=float op=sum
-while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
-    case $opt in
-    o) dir=$OPTARG ;;
-    B) build=$OPTARG ;;
-    N) ranks=$OPTARG ;;
-    b) minb=$OPTARG ;;
-    e) maxb=$OPTARG ;;
-    f) fac=$OPTARG ;;
-    n) iters=$OPTARG ;;
-    w) warm=$OPTARG ;;
-    c) check=$OPTARG ;;
-    d) dtype=$OPTARG ;;
-    O) op=$OPTARG ;;
-    h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) exit 2 ;;
-    esac
-done
+name=shm maxb=256M iters=20 warm=5
+. "$here/compare_args.sh"
 shift $((OPTIND - 1))
-bin="$build/bin"
-[ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y%m%d-%H%M%S)-$(hostname)"
-mkdir -p "$dir"
-
-for f in braid-run all_reduce_perf; do
-    [ -x "$bin/$f" ] || { echo "compare.sh: $bin/$f missing (cmake --build $build)" >&2; exit 1; }
-done
-[ -x "$bin/ompi_allreduce_perf" ] || "$here/peers/build.sh" "$bin"
 
 flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
 {
