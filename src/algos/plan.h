@@ -69,6 +69,7 @@ typedef struct {
 /* Plan families (the values of braid_algo_t in algos/algo.h that the engine runs). */
 #define BRAID_PLAN_RING 0
 #define BRAID_PLAN_RECDBL 2
+#define BRAID_PLAN_TREE 3
 
 typedef struct {
     int coll;         /* braid_coll_t */
@@ -117,5 +118,15 @@ void braid_recdbl_step(const braid_plan_cursor_t *c, braid_step_t *s);
 /* The peers rank talks to (each both ways) in recursive doubling: writes up to max ranks,
  * returns how many there are (at most 1 + log2(nranks)). */
 int braid_recdbl_peers(int nranks, int rank, int *peers, int max);
+
+/* Binomial-tree broadcast and reduce (tree.c), channel 0 only, for any root; used by
+ * braid_plan_begin/next when p->algo == BRAID_PLAN_TREE. Its edges join ranks whose distance
+ * mod nranks is a power of two; the communicator connects them for nranks <= this. */
+#define BRAID_TREE_MAX_RANKS 64
+void braid_tree_begin(braid_plan_cursor_t *c);
+void braid_tree_step(const braid_plan_cursor_t *c, braid_step_t *s);
+/* Every peer the latency plans (recursive doubling and, for nranks <= BRAID_TREE_MAX_RANKS,
+ * the trees) need, each both ways: writes up to max ranks, returns how many there are. */
+int braid_p2p_peers(int nranks, int rank, int *peers, int max);
 
 #endif

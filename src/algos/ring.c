@@ -104,7 +104,7 @@ static int steps_per_loop(const braid_plan_cursor_t *c)
     const braid_plan_params_t *p = &c->p;
     int n = p->nranks;
     if (n == 1) return 1;
-    if (p->algo == BRAID_PLAN_RECDBL) return c->nsteps;
+    if (p->algo != BRAID_PLAN_RING) return c->nsteps;
     switch (p->coll) {
     case BRAID_COLL_ALLREDUCE:
     case BRAID_COLL_BARRIER:
@@ -141,11 +141,14 @@ void braid_plan_begin(braid_plan_cursor_t *c, const braid_plan_params_t *p, int 
     size_t nch = (size_t)c->p.nchannels;
     c->ch_off = p->count * (size_t)channel / nch;
     c->ch_count = p->count * (size_t)(channel + 1) / nch - c->ch_off;
-    if (c->p.algo == BRAID_PLAN_RECDBL && c->p.nranks > 1) {
-        /* One channel: the latency algorithm's messages are few and small. */
+    if (c->p.algo != BRAID_PLAN_RING && c->p.nranks > 1) {
+        /* One channel: the latency algorithms' messages are few and small. */
         c->ch_off = 0;
         c->ch_count = channel == 0 ? p->count : 0;
-        braid_recdbl_begin(c);
+        if (c->p.algo == BRAID_PLAN_TREE)
+            braid_tree_begin(c);
+        else
+            braid_recdbl_begin(c);
     }
     c->done = c->ch_count == 0;
     if (!c->done) start_loop(c);
@@ -260,6 +263,8 @@ int braid_plan_next(braid_plan_cursor_t *c, braid_step_t *s)
         s->count = c->loop_chunk;
     } else if (p->algo == BRAID_PLAN_RECDBL) {
         braid_recdbl_step(c, s);
+    } else if (p->algo == BRAID_PLAN_TREE) {
+        braid_tree_step(c, s);
     } else {
         switch (p->coll) {
         case BRAID_COLL_ALLREDUCE:

@@ -448,7 +448,8 @@ out:
     return res;
 }
 
-/* The pairs of the latency algorithms (recursive doubling: each partner both ways). */
+/* The pairs of the latency algorithms (recursive doubling, and the binomial trees of every
+ * root up to BRAID_TREE_MAX_RANKS ranks: each partner both ways). */
 static braid_result_t connect_p2p(struct braid_comm *c)
 {
     int n = c->nranks;
@@ -459,12 +460,12 @@ static braid_result_t connect_p2p(struct braid_comm *c)
     c->p2p_recv = calloc((size_t)n, sizeof(*c->p2p_recv));
     if (!c->p2p_send || !c->p2p_recv)
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peer connections", n);
-    int peers[64], max_in = 0;
+    int peers[128], max_in = 0;
     for (int r = 0; r < n; r++) {
-        int k = braid_recdbl_peers(n, r, peers, 0);
+        int k = braid_p2p_peers(n, r, peers, 0);
         if (k > max_in) max_in = k;
     }
-    int np = braid_recdbl_peers(n, c->rank, peers, 64);
+    int np = braid_p2p_peers(n, c->rank, peers, 128);
     BRAID_CHECK(connect_pairs(c, peers, np, peers, np, max_in));
     for (int i = 0; i < np; i++)
         braid_debug(INIT, "rank %d: point-to-point with %d via %s", c->rank, peers[i],

@@ -19,6 +19,7 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -105,7 +106,9 @@ static braid_result_t check_foreign(run_t *r, int algo)
         return braid_set_error(BRAID_ERR_MISMATCH,
                                "rank %d runs %s #%u with another algorithm than rank %d (%s)",
                                c->peer, braid_coll_name(r->a->coll), r->hdr.seq, comm->rank,
-                               algo == BRAID_PLAN_RING ? "ring" : "recursive doubling");
+                               algo == BRAID_PLAN_RING   ? "ring"
+                               : algo == BRAID_PLAN_TREE ? "binomial tree"
+                                                         : "recursive doubling");
     }
     return BRAID_SUCCESS;
 }
@@ -255,12 +258,33 @@ braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *
     return braid_engine_run_plan(comm, a, seq, BRAID_PLAN_RING);
 }
 
+static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                               int algo, char *out);
+
 braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_args_t *a,
                                      uint32_t seq, int algo)
 {
+    /* A tree reduce accumulates each subtree's data in the output buffer, which only the root
+     * has: the other ranks use scratch memory. */
+    if (algo == BRAID_PLAN_TREE && a->coll == BRAID_COLL_REDUCE && comm->rank != a->root &&
+        comm->nranks > 1 && a->count > 0) {
+        char *scratch = malloc(a->count * braid_dtype_size(a->dtype));
+        if (!scratch)
+            return braid_set_error(BRAID_ERR_NOMEM, "reduce #%u: out of memory for %zu elements",
+                                   seq, a->count);
+        braid_result_t res = run_plan(comm, a, seq, algo, scratch);
+        free(scratch);
+        return res;
+    }
+    return run_plan(comm, a, seq, algo, a->recvbuf);
+}
+
+static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                               int algo, char *out)
+{
     run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
     r.in = a->sendbuf;
-    r.out = a->recvbuf;
+    r.out = out;
     r.hdr = (braid_msg_hdr_t){.seq = seq,
                               .coll = (uint8_t)a->coll,
                               .dtype = (uint8_t)a->dtype,

@@ -68,8 +68,10 @@ static void combine(elem_t *d, const elem_t *a, const elem_t *b, size_t n, int f
 /* Whether rank r may talk to peer directly in plan family algo (the comm connects those). */
 static int connected(int algo, int n, int r, int peer)
 {
-    int peers[16];
-    int np = algo == BRAID_PLAN_RECDBL ? braid_recdbl_peers(n, r, peers, 16) : 0;
+    int peers[32];
+    int np = algo == BRAID_PLAN_RECDBL ? braid_recdbl_peers(n, r, peers, 32)
+             : algo == BRAID_PLAN_TREE ? braid_p2p_peers(n, r, peers, 32)
+                                       : 0;
     for (int i = 0; i < np; i++)
         if (peers[i] == peer) return 1;
     return 0;
@@ -513,4 +515,98 @@ Test(plan, ring_collectives_under_shuffled_ring_orders)
         }
     }
     sim_order = NULL;
+}
+
+/* Binomial trees: every root, counts 0, 1, 13 under several chunkings. Broadcast gives every
+ * rank the root's data; reduce gives the root every contribution once, avg divided once, and
+ * the same reduction expression whatever the chunking (one fixed order). */
+Test(plan, tree_broadcast_and_reduce_every_root)
+{
+    static const size_t tcounts[] = {0, 1, 13};
+    static const size_t tchunks[] = {1, 4, 13, 1 << 20};
+    for (int n = 1; n <= MAXN; n++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (int root = 0; root < n; root++) {
+                size_t count = tcounts[ci];
+                uint64_t expr0[16] = {0};
+                for (size_t ki = 0; ki < 4; ki++) {
+                    size_t chunk = tchunks[ki];
+                    elem_t *outs[MAXN];
+                    simulate_algo(BRAID_PLAN_TREE, BRAID_COLL_BROADCAST, n, root, count, chunk, 2,
+                                  count, count, outs);
+                    for (int r = 0; r < n; r++) {
+                        for (size_t i = 0; i < count; i++) {
+                            cr_assert_eq(outs[r][i].contrib, 1ull << (8 * root),
+                                         "tree bcast n=%d root %d rank %d elem %zu", n, root, r, i);
+                            cr_assert_eq(outs[r][i].idxsum, i);
+                            cr_assert_eq(outs[r][i].finals, 0);
+                        }
+                        free(outs[r]);
+                    }
+                    simulate_algo(BRAID_PLAN_TREE, BRAID_COLL_REDUCE, n, root, count, chunk, 2,
+                                  count, count, outs);
+                    for (size_t i = 0; i < count; i++) {
+                        const elem_t *e = &outs[root][i];
+                        cr_assert_eq(e->contrib, all_ranks(n), "tree reduce n=%d root %d: %llx", n,
+                                     root, (unsigned long long)e->contrib);
+                        cr_assert_eq(e->idxsum, (uint64_t)n * i);
+                        if (n > 1)
+                            cr_assert_eq(e->finals, 1, "tree reduce n=%d root %d elem %zu", n, root,
+                                         i);
+                        if (ki == 0)
+                            expr0[i] = e->expr;
+                        else
+                            cr_assert_eq(e->expr, expr0[i],
+                                         "tree reduce n=%d root %d: order depends on chunking", n,
+                                         root);
+                    }
+                    for (int r = 0; r < n; r++)
+                        free(outs[r]);
+                }
+            }
+}
+
+Test(plan, tree_steps_and_peers)
+{
+    for (int n = 2; n <= MAXN; n++) {
+        int depth = 0;
+        while ((1 << depth) < n)
+            depth++;
+        for (int root = 0; root < n; root++) {
+            int total_sends = 0, total_recvs = 0;
+            for (int r = 0; r < n; r++) {
+                braid_plan_params_t p = {.coll = BRAID_COLL_BROADCAST,
+                                         .algo = BRAID_PLAN_TREE,
+                                         .nranks = n,
+                                         .rank = r,
+                                         .root = root,
+                                         .count = 5,
+                                         .chunk = 5,
+                                         .nchannels = 2};
+                braid_plan_cursor_t c;
+                braid_step_t s;
+                braid_plan_begin(&c, &p, 1);
+                cr_assert_not(braid_plan_next(&c, &s), "tree uses channel 0 only");
+                braid_plan_begin(&c, &p, 0);
+                int recvs = 0, steps = 0;
+                while (braid_plan_next(&c, &s)) {
+                    steps++;
+                    recvs += braid_prim_recvs(s.prim);
+                    total_sends += braid_prim_sends(s.prim);
+                }
+                cr_assert_eq(recvs, r == root ? 0 : 1, "n=%d root %d rank %d receives %d", n, root,
+                             r, recvs);
+                cr_assert_leq(steps, depth, "n=%d rank %d: %d steps > depth %d", n, r, steps,
+                              depth);
+                total_recvs += recvs;
+            }
+            cr_assert_eq(total_sends, n - 1, "n=%d root %d: %d sends", n, root, total_sends);
+            cr_assert_eq(total_recvs, n - 1);
+        }
+    }
+    /* Over BRAID_TREE_MAX_RANKS only the recursive doubling pairs are connected. */
+    int peers[128];
+    int n = BRAID_TREE_MAX_RANKS + 1;
+    cr_assert_eq(braid_p2p_peers(n, 3, peers, 128), braid_recdbl_peers(n, 3, peers, 128));
+    cr_assert_eq(braid_p2p_peers(64, 0, peers, 128), 11, "+-1..32 around 64 ranks");
 }

@@ -57,8 +57,15 @@ Test(select, one_host_recdbl_small_ring_large)
     cr_assert_eq(switches, 1);
     cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 8, 2, &m), BRAID_ALGO_RECDBL);
     cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 1 << 24, 1 << 22, &m), BRAID_ALGO_RING);
-    /* other collectives: the ring */
-    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 8, 2, &m), BRAID_ALGO_RING);
+    /* broadcast and reduce: the model estimates the binomial tree cheaper at small sizes, but
+     * the tree is chosen only when forced (see braid_model_choose): the chain everywhere */
+    for (int coll = BRAID_COLL_BROADCAST; coll <= BRAID_COLL_REDUCE; coll++) {
+        cr_assert_lt(braid_model_time(BRAID_ALGO_TREE, coll, 8, 2, &m),
+                     braid_model_time(BRAID_ALGO_RING, coll, 8, 2, &m));
+        for (size_t b = 4; b <= ((size_t)1 << 30); b *= 2)
+            cr_assert_eq(braid_model_choose(coll, b, b / 4, &m), BRAID_ALGO_RING, "%zu bytes", b);
+    }
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLGATHER, 8, 2, &m), BRAID_ALGO_RING);
     cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1024, 256, &m), 0);
 }
 
@@ -81,7 +88,9 @@ Test(select, two_hosts_pick_hier_for_allreduce_only)
     cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, 1, &m));
     cr_assert(braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, 1000, &m));
     cr_assert(!braid_algo_applies(BRAID_ALGO_RECDBL, BRAID_COLL_BROADCAST, 1000, &m));
-    cr_assert(!braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_BROADCAST, 1000, &m));
+    cr_assert(braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_BROADCAST, 1000, &m));
+    cr_assert(braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_REDUCE, 1000, &m));
+    cr_assert(!braid_algo_applies(BRAID_ALGO_TREE, BRAID_COLL_ALLREDUCE, 1000, &m));
 }
 
 Test(select, interleaved_placement_makes_the_flat_ring_worse)
