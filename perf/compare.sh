@@ -3,12 +3,15 @@
 # in one session with the same flags, and writes CSVs, logs, a comparison PNG and a table.
 #
 #   perf/compare.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 256M] [-f 2] [-n 20] [-w 5]
-#                   [-c 1] [-d float] [-O sum] [-- extra all_reduce_perf flags]
+#                   [-c 1] [-d float] [-O sum] [-R 1] [-- extra all_reduce_perf flags]
 #
 #   -o DIR    results directory (default perf/results/<date>-<host>)
 #   -B BUILD  build directory holding bin/braid-run and bin/all_reduce_perf (default build)
 #   -N LIST   rank counts (default "2 4")
 #   -b/-e/-f/-n/-w/-c/-d/-O  as the perf tools' -b -e -f -n -w -c -d -o
+#   -R K      rounds (default 1): every run K times; round r writes DIR/<tool>_nN.rR.csv/.log and
+#             DIR/<tool>_nN.csv holds, per size, the measured row with the median out-of-place
+#             time of the K rounds (the table and plots use it)
 #
 # Per rank count N: DIR/braid_nN.csv, DIR/ompi_nN.csv and their stdout logs; then DIR/busbw.png
 # (all runs) and DIR/summary.txt (busbw of both at 8B, 1M, 16M, 256M and the largest size).
@@ -34,20 +37,37 @@ flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
 } >"$dir/summary.txt"
 
 status=0
-for n in $ranks; do
-    echo "== braid, $n ranks"
-    rm -f "$dir/braid_n$n.csv" "$dir/ompi_n$n.csv"
+run_pair() { # n round: braid then Open MPI (round > 1 of -R: file suffix .rR)
+    n=$1 sfx=""
+    [ "$rounds" -gt 1 ] && sfx=".r$2"
+    shift 2
+    echo "== braid, $n ranks${sfx:+, round ${sfx#.r}}"
+    rm -f "$dir/braid_n$n$sfx.csv" "$dir/ompi_n$n$sfx.csv"
     # shellcheck disable=SC2086 # flags are words
-    "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$dir/braid_n$n.csv" "$@" \
-        >"$dir/braid_n$n.log" 2>&1 || { echo "braid n=$n failed (exit $?), see $dir/braid_n$n.log"; status=1; }
-    grep -E '^# (Out of|Avg)' "$dir/braid_n$n.log" || tail -n 5 "$dir/braid_n$n.log"
-    echo "== Open MPI, $n ranks"
+    "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$dir/braid_n$n$sfx.csv" "$@" \
+        >"$dir/braid_n$n$sfx.log" 2>&1 || { echo "braid n=$n failed (exit $?), see $dir/braid_n$n$sfx.log"; status=1; }
+    grep -E '^# (Out of|Avg)' "$dir/braid_n$n$sfx.log" || tail -n 5 "$dir/braid_n$n$sfx.log"
+    echo "== Open MPI, $n ranks${sfx:+, round ${sfx#.r}}"
     # shellcheck disable=SC2086
     mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader ${MPIRUN_ARGS:-} \
-        "$bin/ompi_allreduce_perf" $flags --csv "$dir/ompi_n$n.csv" "$@" \
-        >"$dir/ompi_n$n.log" 2>&1 || { echo "ompi n=$n failed (exit $?), see $dir/ompi_n$n.log"; status=1; }
-    grep -E '^# (Out of|Avg)' "$dir/ompi_n$n.log" || tail -n 5 "$dir/ompi_n$n.log"
+        "$bin/ompi_allreduce_perf" $flags --csv "$dir/ompi_n$n$sfx.csv" "$@" \
+        >"$dir/ompi_n$n$sfx.log" 2>&1 || { echo "ompi n=$n failed (exit $?), see $dir/ompi_n$n$sfx.log"; status=1; }
+    grep -E '^# (Out of|Avg)' "$dir/ompi_n$n$sfx.log" || tail -n 5 "$dir/ompi_n$n$sfx.log"
+}
+r=1
+while [ "$r" -le "$rounds" ]; do
+    for n in $ranks; do run_pair "$n" "$r" "$@"; done
+    r=$((r + 1))
 done
+if [ "$rounds" -gt 1 ]; then
+    for n in $ranks; do
+        for t in braid ompi; do
+            set -- "$dir/${t}_n$n".r*.csv
+            [ -s "$1" ] && median_csv "$dir/${t}_n$n.csv" "$@"
+        done
+    done
+    echo "# tables and plots: per size, the median of $rounds rounds" >>"$dir/summary.txt"
+fi
 
 # Plot every CSV that has rows.
 set --

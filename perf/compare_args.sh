@@ -1,13 +1,14 @@
 # Sourced by perf/compare.sh and perf/compare_tcp.sh: parses their shared flags (see their
 # headers) into dir build ranks minb maxb fac iters warm check dtype op, checks the binaries and
-# builds the Open MPI peer harness when missing. The caller sets here, repo, name and the
+# builds the Open MPI peer harness when missing; defines median_csv. The caller sets here, repo, name and the
 # defaults (maxb, iters, warm) first; sets OPTIND past the flags.
-dir="" build="$repo/build" ranks="2 4" minb=8 fac=2 check=1 dtype=float op=sum
-while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
+dir="" build="$repo/build" ranks="2 4" minb=8 fac=2 check=1 dtype=float op=sum rounds=1
+while getopts "o:B:N:R:b:e:f:n:w:c:d:O:h" opt; do
     case $opt in
     o) dir=$OPTARG ;;
     B) build=$OPTARG ;;
     N) ranks=$OPTARG ;;
+    R) rounds=$OPTARG ;;
     b) minb=$OPTARG ;;
     e) maxb=$OPTARG ;;
     f) fac=$OPTARG ;;
@@ -20,6 +21,9 @@ while getopts "o:B:N:b:e:f:n:w:c:d:O:h" opt; do
     *) exit 2 ;;
     esac
 done
+case $rounds in
+'' | *[!0-9]* | 0) echo "$name: -R wants a positive number of rounds, not '$rounds'" >&2; exit 2 ;;
+esac
 bin="$build/bin"
 [ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y%m%d-%H%M%S)-$(hostname)-$name"
 mkdir -p "$dir"
@@ -27,3 +31,23 @@ for f in braid-run all_reduce_perf; do
     [ -x "$bin/$f" ] || { echo "$name: $bin/$f missing (cmake --build $build)" >&2; exit 1; }
 done
 [ -x "$bin/ompi_allreduce_perf" ] || "$here/peers/build.sh" "$bin"
+
+# median_csv OUT IN...: OUT gets the header of the first IN and, for every size, the row
+# (a real measurement, whole) whose out-of-place time is the median of the INs' rows of that
+# size (the lower middle one for an even count). Used with -R rounds.
+median_csv() {
+    out=$1
+    shift
+    awk -F, 'FNR == 1 { if (!hdr) hdr = $0; next }
+        { k = $3 + 0; n[k]++; row[k, n[k]] = $0; t[k, n[k]] = $8 + 0; if (!(k in seen)) { seen[k] = 1; order[++ns] = k } }
+        END {
+            print hdr
+            for (i = 1; i <= ns; i++) {
+                k = order[i]; m = n[k]
+                for (a = 1; a <= m; a++) idx[a] = a
+                for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++)
+                    if (t[k, idx[b]] < t[k, idx[a]]) { x = idx[a]; idx[a] = idx[b]; idx[b] = x }
+                print row[k, idx[int((m + 1) / 2)]]
+            }
+        }' "$@" >"$out"
+}

@@ -4,12 +4,16 @@
 # flags, and writes CSVs, logs, a PNG and a table.
 #
 #   perf/compare_tcp.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 64M] [-f 2] [-n 10] [-w 3]
-#                       [-c 1] [-d float] [-O sum] [-- extra flags for all three tools]
+#                       [-c 1] [-d float] [-O sum] [-R 1] [-- extra flags for all three tools]
 #
 #   -o DIR    results directory (default perf/results/<date>-<host>-tcp)
 #   -B BUILD  build directory holding bin/braid-run and bin/all_reduce_perf (default build)
 #   -N LIST   rank counts (default "2 4")
 #   -b/-e/-f/-n/-w/-c/-d/-O  as the perf tools' -b -e -f -n -w -c -d -o
+#   -R K      rounds (default 1): the whole set of runs K times (the order keeps rotating);
+#             round r writes DIR/{braid,ompi,gloo}_nN.rR.csv/.log, and DIR/<tool>_nN.csv then
+#             holds, per size, the measured row with the median out-of-place time of the K rounds
+#             (use an odd K on a noisy machine; the table and plots use these medians)
 #
 # Per rank count N: DIR/{braid,ompi,gloo}_nN.csv and .log. The three tools run one after the
 # other for each N, and the order rotates from one N to the next (N=2: braid ompi gloo, N=4:
@@ -43,11 +47,13 @@ flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
 } >"$dir/summary.txt"
 
 status=0
-run_tool() { # tool n
-    t=$1 n=$2 log="$dir/$1_n$2.log" csv="$dir/$1_n$2.csv"
-    shift 2
+run_tool() { # tool n round
+    t=$1 n=$2 sfx=""
+    [ "$rounds" -gt 1 ] && sfx=".r$3"
+    log="$dir/$1_n$2$sfx.log" csv="$dir/$1_n$2$sfx.csv"
+    shift 3
     rm -f "$csv"
-    echo "== $t, $n ranks ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$dir/summary.txt"
+    echo "== $t, $n ranks${sfx:+, round ${sfx#.r}} ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$dir/summary.txt"
     start=$(date +%s)
     # shellcheck disable=SC2086 # flags are words
     case $t in
@@ -59,10 +65,23 @@ run_tool() { # tool n
     echo "   $(($(date +%s) - start)) s; $(grep -E '^# (Out of|Avg)' "$log" | tr '\n' ' ')" | tee -a "$dir/summary.txt"
 }
 order="braid ompi gloo"
-for n in $ranks; do
-    for t in $order; do run_tool "$t" "$n" "$@"; done
-    order="${order#* } ${order%% *}" # rotate: first tool goes last
+r=1
+while [ "$r" -le "$rounds" ]; do
+    for n in $ranks; do
+        for t in $order; do run_tool "$t" "$n" "$r" "$@"; done
+        order="${order#* } ${order%% *}" # rotate: first tool goes last
+    done
+    r=$((r + 1))
 done
+if [ "$rounds" -gt 1 ]; then
+    for n in $ranks; do
+        for t in braid ompi gloo; do
+            set -- "$dir/${t}_n$n".r*.csv
+            [ -s "$1" ] && median_csv "$dir/${t}_n$n.csv" "$@"
+        done
+    done
+    echo "# tables and plots: per size, the median of $rounds rounds" >>"$dir/summary.txt"
+fi
 echo "# uptime at end: $(uptime)" >>"$dir/summary.txt"
 
 # Plot every CSV that has rows.
