@@ -40,6 +40,7 @@ typedef struct {
     braid_msg_hdr_t hdr;
     const char *in;
     char *out;
+    int by_ref; /* ring plan: sends may refer to in/out (send_post_ref) */
 } run_t;
 
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
@@ -180,6 +181,41 @@ static void apply(run_t *r, chan_state_t *cs)
     }
 }
 
+/* For a send connection with send_post_ref, in a ring plan: applies a primitive whose sent
+ * payload is also in in/out without the copy into the send slot and returns where that
+ * payload is; NULL (nothing applied) for the others. Safe because, in a ring plan, memory a
+ * frame refers to is rewritten only after the frame's data went round the ring (so it left
+ * this rank), and run_plan detaches what is left before it returns. */
+static const void *apply_ref(run_t *r, chan_state_t *cs)
+{
+    const braid_step_t *s = &cs->step;
+    if (!r->by_ref || !cs->sconn->ops->send_post_ref) return NULL;
+    size_t bytes = s->count * r->es;
+    const char *in = (s->flags & BRAID_STEP_IN_OUT ? r->out : r->in) + s->in_off * r->es;
+    char *out = r->out + s->out_off * r->es;
+    switch ((braid_prim_t)s->prim) {
+    case BRAID_PRIM_SEND:
+        return in;
+    case BRAID_PRIM_COPY_SEND:
+        copy_bytes(out, in, bytes);
+        return out;
+    case BRAID_PRIM_RECV_COPY_SEND:
+        copy_bytes(out, cs->rbuf, bytes);
+        return out;
+    case BRAID_PRIM_RECV_REDUCE_COPY_SEND: {
+        const void *x = cs->rbuf, *y = in;
+        if (s->flags & BRAID_STEP_SWAP) {
+            x = in;
+            y = cs->rbuf;
+        }
+        braid_reduce_pair_final(r->a->dtype, r->a->op, out, x, y, s->count, r->comm->nranks);
+        return out;
+    }
+    default:
+        return NULL;
+    }
+}
+
 /* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
  * *wait_dir_p then say what it waits for. */
 /* The connection a step uses: the ring's, or the point-to-point one with peer. */
@@ -242,11 +278,15 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         }
         BRAID_CHECK(res);
     }
-    apply(r, cs);
+    const void *src = braid_prim_sends(p) && bytes ? apply_ref(r, cs) : NULL;
+    if (!src) apply(r, cs);
     if (braid_prim_sends(p)) {
         braid_msg_hdr_t h = r->hdr;
         h.bytes = (uint32_t)bytes;
-        BRAID_CHECK(cs->sconn->ops->send_post(cs->sconn, &h));
+        if (src)
+            BRAID_CHECK(cs->sconn->ops->send_post_ref(cs->sconn, &h, src));
+        else
+            BRAID_CHECK(cs->sconn->ops->send_post(cs->sconn, &h));
     }
     if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
@@ -279,12 +319,29 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
     return run_plan(comm, a, seq, algo, a->recvbuf);
 }
 
+static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo);
+
 static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
                                int algo, char *out)
 {
     run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
     r.in = a->sendbuf;
     r.out = out;
+    r.by_ref = algo == BRAID_PLAN_RING;
+    braid_result_t res = run_steps(&r, seq, algo);
+    /* Whatever the outcome, no frame may refer to the caller's buffers once we return. */
+    for (int c = 0; r.by_ref && c < comm->nchannels; c++) {
+        braid_conn_t *sc = comm->ring[c].send;
+        if (sc && sc->ops->send_detach) sc->ops->send_detach(sc);
+    }
+    return res;
+}
+
+static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
+{
+    run_t r = *rp;
+    struct braid_comm *comm = r.comm;
+    const braid_op_args_t *a = r.a;
     r.hdr = (braid_msg_hdr_t){.seq = seq,
                               .coll = (uint8_t)a->coll,
                               .dtype = (uint8_t)a->dtype,

@@ -161,7 +161,7 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
             }
             size_t p = off - BRAID_TCP_HDR_BYTES;
             if (fb > p) {
-                iov[k++] = (struct iovec){c->slots + (size_t)slot * c->base.slot_size + p, fb - p};
+                iov[k++] = (struct iovec){(char *)c->wsrc[slot] + p, fb - p};
                 total += fb - p;
             }
             off = 0;
@@ -276,7 +276,7 @@ static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
     return BRAID_SUCCESS;
 }
 
-static braid_result_t tcp_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
+static braid_result_t post(braid_conn_t *conn, const braid_msg_hdr_t *hdr, const void *src)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     if (hdr->bytes > conn->slot_size || (hdr->flags & BRAID_MSG_ABORT))
@@ -285,6 +285,7 @@ static braid_result_t tcp_send_post(braid_conn_t *conn, const braid_msg_hdr_t *h
     uint32_t slot = c->pos % c->nslots;
     braid_tcp_hdr_pack(hdr, 0, c->whdr[slot]);
     c->wbytes[slot] = hdr->bytes;
+    c->wsrc[slot] = src ? src : c->slots + (size_t)slot * conn->slot_size;
     c->pos++;
     pthread_mutex_lock(&c->mu);
     atomic_store_explicit(&c->head, c->pos, memory_order_release);
@@ -294,6 +295,37 @@ static braid_result_t tcp_send_post(braid_conn_t *conn, const braid_msg_hdr_t *h
      * block on this connection, like shm: until then its own checks (a mismatch seen in the
      * data it receives) come first. */
     return BRAID_SUCCESS;
+}
+
+static braid_result_t tcp_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
+{
+    return post(conn, hdr, NULL);
+}
+
+/* Frames straight from the caller's memory: the kernel copies the payload from there (one
+ * copy instead of two); tx_sock reads wsrc, and send_detach ends the loan. */
+static braid_result_t tcp_send_post_ref(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                        const void *src)
+{
+    return post(conn, hdr, src);
+}
+
+static void tcp_send_detach(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    /* Under the mutex no sendmsg is in flight; frames before tail are in the kernel. A frame
+     * partly written is copied whole: its slot then holds the same bytes. */
+    pthread_mutex_lock(&c->mu);
+    uint32_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
+    for (uint32_t f = atomic_load_explicit(&c->tail, memory_order_relaxed); before(f, head); f++) {
+        uint32_t slot = f % c->nslots;
+        char *own = c->slots + (size_t)slot * conn->slot_size;
+        if (c->wsrc[slot] != own) {
+            memcpy(own, c->wsrc[slot], c->wbytes[slot]);
+            c->wsrc[slot] = own;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- receiver ---------------------------------------------------------------------------- */
@@ -606,6 +638,8 @@ const braid_transport_t braid_transport_tcp = {
     .recv_accept = braid_tcp_recv_accept,
     .send_get = tcp_send_get,
     .send_post = tcp_send_post,
+    .send_post_ref = tcp_send_post_ref,
+    .send_detach = tcp_send_detach,
     .recv_get = tcp_recv_get,
     .recv_release = tcp_recv_release,
     .progress = tcp_progress,

@@ -12,7 +12,10 @@
  *   socket has room (no thread hand-off at small sizes). What does not fit stays queued in the
  *   slot and the socket is armed for EPOLLOUT in the per-communicator progress thread, which
  *   finishes it even while the engine waits on something else or runs no collective at all.
- *   A slot is free again once its frame is entirely in the kernel.
+ *   A slot is free again once its frame is entirely in the kernel. In ring plans the engine
+ *   posts frames whose payload already sits in the user's buffers with send_post_ref: the
+ *   frame then points there (wsrc) and the kernel copies from there, one copy fewer; before
+ *   the collective returns, send_detach copies what is still queued into the frames' slots.
  * - Receiving: only the engine's thread reads data sockets, on demand (recv_get / wait), so
  *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket.
  * - Failures travel as ABORT frames: forward on a send socket (after the frames already
@@ -117,6 +120,7 @@ typedef struct tcp_conn {
     pthread_mutex_t mu;
     uint8_t (*whdr)[BRAID_TCP_HDR_BYTES]; /* sender: packed header of each slot */
     uint32_t *wbytes;                     /* sender: payload bytes of each slot */
+    const char **wsrc; /* sender: where each slot's payload is (the slot, or send_post_ref's) */
     /* Sender after fail(): an ABORT frame sent as frame abort_idx, nothing after it. */
     int abort_set, abort_done;
     uint32_t abort_idx;

@@ -182,7 +182,8 @@ static braid_result_t conn_new(tcp_state_t *st, int peer, int channel, int is_se
     if (ok && is_send) {
         c->whdr = calloc(c->nslots, sizeof(*c->whdr));
         c->wbytes = calloc(c->nslots, sizeof(*c->wbytes));
-        ok = c->whdr && c->wbytes;
+        c->wsrc = calloc(c->nslots, sizeof(*c->wsrc));
+        ok = c->whdr && c->wbytes && c->wsrc;
     } else if (ok) {
         c->rhdr = calloc(c->nslots, sizeof(*c->rhdr));
         ok = c->rhdr != NULL;
@@ -537,6 +538,7 @@ void braid_tcp_comm_cleanup(struct braid_comm *comm)
         free(c->slots);
         free(c->whdr);
         free(c->wbytes);
+        free(c->wsrc);
         free(c->rhdr);
         pthread_mutex_destroy(&c->mu);
         free(c);

@@ -67,6 +67,14 @@ typedef struct braid_transport {
     braid_result_t (*recv_get)(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
                                const void **buf_p);
     braid_result_t (*recv_release)(braid_conn_t *conn);
+    /* Optional (NULL when not supported). send_post_ref posts the slot from send_get like
+     * send_post, but the payload is read from src instead of the slot, which the engine then
+     * leaves unwritten: a copy saved. src must stay valid and unchanged until the frame has
+     * gone or send_detach has run; send_detach copies whatever posted frames still refer to
+     * caller memory into their own slots, so the caller may reuse that memory at once. */
+    braid_result_t (*send_post_ref)(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                    const void *src);
+    void (*send_detach)(braid_conn_t *conn);
     /* Progress for transports that move data in software (tcp); NULL when not needed. */
     braid_result_t (*progress)(braid_conn_t *conn);
     /* Sleeps until the slot in direction dir may be available, or deadline_ns (CLOCK_MONOTONIC)

@@ -138,9 +138,13 @@ static int channels_fn(braid_comm_t comm, int rank, int n, void *arg)
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 3)
         if (data_check_allreduce(comm, rank, n, dt, BRAID_SUM, 100003, dt & 1, 0, 9 + dt, "tcp"))
             return 1;
-    if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, 0, 0, 3,
-                             "tcp"))
-        return 1;
+    /* Out of place and in place: frames sent straight from the user's buffers
+     * (send_post_ref) must carry the right bytes and none may be read after the call returns
+     * (data_check_allreduce frees its buffers at once). */
+    for (int in_place = 0; in_place < 2; in_place++)
+        if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4,
+                                 in_place, 0, 3 + in_place, "tcp"))
+            return 1;
     return rooted_and_ring(comm, rank, n, NULL);
 }
 
@@ -154,6 +158,46 @@ Test(tcp, channels_and_two_sockets_per_peer)
     setenv("BRAID_CHUNK_SIZE", "4K", 1);
     setenv("BRAID_NSLOTS", "2", 1);
     cr_assert_eq(mp_run(4, channels_fn, NULL, 200), 0, "4K chunks, 2 slots, 4 sockets");
+}
+
+/* The root of a broadcast returns once its frames are posted; with 1 MiB chunks and a receiver
+ * that is still asleep, most of 8 MiB is then queued in the transport, sent straight from the
+ * root's buffer (send_post_ref). The root overwrites the buffer at once (from the end, where
+ * the queued frames are): the receiver must still get the data of the call. */
+static int detach_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t count = (8u << 20) / 4;
+    float *buf = xmalloc(count * sizeof(float));
+    char what[64];
+    for (int round = 0; round < 3; round++) {
+        snprintf(what, sizeof(what), "broadcast round %d", round);
+        if (rank == 0) {
+            data_fill(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, count, 11 + round);
+            MP_OK(rank, braid_broadcast(buf, buf, count, BRAID_FLOAT32, 0, comm));
+            for (size_t i = count; i-- > 0;)
+                buf[i] = -1.0f;
+        } else {
+            usleep(200000);
+            memset(buf, 0, count * sizeof(float));
+            MP_OK(rank, braid_broadcast(buf, buf, count, BRAID_FLOAT32, 0, comm));
+            MP_CHECK(rank, !data_check_rank(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, count, 11 + round, what),
+                     "%s: wrong data", what);
+        }
+        MP_OK(rank, braid_barrier(comm));
+    }
+    (void)n;
+    free(buf);
+    return 0;
+}
+
+Test(tcp, frames_sent_from_user_buffers_are_detached_on_return)
+{
+    use_tcp();
+    setenv("BRAID_ALGO", "ring", 1);
+    setenv("BRAID_CHUNK_SIZE", "1M", 1);
+    cr_assert_eq(mp_run(2, detach_fn, NULL, 60), 0, "see stderr");
+    cr_assert_eq(mp_run(3, detach_fn, NULL, 60), 0, "see stderr");
 }
 
 /* ---- a second communicator made inside a test: IPv6, fd and thread leaks ----------------------
