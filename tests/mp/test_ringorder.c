@@ -72,7 +72,7 @@ Test(ringorder, round_robin_hosts_get_a_two_crossing_ring_and_right_results)
 }
 
 typedef struct {
-    int hosts, numas;
+    int hosts, numas, channels;
 } numa_layout_t;
 
 /* Launcher numbering: host = rank % hosts, NUMA node = (rank / hosts) % numas, so both
@@ -87,10 +87,25 @@ static int numa_ring(braid_comm_t comm, int rank, int n, void *arg)
     const numa_layout_t *l = arg;
     char id[16];
     snprintf(id, sizeof(id), "%d", fake_numa(l, rank));
+    char nch[16];
+    snprintf(nch, sizeof(nch), "%d", l->channels);
     setenv("BRAID_NUMA_ID", id, 1);
+    setenv("BRAID_NCHANNELS", nch, 1);
     braid_comm_t sub = mp_fake_host_comm(comm, rank, rank % l->hosts, "ring");
     unsetenv("BRAID_NUMA_ID");
+    unsetenv("BRAID_NCHANNELS");
     MP_CHECK(rank, sub, "split");
+    /* Every channel's connections follow the ring order. */
+    MP_CHECK(rank, sub->nchannels == l->channels, "%d channels", sub->nchannels);
+    int pos = -1;
+    for (int q = 0; q < n; q++)
+        if (sub->ring_order[q] == rank) pos = q;
+    MP_CHECK(rank, pos >= 0, "rank not on the ring");
+    for (int ch = 0; ch < l->channels; ch++)
+        MP_CHECK(rank,
+                 sub->ring[ch].next == sub->ring_order[(pos + 1) % n] &&
+                     sub->ring[ch].prev == sub->ring_order[(pos + n - 1) % n],
+                 "channel %d: prev %d next %d", ch, sub->ring[ch].prev, sub->ring[ch].next);
     for (int r = 0; r < n; r++)
         MP_CHECK(
             rank, sub->peers[r].place.numa == fake_numa(l, r) && sub->peers[r].place.numa_forced,
@@ -118,8 +133,9 @@ static int numa_ring(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(ringorder, fake_numa_nodes_are_published_and_crossed_the_fewest_times)
 {
-    numa_layout_t a = {.hosts = 2, .numas = 2}, b = {.hosts = 1, .numas = 3},
-                  c = {.hosts = 3, .numas = 2};
+    numa_layout_t a = {.hosts = 2, .numas = 2, .channels = 2},
+                  b = {.hosts = 1, .numas = 3, .channels = 1},
+                  c = {.hosts = 3, .numas = 2, .channels = 3};
     cr_assert_eq(mp_run(8, numa_ring, &a, 150), 0, "2 hosts x 2 NUMA nodes x 2 ranks");
     cr_assert_eq(mp_run(6, numa_ring, &b, 150), 0, "1 host x 3 NUMA nodes x 2 ranks");
     cr_assert_eq(mp_run(6, numa_ring, &c, 150), 0, "3 hosts x 2 NUMA nodes x 1 rank");
