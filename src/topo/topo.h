@@ -1,6 +1,7 @@
 /* Topology: which ranks share a host (from the host ids every rank published at init), the
- * ring order that crosses each host boundary once, and the local machine's hardware (hwloc,
- * or sysfs without it).
+ * ring order that crosses each host boundary once and NUMA boundaries the fewest times
+ * (topo.c), the local machine's hardware (hwloc, or sysfs without it; hw.c), and where this
+ * process runs in it: its NUMA node, local NICs/GPUs, and pinning braid's threads (place.c).
  *
  * The grouping and ordering functions are pure (inputs are allgathered data, so every rank
  * computes the same answer) and unit-tested with shuffled rank-to-host maps. */
