@@ -118,6 +118,7 @@ static int threads_on(braid_comm_t comm, int rank, int n, void *arg)
     cpu_set_t want_tcp = *at_init, want_worker = *at_init;
     if (!strcmp(mode, "numa")) {
         numa_of(at_init, &want_tcp);
+        CPU_AND(&want_tcp, &want_tcp, &all); /* the kernel keeps a thread inside its cgroup */
         want_worker = want_tcp;
     } else if (!strcmp(mode, "none")) {
         want_worker = all;
