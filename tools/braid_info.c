@@ -5,7 +5,11 @@
  *   braid-info --tune [nranks [hosts]]
  *                         the cost model's estimates and choice per all-reduce size for nranks
  *                         ranks (default: the cpus available) in contiguous blocks on `hosts`
- *                         hosts (default 1) */
+ *                         hosts (default 1)
+ *   braid-info --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]
+ *                         the rings a communicator builds when rank r lives on the r-th host
+ *                         label of the comma list HOSTMAP (and NUMA node, NUMAMAP), with their
+ *                         host and NUMA crossings; NCHANNELS defaults to BRAID_NCHANNELS or 1 */
 #include "algos/algo.h"
 #include "braid/braid.h"
 #include "core/comm.h"
@@ -105,9 +109,85 @@ static int print_tune(int argc, char **argv)
     return 0;
 }
 
+/* Splits a comma list into exactly n fields of at most width - 1 characters. */
+static int split_list(const char *list, const char *what, int n, char *out, size_t width)
+{
+    int i = 0;
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= width) {
+            fprintf(stderr, "braid-info: %s: field %d is %s\n", what, i + 1,
+                    len ? "too long" : "empty");
+            return -1;
+        }
+        if (i < n) snprintf(out + (size_t)i * width, width, "%.*s", (int)len, p);
+        i++;
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    if (i != n) {
+        fprintf(stderr, "braid-info: %s has %d entries for %d ranks\n", what, i, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int print_rings(int argc, char **argv)
+{
+    int n, nch = 1;
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "braid-info: --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]\n");
+        return 2;
+    }
+    if (parse_pos(argv[2], "NRANKS", &n)) return 2;
+    const char *env = braid_param_str("NCHANNELS");
+    if (argc > 5) {
+        if (parse_pos(argv[5], "NCHANNELS", &nch)) return 2;
+    } else if (*env && strcmp(env, "0") && parse_pos(env, "BRAID_NCHANNELS", &nch)) {
+        return 2;
+    }
+    if (nch > BRAID_MAX_CHANNELS) {
+        fprintf(stderr, "braid-info: NCHANNELS %d exceeds %d\n", nch, BRAID_MAX_CHANNELS);
+        return 2;
+    }
+    char(*hosts)[32] = calloc((size_t)n, sizeof(*hosts));
+    char(*nf)[16] = calloc((size_t)n, sizeof(*nf));
+    int *numa = calloc((size_t)n, sizeof(int)), rc = 2;
+    if (!hosts || !nf || !numa) {
+        rc = 1;
+        goto out;
+    }
+    if (split_list(argv[3], "HOSTMAP", n, hosts[0], sizeof(hosts[0]))) goto out;
+    int have_numa = argc > 4 && strcmp(argv[4], "-");
+    if (have_numa) {
+        if (split_list(argv[4], "NUMAMAP", n, nf[0], sizeof(nf[0]))) goto out;
+        for (int r = 0; r < n; r++) {
+            char *end;
+            long v = strtol(nf[r], &end, 10);
+            if (*end || v < -1 || v > 65535) {
+                fprintf(stderr, "braid-info: NUMAMAP entry %d '%s' is not a NUMA node (or -1)\n",
+                        r + 1, nf[r]);
+                goto out;
+            }
+            numa[r] = (int)v;
+        }
+    }
+    rc = braid_topo_rings_print(n, hosts[0], sizeof(hosts[0]), have_numa ? numa : NULL, nch,
+                                stdout) == BRAID_SUCCESS
+             ? 0
+             : 1;
+    if (rc) fprintf(stderr, "braid-info: %s\n", braid_last_error());
+out:
+    free(hosts);
+    free(nf);
+    free(numa);
+    return rc;
+}
+
 /* Inside a launched job (braid-run -n N braid-info --peers): every rank creates the
- * communicator from the environment; rank 0 prints each rank's host and the transport rank 0
- * would use to reach it, then every rank's ring neighbours. */
+ * communicator from the environment; rank 0 prints each rank's host, the transport rank 0
+ * would use to reach it, the NUMA node and local NICs/GPUs it published, then the ring. */
 static int print_peers(void)
 {
     braid_comm_t comm;
@@ -118,13 +198,25 @@ static int print_peers(void)
     }
     if (comm->rank == 0) {
         printf("%d ranks, %d on this host\n", comm->nranks, comm->local_nranks);
-        printf("%6s %8s  %-44s %s\n", "rank", "pid", "host identity", "transport from rank 0");
+        printf("%6s %8s  %-44s %-10s %5s  %s\n", "rank", "pid", "host identity", "transport",
+               "numa", "local NICs / GPUs");
         for (int p = 0; p < comm->nranks; p++) {
             const braid_transport_t *t = NULL;
             const char *name = p == 0 ? "(self)" : "none";
             if (p && braid_comm_pick_transport(comm, p, &t) == BRAID_SUCCESS) name = t->name;
-            printf("%6d %8d  %-44s %s\n", p, comm->peers[p].pid, comm->peers[p].host, name);
+            const braid_topo_place_t *pl = &comm->peers[p].place;
+            printf("%6d %8d  %-44s %-10s %5d ", p, comm->peers[p].pid, comm->peers[p].host, name,
+                   pl->numa);
+            for (int i = 0; i < pl->nnics && i < BRAID_TOPO_PEER_DEVS; i++)
+                printf(" %.15s", pl->nic[i]);
+            for (int i = 0; i < pl->ngpus && i < BRAID_TOPO_PEER_DEVS; i++)
+                printf(" %.15s", pl->gpu[i]);
+            printf("%s\n", pl->nnics + pl->ngpus ? "" : " -");
         }
+        printf("ring (every channel):");
+        for (int q = 0; q < comm->nranks; q++)
+            printf(" %d", comm->ring_order[q]);
+        printf("\n");
     }
     braid_comm_destroy(comm);
     return 0;
@@ -134,7 +226,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         printf("usage: braid-info [--params | --tune [nranks [hosts]] | --peers (under a "
-               "launcher)]\n");
+               "launcher) | --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]]\n");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--tune")) {
@@ -145,6 +237,7 @@ int main(int argc, char **argv)
         return print_tune(argc, argv);
     }
     if (argc > 1 && !strcmp(argv[1], "--peers")) return print_peers();
+    if (argc > 1 && !strcmp(argv[1], "--rings")) return print_rings(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--params")) {
         print_params();
         return 0;

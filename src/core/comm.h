@@ -4,9 +4,11 @@
 
 #include "braid/braid.h"
 #include "core/bootstrap.h"
+#include "topo/topo.h"
 #include "transport/transport.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -33,6 +35,7 @@ typedef struct {
     char host[BRAID_HOST_ID_BYTES]; /* host identity: equal strings = same host */
     int32_t pid;
     int32_t rank;
+    braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
 } braid_peer_info_t;
 
 typedef struct {
@@ -69,6 +72,10 @@ struct braid_comm {
     braid_peer_info_t *peers; /* nranks entries */
     int local_nranks;         /* ranks on this host */
     int ncpus;                /* cores this process may run on */
+    /* braid's own threads (tcp progress, non-blocking worker) run on thread_cpus when
+     * pin_threads (BRAID_THREAD_AFFINITY, resolved at init from the rank's cpuset). */
+    int pin_threads;
+    cpu_set_t thread_cpus;
 
     /* Tuning, read from the environment at init. */
     double timeout_s;
@@ -121,6 +128,10 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
  * the network transport); an error when none can reach it. */
 braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
                                          const braid_transport_t **t_p);
+
+/* Called first by each thread braid starts for comm: names it ("braid-" + what) and pins it
+ * to comm->thread_cpus when pinning is on. */
+void braid_comm_thread_start(struct braid_comm *comm, const char *what);
 
 /* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
 void braid_host_id(char out[BRAID_HOST_ID_BYTES]);

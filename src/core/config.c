@@ -34,6 +34,12 @@ static const braid_param_t params[] = {
     {"IB_GID_INDEX", "-1", BRAID_PARAM_INT,
      "RoCE GID index for RDMA; -1 = automatic (a RoCE v2 IPv4 GID first)"},
     {"HOSTNAME", "", BRAID_PARAM_STR, "override the host identity used to group ranks by host"},
+    {"NUMA_ID", "", BRAID_PARAM_STR,
+     "override the NUMA node this rank publishes for ring ordering (tests); default: from its "
+     "cpu binding"},
+    {"THREAD_AFFINITY", "rank", BRAID_PARAM_STR,
+     "cpus of braid's threads (tcp progress, non-blocking worker): rank = the rank's cpus at "
+     "init, numa = their NUMA nodes, none = inherited"},
     {"RANK", "", BRAID_PARAM_INT, "this process's rank (braid_comm_init_env)"},
     {"NRANKS", "", BRAID_PARAM_INT, "number of ranks (braid_comm_init_env)"},
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},

@@ -10,6 +10,7 @@
 static void *worker_main(void *arg)
 {
     struct braid_comm *comm = arg;
+    braid_comm_thread_start(comm, "worker");
     pthread_mutex_lock(&comm->q_lock);
     for (;;) {
         while (!comm->q_head && !comm->worker_stop) pthread_cond_wait(&comm->q_cond, &comm->q_lock);

@@ -1,12 +1,15 @@
-/* Local hardware discovery: hwloc when braid is built with it (packages, NUMA nodes, cores,
- * PUs, PCI NICs and GPUs and the NUMA node each hangs off), else the same from sysfs (less
- * precise: no PCI hierarchy, only the kernel's numa_node of each device), and the result says
- * which source it came from. braid binds nothing: when unsure it is better to leave placement
- * to the launcher (mpirun --bind-to, numactl, taskset) than to fight it. */
+/* Local hardware discovery: hwloc when braid is built with it (packages, NUMA nodes and their
+ * cpus, cores, PUs, PCI NICs and GPUs and the NUMA node each hangs off), else the same from
+ * sysfs (less precise: no PCI hierarchy, only the kernel's numa_node of each device), and the
+ * result says which source it came from. Done once per process (hwloc takes ~20 ms); where the
+ * calling thread runs is worked out from its affinity each time (place.c). braid never moves a
+ * rank: placement is the launcher's (mpirun --bind-to, numactl, taskset); it only keeps its
+ * own threads near the rank's cpus (BRAID_THREAD_AFFINITY). */
 #include "core/log.h"
 #include "topo/topo.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +20,21 @@
 #include <hwloc.h>
 #endif
 
-static void dev_add(braid_topo_dev_t *devs, int *n, const char *name, int numa, int my_numa)
+static void dev_add(braid_topo_dev_t *devs, int *n, const char *name, int numa)
 {
     if (*n >= BRAID_TOPO_MAX_DEVS) return;
     braid_topo_dev_t *d = &devs[(*n)++];
     snprintf(d->name, sizeof(d->name), "%.31s", name);
     d->numa = numa;
-    d->local = numa < 0 || my_numa < 0 ? -1 : numa == my_numa;
+    d->local = -1; /* braid_topo_locate */
+}
+
+static cpu_set_t *node_add(braid_topo_hw_t *hw, int node)
+{
+    if (hw->nnode_sets >= BRAID_TOPO_MAX_NUMA) return NULL;
+    hw->node_id[hw->nnode_sets] = node;
+    CPU_ZERO(&hw->node_cpus[hw->nnode_sets]);
+    return &hw->node_cpus[hw->nnode_sets++];
 }
 
 /* ---- sysfs ---------------------------------------------------------------------------------- */
@@ -58,8 +69,6 @@ static void discover_sysfs(braid_topo_hw_t *hw)
     hw->source = "sysfs";
     long npus = sysconf(_SC_NPROCESSORS_ONLN);
     hw->npus = npus > 0 ? (int)npus : 0;
-    cpu_set_t mine;
-    int have_mine = sched_getaffinity(0, sizeof(mine), &mine) == 0;
     /* Packages and cores: distinct ids over the online cpus (ids are small integers). */
     enum { MAXID = 4096 };
     unsigned char *seen_pkg = calloc(MAXID, 1), *seen_core = calloc((size_t)MAXID * 8, 1);
@@ -79,7 +88,6 @@ static void discover_sysfs(braid_topo_hw_t *hw)
     }
     free(seen_pkg);
     free(seen_core);
-    hw->my_numa = -1;
     DIR *d = opendir("/sys/devices/system/node");
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -94,14 +102,11 @@ static void discover_sysfs(braid_topo_hw_t *hw)
             if (!fgets(list, sizeof(list), f)) list[0] = '\0';
             fclose(f);
         }
-        cpu_set_t nodeset, both;
-        parse_cpulist(list, &nodeset);
-        CPU_AND(&both, &nodeset, &mine);
-        if (have_mine && CPU_COUNT(&mine) > 0 && CPU_EQUAL(&both, &mine)) hw->my_numa = node;
+        cpu_set_t *set = node_add(hw, node);
+        if (set) parse_cpulist(list, set);
     }
     if (d) closedir(d);
     if (hw->nnuma == 0) hw->nnuma = 1;
-    if (hw->nnuma == 1 && hw->my_numa < 0) hw->my_numa = 0;
     /* NICs with a device behind them (not lo, veth, bridges). */
     d = opendir("/sys/class/net");
     while (d && (e = readdir(d))) {
@@ -109,7 +114,7 @@ static void discover_sysfs(braid_topo_hw_t *hw)
         snprintf(path, sizeof(path), "/sys/class/net/%.64s/device", e->d_name);
         if (access(path, F_OK)) continue;
         snprintf(path, sizeof(path), "/sys/class/net/%.64s/device/numa_node", e->d_name);
-        dev_add(hw->nic, &hw->nnics, e->d_name, read_int_file(path, -1), hw->my_numa);
+        dev_add(hw->nic, &hw->nnics, e->d_name, read_int_file(path, -1));
     }
     if (d) closedir(d);
     /* GPUs: PCI display controllers (class 0x03xxxx). */
@@ -120,7 +125,7 @@ static void discover_sysfs(braid_topo_hw_t *hw)
         int cls = read_int_file(path, 0);
         if ((cls >> 16) != 0x03) continue;
         snprintf(path, sizeof(path), "/sys/bus/pci/devices/%.64s/numa_node", e->d_name);
-        dev_add(hw->gpu, &hw->ngpus, e->d_name, read_int_file(path, -1), hw->my_numa);
+        dev_add(hw->gpu, &hw->ngpus, e->d_name, read_int_file(path, -1));
     }
     if (d) closedir(d);
 }
@@ -152,35 +157,34 @@ static int discover_hwloc(braid_topo_hw_t *hw)
     hw->nnuma = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
     hw->ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
     hw->npus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-    hw->my_numa = -1;
-    hwloc_bitmap_t mine = hwloc_bitmap_alloc();
-    if (mine && hwloc_get_cpubind(topo, mine, HWLOC_CPUBIND_PROCESS) == 0) {
-        hwloc_obj_t node = NULL;
-        while ((node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node)))
-            if (node->cpuset && hwloc_bitmap_isincluded(mine, node->cpuset))
-                hw->my_numa = (int)node->os_index;
+    hwloc_obj_t node = NULL;
+    while ((node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node))) {
+        cpu_set_t *set = node->cpuset ? node_add(hw, (int)node->os_index) : NULL;
+        for (int cpu = set ? hwloc_bitmap_first(node->cpuset) : -1; cpu >= 0 && cpu < CPU_SETSIZE;
+             cpu = hwloc_bitmap_next(node->cpuset, cpu))
+            CPU_SET(cpu, set);
     }
-    hwloc_bitmap_free(mine);
-    if (hw->nnuma <= 1 && hw->my_numa < 0) hw->my_numa = 0;
     for (hwloc_obj_t o = hwloc_get_next_osdev(topo, NULL); o; o = hwloc_get_next_osdev(topo, o))
         if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && o->name)
-            dev_add(hw->nic, &hw->nnics, o->name, obj_numa(hwloc_get_non_io_ancestor_obj(topo, o)),
-                    hw->my_numa);
+            dev_add(hw->nic, &hw->nnics, o->name, obj_numa(hwloc_get_non_io_ancestor_obj(topo, o)));
     for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, NULL); o; o = hwloc_get_next_pcidev(topo, o)) {
         if ((o->attr->pcidev.class_id >> 8) != 0x03) continue;
         char bus[32];
         snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%01x", o->attr->pcidev.domain,
                  o->attr->pcidev.bus, o->attr->pcidev.dev, o->attr->pcidev.func);
-        dev_add(hw->gpu, &hw->ngpus, bus, obj_numa(hwloc_get_non_io_ancestor_obj(topo, o)),
-                hw->my_numa);
+        dev_add(hw->gpu, &hw->ngpus, bus, obj_numa(hwloc_get_non_io_ancestor_obj(topo, o)));
     }
     hwloc_topology_destroy(topo);
     return 0;
 }
 #endif
 
-void braid_topo_discover(braid_topo_hw_t *hw)
+static braid_topo_hw_t machine;
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+
+static void discover_machine(void)
 {
+    braid_topo_hw_t *hw = &machine;
     memset(hw, 0, sizeof(*hw));
 #if BRAID_HAVE_HWLOC
     if (discover_hwloc(hw) == 0) return;
@@ -192,6 +196,19 @@ void braid_topo_discover(braid_topo_hw_t *hw)
     discover_sysfs(hw);
 }
 
+void braid_topo_discover(braid_topo_hw_t *hw)
+{
+    pthread_once(&machine_once, discover_machine);
+    *hw = machine;
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine)) {
+        CPU_ZERO(&mine);
+        for (int c = 0; c < hw->npus && c < CPU_SETSIZE; c++)
+            CPU_SET(c, &mine);
+    }
+    braid_topo_locate(hw, &mine);
+}
+
 void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f)
 {
     fprintf(f,
@@ -199,6 +216,11 @@ void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f)
             "process runs on NUMA node %d%s\n",
             hw->source, strcmp(hw->source, "hwloc") ? ", degraded" : "", hw->npackages, hw->nnuma,
             hw->ncores, hw->npus, hw->my_numa, hw->my_numa < 0 ? " (several or unknown)" : "");
+    for (int i = 0; i < hw->nnode_sets; i++) {
+        char list[256];
+        braid_topo_cpulist(&hw->node_cpus[i], list, sizeof(list));
+        fprintf(f, "  NUMA node %d: cpus %s\n", hw->node_id[i], list);
+    }
     const char *kind[2] = {"NIC", "GPU"};
     for (int k = 0; k < 2; k++) {
         const braid_topo_dev_t *devs = k ? hw->gpu : hw->nic;
@@ -210,5 +232,6 @@ void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f)
                     : devs[i].local == 0 ? "remote"
                                          : "locality unknown");
     }
-    fprintf(f, "  braid pins nothing (placement is the launcher's)\n");
+    fprintf(f, "  braid moves no rank (placement is the launcher's); its threads stay on the "
+               "rank's cpus (BRAID_THREAD_AFFINITY)\n");
 }

@@ -98,3 +98,84 @@ int braid_topo_ring_crossings(int n, const int *host, const int *order)
         x += host[order[i]] != host[order[(i + 1) % n]];
     return x;
 }
+
+int braid_topo_ring_numa_crossings(int n, const int *host, const int *numa, const int *order)
+{
+    int x = 0;
+    for (int i = 0; numa && i < n; i++) {
+        int a = order[i], b = order[(i + 1) % n];
+        x += host[a] == host[b] && numa[a] != numa[b];
+    }
+    return x;
+}
+
+int braid_topo_min_numa_crossings(int n, const int *host, const int *numa)
+{
+    if (!numa) return 0;
+    /* Distinct (host, numa) pairs and distinct hosts, quadratic: n is a communicator's size
+     * and this runs in tests and braid-info only. */
+    int pairs = 0, hosts = 0;
+    for (int r = 0; r < n; r++) {
+        int new_pair = 1, new_host = 1;
+        for (int q = 0; q < r; q++) {
+            if (host[q] == host[r]) new_host = 0;
+            if (host[q] == host[r] && numa[q] == numa[r]) new_pair = 0;
+        }
+        pairs += new_pair;
+        hosts += new_host;
+    }
+    /* Each host with k ids needs k - 1 crossings; a lone host closing the ring one more. */
+    int x = pairs - hosts;
+    return hosts == 1 && x > 0 ? x + 1 : x;
+}
+
+braid_result_t braid_topo_rings_print(int n, const char *labels, size_t stride, const int *numa,
+                                      int nchannels, FILE *f)
+{
+    braid_topo_t t;
+    BRAID_CHECK(braid_topo_group(n, labels, stride, &t));
+    int *order = malloc((size_t)n * sizeof(int)), *ranks = malloc((size_t)n * sizeof(int));
+    if (!order || !ranks) {
+        free(order);
+        free(ranks);
+        braid_topo_free(&t);
+        return braid_set_error(BRAID_ERR_NOMEM, "rings: out of memory for %d ranks", n);
+    }
+    fprintf(f, "%d rank(s) on %d host(s), %d channel(s), NUMA nodes %s\n", n, t.nhosts, nchannels,
+            numa ? "given" : "unknown");
+    for (int h = 0; h < t.nhosts; h++) {
+        int m = braid_topo_host_ranks(&t, h, ranks);
+        if (m < 1) continue; /* every host has a rank; keeps the compiler sure of ranks[0] */
+        fprintf(f, "  host %s: ranks", labels + (size_t)ranks[0] * stride);
+        for (int i = 0; i < m; i++) {
+            fprintf(f, " %d", ranks[i]);
+            if (numa) fprintf(f, "(numa %d)", numa[ranks[i]]);
+        }
+        fprintf(f, "\n");
+    }
+    int fewest_h = t.nhosts > 1 ? t.nhosts : 0;
+    int fewest_n = braid_topo_min_numa_crossings(n, t.host, numa);
+    braid_result_t res = BRAID_SUCCESS;
+    for (int ch = 0; ch < nchannels && res == BRAID_SUCCESS; ch++) {
+        /* Every channel of a communicator uses this one order (comm->ring_order). */
+        res = braid_topo_ring_order(n, t.host, numa, order);
+        if (res != BRAID_SUCCESS) break;
+        fprintf(f, "channel %d ring:", ch);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s %d", i && t.host[order[i]] != t.host[order[i - 1]] ? " |" : "",
+                    order[i]);
+        fprintf(f, "\n  host crossings %d (fewest %d), NUMA crossings %d (fewest %d)\n",
+                braid_topo_ring_crossings(n, t.host, order), fewest_h,
+                braid_topo_ring_numa_crossings(n, t.host, numa, order), fewest_n);
+    }
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    if (res == BRAID_SUCCESS)
+        fprintf(f, "rank-order ring for comparison: host crossings %d, NUMA crossings %d\n",
+                braid_topo_ring_crossings(n, t.host, order),
+                braid_topo_ring_numa_crossings(n, t.host, numa, order));
+    free(order);
+    free(ranks);
+    braid_topo_free(&t);
+    return res;
+}

@@ -1,6 +1,7 @@
 /* Topology: which ranks share a host (from the host ids every rank published at init), the
- * ring order that crosses each host boundary once, and the local machine's hardware (hwloc,
- * or sysfs without it).
+ * ring order that crosses each host boundary once and NUMA boundaries the fewest times
+ * (topo.c), the local machine's hardware (hwloc, or sysfs without it; hw.c), and where this
+ * process runs in it: its NUMA node, local NICs/GPUs, and pinning braid's threads (place.c).
  *
  * The grouping and ordering functions are pure (inputs are allgathered data, so every rank
  * computes the same answer) and unit-tested with shuffled rank-to-host maps. */
@@ -9,7 +10,9 @@
 
 #include "braid/braid.h"
 
+#include <sched.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Host grouping of a communicator. Hosts are numbered in the order of their lowest rank (the
@@ -37,9 +40,22 @@ int braid_topo_host_ranks(const braid_topo_t *t, int h, int *ranks);
 braid_result_t braid_topo_ring_order(int n, const int *host, const int *numa, int *order);
 /* Ring edges (pos -> pos+1 mod n) that join different hosts. */
 int braid_topo_ring_crossings(int n, const int *host, const int *order);
+/* Ring edges that join different NUMA ids within one host (-1, unknown, counts as an id). */
+int braid_topo_ring_numa_crossings(int n, const int *host, const int *numa, const int *order);
+/* The least number of NUMA crossings any ring over these ranks has: a host with k > 1 NUMA
+ * ids needs k - 1 (it is one stretch of the ring), or k when it is the only host. */
+int braid_topo_min_numa_crossings(int n, const int *host, const int *numa);
+
+/* Prints the rings a communicator builds for n ranks with these host labels (the label of
+ * rank r is the string at labels + r * stride) and NUMA ids (NULL: unknown): each of the
+ * nchannels rings in order, '|' between hosts, its host and NUMA crossings against the fewest
+ * possible, and the rank-order ring's crossings for comparison. Errors: NOMEM. */
+braid_result_t braid_topo_rings_print(int n, const char *labels, size_t stride, const int *numa,
+                                      int nchannels, FILE *f);
 
 /* The local machine, as far as braid can tell. */
 #define BRAID_TOPO_MAX_DEVS 16
+#define BRAID_TOPO_MAX_NUMA 64
 typedef struct {
     char name[32]; /* interface name (NIC) or PCI bus id (GPU) */
     int numa;      /* NUMA node the device hangs off, -1 if unknown */
@@ -53,13 +69,43 @@ typedef struct {
     int nnics, ngpus;
     braid_topo_dev_t nic[BRAID_TOPO_MAX_DEVS];
     braid_topo_dev_t gpu[BRAID_TOPO_MAX_DEVS];
+    int nnode_sets;                           /* NUMA nodes whose cpus are known */
+    int node_id[BRAID_TOPO_MAX_NUMA];         /* their OS numbers */
+    cpu_set_t node_cpus[BRAID_TOPO_MAX_NUMA]; /* and cpus */
 } braid_topo_hw_t;
 
-/* Discovers the local machine (hwloc when built with it, else sysfs). braid pins nothing:
- * the result is informational (braid-info, logs, the cost model). Never fails: unknown
- * fields are 0 / -1. */
+/* Discovers the local machine (hwloc when built with it, else sysfs) once per process, then
+ * places the calling thread in it (my_numa and each device's local flag from its current cpu
+ * affinity). Never fails: unknown fields are 0 / -1. */
 void braid_topo_discover(braid_topo_hw_t *hw);
+/* Recomputes hw's my_numa and local flags for a process allowed on cpus. With a single NUMA
+ * node every cpu and device is on it. */
+void braid_topo_locate(braid_topo_hw_t *hw, const cpu_set_t *cpus);
+/* The cpus of every NUMA node that cpus touches (a copy of cpus when the nodes are unknown). */
+void braid_topo_numa_cpus(const braid_topo_hw_t *hw, const cpu_set_t *cpus, cpu_set_t *out);
 /* Prints hw as a few human-readable lines. */
 void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f);
+/* Writes set as a kernel-style cpu list ("0-3,8"); "none" when empty. */
+void braid_topo_cpulist(const cpu_set_t *set, char *buf, size_t len);
+
+/* Where a rank runs, as it publishes it to its peers at init. */
+#define BRAID_TOPO_PEER_DEVS 4
+typedef struct {
+    int32_t numa;  /* NUMA node of its cpus (or BRAID_NUMA_ID), -1 if several/unknown */
+    int32_t nnics; /* local NICs (interface names) and GPUs (PCI bus ids) listed below */
+    int32_t ngpus;
+    int32_t numa_forced; /* 1 if numa came from BRAID_NUMA_ID */
+    char nic[BRAID_TOPO_PEER_DEVS][16];
+    char gpu[BRAID_TOPO_PEER_DEVS][16];
+} braid_topo_place_t;
+
+/* This process's place for a thread allowed on cpus: its NUMA node from the binding (or
+ * BRAID_NUMA_ID when set: a test hook for fake multi-NUMA layouts), and the NICs and GPUs on
+ * the NUMA node(s) its cpus touch (or on the forced node). Errors: a bad BRAID_NUMA_ID. */
+braid_result_t braid_topo_place(const cpu_set_t *cpus, braid_topo_place_t *place_p);
+
+/* Names the calling thread (at most 15 characters kept) and, unless cpus is NULL, pins it to
+ * cpus. Returns 0 or the errno of the failed pin. */
+int braid_topo_pin_self(const char *name, const cpu_set_t *cpus);
 
 #endif

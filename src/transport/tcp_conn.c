@@ -472,6 +472,7 @@ static void expire_pending(tcp_state_t *st)
 static void *progress_main(void *arg)
 {
     tcp_state_t *st = arg;
+    braid_comm_thread_start(st->comm, "tcp");
     struct epoll_event evs[64];
     while (!atomic_load(&st->stop)) {
         int n = epoll_wait(st->ep, evs, 64, st->npending || st->accept_paused_until ? 100 : -1);

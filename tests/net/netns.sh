@@ -5,6 +5,10 @@
 #
 #   --hosts N          hosts (network namespaces), 2..4 (default 2)
 #   --ranks-per-host K ranks per host (default 2): rank = host * K + local index
+#   --placement P      block (default: as above) or cyclic (rank = local index * N + host,
+#                      as a launcher dealing ranks round-robin over the hosts)
+#   --numa M           fake M NUMA nodes per host: a rank's BRAID_NUMA_ID is its local index
+#                      modulo M (so with cyclic placement NUMA nodes interleave too)
 #   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
 #   --drop P           drop P percent of the packets each host receives from the others
 #                      (nft numgen random), e.g. 1% or 0.5
@@ -28,6 +32,7 @@
 set -uo pipefail
 
 hosts=2 rph=2 rate="" drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
+placement=block numa=0
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
@@ -36,6 +41,8 @@ while [ $# -gt 0 ]; do
     case $1 in
     --hosts) hosts=$2; shift 2 ;;
     --ranks-per-host) rph=$2; shift 2 ;;
+    --placement) placement=$2; shift 2 ;;
+    --numa) numa=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
     --victim) victim=$2; shift 2 ;;
@@ -51,6 +58,8 @@ done
 [ $# -gt 0 ] || usage
 [[ $hosts =~ ^[2-4]$ ]] || { echo "netns.sh: --hosts must be 2..4" >&2; exit 2; }
 [[ $rph =~ ^[1-8]$ ]] || { echo "netns.sh: --ranks-per-host must be 1..8" >&2; exit 2; }
+[[ $placement =~ ^(block|cyclic)$ ]] || { echo "netns.sh: --placement is block or cyclic" >&2; exit 2; }
+[[ $numa =~ ^[0-8]$ ]] || { echo "netns.sh: --numa must be 0..8" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "netns.sh: needs root (network namespaces)" >&2; exit 2; }
 
 prefix="braidtest-$$"
@@ -121,10 +130,17 @@ fi
 port=$((20000 + $$ % 20000))
 secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 start=$(date +%s)
+host_of() { # rank -> host
+    if [ "$placement" = cyclic ]; then echo $(($1 % hosts)); else echo $(($1 / rph)); fi
+}
 for ((r = 0; r < nranks; r++)); do
-    h=$((r / rph))
-    env_args=("BRAID_RANK=$r" "BRAID_NRANKS=$nranks" "BRAID_LOCAL_RANK=$((r % rph))"
-        "BRAID_ROOT=198.18.0.1:$port" "BRAID_SECRET=$secret" "${extra_env[@]}")
+    h=$(host_of $r)
+    local_index=$((r % rph))
+    [ "$placement" = cyclic ] && local_index=$((r / hosts))
+    env_args=("BRAID_RANK=$r" "BRAID_NRANKS=$nranks" "BRAID_LOCAL_RANK=$local_index"
+        "BRAID_ROOT=198.18.0.1:$port" "BRAID_SECRET=$secret")
+    [ "$numa" -gt 0 ] && env_args+=("BRAID_NUMA_ID=$((local_index % numa))")
+    env_args+=("${extra_env[@]}")
     ip netns exec "$prefix-h$h" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
         2>"$logs/rank.$r.err" &
     pids+=($!)
@@ -144,7 +160,7 @@ while [ "$left" -gt 0 ]; do
             left=$((left - 1))
             if [ "$st" -ne 0 ] && [ "$r" -ne "$victim" ] && [ "$status" -eq 0 ]; then
                 status=$st
-                echo "netns.sh: rank $r (host $((r / rph))) exited with status $st" >&2
+                echo "netns.sh: rank $r (host $(host_of $r)) exited with status $st" >&2
                 tail -n 20 "$logs/rank.$r.err" | sed "s/^/[$r] /" >&2
             fi
             if [ "$r" -eq "$victim" ] && [ "$st" -lt 128 ]; then

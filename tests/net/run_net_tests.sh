@@ -2,7 +2,8 @@
 # Multi-host tests: collectives over network namespaces acting as hosts (tests/net/netns.sh),
 # ranks 2 per host, so every job mixes shm (within a host) and TCP (between hosts). Cases:
 # plain links, 1% packet drop, a 1 gbit rate limit, both with 2 channels and 2 sockets per
-# peer, 4 hosts, the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
+# peer, 4 hosts, ranks numbered round-robin over the hosts (with fake NUMA nodes: the ring's
+# host and NUMA crossings are checked), the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
 # rank whose peers must report it promptly, and a link set down mid-run (timeout). Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
@@ -60,6 +61,41 @@ run "2 hosts: collectives" --hosts 2 -- "$check" coll
 [ -n "$perf" ] && run "2 hosts: all_reduce_perf, every dtype" --hosts 2 -- "$perf" "${perf_args[@]}"
 run "4 hosts: collectives" --hosts 4 -- "$check" coll
 run "3 hosts, ring: collectives" --hosts 3 -x BRAID_ALGO=ring -- "$check" coll
+# Launcher numbering dealt round-robin over the hosts (and fake NUMA nodes interleaved): the
+# ring that rank 0 prints (braid-info --peers) must cross each host boundary once and each
+# host's NUMA boundaries once, whatever the numbering; collectives stay right.
+ring_check() { # hosts, NUMA nodes per host: checks $work/out of braid-info --peers
+    awk -v hosts="$1" -v numas="$2" '
+        $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 { host[$1] = $3; numa[$1] = $5; n++ }
+        /^ring \(every channel\):/ { for (i = 4; i <= NF; i++) order[m++] = $i }
+        END {
+            if (m != n || n == 0) { print "ring check: " m " ring entries for " n " ranks"; exit 1 }
+            for (i = 0; i < m; i++) {
+                a = order[i]; b = order[(i + 1) % m]
+                if (host[a] != host[b]) hx++; else if (numa[a] != numa[b]) nx++
+            }
+            if (hx != hosts || nx != hosts * (numas - 1)) {
+                print "ring check: " hx " host and " nx " NUMA crossings, expected " hosts \
+                    " and " hosts * (numas - 1); exit 1
+            }
+        }' "$work/out"
+}
+run_ring() { # name, hosts, NUMA nodes per host (ranks per host 4, cyclic numbering)
+    local before=$failed
+    run "$1" --hosts "$2" --ranks-per-host 4 --placement cyclic --numa "$3" -- \
+        "$build/bin/braid-info" --peers
+    if [ "$failed" -eq "$before" ] && ! ring_check "$2" "$3"; then
+        passed=$((passed - 1)) failed=$((failed + 1))
+        echo "[FAIL] $1: ring crossings"
+        sed 's/^/    /' "$work/out"
+    fi
+}
+run_ring "3 hosts x 4, cyclic numbering, 2 NUMA: ring" 3 2
+run_ring "2 hosts x 4, cyclic numbering, 4 NUMA: ring" 2 4
+run "3 hosts x 4, cyclic numbering, 2 NUMA: collectives" --hosts 3 --ranks-per-host 4 \
+    --placement cyclic --numa 2 -x BRAID_ALGO=ring -- "$check" coll
+run "2 hosts x 3, cyclic numbering: collectives (default algorithm)" --hosts 2 \
+    --ranks-per-host 3 --placement cyclic -- "$check" coll
 run "2 hosts, 1% drop: collectives" --hosts 2 --drop 1% -- "$check" coll
 [ -n "$perf" ] && run "2 hosts, 1% drop: all_reduce_perf" --hosts 2 --drop 1% -- "$perf" \
     -b 1M -e 16M -f 4 -n 3 -w 1 -c 1

@@ -133,6 +133,171 @@ Test(topo, discover_local_machine)
     FILE *f = open_memstream(&text, &len);
     braid_topo_hw_print(&hw, f);
     fclose(f);
-    cr_assert(strstr(text, "topology (") && strstr(text, "pins nothing"), "%s", text);
+    cr_assert(strstr(text, "topology (") && strstr(text, "braid moves no rank"), "%s", text);
     free(text);
+}
+
+/* Independent reference for the NUMA part: over every ring of n <= 7 ranks (all orders of
+ * positions 1..n-1 after rank 0: a ring's rotation does not matter) that crosses each host
+ * boundary once, the fewest NUMA crossings. */
+typedef struct {
+    int n, hosts, best, rings;
+    const int *host, *numa;
+    int perm[8], used[8];
+} brute_t;
+
+static void brute_rec(brute_t *b, int pos)
+{
+    if (pos == b->n) {
+        b->rings++;
+        if (braid_topo_ring_crossings(b->n, b->host, b->perm) != (b->hosts > 1 ? b->hosts : 0))
+            return;
+        int x = braid_topo_ring_numa_crossings(b->n, b->host, b->numa, b->perm);
+        if (x < b->best) b->best = x;
+        return;
+    }
+    for (int r = 1; r < b->n; r++) {
+        if (b->used[r]) continue;
+        b->used[r] = 1;
+        b->perm[pos] = r;
+        brute_rec(b, pos + 1);
+        b->used[r] = 0;
+    }
+}
+
+static int brute_min_numa(int n, const int *host, const int *numa, int hosts)
+{
+    brute_t b = {.n = n, .hosts = hosts, .best = 1 << 30, .host = host, .numa = numa};
+    b.perm[0] = 0;
+    brute_rec(&b, 1);
+    int fact = 1;
+    for (int i = 2; i < n; i++)
+        fact *= i;
+    cr_assert_eq(b.rings, fact, "enumerated %d rings of %d ranks", b.rings, n);
+    return b.best;
+}
+
+Test(topo, ring_order_crosses_numa_nodes_the_fewest_times)
+{
+    rng_state = 777;
+    for (int n = 1; n <= 16; n++)
+        for (int nh = 1; nh <= 3; nh++)
+            for (int trial = 0; trial < 30; trial++) {
+                int host[16], numa[16], order[16], hseen[64] = {0}, hosts = 0;
+                for (int r = 0; r < n; r++) {
+                    host[r] = 7 * rnd(nh) + 1;
+                    numa[r] = rnd(3) - (trial % 5 == 0); /* some -1 (unknown) */
+                    hosts += !hseen[host[r]]++;
+                }
+                cr_assert_eq(braid_topo_ring_order(n, host, numa, order), BRAID_SUCCESS);
+                int x = braid_topo_ring_numa_crossings(n, host, numa, order);
+                int want = braid_topo_min_numa_crossings(n, host, numa);
+                cr_assert_eq(x, want, "n=%d hosts=%d trial %d: %d NUMA crossings, fewest %d", n,
+                             hosts, trial, x, want);
+                cr_assert_eq(braid_topo_ring_crossings(n, host, order), hosts > 1 ? hosts : 0);
+                if (n <= 7)
+                    cr_assert_eq(want, brute_min_numa(n, host, numa, hosts),
+                                 "n=%d trial %d: formula vs exhaustive search", n, trial);
+            }
+}
+
+Test(topo, ring_order_numa_example)
+{
+    /* 2 hosts x 2 NUMA nodes x 2 ranks, numbered round-robin over hosts and then NUMA nodes:
+     * rank-order ring crosses hosts 8 times; ours twice and NUMA nodes once per host. */
+    int host[8] = {0, 1, 0, 1, 0, 1, 0, 1}, numa[8] = {0, 0, 1, 1, 0, 0, 1, 1}, order[8];
+    cr_assert_eq(braid_topo_ring_order(8, host, numa, order), BRAID_SUCCESS);
+    int want[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    cr_assert_arr_eq(order, want, sizeof(want));
+    cr_assert_eq(braid_topo_ring_crossings(8, host, order), 2);
+    cr_assert_eq(braid_topo_ring_numa_crossings(8, host, numa, order), 2);
+    int identity[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    cr_assert_eq(braid_topo_ring_numa_crossings(8, host, numa, identity), 0, "no same-host edge");
+    int one[4] = {0, 0, 0, 0}, nm[4] = {1, 0, 1, 0};
+    cr_assert_eq(braid_topo_ring_order(4, one, nm, order), BRAID_SUCCESS);
+    cr_assert_eq(braid_topo_ring_numa_crossings(4, one, nm, order), 2, "a lone host closes");
+    cr_assert_eq(braid_topo_min_numa_crossings(4, one, nm), 2);
+    cr_assert_eq(braid_topo_min_numa_crossings(4, one, NULL), 0);
+}
+
+static void set_of(cpu_set_t *s, int a, int b)
+{
+    CPU_ZERO(s);
+    for (int c = a; c <= b; c++)
+        CPU_SET(c, s);
+}
+
+Test(topo, locate_in_a_fake_two_node_machine)
+{
+    braid_topo_hw_t hw;
+    memset(&hw, 0, sizeof(hw));
+    hw.source = "test";
+    hw.nnuma = hw.nnode_sets = 2;
+    hw.node_id[0] = 0;
+    hw.node_id[1] = 1;
+    set_of(&hw.node_cpus[0], 0, 3);
+    set_of(&hw.node_cpus[1], 4, 7);
+    hw.nnics = 2;
+    hw.nic[0] = (braid_topo_dev_t){.name = "eth0", .numa = 0};
+    hw.nic[1] = (braid_topo_dev_t){.name = "ib1", .numa = 1};
+    hw.ngpus = 1;
+    hw.gpu[0] = (braid_topo_dev_t){.name = "0000:81:00.0", .numa = -1};
+    cpu_set_t s, out;
+    set_of(&s, 5, 5);
+    braid_topo_locate(&hw, &s);
+    cr_assert_eq(hw.my_numa, 1);
+    cr_assert(hw.nic[0].local == 0 && hw.nic[1].local == 1 && hw.gpu[0].local == -1);
+    braid_topo_numa_cpus(&hw, &s, &out);
+    char list[64];
+    braid_topo_cpulist(&out, list, sizeof(list));
+    cr_assert_str_eq(list, "4-7");
+    set_of(&s, 3, 4);
+    braid_topo_locate(&hw, &s);
+    cr_assert_eq(hw.my_numa, -1, "cpus on two nodes");
+    cr_assert(hw.nic[0].local == -1 && hw.nic[1].local == -1);
+    braid_topo_numa_cpus(&hw, &s, &out);
+    braid_topo_cpulist(&out, list, sizeof(list));
+    cr_assert_str_eq(list, "0-7");
+    set_of(&s, 0, 3);
+    CPU_SET(8, &s);
+    CPU_SET(10, &s);
+    CPU_SET(11, &s);
+    braid_topo_cpulist(&s, list, sizeof(list));
+    cr_assert_str_eq(list, "0-3,8,10-11");
+    CPU_ZERO(&s);
+    braid_topo_cpulist(&s, list, sizeof(list));
+    cr_assert_str_eq(list, "none");
+    /* One node: everything is on it, whatever the devices report. */
+    hw.nnuma = hw.nnode_sets = 1;
+    set_of(&hw.node_cpus[0], 0, 7);
+    set_of(&s, 2, 2);
+    braid_topo_locate(&hw, &s);
+    cr_assert(hw.my_numa == 0 && hw.gpu[0].local == 1 && hw.nic[1].local == 1);
+}
+
+Test(topo, place_publishes_the_binding_or_the_override)
+{
+    cpu_set_t s;
+    cr_assert_eq(sched_getaffinity(0, sizeof(s), &s), 0);
+    braid_topo_hw_t hw;
+    braid_topo_discover(&hw);
+    braid_topo_place_t p;
+    unsetenv("BRAID_NUMA_ID");
+    cr_assert_eq(braid_topo_place(&s, &p), BRAID_SUCCESS);
+    cr_assert_eq(p.numa, hw.my_numa);
+    cr_assert_eq(p.numa_forced, 0);
+    cr_assert_leq(p.nnics, BRAID_TOPO_PEER_DEVS);
+    for (int i = 0; i < p.nnics; i++) { /* each published NIC is one hw found local */
+        int found = 0;
+        for (int j = 0; j < hw.nnics; j++)
+            found |= !strcmp(hw.nic[j].name, p.nic[i]) && hw.nic[j].local != 0;
+        cr_assert(found, "NIC %s", p.nic[i]);
+    }
+    setenv("BRAID_NUMA_ID", "3", 1);
+    cr_assert_eq(braid_topo_place(&s, &p), BRAID_SUCCESS);
+    cr_assert(p.numa == 3 && p.numa_forced == 1);
+    setenv("BRAID_NUMA_ID", "two", 1);
+    cr_assert_eq(braid_topo_place(&s, &p), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "BRAID_NUMA_ID"), "%s", braid_last_error());
+    unsetenv("BRAID_NUMA_ID");
 }
