@@ -134,7 +134,7 @@ braid_result_t braid_topo_rings_print(int n, const char *labels, size_t stride, 
 {
     braid_topo_t t;
     BRAID_CHECK(braid_topo_group(n, labels, stride, &t));
-    int *order = malloc((size_t)n * sizeof(int)), *ranks = malloc((size_t)n * sizeof(int));
+    int *order = calloc((size_t)n, sizeof(int)), *ranks = calloc((size_t)n, sizeof(int));
     if (!order || !ranks) {
         free(order);
         free(ranks);
