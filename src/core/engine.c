@@ -40,7 +40,8 @@ typedef struct {
     braid_msg_hdr_t hdr;
     const char *in;
     char *out;
-    int by_ref; /* ring plan: sends may refer to in/out (send_post_ref) */
+    int by_ref;       /* ring plan: sends may refer to in/out (send_post_ref) */
+    size_t out_bytes; /* extent of the output buffer */
 } run_t;
 
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
@@ -183,18 +184,29 @@ static void apply(run_t *r, chan_state_t *cs)
 
 /* For a send connection with send_post_ref, in a ring plan: applies a primitive whose sent
  * payload is also in in/out without the copy into the send slot and returns where that
- * payload is; NULL (nothing applied) for the others. Safe because, in a ring plan, memory a
- * frame refers to is rewritten only after the frame's data went round the ring (so it left
- * this rank), and run_plan detaches what is left before it returns. */
+ * payload is; NULL (nothing applied) for the others.
+ *
+ * Why a frame may refer to the caller's memory: ring plans write each output range once per
+ * call, before sending it (copySend, recvCopySend, recvReduceCopySend), and never write it
+ * again in that call. The one range written after it was sent is the input of the first send
+ * when the input and output buffers overlap: in-place all-reduce rewrites it only with data
+ * that went round the ring after this frame (so the frame left), but reduce-scatter with
+ * sendbuf == recvbuf writes this rank's block, which needs only the chain that starts at the
+ * next rank, not that rank having read the frame. So a send reads `in` by reference only when
+ * the input range and the output buffer do not overlap. run_plan detaches what is left before
+ * it returns. */
 static const void *apply_ref(run_t *r, chan_state_t *cs)
 {
     const braid_step_t *s = &cs->step;
-    if (!r->by_ref || !cs->sconn->ops->send_post_ref) return NULL;
+    const braid_transport_t *ops = cs->sconn->ops;
+    if (!r->by_ref || !ops->send_post_ref || !ops->send_detach) return NULL;
     size_t bytes = s->count * r->es;
     const char *in = (s->flags & BRAID_STEP_IN_OUT ? r->out : r->in) + s->in_off * r->es;
     char *out = r->out + s->out_off * r->es;
     switch ((braid_prim_t)s->prim) {
     case BRAID_PRIM_SEND:
+        if (s->flags & BRAID_STEP_IN_OUT) return NULL;
+        if (r->out && in < r->out + r->out_bytes && r->out < in + bytes) return NULL;
         return in;
     case BRAID_PRIM_COPY_SEND:
         copy_bytes(out, in, bytes);
@@ -328,6 +340,7 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
     r.in = a->sendbuf;
     r.out = out;
     r.by_ref = algo == BRAID_PLAN_RING;
+    r.out_bytes = a->count * r.es * (a->coll == BRAID_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
     braid_result_t res = run_steps(&r, seq, algo);
     /* Whatever the outcome, no frame may refer to the caller's buffers once we return. */
     for (int c = 0; r.by_ref && c < comm->nchannels; c++) {

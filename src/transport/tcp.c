@@ -177,8 +177,14 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 1;
-            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
-                                 c->desc, strerror(errno));
+            if (errno == EFAULT)
+                braid_tcp_set_failed(c, BRAID_ERR_INVALID_ARG,
+                                     "sending to %s: a buffer of the collective is not readable "
+                                     "(freed during the call?)",
+                                     c->desc);
+            else
+                braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
+                                     c->desc, strerror(errno));
             return -1;
         }
         tx_advance(c, s, (size_t)n);
@@ -313,17 +319,29 @@ static braid_result_t tcp_send_post_ref(braid_conn_t *conn, const braid_msg_hdr_
 static void tcp_send_detach(braid_conn_t *conn)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
-    /* Under the mutex no sendmsg is in flight; frames before tail are in the kernel. A frame
-     * partly written is copied whole: its slot then holds the same bytes. */
+    /* Frames before tail are in the kernel. The copies run without the mutex, so the progress
+     * thread keeps serving the other connections: tx_sock only reads the caller's memory, and
+     * nobody else writes these slots (the engine posts again only after this). A frame partly
+     * written is copied whole (its slot then holds the same bytes) and switched under the
+     * mutex. */
     pthread_mutex_lock(&c->mu);
     uint32_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
-    for (uint32_t f = atomic_load_explicit(&c->tail, memory_order_relaxed); before(f, head); f++) {
+    uint32_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
+    pthread_mutex_unlock(&c->mu);
+    int copied = 0;
+    for (uint32_t f = tail; before(f, head); f++) {
         uint32_t slot = f % c->nslots;
         char *own = c->slots + (size_t)slot * conn->slot_size;
         if (c->wsrc[slot] != own) {
             memcpy(own, c->wsrc[slot], c->wbytes[slot]);
-            c->wsrc[slot] = own;
+            copied = 1;
         }
+    }
+    if (!copied) return;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t f = tail; before(f, head); f++) {
+        uint32_t slot = f % c->nslots;
+        c->wsrc[slot] = c->slots + (size_t)slot * conn->slot_size;
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -638,8 +656,6 @@ const braid_transport_t braid_transport_tcp = {
     .recv_accept = braid_tcp_recv_accept,
     .send_get = tcp_send_get,
     .send_post = tcp_send_post,
-    .send_post_ref = tcp_send_post_ref,
-    .send_detach = tcp_send_detach,
     .recv_get = tcp_recv_get,
     .recv_release = tcp_recv_release,
     .progress = tcp_progress,
@@ -648,4 +664,6 @@ const braid_transport_t braid_transport_tcp = {
     .fail = tcp_fail,
     .close = tcp_close,
     .comm_cleanup = braid_tcp_comm_cleanup,
+    .send_post_ref = tcp_send_post_ref,
+    .send_detach = tcp_send_detach,
 };

@@ -8,11 +8,12 @@
  *
  * The data path is non-blocking and copy-avoiding: the sender asks for the next free slot
  * (send_get), writes the payload straight into it (the engine's reduction writes there), then
- * posts it with a message header (send_post). The receiver asks for the next filled slot
- * (recv_get), reads it in place, and releases it (recv_release). A slot that is not available
- * yet is BRAID_INPROGRESS (back-pressure), never an error. wait() sleeps until the condition
- * the engine needs may have changed, or until deadline_ns, whichever is first; it also detects
- * a dead peer (BRAID_ERR_REMOTE naming it).
+ * posts it with a message header (send_post); or, where the transport offers send_post_ref
+ * and the payload already sits in the caller's buffers, posts the slot with a pointer there. The
+ * receiver asks for the next filled slot (recv_get), reads it in place, and releases it
+ * (recv_release). A slot that is not available yet is BRAID_INPROGRESS (back-pressure), never an
+ * error. wait() sleeps until the condition the engine needs may have changed, or until deadline_ns,
+ * whichever is first; it also detects a dead peer (BRAID_ERR_REMOTE naming it).
  *
  * Ops tables start with their size so they can grow; fields use designated initializers. */
 #ifndef BRAID_TRANSPORT_TRANSPORT_H
@@ -30,14 +31,14 @@ struct braid_comm;
 /* Carried with every message (every slot). seq and desc let the receiver check that both
  * ranks run the same collective (BRAID_ERR_MISMATCH otherwise). */
 typedef struct {
-    uint32_t bytes;    /* payload bytes in this slot */
-    uint32_t seq;      /* collective sequence number on the communicator (low 32 bits) */
-    uint8_t coll;      /* braid_coll_t */
-    uint8_t dtype;     /* braid_datatype_t */
-    uint8_t op;        /* braid_redop_t */
-    uint8_t flags;     /* BRAID_MSG_* */
-    int32_t root;      /* root rank or -1 */
-    uint64_t count;    /* the collective's count argument */
+    uint32_t bytes; /* payload bytes in this slot */
+    uint32_t seq;   /* collective sequence number on the communicator (low 32 bits) */
+    uint8_t coll;   /* braid_coll_t */
+    uint8_t dtype;  /* braid_datatype_t */
+    uint8_t op;     /* braid_redop_t */
+    uint8_t flags;  /* BRAID_MSG_* */
+    int32_t root;   /* root rank or -1 */
+    uint64_t count; /* the collective's count argument */
 } braid_msg_hdr_t;
 
 #define BRAID_MSG_ABORT 0x1 /* the sender aborted: the payload is an error text */
@@ -47,7 +48,7 @@ typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1 } braid_wait_dir_t;
 typedef struct braid_conn {
     const struct braid_transport *ops;
     struct braid_comm *comm;
-    int peer;         /* the remote rank */
+    int peer; /* the remote rank */
     int channel;
     size_t slot_size; /* payload capacity of one slot */
     int is_send;
@@ -58,8 +59,8 @@ typedef struct braid_transport {
     const char *name;
     braid_result_t (*recv_setup)(struct braid_comm *comm, int peer, int channel,
                                  braid_conn_t **conn_p, void *info, size_t *info_len_p);
-    braid_result_t (*send_connect)(struct braid_comm *comm, int peer, int channel,
-                                   const void *info, size_t info_len, braid_conn_t **conn_p);
+    braid_result_t (*send_connect)(struct braid_comm *comm, int peer, int channel, const void *info,
+                                   size_t info_len, braid_conn_t **conn_p);
     braid_result_t (*recv_accept)(braid_conn_t *conn);
     /* Data path. */
     braid_result_t (*send_get)(braid_conn_t *conn, void **buf_p);
@@ -67,14 +68,6 @@ typedef struct braid_transport {
     braid_result_t (*recv_get)(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
                                const void **buf_p);
     braid_result_t (*recv_release)(braid_conn_t *conn);
-    /* Optional (NULL when not supported). send_post_ref posts the slot from send_get like
-     * send_post, but the payload is read from src instead of the slot, which the engine then
-     * leaves unwritten: a copy saved. src must stay valid and unchanged until the frame has
-     * gone or send_detach has run; send_detach copies whatever posted frames still refer to
-     * caller memory into their own slots, so the caller may reuse that memory at once. */
-    braid_result_t (*send_post_ref)(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
-                                    const void *src);
-    void (*send_detach)(braid_conn_t *conn);
     /* Progress for transports that move data in software (tcp); NULL when not needed. */
     braid_result_t (*progress)(braid_conn_t *conn);
     /* Sleeps until the slot in direction dir may be available, or deadline_ns (CLOCK_MONOTONIC)
@@ -89,6 +82,15 @@ typedef struct braid_transport {
     /* Frees per-communicator state of this transport (listeners, threads); called by
      * braid_comm_destroy after every connection is closed. NULL when there is none. */
     void (*comm_cleanup)(struct braid_comm *comm);
+    /* Optional pair (both or neither; NULL when not supported). send_post_ref posts the slot
+     * from send_get like send_post, but the payload is read from src instead of the slot,
+     * which the engine then leaves unwritten: a copy saved. src must stay valid and unchanged
+     * until the frame has gone or send_detach has run; send_detach copies whatever posted
+     * frames still refer to caller memory into their own slots, so the caller may reuse that
+     * memory at once. */
+    braid_result_t (*send_post_ref)(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                    const void *src);
+    void (*send_detach)(braid_conn_t *conn);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;

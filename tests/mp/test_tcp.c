@@ -142,8 +142,8 @@ static int channels_fn(braid_comm_t comm, int rank, int n, void *arg)
      * (send_post_ref) must carry the right bytes and none may be read after the call returns
      * (data_check_allreduce frees its buffers at once). */
     for (int in_place = 0; in_place < 2; in_place++)
-        if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4,
-                                 in_place, 0, 3 + in_place, "tcp"))
+        if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, (8u << 20) / 4, in_place,
+                                 0, 3 + in_place, "tcp"))
             return 1;
     return rooted_and_ring(comm, rank, n, NULL);
 }
@@ -181,7 +181,8 @@ static int detach_fn(braid_comm_t comm, int rank, int n, void *arg)
             usleep(200000);
             memset(buf, 0, count * sizeof(float));
             MP_OK(rank, braid_broadcast(buf, buf, count, BRAID_FLOAT32, 0, comm));
-            MP_CHECK(rank, !data_check_rank(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, count, 11 + round, what),
+            MP_CHECK(rank,
+                     !data_check_rank(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, count, 11 + round, what),
                      "%s: wrong data", what);
         }
         MP_OK(rank, braid_barrier(comm));
@@ -198,6 +199,55 @@ Test(tcp, frames_sent_from_user_buffers_are_detached_on_return)
     setenv("BRAID_CHUNK_SIZE", "1M", 1);
     cr_assert_eq(mp_run(2, detach_fn, NULL, 60), 0, "see stderr");
     cr_assert_eq(mp_run(3, detach_fn, NULL, 60), 0, "see stderr");
+}
+
+/* reduce_scatter with recvbuf == sendbuf (accepted: "in place" in braid.h): this rank's
+ * output block is the range its first send reads, and it is written as soon as the chain from
+ * the next rank arrives, which does not wait for that send to leave. With 4 MiB chunks and
+ * rank 0 late, that first frame is still queued when the block is written: it must not be
+ * sent by reference (found in review; failed 5 runs in 13 before the fix). In-place
+ * all-reduce and NCCL's in-place reduce_scatter with a late rank and 2 channels ride along. */
+static int alias_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t C = (16u << 20) / 4;
+    int32_t *buf = xmalloc((size_t)n * C * 4);
+    for (int round = 0; round < 9; round++) {
+        int kind = round % 3; /* 0: rs, sendbuf == recvbuf; 1: NCCL in-place rs; 2: allreduce */
+        for (size_t i = 0; i < (size_t)n * C; i++)
+            buf[i] = (int32_t)((size_t)rank * 1000003u + i * 7u + (size_t)round);
+        /* Kind 0: rank 0 late, so the next rank's first frame waits in its queue. */
+        if (rank == (kind ? round % n : 0)) usleep(100000);
+        int32_t *out = kind == 1 ? buf + (size_t)rank * C : buf;
+        if (kind < 2)
+            MP_OK(rank, braid_reduce_scatter(buf, out, C, BRAID_INT32, BRAID_SUM, comm));
+        else
+            MP_OK(rank, braid_allreduce(buf, buf, (size_t)n * C, BRAID_INT32, BRAID_SUM, comm));
+        size_t len = kind < 2 ? C : (size_t)n * C, bad = 0, first = 0;
+        for (size_t i = 0; i < len; i++) {
+            size_t gi = kind < 2 ? (size_t)rank * C + i : i;
+            uint32_t e = 0;
+            for (int q = 0; q < n; q++)
+                e += (uint32_t)((size_t)q * 1000003u + gi * 7u + (size_t)round);
+            if ((uint32_t)out[i] != e && !bad++) first = i;
+        }
+        MP_CHECK(rank, bad == 0, "round %d (kind %d): %zu wrong elements, the first at %zu", round,
+                 kind, bad, first);
+        MP_OK(rank, braid_barrier(comm));
+    }
+    free(buf);
+    return 0;
+}
+
+Test(tcp, in_place_and_aliased_buffers_with_queued_frames, .timeout = 200)
+{
+    use_tcp();
+    setenv("BRAID_ALGO", "ring", 1);
+    setenv("BRAID_CHUNK_SIZE", "4M", 1);
+    cr_assert_eq(mp_run(2, alias_fn, NULL, 150), 0, "see stderr");
+    setenv("BRAID_CHUNK_SIZE", "1M", 1);
+    setenv("BRAID_NCHANNELS", "2", 1);
+    cr_assert_eq(mp_run(3, alias_fn, NULL, 150), 0, "see stderr");
 }
 
 /* ---- a second communicator made inside a test: IPv6, fd and thread leaks ----------------------

@@ -35,6 +35,7 @@ typedef struct {
     braid_step_t step;
     int have, done;
     elem_t *in, *out;
+    unsigned char *writes; /* per output element: times a step wrote it */
 } rank_t;
 
 static elem_t *alloc_elems(size_t n)
@@ -95,6 +96,8 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
     for (int r = 0; r < n; r++) {
         rk[r].in = alloc_elems(in_len);
         rk[r].out = alloc_elems(out_len);
+        rk[r].writes = calloc(out_len + 1, 1);
+        cr_assert(rk[r].writes);
         int who = order ? order[r] : r;
         for (size_t i = 0; i < in_len; i++) {
             rk[r].in[i].contrib = 1ull << (8 * who);
@@ -159,9 +162,17 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                     cr_assert_leq(s->in_off + s->count,
                                   s->flags & BRAID_STEP_IN_OUT ? out_len : in_len,
                                   "n=%d rank %d reads past input", n, r);
-                if (braid_prim_writes_out(p))
+                if (braid_prim_writes_out(p)) {
                     cr_assert_leq(s->out_off + s->count, out_len, "n=%d rank %d writes past output",
                                   n, r);
+                    /* Ring plans write each output element at most once per call: the engine
+                     * relies on it to send output ranges by reference (send_post_ref), a range
+                     * once sent is never rewritten during the call. */
+                    for (size_t i = 0; algo == BRAID_PLAN_RING && i < s->count; i++)
+                        cr_assert_eq(rk[r].writes[s->out_off + i]++, 0,
+                                     "coll %d n=%d rank %d writes output element %zu twice", coll,
+                                     n, r, s->out_off + i);
+                }
                 elem_t *in = (s->flags & BRAID_STEP_IN_OUT ? rk[r].out : rk[r].in) + s->in_off;
                 elem_t *out = rk[r].out + s->out_off;
                 elem_t *S = alloc_elems(s->count);
@@ -230,6 +241,7 @@ static void simulate_algo(int algo, int coll, int n, int root, size_t count, siz
                          pfifo[a][b].head - pfifo[a][b].tail, a, b);
     for (int r = 0; r < n; r++) {
         free(rk[r].in);
+        free(rk[r].writes);
         outs[order ? order[r] : r] = rk[r].out;
     }
 }
