@@ -84,6 +84,20 @@ else
     echo "$info" | grep rdma
 fi
 
+# The transport conformance cases (tests/common/conformance.c) on the rdma vtable directly,
+# rank 0 on rxe0, rank 1 on rxe1; in "kill" rank 1 SIGKILLs itself.
+conf="$build/bin/braid_conformance"
+if [ -x "$conf" ]; then
+    for c in $("$conf" list); do
+        [ "$c" = kill ] && victim=1
+        run "conformance rdma/$c (2 ranks, rxe0 + rxe1)" 2 "BRAID_TIMEOUT=60" "$conf" rdma "$c"
+        victim=""
+    done
+else
+    failed=$((failed + 1))
+    echo "[FAIL] $conf is missing (build the tests)"
+fi
+
 args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
 run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
     "BRAID_TRANSPORT=rdma" $perf $args
