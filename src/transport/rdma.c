@@ -1,4 +1,5 @@
-/* RDMA verbs transport (libibverbs + librdmacm): one RC queue pair per connection.
+/* RDMA verbs transport (libibverbs + librdmacm): RC queue pairs, BRAID_IB_QPS_PER_CONN per
+ * connection (default 1; message pos is written on QP pos % nqps and read in order).
  *
  * Setup (rdma_conn.c). The first recv_setup of a communicator opens an rdma_cm listener (port 0)
  * on the address of the port BRAID_IB_HCA / BRAID_IB_GID_INDEX choose, else the address
@@ -14,7 +15,9 @@
  * Data path (no syscalls). The engine writes a send slot in place; send_post puts the header
  * in front of the payload and RDMA-WRITEs header + payload WITH IMMEDIATE (immediate = message
  * sequence number) into the same slot of the receiver (inline when it fits). The receiver's
- * completion of that write (a consumed receive WR) tells it the slot is full; recv_release
+ * completion of that write (a consumed receive WR) tells it the slot is full (`arrived`; with
+ * several QPs writes may complete out of order, each QP's in order, and slots are read in
+ * order); recv_release
  * returns a credit: a zero-length SEND WITH IMMEDIATE carrying its release count. Both sides
  * poll their completion queue in send_get/recv_get; wait() arms the CQ's completion channel
  * and sleeps in poll() on it (and a wake eventfd, and the sender's rdma_cm channel).
@@ -61,9 +64,26 @@ void braid_rdma_set_failed(rdma_conn_t *c, braid_result_t code, const char *fmt,
     braid_rdma_wake_fd(c->wake_fd);
 }
 
+void braid_rdma_set_disconnected(rdma_conn_t *c, const char *fmt, ...)
+{
+    if (atomic_load_explicit(&c->disconnected, memory_order_acquire)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->disc_msg, sizeof(c->disc_msg), fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&c->disconnected, 1, memory_order_release);
+    braid_rdma_wake_fd(c->wake_fd);
+}
+
 braid_result_t braid_rdma_failure(rdma_conn_t *c)
 {
     int code = atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (!code && atomic_load_explicit(&c->disconnected, memory_order_acquire)) {
+        /* A fail() text that arrived before the disconnect names the real cause. */
+        if (c->cq) braid_rdma_poll_cq(c);
+        braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%s", c->disc_msg);
+        code = atomic_load_explicit(&c->failed, memory_order_acquire);
+    }
     if (!code) return BRAID_SUCCESS;
     if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
         return braid_set_error(BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
@@ -72,9 +92,9 @@ braid_result_t braid_rdma_failure(rdma_conn_t *c)
 
 /* ---- completions --------------------------------------------------------------------------- */
 
-static void repost(rdma_conn_t *c)
+static void repost(rdma_conn_t *c, int q)
 {
-    if (braid_rdma_post_recv(c))
+    if (braid_rdma_post_recv(c, q))
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot repost a receive to %s (QP error)",
                               c->desc);
 }
@@ -94,38 +114,52 @@ static void on_ctrl(rdma_conn_t *c, uint32_t imm, uint32_t len)
                               text[0] ? text : braid_strerror(code));
 }
 
+/* A data write arrived on QP q: messages on one QP come in order (pos = q, q + nqps, ...). */
+static void on_write(rdma_conn_t *c, int q, uint32_t imm)
+{
+    uint32_t want = c->rx_next[q];
+    if (imm != (want & RDMA_SEQ_MASK)) {
+        braid_rdma_set_failed(c, BRAID_ERR_REMOTE,
+                              "rdma: %s sent message %u on QP %d where %u was expected", c->desc,
+                              imm, q, want & RDMA_SEQ_MASK);
+        return;
+    }
+    c->arrived[want % c->nslots] = want + 1;
+    c->rx_next[q] = want + (uint32_t)c->nqps;
+}
+
 void braid_rdma_poll_cq(rdma_conn_t *c)
 {
     struct ibv_wc wc[16];
     int n;
     while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
         for (int i = 0; i < n; i++) {
+            unsigned kind = (unsigned)(wc[i].wr_id & 0xff);
+            int q = (int)(wc[i].wr_id >> 8);
+            if (q >= c->nqps) q = 0;
+            int counted = kind != RDMA_WR_RECV;
             if (wc[i].status != IBV_WC_SUCCESS) {
-                if (wc[i].status != IBV_WC_WR_FLUSH_ERR || !atomic_load(&c->failed))
+                if (wc[i].status != IBV_WC_WR_FLUSH_ERR ||
+                    (!atomic_load(&c->failed) && !atomic_load(&c->disconnected)))
                     braid_rdma_set_failed(
                         c, BRAID_ERR_REMOTE,
                         "rdma: work completion to/from %s failed: %s (vendor error %u)", c->desc,
                         ibv_wc_status_str(wc[i].status), wc[i].vendor_err);
-                /* Only wr_id is valid in a failed completion: 0 = receive, 3 = fail(). */
-                if (wc[i].wr_id != 0 && wc[i].wr_id != 3 && c->sq_out) c->sq_out--;
+                /* Only wr_id is valid in a failed completion. */
+                if (counted && c->sq_out[q]) c->sq_out[q]--;
                 continue;
             }
-            if (wc[i].wr_id == 0) {
+            if (kind == RDMA_WR_RECV) {
                 uint32_t imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc[i].imm_data) : 0;
-                if (imm & RDMA_CTRL) {
+                if (imm & RDMA_CTRL)
                     on_ctrl(c, imm, wc[i].byte_len);
-                } else if (c->base.is_send) {
+                else if (c->base.is_send)
                     c->tail += (imm - c->tail) & RDMA_SEQ_MASK;
-                } else if (imm != (c->head & RDMA_SEQ_MASK)) {
-                    braid_rdma_set_failed(c, BRAID_ERR_REMOTE,
-                                          "rdma: %s sent message %u where %u was expected", c->desc,
-                                          imm, c->head & RDMA_SEQ_MASK);
-                } else {
-                    c->head++;
-                }
-                repost(c);
-            } else if (wc[i].wr_id != 3 && c->sq_out) {
-                c->sq_out--;
+                else
+                    on_write(c, q, imm);
+                repost(c, q);
+            } else if (counted && c->sq_out[q]) {
+                c->sq_out[q]--;
             }
         }
     }
@@ -133,11 +167,11 @@ void braid_rdma_poll_cq(rdma_conn_t *c)
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: ibv_poll_cq failed on %s", c->desc);
 }
 
-/* Makes room for one more work request on the send queue. */
-static braid_result_t sq_room(rdma_conn_t *c)
+/* Makes room for one more work request on the send queue of QP q. */
+static braid_result_t sq_room(rdma_conn_t *c, int q)
 {
     uint64_t deadline = 0;
-    while (c->sq_out + 2 >= c->sq_max) { /* two kept for fail() */
+    while (c->sq_out[q] + 2 >= c->sq_max) { /* two kept for fail() */
         braid_rdma_poll_cq(c);
         BRAID_CHECK(braid_rdma_failure(c));
         if (!deadline) deadline = braid_now_ns() + (uint64_t)(c->base.comm->timeout_s * 1e9);
@@ -163,7 +197,8 @@ static braid_result_t rdma_send_get(braid_conn_t *conn, void **buf_p)
 static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    BRAID_CHECK(sq_room(c));
+    int q = (int)(c->pos % (uint32_t)c->nqps);
+    BRAID_CHECK(sq_room(c, q));
     size_t off = (size_t)(c->pos % c->nslots) * c->stride;
     memcpy(c->buf + off, hdr, sizeof(*hdr));
     uint32_t len = RDMA_HDR + hdr->bytes;
@@ -171,7 +206,7 @@ static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *
         .addr = (uint64_t)(uintptr_t)(c->buf + off), .length = len, .lkey = c->mr->lkey};
     struct ibv_send_wr wr =
                            {
-                               .wr_id = 1,
+                               .wr_id = RDMA_WR_ID(RDMA_WR_WRITE, q),
                                .sg_list = &sge,
                                .num_sge = 1,
                                .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -181,23 +216,28 @@ static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *
                                .wr.rdma = {.remote_addr = c->raddr + off, .rkey = c->rkey},
                            },
                        *bad;
-    if (ibv_post_send(c->id->qp, &wr, &bad)) {
+    if (ibv_post_send(c->ids[q]->qp, &wr, &bad)) {
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot post a write to %s (QP error)",
                               c->desc);
         return braid_rdma_failure(c);
     }
-    c->sq_out++;
+    c->sq_out[q]++;
     c->pos++;
     return BRAID_SUCCESS;
+}
+
+static int arrived(rdma_conn_t *c)
+{
+    return c->arrived[c->pos % c->nslots] == c->pos + 1;
 }
 
 static braid_result_t rdma_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
                                     const void **buf_p)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->pos == c->head) {
+    if (!arrived(c)) {
         braid_rdma_poll_cq(c);
-        if (c->pos == c->head) return BRAID_INPROGRESS;
+        if (!arrived(c)) return BRAID_INPROGRESS;
     }
     char *slot = c->buf + (size_t)(c->pos % c->nslots) * c->stride;
     const braid_msg_hdr_t *h = (const braid_msg_hdr_t *)slot;
@@ -213,26 +253,26 @@ static braid_result_t rdma_recv_release(braid_conn_t *conn)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
     c->pos++;
-    BRAID_CHECK(sq_room(c));
-    struct ibv_send_wr wr = {.wr_id = 2,
+    BRAID_CHECK(sq_room(c, 0));
+    struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_CREDIT, 0),
                              .sg_list = NULL,
                              .num_sge = 0,
                              .opcode = IBV_WR_SEND_WITH_IMM,
                              .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
                              .imm_data = htonl(c->pos & RDMA_SEQ_MASK)},
                        *bad;
-    if (ibv_post_send(c->id->qp, &wr, &bad)) {
+    if (ibv_post_send(c->ids[0]->qp, &wr, &bad)) {
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot return a credit to %s (QP error)",
                               c->desc);
         return braid_rdma_failure(c);
     }
-    c->sq_out++;
+    c->sq_out[0]++;
     return BRAID_SUCCESS;
 }
 
 static int ready(rdma_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return c->pos != c->head;
+    if (dir == BRAID_WAIT_RECV) return arrived(c);
     return c->pos - c->tail < c->nslots;
 }
 
@@ -244,8 +284,7 @@ static void sender_events(rdma_conn_t *c)
         enum rdma_cm_event_type t = ev->event;
         rdma_ack_cm_event(ev);
         if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL)
-            braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%s disconnected (%s)", c->desc,
-                                  rdma_event_str(t));
+            braid_rdma_set_disconnected(c, "%s disconnected (%s)", c->desc, rdma_event_str(t));
     }
 }
 
@@ -291,22 +330,26 @@ static void rdma_wake(braid_conn_t *conn)
 static void rdma_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->id && c->id->qp && atomic_load(&c->connected) && !c->fail_sent) {
+    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) && !c->fail_sent) {
         c->fail_sent = 1;
         uint32_t v = (uint32_t)(-code) & 0xff;
         snprintf(c->tx_text, RDMA_TEXT - 1, "%s", why ? why : "");
         uint32_t len = (uint32_t)strlen(c->tx_text);
         struct ibv_sge sge = {
             .addr = (uint64_t)(uintptr_t)c->tx_text, .length = len, .lkey = c->mr->lkey};
-        struct ibv_send_wr wr = {.wr_id = 3,
+        struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_FAIL, 0),
                                  .sg_list = &sge,
                                  .num_sge = len ? 1 : 0,
                                  .opcode = IBV_WR_SEND_WITH_IMM,
-                                 .send_flags = len <= c->max_inline ? IBV_SEND_INLINE : 0,
+                                 .send_flags = IBV_SEND_SIGNALED |
+                                               (len <= c->max_inline ? IBV_SEND_INLINE : 0),
                                  .imm_data = htonl(RDMA_CTRL | v)},
                            *bad;
-        if (ibv_post_send(c->id->qp, &wr, &bad))
+        /* Signaled and counted, so close() lets it leave before the disconnect. */
+        if (ibv_post_send(c->ids[0]->qp, &wr, &bad))
             braid_info(NET, "rdma: could not tell %s about the failure", c->desc);
+        else
+            c->sq_out[0]++;
     }
     rdma_wake(conn);
 }

@@ -15,14 +15,18 @@
 #include <sys/socket.h>
 
 #define RDMA_MAGIC 0x62524d41u /* "bRMA" */
-#define RDMA_VERSION 1u
+#define RDMA_VERSION 2u
 #define RDMA_HDR 64u          /* header bytes in front of every slot's payload */
 #define RDMA_CTRL 0x80000000u /* immediate: a failure code, not a sequence number */
 #define RDMA_SEQ_MASK 0x7fffffffu
 #define RDMA_INFO_BYTES 56
 #define RDMA_EXTRA_WR 8
 #define RDMA_INLINE_WANT 256
-#define RDMA_TEXT 256 /* bytes of a fail() text; every receive WR may land one in `rx_text` */
+#define RDMA_TEXT 256  /* bytes of a fail() text; every receive WR may land one in `rx_text` */
+#define RDMA_MAX_QPS 8 /* BRAID_IB_QPS_PER_CONN at most */
+/* Work request ids: the kind in the low byte, the QP index above it. */
+enum { RDMA_WR_RECV = 0, RDMA_WR_WRITE = 1, RDMA_WR_CREDIT = 2, RDMA_WR_FAIL = 3 };
+#define RDMA_WR_ID(kind, q) ((uint64_t)(kind) | ((uint64_t)(q) << 8))
 
 struct rdma_state;
 
@@ -30,8 +34,11 @@ typedef struct rdma_conn {
     braid_conn_t base;
     struct rdma_state *st;
     struct rdma_conn *next; /* receive connections of the state */
-    struct rdma_cm_id *id;
-    struct rdma_event_channel *ch; /* sender: its own channel */
+    /* One rdma_cm id and RC QP per QP (BRAID_IB_QPS_PER_CONN): message pos goes on QP
+     * pos % nqps; credits and fail() texts go on QP 0. */
+    struct rdma_cm_id *ids[RDMA_MAX_QPS];
+    int nqps;
+    struct rdma_event_channel *ch; /* sender: its own channel (all its ids) */
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_comp_channel *cc;
@@ -44,14 +51,23 @@ typedef struct rdma_conn {
     uint64_t raddr;
     uint32_t rkey;
     uint32_t pos;  /* next slot to post (send) or read (recv) */
-    uint32_t head; /* receiver: messages arrived */
     uint32_t tail; /* sender: slots released by the receiver (credits) */
-    uint32_t sq_out, sq_max, rq_depth, max_inline;
+    /* Receiver: per slot, 1 + the sequence number of the message that arrived in it (messages
+     * on different QPs may complete out of order; they are read in order). */
+    uint32_t *arrived;
+    uint32_t rx_next[RDMA_MAX_QPS]; /* receiver: the sequence number expected next on QP q */
+    uint32_t sq_out[RDMA_MAX_QPS];  /* send WRs outstanding per QP */
+    uint32_t sq_max, rq_depth, max_inline;
+    int path_mtu;       /* bytes, QP 0's path MTU (0 until connected) */
     unsigned cq_events; /* unacked completion-channel events */
     int wake_fd;
     int fail_sent;
-    _Atomic int connected;
-    _Atomic int failed; /* braid_result_t, 0 = none */
+    _Atomic int connected; /* QPs established */
+    _Atomic int failed;    /* braid_result_t, 0 = none */
+    /* Set by the rdma_cm side (a DISCONNECTED event): becomes the failure once the CQ is drained,
+     * so a fail() text the peer sent before disconnecting is reported instead. */
+    _Atomic int disconnected;
+    char disc_msg[240];
     char fail_msg[400];
     char desc[160];
 } rdma_conn_t;
@@ -74,6 +90,7 @@ typedef struct {
     uint32_t magic, version;
     uint8_t secret[BRAID_SECRET_BYTES];
     int32_t rank, channel;
+    int32_t qp, nqps; /* this QP's index, of nqps */
 } rdma_hello_t;
 
 /* The receiver's info blob. */
@@ -83,6 +100,7 @@ typedef struct {
     uint32_t rkey;
     uint16_t family, port; /* port in network order */
     uint8_t ip[16];
+    uint32_t nqps; /* QPs the receiver takes (its BRAID_IB_QPS_PER_CONN) */
 } rdma_info_t;
 _Static_assert(sizeof(rdma_info_t) <= RDMA_INFO_BYTES, "info blob");
 _Static_assert(sizeof(braid_msg_hdr_t) <= RDMA_HDR, "header");
@@ -90,13 +108,18 @@ _Static_assert(sizeof(braid_msg_hdr_t) <= RDMA_HDR, "header");
 /* rdma.c */
 void braid_rdma_set_failed(rdma_conn_t *c, braid_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Records an rdma_cm disconnect of c (any thread); see `disconnected`. */
+void braid_rdma_set_disconnected(rdma_conn_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* The connection's sticky failure as this thread's error, or BRAID_SUCCESS. */
 braid_result_t braid_rdma_failure(rdma_conn_t *c);
 void braid_rdma_wake_fd(int fd);
 void braid_rdma_poll_cq(rdma_conn_t *c);
 
 /* rdma_conn.c */
-int braid_rdma_post_recv(rdma_conn_t *c);
+int braid_rdma_post_recv(rdma_conn_t *c, int q);
+/* 1 when every QP of c is established. */
+int braid_rdma_all_connected(rdma_conn_t *c);
 braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int channel,
                                      braid_conn_t **conn_p, void *info, size_t *info_len_p);
 braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int channel,
@@ -112,5 +135,8 @@ braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_s
 int braid_rdma_hca_chosen(void);
 /* The address of the first active port BRAID_IB_HCA allows (GID by BRAID_IB_GID_INDEX). */
 braid_result_t braid_rdma_hca_addr(struct sockaddr_storage *a);
+/* After QP `id` of c is established: its path MTU must be min(port active MTU, route MTU);
+ * logs the three at INFO NET and sets c->path_mtu. */
+braid_result_t braid_rdma_check_mtu(rdma_conn_t *c, struct rdma_cm_id *id);
 
 #endif

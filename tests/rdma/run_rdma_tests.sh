@@ -7,7 +7,8 @@
 #   tests/rdma/run_rdma_tests.sh [BUILD_DIR]     (default: build)
 #
 # The last line is "rdma: N passed, N failed"; the exit status is non-zero if any case failed or
-# the VM could not boot (BRAID_SKIP_RDMA_VM=1 turns the latter into a skip).
+# the VM could not boot (BRAID_SKIP_RDMA_VM=1 turns the latter into a skip). BRAID_RDMA_ONLY=REGEX
+# runs only the cases whose names match (development; CI runs them all).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 build=$(cd "${1:-${BRAID_BUILD:-build}}" && pwd) || { echo "rdma: no build folder"; echo "rdma: 0 passed, 1 failed"; exit 1; }
@@ -27,7 +28,7 @@ ${CC:-cc} -O2 -Wall -Wextra -I include tests/net/net_check.c -L "$build/lib" -lb
     echo "rdma: building net_check failed; its cases are left out" >&2
 t0=$(date +%s)
 tests/rdma/vm.sh --share "$build" --lib-of "$perf" --lib-of "$build/bin/braid_conformance" --timeout "${BRAID_RDMA_VM_TIMEOUT:-900}" -- \
-    env VERBOSE="${VERBOSE:-}" dash "$build/rdma-test/inner.sh" "$build" | tee "$build/rdma-test/log"
+    env VERBOSE="${VERBOSE:-}" ONLY="${BRAID_RDMA_ONLY:-}" dash "$build/rdma-test/inner.sh" "$build" | tee "$build/rdma-test/log"
 rc=${PIPESTATUS[0]}
 echo "rdma: total $(($(date +%s) - t0)) s (VM status $rc)"
 if ! grep -q "^rdma: [0-9]* passed" "$build/rdma-test/log"; then
