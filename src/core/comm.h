@@ -122,6 +122,9 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
 braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
                                          const braid_transport_t **t_p);
 
+/* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
+void braid_comm_reg_cleanup(struct braid_comm *comm);
+
 /* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
 void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
 

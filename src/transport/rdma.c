@@ -370,4 +370,6 @@ const braid_transport_t braid_transport_rdma = {
     .fail = rdma_fail,
     .close = braid_rdma_close,
     .comm_cleanup = braid_rdma_comm_cleanup,
+    .mem_register = braid_rdma_mem_register,
+    .mem_deregister = braid_rdma_mem_deregister,
 };

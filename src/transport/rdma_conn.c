@@ -81,8 +81,13 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT;
     c->sq_max = c->nslots + RDMA_EXTRA_WR;
     c->rq_depth = c->nslots + RDMA_EXTRA_WR;
-    c->pd = ibv_alloc_pd(ctx);
-    if (!c->pd) return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_alloc_pd: %m");
+    if (c->st && c->st->pd && c->st->pd->context == ctx) {
+        c->pd = c->st->pd; /* shared: user registrations are usable on this QP */
+    } else {
+        c->pd = ibv_alloc_pd(ctx);
+        if (!c->pd) return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_alloc_pd: %m");
+        c->own_pd = 1;
+    }
     c->cc = ibv_create_comp_channel(ctx);
     if (!c->cc || set_nonblock(c->cc->fd))
         return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_create_comp_channel: %m");
@@ -262,6 +267,16 @@ static void *cm_main(void *arg)
     return NULL;
 }
 
+rdma_state_t *braid_rdma_state_find(struct braid_comm *comm)
+{
+    pthread_mutex_lock(&g_mu);
+    rdma_state_t *st = g_states;
+    while (st && st->comm != comm)
+        st = st->next;
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
 static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
 {
     pthread_mutex_lock(&g_mu);
@@ -305,6 +320,8 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
         r = braid_set_error(BRAID_ERR_SYSTEM, "rdma: no RDMA device has address %s", ip);
         goto fail;
     }
+    r = braid_rdma_reg_init(st);
+    if (r < 0) goto fail;
     struct sockaddr *bound = rdma_get_local_addr(st->listen);
     memcpy(&st->laddr, bound,
            bound->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -327,6 +344,7 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
     *st_p = st;
     return BRAID_SUCCESS;
 fail:
+    braid_rdma_reg_free(st);
     if (st->listen) rdma_destroy_id(st->listen);
     if (st->ch) rdma_destroy_event_channel(st->ch);
     if (st->efd >= 0) close(st->efd);
@@ -498,6 +516,7 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
                                peer, in.nqps, RDMA_MAX_QPS);
     rdma_conn_t *c = conn_new(comm, peer, channel, 1, (int)in.nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
+    c->st = braid_rdma_state_find(comm); /* its protection domain is shared */
     c->raddr = in.addr;
     c->rkey = in.rkey;
     braid_result_t r = do_connect(c, &in);
@@ -579,7 +598,7 @@ void braid_rdma_close(braid_conn_t *conn)
         ibv_destroy_cq(c->cq);
     }
     if (c->cc) ibv_destroy_comp_channel(c->cc);
-    if (c->pd) ibv_dealloc_pd(c->pd);
+    if (c->pd && c->own_pd) ibv_dealloc_pd(c->pd);
     if (c->wake_fd >= 0) close(c->wake_fd);
     free(c);
 }
@@ -607,6 +626,7 @@ void braid_rdma_comm_cleanup(struct braid_comm *comm)
         rdma_ack_cm_event(ev);
         if (req) rdma_destroy_id(id);
     }
+    braid_rdma_reg_free(st);
     rdma_destroy_id(st->listen);
     rdma_destroy_event_channel(st->ch);
     close(st->efd);

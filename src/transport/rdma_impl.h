@@ -40,7 +40,8 @@ typedef struct rdma_conn {
     int nqps;
     struct rdma_event_channel *ch; /* sender: its own channel (all its ids) */
     struct ibv_context *ctx;
-    struct ibv_pd *pd;
+    struct ibv_pd *pd; /* the state's shared one on its device, else own_pd */
+    int own_pd;
     struct ibv_comp_channel *cc;
     struct ibv_cq *cq;
     struct ibv_mr *mr;
@@ -83,6 +84,10 @@ typedef struct rdma_state {
     pthread_t thread;
     int started, stop;
     rdma_conn_t *conns;
+    /* The listener device's protection domain, shared by the connections on that device, and
+     * the user registrations on it (braid_comm_register; rdma_mr.c). */
+    struct ibv_pd *pd;
+    struct braid_regcache *rc;
 } rdma_state_t;
 
 /* The private data of a connect request. */
@@ -127,6 +132,17 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
 braid_result_t braid_rdma_recv_accept(braid_conn_t *conn);
 void braid_rdma_close(braid_conn_t *conn);
 void braid_rdma_comm_cleanup(struct braid_comm *comm);
+
+/* The communicator's state, or NULL when it has made no receive connection. */
+rdma_state_t *braid_rdma_state_find(struct braid_comm *comm);
+
+/* rdma_mr.c */
+#define RDMA_REG_CACHE_MAX 64 /* registrations cached per communicator and device */
+/* The state's protection domain and registration cache. */
+braid_result_t braid_rdma_reg_init(rdma_state_t *st);
+void braid_rdma_reg_free(rdma_state_t *st);
+braid_result_t braid_rdma_mem_register(struct braid_comm *comm, void *buf, size_t bytes);
+void braid_rdma_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes);
 
 /* rdma_dev.c */
 /* The address the listener binds to (port 0). */

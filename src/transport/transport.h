@@ -81,6 +81,10 @@ typedef struct braid_transport {
     /* Frees per-communicator state of this transport (listeners, threads); called by
      * braid_comm_destroy after every connection is closed. NULL when there is none. */
     void (*comm_cleanup)(struct braid_comm *comm);
+    /* The user registered [buf, buf + bytes) with braid_comm_register (bytes > 0; valid until
+     * the matching mem_deregister). NULL when the transport needs no registration. */
+    braid_result_t (*mem_register)(struct braid_comm *comm, void *buf, size_t bytes);
+    void (*mem_deregister)(struct braid_comm *comm, void *buf, size_t bytes);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;
@@ -89,6 +93,9 @@ extern const braid_transport_t braid_transport_shm;
 const braid_transport_t *braid_transport_by_name(const char *name);
 /* Calls every built-in transport's comm_cleanup. */
 void braid_transport_comm_cleanup(struct braid_comm *comm);
+/* Calls every built-in transport's mem_register (undone on failure) / mem_deregister. */
+braid_result_t braid_transport_mem_register(struct braid_comm *comm, void *buf, size_t bytes);
+void braid_transport_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);

@@ -7,6 +7,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/log.h"
+#include "transport/rdma.h"
 #include "transport/transport.h"
 
 #include <pthread.h>
@@ -19,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const conf_cases[] = {"data",  "fail",    "failrecv", "kill",
-                                  "close", "timeout", "abort",    NULL};
+const char *const conf_cases[] = {"data",    "fail",  "failrecv", "kill", "close",
+                                  "timeout", "abort", "register", NULL};
 
 #define FAILF(rank, ...)                                                                           \
     do {                                                                                           \
@@ -439,6 +440,76 @@ static int case_abort(braid_comm_t comm, const char *tname)
     return rc;
 }
 
+/* ---- braid_comm_register ---------------------------------------------------------------- */
+
+/* Registered buffers used by collectives (results checked), overlapping registrations, the
+ * rdma registration cache's view of them, bad arguments, a handle left for destroy. */
+static int case_register(braid_comm_t comm, const char *tname)
+{
+    int rank = comm->rank, n = comm->nranks;
+    size_t count = (size_t)1 << 20; /* 4 MiB of int32 */
+    int32_t *big = malloc(count * sizeof(int32_t)), *other = malloc(4096 * sizeof(int32_t));
+    CHECK(rank, big && other, "out of memory");
+    braid_reg_t hb, hsub, ho, hz, bad = NULL;
+    OK(rank, braid_comm_register(comm, big, count * sizeof(int32_t), &hb));
+    OK(rank, braid_comm_register(comm, big + 1000, 4096, &hsub)); /* inside big */
+    OK(rank, braid_comm_register(comm, other, 4096 * sizeof(int32_t), &ho));
+    OK(rank, braid_comm_register(comm, NULL, 0, &hz)); /* empty: a handle doing nothing */
+    uint64_t regs = 0;
+    size_t ranges = 0, entries = 0;
+#if BRAID_HAVE_VERBS
+    int have = braid_rdma_reg_stats(comm, &regs, &ranges, &entries) == 0;
+    if (!strcmp(tname, "rdma")) {
+        CHECK(rank, have && ranges == 3 && regs == 2 && entries == 2,
+              "rdma cache: have %d, %zu ranges, %llu registrations, %zu entries (want 3, 2, 2)",
+              have, ranges, (unsigned long long)regs, entries);
+    } else {
+        CHECK(rank, !have, "a %s communicator has rdma registrations", tname);
+    }
+#endif
+    /* Collectives on registered memory: exact integer results. */
+    for (size_t i = 0; i < count; i++)
+        big[i] = (int32_t)((i * 7 + (size_t)rank * 1000003u) & 0xffffff);
+    OK(rank, braid_allreduce(big, big, count, BRAID_INT32, BRAID_SUM, comm));
+    for (size_t i = 0; i < count; i++) {
+        int64_t want = 0;
+        for (int r = 0; r < n; r++)
+            want += (int64_t)((i * 7 + (size_t)r * 1000003u) & 0xffffff);
+        CHECK(rank, big[i] == (int32_t)want, "allreduce element %zu: %d, expected %lld", i, big[i],
+              (long long)want);
+    }
+    for (int i = 0; i < 2048; i++)
+        other[rank * 2048 + i] = rank * 100000 + i;
+    OK(rank, braid_allgather(other + rank * 2048, other, 2048, BRAID_INT32, comm));
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < 2048; i++)
+            CHECK(rank, other[r * 2048 + i] == r * 100000 + i, "allgather [%d][%d] = %d", r, i,
+                  other[r * 2048 + i]);
+    /* Bad arguments and stale handles are refused with a message. */
+    CHECK(rank, braid_comm_register(comm, big, 8, NULL) == BRAID_ERR_INVALID_ARG, "NULL handle_p");
+    CHECK(rank, braid_comm_register(comm, NULL, 8, &bad) == BRAID_ERR_INVALID_ARG && !bad,
+          "NULL buf");
+    CHECK(rank, strstr(braid_last_error(), "buf is NULL"), "message: %s", braid_last_error());
+    OK(rank, braid_comm_deregister(comm, hsub));
+    CHECK(rank, braid_comm_deregister(comm, hsub) == BRAID_ERR_INVALID_ARG, "double deregister");
+    CHECK(rank, strstr(braid_last_error(), "not registered"), "message: %s", braid_last_error());
+    CHECK(rank, braid_comm_deregister(comm, NULL) == BRAID_ERR_INVALID_ARG, "NULL handle");
+    OK(rank, braid_comm_deregister(comm, hz));
+    OK(rank, braid_comm_deregister(comm, hb));
+#if BRAID_HAVE_VERBS
+    if (!strcmp(tname, "rdma")) {
+        CHECK(rank, braid_rdma_reg_stats(comm, &regs, &ranges, &entries) == 0, "stats");
+        CHECK(rank, ranges == 1 && entries == 1, "after deregistering big: %zu ranges, %zu entries",
+              ranges, entries);
+    }
+#endif
+    /* `other` stays registered: braid_comm_destroy deregisters it (before it is freed). */
+    (void)ho;
+    OK(rank, braid_boot_barrier(comm->boot));
+    free(big);
+    return 0;
+}
+
 int conf_run(braid_comm_t comm, const char *transport, const char *name)
 {
     int n = comm->nranks;
@@ -450,5 +521,6 @@ int conf_run(braid_comm_t comm, const char *transport, const char *name)
     if (!strcmp(name, "close")) return case_close(comm, transport);
     if (!strcmp(name, "timeout")) return case_timeout(comm, transport);
     if (!strcmp(name, "abort")) return case_abort(comm, transport);
+    if (!strcmp(name, "register")) return case_register(comm, transport);
     FAILF(comm->rank, "unknown conformance case '%s'", name);
 }

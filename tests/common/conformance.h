@@ -19,6 +19,10 @@
  *             in BRAID_ERR_TIMEOUT (as the engine does), receive and send (FIFO full) sides
  *   abort     rank 0 waits with a 20 s deadline; another thread sets a flag and calls wake():
  *             the wait returns within 0.5 s
+ *   register  braid_comm_register: overlapping and empty registrations, all-reduce and
+ *             all-gather on registered buffers (exact results), the rdma registration cache
+ *             holding them (none on other transports), bad arguments and double deregister
+ *             refused, one handle left registered for braid_comm_destroy
  * The victim of kill exits by SIGKILL; everything else exits 0 when the case passes. */
 #ifndef BRAID_TEST_CONFORMANCE_H
 #define BRAID_TEST_CONFORMANCE_H

@@ -55,6 +55,7 @@ CONF_TEST(shm, kill)
 CONF_TEST(shm, close)
 CONF_TEST(shm, timeout)
 CONF_TEST(shm, abort)
+CONF_TEST(shm, register)
 CONF_TEST(tcp, data)
 CONF_TEST(tcp, fail)
 CONF_TEST(tcp, failrecv)
@@ -62,12 +63,13 @@ CONF_TEST(tcp, kill)
 CONF_TEST(tcp, close)
 CONF_TEST(tcp, timeout)
 CONF_TEST(tcp, abort)
+CONF_TEST(tcp, register)
 
-/* Every case of the list has a test above for each host transport (14 = 2 x 7). */
+/* Every case of the list has a test above for each host transport (16 = 2 x 8). */
 Test(conformance, case_list)
 {
     int n = 0;
     while (conf_cases[n])
         n++;
-    cr_expect_eq(n, 7, "conf_cases has %d entries: add their tests here", n);
+    cr_expect_eq(n, 8, "conf_cases has %d entries: add their tests here", n);
 }
