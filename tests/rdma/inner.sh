@@ -128,6 +128,8 @@ args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
 run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
     "BRAID_TRANSPORT=rdma" $perf $args
 run "2 ranks, rdma, 8 MiB messages" 2 "BRAID_TRANSPORT=rdma" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
+run "2 ranks, rdma, 8 MiB messages, 4 QPs per connection" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=4" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
 args4="-b 64 -e 64K -f 1024 -n 1 -w 1 -c 1 -d all -o all"
 run "4 ranks (2 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 4 \
     "BRAID_TRANSPORT=rdma" $perf $args4
