@@ -25,7 +25,6 @@ braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_t bytes,
     BRAID_CHECK(braid_comm_check(comm));
     if (!handle_p)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "braid_comm_register: handle_p is NULL");
-    *handle_p = NULL;
     if (!buf && bytes)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "braid_comm_register: buf is NULL with bytes = %zu", bytes);
