@@ -130,8 +130,10 @@ BRAID_API braid_result_t braid_comm_abort(braid_comm_t comm);
  * nothing. bytes == 0 gives a handle that does nothing. Overlapping registrations are
  * allowed; each needs its own deregister. Not collective; thread-safe.
  *
- * Today this is registration only: collectives still copy through the transports' staging
- * slots (a zero-copy path that writes into registered buffers is not built yet).
+ * Used today by the RDMA transport for zero-copy receives: in ring all-gather and broadcast,
+ * a chunk whose destination is a registered output buffer is written by the sender's NIC
+ * straight into it (no copy out of a staging slot); other collectives and unregistered
+ * buffers go through the staging slots.
  *
  * The buffer must stay allocated until braid_comm_deregister(comm, handle) returns:
  * deregister BEFORE freeing or unmapping it. A registration that outlived its memory would

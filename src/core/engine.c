@@ -40,7 +40,21 @@ typedef struct {
     braid_msg_hdr_t hdr;
     const char *in;
     char *out;
+    size_t out_bytes; /* zero-copy plans: the output's size, else 0 */
 } run_t;
+
+/* Zero-copy where the plan allows: in ring all-gather and chain broadcast every received chunk
+ * is final data at the same offset of every rank's output, so a transport that supports it
+ * (rdma, for an output the user registered) may write it there directly; the engine's copy
+ * from the received chunk to the output then has nothing to do (same address). */
+static size_t zc_out_bytes(const struct braid_comm *comm, const braid_op_args_t *a, int algo)
+{
+    if (algo != BRAID_PLAN_RING || comm->nranks < 2) return 0;
+    size_t es = braid_dtype_size(a->dtype);
+    if (a->coll == BRAID_COLL_ALLGATHER) return a->count * (size_t)comm->nranks * es;
+    if (a->coll == BRAID_COLL_BROADCAST) return a->count * es;
+    return 0;
+}
 
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
 #define SUB_BLOCK 8192
@@ -230,6 +244,15 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         }
         BRAID_CHECK(res);
         BRAID_CHECK(check_header(r, c, cs->rhdr, bytes));
+        /* A chunk written straight into the output must be where this step puts it. */
+        const char *rb = cs->rbuf;
+        if (r->out_bytes && bytes && rb >= r->out && rb < r->out + r->out_bytes &&
+            rb != r->out + cs->step.out_off * r->es)
+            return braid_set_error(BRAID_ERR_INTERNAL,
+                                   "%s #%u: rank %d wrote a chunk at output offset %zu, expected "
+                                   "%zu",
+                                   braid_coll_name(r->a->coll), r->hdr.seq, c->peer,
+                                   (size_t)(rb - r->out), cs->step.out_off * r->es);
     }
     if (braid_prim_sends(p) && !cs->sbuf) {
         braid_conn_t *c = cs->sconn;
@@ -246,7 +269,12 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     if (braid_prim_sends(p)) {
         braid_msg_hdr_t h = r->hdr;
         h.bytes = (uint32_t)bytes;
-        BRAID_CHECK(cs->sconn->ops->send_post(cs->sconn, &h));
+        const braid_transport_t *t = cs->sconn->ops;
+        if (r->out_bytes && t->send_post_at &&
+            (p == BRAID_PRIM_COPY_SEND || p == BRAID_PRIM_RECV_COPY_SEND))
+            BRAID_CHECK(t->send_post_at(cs->sconn, &h, cs->step.out_off * r->es));
+        else
+            BRAID_CHECK(t->send_post(cs->sconn, &h));
     }
     if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
@@ -279,10 +307,29 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
     return run_plan(comm, a, seq, algo, a->recvbuf);
 }
 
+static braid_result_t run_steps(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                                int algo, char *out, size_t zc_bytes);
+
 static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
                                int algo, char *out)
 {
-    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
+    size_t zc = zc_out_bytes(comm, a, algo);
+    for (int c = 0; zc && c < comm->nchannels; c++) {
+        braid_conn_t *rc = comm->ring[c].recv;
+        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, out, zc);
+    }
+    braid_result_t res = run_steps(comm, a, seq, algo, out, zc);
+    for (int c = 0; zc && c < comm->nchannels; c++) {
+        braid_conn_t *rc = comm->ring[c].recv;
+        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, NULL, 0);
+    }
+    return res;
+}
+
+static braid_result_t run_steps(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                                int algo, char *out, size_t zc_bytes)
+{
+    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype), .out_bytes = zc_bytes};
     r.in = a->sendbuf;
     r.out = out;
     r.hdr = (braid_msg_hdr_t){.seq = seq,
@@ -327,7 +374,7 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
             /* Run a channel as far as it goes before moving on. */
             for (;;) {
                 braid_conn_t *wc = NULL;
-                braid_wait_dir_t wd;
+                braid_wait_dir_t wd = BRAID_WAIT_RECV;
                 braid_result_t res = try_step(&r, c, &cs[c], &wc, &wd);
                 if (res == BRAID_INPROGRESS) {
                     if (!wconn) {

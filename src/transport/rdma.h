@@ -25,6 +25,9 @@ struct braid_comm;
 /* For tests: the registration cache counters of comm's rdma state (0), or -1 without one. */
 int braid_rdma_reg_stats(struct braid_comm *comm, uint64_t *registrations, size_t *ranges,
                          size_t *entries);
+/* For tests: messages comm's rdma receive connections got zero-copy (straight into a
+ * registered output buffer). */
+uint64_t braid_rdma_zc_received(struct braid_comm *comm);
 #else
 static inline void braid_rdma_print_devices(FILE *f)
 {

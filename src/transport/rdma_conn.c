@@ -48,12 +48,17 @@ static int set_nonblock(int fd)
 /* ---- queue pair, buffers ------------------------------------------------------------------- */
 
 /* A receive WR: data writes and credits carry no payload; a fail() text lands in rx_text. */
-int braid_rdma_post_recv(rdma_conn_t *c, int q)
+char *braid_rdma_landing(rdma_conn_t *c, int q, uint32_t idx)
 {
-    struct ibv_sge sge = {
-        .addr = (uint64_t)(uintptr_t)c->rx_text, .length = RDMA_TEXT - 1, .lkey = c->mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_RECV, q), .sg_list = &sge, .num_sge = 1},
-                       *bad;
+    return c->rx_text + ((size_t)q * c->rq_depth + idx) * RDMA_TEXT;
+}
+
+int braid_rdma_post_recv(rdma_conn_t *c, int q, uint32_t idx)
+{
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)braid_rdma_landing(c, q, idx),
+                          .length = RDMA_TEXT - 1,
+                          .lkey = c->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = RDMA_WR_RECV_ID(q, idx), .sg_list = &sge, .num_sge = 1}, *bad;
     return ibv_post_recv(c->ids[q]->qp, &wr, &bad);
 }
 
@@ -65,7 +70,7 @@ int braid_rdma_all_connected(rdma_conn_t *c)
 static braid_result_t post_recvs(rdma_conn_t *c, int q, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        if (braid_rdma_post_recv(c, q))
+        if (braid_rdma_post_recv(c, q, i))
             return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_post_recv to %s: %m", c->desc);
     }
     return BRAID_SUCCESS;
@@ -78,7 +83,8 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->ctx = ctx;
     c->nslots = (uint32_t)comm->nslots;
     c->stride = RDMA_HDR + ((comm->chunk_bytes + 63) & ~(size_t)63);
-    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT;
+    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT +
+                 (size_t)c->nqps * (c->nslots + RDMA_EXTRA_WR) * RDMA_TEXT;
     c->sq_max = c->nslots + RDMA_EXTRA_WR;
     c->rq_depth = c->nslots + RDMA_EXTRA_WR;
     if (c->st && c->st->pd && c->st->pd->context == ctx) {
@@ -101,8 +107,9 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     if (!c->arrived) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     for (int q = 0; q < c->nqps; q++)
         c->rx_next[q] = (uint32_t)q;
-    c->rx_text = c->buf + c->stride * c->nslots;
-    c->tx_text = c->rx_text + RDMA_TEXT;
+    c->tx_text = c->buf + c->stride * c->nslots;
+    c->tx_exp = c->tx_text + RDMA_TEXT;
+    c->rx_text = c->tx_exp + RDMA_TEXT;
     int access = IBV_ACCESS_LOCAL_WRITE | (remote_write ? IBV_ACCESS_REMOTE_WRITE : 0);
     c->mr = ibv_reg_mr(c->pd, c->buf, c->buf_len, access);
     if (!c->mr)
@@ -590,6 +597,7 @@ void braid_rdma_close(braid_conn_t *conn)
     for (int q = 0; q < c->nqps; q++)
         if (c->ids[q]) rdma_destroy_id(c->ids[q]);
     if (c->ch) rdma_destroy_event_channel(c->ch);
+    braid_rdma_recv_expose(&c->base, 0, NULL, 0); /* gives back a held registration */
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->buf);
     free(c->arrived);

@@ -22,11 +22,35 @@
 #define RDMA_INFO_BYTES 56
 #define RDMA_EXTRA_WR 8
 #define RDMA_INLINE_WANT 256
-#define RDMA_TEXT 256  /* bytes of a fail() text; every receive WR may land one in `rx_text` */
-#define RDMA_MAX_QPS 8 /* BRAID_IB_QPS_PER_CONN at most */
-/* Work request ids: the kind in the low byte, the QP index above it. */
-enum { RDMA_WR_RECV = 0, RDMA_WR_WRITE = 1, RDMA_WR_CREDIT = 2, RDMA_WR_FAIL = 3 };
+#define RDMA_TEXT 256           /* bytes a receive WR may land (a fail() text, an exposure) */
+#define RDMA_CTRL_EXPOSE 0x100u /* with RDMA_CTRL: the payload is an rdma_expose_t */
+#define RDMA_MAX_QPS 8          /* BRAID_IB_QPS_PER_CONN at most */
+/* Work request ids: the kind in the low byte, the QP index above it, then (receives) the index
+ * of the WR's own landing buffer. */
+enum {
+    RDMA_WR_RECV = 0,
+    RDMA_WR_WRITE = 1,
+    RDMA_WR_CREDIT = 2,
+    RDMA_WR_FAIL = 3,
+    RDMA_WR_EXPOSE = 4,
+    RDMA_WR_ZC = 5 /* the payload part of a zero-copy message */
+};
 #define RDMA_WR_ID(kind, q) ((uint64_t)(kind) | ((uint64_t)(q) << 8))
+#define RDMA_WR_RECV_ID(q, i) (RDMA_WR_ID(RDMA_WR_RECV, q) | ((uint64_t)(i) << 16))
+
+/* Zero-copy (ring all-gather and broadcast into a braid_comm_register'ed output): at the start
+ * of collective seq the receiver sends its sender this exposure of its output buffer. */
+typedef struct {
+    uint32_t seq, rkey;
+    uint64_t addr, bytes;
+} rdma_expose_t;
+/* In a slot's header area after braid_msg_hdr_t: the payload went straight to the exposed
+ * buffer at `off` (zc = 1) instead of following the header. */
+typedef struct {
+    uint32_t zc, pad;
+    uint64_t off;
+} rdma_zc_t;
+#define RDMA_ZC_AT 32 /* offset of rdma_zc_t in the slot header */
 
 struct rdma_state;
 
@@ -45,8 +69,9 @@ typedef struct rdma_conn {
     struct ibv_comp_channel *cc;
     struct ibv_cq *cq;
     struct ibv_mr *mr;
-    char *buf; /* nslots slots, then the receive and send areas of fail() texts */
-    char *rx_text, *tx_text;
+    char *buf;               /* nslots slots, then the receive and send areas of fail() texts */
+    char *rx_text, *tx_text; /* receive landing buffers (nqps x rq_depth), send text */
+    char *tx_exp;            /* an rdma_expose_t being sent */
     size_t buf_len, stride;
     uint32_t nslots;
     uint64_t raddr;
@@ -59,6 +84,12 @@ typedef struct rdma_conn {
     uint32_t rx_next[RDMA_MAX_QPS]; /* receiver: the sequence number expected next on QP q */
     uint32_t sq_out[RDMA_MAX_QPS];  /* send WRs outstanding per QP */
     uint32_t sq_max, rq_depth, max_inline;
+    /* Zero-copy. Sender: the receiver's latest exposure. Receiver: what it exposed (held in
+     * the registration cache until withdrawn). */
+    rdma_expose_t exp;
+    int exp_valid;
+    struct braid_reg_entry *exp_entry;
+    uint64_t zc_msgs;   /* messages sent (sender) / received (receiver) zero-copy */
     int path_mtu;       /* bytes, QP 0's path MTU (0 until connected) */
     unsigned cq_events; /* unacked completion-channel events */
     int wake_fd;
@@ -108,7 +139,9 @@ typedef struct {
     uint32_t nqps; /* QPs the receiver takes (its BRAID_IB_QPS_PER_CONN) */
 } rdma_info_t;
 _Static_assert(sizeof(rdma_info_t) <= RDMA_INFO_BYTES, "info blob");
-_Static_assert(sizeof(braid_msg_hdr_t) <= RDMA_HDR, "header");
+_Static_assert(sizeof(braid_msg_hdr_t) <= RDMA_ZC_AT, "header");
+_Static_assert(RDMA_ZC_AT + sizeof(rdma_zc_t) <= RDMA_HDR, "zero-copy trailer");
+_Static_assert(sizeof(rdma_expose_t) <= RDMA_TEXT, "exposure");
 
 /* rdma.c */
 void braid_rdma_set_failed(rdma_conn_t *c, braid_result_t code, const char *fmt, ...)
@@ -122,7 +155,9 @@ void braid_rdma_wake_fd(int fd);
 void braid_rdma_poll_cq(rdma_conn_t *c);
 
 /* rdma_conn.c */
-int braid_rdma_post_recv(rdma_conn_t *c, int q);
+int braid_rdma_post_recv(rdma_conn_t *c, int q, uint32_t idx);
+/* The landing buffer of receive WR idx of QP q. */
+char *braid_rdma_landing(rdma_conn_t *c, int q, uint32_t idx);
 /* 1 when every QP of c is established. */
 int braid_rdma_all_connected(rdma_conn_t *c);
 braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int channel,
@@ -143,6 +178,11 @@ braid_result_t braid_rdma_reg_init(rdma_state_t *st);
 void braid_rdma_reg_free(rdma_state_t *st);
 braid_result_t braid_rdma_mem_register(struct braid_comm *comm, void *buf, size_t bytes);
 void braid_rdma_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes);
+/* Zero-copy: the receiver exposes [base, base + bytes) for collective seq (NULL withdraws);
+ * the sender writes a message's payload straight to the exposed buffer at dst_off. */
+void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
+braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                       size_t dst_off);
 
 /* rdma_dev.c */
 /* The address the listener binds to (port 0). */

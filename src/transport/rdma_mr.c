@@ -108,3 +108,15 @@ int braid_rdma_reg_stats(struct braid_comm *comm, uint64_t *registrations, size_
     *entries = s.entries;
     return 0;
 }
+
+uint64_t braid_rdma_zc_received(struct braid_comm *comm)
+{
+    rdma_state_t *st = braid_rdma_state_find(comm);
+    uint64_t n = 0;
+    if (!st) return 0;
+    pthread_mutex_lock(&st->mu);
+    for (rdma_conn_t *c = st->conns; c; c = c->next)
+        n += c->zc_msgs;
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}

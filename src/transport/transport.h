@@ -85,6 +85,14 @@ typedef struct braid_transport {
      * the matching mem_deregister). NULL when the transport needs no registration. */
     braid_result_t (*mem_register)(struct braid_comm *comm, void *buf, size_t bytes);
     void (*mem_deregister)(struct braid_comm *comm, void *buf, size_t bytes);
+    /* Zero-copy, optional (NULL: not supported). recv_expose: this receiver's output buffer of
+     * collective seq is [base, base + bytes) (NULL withdraws; the transport may ignore it, e.g.
+     * when the buffer is not registered). send_post_at: as send_post, where the receiver
+     * exposed its output for hdr->seq the payload may go straight to it at dst_off; its
+     * recv_get then returns a pointer into that buffer. */
+    void (*recv_expose)(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
+    braid_result_t (*send_post_at)(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                   size_t dst_off);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;

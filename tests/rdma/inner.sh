@@ -109,6 +109,8 @@ want_log=""
 for c in fail close; do
     run "conformance rdma/$c, BRAID_IB_QPS_PER_CONN=2" 2 "BRAID_IB_QPS_PER_CONN=2" "$conf" rdma "$c"
 done
+run "conformance rdma/register (zero-copy), 3 QPs per connection, 2 channels" 2 \
+    "BRAID_IB_QPS_PER_CONN=3 BRAID_NCHANNELS=2" "$conf" rdma register
 want_log="path MTU 1024 bytes (port active MTU 1024, route MTU"
 run "rdma QPs use min(port active MTU, route MTU) = 1024 on veth (MTU 1500), logged" 2 \
     "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
