@@ -565,6 +565,54 @@ static int case_register(braid_comm_t comm, const char *tname)
     return 0;
 }
 
+int conf_ring_zc(braid_comm_t comm, const char *tname)
+{
+    int rank = comm->rank, n = comm->nranks;
+    size_t per = 3001, count = (size_t)1 << 20; /* all-gather block, broadcast elements */
+    size_t bytes = (per * (size_t)n > count ? per * (size_t)n : count) * sizeof(int32_t);
+    int32_t *out = malloc(bytes);
+    CHECK(rank, out, "out of memory");
+    braid_reg_t h;
+    OK(rank, braid_comm_register(comm, out, bytes, &h));
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < per; i++)
+            out[(size_t)rank * per + i] = (int32_t)(rank * 1000003 + (int)i * 7 + round);
+        OK(rank, braid_allgather(out + (size_t)rank * per, out, per, BRAID_INT32, comm));
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < per; i++)
+                CHECK(rank, out[(size_t)r * per + i] == (int32_t)(r * 1000003 + (int)i * 7 + round),
+                      "all-gather round %d block %d element %zu = %d", round, r, i,
+                      out[(size_t)r * per + i]);
+    }
+    size_t chunks = (count * sizeof(int32_t) + comm->chunk_bytes - 1) / comm->chunk_bytes;
+    size_t early = (size_t)comm->nslots * (size_t)comm->nchannels;
+    for (int root = 0; root < n; root++) {
+        uint64_t zc0 = 0, zc1 = 0;
+#if BRAID_HAVE_VERBS
+        zc0 = braid_rdma_zc_received(comm);
+#endif
+        for (size_t i = 0; i < count; i++)
+            out[i] = rank == root ? (int32_t)(i * 2654435761u + (unsigned)root) : -1;
+        OK(rank, braid_broadcast(out, out, count, BRAID_INT32, root, comm));
+        for (size_t i = 0; i < count; i++)
+            CHECK(rank, out[i] == (int32_t)(i * 2654435761u + (unsigned)root),
+                  "broadcast from %d element %zu = %d", root, i, out[i]);
+#if BRAID_HAVE_VERBS
+        zc1 = braid_rdma_zc_received(comm);
+#endif
+        uint64_t want =
+            !strcmp(tname, "rdma") && rank != root && chunks > early ? chunks - early : 0;
+        CHECK(rank, zc1 - zc0 >= want, "broadcast from %d: %llu chunks zero-copy, expected >= %llu",
+              root, (unsigned long long)(zc1 - zc0), (unsigned long long)want);
+        if (root == (rank + 1) % n)
+            fprintf(stderr, "rank %d: broadcast from %d: %llu of %zu chunks zero-copy\n", rank,
+                    root, (unsigned long long)(zc1 - zc0), chunks);
+    }
+    OK(rank, braid_comm_deregister(comm, h));
+    free(out);
+    return 0;
+}
+
 int conf_run(braid_comm_t comm, const char *transport, const char *name)
 {
     int n = comm->nranks;

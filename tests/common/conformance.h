@@ -29,6 +29,12 @@
 
 #include "braid/braid.h"
 
+/* Zero-copy along a ring of any size (not one of the 2-rank cases): all-gather and broadcast
+ * from every root into a registered output, results checked exactly; with transport "rdma",
+ * every rank must have received all but the first FIFO-full of each broadcast's chunks
+ * zero-copy (middle ranks forward from their output). 0 = pass. */
+int conf_ring_zc(braid_comm_t comm, const char *transport);
+
 /* NULL-terminated list of the case names above. */
 extern const char *const conf_cases[];
 

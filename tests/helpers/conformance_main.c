@@ -2,7 +2,8 @@
  * the ranks are started by a script (the rdma transport inside the Soft-RoCE VM,
  * tests/rdma/inner.sh): the communicator comes from the BRAID_* environment (BRAID_RANK,
  * BRAID_NRANKS=2, BRAID_ROOT, ...).
- *   braid_conformance TRANSPORT CASE     (CASE "list" prints the case names) */
+ *   braid_conformance TRANSPORT CASE     (CASE "list" prints the case names; "zcring" runs
+ *                                         conf_ring_zc on any number of ranks) */
 #include "conformance.h"
 
 #include <stdio.h>
@@ -27,7 +28,8 @@ int main(int argc, char **argv)
     }
     int rank = -1;
     braid_comm_rank(comm, &rank);
-    int rc = conf_run(comm, argv[1], argv[2]);
+    int rc =
+        !strcmp(argv[2], "zcring") ? conf_ring_zc(comm, argv[1]) : conf_run(comm, argv[1], argv[2]);
     braid_comm_destroy(comm);
     printf("rank %d: conformance %s/%s: %s\n", rank, argv[1], argv[2], rc ? "FAIL" : "pass");
     return rc ? 1 : 0;

@@ -65,6 +65,21 @@ CONF_TEST(tcp, timeout)
 CONF_TEST(tcp, abort)
 CONF_TEST(tcp, register)
 
+static int ring_zc_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)rank;
+    (void)n;
+    return conf_ring_zc(comm, (const char *)arg);
+}
+
+/* The zero-copy ring case on 3 ranks: no zero-copy on shm/tcp, exact results. */
+Test(conformance, ring_zc_shm_tcp, .timeout = 120)
+{
+    cr_expect_eq(mp_run(3, ring_zc_fn, "shm", 90), 0, "shm");
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    cr_expect_eq(mp_run(3, ring_zc_fn, "tcp", 90), 0, "tcp");
+}
+
 /* Every case of the list has a test above for each host transport (16 = 2 x 8). */
 Test(conformance, case_list)
 {

@@ -111,6 +111,14 @@ for c in fail close; do
 done
 run "conformance rdma/register (zero-copy), 3 QPs per connection, 2 channels" 2 \
     "BRAID_IB_QPS_PER_CONN=3 BRAID_NCHANNELS=2" "$conf" rdma register
+# Zero-copy along a longer ring: middle ranks forward chunks from their output.
+run "zero-copy ring: 4 ranks, rdma, ring, all-gather + broadcast from every root" 4 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" "$conf" rdma zcring
+run "zero-copy ring: 3 ranks, rdma, ring, 2 QPs x 2 channels" 3 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_IB_QPS_PER_CONN=2 BRAID_NCHANNELS=2" \
+    "$conf" rdma zcring
+run "zero-copy ring: 4 ranks, automatic (shm + rdma), registered buffers, exact results" 4 "" \
+    "$conf" auto zcring
 want_log="path MTU 1024 bytes (port active MTU 1024, route MTU"
 run "rdma QPs use min(port active MTU, route MTU) = 1024 on veth (MTU 1500), logged" 2 \
     "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
