@@ -36,8 +36,8 @@ for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_te
     bash "$extra" || status=1
   fi
 done
-echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance + collectives subset)"
-BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll' bash tests/rdma/run_rdma_tests.sh build-asan ||
+echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
+BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll\|zero-copy ring' bash tests/rdma/run_rdma_tests.sh build-asan ||
   status=1
 echo "== braid test suite"
 build/bin/braid_tests --jobs "$jobs" || status=1
