@@ -12,6 +12,8 @@ cmake --build build -j"$jobs" || exit 1
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBRAID_SANITIZE=ON -DBRAID_WERROR=ON \
   -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
 cmake --build build-asan -j"$jobs" --target braid_tests || exit 1
+# The RDMA VM run of the sanitizer build (below) needs these too.
+cmake --build build-asan -j"$jobs" --target braid_conformance all_reduce_perf braid braid-info || exit 1
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR=ON \
   -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
@@ -34,6 +36,9 @@ for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_te
     bash "$extra" || status=1
   fi
 done
+echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
+BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll\|zero-copy ring' bash tests/rdma/run_rdma_tests.sh build-asan ||
+  status=1
 echo "== braid test suite"
 build/bin/braid_tests --jobs "$jobs" || status=1
 exit $status

@@ -81,6 +81,8 @@ typedef struct {
 
 typedef struct braid_comm *braid_comm_t;
 typedef struct braid_request *braid_request_t;
+/** A user buffer registered with a communicator (braid_comm_register). */
+typedef struct braid_reg *braid_reg_t;
 
 /** Returns BRAID_VERSION_CODE of the library actually linked. */
 BRAID_API int braid_version(void);
@@ -120,6 +122,29 @@ BRAID_API braid_result_t braid_comm_destroy(braid_comm_t comm);
  * context; blocked calls return BRAID_ERR_ABORTED promptly and peers see an error.
  */
 BRAID_API braid_result_t braid_comm_abort(braid_comm_t comm);
+/**
+ * Registers the user buffer [buf, buf + bytes) with comm's transports, in the style of
+ * ncclCommRegister. With the RDMA transport the memory is pinned and registered with the
+ * device now (errors such as the locked-memory limit show here) and kept in a registration
+ * cache; transports that need no registration (shm, tcp) return a valid handle that does
+ * nothing. bytes == 0 gives a handle that does nothing. Overlapping registrations are
+ * allowed; each needs its own deregister. Not collective; thread-safe.
+ *
+ * Used today by the RDMA transport for zero-copy receives: in ring all-gather and broadcast,
+ * a chunk whose destination is a registered output buffer is written by the sender's NIC
+ * straight into it (no copy out of a staging slot); other collectives and unregistered
+ * buffers go through the staging slots.
+ *
+ * The buffer must stay allocated until braid_comm_deregister(comm, handle) returns:
+ * deregister BEFORE freeing or unmapping it. A registration that outlived its memory would
+ * let the NIC write into whatever memory the addresses map to later; braid does not watch
+ * free()/munmap(). braid_comm_destroy deregisters handles still registered (with a warning).
+ */
+BRAID_API braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_t bytes,
+                                             braid_reg_t *handle_p);
+/** Drops a registration made on comm; the handle is invalid afterwards (BRAID_ERR_INVALID_ARG
+ * for a handle that is not registered on comm, e.g. deregistered twice). */
+BRAID_API braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t handle);
 /** The communicator's sticky asynchronous error (BRAID_SUCCESS if none). */
 BRAID_API braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p,
                                               const char **msg_p);

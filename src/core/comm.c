@@ -557,6 +557,7 @@ static void close_rings(struct braid_comm *c)
 
 static void comm_free(struct braid_comm *c)
 {
+    braid_comm_reg_cleanup(c);
     braid_algo_comm_free(c);
     close_rings(c);
     braid_transport_comm_cleanup(c);

@@ -39,9 +39,9 @@ typedef struct {
 } braid_peer_info_t;
 
 typedef struct {
-    int prev, next;        /* ring neighbours in rank numbering */
-    braid_conn_t *send;    /* to next */
-    braid_conn_t *recv;    /* from prev */
+    int prev, next;     /* ring neighbours in rank numbering */
+    braid_conn_t *send; /* to next */
+    braid_conn_t *recv; /* from prev */
 } braid_ring_t;
 
 /* One queued non-blocking operation (see coll.c). */
@@ -68,7 +68,7 @@ struct braid_comm {
     uint64_t magic;
     int rank, nranks;
     braid_bootstrap_t *boot;
-    braid_boot_root_t *root; /* the bootstrap root service this process hosts, if any */
+    braid_boot_root_t *root;  /* the bootstrap root service this process hosts, if any */
     braid_peer_info_t *peers; /* nranks entries */
     int local_nranks;         /* ranks on this host */
     int ncpus;                /* cores this process may run on */
@@ -83,7 +83,7 @@ struct braid_comm {
     size_t chunk_bytes;
     int nslots;
     int spin_us;
-    int yield_us; /* then sched_yield() for this long before sleeping */
+    int yield_us;                       /* then sched_yield() for this long before sleeping */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
     int algo; /* forced by BRAID_ALGO (braid_algo_t in algos/algo.h), -1 = automatic */
 
@@ -95,10 +95,10 @@ struct braid_comm {
      * Their own FIFOs (never shared with the ring), p2p_chunk_bytes slots of fewer slots. */
     braid_conn_t **p2p_send, **p2p_recv;
     size_t p2p_chunk_bytes;
-    void *tcp_state; /* owned by transport/tcp*.c (listener, progress thread) */
+    void *tcp_state;                     /* owned by transport/tcp*.c (listener, progress thread) */
     struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
-    uint32_t seq; /* collectives started */
+    uint32_t seq;                /* collectives started */
 
     _Atomic int aborted;
     _Atomic int error; /* sticky braid_result_t, 0 = none */
@@ -132,6 +132,8 @@ braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
 /* Called first by each thread braid starts for comm: names it ("braid-" + what) and pins it
  * to comm->thread_cpus when pinning is on. */
 void braid_comm_thread_start(struct braid_comm *comm, const char *what);
+/* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
+void braid_comm_reg_cleanup(struct braid_comm *comm);
 
 /* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
 void braid_host_id(char out[BRAID_HOST_ID_BYTES]);

@@ -33,6 +33,8 @@ static const braid_param_t params[] = {
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact)"},
     {"IB_GID_INDEX", "-1", BRAID_PARAM_INT,
      "RoCE GID index for RDMA; -1 = automatic (a RoCE v2 IPv4 GID first)"},
+    {"IB_QPS_PER_CONN", "1", BRAID_PARAM_INT,
+     "RDMA queue pairs per connection (1-8); messages are striped over them in order"},
     {"HOSTNAME", "", BRAID_PARAM_STR, "override the host identity used to group ranks by host"},
     {"NUMA_ID", "", BRAID_PARAM_STR,
      "override the NUMA node this rank publishes for ring ordering (tests); default: from its "

@@ -42,7 +42,21 @@ typedef struct {
     char *out;
     int by_ref;       /* ring plan: sends may refer to in/out (send_post_ref) */
     size_t out_bytes; /* extent of the output buffer */
+    size_t zc_bytes;  /* zero-copy receives (recv_expose): the output's size, else 0 */
 } run_t;
+
+/* Zero-copy where the plan allows: in ring all-gather and chain broadcast every received chunk
+ * is final data at the same offset of every rank's output, so a transport that supports it
+ * (rdma, for an output the user registered) may write it there directly; the engine's copy
+ * from the received chunk to the output then has nothing to do (same address). */
+static size_t zc_out_bytes(const struct braid_comm *comm, const braid_op_args_t *a, int algo)
+{
+    if (algo != BRAID_PLAN_RING || comm->nranks < 2) return 0;
+    size_t es = braid_dtype_size(a->dtype);
+    if (a->coll == BRAID_COLL_ALLGATHER) return a->count * (size_t)comm->nranks * es;
+    if (a->coll == BRAID_COLL_BROADCAST) return a->count * es;
+    return 0;
+}
 
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
 #define SUB_BLOCK 8192
@@ -278,6 +292,15 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         }
         BRAID_CHECK(res);
         BRAID_CHECK(check_header(r, c, cs->rhdr, bytes));
+        /* A chunk written straight into the output must be where this step puts it. */
+        const char *rb = cs->rbuf;
+        if (r->zc_bytes && bytes && rb >= r->out && rb < r->out + r->zc_bytes &&
+            rb != r->out + cs->step.out_off * r->es)
+            return braid_set_error(BRAID_ERR_INTERNAL,
+                                   "%s #%u: rank %d wrote a chunk at output offset %zu, expected "
+                                   "%zu",
+                                   braid_coll_name(r->a->coll), r->hdr.seq, c->peer,
+                                   (size_t)(rb - r->out), cs->step.out_off * r->es);
     }
     if (braid_prim_sends(p) && !cs->sbuf) {
         braid_conn_t *c = cs->sconn;
@@ -295,10 +318,14 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     if (braid_prim_sends(p)) {
         braid_msg_hdr_t h = r->hdr;
         h.bytes = (uint32_t)bytes;
+        const braid_transport_t *t = cs->sconn->ops;
         if (src)
-            BRAID_CHECK(cs->sconn->ops->send_post_ref(cs->sconn, &h, src));
+            BRAID_CHECK(t->send_post_ref(cs->sconn, &h, src));
+        else if (r->zc_bytes && t->send_post_at &&
+                 (p == BRAID_PRIM_COPY_SEND || p == BRAID_PRIM_RECV_COPY_SEND))
+            BRAID_CHECK(t->send_post_at(cs->sconn, &h, cs->step.out_off * r->es));
         else
-            BRAID_CHECK(cs->sconn->ops->send_post(cs->sconn, &h));
+            BRAID_CHECK(t->send_post(cs->sconn, &h));
     }
     if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
@@ -341,7 +368,16 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
     r.out = out;
     r.by_ref = algo == BRAID_PLAN_RING;
     r.out_bytes = a->count * r.es * (a->coll == BRAID_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
+    r.zc_bytes = zc_out_bytes(comm, a, algo);
+    for (int c = 0; r.zc_bytes && c < comm->nchannels; c++) {
+        braid_conn_t *rc = comm->ring[c].recv;
+        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, out, r.zc_bytes);
+    }
     braid_result_t res = run_steps(&r, seq, algo);
+    for (int c = 0; r.zc_bytes && c < comm->nchannels; c++) {
+        braid_conn_t *rc = comm->ring[c].recv;
+        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, NULL, 0);
+    }
     /* Whatever the outcome, no frame may refer to the caller's buffers once we return. */
     for (int c = 0; r.by_ref && c < comm->nchannels; c++) {
         braid_conn_t *sc = comm->ring[c].send;
@@ -397,7 +433,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
             /* Run a channel as far as it goes before moving on. */
             for (;;) {
                 braid_conn_t *wc = NULL;
-                braid_wait_dir_t wd;
+                braid_wait_dir_t wd = BRAID_WAIT_RECV;
                 braid_result_t res = try_step(&r, c, &cs[c], &wc, &wd);
                 if (res == BRAID_INPROGRESS) {
                     if (!wconn) {

@@ -1,4 +1,5 @@
-/* RDMA verbs transport (libibverbs + librdmacm): one RC queue pair per connection.
+/* RDMA verbs transport (libibverbs + librdmacm): RC queue pairs, BRAID_IB_QPS_PER_CONN per
+ * connection (default 1; message pos is written on QP pos % nqps and read in order).
  *
  * Setup (rdma_conn.c). The first recv_setup of a communicator opens an rdma_cm listener (port 0)
  * on the address of the port BRAID_IB_HCA / BRAID_IB_GID_INDEX choose, else the address
@@ -14,10 +15,22 @@
  * Data path (no syscalls). The engine writes a send slot in place; send_post puts the header
  * in front of the payload and RDMA-WRITEs header + payload WITH IMMEDIATE (immediate = message
  * sequence number) into the same slot of the receiver (inline when it fits). The receiver's
- * completion of that write (a consumed receive WR) tells it the slot is full; recv_release
+ * completion of that write (a consumed receive WR) tells it the slot is full (`arrived`; with
+ * several QPs writes may complete out of order, each QP's in order, and slots are read in
+ * order); recv_release
  * returns a credit: a zero-length SEND WITH IMMEDIATE carrying its release count. Both sides
  * poll their completion queue in send_get/recv_get; wait() arms the CQ's completion channel
  * and sleeps in poll() on it (and a wake eventfd, and the sender's rdma_cm channel).
+ *
+ * Zero-copy. For ring all-gather and broadcast the engine exposes each receive connection's
+ * output buffer (recv_expose); if the user registered it (braid_comm_register, so it is in the
+ * registration cache), the receiver sends {seq, address, rkey, bytes} to its sender (a SEND
+ * WITH IMMEDIATE, control bit + RDMA_CTRL_EXPOSE). The sender's send_post_at then writes the
+ * payload with a plain RDMA WRITE straight to that address + the step's output offset and the
+ * 64-byte header (flagged zero-copy, with the offset) into the slot by WRITE WITH IMMEDIATE on
+ * the same QP, so the header completes after the payload; recv_get returns a pointer into the
+ * output, where the engine's copy has nothing left to do. Without an exposure for the same
+ * collective (not registered, not arrived yet) messages take the staging path.
  *
  * Failures. A failed work completion, a DISCONNECTED (or device) event, or a peer's fail()
  * (a SEND WITH IMMEDIATE: top bit set, the error code, its text as payload) make the
@@ -27,6 +40,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/regcache.h"
 #include "transport/rdma_impl.h"
 
 #include <arpa/inet.h>
@@ -61,9 +75,26 @@ void braid_rdma_set_failed(rdma_conn_t *c, braid_result_t code, const char *fmt,
     braid_rdma_wake_fd(c->wake_fd);
 }
 
+void braid_rdma_set_disconnected(rdma_conn_t *c, const char *fmt, ...)
+{
+    if (atomic_load_explicit(&c->disconnected, memory_order_acquire)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->disc_msg, sizeof(c->disc_msg), fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&c->disconnected, 1, memory_order_release);
+    braid_rdma_wake_fd(c->wake_fd);
+}
+
 braid_result_t braid_rdma_failure(rdma_conn_t *c)
 {
     int code = atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (!code && atomic_load_explicit(&c->disconnected, memory_order_acquire)) {
+        /* A fail() text that arrived before the disconnect names the real cause. */
+        if (c->cq) braid_rdma_poll_cq(c);
+        braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%s", c->disc_msg);
+        code = atomic_load_explicit(&c->failed, memory_order_acquire);
+    }
     if (!code) return BRAID_SUCCESS;
     if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
         return braid_set_error(BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
@@ -72,20 +103,40 @@ braid_result_t braid_rdma_failure(rdma_conn_t *c)
 
 /* ---- completions --------------------------------------------------------------------------- */
 
-static void repost(rdma_conn_t *c)
+static void repost(rdma_conn_t *c, int q, uint32_t idx)
 {
-    if (braid_rdma_post_recv(c))
+    if (braid_rdma_post_recv(c, q, idx))
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot repost a receive to %s (QP error)",
                               c->desc);
 }
 
-/* The peer's fail(): its code in the immediate, its text in rx_text. */
-static void on_ctrl(rdma_conn_t *c, uint32_t imm, uint32_t len)
+/* The receiver's exposure of its output buffer (zero-copy): the latest collective wins. */
+static void on_expose(rdma_conn_t *c, const char *data, uint32_t len)
 {
+    rdma_expose_t e;
+    if (len != sizeof(e) || !c->base.is_send) {
+        braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: %s sent a malformed exposure (%u bytes)",
+                              c->desc, len);
+        return;
+    }
+    memcpy(&e, data, sizeof(e));
+    if (!c->exp_valid || (int32_t)(e.seq - c->exp.seq) > 0) {
+        c->exp = e;
+        c->exp_valid = 1;
+    }
+}
+
+/* The peer's fail(): its code in the immediate, its text in the landing buffer. */
+static void on_ctrl(rdma_conn_t *c, uint32_t imm, const char *data, uint32_t len)
+{
+    if (imm & RDMA_CTRL_EXPOSE) {
+        on_expose(c, data, len);
+        return;
+    }
     braid_result_t code = -(braid_result_t)(imm & 0xff);
     char text[RDMA_TEXT];
     if (len > RDMA_TEXT - 1) len = RDMA_TEXT - 1;
-    memcpy(text, c->rx_text, len);
+    memcpy(text, data, len);
     text[len] = '\0';
     if (code == BRAID_ERR_MISMATCH)
         braid_rdma_set_failed(c, BRAID_ERR_MISMATCH, "%s", text[0] ? text : "collective mismatch");
@@ -94,38 +145,54 @@ static void on_ctrl(rdma_conn_t *c, uint32_t imm, uint32_t len)
                               text[0] ? text : braid_strerror(code));
 }
 
+/* A data write arrived on QP q: messages on one QP come in order (pos = q, q + nqps, ...). */
+static void on_write(rdma_conn_t *c, int q, uint32_t imm)
+{
+    uint32_t want = c->rx_next[q];
+    if (imm != (want & RDMA_SEQ_MASK)) {
+        braid_rdma_set_failed(c, BRAID_ERR_REMOTE,
+                              "rdma: %s sent message %u on QP %d where %u was expected", c->desc,
+                              imm, q, want & RDMA_SEQ_MASK);
+        return;
+    }
+    c->arrived[want % c->nslots] = want + 1;
+    c->rx_next[q] = want + (uint32_t)c->nqps;
+}
+
 void braid_rdma_poll_cq(rdma_conn_t *c)
 {
     struct ibv_wc wc[16];
     int n;
     while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
         for (int i = 0; i < n; i++) {
+            unsigned kind = (unsigned)(wc[i].wr_id & 0xff);
+            int q = (int)((wc[i].wr_id >> 8) & 0xff);
+            uint32_t idx = (uint32_t)(wc[i].wr_id >> 16);
+            if (q >= c->nqps) q = 0;
+            int counted = kind != RDMA_WR_RECV;
             if (wc[i].status != IBV_WC_SUCCESS) {
-                if (wc[i].status != IBV_WC_WR_FLUSH_ERR || !atomic_load(&c->failed))
+                if (wc[i].status != IBV_WC_WR_FLUSH_ERR ||
+                    (!atomic_load(&c->failed) && !atomic_load(&c->disconnected)))
                     braid_rdma_set_failed(
                         c, BRAID_ERR_REMOTE,
                         "rdma: work completion to/from %s failed: %s (vendor error %u)", c->desc,
                         ibv_wc_status_str(wc[i].status), wc[i].vendor_err);
-                /* Only wr_id is valid in a failed completion: 0 = receive, 3 = fail(). */
-                if (wc[i].wr_id != 0 && wc[i].wr_id != 3 && c->sq_out) c->sq_out--;
+                /* Only wr_id is valid in a failed completion. */
+                if (counted && c->sq_out[q]) c->sq_out[q]--;
                 continue;
             }
-            if (wc[i].wr_id == 0) {
+            if (kind == RDMA_WR_RECV) {
                 uint32_t imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc[i].imm_data) : 0;
-                if (imm & RDMA_CTRL) {
-                    on_ctrl(c, imm, wc[i].byte_len);
-                } else if (c->base.is_send) {
+                if (idx >= c->rq_depth) idx = 0;
+                if (imm & RDMA_CTRL)
+                    on_ctrl(c, imm, braid_rdma_landing(c, q, idx), wc[i].byte_len);
+                else if (c->base.is_send)
                     c->tail += (imm - c->tail) & RDMA_SEQ_MASK;
-                } else if (imm != (c->head & RDMA_SEQ_MASK)) {
-                    braid_rdma_set_failed(c, BRAID_ERR_REMOTE,
-                                          "rdma: %s sent message %u where %u was expected", c->desc,
-                                          imm, c->head & RDMA_SEQ_MASK);
-                } else {
-                    c->head++;
-                }
-                repost(c);
-            } else if (wc[i].wr_id != 3 && c->sq_out) {
-                c->sq_out--;
+                else
+                    on_write(c, q, imm);
+                repost(c, q, idx);
+            } else if (counted && c->sq_out[q]) {
+                c->sq_out[q]--;
             }
         }
     }
@@ -133,11 +200,11 @@ void braid_rdma_poll_cq(rdma_conn_t *c)
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: ibv_poll_cq failed on %s", c->desc);
 }
 
-/* Makes room for one more work request on the send queue. */
-static braid_result_t sq_room(rdma_conn_t *c)
+/* Makes room for `need` more work requests on the send queue of QP q. */
+static braid_result_t sq_room(rdma_conn_t *c, int q, uint32_t need)
 {
     uint64_t deadline = 0;
-    while (c->sq_out + 2 >= c->sq_max) { /* two kept for fail() */
+    while (c->sq_out[q] + 1 + need >= c->sq_max) { /* two kept for fail() */
         braid_rdma_poll_cq(c);
         BRAID_CHECK(braid_rdma_failure(c));
         if (!deadline) deadline = braid_now_ns() + (uint64_t)(c->base.comm->timeout_s * 1e9);
@@ -160,18 +227,27 @@ static braid_result_t rdma_send_get(braid_conn_t *conn, void **buf_p)
     return BRAID_SUCCESS;
 }
 
-static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
+/* Posts the message in slot pos: header + payload by one WRITE WITH IMMEDIATE into the same
+ * slot of the receiver; or, with zc, the payload first by a WRITE to zc_addr (the receiver's
+ * exposed buffer) and then the header alone, saying where the payload went. Both go on the
+ * same QP, so the header's completion at the receiver follows the payload. */
+static braid_result_t post_msg(rdma_conn_t *c, const braid_msg_hdr_t *hdr, int zc, uint64_t zc_off)
 {
-    rdma_conn_t *c = (rdma_conn_t *)conn;
-    BRAID_CHECK(sq_room(c));
+    int q = (int)(c->pos % (uint32_t)c->nqps);
+    BRAID_CHECK(sq_room(c, q, zc ? 2 : 1));
     size_t off = (size_t)(c->pos % c->nslots) * c->stride;
     memcpy(c->buf + off, hdr, sizeof(*hdr));
-    uint32_t len = RDMA_HDR + hdr->bytes;
+    rdma_zc_t z = {.zc = (uint32_t)zc, .off = zc_off};
+    memcpy(c->buf + off + RDMA_ZC_AT, &z, sizeof(z));
+    uint32_t len = RDMA_HDR + (zc ? 0 : hdr->bytes);
     struct ibv_sge sge = {
         .addr = (uint64_t)(uintptr_t)(c->buf + off), .length = len, .lkey = c->mr->lkey};
+    struct ibv_sge zsge = {.addr = (uint64_t)(uintptr_t)(c->buf + off + RDMA_HDR),
+                           .length = hdr->bytes,
+                           .lkey = c->mr->lkey};
     struct ibv_send_wr wr =
                            {
-                               .wr_id = 1,
+                               .wr_id = RDMA_WR_ID(RDMA_WR_WRITE, q),
                                .sg_list = &sge,
                                .num_sge = 1,
                                .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -180,30 +256,119 @@ static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *
                                .imm_data = htonl(c->pos & RDMA_SEQ_MASK),
                                .wr.rdma = {.remote_addr = c->raddr + off, .rkey = c->rkey},
                            },
+                       zwr = {.wr_id = RDMA_WR_ID(RDMA_WR_ZC, q),
+                              .next = &wr,
+                              .sg_list = &zsge,
+                              .num_sge = 1,
+                              .opcode = IBV_WR_RDMA_WRITE,
+                              .send_flags = IBV_SEND_SIGNALED |
+                                            (hdr->bytes <= c->max_inline ? IBV_SEND_INLINE : 0),
+                              .wr.rdma = {.remote_addr = c->exp.addr + zc_off,
+                                          .rkey = c->exp.rkey}},
                        *bad;
-    if (ibv_post_send(c->id->qp, &wr, &bad)) {
+    if (ibv_post_send(c->ids[q]->qp, zc ? &zwr : &wr, &bad)) {
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot post a write to %s (QP error)",
                               c->desc);
         return braid_rdma_failure(c);
     }
-    c->sq_out++;
+    c->sq_out[q] += zc ? 2 : 1;
+    c->zc_msgs += zc ? 1 : 0;
     c->pos++;
     return BRAID_SUCCESS;
+}
+
+static braid_result_t rdma_send_post(braid_conn_t *conn, const braid_msg_hdr_t *hdr)
+{
+    return post_msg((rdma_conn_t *)conn, hdr, 0, 0);
+}
+
+braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
+                                       size_t dst_off)
+{
+    rdma_conn_t *c = (rdma_conn_t *)conn;
+    if (!hdr->bytes) return post_msg(c, hdr, 0, 0);
+    if (!c->exp_valid || c->exp.seq != hdr->seq) braid_rdma_poll_cq(c); /* an exposure? */
+    int zc = c->exp_valid && c->exp.seq == hdr->seq && dst_off <= c->exp.bytes &&
+             hdr->bytes <= c->exp.bytes - dst_off;
+    return post_msg(c, hdr, zc, dst_off);
+}
+
+void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes)
+{
+    rdma_conn_t *c = (rdma_conn_t *)conn;
+    if (c->exp_entry) {
+        braid_regcache_put(c->st->rc, c->exp_entry);
+        c->exp_entry = NULL;
+    }
+    c->exp_valid = 0;
+    /* Only buffers the user registered (in the cache), and only when the exposure can be sent
+     * inline (its buffer is reused by the next one). */
+    if (!base || !bytes || !c->st || !c->st->rc || c->pd != c->st->pd ||
+        !braid_rdma_all_connected(c) || c->max_inline < sizeof(rdma_expose_t) ||
+        atomic_load(&c->failed))
+        return;
+    braid_reg_entry_t *e = NULL;
+    if (braid_regcache_get(c->st->rc, base, bytes, &e) != BRAID_SUCCESS || !e) return;
+    if (sq_room(c, 0, 1) != BRAID_SUCCESS) {
+        braid_regcache_put(c->st->rc, e);
+        return;
+    }
+    struct ibv_mr *mr = e->handle;
+    c->exp = (rdma_expose_t){
+        .seq = seq, .rkey = mr->rkey, .addr = (uint64_t)(uintptr_t)base, .bytes = bytes};
+    memcpy(c->tx_exp, &c->exp, sizeof(c->exp));
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)c->tx_exp,
+                          .length = sizeof(rdma_expose_t),
+                          .lkey = c->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_EXPOSE, 0),
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+                             .imm_data = htonl(RDMA_CTRL | RDMA_CTRL_EXPOSE)},
+                       *bad;
+    if (ibv_post_send(c->ids[0]->qp, &wr, &bad)) {
+        braid_regcache_put(c->st->rc, e);
+        return; /* the QP failed: the data path reports it */
+    }
+    c->sq_out[0]++;
+    c->exp_entry = e;
+    c->exp_valid = 1;
+}
+
+static int arrived(rdma_conn_t *c)
+{
+    return c->arrived[c->pos % c->nslots] == c->pos + 1;
 }
 
 static braid_result_t rdma_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
                                     const void **buf_p)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->pos == c->head) {
+    if (!arrived(c)) {
         braid_rdma_poll_cq(c);
-        if (c->pos == c->head) return BRAID_INPROGRESS;
+        if (!arrived(c)) return BRAID_INPROGRESS;
     }
     char *slot = c->buf + (size_t)(c->pos % c->nslots) * c->stride;
     const braid_msg_hdr_t *h = (const braid_msg_hdr_t *)slot;
     if (h->bytes > c->base.slot_size)
         return braid_set_error(BRAID_ERR_REMOTE, "rdma: %s sent %u bytes in a %zu-byte slot",
                                c->desc, h->bytes, c->base.slot_size);
+    rdma_zc_t z;
+    memcpy(&z, slot + RDMA_ZC_AT, sizeof(z));
+    if (z.zc) {
+        /* The payload is already in the exposed output buffer. */
+        if (!c->exp_valid || h->seq != c->exp.seq || z.off > c->exp.bytes ||
+            h->bytes > c->exp.bytes - z.off)
+            return braid_set_error(BRAID_ERR_REMOTE,
+                                   "rdma: %s wrote %u bytes at offset %llu of a buffer this side "
+                                   "did not expose for #%u",
+                                   c->desc, h->bytes, (unsigned long long)z.off, h->seq);
+        *hdr_p = h;
+        *buf_p = (const char *)(uintptr_t)c->exp.addr + z.off;
+        c->zc_msgs++;
+        return BRAID_SUCCESS;
+    }
     *hdr_p = h;
     *buf_p = slot + RDMA_HDR;
     return BRAID_SUCCESS;
@@ -213,26 +378,26 @@ static braid_result_t rdma_recv_release(braid_conn_t *conn)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
     c->pos++;
-    BRAID_CHECK(sq_room(c));
-    struct ibv_send_wr wr = {.wr_id = 2,
+    BRAID_CHECK(sq_room(c, 0, 1));
+    struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_CREDIT, 0),
                              .sg_list = NULL,
                              .num_sge = 0,
                              .opcode = IBV_WR_SEND_WITH_IMM,
                              .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
                              .imm_data = htonl(c->pos & RDMA_SEQ_MASK)},
                        *bad;
-    if (ibv_post_send(c->id->qp, &wr, &bad)) {
+    if (ibv_post_send(c->ids[0]->qp, &wr, &bad)) {
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: cannot return a credit to %s (QP error)",
                               c->desc);
         return braid_rdma_failure(c);
     }
-    c->sq_out++;
+    c->sq_out[0]++;
     return BRAID_SUCCESS;
 }
 
 static int ready(rdma_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return c->pos != c->head;
+    if (dir == BRAID_WAIT_RECV) return arrived(c);
     return c->pos - c->tail < c->nslots;
 }
 
@@ -244,8 +409,7 @@ static void sender_events(rdma_conn_t *c)
         enum rdma_cm_event_type t = ev->event;
         rdma_ack_cm_event(ev);
         if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL)
-            braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%s disconnected (%s)", c->desc,
-                                  rdma_event_str(t));
+            braid_rdma_set_disconnected(c, "%s disconnected (%s)", c->desc, rdma_event_str(t));
     }
 }
 
@@ -291,22 +455,26 @@ static void rdma_wake(braid_conn_t *conn)
 static void rdma_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->id && c->id->qp && atomic_load(&c->connected) && !c->fail_sent) {
+    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) && !c->fail_sent) {
         c->fail_sent = 1;
         uint32_t v = (uint32_t)(-code) & 0xff;
         snprintf(c->tx_text, RDMA_TEXT - 1, "%s", why ? why : "");
         uint32_t len = (uint32_t)strlen(c->tx_text);
         struct ibv_sge sge = {
             .addr = (uint64_t)(uintptr_t)c->tx_text, .length = len, .lkey = c->mr->lkey};
-        struct ibv_send_wr wr = {.wr_id = 3,
+        struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_FAIL, 0),
                                  .sg_list = &sge,
                                  .num_sge = len ? 1 : 0,
                                  .opcode = IBV_WR_SEND_WITH_IMM,
-                                 .send_flags = len <= c->max_inline ? IBV_SEND_INLINE : 0,
+                                 .send_flags = IBV_SEND_SIGNALED |
+                                               (len <= c->max_inline ? IBV_SEND_INLINE : 0),
                                  .imm_data = htonl(RDMA_CTRL | v)},
                            *bad;
-        if (ibv_post_send(c->id->qp, &wr, &bad))
+        /* Signaled and counted, so close() lets it leave before the disconnect. */
+        if (ibv_post_send(c->ids[0]->qp, &wr, &bad))
             braid_info(NET, "rdma: could not tell %s about the failure", c->desc);
+        else
+            c->sq_out[0]++;
     }
     rdma_wake(conn);
 }
@@ -327,4 +495,8 @@ const braid_transport_t braid_transport_rdma = {
     .fail = rdma_fail,
     .close = braid_rdma_close,
     .comm_cleanup = braid_rdma_comm_cleanup,
+    .mem_register = braid_rdma_mem_register,
+    .mem_deregister = braid_rdma_mem_deregister,
+    .recv_expose = braid_rdma_recv_expose,
+    .send_post_at = braid_rdma_send_post_at,
 };

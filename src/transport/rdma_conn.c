@@ -48,18 +48,29 @@ static int set_nonblock(int fd)
 /* ---- queue pair, buffers ------------------------------------------------------------------- */
 
 /* A receive WR: data writes and credits carry no payload; a fail() text lands in rx_text. */
-int braid_rdma_post_recv(rdma_conn_t *c)
+char *braid_rdma_landing(rdma_conn_t *c, int q, uint32_t idx)
 {
-    struct ibv_sge sge = {
-        .addr = (uint64_t)(uintptr_t)c->rx_text, .length = RDMA_TEXT - 1, .lkey = c->mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = 0, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(c->id->qp, &wr, &bad);
+    return c->rx_text + ((size_t)q * c->rq_depth + idx) * RDMA_TEXT;
 }
 
-static braid_result_t post_recvs(rdma_conn_t *c, uint32_t n)
+int braid_rdma_post_recv(rdma_conn_t *c, int q, uint32_t idx)
+{
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)braid_rdma_landing(c, q, idx),
+                          .length = RDMA_TEXT - 1,
+                          .lkey = c->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = RDMA_WR_RECV_ID(q, idx), .sg_list = &sge, .num_sge = 1}, *bad;
+    return ibv_post_recv(c->ids[q]->qp, &wr, &bad);
+}
+
+int braid_rdma_all_connected(rdma_conn_t *c)
+{
+    return atomic_load(&c->connected) >= c->nqps;
+}
+
+static braid_result_t post_recvs(rdma_conn_t *c, int q, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        if (braid_rdma_post_recv(c))
+        if (braid_rdma_post_recv(c, q, i))
             return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_post_recv to %s: %m", c->desc);
     }
     return BRAID_SUCCESS;
@@ -72,22 +83,33 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->ctx = ctx;
     c->nslots = (uint32_t)comm->nslots;
     c->stride = RDMA_HDR + ((comm->chunk_bytes + 63) & ~(size_t)63);
-    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT;
+    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT +
+                 (size_t)c->nqps * (c->nslots + RDMA_EXTRA_WR) * RDMA_TEXT;
     c->sq_max = c->nslots + RDMA_EXTRA_WR;
     c->rq_depth = c->nslots + RDMA_EXTRA_WR;
-    c->pd = ibv_alloc_pd(ctx);
-    if (!c->pd) return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_alloc_pd: %m");
+    if (c->st && c->st->pd && c->st->pd->context == ctx) {
+        c->pd = c->st->pd; /* shared: user registrations are usable on this QP */
+    } else {
+        c->pd = ibv_alloc_pd(ctx);
+        if (!c->pd) return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_alloc_pd: %m");
+        c->own_pd = 1;
+    }
     c->cc = ibv_create_comp_channel(ctx);
     if (!c->cc || set_nonblock(c->cc->fd))
         return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_create_comp_channel: %m");
-    c->cq = ibv_create_cq(ctx, (int)(c->sq_max + c->rq_depth), c, c->cc, 0);
+    c->cq = ibv_create_cq(ctx, (int)((c->sq_max + c->rq_depth) * (uint32_t)c->nqps), c, c->cc, 0);
     if (!c->cq) return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_create_cq: %m");
     if (posix_memalign((void **)&c->buf, 4096, c->buf_len))
         return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory for %zu bytes of slots",
                                c->buf_len);
     memset(c->buf, 0, c->buf_len);
-    c->rx_text = c->buf + c->stride * c->nslots;
-    c->tx_text = c->rx_text + RDMA_TEXT;
+    c->arrived = calloc(c->nslots, sizeof(*c->arrived));
+    if (!c->arrived) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
+    for (int q = 0; q < c->nqps; q++)
+        c->rx_next[q] = (uint32_t)q;
+    c->tx_text = c->buf + c->stride * c->nslots;
+    c->tx_exp = c->tx_text + RDMA_TEXT;
+    c->rx_text = c->tx_exp + RDMA_TEXT;
     int access = IBV_ACCESS_LOCAL_WRITE | (remote_write ? IBV_ACCESS_REMOTE_WRITE : 0);
     c->mr = ibv_reg_mr(c->pd, c->buf, c->buf_len, access);
     if (!c->mr)
@@ -95,7 +117,7 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     return BRAID_SUCCESS;
 }
 
-static braid_result_t make_qp(rdma_conn_t *c, struct rdma_cm_id *id)
+static braid_result_t make_qp(rdma_conn_t *c, struct rdma_cm_id *id, int q)
 {
     struct ibv_qp_init_attr a = {
         .send_cq = c->cq,
@@ -114,8 +136,8 @@ static braid_result_t make_qp(rdma_conn_t *c, struct rdma_cm_id *id)
             return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_create_qp for %s: %m", c->desc);
     }
     c->max_inline = a.cap.max_inline_data;
-    c->id = id;
-    return post_recvs(c, c->rq_depth);
+    c->ids[q] = id;
+    return post_recvs(c, q, c->rq_depth);
 }
 
 /* ---- rdma_cm events ------------------------------------------------------------------------ */
@@ -160,10 +182,12 @@ static braid_result_t expect_event(rdma_conn_t *c, uint64_t deadline, const char
     return BRAID_SUCCESS;
 }
 
-static rdma_conn_t *find_conn(rdma_state_t *st, int rank, int channel)
+static rdma_conn_t *find_conn(rdma_state_t *st, int rank, int channel, int qp, int nqps)
 {
     for (rdma_conn_t *c = st->conns; c; c = c->next)
-        if (c->base.peer == rank && c->base.channel == channel && !c->id) return c;
+        if (c->base.peer == rank && c->base.channel == channel && qp >= 0 && qp < c->nqps &&
+            nqps == c->nqps && !c->ids[qp])
+            return c;
     return NULL;
 }
 
@@ -181,16 +205,16 @@ static void handle_connect_request(rdma_state_t *st, struct rdma_cm_event *ev, i
             why = "bad magic or version";
         else if (braid_secret_cmp(h.secret, st->comm->boot_addr.secret))
             why = "wrong job secret";
-        else if (!(c = find_conn(st, h.rank, h.channel)))
-            why = "unexpected rank or channel";
+        else if (!(c = find_conn(st, h.rank, h.channel, h.qp, h.nqps)))
+            why = "unexpected rank, channel or QP";
         else if (id->verbs != c->ctx)
             why = "arrived on another device";
     }
     if (!why) {
-        if (make_qp(c, id) < 0) {
+        if (make_qp(c, id, h.qp) < 0) {
             why = "cannot create the queue pair";
             if (id->qp) rdma_destroy_qp(id);
-            c->id = NULL;
+            c->ids[h.qp] = NULL;
         }
     }
     if (!why) {
@@ -227,7 +251,7 @@ static void *cm_main(void *arg)
                 handle_connect_request(st, ev, &destroy);
                 break;
             case RDMA_CM_EVENT_ESTABLISHED:
-                if (c) atomic_store(&c->connected, 1);
+                if (c) atomic_fetch_add(&c->connected, 1);
                 if (c) braid_rdma_wake_fd(c->wake_fd);
                 break;
             case RDMA_CM_EVENT_DISCONNECTED:
@@ -236,8 +260,8 @@ static void *cm_main(void *arg)
             case RDMA_CM_EVENT_UNREACHABLE:
             case RDMA_CM_EVENT_REJECTED:
                 if (c && c != (void *)st)
-                    braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%s disconnected (%s)", c->desc,
-                                          rdma_event_str(ev->event));
+                    braid_rdma_set_disconnected(c, "%s disconnected (%s)", c->desc,
+                                                rdma_event_str(ev->event));
                 break;
             default:
                 break;
@@ -248,6 +272,16 @@ static void *cm_main(void *arg)
         }
     }
     return NULL;
+}
+
+rdma_state_t *braid_rdma_state_find(struct braid_comm *comm)
+{
+    pthread_mutex_lock(&g_mu);
+    rdma_state_t *st = g_states;
+    while (st && st->comm != comm)
+        st = st->next;
+    pthread_mutex_unlock(&g_mu);
+    return st;
 }
 
 static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
@@ -293,6 +327,8 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
         r = braid_set_error(BRAID_ERR_SYSTEM, "rdma: no RDMA device has address %s", ip);
         goto fail;
     }
+    r = braid_rdma_reg_init(st);
+    if (r < 0) goto fail;
     struct sockaddr *bound = rdma_get_local_addr(st->listen);
     memcpy(&st->laddr, bound,
            bound->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -315,6 +351,7 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
     *st_p = st;
     return BRAID_SUCCESS;
 fail:
+    braid_rdma_reg_free(st);
     if (st->listen) rdma_destroy_id(st->listen);
     if (st->ch) rdma_destroy_event_channel(st->ch);
     if (st->efd >= 0) close(st->efd);
@@ -326,10 +363,11 @@ fail:
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
-static rdma_conn_t *conn_new(struct braid_comm *comm, int peer, int channel, int is_send)
+static rdma_conn_t *conn_new(struct braid_comm *comm, int peer, int channel, int is_send, int nqps)
 {
     rdma_conn_t *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
+    c->nqps = nqps;
     c->base = (braid_conn_t){.ops = &braid_transport_rdma,
                              .comm = comm,
                              .peer = peer,
@@ -346,9 +384,15 @@ braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int chan
 {
     if (*info_len_p < RDMA_INFO_BYTES)
         return braid_set_error(BRAID_ERR_INTERNAL, "rdma: info buffer of %zu bytes", *info_len_p);
+    int64_t nqps = 1;
+    BRAID_CHECK(braid_param_int("IB_QPS_PER_CONN", &nqps));
+    if (nqps < 1 || nqps > RDMA_MAX_QPS)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_IB_QPS_PER_CONN=%lld is outside [1, %d]", (long long)nqps,
+                               RDMA_MAX_QPS);
     rdma_state_t *st = NULL;
     BRAID_CHECK(state_get(comm, &st));
-    rdma_conn_t *c = conn_new(comm, peer, channel, 0);
+    rdma_conn_t *c = conn_new(comm, peer, channel, 0, (int)nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     c->st = st;
     braid_result_t r = make_resources(c, st->listen->verbs, 1);
@@ -361,7 +405,8 @@ braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int chan
                       .slot_size = comm->chunk_bytes,
                       .addr = (uint64_t)(uintptr_t)c->buf,
                       .rkey = c->mr->rkey,
-                      .family = st->laddr.ss_family};
+                      .family = st->laddr.ss_family,
+                      .nqps = (uint32_t)c->nqps};
     if (st->laddr.ss_family == AF_INET) {
         in.port = ((struct sockaddr_in *)&st->laddr)->sin_port;
         memcpy(in.ip, &((struct sockaddr_in *)&st->laddr)->sin_addr, 4);
@@ -400,10 +445,6 @@ static braid_result_t do_connect(rdma_conn_t *c, const rdma_info_t *in)
     c->ch = rdma_create_event_channel();
     if (!c->ch || set_nonblock(c->ch->fd))
         return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_create_event_channel: %m");
-    struct rdma_cm_id *id;
-    if (rdma_create_id(c->ch, &id, c, RDMA_PS_TCP))
-        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_create_id: %m");
-    c->id = id; /* the QP is created on it below */
     struct sockaddr_storage src;
     socklen_t sl = sizeof(src);
     struct sockaddr *srcp = NULL;
@@ -415,29 +456,45 @@ static braid_result_t do_connect(rdma_conn_t *c, const rdma_info_t *in)
         ((struct sockaddr_in *)&src)->sin_port = 0;
         srcp = (struct sockaddr *)&src;
     }
-    if (rdma_resolve_addr(id, srcp, (struct sockaddr *)&dst, 5000))
-        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_resolve_addr(%s): %m", c->desc);
-    BRAID_CHECK(expect_event(c, deadline, "resolving the address of", RDMA_CM_EVENT_ADDR_RESOLVED));
-    if (rdma_resolve_route(id, 5000))
-        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_resolve_route(%s): %m", c->desc);
-    BRAID_CHECK(expect_event(c, deadline, "resolving the route to", RDMA_CM_EVENT_ROUTE_RESOLVED));
-    BRAID_CHECK(make_resources(c, id->verbs, 0));
-    BRAID_CHECK(make_qp(c, id));
-    rdma_hello_t h = {.magic = RDMA_MAGIC,
-                      .version = RDMA_VERSION,
-                      .rank = comm->rank,
-                      .channel = c->base.channel};
-    memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
-    struct rdma_conn_param p = {.private_data = &h,
-                                .private_data_len = sizeof(h),
-                                .responder_resources = 1,
-                                .initiator_depth = 1,
-                                .retry_count = 7,
-                                .rnr_retry_count = 7};
-    if (rdma_connect(id, &p))
-        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_connect(%s): %m", c->desc);
-    BRAID_CHECK(expect_event(c, deadline, "connecting to", RDMA_CM_EVENT_ESTABLISHED));
-    atomic_store(&c->connected, 1);
+    for (int q = 0; q < c->nqps; q++) {
+        struct rdma_cm_id *id;
+        if (rdma_create_id(c->ch, &id, c, RDMA_PS_TCP))
+            return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_create_id: %m");
+        c->ids[q] = id; /* the QP is created on it below */
+        if (rdma_resolve_addr(id, srcp, (struct sockaddr *)&dst, 5000))
+            return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_resolve_addr(%s): %m", c->desc);
+        BRAID_CHECK(
+            expect_event(c, deadline, "resolving the address of", RDMA_CM_EVENT_ADDR_RESOLVED));
+        if (rdma_resolve_route(id, 5000))
+            return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_resolve_route(%s): %m", c->desc);
+        BRAID_CHECK(
+            expect_event(c, deadline, "resolving the route to", RDMA_CM_EVENT_ROUTE_RESOLVED));
+        if (q == 0)
+            BRAID_CHECK(make_resources(c, id->verbs, 0));
+        else if (id->verbs != c->ctx)
+            return braid_set_error(BRAID_ERR_SYSTEM, "rdma: QP %d to %s resolved to another device",
+                                   q, c->desc);
+        BRAID_CHECK(make_qp(c, id, q));
+        rdma_hello_t h = {.magic = RDMA_MAGIC,
+                          .version = RDMA_VERSION,
+                          .rank = comm->rank,
+                          .channel = c->base.channel,
+                          .qp = q,
+                          .nqps = c->nqps};
+        memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
+        struct rdma_conn_param p = {.private_data = &h,
+                                    .private_data_len = sizeof(h),
+                                    .responder_resources = 1,
+                                    .initiator_depth = 1,
+                                    .retry_count = 7,
+                                    .rnr_retry_count = 7};
+        if (rdma_connect(id, &p))
+            return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_connect(%s): %m", c->desc);
+        BRAID_CHECK(expect_event(c, deadline, "connecting to", RDMA_CM_EVENT_ESTABLISHED));
+        atomic_fetch_add(&c->connected, 1);
+        if (q == 0) BRAID_CHECK(braid_rdma_check_mtu(c, id));
+    }
+    if (c->nqps > 1) braid_info(NET, "rdma: %d QPs to %s", c->nqps, c->desc);
     return BRAID_SUCCESS;
 }
 
@@ -461,8 +518,12 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
                                "%zu (BRAID_CHUNK_SIZE/BRAID_NSLOTS must match on every rank)",
                                peer, in.nslots, (unsigned long long)in.slot_size, comm->rank,
                                comm->nslots, comm->chunk_bytes);
-    rdma_conn_t *c = conn_new(comm, peer, channel, 1);
+    if (in.nqps < 1 || in.nqps > RDMA_MAX_QPS)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "rdma: rank %d asks for %u QPs (at most %d)",
+                               peer, in.nqps, RDMA_MAX_QPS);
+    rdma_conn_t *c = conn_new(comm, peer, channel, 1, (int)in.nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
+    c->st = braid_rdma_state_find(comm); /* its protection domain is shared */
     c->raddr = in.addr;
     c->rkey = in.rkey;
     braid_result_t r = do_connect(c, &in);
@@ -479,7 +540,7 @@ braid_result_t braid_rdma_recv_accept(braid_conn_t *conn)
     rdma_conn_t *c = (rdma_conn_t *)conn;
     struct braid_comm *comm = conn->comm;
     uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
-    while (!atomic_load(&c->connected)) {
+    while (!braid_rdma_all_connected(c)) {
         BRAID_CHECK(braid_rdma_failure(c));
         if (atomic_load(&comm->aborted))
             return braid_set_error(BRAID_ERR_ABORTED, "rdma: aborted waiting for %s", c->desc);
@@ -496,11 +557,17 @@ braid_result_t braid_rdma_recv_accept(braid_conn_t *conn)
     return BRAID_SUCCESS;
 }
 
+static int sq_busy(rdma_conn_t *c)
+{
+    for (int q = 0; q < c->nqps; q++)
+        if (c->sq_out[q]) return 1;
+    return 0;
+}
+
 void braid_rdma_close(braid_conn_t *conn)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
     if (!c) return;
-    struct rdma_cm_id *id = c->id;
     if (c->st) {
         pthread_mutex_lock(&c->st->mu);
         for (rdma_conn_t **pp = &c->st->conns; *pp; pp = &(*pp)->next)
@@ -508,34 +575,38 @@ void braid_rdma_close(braid_conn_t *conn)
                 *pp = c->next;
                 break;
             }
-        if (id) id->context = NULL;
+        for (int q = 0; q < c->nqps; q++)
+            if (c->ids[q]) c->ids[q]->context = NULL;
         pthread_mutex_unlock(&c->st->mu);
     }
-    if (id) {
-        if (atomic_load(&c->connected)) {
-            /* Let posted writes and credits finish before the disconnect. */
-            uint64_t deadline = braid_now_ns() + 200000000ull;
-            while (c->sq_out && !atomic_load(&c->failed) && braid_now_ns() < deadline)
-                braid_rdma_poll_cq(c);
-            rdma_disconnect(id);
-        }
-        if (id->qp) rdma_destroy_qp(id);
-        if (c->ch) {
-            struct rdma_cm_event *ev;
-            while (rdma_get_cm_event(c->ch, &ev) == 0)
-                rdma_ack_cm_event(ev);
-        }
-        rdma_destroy_id(id);
+    if (atomic_load(&c->connected)) {
+        /* Let posted writes and credits finish before the disconnect. */
+        uint64_t deadline = braid_now_ns() + 200000000ull;
+        while (sq_busy(c) && !atomic_load(&c->failed) && braid_now_ns() < deadline)
+            braid_rdma_poll_cq(c);
+        for (int q = 0; q < c->nqps; q++)
+            if (c->ids[q] && c->ids[q]->qp) rdma_disconnect(c->ids[q]);
     }
+    for (int q = 0; q < c->nqps; q++)
+        if (c->ids[q] && c->ids[q]->qp) rdma_destroy_qp(c->ids[q]);
+    if (c->ch) {
+        struct rdma_cm_event *ev;
+        while (rdma_get_cm_event(c->ch, &ev) == 0)
+            rdma_ack_cm_event(ev);
+    }
+    for (int q = 0; q < c->nqps; q++)
+        if (c->ids[q]) rdma_destroy_id(c->ids[q]);
     if (c->ch) rdma_destroy_event_channel(c->ch);
+    braid_rdma_recv_expose(&c->base, 0, NULL, 0); /* gives back a held registration */
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->buf);
+    free(c->arrived);
     if (c->cq) {
         if (c->cq_events) ibv_ack_cq_events(c->cq, c->cq_events);
         ibv_destroy_cq(c->cq);
     }
     if (c->cc) ibv_destroy_comp_channel(c->cc);
-    if (c->pd) ibv_dealloc_pd(c->pd);
+    if (c->pd && c->own_pd) ibv_dealloc_pd(c->pd);
     if (c->wake_fd >= 0) close(c->wake_fd);
     free(c);
 }
@@ -563,6 +634,7 @@ void braid_rdma_comm_cleanup(struct braid_comm *comm)
         rdma_ack_cm_event(ev);
         if (req) rdma_destroy_id(id);
     }
+    braid_rdma_reg_free(st);
     rdma_destroy_id(st->listen);
     rdma_destroy_event_channel(st->ch);
     close(st->efd);

@@ -181,6 +181,37 @@ braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_s
     return braid_boot_listen_addr(&comm->boot_addr, a, &len);
 }
 
+static int mtu_bytes(int m)
+{
+    return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128 << m : 0;
+}
+
+braid_result_t braid_rdma_check_mtu(rdma_conn_t *c, struct rdma_cm_id *id)
+{
+    struct ibv_port_attr pa;
+    struct ibv_qp_attr qa;
+    struct ibv_qp_init_attr ia;
+    if (ibv_query_port(id->verbs, id->port_num, &pa))
+        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_query_port(%s:%u): %m",
+                               ibv_get_device_name(id->verbs->device), id->port_num);
+    if (ibv_query_qp(id->qp, &qa, IBV_QP_PATH_MTU, &ia))
+        return braid_set_error(BRAID_ERR_SYSTEM, "rdma: ibv_query_qp(%s): %m", c->desc);
+    int route = id->route.num_paths > 0 && id->route.path_rec ? id->route.path_rec->mtu : 0;
+    int want = pa.active_mtu;
+    if (mtu_bytes(route) && route < want) want = route;
+    c->path_mtu = mtu_bytes(qa.path_mtu);
+    char rs[32] = "unknown";
+    if (mtu_bytes(route)) snprintf(rs, sizeof(rs), "%d", mtu_bytes(route));
+    braid_info(NET, "rdma: QP to %s on %s:%u: path MTU %d bytes (port active MTU %d, route MTU %s)",
+               c->desc, ibv_get_device_name(id->verbs->device), id->port_num, c->path_mtu,
+               mtu_bytes(pa.active_mtu), rs);
+    if ((int)qa.path_mtu > want)
+        return braid_set_error(BRAID_ERR_SYSTEM,
+                               "rdma: the QP to %s has path MTU %d, above min(port %d, route %s)",
+                               c->desc, c->path_mtu, mtu_bytes(pa.active_mtu), rs);
+    return BRAID_SUCCESS;
+}
+
 void braid_rdma_print_devices(FILE *f)
 {
     int n = 0;
@@ -215,10 +246,12 @@ void braid_rdma_print_devices(FILE *f)
                               ? (const void *)&((struct sockaddr_in *)&a)->sin_addr
                               : (const void *)&((struct sockaddr_in6 *)&a)->sin6_addr,
                           addr, sizeof(addr));
-            fprintf(f, "rdma device %s port %d: %s, link layer %s, active MTU %d, GID %d (%s)%s\n",
+            fprintf(f,
+                    "rdma device %s port %d: %s, link layer %s, active MTU %d (max %d; QPs use "
+                    "min(active, route)), GID %d (%s)%s\n",
                     name, p, pa.state == IBV_PORT_ACTIVE ? "active" : "not active",
                     pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
-                    128 << pa.active_mtu, gid, addr,
+                    mtu_bytes(pa.active_mtu), mtu_bytes(pa.max_mtu), gid, addr,
                     hca_match(spec, name, p) ? "" : " [excluded by BRAID_IB_HCA]");
         }
         ibv_close_device(ctx);

@@ -91,6 +91,17 @@ typedef struct braid_transport {
     braid_result_t (*send_post_ref)(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
                                     const void *src);
     void (*send_detach)(braid_conn_t *conn);
+    /* The user registered [buf, buf + bytes) with braid_comm_register (bytes > 0; valid until
+     * the matching mem_deregister). NULL when the transport needs no registration. */
+    braid_result_t (*mem_register)(struct braid_comm *comm, void *buf, size_t bytes);
+    void (*mem_deregister)(struct braid_comm *comm, void *buf, size_t bytes);
+    /* Zero-copy, optional (NULL: not supported). recv_expose: this receiver's output buffer of
+     * collective seq is [base, base + bytes) (NULL withdraws; the transport may ignore it, e.g.
+     * when the buffer is not registered). send_post_at: as send_post, where the receiver
+     * exposed its output for hdr->seq the payload may go straight to it at dst_off; its
+     * recv_get then returns a pointer into that buffer. */
+    void (*recv_expose)(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
+    braid_result_t (*send_post_at)(braid_conn_t *conn, const braid_msg_hdr_t *hdr, size_t dst_off);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;
@@ -99,6 +110,9 @@ extern const braid_transport_t braid_transport_shm;
 const braid_transport_t *braid_transport_by_name(const char *name);
 /* Calls every built-in transport's comm_cleanup. */
 void braid_transport_comm_cleanup(struct braid_comm *comm);
+/* Calls every built-in transport's mem_register (undone on failure) / mem_deregister. */
+braid_result_t braid_transport_mem_register(struct braid_comm *comm, void *buf, size_t bytes);
+void braid_transport_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma/vm.sh), started by run_rdma_tests.sh: the RDMA test
 # cases, ranks split across rxe0 (veth0, 198.18.0.1, "host" vmA) and rxe1 (veth1, 198.18.0.2,
-# "host" vmB). Prints "[PASS]/[FAIL] name" lines and "rdma: N passed, N failed".
+# "host" vmB). ONLY=REGEX runs the matching cases only. Prints "[PASS]/[FAIL] name" lines and "rdma: N passed, N failed".
 #   inner.sh BUILD_DIR
 build=$1
 perf="$build/bin/all_reduce_perf"
@@ -45,9 +45,11 @@ job() {
 }
 
 # run NAME NRANKS "VAR=V ..." CMD...; with want_log set, some rank's output must match it.
+# ONLY=REGEX (from BRAID_RDMA_ONLY) runs just the cases whose name matches (for development).
 run() {
     name=$1
     shift
+    if [ -n "${ONLY:-}" ] && ! echo "$name" | grep -q -- "$ONLY"; then return 0; fi
     t0=$(date +%s)
     if job "$@" && { [ -z "${want_log:-}" ] || cat /tmp/rank.*.out | grep -q "$want_log"; }; then
         passed=$((passed + 1))
@@ -75,7 +77,8 @@ fi
 
 info=$("$build/bin/braid-info" 2>&1)
 if echo "$info" | grep -q "rdma device rxe0 port 1: active" &&
-    echo "$info" | grep -q "rdma device rxe1 port 1: active, link layer Ethernet (RoCE)"; then
+    echo "$info" | grep -q "rdma device rxe1 port 1: active, link layer Ethernet (RoCE)" &&
+    echo "$info" | grep -q "rxe0 port 1: .*active MTU 1024 (max [0-9]*; QPs use min(active, route))"; then
     passed=$((passed + 1))
     echo "[PASS] braid-info lists rxe0 and rxe1 with their chosen GIDs"
 else
@@ -84,10 +87,59 @@ else
     echo "$info" | grep rdma
 fi
 
+# The transport conformance cases (tests/common/conformance.c) on the rdma vtable directly,
+# rank 0 on rxe0, rank 1 on rxe1; in "kill" rank 1 SIGKILLs itself.
+conf="$build/bin/braid_conformance"
+if [ -x "$conf" ]; then
+    for c in $("$conf" list); do
+        [ "$c" = kill ] && victim=1
+        run "conformance rdma/$c (2 ranks, rxe0 + rxe1)" 2 "BRAID_TIMEOUT=60" "$conf" rdma "$c"
+        victim=""
+    done
+else
+    failed=$((failed + 1))
+    echo "[FAIL] $conf is missing (build the tests)"
+fi
+
+# Several QPs per connection (messages striped over them, read in order), and the path MTU.
+want_log="rdma: 3 QPs to rank"
+run "conformance rdma/data, BRAID_IB_QPS_PER_CONN=3" 2 \
+    "BRAID_IB_QPS_PER_CONN=3 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
+want_log=""
+for c in fail close; do
+    run "conformance rdma/$c, BRAID_IB_QPS_PER_CONN=2" 2 "BRAID_IB_QPS_PER_CONN=2" "$conf" rdma "$c"
+done
+run "conformance rdma/register (zero-copy), 3 QPs per connection, 2 channels" 2 \
+    "BRAID_IB_QPS_PER_CONN=3 BRAID_NCHANNELS=2" "$conf" rdma register
+# Zero-copy along a longer ring: middle ranks forward chunks from their output.
+run "zero-copy ring: 4 ranks, rdma, ring, all-gather + broadcast from every root" 4 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" "$conf" rdma zcring
+run "zero-copy ring: 3 ranks, rdma, ring, 2 QPs x 2 channels" 3 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_IB_QPS_PER_CONN=2 BRAID_NCHANNELS=2" \
+    "$conf" rdma zcring
+run "zero-copy ring: 4 ranks, automatic (shm + rdma), registered buffers, exact results" 4 "" \
+    "$conf" auto zcring
+want_log="path MTU 1024 bytes (port active MTU 1024, route MTU"
+run "rdma QPs use min(port active MTU, route MTU) = 1024 on veth (MTU 1500), logged" 2 \
+    "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
+want_log=""
+if ! job 2 "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=9" "$conf" rdma data &&
+    cat /tmp/rank.*.out | grep -q "BRAID_IB_QPS_PER_CONN=9 is outside \[1, 8\]"; then
+    passed=$((passed + 1))
+    echo "[PASS] BRAID_IB_QPS_PER_CONN=9 is refused, naming the variable"
+else
+    failed=$((failed + 1))
+    echo "[FAIL] BRAID_IB_QPS_PER_CONN=9 was not refused with a message"
+    cat /tmp/rank.*.out | tail -n 10
+fi
+rm -f /tmp/rank.*.out
+
 args="-b 8 -e 256K -f 32 -n 2 -w 1 -c 1 -d all -o all"
 run "2 ranks (1 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 2 \
     "BRAID_TRANSPORT=rdma" $perf $args
 run "2 ranks, rdma, 8 MiB messages" 2 "BRAID_TRANSPORT=rdma" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
+run "2 ranks, rdma, 8 MiB messages, 4 QPs per connection" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=4" $perf -b 1M -e 8M -f 8 -n 2 -w 1 -c 1
 args4="-b 64 -e 64K -f 1024 -n 1 -w 1 -c 1 -d all -o all"
 run "4 ranks (2 per host), BRAID_TRANSPORT=rdma, all_reduce_perf -d all -o all" 4 \
     "BRAID_TRANSPORT=rdma" $perf $args4
@@ -107,6 +159,8 @@ by_hca=""
 check="$build/rdma-test/net_check"
 if [ -x "$check" ]; then
     run "2 ranks, rdma: collectives (net_check coll)" 2 "BRAID_TRANSPORT=rdma" "$check" coll 1
+    run "2 ranks, rdma, 4 QPs per connection: collectives (net_check coll)" 2 \
+        "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=4" "$check" coll 1
     victim=2
     run "3 ranks, ring, rdma: killed rank 2 is named" 3 "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" \
         "$check" victim 2 5

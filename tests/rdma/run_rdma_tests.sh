@@ -7,7 +7,12 @@
 #   tests/rdma/run_rdma_tests.sh [BUILD_DIR]     (default: build)
 #
 # The last line is "rdma: N passed, N failed"; the exit status is non-zero if any case failed or
-# the VM could not boot (BRAID_SKIP_RDMA_VM=1 turns the latter into a skip).
+# the VM could not boot (BRAID_SKIP_RDMA_VM=1 turns the latter into a skip). BRAID_RDMA_ONLY=REGEX
+# runs only the cases whose names match (development; CI runs them all).
+#
+# A sanitizer build (cmake -DBRAID_SANITIZE=ON: ASan+UBSan) works too: its programs run in the
+# VM with ASAN_OPTIONS/LSAN_OPTIONS/UBSAN_OPTIONS set (leaks checked, tests/lsan.supp), so a
+# sanitizer report makes the rank exit non-zero and the case fail.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 build=$(cd "${1:-${BRAID_BUILD:-build}}" && pwd) || { echo "rdma: no build folder"; echo "rdma: 0 passed, 1 failed"; exit 1; }
@@ -20,14 +25,24 @@ perf="$build/bin/all_reduce_perf"
 [ -x "$perf" ] || { echo "rdma: $perf missing"; echo "rdma: 0 passed, 1 failed"; exit 1; }
 mkdir -p "$build/rdma-test"
 cp tests/rdma/inner.sh "$build/rdma-test/inner.sh"
+san_flags=""
+san_env=""
+if ldd "$perf" | grep -q libasan; then
+    san_flags="-fsanitize=address,undefined -fno-omit-frame-pointer"
+    cp tests/lsan.supp "$build/rdma-test/lsan.supp"
+    san_env="ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
+LSAN_OPTIONS=suppressions=$build/rdma-test/lsan.supp \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+    echo "rdma: sanitizer build: ASan+UBSan+LSan checks inside the VM"
+fi
 # The multi-host checker of tests/net (exact collective results, a killed rank is named).
 rm -f "$build/rdma-test/net_check"
-${CC:-cc} -O2 -Wall -Wextra -I include tests/net/net_check.c -L "$build/lib" -lbraid \
+${CC:-cc} -O2 -Wall -Wextra $san_flags -I include tests/net/net_check.c -L "$build/lib" -lbraid \
     -Wl,-rpath,"$build/lib" -o "$build/rdma-test/net_check" ||
     echo "rdma: building net_check failed; its cases are left out" >&2
 t0=$(date +%s)
-tests/rdma/vm.sh --share "$build" --lib-of "$perf" --timeout "${BRAID_RDMA_VM_TIMEOUT:-900}" -- \
-    env VERBOSE="${VERBOSE:-}" dash "$build/rdma-test/inner.sh" "$build" | tee "$build/rdma-test/log"
+tests/rdma/vm.sh --share "$build" --lib-of "$perf" --lib-of "$build/bin/braid_conformance" --lib-of "$build/rdma-test/net_check" --timeout "${BRAID_RDMA_VM_TIMEOUT:-900}" -- \
+    env $san_env VERBOSE="${VERBOSE:-}" ONLY="${BRAID_RDMA_ONLY:-}" dash "$build/rdma-test/inner.sh" "$build" | tee "$build/rdma-test/log"
 rc=${PIPESTATUS[0]}
 echo "rdma: total $(($(date +%s) - t0)) s (VM status $rc)"
 if ! grep -q "^rdma: [0-9]* passed" "$build/rdma-test/log"; then
