@@ -39,8 +39,9 @@ typedef struct {
     int ring_crossings;       /* ring edges between hosts (rank-order ring) */
     int ring_host_out;        /* most ring edges leaving one host (they share its NIC) */
     braid_link_model_t intra, inter;
-    double launch_us; /* fixed cost of one (sub-)collective */
-    size_t p2p_chunk; /* bytes per message of the latency algorithms */
+    braid_link_model_t copy; /* a local memcpy (bandwidth only) */
+    double launch_us;        /* fixed cost of one (sub-)collective */
+    size_t p2p_chunk;        /* bytes per message of the latency algorithms */
 } braid_model_t;
 
 /* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring
@@ -50,6 +51,7 @@ typedef struct {
 #define BRAID_MODEL_NET_ALPHA_US 25.0
 #define BRAID_MODEL_NET_GBPS 1.1
 #define BRAID_MODEL_LAUNCH_US 2.0
+#define BRAID_MODEL_COPY_GBPS 9.0 /* one-thread memcpy, shared/notes/machine-facts.md */
 
 /* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
 /* Recomputes the model's ring crossings for the ring order actually used (NULL = rank order). */
@@ -75,6 +77,8 @@ typedef struct braid_algo_state {
     int hier_ready;
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
     struct braid_comm *inter; /* ranks with this rank's local index, one per host */
+    void *scratch;            /* hier reduce-scatter's packed input, kept between calls */
+    size_t scratch_bytes;
 } braid_algo_state_t;
 
 /* At the end of init (collective: one bootstrap allgather to check the choices agree). */
@@ -91,5 +95,15 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
  * the flat ring. Creates the sub-communicators on first use. */
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq);
+/* Broadcast: inter-host broadcast among the leaders (the ranks with the root's local index,
+ * or local rank 0 of every host when some host has no such index: then the root's host first
+ * broadcasts within itself), then each host broadcasts from its leader. Any host shape. */
+braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq);
+/* Reduce-scatter (equal ranks per host): the input's blocks packed by (local index, host),
+ * intra-host reduce-scatter of H blocks per rank, inter-host reduce-scatter among equal local
+ * indices: the network carries (n - L) blocks per host instead of the ring's (n - 1). */
+braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
+                                         const braid_op_args_t *a, uint32_t seq);
 
 #endif

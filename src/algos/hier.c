@@ -1,7 +1,8 @@
-/* Hierarchical all-reduce, composed of collectives on two sub-communicators made with
- * braid_comm_split on first use (collective over the parent, like the collective itself):
- *   intra  the L ranks of this host, ranked by parent rank (= the local index lr);
- *   inter  the H ranks with this rank's local index, one per host, ranked by host.
+/* Hierarchical all-reduce (and broadcast / reduce-scatter, at the end of the file), composed of
+ * collectives on two sub-communicators made with braid_comm_split on first use (collective over the
+ * parent, like the collective itself): intra  the L ranks of this host, ranked by parent rank (=
+ * the local index lr); inter  the H ranks with this rank's local index, one per host, ranked by
+ * host.
  *
  * Definitions: count N elements, L ranks per host (every host the same; select.c falls back
  * to the flat ring otherwise), block size C = floor(N / L), tail = the last N - L*C (< L)
@@ -21,7 +22,23 @@
 #include "reduce/reduce.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Ranks of host h, and the position of host h among the hosts that have a local index lr
+ * (its rank in the inter-host sub-communicator of lr). */
+static int inter_rank_of(const braid_topo_t *t, int h, int lr)
+{
+    int k = 0;
+    for (int g = 0; g < h; g++)
+        k += t->host_size[g] > lr;
+    return k;
+}
+
+static int inter_size_of(const braid_topo_t *t, int lr)
+{
+    return inter_rank_of(t, t->nhosts, lr);
+}
 
 static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
 {
@@ -29,8 +46,8 @@ static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
     int h = t->host[c->rank], lr = t->local_rank[c->rank];
     BRAID_CHECK(braid_comm_split_internal(c, h, c->rank, 1, &st->intra));
     BRAID_CHECK(braid_comm_split_internal(c, lr, h, 1, &st->inter));
-    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] || st->inter->rank != h ||
-        st->inter->nranks != t->nhosts)
+    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] ||
+        st->inter->rank != inter_rank_of(t, h, lr) || st->inter->nranks != inter_size_of(t, lr))
         return braid_set_error(BRAID_ERR_INTERNAL,
                                "hier: sub-communicators have the wrong shape (intra %d/%d, inter "
                                "%d/%d for local rank %d of host %d of %d)",
@@ -122,6 +139,99 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
         tail.count = a->count - body;
         BRAID_CHECK_GOTO(braid_engine_run(c, &tail, seq), res, fail);
     }
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}
+
+static braid_op_args_t sub_args(int coll, const void *in, void *out, size_t count,
+                                braid_datatype_t dt, braid_redop_t op, int root)
+{
+    return (braid_op_args_t){.coll = coll,
+                             .sendbuf = in,
+                             .recvbuf = out,
+                             .count = count,
+                             .dtype = dt,
+                             .op = op,
+                             .root = root};
+}
+
+braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq)
+{
+    (void)seq;
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    const braid_topo_t *t = &st->topo;
+    int h = t->host[c->rank], lr = t->local_rank[c->rank];
+    int hr = t->host[a->root], jr = t->local_rank[a->root];
+    /* Leaders: local index jr on every host when every host has one, else local index 0
+     * after the root's host has the data (an extra broadcast within the root's host). */
+    int lead = jr < t->min_local ? jr : 0;
+    const void *src = c->rank == a->root ? a->sendbuf : a->recvbuf;
+    if (lead != jr && h == hr) {
+        braid_op_args_t b =
+            sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype, a->op, jr);
+        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &b), res, fail);
+        src = a->recvbuf;
+    }
+    if (lr == lead) {
+        braid_op_args_t b = sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype,
+                                     a->op, inter_rank_of(t, hr, lead));
+        BRAID_CHECK_GOTO(braid_coll_execute(st->inter, &b), res, fail);
+    }
+    if (lead == jr || h != hr) {
+        braid_op_args_t b =
+            sub_args(BRAID_COLL_BROADCAST, a->recvbuf, a->recvbuf, a->count, a->dtype, a->op, lead);
+        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &b), res, fail);
+    }
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}
+
+/* Scratch of at least `bytes`, kept for the communicator's next calls (collectives on one
+ * communicator run one at a time). */
+static void *scratch(braid_algo_state_t *st, size_t bytes)
+{
+    if (st->scratch_bytes >= bytes) return st->scratch;
+    void *p = realloc(st->scratch, bytes);
+    if (!p) return NULL;
+    st->scratch = p;
+    st->scratch_bytes = bytes;
+    return p;
+}
+
+braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
+                                         const braid_op_args_t *a, uint32_t seq)
+{
+    (void)seq;
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    const braid_topo_t *t = &st->topo;
+    int H = st->inter->nranks, lr = st->intra->rank;
+    size_t es = braid_dtype_size(a->dtype), N = a->count, blk = N * es;
+    char *tmp = scratch(st, (size_t)c->nranks * blk);
+    if (!tmp) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "hier reduce_scatter: out of memory for %zu bytes",
+                              (size_t)c->nranks * blk);
+        goto fail;
+    }
+    /* Pack: rank r's block goes to position local_rank(r) * H + host(r). */
+    for (int r = 0; r < c->nranks; r++)
+        memcpy(tmp + ((size_t)t->local_rank[r] * (size_t)H + (size_t)t->host[r]) * blk,
+               (const char *)a->sendbuf + (size_t)r * blk, blk);
+    braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
+    char *mine = tmp + (size_t)lr * (size_t)H * blk;
+    braid_op_args_t rs =
+        sub_args(BRAID_COLL_REDUCE_SCATTER, tmp, mine, (size_t)H * N, a->dtype, op, -1);
+    BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &rs), res, fail);
+    rs = sub_args(BRAID_COLL_REDUCE_SCATTER, mine, a->recvbuf, N, a->dtype, op, -1);
+    BRAID_CHECK_GOTO(braid_coll_execute(st->inter, &rs), res, fail);
+    if (a->op == BRAID_AVG)
+        braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, N, c->nranks);
     return BRAID_SUCCESS;
 fail:
     hier_fail(c, st, res);

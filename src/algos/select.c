@@ -11,6 +11,12 @@
  *            L concurrent inter-host rings of 2(H-1) steps on S/L bytes sharing each host's
  *            NIC: 2(H-1) inter alphas + 2(H-1)/H * S over the NIC; three sub-collective
  *            launches; a ring on the remainder when the count does not divide by L.
+ *            Broadcast and reduce-scatter (hier.c): the sum of their stages, each costed on
+ *            a sub-model (H ranks on H hosts, L ranks on one host) with the algorithm that
+ *            sub-communicator's own model picks; reduce-scatter adds a local pack of n x S
+ *            bytes and its inter-host stage runs L rings that share each host's NIC (the
+ *            network carries (n-L) S per host instead of the ring's (n-1) S). The stages run
+ *            one after the other, so the chain broadcast (pipelined) keeps large messages.
  *   recdbl   (all-reduce) R = log2(P) rounds, plus 2 for the fix-up when n is not a power
  *            of two P; each round one message of S bytes per rank, in chunks of at most
  *            p2p_chunk bytes that do not overlap: R x (chunks x alpha + S/bandwidth) over the
@@ -90,6 +96,7 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     braid_model_set_ring(m, t, NULL);
     m->intra = (braid_link_model_t){BRAID_MODEL_SHM_ALPHA_US, BRAID_MODEL_SHM_GBPS};
     m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
+    m->copy = (braid_link_model_t){0.0, BRAID_MODEL_COPY_GBPS};
     m->launch_us = BRAID_MODEL_LAUNCH_US;
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
 }
@@ -100,8 +107,11 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
     case BRAID_ALGO_RING:
         return 1;
     case BRAID_ALGO_HIER:
-        return coll == BRAID_COLL_ALLREDUCE && m->nhosts >= 2 && m->min_local >= 2 &&
-               m->min_local == m->max_local && count >= (size_t)m->min_local;
+        if (m->nhosts < 2 || m->max_local < 2 || count == 0) return 0;
+        if (coll == BRAID_COLL_BROADCAST) return 1;
+        if (m->min_local != m->max_local) return 0;
+        if (coll == BRAID_COLL_REDUCE_SCATTER) return 1;
+        return coll == BRAID_COLL_ALLREDUCE && count >= (size_t)m->min_local;
     case BRAID_ALGO_RECDBL:
         return coll == BRAID_COLL_ALLREDUCE && m->nranks >= 2;
     case BRAID_ALGO_TREE:
@@ -125,6 +135,49 @@ static double ring_us(double laps, double per_edge, const braid_model_t *m)
     double t_intra = us_for(per_edge, &m->intra);
     double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
     return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
+}
+
+/* The model of a sub-communicator of k ranks on hh hosts (one block per host) whose
+ * inter-host rings share each host's NIC with `share` - 1 others. */
+static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
+{
+    braid_model_t s = *m;
+    s.nranks = k;
+    s.nhosts = hh;
+    s.min_local = s.max_local = k / hh;
+    s.ring_crossings = hh > 1 ? hh : 0;
+    s.ring_host_out = hh > 1 ? share : 0;
+    return s;
+}
+
+/* The cheapest time of coll on a sub-model (what that sub-communicator's own model picks). */
+static double best_us(int coll, size_t bytes, size_t count, const braid_model_t *s)
+{
+    int a = braid_model_choose(coll, bytes, count, s);
+    return braid_model_time(a, coll, bytes, count, s);
+}
+
+/* hier broadcast and reduce-scatter: the sum of their stages, each as the stage's
+ * sub-communicator would run it (see hier.c). */
+static double hier_us(int coll, size_t bytes, size_t count, const braid_model_t *m)
+{
+    int L = m->min_local, H = m->nhosts;
+    braid_model_t intra = sub_model(m, L, 1, 1), inter = sub_model(m, H, H, 1);
+    if (coll == BRAID_COLL_BROADCAST) {
+        /* a host without the root's local index: one more broadcast on the root's host */
+        double t = best_us(coll, bytes, count, &inter) + best_us(coll, bytes, count, &intra);
+        if (m->min_local != m->max_local) {
+            braid_model_t big = sub_model(m, m->max_local, 1, 1);
+            t += best_us(coll, bytes, count, &big);
+        }
+        return t;
+    }
+    /* reduce-scatter: pack n blocks, intra-host H blocks per rank, inter-host (L rings share
+     * each NIC) one block per rank */
+    inter = sub_model(m, H, H, L);
+    return us_for((double)bytes * m->nranks, &m->copy) +
+           best_us(coll, bytes * (size_t)H, count * (size_t)H, &intra) +
+           best_us(coll, bytes, count, &inter);
 }
 
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m)
@@ -156,16 +209,17 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
         return m->launch_us + rounds * (chunks * l->alpha_us + us_for(S, l));
     }
-    /* hier all-reduce */
-    int L = m->min_local, H = m->nhosts;
-    double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
-    double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
-    double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
-    double t = 3 * m->launch_us + 2 * rs + ar;
-    if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
-    return t;
+    if (coll == BRAID_COLL_ALLREDUCE) {
+        int L = m->min_local, H = m->nhosts;
+        double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
+        double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
+        double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
+        double t = 3 * m->launch_us + 2 * rs + ar;
+        if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
+        return t;
+    }
+    return hier_us(coll, bytes, count, m);
 }
-
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     int best = BRAID_ALGO_RING;
@@ -185,6 +239,25 @@ int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t
     return best;
 }
 
+static void print_coll(const braid_model_t *m, FILE *f, int coll, const char *what)
+{
+    fprintf(f, "%s (float32) estimated us:\n%12s", what, "bytes");
+    for (int a = 0; a < BRAID_ALGO_COUNT; a++)
+        fprintf(f, " %10s", algo_names[a]);
+    fprintf(f, "  choice\n");
+    for (size_t b = 8; b <= ((size_t)256 << 20); b *= 2) {
+        fprintf(f, "%12zu", b);
+        for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+            double t = braid_model_time(a, coll, b, b / 4, m);
+            if (t < 0)
+                fprintf(f, " %10s", "-");
+            else
+                fprintf(f, " %10.1f", t);
+        }
+        fprintf(f, "  %s\n", algo_names[braid_model_choose(coll, b, b / 4, m)]);
+    }
+}
+
 void braid_model_print(const braid_model_t *m, FILE *f)
 {
     fprintf(f,
@@ -192,21 +265,9 @@ void braid_model_print(const braid_model_t *m, FILE *f)
             "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s\n",
             m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
             m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps);
-    fprintf(f, "allreduce (float32) estimated us:\n%12s", "bytes");
-    for (int a = 0; a < BRAID_ALGO_COUNT; a++)
-        fprintf(f, " %10s", algo_names[a]);
-    fprintf(f, "  choice\n");
-    for (size_t b = 8; b <= ((size_t)256 << 20); b *= 2) {
-        fprintf(f, "%12zu", b);
-        for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
-            double t = braid_model_time(a, BRAID_COLL_ALLREDUCE, b, b / 4, m);
-            if (t < 0)
-                fprintf(f, " %10s", "-");
-            else
-                fprintf(f, " %10.1f", t);
-        }
-        fprintf(f, "  %s\n", algo_names[braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, m)]);
-    }
+    print_coll(m, f, BRAID_COLL_ALLREDUCE, "allreduce");
+    print_coll(m, f, BRAID_COLL_BROADCAST, "broadcast");
+    print_coll(m, f, BRAID_COLL_REDUCE_SCATTER, "reduce_scatter (bytes per rank)");
 }
 
 /* ---- per communicator ------------------------------------------------------------------------ */
@@ -219,15 +280,17 @@ static int pick(const braid_algo_state_t *st, int coll, size_t count, size_t es)
     return braid_model_choose(coll, count * es, count, &st->model);
 }
 
-#define DIGEST_SIZES 34 /* allreduce and broadcast of 2^k float32 elements, k = 0..33 */
+#define DIGEST_SIZES 34 /* 2^k float32 elements, k = 0..33, of every collective but barrier */
+#define DIGEST_COLLS 5
+#define DIGEST_BYTES (DIGEST_COLLS * DIGEST_SIZES + 1)
 
-static void digest(const braid_algo_state_t *st, uint8_t out[2 * DIGEST_SIZES + 1])
+static void digest(const braid_algo_state_t *st, uint8_t out[DIGEST_BYTES])
 {
     out[0] = (uint8_t)(st->forced + 1);
-    for (int k = 0; k < DIGEST_SIZES; k++) {
-        out[k + 1] = (uint8_t)pick(st, BRAID_COLL_ALLREDUCE, (size_t)1 << k, 4);
-        out[DIGEST_SIZES + k + 1] = (uint8_t)pick(st, BRAID_COLL_BROADCAST, (size_t)1 << k, 4);
-    }
+    for (int c = 0; c < DIGEST_COLLS; c++)
+        for (int k = 0; k < DIGEST_SIZES; k++)
+            out[1 + c * DIGEST_SIZES + k] =
+                (uint8_t)pick(st, BRAID_COLL_ALLREDUCE + c, (size_t)1 << k, 4);
 }
 
 static void log_table(const braid_algo_state_t *st)
@@ -259,7 +322,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
          * and hang: check it once here. */
-        uint8_t mine[2 * DIGEST_SIZES + 1];
+        uint8_t mine[DIGEST_BYTES];
         digest(st, mine);
         all = malloc((size_t)c->nranks * sizeof(mine));
         if (!all) {
@@ -328,7 +391,11 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
                 braid_algo_name(algo));
     st->runs[algo]++;
-    if (algo == BRAID_ALGO_HIER) return braid_hier_allreduce(c, st, a, seq);
+    if (algo == BRAID_ALGO_HIER) {
+        if (a->coll == BRAID_COLL_BROADCAST) return braid_hier_broadcast(c, st, a, seq);
+        if (a->coll == BRAID_COLL_REDUCE_SCATTER) return braid_hier_reduce_scatter(c, st, a, seq);
+        return braid_hier_allreduce(c, st, a, seq);
+    }
     if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     if (algo == BRAID_ALGO_TREE) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_TREE);
     return braid_engine_run(c, a, seq);

@@ -60,6 +60,15 @@ run "2 hosts: collectives" --hosts 2 -- "$check" coll
 [ -n "$perf" ] && run "2 hosts: all_reduce_perf, every dtype" --hosts 2 -- "$perf" "${perf_args[@]}"
 run "4 hosts: collectives" --hosts 4 -- "$check" coll
 run "3 hosts, ring: collectives" --hosts 3 -x BRAID_ALGO=ring -- "$check" coll
+# Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
+# per host; the perf tools check their results too (-c 1).
+run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
+run "3 hosts x 3, hier, 1gbit: collectives" --hosts 3 --ranks-per-host 3 --rate 1gbit \
+    -x BRAID_ALGO=hier -- "$check" coll
+for tool in broadcast_perf reduce_scatter_perf; do
+    [ -x "$build/bin/$tool" ] && run "2 hosts, hier: $tool" --hosts 2 -x BRAID_ALGO=hier -- \
+        "$build/bin/$tool" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1
+done
 run "2 hosts, 1% drop: collectives" --hosts 2 --drop 1% -- "$check" coll
 [ -n "$perf" ] && run "2 hosts, 1% drop: all_reduce_perf" --hosts 2 --drop 1% -- "$perf" \
     -b 1M -e 16M -f 4 -n 3 -w 1 -c 1

@@ -165,3 +165,45 @@ Test(select, choices_deterministic_and_table_printed)
               "%s", text);
     free(text);
 }
+
+Test(select, hier_broadcast_any_shape_reduce_scatter_even_shapes)
+{
+    int shapes[][8] = {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 2, 2, 2},
+                       {0, 1, 2, 3, 0, 1, 2, 3}, {0, 1, 1, 2, 2, 3, 3, 3}, {0, 1, 2, 3, 4, 5, 6, 7},
+                       {0, 0, 0, 0, 0, 0, 0, 1}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        braid_model_t m = model_for(8, shapes[s]);
+        int multi = m.nhosts >= 2 && m.max_local >= 2, even = m.min_local == m.max_local;
+        cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 1, &m), multi,
+                     "shape %zu", s);
+        cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE_SCATTER, 1, &m),
+                     multi && even, "shape %zu", s);
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 0, &m));
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 100, &m));
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLGATHER, 100, &m));
+        if (!multi) {
+            cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 64, 16, &m), 0);
+            continue;
+        }
+        /* uneven shapes pay one more intra-host stage for broadcast */
+        double t = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 64, 16, &m);
+        cr_assert_gt(t, 0);
+    }
+}
+
+Test(select, hier_reduce_scatter_pays_on_slow_links_broadcast_on_latency)
+{
+    int host[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+    braid_model_t m = model_for(8, host);
+    m.inter = (braid_link_model_t){40.0, 0.125}; /* 1 Gbit/s */
+    size_t big = (size_t)64 << 20;
+    double ring = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m);
+    double hier = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m);
+    /* the network carries n - L = 6 blocks per host instead of n - 1 = 7 */
+    cr_assert_gt(ring / hier, 1.1, "ring %.0f, hier %.0f", ring, hier);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m), BRAID_ALGO_HIER);
+    /* broadcast: fewer network hops than the chain for small messages; the chain pipelines
+     * the stages the hierarchy runs one after the other, so it keeps large ones */
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 64, 16, &m), BRAID_ALGO_HIER);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m), BRAID_ALGO_RING);
+}
