@@ -41,6 +41,8 @@ typedef struct {
     braid_link_model_t intra, inter;
     braid_link_model_t copy; /* a local memcpy (bandwidth only) */
     double launch_us;        /* fixed cost of one (sub-)collective */
+    double oversub_us;       /* extra latency per ring step per rank beyond the cores of a host */
+    int cores;               /* cpus of a host the ranks share (0 = unknown: not oversubscribed) */
     size_t p2p_chunk;        /* bytes per message of the latency algorithms */
 } braid_model_t;
 
@@ -64,6 +66,11 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m);
 /* The cheapest applicable algorithm (ties: the lower id; the ring always applies). */
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m);
+/* Tuning files (tune.c): overrides m's link constants from `key value` lines (see tune.c);
+ * m is untouched on failure, which names the file, line and key. */
+braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
+/* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */
+void braid_tuning_write(FILE *f, const braid_model_t *m, const char *comment);
 /* Writes the model's table (allreduce, 8 B .. 256 MiB, every algorithm and the choice). */
 void braid_model_print(const braid_model_t *m, FILE *f);
 

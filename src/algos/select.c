@@ -30,6 +30,7 @@
  * communicators over BRAID_TREE_MAX_RANKS ranks) keeps to the ring. */
 #include "algos/algo.h"
 #include "algos/plan.h"
+#include "core/config.h"
 #include "core/engine.h"
 #include "core/log.h"
 
@@ -306,6 +307,47 @@ static void log_table(const braid_algo_state_t *st)
     free(text);
 }
 
+/* BRAID_TUNING_FILE as rank 0 reads it, the same on every rank (a bootstrap allgather): a
+ * rank that read another file, or none, would choose differently. */
+static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
+{
+    typedef struct {
+        int32_t status;
+        char msg[236];
+        braid_model_t m;
+    } blob_t;
+    blob_t mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.m = *m;
+    const char *path = braid_param_str("TUNING_FILE");
+    if (c->rank == 0 && path && *path) {
+        mine.status = braid_tuning_read(path, &mine.m);
+        if (mine.status)
+            snprintf(mine.msg, sizeof(mine.msg), "%s", braid_last_error());
+        else
+            braid_info(TUNING, "cost model constants from %s", path);
+    }
+    if (c->nranks == 1) {
+        if (mine.status) return braid_set_error(mine.status, "%s", mine.msg);
+        *m = mine.m;
+        return BRAID_SUCCESS;
+    }
+    blob_t *all = malloc((size_t)c->nranks * sizeof(blob_t));
+    if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory sharing the tuning file");
+    braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(blob_t));
+    if (res == BRAID_SUCCESS && all[0].status)
+        res = braid_set_error(all[0].status, "rank 0: %s", all[0].msg);
+    if (res == BRAID_SUCCESS) {
+        m->intra = all[0].m.intra;
+        m->inter = all[0].m.inter;
+        m->copy = all[0].m.copy;
+        m->launch_us = all[0].m.launch_us;
+        m->oversub_us = all[0].m.oversub_us;
+    }
+    free(all);
+    return res;
+}
+
 braid_result_t braid_algo_comm_init(struct braid_comm *c)
 {
     braid_result_t res = BRAID_SUCCESS;
@@ -319,6 +361,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     braid_model_init(&st->model, &st->topo);
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
+    BRAID_CHECK_GOTO(load_tuning(c, &st->model), res, fail);
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
          * and hang: check it once here. */

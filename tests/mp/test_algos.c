@@ -11,6 +11,8 @@
 #include "mp.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -136,7 +138,57 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* BRAID_TUNING_FILE is read by rank 0 only and its constants reach every rank (here the
+ * other ranks name no file, or a different one); a bad file on rank 0 fails init everywhere. */
+static int tuning_file(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    const char *dir = arg;
+    char good[128], other[128], bad[128];
+    snprintf(good, sizeof(good), "%s/good", dir);
+    snprintf(other, sizeof(other), "%s/other", dir);
+    snprintf(bad, sizeof(bad), "%s/bad", dir);
+    setenv("BRAID_TUNING_FILE", rank == 0 ? good : rank == 1 ? other : "", 1);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    MP_CHECK(rank, c != NULL, "no communicator");
+    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+    MP_CHECK(rank, st->model.inter.alpha_us == 123.0 && st->model.inter.gbps == 0.0625,
+             "rank %d model: net %g us %g GB/s", rank, st->model.inter.alpha_us,
+             st->model.inter.gbps);
+    MP_OK(rank, braid_comm_destroy(c));
+    setenv("BRAID_TUNING_FILE", rank == 0 ? bad : good, 1);
+    c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    unsetenv("BRAID_TUNING_FILE");
+    MP_CHECK(rank, c == NULL, "init with rank 0's bad tuning file succeeded");
+    MP_CHECK(rank, strstr(braid_last_error(), "unknown key 'speed'"), "message: %s",
+             braid_last_error());
+    return 0;
+}
+
 TestSuite(algos, .timeout = 240);
+
+Test(algos, tuning_file_from_rank_0_reaches_every_rank)
+{
+    char dir[] = "/tmp/braid-tuneXXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    const char *files[][2] = {{"good", "net_alpha_us 123\nnet_gbps 0.0625\n"},
+                              {"other", "net_alpha_us 1\n"},
+                              {"bad", "speed 3\n"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i][0]);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    int rc = mp_run(4, tuning_file, dir, 100);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i][0]);
+        unlink(path);
+    }
+    rmdir(dir);
+    cr_assert_eq(rc, 0, "some rank failed (see stderr)");
+}
 
 Test(algos, hier_rank_death_reaches_every_survivor)
 {
