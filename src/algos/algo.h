@@ -84,7 +84,8 @@ typedef struct braid_algo_state {
     int hier_ready;
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
     struct braid_comm *inter; /* ranks with this rank's local index, one per host */
-    void *scratch;            /* hier reduce-scatter's packed input, kept between calls */
+    int failed_in; /* hier: the sub-communicator a failure came from (1 intra, 2 inter) */
+    void *scratch; /* hier reduce-scatter's packed input, kept between calls */
     size_t scratch_bytes;
 } braid_algo_state_t;
 
@@ -102,6 +103,10 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
  * the flat ring. Creates the sub-communicators on first use. */
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq);
+/* Error text from a hier sub-communicator with every "rank N" (N < nmap) renamed to
+ * "rank map[N]", marked "[hier] " in front; the text after an earlier mark is copied as is
+ * (without the mark). Returns the length written to out (len > 0). */
+size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, size_t len);
 /* Broadcast: inter-host broadcast among the leaders (the ranks with the root's local index,
  * or local rank 0 of every host when some host has no such index: then the root's host first
  * broadcasts within itself), then each host broadcasts from its leader. Any host shape. */

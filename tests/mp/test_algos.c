@@ -131,6 +131,11 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, res == BRAID_ERR_REMOTE || res == BRAID_ERR_INTERNAL, "got %s (%s)",
              braid_strerror(res), braid_last_error());
     MP_CHECK(rank, el < 10.0, "the failing call took %.1f s", el);
+    /* the message names the dead rank by its number in c, not in a sub-communicator */
+    char name[16];
+    snprintf(name, sizeof(name), "rank %d", victim);
+    MP_CHECK(rank, strstr(braid_last_error(), name), "message does not name %s: %s", name,
+             braid_last_error());
     float x = 1;
     MP_CHECK(rank, braid_allreduce(&x, &x, 1, BRAID_FLOAT32, BRAID_SUM, c) != BRAID_SUCCESS,
              "a failed communicator accepted a new collective");

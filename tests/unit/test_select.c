@@ -274,3 +274,24 @@ Test(select, tuning_file_errors_name_file_line_and_key)
     cr_assert_eq(braid_tuning_read("/nonexistent/braid.tune", &m), BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_last_error(), "/nonexistent/braid.tune"), "%s", braid_last_error());
 }
+
+Test(select, hier_rename_names_parent_ranks_once)
+{
+    int map[3] = {4, 9, 2};
+    char out[256];
+    braid_hier_rename("rank 1 (pid 77, same host) died; ranks 0..2, rank 7, frank 2", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 9 (pid 77, same host) died; ranks 0..2, rank 7, frank 2");
+    /* a forwarded message: the wrapper is renamed, the marked part (already renamed) not */
+    braid_hier_rename("rank 2 (pid 5) failed: [hier] rank 1 closed the connection", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 2 (pid 5) failed: rank 1 closed the connection");
+    braid_hier_rename("rank 0: rank 2 called allreduce but rank 0 called broadcast", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 4: rank 2 called allreduce but rank 4 called broadcast");
+    /* truncation keeps a terminated string */
+    char small[12];
+    size_t n = braid_hier_rename("rank 0 rank 1 rank 2 rank 0", map, 3, small, sizeof(small));
+    cr_assert_lt(n, sizeof(small));
+    cr_assert_eq(strlen(small), n);
+}
