@@ -43,7 +43,9 @@ typedef struct {
     double launch_us;        /* fixed cost of one (sub-)collective */
     double oversub_us;       /* extra latency per ring step per rank beyond the cores of a host */
     int cores;               /* cpus of a host the ranks share (0 = unknown: not oversubscribed) */
-    size_t p2p_chunk;        /* bytes per message of the latency algorithms */
+    int host_ranks;          /* ranks on the busiest host (sub-models keep their parent's) */
+    int nslots;       /* chunks in flight per connection (how deep consecutive calls overlap) */
+    size_t p2p_chunk; /* bytes per message of the latency algorithms */
 } braid_model_t;
 
 /* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring
@@ -53,6 +55,8 @@ typedef struct {
 #define BRAID_MODEL_NET_ALPHA_US 25.0
 #define BRAID_MODEL_NET_GBPS 1.1
 #define BRAID_MODEL_LAUNCH_US 2.0
+#define BRAID_MODEL_OVERSUB_US 1.0
+#define BRAID_MODEL_NSLOTS 8
 #define BRAID_MODEL_COPY_GBPS 9.0 /* one-thread memcpy, shared/notes/machine-facts.md */
 
 /* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */

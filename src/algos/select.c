@@ -21,11 +21,22 @@
  *            of two P; each round one message of S bytes per rank, in chunks of at most
  *            p2p_chunk bytes that do not overlap: R x (chunks x alpha + S/bandwidth) over the
  *            slowest link (the network when there are several hosts).
+ *   chain    (ring broadcast / reduce) costed per call of a stream of calls: consecutive
+ *            calls overlap up to W = min(slots, n-1) deep, so the path's (n-1) alphas count
+ *            1/W, but its busiest rank still handles 2 messages per call (receive, forward):
+ *            max(path / W, 2 hop alphas) + S over the bottleneck link (pipelined).
  *   tree     (broadcast, reduce; 2..BRAID_TREE_MAX_RANKS ranks) a binomial tree of depth
- *            D = ceil(log2 n); each level one message of S bytes in chunks of at most p2p_chunk
- *            bytes, counted without overlap: D x (chunks x alpha + S/bandwidth) over the
- *            slowest link. Against the chain's (n-1) alphas + S/bandwidth it wins for small
- *            messages and loses for large ones (every level moves the whole message).
+ *            D = ceil(log2 n); its root sends D messages per call one after the other (root
+ *            serialization, which no overlap of calls hides), each of S bytes in chunks of at
+ *            most p2p_chunk: D x (chunks x alpha + S/bandwidth) over the slowest link. It wins
+ *            small messages once the chain's overlapped path, (n-1)/W hops, exceeds D (from
+ *            about 40 ranks with 8 slots; up to 8 ranks, all this machine can run, the chain
+ *            measured ahead or tied) and loses large ones (every level moves the message).
+ * Oversubscription: with more ranks on a host than cores, every step (ring edge, recdbl round,
+ * tree level, chain hop) waits for its receiver to be scheduled: + oversub_us x (ranks on the
+ * busiest host - cores) / cores per step. It favours the algorithms with fewer steps (measured
+ * on 2 cores: recursive doubling ahead of the ring up to 32 KiB for n = 4 and 8).
+ * Constants: built in (algo.h) or from BRAID_TUNING_FILE (tune.c), the same on every rank.
  * BRAID_ALGO=tree forces the tree for broadcast and reduce only; every other collective (and
  * communicators over BRAID_TREE_MAX_RANKS ranks) keeps to the ring. */
 #include "algos/algo.h"
@@ -99,6 +110,9 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
     m->copy = (braid_link_model_t){0.0, BRAID_MODEL_COPY_GBPS};
     m->launch_us = BRAID_MODEL_LAUNCH_US;
+    m->oversub_us = BRAID_MODEL_OVERSUB_US;
+    m->host_ranks = t->max_local;
+    m->nslots = BRAID_MODEL_NSLOTS;
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
 }
 
@@ -129,10 +143,18 @@ static double us_for(double bytes, const braid_link_model_t *l)
 }
 
 /* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
+/* Oversubscription: with more ranks on a host than cores, a message waits for its receiver to
+ * be scheduled; each step pays oversub_us per extra rank per core. */
+static double step_penalty_us(const braid_model_t *m)
+{
+    if (m->cores <= 0 || m->host_ranks <= m->cores) return 0.0;
+    return m->oversub_us * (double)(m->host_ranks - m->cores) / m->cores;
+}
+
 static double ring_us(double laps, double per_edge, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings;
-    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us;
+    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * step_penalty_us(m);
     double t_intra = us_for(per_edge, &m->intra);
     double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
     return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
@@ -181,6 +203,22 @@ static double hier_us(int coll, size_t bytes, size_t count, const braid_model_t 
            best_us(coll, bytes, count, &inter);
 }
 
+/* Broadcast / reduce on the chain, per call of a stream of calls: consecutive calls overlap
+ * up to W = min(slots, n-1) deep (the root starts the next call once its send is posted), so
+ * the path's latency counts 1/W; but the busiest rank still handles two messages per call
+ * (receive, then forward; one for n = 2). The data is pipelined: S over the bottleneck. */
+static double chain_us(double S, const braid_model_t *m)
+{
+    int n = m->nranks, x = m->ring_crossings, W = m->nslots < n - 1 ? m->nslots : n - 1;
+    double p = step_penalty_us(m), f = (double)(n - 1) / n;
+    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * p;
+    double hop = (x ? m->inter.alpha_us : m->intra.alpha_us) + p;
+    double path = f * lap / (W > 0 ? W : 1), busy = (n > 2 ? 2 : 1) * hop;
+    double t_intra = us_for(S, &m->intra);
+    double t_inter = x ? us_for(S * m->ring_host_out, &m->inter) : 0.0;
+    return m->launch_us + (path > busy ? path : busy) + (t_intra > t_inter ? t_intra : t_inter);
+}
+
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     if (!braid_algo_applies(algo, coll, count, m)) return -1.0;
@@ -196,7 +234,7 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         case BRAID_COLL_ALLGATHER:
             return ring_us(f, S * (n - 1), m); /* S is per rank */
         default:
-            return ring_us(f, S, m); /* broadcast / reduce: a pipelined chain */
+            return chain_us(S, m); /* broadcast / reduce: a pipelined chain */
         }
     }
     if (algo == BRAID_ALGO_RECDBL || algo == BRAID_ALGO_TREE) {
@@ -208,14 +246,14 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
         const braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
         double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
-        return m->launch_us + rounds * (chunks * l->alpha_us + us_for(S, l));
+        return m->launch_us + rounds * (chunks * (l->alpha_us + step_penalty_us(m)) + us_for(S, l));
     }
     if (coll == BRAID_COLL_ALLREDUCE) {
         int L = m->min_local, H = m->nhosts;
         double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
         double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
         double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
-        double t = 3 * m->launch_us + 2 * rs + ar;
+        double t = 3 * m->launch_us + 2 * rs + ar + 2.0 * (L - 1 + H - 1) * step_penalty_us(m);
         if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
         return t;
     }
@@ -226,11 +264,6 @@ int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t
     int best = BRAID_ALGO_RING;
     double best_t = braid_model_time(BRAID_ALGO_RING, coll, bytes, count, m);
     for (int a = 1; a < BRAID_ALGO_COUNT; a++) {
-        /* The binomial tree runs only when forced (BRAID_ALGO=tree): measured on 2 cores with
-         * 4 and 8 ranks, back-to-back 8 B broadcasts took 1.5 / 3.7 us on the tree and 1.1 /
-         * 2.9 us on the pipelined chain (consecutive chain calls overlap; the tree's root sends
-         * log2(n) times per call), which this model does not capture yet. */
-        if (a == BRAID_ALGO_TREE) continue;
         double t = braid_model_time(a, coll, bytes, count, m);
         if (t >= 0 && t < best_t) {
             best = a;
@@ -263,9 +296,11 @@ void braid_model_print(const braid_model_t *m, FILE *f)
 {
     fprintf(f,
             "cost model: %d ranks on %d host(s), %d..%d per host, rank-order ring crosses hosts "
-            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s\n",
+            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s; %d cores "
+            "per host (%.2f us per step per extra rank per core)\n",
             m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
-            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps);
+            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps, m->cores,
+            m->oversub_us);
     print_coll(m, f, BRAID_COLL_ALLREDUCE, "allreduce");
     print_coll(m, f, BRAID_COLL_BROADCAST, "broadcast");
     print_coll(m, f, BRAID_COLL_REDUCE_SCATTER, "reduce_scatter (bytes per rank)");
@@ -319,6 +354,7 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
     blob_t mine;
     memset(&mine, 0, sizeof(mine));
     mine.m = *m;
+    mine.m.cores = c->ncpus;
     const char *path = braid_param_str("TUNING_FILE");
     if (c->rank == 0 && path && *path) {
         mine.status = braid_tuning_read(path, &mine.m);
@@ -329,7 +365,12 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
     }
     if (c->nranks == 1) {
         if (mine.status) return braid_set_error(mine.status, "%s", mine.msg);
-        *m = mine.m;
+        m->intra = mine.m.intra;
+        m->inter = mine.m.inter;
+        m->copy = mine.m.copy;
+        m->launch_us = mine.m.launch_us;
+        m->oversub_us = mine.m.oversub_us;
+        m->cores = mine.m.cores;
         return BRAID_SUCCESS;
     }
     blob_t *all = malloc((size_t)c->nranks * sizeof(blob_t));
@@ -343,6 +384,10 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
         m->copy = all[0].m.copy;
         m->launch_us = all[0].m.launch_us;
         m->oversub_us = all[0].m.oversub_us;
+        /* the fewest cores any rank may run on (every rank computes the same) */
+        m->cores = all[0].m.cores;
+        for (int r = 1; r < c->nranks; r++)
+            if (all[r].m.cores < m->cores) m->cores = all[r].m.cores;
     }
     free(all);
     return res;
@@ -361,6 +406,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     braid_model_init(&st->model, &st->topo);
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
+    if (c->nslots > 0) st->model.nslots = c->nslots;
     BRAID_CHECK_GOTO(load_tuning(c, &st->model), res, fail);
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
