@@ -146,8 +146,10 @@ static double one_way_us(braid_comm_t pair, char *buf, size_t bytes, int iters)
 }
 
 /* Splits comm into {a, b} (everyone else joins nothing) with the ring forced, and measures
- * alpha (one-way small-message time less the launch cost) and bandwidth between them. */
-static int measure_pair(braid_comm_t comm, int a, int b, double launch_us, braid_link_model_t *l)
+ * alpha (one-way small-message time less the launch cost) and bandwidth (from `big` bytes:
+ * large enough that a shaper's burst allowance does not count) between them. */
+static int measure_pair(braid_comm_t comm, int a, int b, size_t big, double launch_us,
+                        braid_link_model_t *l)
 {
     int me = comm->rank, in = me == a || me == b;
     setenv("BRAID_ALGO", "ring", 1);
@@ -156,7 +158,6 @@ static int measure_pair(braid_comm_t comm, int a, int b, double launch_us, braid
     unsetenv("BRAID_ALGO");
     if (r) return fprintf(stderr, "braid-info: split: %s\n", braid_last_error()), -1;
     if (!in) return 0;
-    size_t big = (size_t)4 << 20;
     char *buf = calloc(big, 1);
     double t_small = buf ? one_way_us(pair, buf, 8, 200) : -1;
     double t_big = t_small >= 0 ? one_way_us(pair, buf, big, 6) : -1;
@@ -197,8 +198,10 @@ static int measure(const char *path)
         if (t->host[q] == t->host[0] && peer_intra < 0) peer_intra = q;
         if (t->host[q] != t->host[0] && peer_inter < 0) peer_inter = q;
     }
-    if (peer_intra > 0 && measure_pair(comm, 0, peer_intra, launch, &m.intra)) rc = 1;
-    if (peer_inter > 0 && measure_pair(comm, 0, peer_inter, launch, &m.inter)) rc = 1;
+    if (peer_intra > 0 && measure_pair(comm, 0, peer_intra, (size_t)4 << 20, launch, &m.intra))
+        rc = 1;
+    if (peer_inter > 0 && measure_pair(comm, 0, peer_inter, (size_t)16 << 20, launch, &m.inter))
+        rc = 1;
     if (me == 0 && !rc) {
         size_t big = (size_t)64 << 20;
         char *a = malloc(big), *b = malloc(big);
