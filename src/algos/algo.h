@@ -73,6 +73,11 @@ int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t
 /* Tuning files (tune.c): overrides m's link constants from `key value` lines (see tune.c);
  * m is untouched on failure, which names the file, line and key. */
 braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
+/* Collective at init: measures the slowest link (the network with several hosts, else shm)
+ * with all-reduces over c's connections and sets its constants in m (see tune.c). */
+braid_result_t braid_tuning_measure(struct braid_comm *c, braid_model_t *m);
+/* Oversubscription penalty per step (select.c). */
+double braid_model_step_penalty_us(const braid_model_t *m);
 /* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */
 void braid_tuning_write(FILE *f, const braid_model_t *m, const char *comment);
 /* Writes the model's table (allreduce, 8 B .. 256 MiB, every algorithm and the choice). */

@@ -145,7 +145,7 @@ static double us_for(double bytes, const braid_link_model_t *l)
 /* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
 /* Oversubscription: with more ranks on a host than cores, a message waits for its receiver to
  * be scheduled; each step pays oversub_us per extra rank per core. */
-static double step_penalty_us(const braid_model_t *m)
+double braid_model_step_penalty_us(const braid_model_t *m)
 {
     if (m->cores <= 0 || m->host_ranks <= m->cores) return 0.0;
     return m->oversub_us * (double)(m->host_ranks - m->cores) / m->cores;
@@ -154,7 +154,8 @@ static double step_penalty_us(const braid_model_t *m)
 static double ring_us(double laps, double per_edge, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings;
-    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * step_penalty_us(m);
+    double lap =
+        x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * braid_model_step_penalty_us(m);
     double t_intra = us_for(per_edge, &m->intra);
     double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
     return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
@@ -210,7 +211,7 @@ static double hier_us(int coll, size_t bytes, size_t count, const braid_model_t 
 static double chain_us(double S, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings, W = m->nslots < n - 1 ? m->nslots : n - 1;
-    double p = step_penalty_us(m), f = (double)(n - 1) / n;
+    double p = braid_model_step_penalty_us(m), f = (double)(n - 1) / n;
     double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * p;
     double hop = (x ? m->inter.alpha_us : m->intra.alpha_us) + p;
     double path = f * lap / (W > 0 ? W : 1), busy = (n > 2 ? 2 : 1) * hop;
@@ -246,14 +247,16 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
         const braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
         double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
-        return m->launch_us + rounds * (chunks * (l->alpha_us + step_penalty_us(m)) + us_for(S, l));
+        return m->launch_us +
+               rounds * (chunks * (l->alpha_us + braid_model_step_penalty_us(m)) + us_for(S, l));
     }
     if (coll == BRAID_COLL_ALLREDUCE) {
         int L = m->min_local, H = m->nhosts;
         double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
         double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
         double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
-        double t = 3 * m->launch_us + 2 * rs + ar + 2.0 * (L - 1 + H - 1) * step_penalty_us(m);
+        double t =
+            3 * m->launch_us + 2 * rs + ar + 2.0 * (L - 1 + H - 1) * braid_model_step_penalty_us(m);
         if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
         return t;
     }
@@ -342,19 +345,33 @@ static void log_table(const braid_algo_state_t *st)
     free(text);
 }
 
-/* BRAID_TUNING_FILE as rank 0 reads it, the same on every rank (a bootstrap allgather): a
- * rank that read another file, or none, would choose differently. */
+/* BRAID_TUNING_FILE as rank 0 reads it, and BRAID_TUNE_MEASURE as rank 0 sets it, the same on
+ * every rank (bootstrap allgathers): a rank that read another file, or none, would choose
+ * differently, and one that skipped a measurement the others run would leave them waiting. */
+typedef struct {
+    int32_t status, measure;
+    char msg[232];
+    braid_model_t m;
+} tuning_blob_t;
+
+static void take_constants(braid_model_t *m, const braid_model_t *from)
+{
+    m->intra = from->intra;
+    m->inter = from->inter;
+    m->copy = from->copy;
+    m->launch_us = from->launch_us;
+    m->oversub_us = from->oversub_us;
+}
+
 static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
 {
-    typedef struct {
-        int32_t status;
-        char msg[236];
-        braid_model_t m;
-    } blob_t;
-    blob_t mine;
+    tuning_blob_t mine;
     memset(&mine, 0, sizeof(mine));
     mine.m = *m;
     mine.m.cores = c->ncpus;
+    int64_t measure = 0;
+    BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
+    mine.measure = measure != 0;
     const char *path = braid_param_str("TUNING_FILE");
     if (c->rank == 0 && path && *path) {
         mine.status = braid_tuning_read(path, &mine.m);
@@ -365,29 +382,30 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
     }
     if (c->nranks == 1) {
         if (mine.status) return braid_set_error(mine.status, "%s", mine.msg);
-        m->intra = mine.m.intra;
-        m->inter = mine.m.inter;
-        m->copy = mine.m.copy;
-        m->launch_us = mine.m.launch_us;
-        m->oversub_us = mine.m.oversub_us;
+        take_constants(m, &mine.m);
         m->cores = mine.m.cores;
         return BRAID_SUCCESS;
     }
-    blob_t *all = malloc((size_t)c->nranks * sizeof(blob_t));
+    tuning_blob_t *all = malloc((size_t)c->nranks * sizeof(tuning_blob_t));
     if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory sharing the tuning file");
-    braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(blob_t));
+    braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));
     if (res == BRAID_SUCCESS && all[0].status)
         res = braid_set_error(all[0].status, "rank 0: %s", all[0].msg);
     if (res == BRAID_SUCCESS) {
-        m->intra = all[0].m.intra;
-        m->inter = all[0].m.inter;
-        m->copy = all[0].m.copy;
-        m->launch_us = all[0].m.launch_us;
-        m->oversub_us = all[0].m.oversub_us;
+        take_constants(m, &all[0].m);
         /* the fewest cores any rank may run on (every rank computes the same) */
         m->cores = all[0].m.cores;
         for (int r = 1; r < c->nranks; r++)
             if (all[r].m.cores < m->cores) m->cores = all[r].m.cores;
+    }
+    if (res == BRAID_SUCCESS && all[0].measure) {
+        /* every rank takes part; rank 0's numbers are the ones every rank keeps */
+        res = braid_tuning_measure(c, m);
+        if (res == BRAID_SUCCESS) {
+            mine.m = *m;
+            res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));
+        }
+        if (res == BRAID_SUCCESS) take_constants(m, &all[0].m);
     }
     free(all);
     return res;

@@ -170,7 +170,41 @@ static int tuning_file(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* BRAID_TUNE_MEASURE as rank 0 sets it: every rank measures (or none does) and every rank
+ * keeps rank 0's numbers. */
+static int tune_measure(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    for (int who = 0; who < 2; who++) {
+        setenv("BRAID_TUNE_MEASURE", rank == who ? "1" : "0", 1);
+        braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+        unsetenv("BRAID_TUNE_MEASURE");
+        MP_CHECK(rank, c != NULL, "no communicator");
+        braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+        double mine[4] = {st->model.intra.alpha_us, st->model.intra.gbps, st->model.inter.alpha_us,
+                          st->model.inter.gbps};
+        double all[4 * 8];
+        MP_OK(rank, braid_allgather(mine, all, 4, BRAID_FLOAT64, c));
+        for (int r = 0; r < n; r++)
+            MP_CHECK(rank, !memcmp(all + 4 * r, mine, sizeof(mine)), "rank %d's model differs", r);
+        int measured = st->model.inter.alpha_us != BRAID_MODEL_NET_ALPHA_US ||
+                       st->model.inter.gbps != BRAID_MODEL_NET_GBPS;
+        MP_CHECK(rank, measured == (who == 0), "measured %d with BRAID_TUNE_MEASURE=1 on rank %d",
+                 measured, who);
+        MP_CHECK(rank, st->model.inter.alpha_us > 0 && st->model.inter.gbps > 0, "bad numbers");
+        if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 5000, 0, 0, 7, "measured"))
+            return 1;
+        MP_OK(rank, braid_comm_destroy(c));
+    }
+    return 0;
+}
+
 TestSuite(algos, .timeout = 240);
+
+Test(algos, tune_measure_follows_rank_0)
+{
+    cr_assert_eq(mp_run(4, tune_measure, NULL, 100), 0, "some rank failed (see stderr)");
+}
 
 Test(algos, tuning_file_from_rank_0_reaches_every_rank)
 {
