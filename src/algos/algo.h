@@ -4,9 +4,11 @@
  * and the fallback whenever another algorithm does not apply to a shape.
  *
  * Determinism: the choice depends only on the collective's arguments (equal on every rank by
- * contract), the host grouping (from allgathered host ids) and constants; at init every rank
- * allgathers its choices for every size and checks they agree with rank 0's, so a rank that
- * would choose differently (a different BRAID_ALGO, say) fails init instead of hanging. */
+ * contract), the host grouping (from allgathered host ids) and constants (built in, or rank
+ * 0's tuning file / init measurement, and the fewest cores of any rank, all shared by bootstrap
+ * allgathers); at init every rank allgathers its choices for every collective and size and
+ * checks they agree with rank 0's, so a rank that would choose differently (a different
+ * BRAID_ALGO, say) fails init instead of hanging. */
 #ifndef BRAID_ALGOS_ALGO_H
 #define BRAID_ALGOS_ALGO_H
 
