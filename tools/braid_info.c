@@ -5,7 +5,12 @@
  *   braid-info --tune [nranks [hosts]]
  *                         the cost model's estimates and choice per all-reduce size for nranks
  *                         ranks (default: the cpus available) in contiguous blocks on `hosts`
- *                         hosts (default 1)
+ *                         hosts (default 1), with BRAID_TUNING_FILE's constants if set
+ *   braid-info --tune --measure [FILE]
+ *                         under a launcher (braid-run, netns.sh, mpirun): measures the
+ *                         model's constants (one-rank collective cost, one-way latency and
+ *                         bandwidth between rank 0 and a rank of its host and of another host,
+ *                         memcpy) and writes them as a tuning file (stdout without FILE)
  *   braid-info --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]
  *                         the rings a communicator builds when rank r lives on the r-th host
  *                         label of the comma list HOSTMAP (and NUMA node, NUMAMAP), with their
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void print_params(void)
@@ -59,7 +65,8 @@ static void print_info(void)
            "BRAID_TRANSPORT=%s\n",
            *braid_param_str("TRANSPORT") ? braid_param_str("TRANSPORT") : "(auto)");
     printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce), "
-           "hier (2-level all-reduce), recdbl (recursive doubling all-reduce); "
+           "hier (2-level all-reduce, broadcast, reduce-scatter), recdbl (recursive doubling "
+           "all-reduce); "
            "BRAID_ALGO=%s (see --tune)\n",
            *braid_param_str("ALGO") ? braid_param_str("ALGO") : "(auto)");
     braid_topo_hw_t hw;
@@ -103,6 +110,14 @@ static int print_tune(int argc, char **argv)
     }
     braid_model_t m;
     braid_model_init(&m, &t);
+    m.cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0; /* this host */
+    const char *tf = braid_param_str("TUNING_FILE");
+    if (tf && *tf && braid_tuning_read(tf, &m)) {
+        fprintf(stderr, "braid-info: %s\n", braid_last_error());
+        braid_topo_free(&t);
+        free(ids);
+        return 1;
+    }
     braid_model_print(&m, stdout);
     braid_topo_free(&t);
     free(ids);
@@ -188,6 +203,124 @@ out:
 /* Inside a launched job (braid-run -n N braid-info --peers): every rank creates the
  * communicator from the environment; rank 0 prints each rank's host, the transport rank 0
  * would use to reach it, the NUMA node and local NICs/GPUs it published, then the ring. */
+/* ---- braid-info --tune --measure [FILE] (under a launcher) ---------------------------------- */
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* One-way time of `bytes` between the two ranks of pair: half the best round trip of a
+ * broadcast from rank 0 then one from rank 1 (each waits for the other's data). */
+static double one_way_us(braid_comm_t pair, char *buf, size_t bytes, int iters)
+{
+    double best = 1e30;
+    for (int i = 0; i < iters; i++) {
+        braid_barrier(pair);
+        double t0 = now_us();
+        if (braid_broadcast(buf, buf, bytes, BRAID_UINT8, 0, pair) ||
+            braid_broadcast(buf, buf, bytes, BRAID_UINT8, 1, pair))
+            return -1;
+        double t = (now_us() - t0) / 2;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* Splits comm into {a, b} (everyone else joins nothing) with the ring forced, and measures
+ * alpha (one-way small-message time less the launch cost) and bandwidth (from `big` bytes:
+ * large enough that a shaper's burst allowance does not count) between them. */
+static int measure_pair(braid_comm_t comm, int a, int b, size_t big, double launch_us,
+                        braid_link_model_t *l)
+{
+    int me = comm->rank, in = me == a || me == b;
+    setenv("BRAID_ALGO", "ring", 1);
+    braid_comm_t pair = NULL;
+    braid_result_t r = braid_comm_split(comm, in ? 0 : -1, me, &pair);
+    unsetenv("BRAID_ALGO");
+    if (r) return fprintf(stderr, "braid-info: split: %s\n", braid_last_error()), -1;
+    if (!in) return 0;
+    char *buf = calloc(big, 1);
+    double t_small = buf ? one_way_us(pair, buf, 8, 200) : -1;
+    double t_big = t_small >= 0 ? one_way_us(pair, buf, big, 6) : -1;
+    free(buf);
+    braid_comm_destroy(pair);
+    if (t_small < 0 || t_big <= t_small) {
+        fprintf(stderr, "braid-info: measuring ranks %d-%d failed: %s\n", a, b, braid_last_error());
+        return -1;
+    }
+    l->alpha_us = t_small - launch_us > 0.05 ? t_small - launch_us : 0.05;
+    l->gbps = (double)(big - 8) / (t_big - t_small) / 1e3;
+    return 0;
+}
+
+static int measure(const char *path)
+{
+    braid_comm_t comm;
+    braid_result_t r = braid_comm_init_env(&comm);
+    if (r) return fprintf(stderr, "braid-info: %s: %s\n", braid_strerror(r), braid_last_error()), 1;
+    const braid_topo_t *t = &comm->algo_state->topo;
+    braid_model_t m = comm->algo_state->model;
+    int me = comm->rank, rc = 0;
+    /* launch: a one-rank collective (every rank alone) */
+    braid_comm_t self = NULL;
+    if (braid_comm_split(comm, me, 0, &self)) return fprintf(stderr, "braid-info: split\n"), 1;
+    double launch = 1e30;
+    for (int i = 0; i < 1000; i++) {
+        char x[8] = {0}, y[8];
+        double t0 = now_us();
+        braid_allreduce(x, y, 2, BRAID_FLOAT32, BRAID_SUM, self);
+        double d = now_us() - t0;
+        if (d < launch) launch = d;
+    }
+    braid_comm_destroy(self);
+    m.launch_us = launch;
+    int peer_intra = -1, peer_inter = -1;
+    for (int q = 1; q < t->nranks; q++) {
+        if (t->host[q] == t->host[0] && peer_intra < 0) peer_intra = q;
+        if (t->host[q] != t->host[0] && peer_inter < 0) peer_inter = q;
+    }
+    if (peer_intra > 0 && measure_pair(comm, 0, peer_intra, (size_t)4 << 20, launch, &m.intra))
+        rc = 1;
+    if (peer_inter > 0 && measure_pair(comm, 0, peer_inter, (size_t)16 << 20, launch, &m.inter))
+        rc = 1;
+    if (me == 0 && !rc) {
+        size_t big = (size_t)64 << 20;
+        char *a = malloc(big), *b = malloc(big);
+        double best = 1e30;
+        for (int i = 0; a && b && i < 4; i++) {
+            memset(a, i, big);
+            double t0 = now_us();
+            memcpy(b, a, big);
+            double d = now_us() - t0;
+            if (i && d < best) best = d; /* the first pass faults the pages in */
+        }
+        if (a && b) m.copy.gbps = (double)big / best / 1e3;
+        free(a);
+        free(b);
+        char note[200];
+        snprintf(note, sizeof(note), "braid-info --tune --measure: %d ranks on %d host(s); %s%s",
+                 t->nranks, t->nhosts,
+                 peer_intra > 0 ? "shm measured" : "shm default (one rank per host)",
+                 peer_inter > 0 ? ", net measured" : ", net default (one host)");
+        FILE *f = path ? fopen(path, "w") : stdout;
+        if (!f) {
+            fprintf(stderr, "braid-info: cannot write %s\n", path);
+            rc = 1;
+        } else {
+            braid_tuning_write(f, &m, note);
+            if (path) fclose(f);
+        }
+    }
+    if (braid_barrier(comm)) rc = 1;
+    braid_comm_destroy(comm);
+    return rc;
+}
+
+/* Inside a launched job (braid-run -n N braid-info --peers): every rank creates the
+ * communicator from the environment; rank 0 prints each rank's host and the transport rank 0
+ * would use to reach it, then every rank's ring neighbours. */
 static int print_peers(void)
 {
     braid_comm_t comm;
@@ -225,9 +358,17 @@ static int print_peers(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: braid-info [--params | --tune [nranks [hosts]] | --peers (under a "
-               "launcher) | --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]]\n");
+        printf("usage: braid-info [--params | --tune [nranks [hosts]] | --tune --measure [FILE] "
+               "(under a launcher) | --peers (under a launcher) | --rings NRANKS HOSTMAP "
+               "[NUMAMAP|- [NCHANNELS]]]\n");
         return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "--tune") && !strcmp(argv[2], "--measure")) {
+        if (argc > 4) {
+            fprintf(stderr, "braid-info: --tune --measure takes at most an output file\n");
+            return 2;
+        }
+        return measure(argc > 3 ? argv[3] : NULL);
     }
     if (argc > 1 && !strcmp(argv[1], "--tune")) {
         if (argc > 4) {

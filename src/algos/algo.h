@@ -4,9 +4,11 @@
  * and the fallback whenever another algorithm does not apply to a shape.
  *
  * Determinism: the choice depends only on the collective's arguments (equal on every rank by
- * contract), the host grouping (from allgathered host ids) and constants; at init every rank
- * allgathers its choices for every size and checks they agree with rank 0's, so a rank that
- * would choose differently (a different BRAID_ALGO, say) fails init instead of hanging. */
+ * contract), the host grouping (from allgathered host ids) and constants (built in, or rank
+ * 0's tuning file / init measurement, and the fewest cores of any rank, all shared by bootstrap
+ * allgathers); at init every rank allgathers its choices for every collective and size and
+ * checks they agree with rank 0's, so a rank that would choose differently (a different
+ * BRAID_ALGO, say) fails init instead of hanging. */
 #ifndef BRAID_ALGOS_ALGO_H
 #define BRAID_ALGOS_ALGO_H
 
@@ -39,7 +41,12 @@ typedef struct {
     int ring_crossings;       /* ring edges between hosts (rank-order ring) */
     int ring_host_out;        /* most ring edges leaving one host (they share its NIC) */
     braid_link_model_t intra, inter;
-    double launch_us; /* fixed cost of one (sub-)collective */
+    braid_link_model_t copy; /* a local memcpy (bandwidth only) */
+    double launch_us;        /* fixed cost of one (sub-)collective */
+    double oversub_us;       /* extra latency per ring step per rank beyond the cores of a host */
+    int cores;               /* cpus of a host the ranks share (0 = unknown: not oversubscribed) */
+    int host_ranks;          /* ranks on the busiest host (sub-models keep their parent's) */
+    int nslots;       /* chunks in flight per connection (how deep consecutive calls overlap) */
     size_t p2p_chunk; /* bytes per message of the latency algorithms */
 } braid_model_t;
 
@@ -50,6 +57,9 @@ typedef struct {
 #define BRAID_MODEL_NET_ALPHA_US 25.0
 #define BRAID_MODEL_NET_GBPS 1.1
 #define BRAID_MODEL_LAUNCH_US 2.0
+#define BRAID_MODEL_OVERSUB_US 1.0
+#define BRAID_MODEL_NSLOTS 8
+#define BRAID_MODEL_COPY_GBPS 9.0 /* one-thread memcpy, shared/notes/machine-facts.md */
 
 /* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
 /* Recomputes the model's ring crossings for the ring order actually used (NULL = rank order). */
@@ -62,6 +72,16 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m);
 /* The cheapest applicable algorithm (ties: the lower id; the ring always applies). */
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m);
+/* Tuning files (tune.c): overrides m's link constants from `key value` lines (see tune.c);
+ * m is untouched on failure, which names the file, line and key. */
+braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
+/* Collective at init: measures the slowest link (the network with several hosts, else shm)
+ * with all-reduces over c's connections and sets its constants in m (see tune.c). */
+braid_result_t braid_tuning_measure(struct braid_comm *c, braid_model_t *m);
+/* Oversubscription penalty per step (select.c). */
+double braid_model_step_penalty_us(const braid_model_t *m);
+/* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */
+void braid_tuning_write(FILE *f, const braid_model_t *m, const char *comment);
 /* Writes the model's table (allreduce, 8 B .. 256 MiB, every algorithm and the choice). */
 void braid_model_print(const braid_model_t *m, FILE *f);
 
@@ -75,6 +95,9 @@ typedef struct braid_algo_state {
     int hier_ready;
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
     struct braid_comm *inter; /* ranks with this rank's local index, one per host */
+    int failed_in; /* hier: the sub-communicator a failure came from (1 intra, 2 inter) */
+    void *scratch; /* hier reduce-scatter's packed input, kept between calls */
+    size_t scratch_bytes;
 } braid_algo_state_t;
 
 /* At the end of init (collective: one bootstrap allgather to check the choices agree). */
@@ -91,5 +114,19 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
  * the flat ring. Creates the sub-communicators on first use. */
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq);
+/* Error text from a hier sub-communicator with every "rank N" (N < nmap) renamed to
+ * "rank map[N]", marked "[hier] " in front; the text after an earlier mark is copied as is
+ * (without the mark). Returns the length written to out (len > 0). */
+size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, size_t len);
+/* Broadcast: inter-host broadcast among the leaders (the ranks with the root's local index,
+ * or local rank 0 of every host when some host has no such index: then the root's host first
+ * broadcasts within itself), then each host broadcasts from its leader. Any host shape. */
+braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq);
+/* Reduce-scatter (equal ranks per host): the input's blocks packed by (local index, host),
+ * intra-host reduce-scatter of H blocks per rank, inter-host reduce-scatter among equal local
+ * indices: the network carries (n - L) blocks per host instead of the ring's (n - 1). */
+braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
+                                         const braid_op_args_t *a, uint32_t seq);
 
 #endif

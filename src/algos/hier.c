@@ -1,7 +1,8 @@
-/* Hierarchical all-reduce, composed of collectives on two sub-communicators made with
- * braid_comm_split on first use (collective over the parent, like the collective itself):
- *   intra  the L ranks of this host, ranked by parent rank (= the local index lr);
- *   inter  the H ranks with this rank's local index, one per host, ranked by host.
+/* Hierarchical all-reduce (and broadcast / reduce-scatter, at the end of the file), composed of
+ * collectives on two sub-communicators made with braid_comm_split on first use (collective over the
+ * parent, like the collective itself): intra  the L ranks of this host, ranked by parent rank (=
+ * the local index lr); inter  the H ranks with this rank's local index, one per host, ranked by
+ * host.
  *
  * Definitions: count N elements, L ranks per host (every host the same; select.c falls back
  * to the flat ring otherwise), block size C = floor(N / L), tail = the last N - L*C (< L)
@@ -20,8 +21,25 @@
 #include "core/worker.h"
 #include "reduce/reduce.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Ranks of host h, and the position of host h among the hosts that have a local index lr
+ * (its rank in the inter-host sub-communicator of lr). */
+static int inter_rank_of(const braid_topo_t *t, int h, int lr)
+{
+    int k = 0;
+    for (int g = 0; g < h; g++)
+        k += t->host_size[g] > lr;
+    return k;
+}
+
+static int inter_size_of(const braid_topo_t *t, int lr)
+{
+    return inter_rank_of(t, t->nhosts, lr);
+}
 
 static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
 {
@@ -29,44 +47,88 @@ static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
     int h = t->host[c->rank], lr = t->local_rank[c->rank];
     BRAID_CHECK(braid_comm_split_internal(c, h, c->rank, 1, &st->intra));
     BRAID_CHECK(braid_comm_split_internal(c, lr, h, 1, &st->inter));
-    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] || st->inter->rank != h ||
-        st->inter->nranks != t->nhosts)
+    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] ||
+        st->inter->rank != inter_rank_of(t, h, lr) || st->inter->nranks != inter_size_of(t, lr))
         return braid_set_error(BRAID_ERR_INTERNAL,
                                "hier: sub-communicators have the wrong shape (intra %d/%d, inter "
                                "%d/%d for local rank %d of host %d of %d)",
                                st->intra->rank, st->intra->nranks, st->inter->rank,
                                st->inter->nranks, lr, h, t->nhosts);
+    /* The sub-communicators cost their algorithms with the parent's constants (the same on
+     * every rank), whatever tuning file their own rank 0 may have read. */
+    struct braid_comm *subs[2] = {st->intra, st->inter};
+    for (int i = 0; i < 2; i++) {
+        braid_algo_state_t *ss = subs[i]->algo_state;
+        if (!ss) continue;
+        ss->model.intra = st->model.intra;
+        ss->model.inter = st->model.inter;
+        ss->model.copy = st->model.copy;
+        ss->model.launch_us = st->model.launch_us;
+        ss->model.oversub_us = st->model.oversub_us;
+    }
     braid_debug(TUNING, "hier: rank %d is local rank %d of host %d (%d ranks), %d hosts", c->rank,
                 lr, h, st->intra->nranks, st->inter->nranks);
     st->hier_ready = 1;
     return BRAID_SUCCESS;
 }
 
-/* Appends "r0,r1,..." (parent ranks of a sub-communicator's ranks 0, 1, ...) to buf. */
-static void map_ranks(const braid_topo_t *t, int intra, int which, char *buf, size_t len)
+/* Parent ranks of a sub-communicator's ranks 0, 1, ...: of host `which` (intra) or of local
+ * index `which` in host order (inter). Returns how many (map has t->nranks entries). */
+static int sub_map(const braid_topo_t *t, int intra, int which, int *map)
 {
-    size_t o = strlen(buf);
-    for (int r = 0, k = 0; r < t->nranks && o + 12 < len; r++) {
-        if ((intra ? t->host[r] : t->local_rank[r]) != which) continue;
-        o += (size_t)snprintf(buf + o, len - o, "%s%d", k++ ? "," : "", r);
-    }
+    if (intra) return braid_topo_host_ranks(t, which, map);
+    int k = 0;
+    for (int h = 0; h < t->nhosts; h++)
+        for (int r = 0; r < t->nranks; r++)
+            if (t->host[r] == h && t->local_rank[r] == which) map[k++] = r;
+    return k;
 }
 
-/* A failure in one sub-communicator must reach ranks waiting in the other one. The message
- * says how the sub-communicators' rank numbers (which it may quote) map to this one's, once:
- * a message forwarded from a peer keeps the map of the rank that detected the failure. */
+#define HIER_MARK "[hier] "
+
+size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, size_t len)
+{
+    size_t o = 0;
+    const char *stop = strstr(in, HIER_MARK);
+    o += (size_t)snprintf(out, len, "%s", HIER_MARK);
+    for (const char *p = in; *p && o + 1 < len;) {
+        if (p == stop) { /* already in parent ranks: copy the rest, without the mark */
+            o += (size_t)snprintf(out + o, len - o, "%s", p + strlen(HIER_MARK));
+            break;
+        }
+        int word = !strncmp(p, "rank ", 5) && (p == in || !isalpha((unsigned char)p[-1]));
+        if (word && isdigit((unsigned char)p[5])) {
+            char *end;
+            long r = strtol(p + 5, &end, 10);
+            if (r >= 0 && r < nmap) {
+                o += (size_t)snprintf(out + o, len - o, "rank %d", map[r]);
+                p = end;
+                continue;
+            }
+        }
+        out[o++] = *p++;
+        out[o] = '\0';
+    }
+    return o < len ? o : len - 1;
+}
+
+/* A failure in one sub-communicator must reach ranks waiting in the other one. Messages from
+ * a sub-communicator name its own ranks: they are renamed to this communicator's ranks (the
+ * ones the user knows) and marked, so a message forwarded between ranks is renamed once. */
 static void hier_fail(struct braid_comm *c, braid_algo_state_t *st, braid_result_t res)
 {
-    char why[600], map[240] = "";
+    char why[600];
     const braid_topo_t *t = &st->topo;
-    if (st->hier_ready && !strstr(braid_last_error(), "[hier:")) {
-        snprintf(map, sizeof(map), " [hier: intra-host ranks 0.. are ranks ");
-        map_ranks(t, 1, t->host[c->rank], map, sizeof(map));
-        snprintf(map + strlen(map), sizeof(map) - strlen(map), "; inter-host ranks 0.. are ");
-        map_ranks(t, 0, t->local_rank[c->rank], map, sizeof(map));
-        snprintf(map + strlen(map), sizeof(map) - strlen(map), "]");
+    int *map = st->failed_in ? malloc((size_t)t->nranks * sizeof(int)) : NULL;
+    if (map) {
+        int intra = st->failed_in == 1;
+        int nmap = sub_map(t, intra, intra ? t->host[c->rank] : t->local_rank[c->rank], map);
+        braid_hier_rename(braid_last_error(), map, nmap, why, sizeof(why));
+    } else {
+        snprintf(why, sizeof(why), "%s", braid_last_error());
     }
-    snprintf(why, sizeof(why), "%.350s%s", braid_last_error(), map);
+    free(map);
+    st->failed_in = 0;
     struct braid_comm *subs[2] = {st->intra, st->inter};
     for (int i = 0; i < 2; i++) {
         if (!subs[i]) continue;
@@ -74,6 +136,16 @@ static void hier_fail(struct braid_comm *c, braid_algo_state_t *st, braid_result
         braid_comm_fail_peers(subs[i], res, why);
     }
     braid_set_error(res, "%s", why);
+}
+
+/* Runs a collective on sub-communicator sub (st->intra or st->inter), noting which one. */
+static braid_result_t on_sub(braid_algo_state_t *st, struct braid_comm *sub,
+                             const braid_op_args_t *a)
+{
+    st->failed_in = sub == st->intra ? 1 : 2;
+    braid_result_t res = braid_coll_execute(sub, a);
+    if (res == BRAID_SUCCESS) st->failed_in = 0;
+    return res;
 }
 
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
@@ -95,7 +167,7 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
                               .dtype = a->dtype,
                               .op = op,
                               .root = -1};
-        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &rs), res, fail);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &rs), res, fail);
         braid_op_args_t ar = {.coll = BRAID_COLL_ALLREDUCE,
                               .sendbuf = mine,
                               .recvbuf = mine,
@@ -103,7 +175,7 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
                               .dtype = a->dtype,
                               .op = op,
                               .root = -1};
-        BRAID_CHECK_GOTO(braid_coll_execute(st->inter, &ar), res, fail);
+        BRAID_CHECK_GOTO(on_sub(st, st->inter, &ar), res, fail);
         if (a->op == BRAID_AVG)
             braid_reduce_finalize(a->dtype, BRAID_AVG, mine, mine, C, c->nranks);
         braid_op_args_t ag = {.coll = BRAID_COLL_ALLGATHER,
@@ -113,7 +185,7 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
                               .dtype = a->dtype,
                               .op = op,
                               .root = -1};
-        BRAID_CHECK_GOTO(braid_coll_execute(st->intra, &ag), res, fail);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &ag), res, fail);
     }
     if (body < a->count) {
         braid_op_args_t tail = *a;
@@ -122,6 +194,99 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
         tail.count = a->count - body;
         BRAID_CHECK_GOTO(braid_engine_run(c, &tail, seq), res, fail);
     }
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}
+
+static braid_op_args_t sub_args(int coll, const void *in, void *out, size_t count,
+                                braid_datatype_t dt, braid_redop_t op, int root)
+{
+    return (braid_op_args_t){.coll = coll,
+                             .sendbuf = in,
+                             .recvbuf = out,
+                             .count = count,
+                             .dtype = dt,
+                             .op = op,
+                             .root = root};
+}
+
+braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
+                                    const braid_op_args_t *a, uint32_t seq)
+{
+    (void)seq;
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    const braid_topo_t *t = &st->topo;
+    int h = t->host[c->rank], lr = t->local_rank[c->rank];
+    int hr = t->host[a->root], jr = t->local_rank[a->root];
+    /* Leaders: local index jr on every host when every host has one, else local index 0
+     * after the root's host has the data (an extra broadcast within the root's host). */
+    int lead = jr < t->min_local ? jr : 0;
+    const void *src = c->rank == a->root ? a->sendbuf : a->recvbuf;
+    if (lead != jr && h == hr) {
+        braid_op_args_t b =
+            sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype, a->op, jr);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &b), res, fail);
+        src = a->recvbuf;
+    }
+    if (lr == lead) {
+        braid_op_args_t b = sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype,
+                                     a->op, inter_rank_of(t, hr, lead));
+        BRAID_CHECK_GOTO(on_sub(st, st->inter, &b), res, fail);
+    }
+    if (lead == jr || h != hr) {
+        braid_op_args_t b =
+            sub_args(BRAID_COLL_BROADCAST, a->recvbuf, a->recvbuf, a->count, a->dtype, a->op, lead);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &b), res, fail);
+    }
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}
+
+/* Scratch of at least `bytes`, kept for the communicator's next calls (collectives on one
+ * communicator run one at a time). */
+static void *scratch(braid_algo_state_t *st, size_t bytes)
+{
+    if (st->scratch_bytes >= bytes) return st->scratch;
+    void *p = realloc(st->scratch, bytes);
+    if (!p) return NULL;
+    st->scratch = p;
+    st->scratch_bytes = bytes;
+    return p;
+}
+
+braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
+                                         const braid_op_args_t *a, uint32_t seq)
+{
+    (void)seq;
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    const braid_topo_t *t = &st->topo;
+    int H = st->inter->nranks, lr = st->intra->rank;
+    size_t es = braid_dtype_size(a->dtype), N = a->count, blk = N * es;
+    char *tmp = scratch(st, (size_t)c->nranks * blk);
+    if (!tmp) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "hier reduce_scatter: out of memory for %zu bytes",
+                              (size_t)c->nranks * blk);
+        goto fail;
+    }
+    /* Pack: rank r's block goes to position local_rank(r) * H + host(r). */
+    for (int r = 0; r < c->nranks; r++)
+        memcpy(tmp + ((size_t)t->local_rank[r] * (size_t)H + (size_t)t->host[r]) * blk,
+               (const char *)a->sendbuf + (size_t)r * blk, blk);
+    braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
+    char *mine = tmp + (size_t)lr * (size_t)H * blk;
+    braid_op_args_t rs =
+        sub_args(BRAID_COLL_REDUCE_SCATTER, tmp, mine, (size_t)H * N, a->dtype, op, -1);
+    BRAID_CHECK_GOTO(on_sub(st, st->intra, &rs), res, fail);
+    rs = sub_args(BRAID_COLL_REDUCE_SCATTER, mine, a->recvbuf, N, a->dtype, op, -1);
+    BRAID_CHECK_GOTO(on_sub(st, st->inter, &rs), res, fail);
+    if (a->op == BRAID_AVG)
+        braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, N, c->nranks);
     return BRAID_SUCCESS;
 fail:
     hier_fail(c, st, res);

@@ -11,19 +11,37 @@
  *            L concurrent inter-host rings of 2(H-1) steps on S/L bytes sharing each host's
  *            NIC: 2(H-1) inter alphas + 2(H-1)/H * S over the NIC; three sub-collective
  *            launches; a ring on the remainder when the count does not divide by L.
+ *            Broadcast and reduce-scatter (hier.c): the sum of their stages, each costed on
+ *            a sub-model (H ranks on H hosts, L ranks on one host) with the algorithm that
+ *            sub-communicator's own model picks; reduce-scatter adds a local pack of n x S
+ *            bytes and its inter-host stage runs L rings that share each host's NIC (the
+ *            network carries (n-L) S per host instead of the ring's (n-1) S). The stages run
+ *            one after the other, so the chain broadcast (pipelined) keeps large messages.
  *   recdbl   (all-reduce) R = log2(P) rounds, plus 2 for the fix-up when n is not a power
  *            of two P; each round one message of S bytes per rank, in chunks of at most
  *            p2p_chunk bytes that do not overlap: R x (chunks x alpha + S/bandwidth) over the
  *            slowest link (the network when there are several hosts).
+ *   chain    (ring broadcast / reduce) costed per call of a stream of calls: consecutive
+ *            calls overlap up to W = min(slots, n-1) deep, so the path's (n-1) alphas count
+ *            1/W, but its busiest rank still handles 2 messages per call (receive, forward):
+ *            max(path / W, 2 hop alphas) + S over the bottleneck link (pipelined).
  *   tree     (broadcast, reduce; 2..BRAID_TREE_MAX_RANKS ranks) a binomial tree of depth
- *            D = ceil(log2 n); each level one message of S bytes in chunks of at most p2p_chunk
- *            bytes, counted without overlap: D x (chunks x alpha + S/bandwidth) over the
- *            slowest link. Against the chain's (n-1) alphas + S/bandwidth it wins for small
- *            messages and loses for large ones (every level moves the whole message).
+ *            D = ceil(log2 n); its root sends D messages per call one after the other (root
+ *            serialization, which no overlap of calls hides), each of S bytes in chunks of at
+ *            most p2p_chunk: D x (chunks x alpha + S/bandwidth) over the slowest link. It wins
+ *            small messages once the chain's overlapped path, (n-1)/W hops, exceeds D (from
+ *            about 40 ranks with 8 slots; up to 8 ranks, all this machine can run, the chain
+ *            measured ahead or tied) and loses large ones (every level moves the message).
+ * Oversubscription: with more ranks on a host than cores, every step (ring edge, recdbl round,
+ * tree level, chain hop) waits for its receiver to be scheduled: + oversub_us x (ranks on the
+ * busiest host - cores) / cores per step. It favours the algorithms with fewer steps (measured
+ * on 2 cores: recursive doubling ahead of the ring up to 32 KiB for n = 4 and 8).
+ * Constants: built in (algo.h) or from BRAID_TUNING_FILE (tune.c), the same on every rank.
  * BRAID_ALGO=tree forces the tree for broadcast and reduce only; every other collective (and
  * communicators over BRAID_TREE_MAX_RANKS ranks) keeps to the ring. */
 #include "algos/algo.h"
 #include "algos/plan.h"
+#include "core/config.h"
 #include "core/engine.h"
 #include "core/log.h"
 
@@ -90,7 +108,11 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     braid_model_set_ring(m, t, NULL);
     m->intra = (braid_link_model_t){BRAID_MODEL_SHM_ALPHA_US, BRAID_MODEL_SHM_GBPS};
     m->inter = (braid_link_model_t){BRAID_MODEL_NET_ALPHA_US, BRAID_MODEL_NET_GBPS};
+    m->copy = (braid_link_model_t){0.0, BRAID_MODEL_COPY_GBPS};
     m->launch_us = BRAID_MODEL_LAUNCH_US;
+    m->oversub_us = BRAID_MODEL_OVERSUB_US;
+    m->host_ranks = t->max_local;
+    m->nslots = BRAID_MODEL_NSLOTS;
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
 }
 
@@ -100,8 +122,11 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
     case BRAID_ALGO_RING:
         return 1;
     case BRAID_ALGO_HIER:
-        return coll == BRAID_COLL_ALLREDUCE && m->nhosts >= 2 && m->min_local >= 2 &&
-               m->min_local == m->max_local && count >= (size_t)m->min_local;
+        if (m->nhosts < 2 || m->max_local < 2 || count == 0) return 0;
+        if (coll == BRAID_COLL_BROADCAST) return 1;
+        if (m->min_local != m->max_local) return 0;
+        if (coll == BRAID_COLL_REDUCE_SCATTER) return 1;
+        return coll == BRAID_COLL_ALLREDUCE && count >= (size_t)m->min_local;
     case BRAID_ALGO_RECDBL:
         return coll == BRAID_COLL_ALLREDUCE && m->nranks >= 2;
     case BRAID_ALGO_TREE:
@@ -118,13 +143,81 @@ static double us_for(double bytes, const braid_link_model_t *l)
 }
 
 /* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
+/* Oversubscription: with more ranks on a host than cores, a message waits for its receiver to
+ * be scheduled; each step pays oversub_us per extra rank per core. */
+double braid_model_step_penalty_us(const braid_model_t *m)
+{
+    if (m->cores <= 0 || m->host_ranks <= m->cores) return 0.0;
+    return m->oversub_us * (double)(m->host_ranks - m->cores) / m->cores;
+}
+
 static double ring_us(double laps, double per_edge, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings;
-    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us;
+    double lap =
+        x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * braid_model_step_penalty_us(m);
     double t_intra = us_for(per_edge, &m->intra);
     double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
     return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
+}
+
+/* The model of a sub-communicator of k ranks on hh hosts (one block per host) whose
+ * inter-host rings share each host's NIC with `share` - 1 others. */
+static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
+{
+    braid_model_t s = *m;
+    s.nranks = k;
+    s.nhosts = hh;
+    s.min_local = s.max_local = k / hh;
+    s.ring_crossings = hh > 1 ? hh : 0;
+    s.ring_host_out = hh > 1 ? share : 0;
+    return s;
+}
+
+/* The cheapest time of coll on a sub-model (what that sub-communicator's own model picks). */
+static double best_us(int coll, size_t bytes, size_t count, const braid_model_t *s)
+{
+    int a = braid_model_choose(coll, bytes, count, s);
+    return braid_model_time(a, coll, bytes, count, s);
+}
+
+/* hier broadcast and reduce-scatter: the sum of their stages, each as the stage's
+ * sub-communicator would run it (see hier.c). */
+static double hier_us(int coll, size_t bytes, size_t count, const braid_model_t *m)
+{
+    int L = m->min_local, H = m->nhosts;
+    braid_model_t intra = sub_model(m, L, 1, 1), inter = sub_model(m, H, H, 1);
+    if (coll == BRAID_COLL_BROADCAST) {
+        /* a host without the root's local index: one more broadcast on the root's host */
+        double t = best_us(coll, bytes, count, &inter) + best_us(coll, bytes, count, &intra);
+        if (m->min_local != m->max_local) {
+            braid_model_t big = sub_model(m, m->max_local, 1, 1);
+            t += best_us(coll, bytes, count, &big);
+        }
+        return t;
+    }
+    /* reduce-scatter: pack n blocks, intra-host H blocks per rank, inter-host (L rings share
+     * each NIC) one block per rank */
+    inter = sub_model(m, H, H, L);
+    return us_for((double)bytes * m->nranks, &m->copy) +
+           best_us(coll, bytes * (size_t)H, count * (size_t)H, &intra) +
+           best_us(coll, bytes, count, &inter);
+}
+
+/* Broadcast / reduce on the chain, per call of a stream of calls: consecutive calls overlap
+ * up to W = min(slots, n-1) deep (the root starts the next call once its send is posted), so
+ * the path's latency counts 1/W; but the busiest rank still handles two messages per call
+ * (receive, then forward; one for n = 2). The data is pipelined: S over the bottleneck. */
+static double chain_us(double S, const braid_model_t *m)
+{
+    int n = m->nranks, x = m->ring_crossings, W = m->nslots < n - 1 ? m->nslots : n - 1;
+    double p = braid_model_step_penalty_us(m), f = (double)(n - 1) / n;
+    double lap = x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * p;
+    double hop = (x ? m->inter.alpha_us : m->intra.alpha_us) + p;
+    double path = f * lap / (W > 0 ? W : 1), busy = (n > 2 ? 2 : 1) * hop;
+    double t_intra = us_for(S, &m->intra);
+    double t_inter = x ? us_for(S * m->ring_host_out, &m->inter) : 0.0;
+    return m->launch_us + (path > busy ? path : busy) + (t_intra > t_inter ? t_intra : t_inter);
 }
 
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m)
@@ -142,7 +235,7 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         case BRAID_COLL_ALLGATHER:
             return ring_us(f, S * (n - 1), m); /* S is per rank */
         default:
-            return ring_us(f, S, m); /* broadcast / reduce: a pipelined chain */
+            return chain_us(S, m); /* broadcast / reduce: a pipelined chain */
         }
     }
     if (algo == BRAID_ALGO_RECDBL || algo == BRAID_ALGO_TREE) {
@@ -154,28 +247,26 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
         if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
         const braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
         double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
-        return m->launch_us + rounds * (chunks * l->alpha_us + us_for(S, l));
+        return m->launch_us +
+               rounds * (chunks * (l->alpha_us + braid_model_step_penalty_us(m)) + us_for(S, l));
     }
-    /* hier all-reduce */
-    int L = m->min_local, H = m->nhosts;
-    double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
-    double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
-    double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
-    double t = 3 * m->launch_us + 2 * rs + ar;
-    if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
-    return t;
+    if (coll == BRAID_COLL_ALLREDUCE) {
+        int L = m->min_local, H = m->nhosts;
+        double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
+        double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
+        double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
+        double t =
+            3 * m->launch_us + 2 * rs + ar + 2.0 * (L - 1 + H - 1) * braid_model_step_penalty_us(m);
+        if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
+        return t;
+    }
+    return hier_us(coll, bytes, count, m);
 }
-
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     int best = BRAID_ALGO_RING;
     double best_t = braid_model_time(BRAID_ALGO_RING, coll, bytes, count, m);
     for (int a = 1; a < BRAID_ALGO_COUNT; a++) {
-        /* The binomial tree runs only when forced (BRAID_ALGO=tree): measured on 2 cores with
-         * 4 and 8 ranks, back-to-back 8 B broadcasts took 1.5 / 3.7 us on the tree and 1.1 /
-         * 2.9 us on the pipelined chain (consecutive chain calls overlap; the tree's root sends
-         * log2(n) times per call), which this model does not capture yet. */
-        if (a == BRAID_ALGO_TREE) continue;
         double t = braid_model_time(a, coll, bytes, count, m);
         if (t >= 0 && t < best_t) {
             best = a;
@@ -185,28 +276,37 @@ int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t
     return best;
 }
 
-void braid_model_print(const braid_model_t *m, FILE *f)
+static void print_coll(const braid_model_t *m, FILE *f, int coll, const char *what)
 {
-    fprintf(f,
-            "cost model: %d ranks on %d host(s), %d..%d per host, rank-order ring crosses hosts "
-            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s\n",
-            m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
-            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps);
-    fprintf(f, "allreduce (float32) estimated us:\n%12s", "bytes");
+    fprintf(f, "%s (float32) estimated us:\n%12s", what, "bytes");
     for (int a = 0; a < BRAID_ALGO_COUNT; a++)
         fprintf(f, " %10s", algo_names[a]);
     fprintf(f, "  choice\n");
     for (size_t b = 8; b <= ((size_t)256 << 20); b *= 2) {
         fprintf(f, "%12zu", b);
         for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
-            double t = braid_model_time(a, BRAID_COLL_ALLREDUCE, b, b / 4, m);
+            double t = braid_model_time(a, coll, b, b / 4, m);
             if (t < 0)
                 fprintf(f, " %10s", "-");
             else
                 fprintf(f, " %10.1f", t);
         }
-        fprintf(f, "  %s\n", algo_names[braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, m)]);
+        fprintf(f, "  %s\n", algo_names[braid_model_choose(coll, b, b / 4, m)]);
     }
+}
+
+void braid_model_print(const braid_model_t *m, FILE *f)
+{
+    fprintf(f,
+            "cost model: %d ranks on %d host(s), %d..%d per host, rank-order ring crosses hosts "
+            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s; %d cores "
+            "per host (%.2f us per step per extra rank per core)\n",
+            m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
+            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps, m->cores,
+            m->oversub_us);
+    print_coll(m, f, BRAID_COLL_ALLREDUCE, "allreduce");
+    print_coll(m, f, BRAID_COLL_BROADCAST, "broadcast");
+    print_coll(m, f, BRAID_COLL_REDUCE_SCATTER, "reduce_scatter (bytes per rank)");
 }
 
 /* ---- per communicator ------------------------------------------------------------------------ */
@@ -219,15 +319,17 @@ static int pick(const braid_algo_state_t *st, int coll, size_t count, size_t es)
     return braid_model_choose(coll, count * es, count, &st->model);
 }
 
-#define DIGEST_SIZES 34 /* allreduce and broadcast of 2^k float32 elements, k = 0..33 */
+#define DIGEST_SIZES 34 /* 2^k float32 elements, k = 0..33, of every collective but barrier */
+#define DIGEST_COLLS 5
+#define DIGEST_BYTES (DIGEST_COLLS * DIGEST_SIZES + 1)
 
-static void digest(const braid_algo_state_t *st, uint8_t out[2 * DIGEST_SIZES + 1])
+static void digest(const braid_algo_state_t *st, uint8_t out[DIGEST_BYTES])
 {
     out[0] = (uint8_t)(st->forced + 1);
-    for (int k = 0; k < DIGEST_SIZES; k++) {
-        out[k + 1] = (uint8_t)pick(st, BRAID_COLL_ALLREDUCE, (size_t)1 << k, 4);
-        out[DIGEST_SIZES + k + 1] = (uint8_t)pick(st, BRAID_COLL_BROADCAST, (size_t)1 << k, 4);
-    }
+    for (int c = 0; c < DIGEST_COLLS; c++)
+        for (int k = 0; k < DIGEST_SIZES; k++)
+            out[1 + c * DIGEST_SIZES + k] =
+                (uint8_t)pick(st, BRAID_COLL_ALLREDUCE + c, (size_t)1 << k, 4);
 }
 
 static void log_table(const braid_algo_state_t *st)
@@ -243,6 +345,72 @@ static void log_table(const braid_algo_state_t *st)
     free(text);
 }
 
+/* BRAID_TUNING_FILE as rank 0 reads it, and BRAID_TUNE_MEASURE as rank 0 sets it, the same on
+ * every rank (bootstrap allgathers): a rank that read another file, or none, would choose
+ * differently, and one that skipped a measurement the others run would leave them waiting. */
+typedef struct {
+    int32_t status, measure;
+    char msg[232];
+    braid_model_t m;
+} tuning_blob_t;
+
+static void take_constants(braid_model_t *m, const braid_model_t *from)
+{
+    m->intra = from->intra;
+    m->inter = from->inter;
+    m->copy = from->copy;
+    m->launch_us = from->launch_us;
+    m->oversub_us = from->oversub_us;
+}
+
+static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
+{
+    tuning_blob_t mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.m = *m;
+    mine.m.cores = c->ncpus;
+    int64_t measure = 0;
+    BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
+    mine.measure = measure != 0;
+    const char *path = braid_param_str("TUNING_FILE");
+    if (c->rank == 0 && path && *path) {
+        mine.status = braid_tuning_read(path, &mine.m);
+        if (mine.status)
+            snprintf(mine.msg, sizeof(mine.msg), "%s", braid_last_error());
+        else
+            braid_info(TUNING, "cost model constants from %s", path);
+    }
+    if (c->nranks == 1) {
+        if (mine.status) return braid_set_error(mine.status, "%s", mine.msg);
+        take_constants(m, &mine.m);
+        m->cores = mine.m.cores;
+        return BRAID_SUCCESS;
+    }
+    tuning_blob_t *all = malloc((size_t)c->nranks * sizeof(tuning_blob_t));
+    if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory sharing the tuning file");
+    braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));
+    if (res == BRAID_SUCCESS && all[0].status)
+        res = braid_set_error(all[0].status, "rank 0: %s", all[0].msg);
+    if (res == BRAID_SUCCESS) {
+        take_constants(m, &all[0].m);
+        /* the fewest cores any rank may run on (every rank computes the same) */
+        m->cores = all[0].m.cores;
+        for (int r = 1; r < c->nranks; r++)
+            if (all[r].m.cores < m->cores) m->cores = all[r].m.cores;
+    }
+    if (res == BRAID_SUCCESS && all[0].measure) {
+        /* every rank takes part; rank 0's numbers are the ones every rank keeps */
+        res = braid_tuning_measure(c, m);
+        if (res == BRAID_SUCCESS) {
+            mine.m = *m;
+            res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));
+        }
+        if (res == BRAID_SUCCESS) take_constants(m, &all[0].m);
+    }
+    free(all);
+    return res;
+}
+
 braid_result_t braid_algo_comm_init(struct braid_comm *c)
 {
     braid_result_t res = BRAID_SUCCESS;
@@ -256,10 +424,12 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     braid_model_init(&st->model, &st->topo);
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
+    if (c->nslots > 0) st->model.nslots = c->nslots;
+    BRAID_CHECK_GOTO(load_tuning(c, &st->model), res, fail);
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
          * and hang: check it once here. */
-        uint8_t mine[2 * DIGEST_SIZES + 1];
+        uint8_t mine[DIGEST_BYTES];
         digest(st, mine);
         all = malloc((size_t)c->nranks * sizeof(mine));
         if (!all) {
@@ -328,7 +498,11 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
                 braid_algo_name(algo));
     st->runs[algo]++;
-    if (algo == BRAID_ALGO_HIER) return braid_hier_allreduce(c, st, a, seq);
+    if (algo == BRAID_ALGO_HIER) {
+        if (a->coll == BRAID_COLL_BROADCAST) return braid_hier_broadcast(c, st, a, seq);
+        if (a->coll == BRAID_COLL_REDUCE_SCATTER) return braid_hier_reduce_scatter(c, st, a, seq);
+        return braid_hier_allreduce(c, st, a, seq);
+    }
     if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     if (algo == BRAID_ALGO_TREE) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_TREE);
     return braid_engine_run(c, a, seq);

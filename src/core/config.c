@@ -19,6 +19,11 @@ static const braid_param_t params[] = {
      "device is up, else tcp)"},
     {"ALGO", "", BRAID_PARAM_STR,
      "force an algorithm: ring, hier, recdbl, tree (default: the cost model chooses)"},
+    {"TUNING_FILE", "", BRAID_PARAM_STR,
+     "cost-model constants (braid-info --tune --measure writes them), read by rank 0 at init"},
+    {"TUNE_MEASURE", "0", BRAID_PARAM_INT,
+     "1: measure the slowest link at init for the cost model (a few ms; rank 0's setting and "
+     "numbers count)"},
     {"NCHANNELS", "0", BRAID_PARAM_INT, "channels (independent rings); 0 = automatic"},
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
@@ -88,9 +93,12 @@ braid_result_t braid_param_int(const char *name, int64_t *val_p)
     if (errno || end == s) goto bad;
     if (p && p->type == BRAID_PARAM_SIZE) {
         long long mul = 1;
-        if (*end == 'k' || *end == 'K') mul = 1LL << 10;
-        else if (*end == 'm' || *end == 'M') mul = 1LL << 20;
-        else if (*end == 'g' || *end == 'G') mul = 1LL << 30;
+        if (*end == 'k' || *end == 'K')
+            mul = 1LL << 10;
+        else if (*end == 'm' || *end == 'M')
+            mul = 1LL << 20;
+        else if (*end == 'g' || *end == 'G')
+            mul = 1LL << 30;
         if (mul != 1) end++;
         if (*end == 'B' || *end == 'b') end++;
         v *= mul;

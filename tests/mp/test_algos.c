@@ -11,6 +11,8 @@
 #include "mp.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,14 +44,15 @@ static int allreduce_on_shape(braid_comm_t comm, int rank, int n, void *arg)
         }
     if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 1, 0, seed++, "algos"))
         return 1;
-    /* The other collectives still work (on the ring) around the hierarchical ones. */
+    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+    MP_CHECK(rank, st && st->hier_ready == s->expect_hier, "hier ran: %d, expected %d",
+             st ? st->hier_ready : -1, s->expect_hier);
+    /* The other collectives still work around the hierarchical ones (broadcast may be hier
+     * too, on any shape with several hosts: tests/mp/test_hier.c). */
     int32_t x = rank + 1, y = 0;
     MP_OK(rank, braid_broadcast(&x, &y, 1, BRAID_INT32, n - 1, c));
     MP_CHECK(rank, y == n, "broadcast gave %d", y);
     MP_OK(rank, braid_barrier(c));
-    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
-    MP_CHECK(rank, st && st->hier_ready == s->expect_hier, "hier ran: %d, expected %d",
-             st ? st->hier_ready : -1, s->expect_hier);
     MP_OK(rank, braid_comm_destroy(c));
     return 0;
 }
@@ -128,6 +131,11 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, res == BRAID_ERR_REMOTE || res == BRAID_ERR_INTERNAL, "got %s (%s)",
              braid_strerror(res), braid_last_error());
     MP_CHECK(rank, el < 10.0, "the failing call took %.1f s", el);
+    /* the message names the dead rank by its number in c, not in a sub-communicator */
+    char name[16];
+    snprintf(name, sizeof(name), "rank %d", victim);
+    MP_CHECK(rank, strstr(braid_last_error(), name), "message does not name %s: %s", name,
+             braid_last_error());
     float x = 1;
     MP_CHECK(rank, braid_allreduce(&x, &x, 1, BRAID_FLOAT32, BRAID_SUM, c) != BRAID_SUCCESS,
              "a failed communicator accepted a new collective");
@@ -135,7 +143,91 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* BRAID_TUNING_FILE is read by rank 0 only and its constants reach every rank (here the
+ * other ranks name no file, or a different one); a bad file on rank 0 fails init everywhere. */
+static int tuning_file(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    const char *dir = arg;
+    char good[128], other[128], bad[128];
+    snprintf(good, sizeof(good), "%s/good", dir);
+    snprintf(other, sizeof(other), "%s/other", dir);
+    snprintf(bad, sizeof(bad), "%s/bad", dir);
+    setenv("BRAID_TUNING_FILE", rank == 0 ? good : rank == 1 ? other : "", 1);
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    MP_CHECK(rank, c != NULL, "no communicator");
+    braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+    MP_CHECK(rank, st->model.inter.alpha_us == 123.0 && st->model.inter.gbps == 0.0625,
+             "rank %d model: net %g us %g GB/s", rank, st->model.inter.alpha_us,
+             st->model.inter.gbps);
+    MP_OK(rank, braid_comm_destroy(c));
+    setenv("BRAID_TUNING_FILE", rank == 0 ? bad : good, 1);
+    c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    unsetenv("BRAID_TUNING_FILE");
+    MP_CHECK(rank, c == NULL, "init with rank 0's bad tuning file succeeded");
+    MP_CHECK(rank, strstr(braid_last_error(), "unknown key 'speed'"), "message: %s",
+             braid_last_error());
+    return 0;
+}
+
+/* BRAID_TUNE_MEASURE as rank 0 sets it: every rank measures (or none does) and every rank
+ * keeps rank 0's numbers. */
+static int tune_measure(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    for (int who = 0; who < 2; who++) {
+        setenv("BRAID_TUNE_MEASURE", rank == who ? "1" : "0", 1);
+        braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+        unsetenv("BRAID_TUNE_MEASURE");
+        MP_CHECK(rank, c != NULL, "no communicator");
+        braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
+        double mine[4] = {st->model.intra.alpha_us, st->model.intra.gbps, st->model.inter.alpha_us,
+                          st->model.inter.gbps};
+        double all[4 * 8];
+        MP_OK(rank, braid_allgather(mine, all, 4, BRAID_FLOAT64, c));
+        for (int r = 0; r < n; r++)
+            MP_CHECK(rank, !memcmp(all + 4 * r, mine, sizeof(mine)), "rank %d's model differs", r);
+        int measured = st->model.inter.alpha_us != BRAID_MODEL_NET_ALPHA_US ||
+                       st->model.inter.gbps != BRAID_MODEL_NET_GBPS;
+        MP_CHECK(rank, measured == (who == 0), "measured %d with BRAID_TUNE_MEASURE=1 on rank %d",
+                 measured, who);
+        MP_CHECK(rank, st->model.inter.alpha_us > 0 && st->model.inter.gbps > 0, "bad numbers");
+        if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, 5000, 0, 0, 7, "measured"))
+            return 1;
+        MP_OK(rank, braid_comm_destroy(c));
+    }
+    return 0;
+}
+
 TestSuite(algos, .timeout = 240);
+
+Test(algos, tune_measure_follows_rank_0)
+{
+    cr_assert_eq(mp_run(4, tune_measure, NULL, 100), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, tuning_file_from_rank_0_reaches_every_rank)
+{
+    char dir[] = "/tmp/braid-tuneXXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    const char *files[][2] = {{"good", "net_alpha_us 123\nnet_gbps 0.0625\n"},
+                              {"other", "net_alpha_us 1\n"},
+                              {"bad", "speed 3\n"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i][0]);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    int rc = mp_run(4, tuning_file, dir, 100);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i][0]);
+        unlink(path);
+    }
+    rmdir(dir);
+    cr_assert_eq(rc, 0, "some rank failed (see stderr)");
+}
 
 Test(algos, hier_rank_death_reaches_every_survivor)
 {

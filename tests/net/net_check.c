@@ -7,8 +7,8 @@
  *                             if every result is right
  *   net_check victim R [IT [any]]  1 MiB allreduces in a loop; rank R kills itself (SIGKILL)
  *                             at iteration IT (default 10); every other rank must get
- *                             BRAID_ERR_REMOTE naming "rank R" (any: naming some rank, for
- *                             algorithms on sub-communicators, whose ranks are their own)
+ *                             BRAID_ERR_REMOTE naming "rank R" (any: naming some
+ *                             rank)
  *                             within 5 s of its last successful call; exit 0 if so
  *
  * Inputs depend on (rank, index): small integers, so every sum is exact in any dtype. */

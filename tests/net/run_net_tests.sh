@@ -96,6 +96,15 @@ run "3 hosts x 4, cyclic numbering, 2 NUMA: collectives" --hosts 3 --ranks-per-h
     --placement cyclic --numa 2 -x BRAID_ALGO=ring -- "$check" coll
 run "2 hosts x 3, cyclic numbering: collectives (default algorithm)" --hosts 2 \
     --ranks-per-host 3 --placement cyclic -- "$check" coll
+# Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
+# per host; the perf tools check their results too (-c 1).
+run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
+run "3 hosts x 3, hier, 1gbit: collectives" --hosts 3 --ranks-per-host 3 --rate 1gbit \
+    -x BRAID_ALGO=hier -- "$check" coll
+for tool in broadcast_perf reduce_scatter_perf; do
+    [ -x "$build/bin/$tool" ] && run "2 hosts, hier: $tool" --hosts 2 -x BRAID_ALGO=hier -- \
+        "$build/bin/$tool" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1
+done
 run "2 hosts, 1% drop: collectives" --hosts 2 --drop 1% -- "$check" coll
 [ -n "$perf" ] && run "2 hosts, 1% drop: all_reduce_perf" --hosts 2 --drop 1% -- "$perf" \
     -b 1M -e 16M -f 4 -n 3 -w 1 -c 1
@@ -104,13 +113,16 @@ run "3 hosts, 1gbit: collectives" --hosts 3 --rate 1gbit -- "$check" coll
     -b 8 -e 16M -f 16 -n 3 -w 1 -c 1
 run "2 hosts, 1gbit + 1% drop, 2 ch x 2 sockets" --hosts 2 --rate 1gbit --drop 1% \
     -x BRAID_NCHANNELS=2 -x BRAID_NSOCKS_PERPEER=2 -- "$check" coll
-# The ring names the dead rank itself; the hierarchical algorithm (chosen by default across
-# hosts) runs on sub-communicators, so its messages name ranks of those.
+# The dead rank is named by its job rank, also by the hierarchical algorithms (which run on
+# sub-communicators and rename their ranks).
 run "3 hosts, ring: killed rank 3 is named" --hosts 3 --victim 3 -x BRAID_ALGO=ring -- \
     "$check" victim 3
 run "2 hosts, ring, 1% drop: killed rank 2 is named" --hosts 2 --drop 1% --victim 2 \
     -x BRAID_ALGO=ring -- "$check" victim 2 20
-run "3 hosts, default algorithm: killed rank 2" --hosts 3 --victim 2 -- "$check" victim 2 10 any
+run "3 hosts, default algorithm: killed rank 2 is named" --hosts 3 --victim 2 -- \
+    "$check" victim 2 10
+run "2 hosts x 3, hier: killed rank 4 is named" --hosts 2 --ranks-per-host 3 --victim 4 \
+    -x BRAID_ALGO=hier -- "$check" victim 4 10
 # A link cut (no RST, no FIN): every rank must fail within BRAID_TIMEOUT naming a rank.
 run "2 hosts, ring: link down -> timeout naming a rank" --hosts 2 --link-down 1:2 \
     -x BRAID_TIMEOUT=3 -x BRAID_ALGO=ring -- "$check" linkdown 3

@@ -4,6 +4,7 @@
 
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
 
 TestSuite(select, .timeout = 30);
 
@@ -57,11 +58,11 @@ Test(select, one_host_recdbl_small_ring_large)
     cr_assert_eq(switches, 1);
     cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 8, 2, &m), BRAID_ALGO_RECDBL);
     cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 1 << 24, 1 << 22, &m), BRAID_ALGO_RING);
-    /* broadcast and reduce: the model estimates the binomial tree cheaper at small sizes, but
-     * the tree is chosen only when forced (see braid_model_choose): the chain everywhere */
+    /* broadcast and reduce: 8 ranks, the chain's consecutive calls overlap (its busiest rank
+     * handles 2 messages per call, the tree's root 3): the chain everywhere */
     for (int coll = BRAID_COLL_BROADCAST; coll <= BRAID_COLL_REDUCE; coll++) {
-        cr_assert_lt(braid_model_time(BRAID_ALGO_TREE, coll, 8, 2, &m),
-                     braid_model_time(BRAID_ALGO_RING, coll, 8, 2, &m));
+        cr_assert_geq(braid_model_time(BRAID_ALGO_TREE, coll, 8, 2, &m),
+                      braid_model_time(BRAID_ALGO_RING, coll, 8, 2, &m));
         for (size_t b = 4; b <= ((size_t)1 << 30); b *= 2)
             cr_assert_eq(braid_model_choose(coll, b, b / 4, &m), BRAID_ALGO_RING, "%zu bytes", b);
     }
@@ -164,4 +165,188 @@ Test(select, choices_deterministic_and_table_printed)
                   strstr(text, "choice"),
               "%s", text);
     free(text);
+}
+
+Test(select, hier_broadcast_any_shape_reduce_scatter_even_shapes)
+{
+    int shapes[][8] = {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 2, 2, 2},
+                       {0, 1, 2, 3, 0, 1, 2, 3}, {0, 1, 1, 2, 2, 3, 3, 3}, {0, 1, 2, 3, 4, 5, 6, 7},
+                       {0, 0, 0, 0, 0, 0, 0, 1}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        braid_model_t m = model_for(8, shapes[s]);
+        int multi = m.nhosts >= 2 && m.max_local >= 2, even = m.min_local == m.max_local;
+        cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 1, &m), multi,
+                     "shape %zu", s);
+        cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE_SCATTER, 1, &m),
+                     multi && even, "shape %zu", s);
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 0, &m));
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 100, &m));
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLGATHER, 100, &m));
+        if (!multi) {
+            cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 64, 16, &m), 0);
+            continue;
+        }
+        /* uneven shapes pay one more intra-host stage for broadcast */
+        double t = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 64, 16, &m);
+        cr_assert_gt(t, 0);
+    }
+}
+
+Test(select, hier_reduce_scatter_pays_on_slow_links_broadcast_on_2_hosts)
+{
+    int host[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+    braid_model_t m = model_for(8, host);
+    m.inter = (braid_link_model_t){40.0, 0.125}; /* 1 Gbit/s */
+    size_t big = (size_t)64 << 20;
+    double ring = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m);
+    double hier = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m);
+    /* the network carries n - L = 6 blocks per host instead of n - 1 = 7 */
+    cr_assert_gt(ring / hier, 1.1, "ring %.0f, hier %.0f", ring, hier);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_REDUCE_SCATTER, big, big / 4, &m), BRAID_ALGO_HIER);
+    /* broadcast on 4 hosts: the chain (consecutive calls overlap; the hierarchy's stages run
+     * one after the other and its 4-rank inter-host stage is a chain itself) */
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 64, 16, &m), BRAID_ALGO_RING);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m), BRAID_ALGO_RING);
+    /* on 2 hosts, small broadcasts cross the network once instead of twice per call */
+    int two[4] = {0, 0, 1, 1};
+    braid_model_t m2 = model_for(4, two);
+    m2.inter = m.inter;
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 64, 16, &m2), BRAID_ALGO_HIER);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m2), BRAID_ALGO_RING);
+}
+
+static const char *write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof(path), "/tmp/braid-tune-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+Test(select, tuning_file_round_trip_and_partial)
+{
+    int host[4] = {0, 0, 1, 1};
+    braid_model_t m = model_for(4, host), d = m;
+    const char *p = write_tmp("# measured\n\nnet_alpha_us 40  # a comment\nnet_gbps 0.118\n"
+                              "  shm_alpha_us\t0.3\n");
+    cr_assert_eq(braid_tuning_read(p, &m), BRAID_SUCCESS, "%s", braid_last_error());
+    cr_assert_float_eq(m.inter.alpha_us, 40.0, 1e-12);
+    cr_assert_float_eq(m.inter.gbps, 0.118, 1e-12);
+    cr_assert_float_eq(m.intra.alpha_us, 0.3, 1e-12);
+    cr_assert_float_eq(m.intra.gbps, d.intra.gbps, 1e-12, "a missing key keeps its default");
+    cr_assert_float_eq(m.launch_us, d.launch_us, 1e-12);
+    /* what braid_tuning_write writes reads back to the same model */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    braid_tuning_write(f, &m, "test");
+    fclose(f);
+    braid_model_t back = d;
+    cr_assert_eq(braid_tuning_read(write_tmp(text), &back), BRAID_SUCCESS, "%s",
+                 braid_last_error());
+    free(text);
+    cr_assert_float_eq(back.inter.gbps, m.inter.gbps, 1e-9);
+    cr_assert_float_eq(back.intra.alpha_us, m.intra.alpha_us, 1e-9);
+    cr_assert_float_eq(back.copy.gbps, m.copy.gbps, 1e-4);
+    /* with a 1 Gbit/s network, hier wins big all-reduces by about 1.5x */
+    size_t big = (size_t)64 << 20;
+    double ring = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, big, big / 4, &m);
+    double hier = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, big, big / 4, &m);
+    cr_assert_gt(ring / hier, 1.4);
+    unlink(p);
+}
+
+Test(select, tuning_file_errors_name_file_line_and_key)
+{
+    int host[2] = {0, 0};
+    braid_model_t m = model_for(2, host), d = m;
+    const char *cases[][2] = {{"shm_gbps 5\nnet_speed 3\n", ":2: unknown key 'net_speed'"},
+                              {"net_gbps 0\n", ":1: net_gbps needs one number > 0"},
+                              {"net_gbps -1\n", ":1: net_gbps"},
+                              {"shm_alpha_us fast\n", ":1: shm_alpha_us"},
+                              {"launch_us 1 2\n", ":1: launch_us needs one number >= 0"},
+                              {"net_alpha_us nan\n", ":1: net_alpha_us"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *p = write_tmp(cases[i][0]);
+        cr_assert_eq(braid_tuning_read(p, &m), BRAID_ERR_INVALID_ARG, "case %zu", i);
+        cr_assert(strstr(braid_last_error(), cases[i][1]) && strstr(braid_last_error(), p),
+                  "case %zu: %s", i, braid_last_error());
+        cr_assert_float_eq(m.intra.gbps, d.intra.gbps, 1e-12, "model changed on failure");
+        unlink(p);
+    }
+    cr_assert_eq(braid_tuning_read("/nonexistent/braid.tune", &m), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "/nonexistent/braid.tune"), "%s", braid_last_error());
+}
+
+Test(select, hier_rename_names_parent_ranks_once)
+{
+    int map[3] = {4, 9, 2};
+    char out[256];
+    braid_hier_rename("rank 1 (pid 77, same host) died; ranks 0..2, rank 7, frank 2", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 9 (pid 77, same host) died; ranks 0..2, rank 7, frank 2");
+    /* a forwarded message: the wrapper is renamed, the marked part (already renamed) not */
+    braid_hier_rename("rank 2 (pid 5) failed: [hier] rank 1 closed the connection", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 2 (pid 5) failed: rank 1 closed the connection");
+    braid_hier_rename("rank 0: rank 2 called allreduce but rank 0 called broadcast", map, 3, out,
+                      sizeof(out));
+    cr_assert_str_eq(out, "[hier] rank 4: rank 2 called allreduce but rank 4 called broadcast");
+    /* truncation keeps a terminated string */
+    char small[12];
+    size_t n = braid_hier_rename("rank 0 rank 1 rank 2 rank 0", map, 3, small, sizeof(small));
+    cr_assert_lt(n, sizeof(small));
+    cr_assert_eq(strlen(small), n);
+}
+
+Test(select, oversubscription_moves_the_crossover_to_recdbl)
+{
+    int host[8] = {0};
+    braid_model_t m = model_for(8, host);
+    size_t b = 32 << 10;
+    cr_assert_eq(m.cores, 0, "unknown cores: no penalty");
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RING);
+    /* 8 ranks on 2 cores (measured: recdbl ahead of the ring at 32 KiB for n = 4 and 8) */
+    m.cores = 2;
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m), BRAID_ALGO_RECDBL);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, 1 << 20, 1 << 18, &m), BRAID_ALGO_RING);
+    double t8 = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, 8, 2, &m);
+    m.cores = 8;
+    cr_assert_gt(t8, 2 * braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, 8, 2, &m));
+}
+
+Test(select, tree_for_many_ranks_small_messages_chain_otherwise)
+{
+    int host[64];
+    /* up to 8 ranks (what this machine measures): the chain's overlapped calls win */
+    for (int n = 2; n <= 8; n++) {
+        for (int r = 0; r < n; r++)
+            host[r] = 0;
+        braid_model_t m = model_for(n, host);
+        for (size_t b = 8; b <= ((size_t)1 << 26); b *= 4)
+            cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, b, b / 4, &m), BRAID_ALGO_RING,
+                         "n %d, %zu bytes", n, b);
+    }
+    /* 64 ranks, on one host or one per host: the chain's path (63 hops, overlapped 8 deep)
+     * is longer than the tree's root serialization (6 sends); large messages stay on the chain
+     * (the tree moves the whole message at every level) */
+    for (int spread = 0; spread < 2; spread++) {
+        for (int r = 0; r < 64; r++)
+            host[r] = spread ? r : 0;
+        char ids[64][8];
+        for (int r = 0; r < 64; r++)
+            snprintf(ids[r], sizeof(ids[r]), "h%d", host[r]);
+        braid_topo_t t;
+        cr_assert_eq(braid_topo_group(64, ids[0], sizeof(ids[0]), &t), BRAID_SUCCESS);
+        braid_model_t m;
+        braid_model_init(&m, &t);
+        braid_topo_free(&t);
+        for (int coll = BRAID_COLL_BROADCAST; coll <= BRAID_COLL_REDUCE; coll++) {
+            cr_assert_eq(braid_model_choose(coll, 8, 2, &m), BRAID_ALGO_TREE, "spread %d", spread);
+            cr_assert_eq(braid_model_choose(coll, 64 << 20, 16 << 20, &m), BRAID_ALGO_RING);
+        }
+    }
 }
