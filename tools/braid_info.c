@@ -110,6 +110,7 @@ static int print_tune(int argc, char **argv)
     }
     braid_model_t m;
     braid_model_init(&m, &t);
+    braid_model_force_transport(&m, braid_param_str("TRANSPORT"));
     m.cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0; /* this host */
     const char *tf = braid_param_str("TUNING_FILE");
     if (tf && *tf && braid_tuning_read(tf, &m)) {

@@ -61,10 +61,13 @@ typedef struct {
 #define BRAID_MODEL_NSLOTS 8
 #define BRAID_MODEL_COPY_GBPS 9.0 /* one-thread memcpy, shared/notes/machine-facts.md */
 
-/* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
 /* Recomputes the model's ring crossings for the ring order actually used (NULL = rank order). */
 void braid_model_set_ring(braid_model_t *m, const braid_topo_t *t, const int *order);
+/* Fills m from a host grouping (and the rank-order ring) with the default link parameters. */
 void braid_model_init(braid_model_t *m, const braid_topo_t *t);
+/* BRAID_TRANSPORT=tcp or rdma (name) makes links within a host network links too: the model
+ * then costs them as such. Returns 1 when it changed m. */
+int braid_model_force_transport(braid_model_t *m, const char *name);
 /* Whether algo is implemented and applies to (coll, count elements of elem_size bytes). */
 int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m);
 /* Estimated microseconds of algo for coll on `bytes` (the per-rank buffer of allreduce);

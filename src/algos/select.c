@@ -116,6 +116,13 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
 }
 
+int braid_model_force_transport(braid_model_t *m, const char *name)
+{
+    if (!name || (strcmp(name, "tcp") && strcmp(name, "rdma"))) return 0;
+    m->intra = m->inter;
+    return 1;
+}
+
 int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
 {
     switch (algo) {
@@ -425,6 +432,9 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
     if (c->nslots > 0) st->model.nslots = c->nslots;
+    if (c->transport && braid_model_force_transport(&st->model, c->transport->name))
+        braid_info(TUNING, "BRAID_TRANSPORT=%s: links within a host cost as network links",
+                   c->transport->name);
     BRAID_CHECK_GOTO(load_tuning(c, &st->model), res, fail);
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms

@@ -350,3 +350,23 @@ Test(select, tree_for_many_ranks_small_messages_chain_otherwise)
         }
     }
 }
+
+/* BRAID_TRANSPORT=tcp/rdma on one host: the links inside it are network links, and the model
+ * must cost them so (the 8-rank ring's 8 B time grows by the network's latency per step). */
+Test(select, forced_network_transport_costs_links_within_a_host_as_network)
+{
+    int host[8] = {0};
+    braid_model_t m = model_for(8, host), f = m;
+    cr_assert_eq(braid_model_force_transport(&f, "shm"), 0);
+    cr_assert_eq(braid_model_force_transport(&f, NULL), 0);
+    cr_assert_eq(memcmp(&f, &m, sizeof(m)), 0, "shm or nothing forced changes nothing");
+    cr_assert_eq(braid_model_force_transport(&f, "tcp"), 1);
+    cr_assert_float_eq(f.intra.alpha_us, m.inter.alpha_us, 1e-12);
+    cr_assert_float_eq(f.intra.gbps, m.inter.gbps, 1e-12);
+    cr_assert_gt(braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, 8, 2, &f),
+                 braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, 8, 2, &m) +
+                     8 * (m.inter.alpha_us - m.intra.alpha_us));
+    braid_model_t g = m;
+    cr_assert_eq(braid_model_force_transport(&g, "rdma"), 1);
+    cr_assert_float_eq(g.intra.alpha_us, m.inter.alpha_us, 1e-12);
+}
