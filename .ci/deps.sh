@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages braid builds, tests and benchmarks with (root or sudo).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libcriterion-dev libhwloc-dev libibverbs-dev
+pkgs=(build-essential cmake pkg-config clang clang-format libcriterion-dev libhwloc-dev libibverbs-dev
       librdmacm-dev gnuplot-nox openmpi-bin libopenmpi-dev iproute2 nftables)
 missing=()
 for p in "${pkgs[@]}"; do

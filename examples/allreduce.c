@@ -18,13 +18,16 @@ int main(void)
     braid_comm_size(comm, &n);
     enum { COUNT = 1000 };
     float *buf = malloc(COUNT * sizeof(float));
-    for (int i = 0; i < COUNT; i++) buf[i] = (float)(rank + i);
+    for (int i = 0; i < COUNT; i++)
+        buf[i] = (float)(rank + i);
     r = braid_allreduce(buf, buf, COUNT, BRAID_FLOAT32, BRAID_SUM, comm);
     int wrong = 0;
     for (int i = 0; i < COUNT && r == BRAID_SUCCESS; i++)
         wrong += buf[i] != (float)(n * (n - 1) / 2 + n * i);
-    if (r != BRAID_SUCCESS) fprintf(stderr, "allreduce: %s\n", braid_last_error());
-    else if (rank == 0) printf("allreduce over %d ranks: %d wrong\n", n, wrong);
+    if (r != BRAID_SUCCESS)
+        fprintf(stderr, "allreduce: %s\n", braid_last_error());
+    else if (rank == 0)
+        printf("allreduce over %d ranks: %d wrong\n", n, wrong);
     free(buf);
     braid_comm_destroy(comm);
     return r != BRAID_SUCCESS || wrong;

@@ -20,6 +20,8 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR
 cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 
 status=0
+echo "== clang-format (the tree is formatted)"
+bash tests/format_check.sh || status=1
 echo "== ThreadSanitizer: worker thread, concurrent polling, abort from another thread"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || status=1
 echo "== ASan+UBSan suite"

@@ -34,17 +34,17 @@ extern "C" {
 /** Result codes: 0 is success, 1 is "in progress", negative values are errors. */
 typedef enum {
     BRAID_SUCCESS = 0,
-    BRAID_INPROGRESS = 1,        /**< a non-blocking operation has not completed yet */
-    BRAID_ERR_INVALID_ARG = -1,  /**< a bad argument (the message names it) */
-    BRAID_ERR_NOMEM = -2,        /**< out of memory */
-    BRAID_ERR_SYSTEM = -3,       /**< a system call failed (the message has errno's text) */
-    BRAID_ERR_REMOTE = -4,       /**< a peer died, closed its connection or reported an error */
-    BRAID_ERR_TIMEOUT = -5,      /**< a wait passed BRAID_TIMEOUT (the message names the peer) */
-    BRAID_ERR_ABORTED = -6,      /**< braid_comm_abort() was called */
-    BRAID_ERR_MISMATCH = -7,     /**< ranks called different collectives (names both calls) */
-    BRAID_ERR_AUTH = -8,         /**< a connection presented a wrong job secret */
-    BRAID_ERR_INTERNAL = -9,     /**< a bug in braid */
-    BRAID_ERR_UNSUPPORTED = -10, /**< not built in, or not supported for these arguments */
+    BRAID_INPROGRESS = 1,         /**< a non-blocking operation has not completed yet */
+    BRAID_ERR_INVALID_ARG = -1,   /**< a bad argument (the message names it) */
+    BRAID_ERR_NOMEM = -2,         /**< out of memory */
+    BRAID_ERR_SYSTEM = -3,        /**< a system call failed (the message has errno's text) */
+    BRAID_ERR_REMOTE = -4,        /**< a peer died, closed its connection or reported an error */
+    BRAID_ERR_TIMEOUT = -5,       /**< a wait passed BRAID_TIMEOUT (the message names the peer) */
+    BRAID_ERR_ABORTED = -6,       /**< braid_comm_abort() was called */
+    BRAID_ERR_MISMATCH = -7,      /**< ranks called different collectives (names both calls) */
+    BRAID_ERR_AUTH = -8,          /**< a connection presented a wrong job secret */
+    BRAID_ERR_INTERNAL = -9,      /**< a bug in braid */
+    BRAID_ERR_UNSUPPORTED = -10,  /**< not built in, or not supported for these arguments */
     BRAID_ERR_INVALID_USAGE = -11 /**< a valid argument used in a wrong state (destroyed comm) */
 } braid_result_t;
 
@@ -173,9 +173,9 @@ BRAID_API braid_result_t braid_reduce(const void *sendbuf, void *recvbuf, size_t
                                       braid_comm_t comm);
 /** recvcount elements per rank: sendbuf holds nranks*recvcount; in place when
  * recvbuf == sendbuf + rank*recvcount*size. */
-BRAID_API braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf,
-                                              size_t recvcount, braid_datatype_t dtype,
-                                              braid_redop_t op, braid_comm_t comm);
+BRAID_API braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                              braid_datatype_t dtype, braid_redop_t op,
+                                              braid_comm_t comm);
 /** sendcount elements per rank: recvbuf holds nranks*sendcount; in place when
  * sendbuf == recvbuf + rank*sendcount*size. */
 BRAID_API braid_result_t braid_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -193,10 +193,9 @@ BRAID_API braid_result_t braid_ibroadcast(const void *sendbuf, void *recvbuf, si
 BRAID_API braid_result_t braid_ireduce(const void *sendbuf, void *recvbuf, size_t count,
                                        braid_datatype_t dtype, braid_redop_t op, int root,
                                        braid_comm_t comm, braid_request_t *req_p);
-BRAID_API braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf,
-                                               size_t recvcount, braid_datatype_t dtype,
-                                               braid_redop_t op, braid_comm_t comm,
-                                               braid_request_t *req_p);
+BRAID_API braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                               braid_datatype_t dtype, braid_redop_t op,
+                                               braid_comm_t comm, braid_request_t *req_p);
 BRAID_API braid_result_t braid_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                           braid_datatype_t dtype, braid_comm_t comm,
                                           braid_request_t *req_p);

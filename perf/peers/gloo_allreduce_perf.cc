@@ -44,14 +44,18 @@ extern "C" {
 #include <memory>
 #include <string>
 
-namespace {
+namespace
+{
 
 struct gloo_ctx_t {
     std::shared_ptr<gloo::Context> ctx;
     uint32_t tag = 0;
 };
 
-gloo_ctx_t *G(perf_backend_t *b) { return static_cast<gloo_ctx_t *>(b->ctx); }
+gloo_ctx_t *G(perf_backend_t *b)
+{
+    return static_cast<gloo_ctx_t *>(b->ctx);
+}
 
 int gloo_fail(perf_backend_t *b, const char *call, const char *what)
 {
@@ -65,14 +69,17 @@ template <typename T> Func func_for(int op)
 {
     switch (op) {
     case BRAID_SUM:
-        return Func(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<T>));
+        return Func(
+            static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<T>));
     case BRAID_PROD:
         return Func(
             static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::product<T>));
     case BRAID_MIN:
-        return Func(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::min<T>));
+        return Func(
+            static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::min<T>));
     case BRAID_MAX:
-        return Func(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::max<T>));
+        return Func(
+            static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::max<T>));
     default:
         return Func();
     }
@@ -123,8 +130,8 @@ int dispatch(gloo_ctx_t *c, const void *send, void *recv, size_t count, int dtyp
     }
 }
 
-int g_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
-            size_t count, int dtype, int op, int root, int nonblocking)
+int g_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv, size_t count,
+            int dtype, int op, int root, int nonblocking)
 {
     (void)coll;
     (void)root;
@@ -226,10 +233,14 @@ std::string store_dir()
     const char *d = getenv("GLOO_STORE_DIR");
     if (d && *d) return d;
     std::string job;
-    if (const char *s = getenv("BRAID_SECRET")) job = std::string("braid-") + s;
-    else if (const char *s2 = getenv("PMIX_NAMESPACE")) job = std::string("pmix-") + s2;
-    else if (const char *s3 = getenv("OMPI_MCA_ess_base_jobid")) job = std::string("ompi-") + s3;
-    else job = "ppid-" + std::to_string((long)getppid());
+    if (const char *s = getenv("BRAID_SECRET"))
+        job = std::string("braid-") + s;
+    else if (const char *s2 = getenv("PMIX_NAMESPACE"))
+        job = std::string("pmix-") + s2;
+    else if (const char *s3 = getenv("OMPI_MCA_ess_base_jobid"))
+        job = std::string("ompi-") + s3;
+    else
+        job = "ppid-" + std::to_string((long)getppid());
     for (char &ch : job)
         if (ch == '/' || ch == ' ') ch = '_';
     return "/tmp/gloo_perf." + std::to_string((long)getuid()) + "." + job;
@@ -238,7 +249,8 @@ std::string store_dir()
 void remove_dir(const std::string &dir)
 {
     std::string cmd = "rm -rf '" + dir + "'"; /* the FileStore leaves one file per key */
-    if (system(cmd.c_str()) != 0) fprintf(stderr, "gloo_allreduce_perf: could not remove %s\n", dir.c_str());
+    if (system(cmd.c_str()) != 0)
+        fprintf(stderr, "gloo_allreduce_perf: could not remove %s\n", dir.c_str());
 }
 
 } // namespace
@@ -267,8 +279,10 @@ int main(int argc, char **argv)
         gloo::transport::tcp::attr attr;
         const char *iface = getenv("GLOO_IFACE");
         const char *host = getenv("GLOO_HOSTNAME");
-        if (iface && *iface) attr.iface = iface;
-        else attr.hostname = host && *host ? host : "127.0.0.1";
+        if (iface && *iface)
+            attr.iface = iface;
+        else
+            attr.hostname = host && *host ? host : "127.0.0.1";
         auto dev = gloo::transport::tcp::CreateDevice(attr);
         gloo::rendezvous::FileStore store(dir);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, nranks);

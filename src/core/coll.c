@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *dtype_names[BRAID_NUM_DTYPES] = {
-    "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
-    "float64"};
+static const char *dtype_names[BRAID_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
+                                                    "int64",   "uint64", "float16", "bfloat16",
+                                                    "float32", "float64"};
 static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
 
@@ -83,14 +83,14 @@ static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a
                                (int)a->op);
     int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
     if (rooted && (a->root < 0 || a->root >= comm->nranks))
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: root=%d is outside [0, nranks=%d)",
-                               name, a->root, comm->nranks);
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: root=%d is outside [0, nranks=%d)", name,
+                               a->root, comm->nranks);
     size_t es = braid_dtype_size(a->dtype);
     size_t n = (size_t)comm->nranks;
     int per_rank = a->coll == BRAID_COLL_REDUCE_SCATTER || a->coll == BRAID_COLL_ALLGATHER;
     if (a->count > (SIZE_MAX / 2) / es / (per_rank ? n : 1) || a->count > (UINT64_MAX >> 8))
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: count=%zu overflows the byte size",
-                               name, a->count);
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: count=%zu overflows the byte size", name,
+                               a->count);
     if (a->count == 0) return BRAID_SUCCESS;
     size_t bytes = a->count * es, big = per_rank ? bytes * n : bytes;
     size_t in_bytes = a->coll == BRAID_COLL_REDUCE_SCATTER ? big : bytes;
@@ -112,9 +112,9 @@ static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a
             slot = (const char *)a->sendbuf + (size_t)comm->rank * bytes;
         if (a->coll == BRAID_COLL_ALLGATHER)
             slot = (const char *)a->recvbuf + (size_t)comm->rank * bytes;
-        int in_place = slot && (a->coll == BRAID_COLL_REDUCE_SCATTER
-                                    ? slot == (const char *)a->recvbuf
-                                    : slot == (const char *)a->sendbuf);
+        int in_place =
+            slot && (a->coll == BRAID_COLL_REDUCE_SCATTER ? slot == (const char *)a->recvbuf
+                                                          : slot == (const char *)a->sendbuf);
         if (!in_place)
             return braid_set_error(BRAID_ERR_INVALID_ARG,
                                    "%s: sendbuf and recvbuf overlap without being in place", name);
@@ -184,8 +184,8 @@ braid_result_t braid_broadcast(const void *sendbuf, void *recvbuf, size_t count,
 }
 
 braid_result_t braid_ireduce(const void *sendbuf, void *recvbuf, size_t count,
-                             braid_datatype_t dtype, braid_redop_t op, int root,
-                             braid_comm_t comm, braid_request_t *req_p)
+                             braid_datatype_t dtype, braid_redop_t op, int root, braid_comm_t comm,
+                             braid_request_t *req_p)
 {
     if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
@@ -204,16 +204,14 @@ braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t 
                                      braid_request_t *req_p)
 {
     if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce_scatter: req_p is NULL");
-    braid_op_args_t a =
-        ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
+    braid_op_args_t a = ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
     return run_or_queue(comm, &a, req_p);
 }
 
 braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                     braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
 {
-    braid_op_args_t a =
-        ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
+    braid_op_args_t a = ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
     return run_or_queue(comm, &a, NULL);
 }
 

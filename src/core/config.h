@@ -9,7 +9,12 @@
 
 #include <stdint.h>
 
-typedef enum { BRAID_PARAM_INT, BRAID_PARAM_SIZE, BRAID_PARAM_STR, BRAID_PARAM_DOUBLE } braid_param_type_t;
+typedef enum {
+    BRAID_PARAM_INT,
+    BRAID_PARAM_SIZE,
+    BRAID_PARAM_STR,
+    BRAID_PARAM_DOUBLE
+} braid_param_type_t;
 
 typedef struct {
     const char *name;   /* without the BRAID_ prefix */

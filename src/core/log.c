@@ -23,9 +23,9 @@ static const struct {
     const char *name;
     int bit;
 } subsys_names[] = {
-    {"INIT", BRAID_SUBSYS_INIT},     {"BOOT", BRAID_SUBSYS_BOOT}, {"SHM", BRAID_SUBSYS_SHM},
-    {"NET", BRAID_SUBSYS_NET},       {"COLL", BRAID_SUBSYS_COLL}, {"TUNING", BRAID_SUBSYS_TUNING},
-    {"ENV", BRAID_SUBSYS_ENV},       {"ALL", BRAID_SUBSYS_ALL},
+    {"INIT", BRAID_SUBSYS_INIT}, {"BOOT", BRAID_SUBSYS_BOOT}, {"SHM", BRAID_SUBSYS_SHM},
+    {"NET", BRAID_SUBSYS_NET},   {"COLL", BRAID_SUBSYS_COLL}, {"TUNING", BRAID_SUBSYS_TUNING},
+    {"ENV", BRAID_SUBSYS_ENV},   {"ALL", BRAID_SUBSYS_ALL},
 };
 
 /* BRAID_DEBUG_FILE may contain %h (host) and %p (pid). */
@@ -56,11 +56,16 @@ static void log_init(void)
     char *dot = strchr(log_host, '.');
     if (dot) *dot = '\0';
     const char *lvl = braid_param_str("DEBUG");
-    if (!strcasecmp(lvl, "NONE")) log_level = BRAID_LOG_NONE;
-    else if (!strcasecmp(lvl, "WARN")) log_level = BRAID_LOG_WARN;
-    else if (!strcasecmp(lvl, "INFO")) log_level = BRAID_LOG_INFO;
-    else if (!strcasecmp(lvl, "DEBUG")) log_level = BRAID_LOG_DEBUG;
-    else if (!strcasecmp(lvl, "TRACE")) log_level = BRAID_LOG_TRACE;
+    if (!strcasecmp(lvl, "NONE"))
+        log_level = BRAID_LOG_NONE;
+    else if (!strcasecmp(lvl, "WARN"))
+        log_level = BRAID_LOG_WARN;
+    else if (!strcasecmp(lvl, "INFO"))
+        log_level = BRAID_LOG_INFO;
+    else if (!strcasecmp(lvl, "DEBUG"))
+        log_level = BRAID_LOG_DEBUG;
+    else if (!strcasecmp(lvl, "TRACE"))
+        log_level = BRAID_LOG_TRACE;
     const char *sub = braid_param_str("DEBUG_SUBSYS");
     if (*sub) {
         /* Comma-separated names; a leading ^ excludes the listed ones. */
@@ -102,8 +107,8 @@ void braid_log_msg(braid_log_level_t level, braid_subsys_t subsys, const char *f
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (level >= BRAID_LOG_TRACE) {
-        fprintf(log_file, "%s:%d [%d] braid %s %s: %s (%s:%d)\n", log_host, (int)getpid(),
-                log_rank, names[level], sname, msg, file, line);
+        fprintf(log_file, "%s:%d [%d] braid %s %s: %s (%s:%d)\n", log_host, (int)getpid(), log_rank,
+                names[level], sname, msg, file, line);
     } else {
         fprintf(log_file, "%s:%d [%d] braid %s %s: %s\n", log_host, (int)getpid(), log_rank,
                 names[level], sname, msg);
@@ -140,19 +145,32 @@ const char *braid_last_error(void)
 const char *braid_strerror(braid_result_t res)
 {
     switch (res) {
-    case BRAID_SUCCESS: return "success";
-    case BRAID_INPROGRESS: return "operation in progress";
-    case BRAID_ERR_INVALID_ARG: return "invalid argument";
-    case BRAID_ERR_NOMEM: return "out of memory";
-    case BRAID_ERR_SYSTEM: return "system call failed";
-    case BRAID_ERR_REMOTE: return "remote peer failed";
-    case BRAID_ERR_TIMEOUT: return "timed out";
-    case BRAID_ERR_ABORTED: return "communicator aborted";
-    case BRAID_ERR_MISMATCH: return "ranks called mismatched collectives";
-    case BRAID_ERR_AUTH: return "authentication failed";
-    case BRAID_ERR_INTERNAL: return "internal error";
-    case BRAID_ERR_UNSUPPORTED: return "unsupported";
-    case BRAID_ERR_INVALID_USAGE: return "invalid usage";
+    case BRAID_SUCCESS:
+        return "success";
+    case BRAID_INPROGRESS:
+        return "operation in progress";
+    case BRAID_ERR_INVALID_ARG:
+        return "invalid argument";
+    case BRAID_ERR_NOMEM:
+        return "out of memory";
+    case BRAID_ERR_SYSTEM:
+        return "system call failed";
+    case BRAID_ERR_REMOTE:
+        return "remote peer failed";
+    case BRAID_ERR_TIMEOUT:
+        return "timed out";
+    case BRAID_ERR_ABORTED:
+        return "communicator aborted";
+    case BRAID_ERR_MISMATCH:
+        return "ranks called mismatched collectives";
+    case BRAID_ERR_AUTH:
+        return "authentication failed";
+    case BRAID_ERR_INTERNAL:
+        return "internal error";
+    case BRAID_ERR_UNSUPPORTED:
+        return "unsupported";
+    case BRAID_ERR_INVALID_USAGE:
+        return "invalid usage";
     }
     return "unknown result code";
 }

@@ -13,7 +13,8 @@ static void *worker_main(void *arg)
     braid_comm_thread_start(comm, "worker");
     pthread_mutex_lock(&comm->q_lock);
     for (;;) {
-        while (!comm->q_head && !comm->worker_stop) pthread_cond_wait(&comm->q_cond, &comm->q_lock);
+        while (!comm->q_head && !comm->worker_stop)
+            pthread_cond_wait(&comm->q_cond, &comm->q_lock);
         if (!comm->q_head && comm->worker_stop) break;
         struct braid_request *req = comm->q_head;
         comm->q_head = req->next;
@@ -23,7 +24,8 @@ static void *worker_main(void *arg)
         braid_clear_error();
         braid_result_t res;
         if (comm->worker_stop)
-            res = braid_set_error(BRAID_ERR_ABORTED, "communicator destroyed before the operation ran");
+            res = braid_set_error(BRAID_ERR_ABORTED,
+                                  "communicator destroyed before the operation ran");
         else
             res = braid_coll_execute(comm, &req->args);
         snprintf(req->errmsg, sizeof(req->errmsg), "%s", braid_last_error());
@@ -51,8 +53,10 @@ braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request
         comm->worker_started = 1;
     }
     req->next = NULL;
-    if (comm->q_tail) comm->q_tail->next = req;
-    else comm->q_head = req;
+    if (comm->q_tail)
+        comm->q_tail->next = req;
+    else
+        comm->q_head = req;
     comm->q_tail = req;
     comm->q_pending++;
     pthread_cond_broadcast(&comm->q_cond);
@@ -100,7 +104,8 @@ braid_result_t braid_wait(braid_request_t req)
     if (!req) return braid_set_error(BRAID_ERR_INVALID_ARG, "req is NULL");
     struct braid_comm *comm = req->comm;
     pthread_mutex_lock(&comm->q_lock);
-    while (!atomic_load(&req->done)) pthread_cond_wait(&comm->q_cond, &comm->q_lock);
+    while (!atomic_load(&req->done))
+        pthread_cond_wait(&comm->q_cond, &comm->q_lock);
     pthread_mutex_unlock(&comm->q_lock);
     return finish(req);
 }

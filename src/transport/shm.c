@@ -176,8 +176,8 @@ static braid_result_t shm_recv_setup(struct braid_comm *comm, int peer, int chan
              atomic_fetch_add(&counter, 1), rnd);
     int fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        braid_result_t r = braid_set_error(BRAID_ERR_SYSTEM, "shm: shm_open(%s) failed: %m",
-                                           c->name);
+        braid_result_t r =
+            braid_set_error(BRAID_ERR_SYSTEM, "shm: shm_open(%s) failed: %m", c->name);
         free(c);
         return r;
     }
@@ -200,8 +200,12 @@ static braid_result_t shm_recv_setup(struct braid_comm *comm, int peer, int chan
     c->f->data_off = data_off;
     c->data = (char *)m + data_off;
     c->peer_pid = comm->peers[peer].pid;
-    c->base = (braid_conn_t){.ops = &braid_transport_shm, .comm = comm, .peer = peer,
-                             .channel = channel, .slot_size = slot, .is_send = 0};
+    c->base = (braid_conn_t){.ops = &braid_transport_shm,
+                             .comm = comm,
+                             .peer = peer,
+                             .channel = channel,
+                             .slot_size = slot,
+                             .is_send = 0};
     size_t len = strlen(c->name) + 1;
     memcpy(info, c->name, len);
     *info_len_p = len;
@@ -227,8 +231,8 @@ static braid_result_t shm_send_connect(struct braid_comm *comm, int peer, int ch
     int fd = shm_open(c->name, O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         free(c);
-        return braid_set_error(BRAID_ERR_SYSTEM, "shm: cannot open rank %d's segment %s: %m",
-                               peer, (const char *)info);
+        return braid_set_error(BRAID_ERR_SYSTEM, "shm: cannot open rank %d's segment %s: %m", peer,
+                               (const char *)info);
     }
     struct stat st;
     void *m = MAP_FAILED;
@@ -251,8 +255,12 @@ static braid_result_t shm_send_connect(struct braid_comm *comm, int peer, int ch
     atomic_store_explicit(&c->f->sender_pid, (int32_t)getpid(), memory_order_release);
     c->peer_pid = comm->peers[peer].pid;
     c->pidfd = open_pidfd(c->peer_pid);
-    c->base = (braid_conn_t){.ops = &braid_transport_shm, .comm = comm, .peer = peer,
-                             .channel = channel, .slot_size = c->f->slot_size, .is_send = 1};
+    c->base = (braid_conn_t){.ops = &braid_transport_shm,
+                             .comm = comm,
+                             .peer = peer,
+                             .channel = channel,
+                             .slot_size = c->f->slot_size,
+                             .is_send = 1};
     *conn_p = &c->base;
     return BRAID_SUCCESS;
 }
@@ -334,8 +342,8 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
     if (!force && now < c->next_live_check_ns) return BRAID_SUCCESS;
     c->next_live_check_ns = now + 20000000ull;
     if (!peer_alive(c))
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died",
-                               c->base.peer, c->peer_pid);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died", c->base.peer,
+                               c->peer_pid);
     return BRAID_SUCCESS;
 }
 

@@ -52,7 +52,8 @@ static int rank_main(int rank, braid_unique_id_t id)
     for (int round = 0; round < 20 && !bad; round++) {
         for (int k = 0; k < K; k++) {
             bufs[k] = malloc(N * sizeof(float));
-            for (int i = 0; i < N; i++) bufs[k][i] = (float)(rank + i + k);
+            for (int i = 0; i < N; i++)
+                bufs[k][i] = (float)(rank + i + k);
             if (braid_iallreduce(bufs[k], bufs[k], N, BRAID_FLOAT32, BRAID_SUM, comm, &reqs[k]))
                 bad = 1;
         }

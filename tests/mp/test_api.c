@@ -12,9 +12,9 @@
 #define EXPECT(rank, call, code, word)                                                             \
     do {                                                                                           \
         braid_result_t r_ = (call);                                                                \
-        MP_CHECK(rank, r_ == (code), "%s returned %s, expected %s (%s)", #call,                  \
-                 braid_strerror(r_), braid_strerror(code), braid_last_error());                   \
-        MP_CHECK(rank, strstr(braid_last_error(), word), "%s: message '%s' lacks '%s'", #call,    \
+        MP_CHECK(rank, r_ == (code), "%s returned %s, expected %s (%s)", #call,                    \
+                 braid_strerror(r_), braid_strerror(code), braid_last_error());                    \
+        MP_CHECK(rank, strstr(braid_last_error(), word), "%s: message '%s' lacks '%s'", #call,     \
                  braid_last_error(), word);                                                        \
     } while (0)
 
@@ -29,15 +29,13 @@ static int bad_args(braid_comm_t comm, int rank, int n, void *arg)
     EXPECT(rank, braid_allreduce(a, b, 4, (braid_datatype_t)42, BRAID_SUM, comm), INV, "dtype");
     EXPECT(rank, braid_allreduce(a, b, 4, (braid_datatype_t)-1, BRAID_SUM, comm), INV, "dtype");
     EXPECT(rank, braid_allreduce(a, b, 4, BRAID_FLOAT32, (braid_redop_t)9, comm), INV, "op");
-    EXPECT(rank, braid_allreduce(a, b, SIZE_MAX / 2, BRAID_FLOAT32, BRAID_SUM, comm), INV,
-           "count");
+    EXPECT(rank, braid_allreduce(a, b, SIZE_MAX / 2, BRAID_FLOAT32, BRAID_SUM, comm), INV, "count");
     EXPECT(rank, braid_allgather(a, b, SIZE_MAX / 3, BRAID_FLOAT64, comm), INV, "count");
     EXPECT(rank, braid_allreduce(a, a + 1, 8, BRAID_FLOAT32, BRAID_SUM, comm), INV, "overlap");
     EXPECT(rank, braid_broadcast(a, b, 4, BRAID_FLOAT32, n, comm), INV, "root");
     EXPECT(rank, braid_broadcast(a, b, 4, BRAID_FLOAT32, -1, comm), INV, "root");
     EXPECT(rank, braid_reduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, n + 3, comm), INV, "root");
-    EXPECT(rank, braid_reduce_scatter(a, NULL, 4, BRAID_FLOAT32, BRAID_SUM, comm), INV,
-           "recvbuf");
+    EXPECT(rank, braid_reduce_scatter(a, NULL, 4, BRAID_FLOAT32, BRAID_SUM, comm), INV, "recvbuf");
     EXPECT(rank, braid_iallreduce(a, b, 4, BRAID_FLOAT32, BRAID_SUM, comm, NULL), INV, "req_p");
     EXPECT(rank, braid_wait(NULL), INV, "req");
     EXPECT(rank, braid_comm_rank(comm, NULL), INV, "rank_p");
@@ -45,7 +43,8 @@ static int bad_args(braid_comm_t comm, int rank, int n, void *arg)
     /* Count 0 with NULL buffers is a valid no-op (as in NCCL). */
     MP_OK(rank, braid_allreduce(NULL, NULL, 0, BRAID_FLOAT32, BRAID_SUM, comm));
     /* Bad arguments do not poison the communicator. */
-    for (int i = 0; i < 8; i++) a[i] = (float)(rank + i);
+    for (int i = 0; i < 8; i++)
+        a[i] = (float)(rank + i);
     MP_OK(rank, braid_allreduce(a, b, 8, BRAID_FLOAT32, BRAID_SUM, comm));
     for (int i = 0; i < 8; i++)
         MP_CHECK(rank, b[i] == (float)(n * (n - 1) / 2 + n * i), "b[%d] = %g", i, b[i]);

@@ -63,8 +63,8 @@ Test(fault, killed_rank_gives_remote_error_naming_it_and_leaves_no_shm)
     int ns[] = {2, 3, 5};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         int n = ns[i];
-        fault_t f = {.victim = 1, .expected = BRAID_ERR_REMOTE, .must_mention = "rank 1",
-                     .max_s = 5};
+        fault_t f = {
+            .victim = 1, .expected = BRAID_ERR_REMOTE, .must_mention = "rank 1", .max_s = 5};
         mp_job_t job;
         mp_start(&job, n, loop_until_error, &f);
         usleep(700 * 1000);

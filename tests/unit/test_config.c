@@ -39,7 +39,8 @@ Test(config, readme_table_matches_parameter_table)
     }
     fclose(f);
     int n = 0;
-    for (const braid_param_t *x = t; x->name; x++) n++;
+    for (const braid_param_t *x = t; x->name; x++)
+        n++;
     cr_assert_eq(rows, n, "README lists %d variables, the library %d", rows, n);
 }
 
