@@ -13,7 +13,15 @@
  *   3. intra all-gather of the blocks in place (out[lr*C ..) is the rank's own slot)
  *   4. the tail, if any, by a flat ring all-reduce on the parent (a few elements)
  * Each element is reduced in one fixed order (the intra ring, then the inter ring) by its
- * owner and copied to the others, so every rank ends with bit-identical values. */
+ * owner and copied to the others, so every rank ends with bit-identical values.
+ *
+ * Pipelining: from 2 x HIER_SEG_BYTES up, the body is cut into nseg contiguous segments (each
+ * a multiple of L elements, at most HIER_MAX_SEGS) and steps 1-3 run per segment, with the
+ * inter-host all-reduce of segment s on the inter sub-communicator's worker thread while this
+ * thread runs the intra-host reduce-scatter of segment s+1 and the all-gather of segment s-1:
+ *   RS(0); AR(0) async; for s: { RS(s+1); wait AR(s); AR(s+1) async; AG(s) }
+ * Segments are disjoint ranges of the buffers, so the overlapping steps never touch the same
+ * memory; the segmentation depends only on count and L, so all ranks agree. */
 #include "algos/algo.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -148,6 +156,95 @@ static braid_result_t on_sub(braid_algo_state_t *st, struct braid_comm *sub,
     return res;
 }
 
+#define HIER_SEG_BYTES ((size_t)4 << 20)
+#define HIER_MAX_SEGS 16
+
+/* Steps 1-3 for the `count` elements (a multiple of L) at element offset base. */
+static braid_op_args_t seg_args(const braid_op_args_t *a, int coll, size_t base, size_t count,
+                                int L, int lr)
+{
+    size_t es = braid_dtype_size(a->dtype), C = count / (size_t)L;
+    char *seg_out = (char *)a->recvbuf + base * es, *mine = seg_out + (size_t)lr * C * es;
+    braid_op_args_t x = {.coll = coll,
+                         .sendbuf = mine,
+                         .recvbuf = mine,
+                         .count = C,
+                         .dtype = a->dtype,
+                         .op = a->op == BRAID_AVG ? BRAID_SUM : a->op,
+                         .root = -1};
+    if (coll == BRAID_COLL_REDUCE_SCATTER) x.sendbuf = (const char *)a->sendbuf + base * es;
+    if (coll == BRAID_COLL_ALLGATHER) x.recvbuf = seg_out;
+    return x;
+}
+
+/* The inter-host all-reduce of a segment, queued on the inter sub-communicator's worker. */
+static braid_result_t submit_ar(braid_algo_state_t *st, const braid_op_args_t *ar,
+                                struct braid_request **req_p)
+{
+    struct braid_request *req = calloc(1, sizeof(*req));
+    if (!req) return braid_set_error(BRAID_ERR_NOMEM, "hier: out of memory for a request");
+    req->args = *ar;
+    req->comm = st->inter;
+    braid_result_t res = braid_worker_submit(st->inter, req);
+    if (res < 0) {
+        free(req);
+        return res;
+    }
+    *req_p = req;
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t hier_pipelined(struct braid_comm *c, braid_algo_state_t *st,
+                                     const braid_op_args_t *a, size_t body, int nseg)
+{
+    int L = st->intra->nranks, lr = st->intra->rank;
+    size_t per = body / (size_t)nseg / (size_t)L * (size_t)L;
+    braid_debug(TUNING, "hier all-reduce of %zu elements: %d pipelined segments of %zu", body, nseg,
+                per);
+    struct braid_request *pending = NULL; /* the in-flight AR, of segment `pend_seg` */
+    braid_result_t res = BRAID_SUCCESS;
+#define SEG_BASE(s) ((size_t)(s)*per)
+#define SEG_COUNT(s) ((s) + 1 < nseg ? per : body - SEG_BASE(s))
+    braid_op_args_t x = seg_args(a, BRAID_COLL_REDUCE_SCATTER, 0, SEG_COUNT(0), L, lr);
+    BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+    x = seg_args(a, BRAID_COLL_ALLREDUCE, 0, SEG_COUNT(0), L, lr);
+    BRAID_CHECK_GOTO(submit_ar(st, &x, &pending), res, fail);
+    for (int s = 0; s < nseg; s++) {
+        if (s + 1 < nseg) {
+            x = seg_args(a, BRAID_COLL_REDUCE_SCATTER, SEG_BASE(s + 1), SEG_COUNT(s + 1), L, lr);
+            BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+        }
+        struct braid_request *req = pending;
+        pending = NULL;
+        st->failed_in = 2;
+        BRAID_CHECK_GOTO(braid_wait(req), res, fail);
+        st->failed_in = 0;
+        braid_op_args_t ar = seg_args(a, BRAID_COLL_ALLREDUCE, SEG_BASE(s), SEG_COUNT(s), L, lr);
+        if (a->op == BRAID_AVG)
+            braid_reduce_finalize(a->dtype, BRAID_AVG, ar.recvbuf, ar.recvbuf, ar.count, c->nranks);
+        if (s + 1 < nseg) {
+            x = seg_args(a, BRAID_COLL_ALLREDUCE, SEG_BASE(s + 1), SEG_COUNT(s + 1), L, lr);
+            BRAID_CHECK_GOTO(submit_ar(st, &x, &pending), res, fail);
+        }
+        x = seg_args(a, BRAID_COLL_ALLGATHER, SEG_BASE(s), SEG_COUNT(s), L, lr);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+    }
+#undef SEG_BASE
+#undef SEG_COUNT
+    return BRAID_SUCCESS;
+fail:
+    /* Nothing may still use the buffers when the call returns: fail both sub-communicators
+     * (the queued all-reduce then ends at once) and wait for it. */
+    hier_fail(c, st, res);
+    if (pending) {
+        char keep[600];
+        snprintf(keep, sizeof(keep), "%s", braid_last_error());
+        braid_wait(pending);
+        braid_set_error(res, "%s", keep);
+    }
+    return res;
+}
+
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq)
 {
@@ -159,7 +256,12 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
     braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
     char *out = a->recvbuf;
     char *mine = out + (size_t)lr * C * es;
-    if (C > 0) {
+    size_t nseg = body * es / HIER_SEG_BYTES;
+    if (nseg > HIER_MAX_SEGS) nseg = HIER_MAX_SEGS;
+    if (nseg >= 2 && C >= nseg) {
+        res = hier_pipelined(c, st, a, body, (int)nseg);
+        if (res < 0) return res; /* hier_pipelined reported it */
+    } else if (C > 0) {
         braid_op_args_t rs = {.coll = BRAID_COLL_REDUCE_SCATTER,
                               .sendbuf = a->sendbuf,
                               .recvbuf = mine,

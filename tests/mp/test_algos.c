@@ -115,8 +115,9 @@ static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
     shape_t s = {.host = {0, 0, 1, 1}, .algo = "hier"};
     braid_comm_t c = mp_fake_host_comm(comm, rank, s.host[rank], s.algo);
     MP_CHECK(rank, c != NULL, "no communicator");
-    int victim = *(const int *)arg;
-    size_t count = 1 << 16;
+    const int *va = arg; /* victim, and whether the all-reduce is large enough to pipeline */
+    int victim = va[0];
+    size_t count = va[1] ? ((size_t)12 << 20) / 4 : 1 << 16;
     float *buf = calloc(count, sizeof(float));
     braid_result_t res = BRAID_SUCCESS;
     struct timespec t0, t1;
@@ -232,16 +233,19 @@ Test(algos, tuning_file_from_rank_0_reaches_every_rank)
 Test(algos, hier_rank_death_reaches_every_survivor)
 {
     setenv("BRAID_TIMEOUT", "30", 1);
-    int victims[] = {3, 0};
-    for (int v = 0; v < 2; v++) {
+    /* {victim, pipelined}: small all-reduces, then 12 MiB ones (3 pipelined segments, an
+     * inter-host step in flight on a worker thread when the victim dies) */
+    int cases[][2] = {{3, 0}, {0, 0}, {1, 1}, {2, 1}};
+    for (int v = 0; v < 4; v++) {
         mp_job_t job;
-        mp_start(&job, 4, victim_dies, &victims[v]);
+        mp_start(&job, 4, victim_dies, cases[v]);
         mp_wait(&job, 60);
         for (int r = 0; r < 4; r++) {
             int st = job.status[r];
-            int want = r == victims[v] ? 9 : 0;
+            int want = r == cases[v][0] ? 9 : 0;
             cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == want,
-                      "victim %d: rank %d ended with status 0x%x (see stderr)", victims[v], r, st);
+                      "victim %d%s: rank %d ended with status 0x%x (see stderr)", cases[v][0],
+                      cases[v][1] ? " (pipelined)" : "", r, st);
         }
     }
 }

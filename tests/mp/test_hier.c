@@ -119,3 +119,39 @@ SHAPE_TEST(four_hosts_x_2_shuffled, 8, {{3, 2, 1, 0, 0, 1, 2, 3}, "hier", 1, 1})
 SHAPE_TEST(four_hosts_uneven_2_1_2_1, 6, {{0, 0, 1, 2, 2, 3}, "hier", 1, 0})
 SHAPE_TEST(one_host_falls_back_to_ring, 3, {{0, 0, 0}, "hier", 0, 0})
 SHAPE_TEST(one_rank_per_host_falls_back_to_ring, 3, {{0, 1, 2}, "hier", 0, 0})
+
+/* Pipelined hierarchical all-reduce (from 2 x 4 MiB of body: segments, the inter-host step of
+ * one on the inter sub-communicator's worker while this thread runs the intra-host steps of
+ * its neighbours): bit-exact sums and averages, in place and not, with a tail, on 2 hosts x 2
+ * and 2 hosts x 3 (shuffled); then a rank killed during one: every survivor gets an error
+ * (not a hang) naming the dead rank by its parent-communicator number. */
+static int pipelined_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const int *host = arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, host[rank], "hier");
+    MP_CHECK(rank, c != NULL, "fake-host communicator");
+    uint64_t before = hier_runs(c);
+    size_t big = ((size_t)9 << 20) / 4 + 7; /* 9 MiB of floats and a tail */
+    if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, big, 0, 0, 31, "hier pipe") ||
+        data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, big, 1, 0, 32, "hier pipe") ||
+        data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_AVG, big, 0, 0, 33, "hier pipe") ||
+        data_check_allreduce(c, rank, n, BRAID_INT32, BRAID_MAX, ((size_t)33 << 20) / 4, 1, 0, 34,
+                             "hier pipe"))
+        return 1;
+    MP_CHECK(rank, hier_runs(c) - before == 4, "hier ran %llu of 4 all-reduces",
+             (unsigned long long)(hier_runs(c) - before));
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
+Test(hier, pipelined_allreduce_2_hosts_x_2)
+{
+    int host[] = {0, 0, 1, 1};
+    cr_assert_eq(mp_run(4, pipelined_fn, host, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(hier, pipelined_allreduce_2_hosts_x_3_shuffled)
+{
+    int host[] = {1, 0, 1, 0, 0, 1};
+    cr_assert_eq(mp_run(6, pipelined_fn, host, 200), 0, "some rank failed (see stderr)");
+}
