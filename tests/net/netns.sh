@@ -10,6 +10,8 @@
 #   --numa M           fake M NUMA nodes per host: a rank's BRAID_NUMA_ID is its local index
 #                      modulo M (so with cyclic placement NUMA nodes interleave too)
 #   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
+#   --burst B          tbf's bucket with --rate (default 1mb: short runs of small messages
+#                      pass at veth speed; a smaller one, e.g. 32kb, is closer to a real link)
 #   --drop P           drop P percent of the packets each host receives from the others
 #                      (nft numgen random), e.g. 1% or 0.5
 #   --victim R         rank R is expected to die by a signal (not a failure of the job)
@@ -31,7 +33,7 @@
 # status (128+signal when killed), 124 on timeout, 2 on bad usage, 3 on setup failure.
 set -uo pipefail
 
-hosts=2 rph=2 rate="" drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
+hosts=2 rph=2 rate="" burst=1mb drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
 placement=block numa=0
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --placement) placement=$2; shift 2 ;;
     --numa) numa=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
+    --burst) burst=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
     --victim) victim=$2; shift 2 ;;
     --link-down) link_down=$2; shift 2 ;;
@@ -102,8 +105,8 @@ setup() {
         ip -n "$ns" link set eth0 up
         if [ -n "$rate" ]; then
             # Both directions of the host's link: its egress and the bridge port's egress.
-            tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 100ms
-            tc -n "$br" qdisc add dev "h$h" root tbf rate "$rate" burst 1mb latency 100ms
+            tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
+            tc -n "$br" qdisc add dev "h$h" root tbf rate "$rate" burst "$burst" latency 100ms
         fi
         if [ -n "$drop" ]; then
             # Drop probability in units of 1/10000 (accepts 1, 1%, 0.5).
