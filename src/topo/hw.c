@@ -48,22 +48,6 @@ static int read_int_file(const char *path, int dflt)
     return v;
 }
 
-/* Parses a kernel cpulist ("0-3,8,10-11") into set. */
-static void parse_cpulist(const char *s, cpu_set_t *set)
-{
-    CPU_ZERO(set);
-    while (*s) {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        if (end == s) break;
-        if (*end == '-') b = strtol(end + 1, &end, 10);
-        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
-            CPU_SET((int)c, set);
-        s = *end == ',' ? end + 1 : end;
-        if (*s == '\n') break;
-    }
-}
-
 static void discover_sysfs(braid_topo_hw_t *hw)
 {
     hw->source = "sysfs";
@@ -103,7 +87,7 @@ static void discover_sysfs(braid_topo_hw_t *hw)
             fclose(f);
         }
         cpu_set_t *set = node_add(hw, node);
-        if (set) parse_cpulist(list, set);
+        if (set) braid_topo_cpulist_parse(list, set);
     }
     if (d) closedir(d);
     if (hw->nnuma == 0) hw->nnuma = 1;

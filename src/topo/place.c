@@ -48,6 +48,21 @@ void braid_topo_numa_cpus(const braid_topo_hw_t *hw, const cpu_set_t *cpus, cpu_
     *out = acc;
 }
 
+void braid_topo_cpulist_parse(const char *s, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    while (*s) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s) break;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, set);
+        s = *end == ',' ? end + 1 : end;
+        if (*s == '\n') break;
+    }
+}
+
 void braid_topo_cpulist(const cpu_set_t *set, char *buf, size_t len)
 {
     size_t used = 0;

@@ -87,6 +87,8 @@ void braid_topo_numa_cpus(const braid_topo_hw_t *hw, const cpu_set_t *cpus, cpu_
 void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f);
 /* Writes set as a kernel-style cpu list ("0-3,8"); "none" when empty. */
 void braid_topo_cpulist(const cpu_set_t *set, char *buf, size_t len);
+/* Parses a kernel cpu list ("0-3,8,10-11", up to a newline) into set. */
+void braid_topo_cpulist_parse(const char *s, cpu_set_t *set);
 
 /* Where a rank runs, as it publishes it to its peers at init. */
 #define BRAID_TOPO_PEER_DEVS 4

@@ -3,6 +3,7 @@
  * send_connect, a barrier, recv_accept), on channel ids no communicator uses, so the
  * communicator's own rings stay untouched. */
 #include "conformance.h"
+#include "mp.h"
 
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -30,22 +31,10 @@ const char *const conf_cases[] = {"data",    "fail",  "failrecv", "kill", "close
         fprintf(stderr, "\n");                                                                     \
         return 1;                                                                                  \
     } while (0)
-#define CHECK(rank, cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", (rank), __FILE__, __LINE__,      \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-#define OK(rank, call)                                                                             \
-    do {                                                                                           \
-        braid_result_t r_ = (call);                                                                \
-        if (r_ != BRAID_SUCCESS)                                                                   \
-            FAILF(rank, "%s -> %s: %s", #call, braid_strerror(r_), braid_last_error());            \
-    } while (0)
+/* CHECK and OK: tests/common/mp.h's MP_CHECK and MP_OK (this file is also built into the
+ * standalone braid_conformance program, which uses only those header macros). */
+#define CHECK MP_CHECK
+#define OK MP_OK
 
 typedef struct {
     struct braid_comm *comm;

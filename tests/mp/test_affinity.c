@@ -4,6 +4,7 @@
  * runtime may), and only then start the worker. The cpus of each thread are read back from
  * /proc/self/task/<tid>/status (Cpus_allowed_list), the NUMA nodes' cpus from sysfs. */
 #include "core/comm.h"
+#include "topo/topo.h"
 #include "data.h"
 #include "mp.h"
 
@@ -13,20 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-static void parse_list(const char *s, cpu_set_t *set)
-{
-    CPU_ZERO(set);
-    while (*s && *s != '\n') {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        if (end == s) break;
-        if (*end == '-') b = strtol(end + 1, &end, 10);
-        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
-            CPU_SET((int)c, set);
-        s = *end == ',' ? end + 1 : end;
-    }
-}
 
 /* Checks every thread of this process named name: its cpus must equal want. Returns how many
  * there were, or -1 (message printed) on a mismatch. */
@@ -52,7 +39,7 @@ static int check_threads(int rank, const char *name, const cpu_set_t *want)
         CPU_ZERO(&got);
         while (f && fgets(line, sizeof(line), f))
             if (!strncmp(line, "Cpus_allowed_list:", 18))
-                parse_list(line + 18 + strspn(line + 18, " \t"), &got);
+                braid_topo_cpulist_parse(line + 18 + strspn(line + 18, " \t"), &got);
         if (f) fclose(f);
         found++;
         if (!CPU_EQUAL(&got, want)) {
@@ -77,7 +64,7 @@ static void numa_of(const cpu_set_t *set, cpu_set_t *out)
         if (!fgets(list, sizeof(list), f)) list[0] = '\0';
         fclose(f);
         cpu_set_t cpus, both;
-        parse_list(list, &cpus);
+        braid_topo_cpulist_parse(list, &cpus);
         CPU_AND(&both, &cpus, set);
         if (CPU_COUNT(&both)) CPU_OR(out, out, &cpus);
     }

@@ -301,3 +301,23 @@ Test(topo, place_publishes_the_binding_or_the_override)
     cr_assert(strstr(braid_last_error(), "BRAID_NUMA_ID"), "%s", braid_last_error());
     unsetenv("BRAID_NUMA_ID");
 }
+
+/* Kernel cpu lists: parsed into a set (up to a newline, as in /proc status lines) and written
+ * back in the same canonical form; the set's members checked one by one. */
+Test(topo, cpulist_parse_and_format_round_trip)
+{
+    const char *in[] = {"0", "0-3,8,10-11\n", "5,7-9", "1-1", ""};
+    const char *out[] = {"0", "0-3,8,10-11", "5,7-9", "1", "none"};
+    for (int i = 0; i < 5; i++) {
+        cpu_set_t s;
+        braid_topo_cpulist_parse(in[i], &s);
+        char buf[64];
+        braid_topo_cpulist(&s, buf, sizeof(buf));
+        cr_assert_str_eq(buf, out[i], "'%s'", in[i]);
+    }
+    cpu_set_t s;
+    braid_topo_cpulist_parse("2-4,9\n12", &s);
+    cr_assert_eq(CPU_COUNT(&s), 4, "the newline ends the list");
+    for (int c = 0; c < 16; c++)
+        cr_assert_eq(!!CPU_ISSET(c, &s), c == 2 || c == 3 || c == 4 || c == 9, "cpu %d", c);
+}
