@@ -253,7 +253,6 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
     size_t es = braid_dtype_size(a->dtype);
     int L = st->intra->nranks, lr = st->intra->rank;
     size_t C = a->count / (size_t)L, body = C * (size_t)L;
-    braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
     char *out = a->recvbuf;
     char *mine = out + (size_t)lr * C * es;
     size_t nseg = body * es / HIER_SEG_BYTES;
@@ -262,32 +261,14 @@ braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st
         res = hier_pipelined(c, st, a, body, (int)nseg);
         if (res < 0) return res; /* hier_pipelined reported it */
     } else if (C > 0) {
-        braid_op_args_t rs = {.coll = BRAID_COLL_REDUCE_SCATTER,
-                              .sendbuf = a->sendbuf,
-                              .recvbuf = mine,
-                              .count = C,
-                              .dtype = a->dtype,
-                              .op = op,
-                              .root = -1};
-        BRAID_CHECK_GOTO(on_sub(st, st->intra, &rs), res, fail);
-        braid_op_args_t ar = {.coll = BRAID_COLL_ALLREDUCE,
-                              .sendbuf = mine,
-                              .recvbuf = mine,
-                              .count = C,
-                              .dtype = a->dtype,
-                              .op = op,
-                              .root = -1};
-        BRAID_CHECK_GOTO(on_sub(st, st->inter, &ar), res, fail);
+        braid_op_args_t x = seg_args(a, BRAID_COLL_REDUCE_SCATTER, 0, body, L, lr);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+        x = seg_args(a, BRAID_COLL_ALLREDUCE, 0, body, L, lr);
+        BRAID_CHECK_GOTO(on_sub(st, st->inter, &x), res, fail);
         if (a->op == BRAID_AVG)
             braid_reduce_finalize(a->dtype, BRAID_AVG, mine, mine, C, c->nranks);
-        braid_op_args_t ag = {.coll = BRAID_COLL_ALLGATHER,
-                              .sendbuf = mine,
-                              .recvbuf = out,
-                              .count = C,
-                              .dtype = a->dtype,
-                              .op = op,
-                              .root = -1};
-        BRAID_CHECK_GOTO(on_sub(st, st->intra, &ag), res, fail);
+        x = seg_args(a, BRAID_COLL_ALLGATHER, 0, body, L, lr);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
     }
     if (body < a->count) {
         braid_op_args_t tail = *a;
