@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +346,16 @@ static braid_result_t read_placement(struct braid_comm *c, braid_topo_place_t *p
                mine, place->numa, place->numa_forced ? " (BRAID_NUMA_ID)" : "", what,
                c->pin_threads ? ", cpus " : "", c->pin_threads ? theirs : "");
     return BRAID_SUCCESS;
+}
+
+int braid_thread_create_quiet(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 void braid_comm_thread_start(struct braid_comm *comm, const char *what)

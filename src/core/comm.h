@@ -132,6 +132,9 @@ braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
 /* Called first by each thread braid starts for comm: names it ("braid-" + what) and pins it
  * to comm->thread_cpus when pinning is on. */
 void braid_comm_thread_start(struct braid_comm *comm, const char *what);
+/* pthread_create with every signal blocked in the new thread (the application's handlers run
+ * in its own threads, never in braid's); returns pthread_create's result. */
+int braid_thread_create_quiet(pthread_t *t, void *(*fn)(void *), void *arg);
 /* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
 void braid_comm_reg_cleanup(struct braid_comm *comm);
 

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,11 +331,7 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
     struct sockaddr *bound = rdma_get_local_addr(st->listen);
     memcpy(&st->laddr, bound,
            bound->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&st->thread, NULL, cm_main, st);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = braid_thread_create_quiet(&st->thread, cm_main, st);
     if (rc) {
         r = braid_set_error(BRAID_ERR_SYSTEM, "rdma: cannot start the cm thread: %s", strerror(rc));
         goto fail;

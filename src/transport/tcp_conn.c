@@ -28,7 +28,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,11 +79,7 @@ braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p)
         free(st);
         return r;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&st->thread, NULL, progress_main, st);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = braid_thread_create_quiet(&st->thread, progress_main, st);
     if (rc) {
         close(st->ep);
         close(st->efd);
