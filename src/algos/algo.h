@@ -43,11 +43,16 @@ typedef struct {
     braid_link_model_t intra, inter;
     braid_link_model_t copy; /* a local memcpy (bandwidth only) */
     double launch_us;        /* fixed cost of one (sub-)collective */
-    double oversub_us;       /* extra latency per ring step per rank beyond the cores of a host */
+    double oversub_us;       /* extra latency per step per rank beyond the cores of a machine */
     int cores;               /* cpus of a host the ranks share (0 = unknown: not oversubscribed) */
-    int host_ranks;          /* ranks on the busiest host (sub-models keep their parent's) */
+    int host_ranks;   /* ranks on the busiest machine (hosts that are namespaces or containers of
+                       * one machine share its cpus; sub-models keep their parent's) */
     int nslots;       /* chunks in flight per connection (how deep consecutive calls overlap) */
     size_t p2p_chunk; /* bytes per message of the latency algorithms */
+    int recdbl_intra_rounds; /* recursive-doubling rounds whose partners share a host */
+    int nic_share;           /* ranks of the busiest host that use its NIC at once */
+    double net_overlap;      /* 1: the network's queue absorbs a call's bytes (token-bucket shaped
+                              * links), so they overlap the latency path instead of adding to it */
 } braid_model_t;
 
 /* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring
@@ -80,7 +85,8 @@ int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t
 braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
 /* Collective at init: measures the slowest link (the network with several hosts, else shm)
  * with all-reduces over c's connections and sets its constants in m (see tune.c). */
-braid_result_t braid_tuning_measure(struct braid_comm *c, braid_model_t *m);
+struct braid_algo_state;
+braid_result_t braid_tuning_measure(struct braid_comm *c, struct braid_algo_state *st);
 /* Oversubscription penalty per step (select.c). */
 double braid_model_step_penalty_us(const braid_model_t *m);
 /* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */
@@ -117,6 +123,8 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
  * the flat ring. Creates the sub-communicators on first use. */
 braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq);
+/* Copies the parent's model constants into the hier sub-communicators' models. */
+void braid_hier_share_model(braid_algo_state_t *st);
 /* Error text from a hier sub-communicator with every "rank N" (N < nmap) renamed to
  * "rank map[N]", marked "[hier] " in front; the text after an earlier mark is copied as is
  * (without the mark). Returns the length written to out (len > 0). */

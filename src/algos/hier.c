@@ -49,6 +49,26 @@ static int inter_size_of(const braid_topo_t *t, int lr)
     return inter_rank_of(t, t->nhosts, lr);
 }
 
+/* The sub-communicators cost their algorithms with the parent's constants (the same on every
+ * rank), whatever tuning file their own rank 0 may have read. */
+void braid_hier_share_model(braid_algo_state_t *st)
+{
+    struct braid_comm *subs[2] = {st->intra, st->inter};
+    for (int i = 0; i < 2; i++) {
+        braid_algo_state_t *ss = subs[i] ? subs[i]->algo_state : NULL;
+        if (!ss) continue;
+        ss->model.intra = st->model.intra;
+        ss->model.inter = st->model.inter;
+        ss->model.copy = st->model.copy;
+        ss->model.launch_us = st->model.launch_us;
+        ss->model.oversub_us = st->model.oversub_us;
+        ss->model.net_overlap = st->model.net_overlap;
+        /* the parent's ranks all share their machines' cpus while hier runs */
+        ss->model.host_ranks = st->model.host_ranks;
+        ss->model.cores = st->model.cores;
+    }
+}
+
 static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
 {
     const braid_topo_t *t = &st->topo;
@@ -62,18 +82,7 @@ static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
                                "%d/%d for local rank %d of host %d of %d)",
                                st->intra->rank, st->intra->nranks, st->inter->rank,
                                st->inter->nranks, lr, h, t->nhosts);
-    /* The sub-communicators cost their algorithms with the parent's constants (the same on
-     * every rank), whatever tuning file their own rank 0 may have read. */
-    struct braid_comm *subs[2] = {st->intra, st->inter};
-    for (int i = 0; i < 2; i++) {
-        braid_algo_state_t *ss = subs[i]->algo_state;
-        if (!ss) continue;
-        ss->model.intra = st->model.intra;
-        ss->model.inter = st->model.inter;
-        ss->model.copy = st->model.copy;
-        ss->model.launch_us = st->model.launch_us;
-        ss->model.oversub_us = st->model.oversub_us;
-    }
+    braid_hier_share_model(st);
     braid_debug(TUNING, "hier: rank %d is local rank %d of host %d (%d ranks), %d hosts", c->rank,
                 lr, h, st->intra->nranks, st->inter->nranks);
     st->hier_ready = 1;

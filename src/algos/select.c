@@ -8,9 +8,9 @@
  *            carries 2(n-1)/n * S bytes; the ring edges that leave one host share its NIC, so
  *            the bottleneck is max(intra edge, inter edges per host x inter edge).
  *   hier     reduce-scatter and all-gather within hosts ((L-1) intra steps of S/L each), and
- *            L concurrent inter-host rings of 2(H-1) steps on S/L bytes sharing each host's
- *            NIC: 2(H-1) inter alphas + 2(H-1)/H * S over the NIC; three sub-collective
- *            launches; a ring on the remainder when the count does not divide by L.
+ *            L concurrent inter-host all-reduces of S/L bytes sharing each host's NIC, each
+ *            stage costed as its sub-communicator runs it (its own model's choice); a ring on
+ *            the remainder when the count does not divide by L.
  *            Broadcast and reduce-scatter (hier.c): the sum of their stages, each costed on
  *            a sub-model (H ranks on H hosts, L ranks on one host) with the algorithm that
  *            sub-communicator's own model picks; reduce-scatter adds a local pack of n x S
@@ -19,8 +19,9 @@
  *            one after the other, so the chain broadcast (pipelined) keeps large messages.
  *   recdbl   (all-reduce) R = log2(P) rounds, plus 2 for the fix-up when n is not a power
  *            of two P; each round one message of S bytes per rank, in chunks of at most
- *            p2p_chunk bytes that do not overlap: R x (chunks x alpha + S/bandwidth) over the
- *            slowest link (the network when there are several hosts).
+ *            p2p_chunk bytes that do not overlap. The rounds whose partners all share a host
+ *            (recdbl_intra_rounds, from the host map) cost the shm link; in the others every
+ *            rank of a host sends through its NIC at once (nic_share x S over the network).
  *   chain    (ring broadcast / reduce) costed per call of a stream of calls: consecutive
  *            calls overlap up to W = min(slots, n-1) deep, so the path's (n-1) alphas count
  *            1/W, but its busiest rank still handles 2 messages per call (receive, forward):
@@ -32,10 +33,17 @@
  *            small messages once the chain's overlapped path, (n-1)/W hops, exceeds D (from
  *            about 40 ranks with 8 slots; up to 8 ranks, all this machine can run, the chain
  *            measured ahead or tied) and loses large ones (every level moves the message).
- * Oversubscription: with more ranks on a host than cores, every step (ring edge, recdbl round,
- * tree level, chain hop) waits for its receiver to be scheduled: + oversub_us x (ranks on the
- * busiest host - cores) / cores per step. It favours the algorithms with fewer steps (measured
- * on 2 cores: recursive doubling ahead of the ring up to 32 KiB for n = 4 and 8).
+ * Oversubscription: with more ranks on a machine than cores, every step (ring edge, recdbl
+ * round, tree level, chain hop) waits for its receiver to be scheduled: + oversub_us x (ranks
+ * on the busiest machine - cores) / cores per step. Hosts that are network namespaces or
+ * containers of one machine (same kernel boot id) share its cores. It favours the algorithms
+ * with fewer steps (measured on 2 cores: recursive doubling ahead of the ring up to 32 KiB for
+ * n = 4 and 8).
+ * Composition: each estimate is a latency part (launches, step latencies, bytes within a
+ * host) and the busiest NIC's byte time. A physical link serializes a message's bytes after
+ * its latency: the parts add. A link whose queue absorbs a call's bytes (a token-bucket
+ * shaper such as tc tbf, a cloud NIC's burst allowance; net_overlap, measured at init or
+ * from the tuning file) only bounds a stream of calls by its rate: the larger part counts.
  * Constants: built in (algo.h) or from BRAID_TUNING_FILE (tune.c), the same on every rank.
  * BRAID_ALGO=tree forces the tree for broadcast and reduce only; every other collective (and
  * communicators over BRAID_TREE_MAX_RANKS ranks) keeps to the ring. */
@@ -44,6 +52,7 @@
 #include "core/config.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/split.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +107,25 @@ void braid_model_set_ring(braid_model_t *m, const braid_topo_t *t, const int *or
     free(out);
 }
 
+/* Rounds of recursive doubling (recdbl.c: partner q xor 2^i, the fix-up pairs e - P and e)
+ * in which every pair of partners is on one host. */
+static int recdbl_intra_rounds(const braid_topo_t *t)
+{
+    int n = t->nranks, P = 1, k = 0;
+    while (P * 2 <= n)
+        P *= 2;
+    for (int bit = 1; bit < P; bit *= 2) {
+        int same = 1;
+        for (int q = 0; q < P && same; q++)
+            same = t->host[q] == t->host[q ^ bit];
+        k += same;
+    }
+    int same = 1;
+    for (int e = P; e < n && same; e++)
+        same = t->host[e] == t->host[e - P];
+    return k + (P < n && same ? 2 : 0);
+}
+
 void braid_model_init(braid_model_t *m, const braid_topo_t *t)
 {
     memset(m, 0, sizeof(*m));
@@ -114,6 +142,8 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     m->host_ranks = t->max_local;
     m->nslots = BRAID_MODEL_NSLOTS;
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
+    m->nic_share = t->max_local;
+    m->recdbl_intra_rounds = recdbl_intra_rounds(t);
 }
 
 int braid_model_force_transport(braid_model_t *m, const char *name)
@@ -149,23 +179,50 @@ static double us_for(double bytes, const braid_link_model_t *l)
     return bytes / (l->gbps * 1e3);
 }
 
-/* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
-/* Oversubscription: with more ranks on a host than cores, a message waits for its receiver to
- * be scheduled; each step pays oversub_us per extra rank per core. */
+/* An estimate in two parts: `net` is the time the busiest host's network link spends on the
+ * call's bytes, `lat` everything else on the critical path (launches, latencies, bytes within a
+ * host). A physical link serializes each message, so the two add; a link whose queue absorbs
+ * a call's bytes (net_overlap: a token-bucket shaper, a cloud NIC's burst allowance) only
+ * bounds a stream of calls by its rate, so the larger of the two counts. */
+typedef struct {
+    double lat, net;
+} cost_t;
+
+static double total(cost_t c, const braid_model_t *m)
+{
+    if (m->net_overlap > 0) return c.lat > c.net ? c.lat : c.net;
+    return c.lat + c.net;
+}
+
+static cost_t add(cost_t a, cost_t b)
+{
+    return (cost_t){a.lat + b.lat, a.net + b.net};
+}
+
+/* Oversubscription: with more ranks on a machine than cores, a message waits for its receiver
+ * to be scheduled; each step pays oversub_us per extra rank per core. */
 double braid_model_step_penalty_us(const braid_model_t *m)
 {
     if (m->cores <= 0 || m->host_ranks <= m->cores) return 0.0;
     return m->oversub_us * (double)(m->host_ranks - m->cores) / m->cores;
 }
 
-static double ring_us(double laps, double per_edge, const braid_model_t *m)
+/* Bytes within a host and over the network move in the same pipeline: the slower counts. */
+static cost_t piped(double lat, double t_intra, double t_inter)
+{
+    if (t_intra >= t_inter) return (cost_t){lat + t_intra, 0.0};
+    return (cost_t){lat, t_inter};
+}
+
+/* Ring all-reduce-like pattern: `laps` laps of latency, `per_edge` bytes on every edge. */
+static cost_t ring_cost(double laps, double per_edge, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings;
     double lap =
         x * m->inter.alpha_us + (n - x) * m->intra.alpha_us + n * braid_model_step_penalty_us(m);
     double t_intra = us_for(per_edge, &m->intra);
     double t_inter = x ? us_for(per_edge * m->ring_host_out, &m->inter) : 0.0;
-    return m->launch_us + laps * lap + (t_intra > t_inter ? t_intra : t_inter);
+    return piped(m->launch_us + laps * lap, t_intra, t_inter);
 }
 
 /* The model of a sub-communicator of k ranks on hh hosts (one block per host) whose
@@ -178,44 +235,61 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.min_local = s.max_local = k / hh;
     s.ring_crossings = hh > 1 ? hh : 0;
     s.ring_host_out = hh > 1 ? share : 0;
+    s.recdbl_intra_rounds = 0;
+    s.nic_share = hh > 1 ? share : 1;
     return s;
 }
 
-/* The cheapest time of coll on a sub-model (what that sub-communicator's own model picks). */
-static double best_us(int coll, size_t bytes, size_t count, const braid_model_t *s)
+static int model_cost(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m,
+                      cost_t *c);
+
+/* The cost of coll on a sub-model with the algorithm that sub-communicator's model picks. */
+static cost_t best_cost(int coll, size_t bytes, size_t count, const braid_model_t *s)
 {
-    int a = braid_model_choose(coll, bytes, count, s);
-    return braid_model_time(a, coll, bytes, count, s);
+    cost_t c = {0, 0};
+    model_cost(braid_model_choose(coll, bytes, count, s), coll, bytes, count, s, &c);
+    return c;
 }
 
 /* hier broadcast and reduce-scatter: the sum of their stages, each as the stage's
  * sub-communicator would run it (see hier.c). */
-static double hier_us(int coll, size_t bytes, size_t count, const braid_model_t *m)
+static cost_t hier_cost(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     int L = m->min_local, H = m->nhosts;
     braid_model_t intra = sub_model(m, L, 1, 1), inter = sub_model(m, H, H, 1);
     if (coll == BRAID_COLL_BROADCAST) {
         /* a host without the root's local index: one more broadcast on the root's host */
-        double t = best_us(coll, bytes, count, &inter) + best_us(coll, bytes, count, &intra);
+        cost_t t =
+            add(best_cost(coll, bytes, count, &inter), best_cost(coll, bytes, count, &intra));
         if (m->min_local != m->max_local) {
             braid_model_t big = sub_model(m, m->max_local, 1, 1);
-            t += best_us(coll, bytes, count, &big);
+            t = add(t, best_cost(coll, bytes, count, &big));
         }
+        return t;
+    }
+    inter = sub_model(m, H, H, L);
+    if (coll == BRAID_COLL_ALLREDUCE) {
+        /* reduce-scatter within hosts, all-reduce of a 1/L block among equal local indices
+         * (L of them share each NIC), all-gather within hosts; the tail over the flat ring */
+        size_t blk = count / (size_t)L, bb = count ? bytes / count * blk : 0;
+        cost_t t = add(best_cost(BRAID_COLL_REDUCE_SCATTER, bb, blk, &intra),
+                       best_cost(BRAID_COLL_ALLREDUCE, bb, blk, &inter));
+        t = add(t, best_cost(BRAID_COLL_ALLGATHER, bb, blk, &intra));
+        if (count % (size_t)L) t = add(t, ring_cost(2.0 * (m->nranks - 1) / m->nranks, 0.0, m));
         return t;
     }
     /* reduce-scatter: pack n blocks, intra-host H blocks per rank, inter-host (L rings share
      * each NIC) one block per rank */
-    inter = sub_model(m, H, H, L);
-    return us_for((double)bytes * m->nranks, &m->copy) +
-           best_us(coll, bytes * (size_t)H, count * (size_t)H, &intra) +
-           best_us(coll, bytes, count, &inter);
+    cost_t t = {us_for((double)bytes * m->nranks, &m->copy), 0.0};
+    t = add(t, best_cost(coll, bytes * (size_t)H, count * (size_t)H, &intra));
+    return add(t, best_cost(coll, bytes, count, &inter));
 }
 
 /* Broadcast / reduce on the chain, per call of a stream of calls: consecutive calls overlap
  * up to W = min(slots, n-1) deep (the root starts the next call once its send is posted), so
  * the path's latency counts 1/W; but the busiest rank still handles two messages per call
  * (receive, then forward; one for n = 2). The data is pipelined: S over the bottleneck. */
-static double chain_us(double S, const braid_model_t *m)
+static cost_t chain_cost(double S, const braid_model_t *m)
 {
     int n = m->nranks, x = m->ring_crossings, W = m->nslots < n - 1 ? m->nslots : n - 1;
     double p = braid_model_step_penalty_us(m), f = (double)(n - 1) / n;
@@ -224,51 +298,60 @@ static double chain_us(double S, const braid_model_t *m)
     double path = f * lap / (W > 0 ? W : 1), busy = (n > 2 ? 2 : 1) * hop;
     double t_intra = us_for(S, &m->intra);
     double t_inter = x ? us_for(S * m->ring_host_out, &m->inter) : 0.0;
-    return m->launch_us + (path > busy ? path : busy) + (t_intra > t_inter ? t_intra : t_inter);
+    return piped(m->launch_us + (path > busy ? path : busy), t_intra, t_inter);
+}
+
+/* Recursive doubling / binomial tree: R rounds (recdbl_intra_rounds of them between ranks of
+ * one host), each one message of S bytes per rank in chunks of at most p2p_chunk; in a round
+ * over the network the ranks of a host (nic_share) send through its NIC at once. The tree's
+ * levels all count as network rounds when there are several hosts. */
+static cost_t rounds_cost(int algo, double S, size_t bytes, const braid_model_t *m)
+{
+    int n = m->nranks, P = 1, rounds = 0;
+    while (P * 2 <= n) {
+        P *= 2;
+        rounds++;
+    }
+    if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
+    int ri = m->nhosts < 2 ? rounds : algo == BRAID_ALGO_RECDBL ? m->recdbl_intra_rounds : 0;
+    int rn = rounds - ri, share = algo == BRAID_ALGO_RECDBL && m->nic_share > 1 ? m->nic_share : 1;
+    double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
+    double p = braid_model_step_penalty_us(m);
+    double lat = m->launch_us + ri * (chunks * (m->intra.alpha_us + p) + us_for(S, &m->intra)) +
+                 rn * chunks * (m->inter.alpha_us + p);
+    return (cost_t){lat, rn * us_for(S * share, &m->inter)};
+}
+
+static int model_cost(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m,
+                      cost_t *c)
+{
+    if (!braid_algo_applies(algo, coll, count, m)) return 0;
+    int n = m->nranks;
+    double S = (double)bytes, f = n > 1 ? (double)(n - 1) / n : 0.0;
+    if (n == 1)
+        *c = (cost_t){m->launch_us + us_for(S, &m->intra), 0.0};
+    else if (algo == BRAID_ALGO_RING &&
+             (coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_BARRIER))
+        *c = ring_cost(2 * f, 2 * f * S, m);
+    else if (algo == BRAID_ALGO_RING &&
+             (coll == BRAID_COLL_REDUCE_SCATTER || coll == BRAID_COLL_ALLGATHER))
+        *c = ring_cost(f, S * (n - 1), m); /* S is per rank */
+    else if (algo == BRAID_ALGO_RING)
+        *c = chain_cost(S, m); /* broadcast / reduce: a pipelined chain */
+    else if (algo == BRAID_ALGO_RECDBL || algo == BRAID_ALGO_TREE)
+        *c = rounds_cost(algo, S, bytes, m);
+    else
+        *c = hier_cost(coll, bytes, count, m);
+    return 1;
 }
 
 double braid_model_time(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
-    if (!braid_algo_applies(algo, coll, count, m)) return -1.0;
-    int n = m->nranks;
-    double S = (double)bytes, f = n > 1 ? (double)(n - 1) / n : 0.0;
-    if (n == 1) return m->launch_us + us_for(S, &m->intra);
-    if (algo == BRAID_ALGO_RING) {
-        switch (coll) {
-        case BRAID_COLL_ALLREDUCE:
-        case BRAID_COLL_BARRIER:
-            return ring_us(2 * f, 2 * f * S, m);
-        case BRAID_COLL_REDUCE_SCATTER:
-        case BRAID_COLL_ALLGATHER:
-            return ring_us(f, S * (n - 1), m); /* S is per rank */
-        default:
-            return chain_us(S, m); /* broadcast / reduce: a pipelined chain */
-        }
-    }
-    if (algo == BRAID_ALGO_RECDBL || algo == BRAID_ALGO_TREE) {
-        int P = 1, rounds = 0;
-        while (P * 2 <= n) {
-            P *= 2;
-            rounds++;
-        }
-        if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
-        const braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
-        double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;
-        return m->launch_us +
-               rounds * (chunks * (l->alpha_us + braid_model_step_penalty_us(m)) + us_for(S, l));
-    }
-    if (coll == BRAID_COLL_ALLREDUCE) {
-        int L = m->min_local, H = m->nhosts;
-        double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H;
-        double rs = (L - 1) * m->intra.alpha_us + us_for(fl * S, &m->intra);
-        double ar = 2.0 * (H - 1) * m->inter.alpha_us + us_for(2 * fh * S, &m->inter);
-        double t =
-            3 * m->launch_us + 2 * rs + ar + 2.0 * (L - 1 + H - 1) * braid_model_step_penalty_us(m);
-        if (count % (size_t)L) t += ring_us(2 * f, 0.0, m);
-        return t;
-    }
-    return hier_us(coll, bytes, count, m);
+    cost_t c;
+    if (!model_cost(algo, coll, bytes, count, m, &c)) return -1.0;
+    return total(c, m);
 }
+
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     int best = BRAID_ALGO_RING;
@@ -306,11 +389,13 @@ void braid_model_print(const braid_model_t *m, FILE *f)
 {
     fprintf(f,
             "cost model: %d ranks on %d host(s), %d..%d per host, rank-order ring crosses hosts "
-            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s; %d cores "
-            "per host (%.2f us per step per extra rank per core)\n",
+            "%d times (%d per host); shm %.2f us + %.2f GB/s, net %.2f us + %.2f GB/s (%s); "
+            "%d ranks on the busiest machine of %d cores (%.2f us per step per extra rank per "
+            "core)\n",
             m->nranks, m->nhosts, m->min_local, m->max_local, m->ring_crossings, m->ring_host_out,
-            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps, m->cores,
-            m->oversub_us);
+            m->intra.alpha_us, m->intra.gbps, m->inter.alpha_us, m->inter.gbps,
+            m->net_overlap > 0 ? "its queue absorbs a call's bytes" : "serializes bytes",
+            m->host_ranks, m->cores, m->oversub_us);
     print_coll(m, f, BRAID_COLL_ALLREDUCE, "allreduce");
     print_coll(m, f, BRAID_COLL_BROADCAST, "broadcast");
     print_coll(m, f, BRAID_COLL_REDUCE_SCATTER, "reduce_scatter (bytes per rank)");
@@ -368,18 +453,20 @@ static void take_constants(braid_model_t *m, const braid_model_t *from)
     m->copy = from->copy;
     m->launch_us = from->launch_us;
     m->oversub_us = from->oversub_us;
+    m->net_overlap = from->net_overlap;
 }
 
-static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
+static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
 {
+    braid_model_t *m = &st->model;
     tuning_blob_t mine;
     memset(&mine, 0, sizeof(mine));
     mine.m = *m;
     mine.m.cores = c->ncpus;
     int64_t measure = 0;
     BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
-    mine.measure = measure != 0;
-    const char *path = braid_param_str("TUNING_FILE");
+    mine.measure = measure != 0 && !braid_split_is_internal();
+    const char *path = braid_split_is_internal() ? "" : braid_param_str("TUNING_FILE");
     if (c->rank == 0 && path && *path) {
         mine.status = braid_tuning_read(path, &mine.m);
         if (mine.status)
@@ -407,15 +494,30 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_model_t *m)
     }
     if (res == BRAID_SUCCESS && all[0].measure) {
         /* every rank takes part; rank 0's numbers are the ones every rank keeps */
-        res = braid_tuning_measure(c, m);
+        res = braid_tuning_measure(c, st);
         if (res == BRAID_SUCCESS) {
             mine.m = *m;
             res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));
         }
         if (res == BRAID_SUCCESS) take_constants(m, &all[0].m);
+        if (res == BRAID_SUCCESS && st->hier_ready) braid_hier_share_model(st);
     }
     free(all);
     return res;
+}
+
+/* Ranks on the busiest machine: hosts that are namespaces or containers of one machine share
+ * its cpus, so oversubscription counts ranks per machine (at least the busiest host's). */
+static int busiest_machine(const struct braid_comm *c)
+{
+    int most = 0;
+    for (int i = 0; i < c->nranks; i++) {
+        int k = 0;
+        for (int j = 0; j < c->nranks; j++)
+            k += !strcmp(c->peers[i].machine, c->peers[j].machine);
+        if (k > most) most = k;
+    }
+    return most;
 }
 
 braid_result_t braid_algo_comm_init(struct braid_comm *c)
@@ -430,12 +532,13 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
         fail);
     braid_model_init(&st->model, &st->topo);
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
+    st->model.host_ranks = busiest_machine(c);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
     if (c->nslots > 0) st->model.nslots = c->nslots;
     if (c->transport && braid_model_force_transport(&st->model, c->transport->name))
         braid_info(TUNING, "BRAID_TRANSPORT=%s: links within a host cost as network links",
                    c->transport->name);
-    BRAID_CHECK_GOTO(load_tuning(c, &st->model), res, fail);
+    BRAID_CHECK_GOTO(load_tuning(c, st), res, fail);
     if (c->nranks > 1) {
         /* Every rank must choose as rank 0 does, or the ranks would run different algorithms
          * and hang: check it once here. */
@@ -464,12 +567,16 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
                    "BRAID_ALGO=tree: broadcast and reduce use the binomial tree%s, every "
                    "other collective the ring",
                    c->nranks > BRAID_TREE_MAX_RANKS ? " (not over 64 ranks: the ring here)" : "");
-    if (c->rank == 0 && braid_log_enabled(BRAID_LOG_INFO, BRAID_SUBSYS_TUNING)) log_table(st);
+    if (c->rank == 0 && !braid_split_is_internal() &&
+        braid_log_enabled(BRAID_LOG_INFO, BRAID_SUBSYS_TUNING))
+        log_table(st);
     free(all);
     c->algo_state = st;
     return BRAID_SUCCESS;
 fail:
     free(all);
+    if (st->intra) braid_comm_destroy(st->intra); /* made by the measurement at init */
+    if (st->inter) braid_comm_destroy(st->inter);
     braid_topo_free(&st->topo);
     free(st);
     return res;

@@ -150,6 +150,16 @@ braid_result_t braid_comm_size(braid_comm_t comm, int *size_p)
 }
 
 /* ---- host identity ---------------------------------------------------------------------- */
+static void read_boot_id(char *boot, size_t len)
+{
+    boot[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f) return;
+    if (!fgets(boot, (int)len, f)) boot[0] = '\0';
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+}
+
 void braid_host_id(char out[BRAID_HOST_ID_BYTES])
 {
     const char *forced = braid_param_str("HOSTNAME");
@@ -157,18 +167,23 @@ void braid_host_id(char out[BRAID_HOST_ID_BYTES])
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
         return;
     }
-    char host[64] = "", boot[40] = "", ns[40] = "";
+    char host[64] = "", boot[40], ns[40] = "";
     gethostname(host, sizeof(host) - 1);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(boot, sizeof(boot), f)) boot[0] = '\0';
-        fclose(f);
-        boot[strcspn(boot, "\n")] = '\0';
-    }
+    read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
     ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
     ns[n > 0 ? n : 0] = '\0';
     snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
+}
+
+void braid_machine_id(char out[BRAID_HOST_ID_BYTES])
+{
+    char boot[40];
+    read_boot_id(boot, sizeof(boot));
+    if (boot[0])
+        snprintf(out, BRAID_HOST_ID_BYTES, "boot:%s", boot);
+    else
+        braid_host_id(out);
 }
 
 /* ---- roots hosted by this process --------------------------------------------------------
@@ -619,6 +634,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
     braid_host_id(me.host);
+    braid_machine_id(me.machine);
     me.pid = (int32_t)getpid();
     me.rank = rank;
     c->peers = calloc((size_t)nranks, sizeof(*c->peers));
@@ -627,10 +643,14 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
         goto fail;
     }
     BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, &me, c->peers, sizeof(me)), res, fail);
-    for (int i = 0; i < nranks; i++)
+    for (int i = 0; i < nranks; i++) {
         c->local_nranks += !strcmp(c->peers[i].host, me.host);
+        c->machine_nranks += !strcmp(c->peers[i].machine, me.machine);
+    }
+    if (c->machine_nranks < c->local_nranks) c->machine_nranks = c->local_nranks;
     c->ncpus = count_cpus();
-    if (c->spin_us == 0) c->spin_us = c->local_nranks > c->ncpus ? 1 : 5;
+    /* ranks of other hosts on this machine (namespaces, containers) compete for its cpus too */
+    if (c->spin_us == 0) c->spin_us = c->machine_nranks > c->ncpus ? 1 : 5;
     BRAID_CHECK_GOTO(order_ring(c), res, fail);
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
@@ -638,10 +658,10 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);
     braid_info(INIT,
-               "rank %d/%d ready: %d local ranks on %d cpus, %d channel(s), chunk %zu B, "
-               "%d slots, spin %d us",
-               rank, nranks, c->local_nranks, c->ncpus, c->nchannels, c->chunk_bytes, c->nslots,
-               c->spin_us);
+               "rank %d/%d ready: %d local ranks (%d on this machine) on %d cpus, %d "
+               "channel(s), chunk %zu B, %d slots, spin %d us",
+               rank, nranks, c->local_nranks, c->machine_nranks, c->ncpus, c->nchannels,
+               c->chunk_bytes, c->nslots, c->spin_us);
     *comm_p = c;
     return BRAID_SUCCESS;
 fail:

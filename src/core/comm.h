@@ -33,6 +33,9 @@ const char *braid_coll_name(int coll);
 /* What each rank publishes at init (allgathered through the bootstrap). */
 typedef struct {
     char host[BRAID_HOST_ID_BYTES]; /* host identity: equal strings = same host */
+    /* the kernel it runs on (boot id): hosts made of namespaces or containers on one machine
+     * share that machine's cpus */
+    char machine[BRAID_HOST_ID_BYTES];
     int32_t pid;
     int32_t rank;
     braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
@@ -71,6 +74,7 @@ struct braid_comm {
     braid_boot_root_t *root;  /* the bootstrap root service this process hosts, if any */
     braid_peer_info_t *peers; /* nranks entries */
     int local_nranks;         /* ranks on this host */
+    int machine_nranks;       /* ranks on this machine (>= local_nranks) */
     int ncpus;                /* cores this process may run on */
     /* braid's own threads (tcp progress, non-blocking worker) run on thread_cpus when
      * pin_threads (BRAID_THREAD_AFFINITY, resolved at init from the rank's cpuset). */
@@ -140,5 +144,7 @@ void braid_comm_reg_cleanup(struct braid_comm *comm);
 
 /* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
 void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
+/* The machine (kernel boot id; the host id where it cannot be read). */
+void braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
 
 #endif

@@ -48,6 +48,13 @@ int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int ran
     return m;
 }
 
+static _Thread_local int internal_split;
+
+int braid_split_is_internal(void)
+{
+    return internal_split;
+}
+
 braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key, int quiet_log,
                                          struct braid_comm **newcomm_p)
 {
@@ -97,7 +104,9 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
     braid_debug(INIT, "comm_split: rank %d -> color %d, rank %d of %d (first rank %d)", comm->rank,
                 (int)colors[comm->rank], newrank, m, leader);
     struct braid_comm *nc = NULL;
+    internal_split = quiet_log;
     res = braid_comm_init_rank(&nc, m, ids[leader].id, newrank);
+    internal_split = 0;
     if (quiet_log) braid_log_set_rank(comm->rank);
     if (res < 0) goto out;
     *newcomm_p = nc;

@@ -16,5 +16,8 @@ int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int ran
  * sub-communicators). */
 braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key, int quiet_log,
                                          struct braid_comm **newcomm_p);
+/* 1 while this thread initializes an internal sub-communicator (quiet_log): it takes its
+ * parent's model constants, so it neither reads a tuning file nor measures links. */
+int braid_split_is_internal(void);
 
 #endif

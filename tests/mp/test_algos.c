@@ -200,7 +200,30 @@ static int tune_measure(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* Hosts faked on one machine share its cpus: every rank counts all ranks on its machine,
+ * only its host's as local, and the model's oversubscription uses the machine's count. */
+static int machine_counts(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    MP_CHECK(rank, c != NULL, "no communicator");
+    struct braid_comm *ic = (struct braid_comm *)c;
+    braid_algo_state_t *st = ic->algo_state;
+    MP_CHECK(rank, ic->local_nranks == 2 && ic->machine_nranks == n,
+             "local %d machine %d ranks, want 2 and %d", ic->local_nranks, ic->machine_nranks, n);
+    MP_CHECK(rank, st->model.nhosts == 2 && st->model.host_ranks == n,
+             "model: %d hosts, %d ranks on the busiest machine", st->model.nhosts,
+             st->model.host_ranks);
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
 TestSuite(algos, .timeout = 240);
+
+Test(algos, hosts_on_one_machine_share_its_cpus)
+{
+    cr_assert_eq(mp_run(4, machine_counts, NULL, 60), 0, "some rank failed (see stderr)");
+}
 
 Test(algos, tune_measure_follows_rank_0)
 {
