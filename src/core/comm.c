@@ -635,6 +635,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
     braid_host_id(me.host);
     braid_machine_id(me.machine);
+    braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();
     me.rank = rank;
     c->peers = calloc((size_t)nranks, sizeof(*c->peers));

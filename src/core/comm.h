@@ -39,6 +39,7 @@ typedef struct {
     int32_t pid;
     int32_t rank;
     braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
+    braid_topo_addrs_t addrs; /* its host's interface addresses (NIC choice, core/netaddr.c) */
 } braid_peer_info_t;
 
 typedef struct {
@@ -133,6 +134,12 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
 braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
                                          const braid_transport_t **t_p);
 
+/* The local address (port 0) of this rank's data listeners and why it was chosen (for the
+ * log): BRAID_SOCKET_IFNAME's, else a NIC local to the rank's NUMA node when its host has
+ * several that reach every other host (topo/nic.c), else the route to the bootstrap root.
+ * Needs comm->peers (after the init allgather). */
+braid_result_t braid_comm_data_addr(struct braid_comm *comm, struct sockaddr_storage *a_p,
+                                    socklen_t *len_p, char *why, size_t len);
 /* Called first by each thread braid starts for comm: names it ("braid-" + what) and pins it
  * to comm->thread_cpus when pinning is on. */
 void braid_comm_thread_start(struct braid_comm *comm, const char *what);

@@ -44,6 +44,9 @@ static const braid_param_t params[] = {
     {"NUMA_ID", "", BRAID_PARAM_STR,
      "override the NUMA node this rank publishes for ring ordering (tests); default: from its "
      "cpu binding"},
+    {"NIC_NUMA", "", BRAID_PARAM_STR,
+     "test hook: NICs as name:numa_node,... instead of the discovered ones (veth stands in "
+     "for a NIC)"},
     {"THREAD_AFFINITY", "rank", BRAID_PARAM_STR,
      "cpus of braid's threads (tcp progress, non-blocking worker): rank = the rank's cpus at "
      "init, numa = their NUMA nodes, none = inherited"},
@@ -51,7 +54,8 @@ static const braid_param_t params[] = {
     {"NRANKS", "", BRAID_PARAM_INT, "number of ranks (braid_comm_init_env)"},
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},
     {"SECRET", "", BRAID_PARAM_STR, "job secret, 32 hex digits (set by braid-run)"},
-    {"LOCAL_RANK", "", BRAID_PARAM_INT, "rank within the host (informational, set by braid-run)"},
+    {"LOCAL_RANK", "", BRAID_PARAM_INT,
+     "rank within the host (set by braid-run; spreads ranks over NICs)"},
     {"REDUCE_ISA", "auto", BRAID_PARAM_STR,
      "CPU reduction kernels: auto, avx512, avx2, generic (for testing)"},
     {NULL, NULL, 0, NULL},

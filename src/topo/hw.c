@@ -5,6 +5,7 @@
  * calling thread runs is worked out from its affinity each time (place.c). braid never moves a
  * rank: placement is the launcher's (mpirun --bind-to, numactl, taskset); it only keeps its
  * own threads near the rank's cpus (BRAID_THREAD_AFFINITY). */
+#include "core/config.h"
 #include "core/log.h"
 #include "topo/topo.h"
 
@@ -184,6 +185,15 @@ void braid_topo_discover(braid_topo_hw_t *hw)
 {
     pthread_once(&machine_once, discover_machine);
     *hw = machine;
+    /* The BRAID_NIC_NUMA test hook replaces the NICs (braid_topo_place reports a bad one). */
+    braid_topo_dev_t hook[BRAID_TOPO_MAX_DEVS];
+    int nhook = 0;
+    const char *spec = braid_param_str("NIC_NUMA");
+    if (*spec && braid_topo_nic_hook_parse(spec, hook, &nhook) == BRAID_SUCCESS) {
+        memcpy(hw->nic, hook, sizeof(hook));
+        hw->nnics = nhook;
+        hw->nic_hook = 1;
+    }
     cpu_set_t mine;
     if (sched_getaffinity(0, sizeof(mine), &mine)) {
         CPU_ZERO(&mine);
@@ -216,6 +226,11 @@ void braid_topo_hw_print(const braid_topo_hw_t *hw, FILE *f)
                     : devs[i].local == 0 ? "remote"
                                          : "locality unknown");
     }
+    fprintf(f,
+            "  data NIC: with several NICs that reach every other host, each rank uses one on "
+            "its NUMA node (spread by local rank; none there: all, by local rank); else the "
+            "route to the root%s\n",
+            hw->nic_hook ? "; NICs from BRAID_NIC_NUMA (test hook)" : "");
     fprintf(f, "  braid moves no rank (placement is the launcher's); its threads stay on the "
                "rank's cpus (BRAID_THREAD_AFFINITY)\n");
 }

@@ -112,9 +112,12 @@ braid_result_t braid_topo_place(const cpu_set_t *cpus, braid_topo_place_t *place
         forced = (int)v;
         p.numa_forced = 1;
     }
+    braid_topo_dev_t hook[BRAID_TOPO_MAX_DEVS];
+    int nhook;
+    BRAID_CHECK(braid_topo_nic_hook_parse(braid_param_str("NIC_NUMA"), hook, &nhook));
     braid_topo_hw_t *hw = malloc(sizeof(*hw));
     if (!hw) return braid_set_error(BRAID_ERR_NOMEM, "topology: out of memory");
-    braid_topo_discover(hw);
+    braid_topo_discover(hw); /* with BRAID_NIC_NUMA's NICs */
     braid_topo_locate(hw, cpus);
     p.numa = p.numa_forced ? forced : hw->my_numa;
     for (int i = 0; i < hw->nnics && p.nnics < BRAID_TOPO_PEER_DEVS; i++)

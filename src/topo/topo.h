@@ -67,6 +67,7 @@ typedef struct {
     int npackages, nnuma, ncores, npus;
     int my_numa; /* NUMA node of every cpu this process may run on, -1 if several/unknown */
     int nnics, ngpus;
+    int nic_hook; /* 1 if nic[] came from BRAID_NIC_NUMA */
     braid_topo_dev_t nic[BRAID_TOPO_MAX_DEVS];
     braid_topo_dev_t gpu[BRAID_TOPO_MAX_DEVS];
     int nnode_sets;                           /* NUMA nodes whose cpus are known */
@@ -105,6 +106,46 @@ typedef struct {
  * BRAID_NUMA_ID when set: a test hook for fake multi-NUMA layouts), and the NICs and GPUs on
  * the NUMA node(s) its cpus touch (or on the forced node). Errors: a bad BRAID_NUMA_ID. */
 braid_result_t braid_topo_place(const cpu_set_t *cpus, braid_topo_place_t *place_p);
+
+/* BRAID_NIC_NUMA (a test hook, like BRAID_NUMA_ID): "name:node,name:node,..." replaces the
+ * discovered NICs by these interface names on these NUMA nodes (veth and bridge interfaces,
+ * which discovery skips, can so stand for NICs). Parses s into devs (at most
+ * BRAID_TOPO_MAX_DEVS); an empty s gives 0 NICs. Errors: INVALID_ARG naming the bad entry. */
+braid_result_t braid_topo_nic_hook_parse(const char *s, braid_topo_dev_t *devs, int *n_p);
+
+/* One interface address as a rank publishes it (what its peers can reach it on). */
+#define BRAID_TOPO_MAX_ADDRS 8
+typedef struct {
+    char ifname[16];
+    uint8_t family; /* AF_INET or AF_INET6 */
+    uint8_t prefix; /* netmask length */
+    uint8_t addr[16];
+} braid_topo_ifaddr_t;
+
+typedef struct {
+    int32_t n;
+    braid_topo_ifaddr_t a[BRAID_TOPO_MAX_ADDRS];
+} braid_topo_addrs_t;
+
+/* This host's addresses: interfaces that are up, IPv4 and global IPv6, not loopback,
+ * link-local, docker* or virbr* (the first BRAID_TOPO_MAX_ADDRS). Never fails (n = 0). */
+void braid_topo_addrs_collect(braid_topo_addrs_t *out);
+/* 1 if a and b are of one family and equal in the first prefix bits. */
+int braid_topo_addr_same_subnet(const braid_topo_ifaddr_t *a, const braid_topo_ifaddr_t *b,
+                                int prefix);
+
+/* The NIC choice for a rank's data listener (tcp, rdma's address), a pure function.
+ * nics: this host's NICs with their NUMA nodes; mine: this host's addresses; others: the
+ * address lists of the ranks on other hosts (nothers of them); family: that of the address
+ * that routes to the bootstrap root. A NIC is usable if it has an address of that family
+ * (its first one) whose subnet every list in others has an address in. With fewer than two
+ * usable NICs the result is -1: keep the route to the root (single-NIC hosts are unchanged).
+ * Else the usable NICs are taken in name order; those on my_numa (>= 0) are local, and the
+ * rank takes local[local_rank % nlocal], or usable[local_rank % nusable] when none is local.
+ * Returns the index in mine->a of the chosen address, or -1; why (may be NULL) says why. */
+int braid_topo_nic_choose(const braid_topo_dev_t *nics, int nnics, const braid_topo_addrs_t *mine,
+                          const braid_topo_addrs_t *const *others, int nothers, int family,
+                          int my_numa, int local_rank, char *why, size_t len);
 
 /* Names the calling thread (at most 15 characters kept) and, unless cpus is NULL, pins it to
  * cpus. Returns 0 or the errno of the failed pin. */

@@ -2,10 +2,11 @@
  * close and cleanup (the data path is in tcp.c, the wire formats in tcp_wire.c).
  *
  * Setup. The first recv_setup of a communicator opens one listener (port 0) on the address
- * BRAID_SOCKET_IFNAME selects, else on the local address that routes to the bootstrap root
- * (so multi-host jobs listen on the interface they bootstrap over), else on
- * braid_boot_local_addr's choice; IPv4 and IPv6. The info blob carries that address, the
- * number of sockets (BRAID_NSOCKS_PERPEER) and the slot size. send_connect opens the sockets
+ * BRAID_SOCKET_IFNAME selects, else on a NIC local to the rank's NUMA node when the host has
+ * several that reach every other host (braid_comm_data_addr), else on the local address that
+ * routes to the bootstrap root (so multi-host jobs listen on the interface they bootstrap
+ * over), else on braid_boot_local_addr's choice; IPv4 and IPv6. The info blob carries that address,
+ * the number of sockets (BRAID_NSOCKS_PERPEER) and the slot size. send_connect opens the sockets
  * (non-blocking connect bounded by BRAID_TIMEOUT) and sends each a hello with the job secret,
  * its rank, the channel and the socket index; recv_accept waits until the progress thread has
  * matched them all.
@@ -108,7 +109,8 @@ braid_result_t braid_tcp_listen(tcp_state_t *st)
 {
     struct sockaddr_storage a;
     socklen_t alen;
-    BRAID_CHECK(braid_boot_listen_addr(&st->comm->boot_addr, &a, &alen));
+    char why[300];
+    BRAID_CHECK(braid_comm_data_addr(st->comm, &a, &alen, why, sizeof(why)));
     char as[80];
     braid_boot_addr_str(&a, as, sizeof(as));
     int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -128,7 +130,7 @@ braid_result_t braid_tcp_listen(tcp_state_t *st)
     }
     st->listen_fd = fd;
     braid_boot_addr_str(&st->laddr, as, sizeof(as));
-    braid_info(NET, "tcp: rank %d listens on %s", st->comm->rank, as);
+    braid_info(NET, "tcp: rank %d listens on %s (%s)", st->comm->rank, as, why);
     return BRAID_SUCCESS;
 }
 

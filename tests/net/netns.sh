@@ -9,6 +9,10 @@
 #                      as a launcher dealing ranks round-robin over the hosts)
 #   --numa M           fake M NUMA nodes per host: a rank's BRAID_NUMA_ID is its local index
 #                      modulo M (so with cyclic placement NUMA nodes interleave too)
+#   --two-links        give every host a second link: eth1 on a second bridge (br1), address
+#                      198.19.0.<i+1>/24 (the bootstrap root stays on eth0); with
+#                      -x BRAID_NIC_NUMA=eth0:0,eth1:1 and --numa 2 the two veths stand for NICs
+#                      on two NUMA nodes
 #   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
 #   --burst B          tbf's bucket with --rate (default 1mb: short runs of small messages
 #                      pass at veth speed; a smaller one, e.g. 32kb, is closer to a real link)
@@ -34,7 +38,7 @@
 set -uo pipefail
 
 hosts=2 rph=2 rate="" burst=1mb drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
-placement=block numa=0
+placement=block numa=0 two_links=0
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
     --ranks-per-host) rph=$2; shift 2 ;;
     --placement) placement=$2; shift 2 ;;
     --numa) numa=$2; shift 2 ;;
+    --two-links) two_links=1; shift ;;
     --rate) rate=$2; shift 2 ;;
     --burst) burst=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
@@ -95,6 +100,10 @@ setup() {
     ip -n "$br" link add br0 type bridge
     ip -n "$br" link set br0 up
     ip -n "$br" link set lo up
+    if [ "$two_links" = 1 ]; then
+        ip -n "$br" link add br1 type bridge
+        ip -n "$br" link set br1 up
+    fi
     for ((h = 0; h < hosts; h++)); do
         local ns="$prefix-h$h"
         ip netns add "$ns"
@@ -103,6 +112,12 @@ setup() {
         ip -n "$ns" link set lo up
         ip -n "$ns" addr add "198.18.0.$((h + 1))/24" dev eth0
         ip -n "$ns" link set eth0 up
+        if [ "$two_links" = 1 ]; then
+            ip -n "$br" link add "g$h" type veth peer name eth1 netns "$ns"
+            ip -n "$br" link set "g$h" master br1 up
+            ip -n "$ns" addr add "198.19.0.$((h + 1))/24" dev eth1
+            ip -n "$ns" link set eth1 up
+        fi
         if [ -n "$rate" ]; then
             # Both directions of the host's link: its egress and the bridge port's egress.
             tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms

@@ -4,7 +4,8 @@
 # plain links, 1% packet drop, a 1 gbit rate limit, both with 2 channels and 2 sockets per
 # peer, 4 hosts, ranks numbered round-robin over the hosts (with fake NUMA nodes: the ring's
 # host and NUMA crossings are checked), the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
-# rank whose peers must report it promptly, and a link set down mid-run (timeout). Results are checked by
+# rank whose peers must report it promptly, and a link set down mid-run (timeout), and the NIC
+# each rank's tcp listener binds on hosts with two links (fake NUMA locality). Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
 #   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
@@ -96,6 +97,38 @@ run "3 hosts x 4, cyclic numbering, 2 NUMA: collectives" --hosts 3 --ranks-per-h
     --placement cyclic --numa 2 -x BRAID_ALGO=ring -- "$check" coll
 run "2 hosts x 3, cyclic numbering: collectives (default algorithm)" --hosts 2 \
     --ranks-per-host 3 --placement cyclic -- "$check" coll
+# NIC choice (2 hosts x 2 ranks, fake locality: BRAID_NIC_NUMA puts eth0 on NUMA node 0 and
+# eth1 on node 1, --numa 2 local rank i on node i). With --two-links (eth1 on 198.19.0.x) every
+# tcp listener of local rank 0 must bind 198.18.0.<h+1> (eth0) and of local rank 1
+# 198.19.0.<h+1> (eth1), sub-communicators' too; with one link every listener stays on the
+# route to the root (198.18.0.<h+1>): a single-NIC host is unchanged. Collectives checked.
+run_nic() { # name, rails|route, netns.sh options
+    local name=$1 mode=$2 before=$failed logs="$work/nic-logs"
+    shift 2
+    rm -rf "$logs"
+    run "$name" --hosts 2 --numa 2 --keep-logs "$logs" -x BRAID_NIC_NUMA=eth0:0,eth1:1 \
+        -x BRAID_DEBUG=INFO -x BRAID_DEBUG_SUBSYS=NET "$@" -- "$check" coll
+    [ "$failed" -eq "$before" ] || return
+    local r want got bad=""
+    for r in 0 1 2 3; do
+        want="198.18.0.$((r / 2 + 1))"
+        [ "$mode" = rails ] && want="198.$((18 + r % 2)).0.$((r / 2 + 1))"
+        got=$(sed -n 's/.*tcp: rank [0-9]* listens on \([0-9.]*\):.*/\1/p' "$logs/rank.$r.err" |
+            sort -u | tr '\n' ' ')
+        [ "$got" = "$want " ] || bad="$bad rank $r listens on '$got' (want $want);"
+        if [ "$mode" = route ] && ! grep -q "listens on .*(the route to the bootstrap root" \
+            "$logs/rank.$r.err"; then
+            bad="$bad rank $r: no 'route to the bootstrap root' reason;"
+        fi
+    done
+    if [ -n "$bad" ]; then
+        passed=$((passed - 1)) failed=$((failed + 1))
+        echo "[FAIL] $name:$bad"
+        grep -h "listens on" "$logs"/rank.*.err | sed 's/^/    /'
+    fi
+}
+run_nic "2 hosts x 2 links, fake NUMA: NIC per rank" rails --two-links
+run_nic "2 hosts x 1 link, fake NUMA: route to the root" route
 # Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
 # per host; the perf tools check their results too (-c 1).
 run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
