@@ -8,9 +8,12 @@
  *                         hosts (default 1), with BRAID_TUNING_FILE's constants if set
  *   braid-info --tune --measure [FILE]
  *                         under a launcher (braid-run, netns.sh, mpirun): measures the
- *                         model's constants (one-rank collective cost, one-way latency and
- *                         bandwidth between rank 0 and a rank of its host and of another host,
- *                         memcpy) and writes them as a tuning file (stdout without FILE)
+ *                         model's constants and writes them as a tuning file (stdout without
+ *                         FILE): the links as BRAID_TUNE_MEASURE=1 measures them at init (every
+ *                         rank at once: step latencies, the slowest link's bandwidth, whether
+ *                         the network absorbs a call's bytes), with several hosts the shm
+ *                         bandwidth between rank 0 and a rank of its host, the one-rank
+ *                         collective cost and memcpy
  *   braid-info --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]
  *                         the rings a communicator builds when rank r lives on the r-th host
  *                         label of the comma list HOSTMAP (and NUMA node, NUMAMAP), with their
@@ -259,7 +262,9 @@ static int measure_pair(braid_comm_t comm, int a, int b, size_t big, double laun
 static int measure(const char *path)
 {
     braid_comm_t comm;
+    setenv("BRAID_TUNE_MEASURE", "1", 1);
     braid_result_t r = braid_comm_init_env(&comm);
+    unsetenv("BRAID_TUNE_MEASURE");
     if (r) return fprintf(stderr, "braid-info: %s: %s\n", braid_strerror(r), braid_last_error()), 1;
     const braid_topo_t *t = &comm->algo_state->topo;
     braid_model_t m = comm->algo_state->model;
@@ -282,10 +287,13 @@ static int measure(const char *path)
         if (t->host[q] == t->host[0] && peer_intra < 0) peer_intra = q;
         if (t->host[q] != t->host[0] && peer_inter < 0) peer_inter = q;
     }
-    if (peer_intra > 0 && measure_pair(comm, 0, peer_intra, (size_t)4 << 20, launch, &m.intra))
+    /* the init measurement gave the step latencies, and the bandwidth of the network (several
+     * hosts) or of shm (one host); with several hosts shm's bandwidth comes from a pair */
+    braid_link_model_t pair = m.intra;
+    if (t->nhosts > 1 && peer_intra > 0 &&
+        measure_pair(comm, 0, peer_intra, (size_t)4 << 20, launch, &pair))
         rc = 1;
-    if (peer_inter > 0 && measure_pair(comm, 0, peer_inter, (size_t)16 << 20, launch, &m.inter))
-        rc = 1;
+    m.intra.gbps = pair.gbps;
     if (me == 0 && !rc) {
         size_t big = (size_t)64 << 20;
         char *a = malloc(big), *b = malloc(big);

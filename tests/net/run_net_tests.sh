@@ -5,7 +5,8 @@
 # peer, 4 hosts, ranks numbered round-robin over the hosts (with fake NUMA nodes: the ring's
 # host and NUMA crossings are checked), the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
 # rank whose peers must report it promptly, and a link set down mid-run (timeout), and the NIC
-# each rank's tcp listener binds on hosts with two links (fake NUMA locality). Results are checked by
+# each rank's tcp listener binds on hosts with two links (fake NUMA locality), and a tuning file
+# measured on a shaped link. Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
 #   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
@@ -131,6 +132,37 @@ run_nic "2 hosts x 2 links, fake NUMA: NIC per rank" rails --two-links
 run_nic "2 hosts x 1 link, fake NUMA: route to the root" route
 # Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
 # per host; the perf tools check their results too (-c 1).
+# The cost model's constants measured on a shaped link (braid-info --tune --measure: every
+# rank at once, as BRAID_TUNE_MEASURE=1 does at init): the file has every key, the network's
+# bandwidth is near the 1 Gbit/s shaper's 0.125 GB/s, and the automatic choice with it is right.
+run_tune() {
+    local t0 t1 bw ok=1
+    t0=$(date +%s.%N)
+    if ! "$net" --timeout 60 --hosts 2 --rate 1gbit -- "$build/bin/braid-info" --tune --measure \
+        "$work/tune" >"$work/out" 2>&1; then
+        ok=0
+    else
+        for k in shm_alpha_us shm_gbps net_alpha_us net_gbps copy_gbps launch_us oversub_us net_overlap; do
+            grep -q "^$k [0-9]" "$work/tune" || { echo "tuning file lacks $k" >>"$work/out"; ok=0; }
+        done
+        bw=$(awk '$1 == "net_gbps" { print $2 }' "$work/tune")
+        awk -v b="$bw" 'BEGIN { exit !(b > 0.08 && b < 0.2) }' ||
+            { echo "net_gbps $bw is not near 0.125" >>"$work/out"; ok=0; }
+        [ $ok -eq 1 ] && ! "$net" --timeout 60 --hosts 2 --rate 1gbit \
+            -x BRAID_TUNING_FILE="$work/tune" -- "$check" coll >>"$work/out" 2>&1 && ok=0
+    fi
+    t1=$(date +%s.%N)
+    if [ $ok -eq 1 ]; then
+        passed=$((passed + 1))
+        printf "[PASS] %-44s %5.1f s\n" "2 hosts, 1gbit: measured tuning file" \
+            "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    else
+        failed=$((failed + 1))
+        printf "[FAIL] %-44s\n" "2 hosts, 1gbit: measured tuning file"
+        { cat "$work/tune"; tail -n 25 "$work/out"; } 2>/dev/null | sed 's/^/    /'
+    fi
+}
+run_tune
 run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
 run "3 hosts x 3, hier, 1gbit: collectives" --hosts 3 --ranks-per-host 3 --rate 1gbit \
     -x BRAID_ALGO=hier -- "$check" coll
