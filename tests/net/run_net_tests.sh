@@ -96,12 +96,12 @@ run "3 hosts x 4, cyclic numbering, 2 NUMA: collectives" --hosts 3 --ranks-per-h
     --placement cyclic --numa 2 -x BRAID_ALGO=ring -- "$check" coll
 run "2 hosts x 3, cyclic numbering: collectives (default algorithm)" --hosts 2 \
     --ranks-per-host 3 --placement cyclic -- "$check" coll
-# Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
-# per host; the perf tools check their results too (-c 1).
+# Hierarchical all-reduce, broadcast and reduce (every root) and reduce-scatter forced, over 2
+# and 3 ranks per host; the perf tools check their results too (-c 1).
 run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
 run "3 hosts x 3, hier, 1gbit: collectives" --hosts 3 --ranks-per-host 3 --rate 1gbit \
     -x BRAID_ALGO=hier -- "$check" coll
-for tool in broadcast_perf reduce_scatter_perf; do
+for tool in broadcast_perf reduce_perf reduce_scatter_perf; do
     [ -x "$build/bin/$tool" ] && run "2 hosts, hier: $tool" --hosts 2 -x BRAID_ALGO=hier -- \
         "$build/bin/$tool" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1
 done
