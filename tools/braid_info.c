@@ -68,9 +68,8 @@ static void print_info(void)
            "BRAID_TRANSPORT=%s\n",
            *braid_param_str("TRANSPORT") ? braid_param_str("TRANSPORT") : "(auto)");
     printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce), "
-           "hier (2-level all-reduce, broadcast, reduce-scatter), recdbl (recursive doubling "
-           "all-reduce); "
-           "BRAID_ALGO=%s (see --tune)\n",
+           "hier (2-level all-reduce, broadcast, reduce, reduce-scatter), recdbl (recursive "
+           "doubling all-reduce); BRAID_ALGO=%s (see --tune)\n",
            *braid_param_str("ALGO") ? braid_param_str("ALGO") : "(auto)");
     braid_topo_hw_t hw;
     braid_topo_discover(&hw);

@@ -105,7 +105,7 @@ typedef struct braid_algo_state {
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
     struct braid_comm *inter; /* ranks with this rank's local index, one per host */
     int failed_in; /* hier: the sub-communicator a failure came from (1 intra, 2 inter) */
-    void *scratch; /* hier reduce-scatter's packed input, kept between calls */
+    void *scratch; /* hier reduce-scatter's packed input / reduce's partial, kept */
     size_t scratch_bytes;
 } braid_algo_state_t;
 
@@ -134,6 +134,12 @@ size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, si
  * broadcasts within itself), then each host broadcasts from its leader. Any host shape. */
 braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq);
+/* Reduce: the broadcast mirrored (any host shape): each host reduces within itself to its
+ * leader, the leaders reduce across hosts to the root's host, and when the leaders are local
+ * rank 0 rather than the root's local index, the root's host then reduces to the root (its
+ * leader contributing the other hosts' result). Only the root's recvbuf is used. */
+braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
+                                 const braid_op_args_t *a, uint32_t seq);
 /* Reduce-scatter (equal ranks per host): the input's blocks packed by (local index, host),
  * intra-host reduce-scatter of H blocks per rank, inter-host reduce-scatter among equal local
  * indices: the network carries (n - L) blocks per host instead of the ring's (n - 1). */

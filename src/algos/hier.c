@@ -1,8 +1,8 @@
-/* Hierarchical all-reduce (and broadcast / reduce-scatter, at the end of the file), composed of
- * collectives on two sub-communicators made with braid_comm_split on first use (collective over the
- * parent, like the collective itself): intra  the L ranks of this host, ranked by parent rank (=
- * the local index lr); inter  the H ranks with this rank's local index, one per host, ranked by
- * host.
+/* Hierarchical all-reduce (and broadcast / reduce-scatter / reduce, at the end of the file),
+ * composed of collectives on two sub-communicators made with braid_comm_split on first use
+ * (collective over the parent, like the collective itself): intra  the L ranks of this host, ranked
+ * by parent rank (= the local index lr); inter  the H ranks with this rank's local index, one per
+ * host, ranked by host.
  *
  * Definitions: count N elements, L ranks per host (every host the same; select.c falls back
  * to the flat ring otherwise), block size C = floor(N / L), tail = the last N - L*C (< L)
@@ -379,6 +379,60 @@ braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_
     BRAID_CHECK_GOTO(on_sub(st, st->inter, &rs), res, fail);
     if (a->op == BRAID_AVG)
         braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, N, c->nranks);
+    return BRAID_SUCCESS;
+fail:
+    hier_fail(c, st, res);
+    return res;
+}
+
+/* Reduce: the broadcast mirrored. The leaders are the ranks with the root's local index jr
+ * when every host has one, else local rank 0 of every host.
+ *   1. every host reduces within itself to its leader (but the root's host when its leader is
+ *      not the root);
+ *   2. the leaders reduce across hosts to the leader of the root's host (the root itself
+ *      when the leader is jr);
+ *   3. when the leader is not jr, the root's host reduces within itself to the root, its
+ *      leader contributing the result of step 2 (its own input is in it already).
+ * Every input is reduced once; the sub-collectives sum for avg and the root divides by n once.
+ * Leaders other than the root accumulate in scratch memory: only the root's recvbuf is read or
+ * written, and a host of one rank passes its input on without a step 1. */
+braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
+                                 const braid_op_args_t *a, uint32_t seq)
+{
+    (void)seq;
+    braid_result_t res = BRAID_SUCCESS;
+    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
+    const braid_topo_t *t = &st->topo;
+    int h = t->host[c->rank], lr = t->local_rank[c->rank];
+    int hr = t->host[a->root], jr = t->local_rank[a->root];
+    int lead = jr < t->min_local ? jr : 0, is_root = c->rank == a->root;
+    braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
+    size_t bytes = a->count * braid_dtype_size(a->dtype);
+    const void *part = a->sendbuf; /* what this rank contributes to its next step */
+    void *acc = is_root ? a->recvbuf : NULL;
+    if (lr == lead && !is_root && !(acc = scratch(st, bytes))) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "hier reduce: out of memory for %zu bytes", bytes);
+        goto fail;
+    }
+    if ((lead == jr || h != hr) && st->intra->nranks > 1) {
+        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, a->sendbuf, lr == lead ? acc : NULL,
+                                     a->count, a->dtype, op, lead);
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+        if (lr == lead) part = acc;
+    }
+    if (lr == lead) {
+        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, part, h == hr ? acc : NULL, a->count,
+                                     a->dtype, op, inter_rank_of(t, hr, lead));
+        BRAID_CHECK_GOTO(on_sub(st, st->inter, &x), res, fail);
+        part = acc;
+    }
+    if (lead != jr && h == hr) {
+        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, part, acc, a->count, a->dtype, op, jr);
+        if (lr == lead) x.recvbuf = NULL; /* the leader is not the root here */
+        BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
+    }
+    if (is_root && a->op == BRAID_AVG)
+        braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, a->count, c->nranks);
     return BRAID_SUCCESS;
 fail:
     hier_fail(c, st, res);

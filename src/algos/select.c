@@ -11,12 +11,16 @@
  *            L concurrent inter-host all-reduces of S/L bytes sharing each host's NIC, each
  *            stage costed as its sub-communicator runs it (its own model's choice); a ring on
  *            the remainder when the count does not divide by L.
- *            Broadcast and reduce-scatter (hier.c): the sum of their stages, each costed on
- *            a sub-model (H ranks on H hosts, L ranks on one host) with the algorithm that
- *            sub-communicator's own model picks; reduce-scatter adds a local pack of n x S
- *            bytes and its inter-host stage runs L rings that share each host's NIC (the
- *            network carries (n-L) S per host instead of the ring's (n-1) S). The stages run
- *            one after the other, so the chain broadcast (pipelined) keeps large messages.
+ *            Broadcast, reduce and reduce-scatter (hier.c): the sum of their stages, each
+ *            costed on a sub-model (H ranks on H hosts, L ranks on one host) with the
+ *            algorithm that sub-communicator's own model picks. Reduce is the broadcast
+ *            mirrored and costs the same: one intra-host and one inter-host stage, plus an
+ *            intra-host stage of max_local ranks on uneven hosts (the root's host reduces to
+ *            the root after the inter-host stage; the root's op=avg division is not costed).
+ *            Reduce-scatter adds a local pack of n x S bytes and its inter-host stage runs L
+ *            rings that share each host's NIC (the network carries (n-L) S per host instead
+ *            of the ring's (n-1) S). The stages run one after the other, so the chain
+ *            broadcast / reduce (pipelined) keeps large messages.
  *   recdbl   (all-reduce) R = log2(P) rounds, plus 2 for the fix-up when n is not a power
  *            of two P; each round one message of S bytes per rank, in chunks of at most
  *            p2p_chunk bytes that do not overlap. The rounds whose partners all share a host
@@ -160,7 +164,7 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
         return 1;
     case BRAID_ALGO_HIER:
         if (m->nhosts < 2 || m->max_local < 2 || count == 0) return 0;
-        if (coll == BRAID_COLL_BROADCAST) return 1;
+        if (coll == BRAID_COLL_BROADCAST || coll == BRAID_COLL_REDUCE) return 1;
         if (m->min_local != m->max_local) return 0;
         if (coll == BRAID_COLL_REDUCE_SCATTER) return 1;
         return coll == BRAID_COLL_ALLREDUCE && count >= (size_t)m->min_local;
@@ -251,14 +255,16 @@ static cost_t best_cost(int coll, size_t bytes, size_t count, const braid_model_
     return c;
 }
 
-/* hier broadcast and reduce-scatter: the sum of their stages, each as the stage's
+/* hier broadcast, reduce and reduce-scatter: the sum of their stages, each as the stage's
  * sub-communicator would run it (see hier.c). */
 static cost_t hier_cost(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
     int L = m->min_local, H = m->nhosts;
     braid_model_t intra = sub_model(m, L, 1, 1), inter = sub_model(m, H, H, 1);
-    if (coll == BRAID_COLL_BROADCAST) {
-        /* a host without the root's local index: one more broadcast on the root's host */
+    if (coll == BRAID_COLL_BROADCAST || coll == BRAID_COLL_REDUCE) {
+        /* a host without the root's local index: one more stage on the root's host (for
+         * reduce the other hosts' intra-host stage, then the root's host's after the
+         * inter-host one) */
         cost_t t =
             add(best_cost(coll, bytes, count, &inter), best_cost(coll, bytes, count, &intra));
         if (m->min_local != m->max_local) {
@@ -398,6 +404,7 @@ void braid_model_print(const braid_model_t *m, FILE *f)
             m->host_ranks, m->cores, m->oversub_us);
     print_coll(m, f, BRAID_COLL_ALLREDUCE, "allreduce");
     print_coll(m, f, BRAID_COLL_BROADCAST, "broadcast");
+    print_coll(m, f, BRAID_COLL_REDUCE, "reduce");
     print_coll(m, f, BRAID_COLL_REDUCE_SCATTER, "reduce_scatter (bytes per rank)");
 }
 
@@ -617,6 +624,7 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     st->runs[algo]++;
     if (algo == BRAID_ALGO_HIER) {
         if (a->coll == BRAID_COLL_BROADCAST) return braid_hier_broadcast(c, st, a, seq);
+        if (a->coll == BRAID_COLL_REDUCE) return braid_hier_reduce(c, st, a, seq);
         if (a->coll == BRAID_COLL_REDUCE_SCATTER) return braid_hier_reduce_scatter(c, st, a, seq);
         return braid_hier_allreduce(c, st, a, seq);
     }

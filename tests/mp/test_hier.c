@@ -1,7 +1,7 @@
-/* Hierarchical broadcast and reduce-scatter as real processes on faked hosts (see
+/* Hierarchical broadcast, reduce and reduce-scatter as real processes on faked hosts (see
  * test_algos.c): 1..4 hosts, even and uneven ranks per host, contiguous and shuffled
- * placements. Broadcast runs from every root (the leaders are the root's local index, or local
- * rank 0 plus a first broadcast on the root's host when some host has no such index);
+ * placements. Broadcast and reduce run from / to every root (the leaders are the root's local
+ * index, or local rank 0 plus a stage on the root's host when some host has no such index);
  * reduce-scatter runs on equal hosts and falls back to the ring elsewhere. Results are checked
  * bit-exactly against the reference (tests/common/data.c); white-box counters say which
  * algorithm ran. */
@@ -17,7 +17,7 @@
 typedef struct {
     int host[16];
     const char *algo;
-    int bcast_hier; /* whether broadcast must run hier */
+    int bcast_hier; /* whether broadcast and reduce (count > 0) must run hier */
     int rs_hier;    /* whether reduce-scatter must run hier */
 } shape_t;
 
@@ -47,6 +47,45 @@ static int check_bcast(braid_comm_t c, int rank, int n, const shape_t *s, braid_
                  (int)(hier_runs(c) > before), s->bcast_hier);
         free(in);
         free(out);
+    }
+    return 0;
+}
+
+/* Reduce to every root: the root's output in place or not; the other ranks pass no output
+ * (NULL) or one that must stay untouched. */
+static int check_reduce(braid_comm_t c, int rank, int n, const shape_t *s, braid_datatype_t dt,
+                        braid_redop_t op, size_t count, int in_place, int seed)
+{
+    size_t es = braid_dtype_size(dt), bytes = count * es;
+    for (int root = 0; root < n; root++) {
+        char *in = malloc(bytes + 1), *out = malloc(bytes + 1), *canary = malloc(bytes + 1);
+        MP_CHECK(rank, in && out && canary, "out of memory");
+        data_fill(in, dt, op, rank, 0, count, seed + root);
+        memset(out, 0x5a, bytes);
+        memset(canary, 0x5a, bytes);
+        void *send = in, *recv = out;
+        if (rank != root)
+            recv = in_place ? NULL : out;
+        else if (in_place)
+            send = recv = in;
+        uint64_t before = hier_runs(c);
+        MP_OK(rank, braid_reduce(send, recv, count, dt, op, root, c));
+        if (rank == root)
+            MP_CHECK(rank,
+                     !data_check_reduced(recv, dt, op, n, 0, count, seed + root, "hier reduce"),
+                     "reduce %s %s of %zu to root %d (%s) wrong", braid_dtype_name(dt),
+                     braid_op_name(op), count, root, in_place ? "in place" : "oop");
+        else
+            MP_CHECK(rank, !memcmp(out, canary, bytes),
+                     "reduce of %zu to root %d wrote the output of non-root rank %d", count, root,
+                     rank);
+        int want = s->bcast_hier && count > 0;
+        MP_CHECK(rank, (hier_runs(c) > before) == want,
+                 "reduce of %zu to root %d: hier ran %d, expected %d", count, root,
+                 (int)(hier_runs(c) > before), want);
+        free(in);
+        free(out);
+        free(canary);
     }
     return 0;
 }
@@ -84,6 +123,17 @@ static int bcast_rs_on_shape(braid_comm_t comm, int rank, int n, void *arg)
     }
     if (check_bcast(c, rank, n, s, BRAID_INT8, 3001, 0, seed)) return 1;
     seed += n;
+    struct {
+        braid_datatype_t dt;
+        braid_redop_t op;
+        size_t count;
+    } red[] = {{BRAID_FLOAT32, BRAID_SUM, 4099},  {BRAID_INT32, BRAID_AVG, 1},
+               {BRAID_FLOAT16, BRAID_AVG, 7},     {BRAID_INT64, BRAID_PROD, 13},
+               {BRAID_UINT8, BRAID_MAX, 0},       {BRAID_BFLOAT16, BRAID_MIN, 1031},
+               {BRAID_FLOAT64, BRAID_AVG, 65537}, {BRAID_UINT32, BRAID_AVG, 257}};
+    for (size_t k = 0; k < sizeof(red) / sizeof(red[0]); k++, seed += n)
+        if (check_reduce(c, rank, n, s, red[k].dt, red[k].op, red[k].count, (int)(k & 1), seed))
+            return 1;
     size_t rcounts[] = {1, 5, 4099, 40000};
     for (size_t k = 0; k < sizeof(rcounts) / sizeof(rcounts[0]); k++) {
         if (check_rs(c, rank, n, s, BRAID_FLOAT32, BRAID_SUM, rcounts[k], (int)(k & 1), seed++))

@@ -3,7 +3,7 @@
  * braid_comm_init_env (BRAID_RANK, BRAID_NRANKS, BRAID_ROOT, BRAID_SECRET).
  *
  *   net_check coll [ROUNDS]   allreduce (several dtypes, ops and counts up to 8 MiB),
- *                             broadcast, reduce_scatter, allgather, checked exactly; exit 0
+ *                             broadcast, reduce, reduce_scatter, allgather, checked exactly; exit 0
  *                             if every result is right
  *   net_check victim R [IT [any]]  1 MiB allreduces in a loop; rank R kills itself (SIGKILL)
  *                             at iteration IT (default 10); every other rank must get
@@ -148,6 +148,15 @@ static int coll(braid_comm_t comm, int rounds)
                     CHECK(get(b, dt, k) == in_value(dt, root, k, seed),
                           "broadcast root %d %s count %zu: wrong [%zu]", root, braid_dtype_name(dt),
                           n, k);
+                /* reduce to another root; the other ranks pass no output */
+                int rroot = (int)((seed + 1) % nranks_);
+                fill(a, dt, rank_, 0, n, seed);
+                OK(braid_reduce(a, rank_ == rroot ? b : NULL, n, dt, op, rroot, comm));
+                for (size_t k = 0; rank_ == rroot && k < n; k++)
+                    CHECK(get(b, dt, k) == expect(dt, op, k, seed),
+                          "reduce root %d %s %s count %zu: [%zu] = %g, want %g", rroot,
+                          braid_dtype_name(dt), braid_op_name(op), n, k, get(b, dt, k),
+                          expect(dt, op, k, seed));
                 fill(a, dt, rank_, 0, n * (size_t)nranks_, seed);
                 OK(braid_reduce_scatter(a, b, n, dt, BRAID_MAX, comm));
                 for (size_t k = 0; k < n; k++)

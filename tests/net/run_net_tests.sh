@@ -130,8 +130,6 @@ run_nic() { # name, rails|route, netns.sh options
 }
 run_nic "2 hosts x 2 links, fake NUMA: NIC per rank" rails --two-links
 run_nic "2 hosts x 1 link, fake NUMA: route to the root" route
-# Hierarchical all-reduce, broadcast (every root) and reduce-scatter forced, over 2 and 3 ranks
-# per host; the perf tools check their results too (-c 1).
 # The cost model's constants measured on a shaped link (braid-info --tune --measure: every
 # rank at once, as BRAID_TUNE_MEASURE=1 does at init): the file has every key, the network's
 # bandwidth is near the 1 Gbit/s shaper's 0.125 GB/s, and the automatic choice with it is right.
@@ -163,10 +161,12 @@ run_tune() {
     fi
 }
 run_tune
+# Hierarchical all-reduce, broadcast and reduce (every root) and reduce-scatter forced, over 2
+# and 3 ranks per host; the perf tools check their results too (-c 1).
 run "2 hosts, hier: collectives" --hosts 2 -x BRAID_ALGO=hier -- "$check" coll
 run "3 hosts x 3, hier, 1gbit: collectives" --hosts 3 --ranks-per-host 3 --rate 1gbit \
     -x BRAID_ALGO=hier -- "$check" coll
-for tool in broadcast_perf reduce_scatter_perf; do
+for tool in broadcast_perf reduce_perf reduce_scatter_perf; do
     [ -x "$build/bin/$tool" ] && run "2 hosts, hier: $tool" --hosts 2 -x BRAID_ALGO=hier -- \
         "$build/bin/$tool" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1
 done

@@ -180,7 +180,9 @@ Test(select, hier_broadcast_any_shape_reduce_scatter_even_shapes)
         cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE_SCATTER, 1, &m),
                      multi && even, "shape %zu", s);
         cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 0, &m));
-        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 100, &m));
+        cr_assert_eq(braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 100, &m), multi,
+                     "shape %zu", s);
+        cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 0, &m));
         cr_assert(!braid_algo_applies(BRAID_ALGO_HIER, BRAID_COLL_ALLGATHER, 100, &m));
         if (!multi) {
             cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, 64, 16, &m), 0);
@@ -213,6 +215,36 @@ Test(select, hier_reduce_scatter_pays_on_slow_links_broadcast_on_2_hosts)
     m2.inter = m.inter;
     cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, 64, 16, &m2), BRAID_ALGO_HIER);
     cr_assert_eq(braid_model_choose(BRAID_COLL_BROADCAST, big, big / 4, &m2), BRAID_ALGO_RING);
+}
+
+/* Reduce is costed as the broadcast mirrored: the same stages (intra-host and inter-host, on
+ * the algorithm each sub-communicator would pick; one more intra-host stage on uneven hosts),
+ * so the model picks it where it picks the hierarchical broadcast. */
+Test(select, hier_reduce_costed_as_the_broadcast_mirrored)
+{
+    int two[4] = {0, 0, 1, 1}, four[8] = {0, 0, 1, 1, 2, 2, 3, 3}, uneven[4] = {0, 0, 0, 1};
+    braid_model_t m2 = model_for(4, two), m4 = model_for(8, four), mu = model_for(4, uneven);
+    m2.inter = m4.inter = mu.inter = (braid_link_model_t){40.0, 0.125}; /* 1 Gbit/s */
+    size_t big = (size_t)64 << 20;
+    for (size_t b = 4; b <= big; b *= 4) {
+        const braid_model_t *ms[] = {&m2, &m4, &mu};
+        for (int k = 0; k < 3; k++) {
+            double tb = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_BROADCAST, b, b / 4, ms[k]);
+            double tr = braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, b, b / 4, ms[k]);
+            cr_assert_gt(tr, 0, "model %d, %zu bytes", k, b);
+            cr_assert_float_eq(tr, tb, 1e-9, "model %d, %zu bytes", k, b);
+        }
+    }
+    /* on 2 hosts a small reduce crosses the network once instead of twice per call; large
+     * ones and 4 hosts keep the chain */
+    cr_assert_eq(braid_model_choose(BRAID_COLL_REDUCE, 64, 16, &m2), BRAID_ALGO_HIER);
+    cr_assert_lt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 64, 16, &m2) * 1.5,
+                 braid_model_time(BRAID_ALGO_RING, BRAID_COLL_REDUCE, 64, 16, &m2));
+    cr_assert_eq(braid_model_choose(BRAID_COLL_REDUCE, big, big / 4, &m2), BRAID_ALGO_RING);
+    cr_assert_eq(braid_model_choose(BRAID_COLL_REDUCE, 64, 16, &m4), BRAID_ALGO_RING);
+    /* 3 + 1 ranks against 2 + 2: the root's host adds a stage of 3 ranks */
+    cr_assert_gt(braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 64, 16, &mu),
+                 braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_REDUCE, 64, 16, &m2));
 }
 
 static const char *write_tmp(const char *text)
