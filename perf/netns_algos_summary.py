@@ -2,10 +2,15 @@
 # Tables from perf/netns_algos.sh output: best (smallest) out-of-place time in us of every
 # repetition per collective, algorithm and size; "auto / best" compares the automatic choice
 # (with the measured constants) with the fastest forced algorithm at that size.
-#   perf/netns_algos_summary.py OUT_DIR/raw.txt [more raw files]
-import sys, collections
+# With --median, the median of the repetitions instead of the best (small sizes are noisy).
+#   perf/netns_algos_summary.py [--median] OUT_DIR/raw.txt [more raw files]
+import sys, collections, statistics
+args = sys.argv[1:]
+pick = min
+if args and args[0] == '--median':
+    pick, args = statistics.median, args[1:]
 d = collections.defaultdict(dict)  # (coll,size) -> algo -> [times]
-for line in (l for p in sys.argv[1:] for l in open(p)):
+for line in (l for p in args for l in open(p)):
     f = line.split()
     if len(f) < 13 or f[0].startswith('#') or not f[3].isdigit(): continue
     coll, algo, size, t = f[0], f[1], int(f[3]), float(f[8])
@@ -26,7 +31,7 @@ for coll in colls:
     print('|---' * (len(algos) + 3) + '|')
     for size in sorted(s for c, s in d if c == coll):
         row = d[(coll, size)]
-        best = {a: min(row[a]) for a in row}
+        best = {a: pick(row[a]) for a in row}
         forced = {a: t for a, t in best.items() if not a.startswith('auto')}
         bf = min(forced, key=forced.get) if forced else None
         cells = []

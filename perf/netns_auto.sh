@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The automatic choice against every forced all-reduce algorithm on 2 network-namespace hosts
+# x 2 ranks, inter-host links shaped to 1 Gbit/s (tests/net/netns.sh; needs root), 8 B..256
+# MiB: ring, hier, recdbl (up to 1 MiB) and auto, the model's constants measured once on this
+# setup by `braid-info --tune --measure` (the file is kept in OUT_DIR). ROUNDS rounds, the
+# algorithm order reversed on every other one; the tables are medians over the rounds
+# (perf/netns_algos_summary.py --median OUT_DIR/raw.txt).
+#
+# The shaper's bucket is 128 KB by default (BURST): about 1 ms at 1 Gbit/s, enough for 64 KB
+# TCP segments at full rate (a 16-64 KB bucket costs 25-45% of the rate here), small enough
+# that a run at any size reaches its steady state within the warm-up (a 1 MB bucket lets the
+# first ~1 MB of a run pass at veth speed, so 16-64 KiB results depended on the sizes before).
+#
+#   perf/netns_auto.sh OUT_DIR [ROUNDS] [BUILD_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${1:?usage: perf/netns_auto.sh OUT_DIR [ROUNDS] [BUILD_DIR]}
+rounds=${2:-3}
+bin=$(cd "${3:-build}/bin" && pwd)
+burst=${BURST:-128kb}
+mkdir -p "$out"
+tune="$(cd "$out" && pwd)/netns-1gbit.tune"
+shape=(--hosts 2 --ranks-per-host 2 --rate 1gbit --burst "$burst")
+tests/net/netns.sh --timeout 120 "${shape[@]}" -- "$bin/braid-info" --tune --measure "$tune" \
+    >"$out/measure.log" 2>&1 || exit 1
+tests/net/netns.sh --timeout 120 "${shape[@]}" -x BRAID_TUNING_FILE="$tune" -x BRAID_DEBUG=INFO \
+    -x BRAID_DEBUG_SUBSYS=TUNING -- "$bin/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 2>&1 |
+    grep -E '^\[0\].*TUNING' >"$out/model.txt"
+run() { # label args...
+    local label=$1 env=()
+    shift
+    case $label in
+    auto) env=(-x BRAID_TUNING_FILE="$tune") ;;
+    *) env=(-x BRAID_ALGO="$label") ;;
+    esac
+    tests/net/netns.sh --timeout 900 "${shape[@]}" "${env[@]}" -- "$bin/all_reduce_perf" "$@" \
+        -c 1 2>&1 | grep -E "^ +[0-9]|wrong|error|FAIL" | awk -v t="$label" '{print "allreduce", t, $0}'
+}
+for r in $(seq 1 "$rounds"); do
+    algos="ring hier recdbl auto"
+    [ $((r % 2)) -eq 0 ] && algos="auto recdbl hier ring"
+    echo "# round $r start load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
+    for a in $algos; do
+        run "$a" -b 8 -e 1M -f 2 -n 100 -w 20
+        [ "$a" = recdbl ] || run "$a" -b 2M -e 256M -f 2 -n 3 -w 1
+    done
+    echo "# round $r end load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
+done | tee -a "$out/raw.txt"
+python3 perf/netns_algos_summary.py --median "$out/raw.txt" | tee "$out/summary-median.md"
