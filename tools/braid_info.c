@@ -261,7 +261,7 @@ static int measure_pair(braid_comm_t comm, int a, int b, size_t big, double laun
 static int measure(const char *path)
 {
     braid_comm_t comm;
-    setenv("BRAID_TUNE_MEASURE", "1", 1);
+    setenv("BRAID_TUNE_MEASURE", "5", 1); /* five times the calls of an init measurement */
     braid_result_t r = braid_comm_init_env(&comm);
     unsetenv("BRAID_TUNE_MEASURE");
     if (r) return fprintf(stderr, "braid-info: %s: %s\n", braid_strerror(r), braid_last_error()), 1;

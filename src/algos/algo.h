@@ -86,7 +86,7 @@ braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
 /* Collective at init: measures the slowest link (the network with several hosts, else shm)
  * with all-reduces over c's connections and sets its constants in m (see tune.c). */
 struct braid_algo_state;
-braid_result_t braid_tuning_measure(struct braid_comm *c, struct braid_algo_state *st);
+braid_result_t braid_tuning_measure(struct braid_comm *c, struct braid_algo_state *st, int reps);
 /* Oversubscription penalty per step (select.c). */
 double braid_model_step_penalty_us(const braid_model_t *m);
 /* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */

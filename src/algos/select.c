@@ -472,7 +472,11 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
     mine.m.cores = c->ncpus;
     int64_t measure = 0;
     BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
-    mine.measure = measure != 0 && !braid_split_is_internal();
+    if (measure < 0 || measure > 20)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_TUNE_MEASURE=%lld: want 0 (off) or 1..20 (repetitions)",
+                               (long long)measure);
+    mine.measure = braid_split_is_internal() ? 0 : (int32_t)measure;
     const char *path = braid_split_is_internal() ? "" : braid_param_str("TUNING_FILE");
     if (c->rank == 0 && path && *path) {
         mine.status = braid_tuning_read(path, &mine.m);
@@ -501,7 +505,7 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
     }
     if (res == BRAID_SUCCESS && all[0].measure) {
         /* every rank takes part; rank 0's numbers are the ones every rank keeps */
-        res = braid_tuning_measure(c, st);
+        res = braid_tuning_measure(c, st, all[0].measure);
         if (res == BRAID_SUCCESS) {
             mine.m = *m;
             res = braid_boot_allgather(c->boot, &mine, all, sizeof(tuning_blob_t));

@@ -14,7 +14,8 @@
  * A key may be left out (it keeps its built-in default); an unknown key, a malformed line or a
  * value out of range is an error naming the file, line and key.
  *
- * BRAID_TUNE_MEASURE=1 measures the links at init instead (tens of ms, collective; internal
+ * BRAID_TUNE_MEASURE=N (1..20) measures the links at init instead (tens of ms times N: N
+ * scales the number of calls each median is taken over; collective; internal
  * sub-communicators take their parent's numbers and measure nothing). Every rank runs
  * recursive-doubling all-reduces of 8 B and, with several hosts of equal size, hierarchical
  * ones of 8 B per rank (so the step latencies within and between hosts both come out), ring
@@ -120,8 +121,8 @@ static braid_result_t median_allreduce_us(struct braid_comm *c, braid_algo_state
                          .dtype = BRAID_FLOAT32,
                          .op = BRAID_SUM,
                          .root = -1};
-    double t[64];
-    if (iters > 64) iters = 64;
+    double *t = malloc((size_t)iters * sizeof(double));
+    if (!t) return braid_set_error(BRAID_ERR_NOMEM, "tuning: out of memory for %d times", iters);
     for (int i = 0; i < iters; i++) {
         double t0 = now_us();
         uint32_t seq = ++c->seq;
@@ -131,13 +132,14 @@ static braid_result_t median_allreduce_us(struct braid_comm *c, braid_algo_state
                         : braid_hier_allreduce(c, st, &a, seq));
         t[i] = now_us() - t0;
     }
-    for (int i = 1; i < iters; i++) /* insertion sort: a few dozen values */
+    for (int i = 1; i < iters; i++) /* insertion sort: a few hundred values at most */
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
             double x = t[j];
             t[j] = t[j - 1];
             t[j - 1] = x;
         }
     *med_p = t[iters / 2];
+    free(t);
     return BRAID_SUCCESS;
 }
 
@@ -153,7 +155,7 @@ static double clamp_alpha(double a)
  * ring reduce-scatter and all-gather, and k network steps of what the inter-host
  * sub-communicator runs), so both links are measured. */
 static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *st, float *buf,
-                                     double *t_rd_p)
+                                     int reps, double *t_rd_p)
 {
     braid_model_t *m = &st->model;
     int n = c->nranks, P = 1, R = 0;
@@ -163,7 +165,7 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
     }
     if (P < n) R += 2;
     double p = braid_model_step_penalty_us(m), t_rd = 0, t_h = 0;
-    BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_RECDBL, buf, 2, 31, &t_rd));
+    BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_RECDBL, buf, 2, 31 * reps, &t_rd));
     *t_rd_p = t_rd;
     int L = m->min_local, H = m->nhosts;
     if (H < 2) {
@@ -176,7 +178,7 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
             (t_rd - m->launch_us - ri * (m->intra.alpha_us + p)) / (rn > 0 ? rn : 1) - p);
         return BRAID_SUCCESS;
     }
-    BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_HIER, buf, 2 * (size_t)L, 31, &t_h));
+    BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_HIER, buf, 2 * (size_t)L, 31 * reps, &t_h));
     /* what the inter-host sub-communicator ran for its 8 bytes */
     const braid_algo_state_t *is = st->inter ? st->inter->algo_state : NULL;
     int k = 2 * (H - 1);
@@ -218,8 +220,9 @@ static braid_result_t take_rank0(struct braid_comm *c, braid_model_t *m)
     return res;
 }
 
-braid_result_t braid_tuning_measure(struct braid_comm *c, braid_algo_state_t *st)
+braid_result_t braid_tuning_measure(struct braid_comm *c, braid_algo_state_t *st, int reps)
 {
+    if (reps < 1) reps = 1;
     braid_model_t *m = &st->model;
     int n = c->nranks;
     if (n < 2) return BRAID_SUCCESS;
@@ -228,9 +231,9 @@ braid_result_t braid_tuning_measure(struct braid_comm *c, braid_algo_state_t *st
     if (!buf) return braid_set_error(BRAID_ERR_NOMEM, "tuning: out of memory measuring links");
     double t_rd = 0, t_big = 0, t_probe = 0;
     size_t probe = 0;
-    braid_result_t res = measure_alphas(c, st, buf, &t_rd);
+    braid_result_t res = measure_alphas(c, st, buf, reps, &t_rd);
     if (res == BRAID_SUCCESS)
-        res = median_allreduce_us(c, st, BRAID_ALGO_RING, buf, big, 3, &t_big);
+        res = median_allreduce_us(c, st, BRAID_ALGO_RING, buf, big, 3 * reps, &t_big);
     /* the ring's bandwidth term, the slowest link (the network with several hosts) */
     braid_link_model_t *l = m->nhosts > 1 ? &m->inter : &m->intra;
     if (res == BRAID_SUCCESS) {
@@ -252,7 +255,7 @@ braid_result_t braid_tuning_measure(struct braid_comm *c, braid_algo_state_t *st
         probe = per_byte > 0 ? (size_t)(lat / per_byte * (1 << 20)) / 4 : 0;
         if (probe < 16) probe = 16;
         if (probe > big) probe = big;
-        res = median_allreduce_us(c, st, BRAID_ALGO_RECDBL, buf, probe, 31, &t_probe);
+        res = median_allreduce_us(c, st, BRAID_ALGO_RECDBL, buf, probe, 31 * reps, &t_probe);
         double sum = braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, probe * 4, probe, m);
         m->net_overlap = 1;
         double over =

@@ -22,8 +22,8 @@ static const braid_param_t params[] = {
     {"TUNING_FILE", "", BRAID_PARAM_STR,
      "cost-model constants (braid-info --tune --measure writes them), read by rank 0 at init"},
     {"TUNE_MEASURE", "0", BRAID_PARAM_INT,
-     "1: measure the cost model's links at init (tens of ms; rank 0's setting and numbers "
-     "count)"},
+     "1..20: measure the cost model's links at init (tens of ms times the value, which "
+     "scales the calls per median; rank 0's setting and numbers count)"},
     {"NCHANNELS", "0", BRAID_PARAM_INT, "channels (independent rings); 0 = automatic"},
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},

@@ -107,6 +107,23 @@ static int mismatched_algo(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* BRAID_TUNE_MEASURE out of range: init fails naming it, on every rank (none waits). */
+static int bad_tune_measure(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    setenv("BRAID_TUNE_MEASURE", "99", 1);
+    braid_comm_t sub = NULL;
+    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
+    unsetenv("BRAID_TUNE_MEASURE");
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && sub == NULL, "split gave %s", braid_strerror(r));
+    MP_CHECK(rank, strstr(braid_last_error(), "BRAID_TUNE_MEASURE=99"), "message: %s",
+             braid_last_error());
+    int32_t x = 1, y = 0;
+    MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_INT32, BRAID_SUM, comm));
+    MP_CHECK(rank, y == n, "allreduce gave %d", y);
+    return 0;
+}
+
 /* A rank dies in the middle of hierarchical all-reduces: every survivor must get an error
  * promptly (through whichever sub-communicator it waits in), not hang. */
 static int victim_dies(braid_comm_t comm, int rank, int n, void *arg)
@@ -314,6 +331,11 @@ Test(algos, forced_recdbl_2_hosts_x_2)
 {
     shape_t s = {.host = {0, 0, 1, 1}, .algo = "recdbl", .expect_hier = 0};
     cr_assert_eq(mp_run(4, allreduce_on_shape, &s, 200), 0, "some rank failed (see stderr)");
+}
+
+Test(algos, tune_measure_out_of_range_fails_init_clearly)
+{
+    cr_assert_eq(mp_run(2, bad_tune_measure, NULL, 60), 0, "some rank failed (see stderr)");
 }
 
 Test(algos, ranks_with_different_algo_fail_init_clearly)
