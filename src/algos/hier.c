@@ -304,6 +304,22 @@ static braid_op_args_t sub_args(int coll, const void *in, void *out, size_t coun
                              .root = root};
 }
 
+/* Rooted collectives (broadcast, reduce): this rank's host h and local index lr, the root's
+ * host hr and local index jr, and the local index of the leaders that carry the inter-host
+ * step (jr when every host has that index, else 0). */
+typedef struct {
+    int h, lr, hr, jr, lead;
+} hier_roles_t;
+
+static hier_roles_t roles(const struct braid_comm *c, const braid_algo_state_t *st, int root)
+{
+    const braid_topo_t *t = &st->topo;
+    hier_roles_t r = {t->host[c->rank], t->local_rank[c->rank], t->host[root], t->local_rank[root],
+                      0};
+    r.lead = r.jr < t->min_local ? r.jr : 0;
+    return r;
+}
+
 braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
                                     const braid_op_args_t *a, uint32_t seq)
 {
@@ -311,11 +327,10 @@ braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st
     braid_result_t res = BRAID_SUCCESS;
     if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     const braid_topo_t *t = &st->topo;
-    int h = t->host[c->rank], lr = t->local_rank[c->rank];
-    int hr = t->host[a->root], jr = t->local_rank[a->root];
-    /* Leaders: local index jr on every host when every host has one, else local index 0
-     * after the root's host has the data (an extra broadcast within the root's host). */
-    int lead = jr < t->min_local ? jr : 0;
+    /* leaders: local index jr on every host when every host has one, else local index 0
+     * after the root's host has the data (an extra broadcast within the root's host) */
+    hier_roles_t ro = roles(c, st, a->root);
+    int h = ro.h, lr = ro.lr, hr = ro.hr, jr = ro.jr, lead = ro.lead;
     const void *src = c->rank == a->root ? a->sendbuf : a->recvbuf;
     if (lead != jr && h == hr) {
         braid_op_args_t b =
@@ -403,9 +418,8 @@ braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
     braid_result_t res = BRAID_SUCCESS;
     if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     const braid_topo_t *t = &st->topo;
-    int h = t->host[c->rank], lr = t->local_rank[c->rank];
-    int hr = t->host[a->root], jr = t->local_rank[a->root];
-    int lead = jr < t->min_local ? jr : 0, is_root = c->rank == a->root;
+    hier_roles_t ro = roles(c, st, a->root);
+    int h = ro.h, lr = ro.lr, hr = ro.hr, jr = ro.jr, lead = ro.lead, is_root = c->rank == a->root;
     braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
     size_t bytes = a->count * braid_dtype_size(a->dtype);
     const void *part = a->sendbuf; /* what this rank contributes to its next step */
