@@ -22,7 +22,7 @@ cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 status=0
 echo "== clang-format (the tree is formatted)"
 bash tests/format_check.sh || status=1
-echo "== ThreadSanitizer: worker thread, concurrent polling, abort from another thread"
+echo "== ThreadSanitizer: worker thread, polling, abort; pipelined hier all-reduce, a rank killed in it"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || status=1
 echo "== ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

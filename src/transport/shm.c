@@ -42,6 +42,7 @@
 #define SHM_MAX_SLOTS 64
 #define SHM_FAIL_SENDER 1
 #define SHM_FAIL_RECEIVER 2
+#define SHM_FAIL_CLAIMED(bit) ((bit) << 2) /* that side's code and message are being written */
 
 /* One slot's header on its own cache line. The sender publishes a message by storing
  * flag = (its sequence number + 1) with release order after the payload and header; the
@@ -392,14 +393,19 @@ static void shm_wake(braid_conn_t *conn)
     futex_wake(&c->f->tail);
 }
 
+/* The first failure of a side is the one its peer reads: a later one (another thread of this
+ * rank failing the same connection, as hier's fail path does while its worker thread fails the
+ * inter-host sub-communicator) only wakes, so code and message are written once. */
 static void shm_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
     shm_conn_t *c = (shm_conn_t *)conn;
-    int me = conn->is_send ? 0 : 1;
-    c->f->fail_code[me] = code;
-    snprintf(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), "%s", why);
-    atomic_fetch_or_explicit(&c->f->failed, conn->is_send ? SHM_FAIL_SENDER : SHM_FAIL_RECEIVER,
-                             memory_order_release);
+    int me = conn->is_send ? 0 : 1, bit = conn->is_send ? SHM_FAIL_SENDER : SHM_FAIL_RECEIVER;
+    if (!(atomic_fetch_or_explicit(&c->f->failed, SHM_FAIL_CLAIMED(bit), memory_order_acquire) &
+          SHM_FAIL_CLAIMED(bit))) {
+        c->f->fail_code[me] = code;
+        snprintf(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), "%s", why);
+        atomic_fetch_or_explicit(&c->f->failed, bit, memory_order_release);
+    }
     shm_wake(conn);
 }
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM (tests/rdma/vm.sh), started by run_rdma_tests.sh: the RDMA test
 # cases, ranks split across rxe0 (veth0, 198.18.0.1, "host" vmA) and rxe1 (veth1, 198.18.0.2,
-# "host" vmB). ONLY=REGEX runs the matching cases only. Prints "[PASS]/[FAIL] name" lines and "rdma: N passed, N failed".
+# "host" vmB); at the end the NUMA cases (the VM has 2 NUMA nodes: ranks bound to either,
+# the NUMA node each publishes and the ring order). ONLY=REGEX runs the matching cases only.
+# Prints "[PASS]/[FAIL] name" lines and "rdma: N passed, N failed".
 #   inner.sh BUILD_DIR
 build=$1
 perf="$build/bin/all_reduce_perf"
@@ -10,7 +12,9 @@ failed=0
 port=29400
 secret=0123456789abcdef0123456789abcdef
 
-# job NRANKS "VAR=V ..." CMD...: first half of the ranks on vmA, the rest on vmB.
+# job NRANKS "VAR=V ..." CMD...: first half of the ranks on vmA, the rest on vmB (all on vmA
+# with one_host set); with numa_bind set, rank r runs bound (taskset) to cpu $numa_cpu0 (NUMA
+# node 0) if r is even, else to cpu $numa_cpu1 (node 1).
 job() {
     n=$1
     extra=$2
@@ -28,11 +32,15 @@ job() {
             ifn==veth1
             hca==rxe1
         fi
+        [ -n "${one_host:-}" ] && h=vmA && ifn==veth0 && hca==rxe0
         hca_env=""
         [ -n "${by_hca:-}" ] && hca_env="BRAID_IB_HCA=$hca:1"
+        pin=""
+        [ -n "${numa_bind:-}" ] && pin="taskset -c $numa_cpu0" && [ $((r % 2)) = 1 ] &&
+            pin="taskset -c $numa_cpu1"
         env $hca_env BRAID_RANK=$r BRAID_NRANKS=$n BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret \
             BRAID_HOSTNAME=$h BRAID_SOCKET_IFNAME=$ifn BRAID_TIMEOUT=120 $extra \
-            "$@" >/tmp/rank.$r.out 2>&1 &
+            $pin "$@" >/tmp/rank.$r.out 2>&1 &
         [ "$r" = "${victim:-}" ] || pids="$pids $!" # the victim kills itself
         r=$((r + 1))
     done
@@ -169,6 +177,78 @@ if [ -x "$check" ]; then
     victim=1
     run "2 ranks, rdma: killed rank 1 is named" 2 "BRAID_TRANSPORT=rdma" "$check" victim 1 5
     victim=""
+fi
+
+# ---- NUMA: vm.sh boots 2 NUMA nodes (a cpu each). Ranks publish the node of their cpu binding
+# (hwloc, or sysfs without it; src/topo/place.c), with no BRAID_NUMA_ID, and a host's ring
+# visits each node's ranks together (src/topo/topo.c).
+pass() { passed=$((passed + 1)); echo "[PASS] $*"; }
+fail() { failed=$((failed + 1)); echo "[FAIL] $*"; }
+node_cpu() { cut -d, -f1 </sys/devices/system/node/node$1/cpulist 2>/dev/null | cut -d- -f1; }
+numa_cpu0=$(node_cpu 0)
+numa_cpu1=$(node_cpu 1)
+unset BRAID_NUMA_ID
+if [ -n "${ONLY:-}" ] && ! echo "NUMA" | grep -q -- "$ONLY"; then
+    :
+elif [ -z "$numa_cpu1" ]; then
+    fail "NUMA: the VM has no NUMA node 1 (/sys/devices/system/node/node1)"
+else
+    info=$("$build/bin/braid-info" 2>&1)
+    info1=$(taskset -c "$numa_cpu1" "$build/bin/braid-info" 2>&1)
+    if echo "$info" | grep -q "^topology (.*): .*, 2 NUMA node(s)," &&
+        echo "$info" | grep -q "^  NUMA node 1: cpus $numa_cpu1" &&
+        echo "$info1" | grep -q "this process runs on NUMA node 1$"; then
+        pass "NUMA: braid-info sees 2 NUMA nodes (source: $(echo "$info" | sed -n "s/^topology (\([a-z]*\).*/\1/p")), a process on cpu $numa_cpu1 on node 1"
+    else
+        fail "NUMA: braid-info does not see 2 NUMA nodes"
+        echo "$info" | grep -A3 "^topology ("
+        echo "$info1" | grep "^topology ("
+    fi
+    # 4 ranks of one host on nodes 0 1 0 1: the ring must be 0 2 1 3 (or a rotation): 2 NUMA
+    # crossings (the fewest), where rank order would cross 4 times.
+    one_host=1
+    numa_bind=1
+    t0=$(date +%s)
+    if job 4 "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=INIT" "$build/bin/braid-info" --peers; then
+        ring=$(awk '/^ *[0-9]+ +[0-9]+ +vmA / { numa[$1] = $5; rows++ }
+            /^ring \(every channel\):/ { for (i = 4; i <= NF; i++) order[n++] = $i }
+            END {
+                bad = rows != 4 || n != 4
+                for (r = 0; r < 4; r++) if (numa[r] != r % 2) bad = 1
+                for (i = 0; i < n; i++) x += numa[order[i]] != numa[order[(i + 1) % n]]
+                v = (bad || x != 2) ? "bad" : "ok"
+                printf "%s: published nodes %s %s %s %s, ring", v, numa[0], numa[1], numa[2], numa[3]
+                for (i = 0; i < n; i++) printf " %s", order[i]
+                printf ", %d NUMA crossings", x
+            }' /tmp/rank.0.out)
+        logged=0
+        for r in 0 1 2 3; do
+            c=$numa_cpu0
+            [ $((r % 2)) = 1 ] && c=$numa_cpu1
+            grep -q "rank $r runs on cpus $c, NUMA node $((r % 2)); " /tmp/rank.$r.out &&
+                logged=$((logged + 1))
+        done
+    else
+        ring="bad: braid-info --peers failed"
+    fi
+    if [ "${ring%%:*}" = ok ] && [ $logged = 4 ]; then
+        pass "NUMA: 4 ranks bound to nodes 0 1 0 1 (taskset) publish them: ${ring#ok: } ($(($(date +%s) - t0)) s)"
+    else
+        fail "NUMA: 4 ranks bound to nodes 0 1 0 1: ${ring#*: }; $logged of 4 logged their node"
+        for f in /tmp/rank.*.out; do
+            echo "  --- $f"
+            tail -n 12 "$f" | sed 's/^/    /'
+        done
+    fi
+    rm -f /tmp/rank.*.out
+    want_log="ring crosses hosts 0 times, NUMA nodes within hosts 2 times"
+    run "NUMA: 4 ranks on nodes 0 1 0 1, ring over shm, all_reduce_perf -c 1, 2 NUMA crossings" 4 \
+        "BRAID_ALGO=ring BRAID_DEBUG=DEBUG BRAID_DEBUG_SUBSYS=INIT" $perf -b 8 -e 4M -f 8 -n 1 -w 1 -c 1
+    want_log=""
+    run "NUMA: 4 ranks on nodes 0 1 0 1, automatic, all_reduce_perf -c 1 -d all -o all" 4 "" \
+        $perf -b 8 -e 1M -f 128 -n 1 -w 1 -c 1 -d all -o all
+    one_host=""
+    numa_bind=""
 fi
 echo "rdma: $passed passed, $failed failed"
 [ $failed -eq 0 ]

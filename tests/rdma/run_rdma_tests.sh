@@ -2,7 +2,8 @@
 # RDMA transport tests on Soft-RoCE: boots the qemu VM of tests/rdma/vm.sh with the build
 # folder shared in, and runs tests/rdma/inner.sh there (collective correctness with
 # all_reduce_perf, ranks split across rxe0 and rxe1 as two hosts, BRAID_TRANSPORT=rdma and the
-# automatic shm + rdma choice).
+# automatic shm + rdma choice), and the NUMA cases on the VM's 2 NUMA nodes (ranks bound with
+# taskset publish their real node; the ring crosses nodes the fewest times).
 #
 #   tests/rdma/run_rdma_tests.sh [BUILD_DIR]     (default: build)
 #

@@ -3,6 +3,8 @@
 # initramfs, shares a host folder over 9p at the same path, creates two rxe devices over a
 # veth pair (rxe0 on veth0 = 198.18.0.1, rxe1 on veth1 = 198.18.0.2, with the policy routing
 # that makes them really exchange packets), runs a command inside and returns its exit status.
+# The VM has 2 cpus and 2 NUMA nodes (cpu 0 and 1 GiB on node 0, cpu 1 and 1 GiB on node 1), so
+# braid's NUMA detection and ring order run on a real multi-node kernel.
 # See ../shared/notes/softroce-vm.md for why each step is there.
 #
 #   tests/rdma/vm.sh [--share DIR] [--lib-of BIN]... [--timeout SECS] [--] COMMAND...
@@ -228,6 +230,8 @@ cat "$cache/base.cpio.gz" "$work/run.cpio.gz" >"$work/initrd"
 # ---- boot --------------------------------------------------------------------------------------
 t0=$(date +%s.%N)
 timeout "$timeout" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max -m 2G -smp 2 \
+    -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
+    -numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1 \
     -nographic -nic none -no-reboot -kernel "$kernel" -initrd "$work/initrd" \
     -append 'console=ttyS0 quiet panic=-1 loglevel=3' \
     -virtfs "local,path=$share,mount_tag=share,security_model=none,id=share" \
