@@ -140,6 +140,14 @@ braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
  * Needs comm->peers (after the init allgather). */
 braid_result_t braid_comm_data_addr(struct braid_comm *comm, struct sockaddr_storage *a_p,
                                     socklen_t *len_p, char *why, size_t len);
+/* The same with the NICs narrowed first: filter rewrites nics[0..nnics) in place (hooked: they
+ * came from BRAID_NIC_NUMA) and returns how many remain; it runs only when the choice is made
+ * (several hosts, BRAID_SOCKET_IFNAME unset). rdma keeps the NICs with an active RDMA port. */
+typedef int (*braid_comm_nic_filter_fn)(braid_topo_dev_t *nics, int nnics, int hooked, void *arg);
+braid_result_t braid_comm_data_addr_filtered(struct braid_comm *comm,
+                                             braid_comm_nic_filter_fn filter, void *arg,
+                                             struct sockaddr_storage *a_p, socklen_t *len_p,
+                                             char *why, size_t len);
 /* Called first by each thread braid starts for comm: names it ("braid-" + what) and pins it
  * to comm->thread_cpus when pinning is on. */
 void braid_comm_thread_start(struct braid_comm *comm, const char *what);

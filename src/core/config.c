@@ -35,7 +35,8 @@ static const braid_param_t params[] = {
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel"},
     {"IB_HCA", "", BRAID_PARAM_STR,
-     "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact)"},
+     "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
+     "one on the rank's NUMA node"},
     {"IB_GID_INDEX", "-1", BRAID_PARAM_INT,
      "RoCE GID index for RDMA; -1 = automatic (a RoCE v2 IPv4 GID first)"},
     {"IB_QPS_PER_CONN", "1", BRAID_PARAM_INT,

@@ -1,8 +1,9 @@
-/* The local address a rank's data listeners use (tcp's listener, rdma's listen and source
- * address): BRAID_SOCKET_IFNAME's if set; else, on a host with several NICs that reach every
- * other host of the communicator, the one braid_topo_nic_choose picks for this rank's NUMA
- * node and local rank (topo/nic.c); else the address that routes to the bootstrap root, as
- * for single-NIC hosts. */
+/* The local address a rank's data listeners use (tcp's listener, rdma's listen address):
+ * BRAID_SOCKET_IFNAME's if set; else, on a host with several NICs that reach every other host
+ * of the communicator, the one braid_topo_nic_choose picks for this rank's NUMA node and local
+ * rank (topo/nic.c; rdma first keeps only the NICs with an active RDMA port,
+ * braid_topo_nic_filter); else the address that routes to the bootstrap root, as for
+ * single-NIC hosts. */
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -44,8 +45,9 @@ static int is_loopback(const struct sockaddr_storage *a)
            IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
-braid_result_t braid_comm_data_addr(struct braid_comm *c, struct sockaddr_storage *a_p,
-                                    socklen_t *len_p, char *why, size_t len)
+braid_result_t braid_comm_data_addr_filtered(struct braid_comm *c, braid_comm_nic_filter_fn filter,
+                                             void *arg, struct sockaddr_storage *a_p,
+                                             socklen_t *len_p, char *why, size_t len)
 {
     if (*braid_param_str("SOCKET_IFNAME")) {
         snprintf(why, len, "BRAID_SOCKET_IFNAME=%s", braid_param_str("SOCKET_IFNAME"));
@@ -68,6 +70,7 @@ braid_result_t braid_comm_data_addr(struct braid_comm *c, struct sockaddr_storag
         if (strcmp(c->peers[r].host, c->peers[c->rank].host))
             others[nothers++] = &c->peers[r].addrs;
     braid_topo_discover(hw);
+    if (filter && nothers) hw->nnics = filter(hw->nic, hw->nnics, hw->nic_hook, arg);
     const braid_topo_place_t *me = &c->peers[c->rank].place;
     /* On a one-node machine every NIC is local (VMs often report no node for devices). */
     if (!me->numa_forced && hw->nnuma <= 1)
@@ -108,4 +111,10 @@ keep:
     *a_p = route;
     *len_p = rlen;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_data_addr(struct braid_comm *c, struct sockaddr_storage *a_p,
+                                    socklen_t *len_p, char *why, size_t len)
+{
+    return braid_comm_data_addr_filtered(c, NULL, NULL, a_p, len_p, why, len);
 }

@@ -7,7 +7,11 @@
  * A NIC is usable when it has an address of the root route's family from which every other
  * host is reachable: each rank publishes its host's addresses (braid_topo_addrs_collect) at
  * init, and every other host must have an address in the NIC's subnet. The choice is a pure
- * function of the published data (braid_topo_nic_choose), unit-tested without a network. */
+ * function of the published data (braid_topo_nic_choose), unit-tested without a network.
+ *
+ * rdma (BRAID_IB_HCA unset) makes the same choice among the NICs that are the interface of an
+ * active RDMA port (braid_topo_nic_filter, fed by transport/rdma_dev.c), so a rank listens on
+ * the RDMA device of its own NUMA node, like NCCL without NCCL_IB_HCA. */
 #include "core/log.h"
 #include "topo/topo.h"
 
@@ -185,4 +189,34 @@ int braid_topo_nic_choose(const braid_topo_dev_t *nics, int nnics, const braid_t
                  "rank %d takes number %d of them",
                  nu, my_numa, lr, lr % nu);
     return addr[k];
+}
+
+int braid_topo_nic_filter(const braid_topo_dev_t *nics, int nnics,
+                          const braid_topo_rdma_port_t *ports, int nports, int add_unlisted,
+                          braid_topo_dev_t *out)
+{
+    int n = 0;
+    for (int i = 0; i < nnics && n < BRAID_TOPO_MAX_DEVS; i++) {
+        int dup = 0, p = 0;
+        for (int j = 0; j < n && !dup; j++)
+            dup = !strcmp(out[j].name, nics[i].name);
+        while (p < nports && (!ports[p].netdev[0] || strncmp(ports[p].netdev, nics[i].name, 15)))
+            p++;
+        if (dup || p == nports) continue;
+        out[n] = nics[i];
+        if (ports[p].numa >= 0) out[n].numa = ports[p].numa;
+        n++;
+    }
+    for (int p = 0; add_unlisted && p < nports && n < BRAID_TOPO_MAX_DEVS; p++) {
+        int dup = !ports[p].hw || !ports[p].netdev[0];
+        for (int j = 0; j < n && !dup; j++)
+            dup = !strncmp(out[j].name, ports[p].netdev, 15);
+        if (dup) continue;
+        memset(&out[n], 0, sizeof(out[n]));
+        snprintf(out[n].name, sizeof(out[n].name), "%.15s", ports[p].netdev);
+        out[n].numa = ports[p].numa;
+        out[n].local = -1;
+        n++;
+    }
+    return n;
 }

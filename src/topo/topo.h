@@ -147,6 +147,25 @@ int braid_topo_nic_choose(const braid_topo_dev_t *nics, int nnics, const braid_t
                           const braid_topo_addrs_t *const *others, int nothers, int family,
                           int my_numa, int local_rank, char *why, size_t len);
 
+/* An active RDMA port as the rdma transport's NIC choice sees it (transport/rdma_dev.c). */
+typedef struct {
+    char dev[32];    /* RDMA device name (rxe0, mlx5_0) */
+    int port;        /* its port number */
+    char netdev[16]; /* its network interface (RoCE: the GID's; IB: IPoIB), "" if none */
+    int numa;        /* the device's NUMA node (/sys/class/infiniband/DEV/device), -1 unknown */
+    int hw;          /* 1 if the device has a sysfs device (hardware), 0 (Soft-RoCE) */
+} braid_topo_rdma_port_t;
+
+/* The NICs rdma chooses from with braid_topo_nic_choose, a pure function: each NIC of nics
+ * (discovered, or BRAID_NIC_NUMA's) that is the network interface of some port in ports, on
+ * that port's NUMA node when it is known (>= 0), else on the NIC's; then, when add_unlisted,
+ * the interfaces of hardware ports (hw) that nics lacks (a bonded RoCE device), on the port's
+ * node. NICs without an active RDMA port are left out. nics's order, then ports'; no name
+ * twice. Writes at most BRAID_TOPO_MAX_DEVS entries to out and returns their number. */
+int braid_topo_nic_filter(const braid_topo_dev_t *nics, int nnics,
+                          const braid_topo_rdma_port_t *ports, int nports, int add_unlisted,
+                          braid_topo_dev_t *out);
+
 /* Names the calling thread (at most 15 characters kept) and, unless cpus is NULL, pins it to
  * cpus. Returns 0 or the errno of the failed pin. */
 int braid_topo_pin_self(const char *name, const cpu_set_t *cpus);

@@ -3,8 +3,10 @@
  *
  * Setup (rdma_conn.c). The first recv_setup of a communicator opens an rdma_cm listener (port 0)
  * on the address of the port BRAID_IB_HCA / BRAID_IB_GID_INDEX choose, else the address
- * BRAID_SOCKET_IFNAME selects, else the local address that routes to the bootstrap root (as tcp
- * does; rdma_dev.c), and starts a thread serving its event channel. Every receive connection
+ * BRAID_SOCKET_IFNAME selects, else, when the host has several NICs with an active RDMA port
+ * that reach every other host, that of one on the rank's NUMA node, else the local address
+ * that routes to the bootstrap root (as tcp does; rdma_dev.c, core/netaddr.c), and starts a
+ * thread serving its event channel. Every receive connection
  * registers its staging slots (nslots x (64-byte header + slot_size)) on the listener's device;
  * the info blob carries the listener address, the slots' address and rkey. send_connect
  * resolves the address and route, creates its QP and registered staging slots, and connects

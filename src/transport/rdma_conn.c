@@ -304,7 +304,8 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
     st->efd = -1;
     pthread_mutex_init(&st->mu, NULL);
     char ip[INET6_ADDRSTRLEN] = "?";
-    r = braid_rdma_listen_addr(comm, &st->laddr);
+    char why[600];
+    r = braid_rdma_listen_addr(comm, &st->laddr, why, sizeof(why));
     if (r < 0) goto fail;
     if (st->laddr.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&st->laddr)->sin_addr, ip, sizeof(ip));
@@ -337,9 +338,9 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
         goto fail;
     }
     st->started = 1;
-    braid_info(NET, "rdma: listening on %s port %u, device %s", ip,
+    braid_info(NET, "rdma: listening on %s port %u, device %s (%s)", ip,
                ntohs(((struct sockaddr_in *)&st->laddr)->sin_port),
-               ibv_get_device_name(st->listen->verbs->device));
+               ibv_get_device_name(st->listen->verbs->device), why);
     st->next = g_states;
     g_states = st;
     pthread_mutex_unlock(&g_mu);

@@ -1,5 +1,6 @@
 /* RDMA verbs transport: which device, port and address to use (BRAID_IB_HCA in NCCL's grammar,
- * BRAID_IB_GID_INDEX), whether a usable device is there at all, and the listener's address. */
+ * BRAID_IB_GID_INDEX), whether a usable device is there at all, and the listener's address
+ * (without BRAID_IB_HCA: tcp's NUMA-local NIC choice among the NICs of active RDMA ports). */
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/config.h"
@@ -7,6 +8,7 @@
 #include "transport/rdma_impl.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -173,12 +175,139 @@ int braid_rdma_usable(void)
     return g_usable;
 }
 
-/* The address to listen on (port 0), like tcp's choice. */
-braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_storage *a)
+/* ---- the listener's NIC: several active ports, BRAID_IB_HCA unset ---------------------------- */
+
+static int read_int(const char *path, int dflt)
 {
-    socklen_t len = sizeof(*a);
-    if (braid_rdma_hca_chosen()) return braid_rdma_hca_addr(a);
-    return braid_boot_listen_addr(&comm->boot_addr, a, &len);
+    FILE *f = fopen(path, "r");
+    int v = dflt;
+    if (f) {
+        if (fscanf(f, "%d", &v) != 1) v = dflt;
+        fclose(f);
+    }
+    return v;
+}
+
+/* The network interface of port `port` of dev: that of its first GID with one (RoCE), else
+ * the interface of the same PCI device whose dev_port is port - 1, else its first (IPoIB). */
+static void port_netdev(struct ibv_context *ctx, const char *dev, int port, int gid_len,
+                        char out[16])
+{
+    char name[IF_NAMESIZE];
+    out[0] = '\0';
+    for (int g = 0; g < gid_len; g++) {
+        struct ibv_gid_entry e;
+        if (ibv_query_gid_ex(ctx, (uint32_t)port, (uint32_t)g, &e, 0) || !e.ndev_ifindex ||
+            !if_indextoname(e.ndev_ifindex, name))
+            continue;
+        snprintf(out, 16, "%.15s", name);
+        return;
+    }
+    char path[256];
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/device/net", dev);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "/sys/class/net/%.64s/dev_port", e->d_name);
+        int dp = read_int(path, -1);
+        if (n++ == 0 || dp == port - 1) snprintf(out, 16, "%.15s", e->d_name);
+        if (dp == port - 1) break;
+    }
+    if (d) closedir(d);
+}
+
+/* The active ports BRAID_IB_HCA allows, with their interfaces and NUMA nodes. */
+static int scan_ports(braid_topo_rdma_port_t *ports, int max)
+{
+    const char *spec = braid_param_str("IB_HCA");
+    int n = 0, np = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list && i < n && np < max; i++) {
+        const char *name = ibv_get_device_name(list[i]);
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_device_attr da;
+        if (!ctx) continue;
+        char path[256];
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/device", name);
+        int hw = access(path, F_OK) == 0;
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/device/numa_node", name);
+        int numa = read_int(path, -1);
+        for (int p = 1; !ibv_query_device(ctx, &da) && p <= da.phys_port_cnt && np < max; p++) {
+            struct ibv_port_attr pa;
+            if (ibv_query_port(ctx, (uint8_t)p, &pa) || pa.state != IBV_PORT_ACTIVE ||
+                !hca_match(spec, name, p))
+                continue;
+            braid_topo_rdma_port_t *t = &ports[np++];
+            memset(t, 0, sizeof(*t));
+            snprintf(t->dev, sizeof(t->dev), "%.31s", name);
+            t->port = p;
+            t->numa = numa;
+            t->hw = hw;
+            port_netdev(ctx, name, p, pa.gid_tbl_len, t->netdev);
+        }
+        ibv_close_device(ctx);
+    }
+    if (list) ibv_free_device_list(list);
+    return np;
+}
+
+typedef struct {
+    braid_topo_rdma_port_t ports[BRAID_TOPO_MAX_DEVS];
+    int nports, nnics, scanned;
+} rdma_nics_t;
+
+/* braid_comm_data_addr's filter: only the NICs of active RDMA ports count. */
+static int rdma_nic_filter(braid_topo_dev_t *nics, int nnics, int hooked, void *arg)
+{
+    rdma_nics_t *s = arg;
+    braid_topo_dev_t out[BRAID_TOPO_MAX_DEVS];
+    s->nports = scan_ports(s->ports, BRAID_TOPO_MAX_DEVS);
+    s->nnics = braid_topo_nic_filter(nics, nnics, s->ports, s->nports, !hooked, out);
+    s->scanned = 1;
+    memcpy(nics, out, (size_t)s->nnics * sizeof(out[0]));
+    return s->nnics;
+}
+
+/* The address to listen on (port 0): BRAID_IB_HCA's / BRAID_IB_GID_INDEX's port when set;
+ * else like tcp's choice (braid_comm_data_addr) among the NICs with an active RDMA port. */
+braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_storage *a,
+                                      char *why, size_t len)
+{
+    if (braid_rdma_hca_chosen()) {
+        snprintf(why, len, "BRAID_IB_HCA='%s' BRAID_IB_GID_INDEX=%s", braid_param_str("IB_HCA"),
+                 braid_param_str("IB_GID_INDEX"));
+        return braid_rdma_hca_addr(a);
+    }
+    rdma_nics_t *s = calloc(1, sizeof(*s));
+    if (!s) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory choosing a NIC");
+    char reason[400];
+    socklen_t alen;
+    braid_result_t r =
+        braid_comm_data_addr_filtered(comm, rdma_nic_filter, s, a, &alen, reason, sizeof(reason));
+    if (r == BRAID_SUCCESS && !s->scanned) snprintf(why, len, "%s", reason);
+    if (r == BRAID_SUCCESS && s->scanned) {
+        /* The port behind the chosen address, when it is one of this host's published ones. */
+        const braid_topo_addrs_t *mine = &comm->peers[comm->rank].addrs;
+        const uint8_t *ip = a->ss_family == AF_INET
+                                ? (const uint8_t *)&((struct sockaddr_in *)a)->sin_addr
+                                : (const uint8_t *)&((struct sockaddr_in6 *)a)->sin6_addr;
+        const char *ifn = NULL;
+        for (int i = 0; i < mine->n && i < BRAID_TOPO_MAX_ADDRS && !ifn; i++)
+            if (mine->a[i].family == a->ss_family &&
+                !memcmp(mine->a[i].addr, ip, a->ss_family == AF_INET ? 4 : 16))
+                ifn = mine->a[i].ifname;
+        const braid_topo_rdma_port_t *p = NULL;
+        for (int i = 0; ifn && i < s->nports && !p; i++)
+            if (!strcmp(s->ports[i].netdev, ifn)) p = &s->ports[i];
+        char port[80] = "";
+        if (p) snprintf(port, sizeof(port), "%s:%d; ", p->dev, p->port);
+        snprintf(why, len, "%sRDMA NICs: %d (active ports: %d); %s", port, s->nnics, s->nports,
+                 reason);
+    }
+    free(s);
+    return r;
 }
 
 static int mtu_bytes(int m)
@@ -246,12 +375,16 @@ void braid_rdma_print_devices(FILE *f)
                               ? (const void *)&((struct sockaddr_in *)&a)->sin_addr
                               : (const void *)&((struct sockaddr_in6 *)&a)->sin6_addr,
                           addr, sizeof(addr));
+            char netdev[16], path[256];
+            port_netdev(ctx, name, p, pa.gid_tbl_len, netdev);
+            snprintf(path, sizeof(path), "/sys/class/infiniband/%.64s/device/numa_node", name);
             fprintf(f,
                     "rdma device %s port %d: %s, link layer %s, active MTU %d (max %d; QPs use "
-                    "min(active, route)), GID %d (%s)%s\n",
+                    "min(active, route)), GID %d (%s), interface %s, NUMA node %d%s\n",
                     name, p, pa.state == IBV_PORT_ACTIVE ? "active" : "not active",
                     pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
                     mtu_bytes(pa.active_mtu), mtu_bytes(pa.max_mtu), gid, addr,
+                    netdev[0] ? netdev : "-", read_int(path, -1),
                     hca_match(spec, name, p) ? "" : " [excluded by BRAID_IB_HCA]");
         }
         ibv_close_device(ctx);

@@ -185,8 +185,11 @@ braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t
                                        size_t dst_off);
 
 /* rdma_dev.c */
-/* The address the listener binds to (port 0). */
-braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_storage *a);
+/* The address the listener binds to (port 0) and why (for the log): BRAID_IB_HCA's port;
+ * else, on a host with several active RDMA ports that reach every other host, one on the
+ * rank's NUMA node (braid_comm_data_addr_filtered); else the route to the bootstrap root. */
+braid_result_t braid_rdma_listen_addr(struct braid_comm *comm, struct sockaddr_storage *a,
+                                      char *why, size_t len);
 /* 1 when BRAID_IB_HCA or BRAID_IB_GID_INDEX chooses the local address. */
 int braid_rdma_hca_chosen(void);
 /* The address of the first active port BRAID_IB_HCA allows (GID by BRAID_IB_GID_INDEX). */

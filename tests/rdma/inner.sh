@@ -250,5 +250,119 @@ else
     one_host=""
     numa_bind=""
 fi
+
+# ==== rdmanic: the RDMA device of the rank's NUMA node (BRAID_IB_HCA unset), two links ====
+# A second link like vm.sh's first: veth2 (198.18.1.1, "host" vmA) <-> veth3 (198.18.1.2, vmB)
+# with rxe2 and rxe3 on it, routed out the veth ends; the first of these cases sets it up,
+# after every other case (they see rxe0 and rxe1 only). Each "host" has a device on each link;
+# BRAID_NIC_NUMA puts its link-1 interface on NUMA node 0 and its link-2 one on node 1, and
+# BRAID_NUMA_ID fakes each rank's node.
+links_setup() {
+    ip link add veth2 type veth peer name veth3 &&
+        ip addr add 198.18.1.1/24 dev veth2 && ip addr add 198.18.1.2/24 dev veth3 &&
+        ip link set veth2 up && ip link set veth3 up || return 1
+    for f in veth2 veth3; do
+        echo 1 >/proc/sys/net/ipv4/conf/$f/accept_local
+        echo 0 >/proc/sys/net/ipv4/conf/$f/rp_filter
+    done
+    ip route add 198.18.1.2 dev veth2 src 198.18.1.1 table 12 &&
+        ip route add 198.18.1.1 dev veth3 src 198.18.1.2 table 13 &&
+        ip rule add pref 12 iif lo to 198.18.1.2 lookup 12 &&
+        ip rule add pref 13 iif lo to 198.18.1.1 lookup 13 &&
+        rdma link add rxe2 type rxe netdev veth2 && rdma link add rxe3 type rxe netdev veth3
+}
+
+# links_case NAME MODE CMD...: 4 ranks (local ranks 0, 1 on vmA, then on vmB), all-rdma,
+# BRAID_SOCKET_IFNAME unset. MODE numa: local rank i on node i must listen on link i+1's
+# device; swap: on node 1-i, link 2-i; none: on node 7 (no NIC), spread by local rank (link
+# i+1, the interfaces in name order); one: only link 1 listed, so every rank keeps the route
+# to the root (single-device behaviour). Every rdma listener of a rank for a communicator
+# spanning both hosts (sub-communicators' too) is checked; CMD must succeed (it checks results).
+links_case() {
+    name=$1 mode=$2
+    shift 2
+    if [ -n "${ONLY:-}" ] && ! echo "$name" | grep -q -- "$ONLY"; then return 0; fi
+    if [ -z "${links_ready:-}" ]; then
+        if ! links_setup; then
+            failed=$((failed + 1))
+            echo "[FAIL] $name: could not set up veth2/veth3 with rxe2/rxe3"
+            return 0
+        fi
+        links_ready=1
+        if "$build/bin/braid-info" 2>&1 | grep -q "rdma device rxe3 port 1: active.*, interface veth3, NUMA node"; then
+            passed=$((passed + 1))
+            echo "[PASS] 2 links: braid-info lists rxe3 on interface veth3"
+        else
+            failed=$((failed + 1))
+            echo "[FAIL] 2 links: braid-info does not list rxe3 on veth3"
+            "$build/bin/braid-info" 2>&1 | grep "rdma device"
+        fi
+    fi
+    t0=$(date +%s)
+    port=$((port + 1))
+    pids=""
+    for r in 0 1 2 3; do
+        hi=$((r / 2)) lr=$((r % 2))
+        numa=$lr
+        [ "$mode" = swap ] && numa=$((1 - lr))
+        [ "$mode" = none ] && numa=7
+        hook="veth$hi:0,veth$((hi + 2)):1"
+        [ "$mode" = one ] && hook="veth$hi:0"
+        env BRAID_RANK=$r BRAID_NRANKS=4 BRAID_ROOT=198.18.0.1:$port BRAID_SECRET=$secret \
+            BRAID_HOSTNAME=vm$hi BRAID_LOCAL_RANK=$lr BRAID_NUMA_ID=$numa BRAID_NIC_NUMA=$hook \
+            BRAID_TRANSPORT=rdma BRAID_TIMEOUT=120 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET \
+            "$@" >/tmp/rank.$r.out 2>&1 &
+        pids="$pids $!"
+    done
+    bad=""
+    for p in $pids; do wait $p || bad="a rank failed;"; done
+    for r in 0 1 2 3; do
+        hi=$((r / 2)) lr=$((r % 2))
+        link=$lr
+        [ "$mode" = swap ] && link=$((1 - lr))
+        want="198.18.$link.$((hi + 1)) rxe$((2 * link + hi))"
+        reason="is on NUMA node $link like this rank"
+        [ "$mode" = none ] && reason="none of the 2 usable NICs is on this rank's NUMA node 7"
+        [ "$mode" = one ] && reason="the route to the bootstrap root (one usable NIC"
+        # Listeners of one-host sub-communicators stay on the route (no other host to reach).
+        grep "rdma: listening on" /tmp/rank.$r.out | grep -v "(no other host)" >/tmp/links.$r
+        got=$(sed -n 's/.*listening on \([0-9.]*\) port [0-9]*, device \([a-z0-9]*\) .*/\1 \2/p' \
+            /tmp/links.$r | sort -u | tr '\n' ';')
+        if [ "$mode" = one ]; then
+            # The route to the root is 198.18.0.1 or .2 here (both "hosts" share one kernel).
+            echo "$got" | grep -Eq '^(198\.18\.0\.[12] rxe[01];)+$' ||
+                bad="$bad rank $r listens on '$got' (want link 1: 198.18.0.x, rxe0/rxe1);"
+        else
+            [ "$got" = "$want;" ] || bad="$bad rank $r listens on '$got' (want $want);"
+        fi
+        if [ ! -s /tmp/links.$r ] || grep -vq "$reason" /tmp/links.$r; then
+            bad="$bad rank $r: a listener without '$reason';"
+        fi
+        rm -f /tmp/links.$r
+    done
+    if [ -z "$bad" ]; then
+        passed=$((passed + 1))
+        echo "[PASS] $name ($(($(date +%s) - t0)) s)"
+    else
+        failed=$((failed + 1))
+        echo "[FAIL] $name:$bad"
+        grep -h "rdma: listening on" /tmp/rank.*.out | sed 's/^/    /'
+        for f in /tmp/rank.*.out; do
+            echo "  --- $f"
+            tail -n 8 "$f" | sed 's/^/    /'
+        done
+    fi
+    rm -f /tmp/rank.*.out
+}
+
+links_case "2 links, fake NUMA: local rank i uses link i+1's device" numa \
+    $perf -b 8 -e 64K -f 1024 -n 1 -w 1 -c 1
+links_case "2 links, NUMA swapped: local rank i uses link 2-i's device" swap \
+    $perf -b 8 -e 64K -f 1024 -n 1 -w 1 -c 1
+links_case "2 links, no NIC on the ranks' NUMA node: spread by local rank" none \
+    $perf -b 8 -e 64K -f 1024 -n 1 -w 1 -c 1
+links_case "2 links, only link 1 listed: every rank keeps the route to the root" one \
+    $perf -b 8 -e 64K -f 1024 -n 1 -w 1 -c 1
+# ==== end rdmanic ====
 echo "rdma: $passed passed, $failed failed"
 [ $failed -eq 0 ]

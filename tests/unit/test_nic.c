@@ -182,3 +182,92 @@ Test(nic, collect_local_addresses)
         if (l.a[i].family == AF_INET) cr_assert_neq(l.a[i].addr[0], 127); /* no loopback */
     }
 }
+
+/* rdma's NIC list (braid_topo_nic_filter): only interfaces of active RDMA ports, on the RDMA
+ * device's NUMA node when sysfs gives one; hardware ports on unlisted interfaces (a bond) join
+ * unless the list came from BRAID_NIC_NUMA. Expected lists written out by hand. */
+static braid_topo_rdma_port_t rport(const char *dev, const char *netdev, int numa, int hw)
+{
+    braid_topo_rdma_port_t p = {.port = 1, .numa = numa, .hw = hw};
+    snprintf(p.dev, sizeof(p.dev), "%s", dev);
+    snprintf(p.netdev, sizeof(p.netdev), "%s", netdev);
+    return p;
+}
+
+static void expect_nics(const braid_topo_dev_t *got, int n, const char *want)
+{
+    char s[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(s + strlen(s), sizeof(s) - strlen(s), "%s%s:%d", i ? "," : "", got[i].name,
+                 got[i].numa);
+    cr_assert_str_eq(s, want);
+}
+
+Test(nic, rdma_filter)
+{
+    braid_topo_dev_t nics[4] = {nic("eth0", 0), nic("eth1", 1), nic("eth2", -1), nic("eth3", 1)};
+    braid_topo_dev_t out[BRAID_TOPO_MAX_DEVS];
+    /* eth0 has no RDMA port; eth2's device says node 0; mlx5_3 sits on bond0 (unlisted). */
+    braid_topo_rdma_port_t ports[] = {rport("mlx5_1", "eth1", -1, 1), rport("mlx5_2", "eth2", 0, 1),
+                                      rport("mlx5_3", "bond0", 1, 1), rport("rxe0", "eth1", -1, 0),
+                                      rport("rxe9", "veth9", -1, 0),  rport("ib9", "", 0, 1)};
+    int n = braid_topo_nic_filter(nics, 4, ports, 6, 1, out);
+    expect_nics(out, n, "eth1:1,eth2:0,bond0:1");
+    /* BRAID_NIC_NUMA's list (add_unlisted = 0): nothing joins it. */
+    n = braid_topo_nic_filter(nics, 4, ports, 6, 0, out);
+    expect_nics(out, n, "eth1:1,eth2:0");
+    /* No port, or no NIC: nothing. */
+    cr_assert_eq(braid_topo_nic_filter(nics, 4, ports, 0, 1, out), 0);
+    cr_assert_eq(braid_topo_nic_filter(nics, 0, ports, 2, 0, out), 0);
+    /* A listed name twice stays once; the port's node wins over the NIC's. */
+    braid_topo_dev_t twice[2] = {nic("eth2", 1), nic("eth2", 1)};
+    n = braid_topo_nic_filter(twice, 2, ports, 6, 0, out);
+    expect_nics(out, n, "eth2:0");
+    /* More ports than the list holds: capped. */
+    braid_topo_rdma_port_t many[BRAID_TOPO_MAX_DEVS + 4];
+    for (int i = 0; i < BRAID_TOPO_MAX_DEVS + 4; i++) {
+        char nd[16];
+        snprintf(nd, sizeof(nd), "p%d", i);
+        many[i] = rport("mlx5_x", nd, i % 2, 1);
+    }
+    cr_assert_eq(braid_topo_nic_filter(nics, 4, many, BRAID_TOPO_MAX_DEVS + 4, 1, out),
+                 BRAID_TOPO_MAX_DEVS);
+}
+
+/* The filtered list through braid_topo_nic_choose: tcp would take eth0 (NUMA node 0, no RDMA),
+ * rdma takes the RDMA NIC of the rank's node, and with one RDMA NIC keeps the route. */
+Test(nic, rdma_choice_among_rdma_nics)
+{
+    braid_topo_addrs_t me = {0}, other = {0};
+    const braid_topo_addrs_t *o[1] = {&other};
+    const char *rails[3][3] = {{"eth0", "198.18.0.1", "198.18.0.2"},
+                               {"eth1", "198.19.0.1", "198.19.0.2"},
+                               {"eth2", "198.20.0.1", "198.20.0.2"}};
+    for (int i = 0; i < 3; i++) {
+        add(&me, rails[i][0], rails[i][1], 24);
+        add(&other, rails[i][0], rails[i][2], 24);
+    }
+    braid_topo_dev_t nics[3] = {nic("eth0", 0), nic("eth1", 0), nic("eth2", 1)};
+    braid_topo_rdma_port_t ports[2] = {rport("mlx5_0", "eth1", -1, 1),
+                                       rport("mlx5_1", "eth2", -1, 1)};
+    braid_topo_dev_t f[BRAID_TOPO_MAX_DEVS];
+    int nf = braid_topo_nic_filter(nics, 3, ports, 2, 1, f);
+    char why[200];
+    const char *want[2][2] = {{"eth1", "eth1"}, {"eth2", "eth2"}}; /* [numa][local rank] */
+    for (int numa = 0; numa < 2; numa++)
+        for (int lr = 0; lr < 2; lr++) {
+            int k = braid_topo_nic_choose(f, nf, &me, o, 1, AF_INET, numa, lr, why, sizeof(why));
+            cr_assert(k >= 0, "%s", why);
+            cr_assert_str_eq(me.a[k].ifname, want[numa][lr], "numa %d lr %d: %s", numa, lr, why);
+        }
+    int k = braid_topo_nic_choose(nics, 3, &me, o, 1, AF_INET, 0, 0, NULL, 0);
+    cr_assert_str_eq(me.a[k].ifname, "eth0"); /* tcp's choice differs */
+    /* No NUMA match: spread over the RDMA NICs only (eth1, eth2), by local rank. */
+    for (int lr = 0; lr < 4; lr++) {
+        k = braid_topo_nic_choose(f, nf, &me, o, 1, AF_INET, 7, lr, why, sizeof(why));
+        cr_assert_str_eq(me.a[k].ifname, lr % 2 ? "eth2" : "eth1", "%s", why);
+    }
+    nf = braid_topo_nic_filter(nics, 3, ports, 1, 1, f);
+    k = braid_topo_nic_choose(f, nf, &me, o, 1, AF_INET, 0, 0, why, sizeof(why));
+    cr_assert_eq(k, -1, "one RDMA NIC keeps the route: %s", why);
+}
