@@ -10,6 +10,10 @@
 # TCP segments at full rate (a 16-64 KB bucket costs 25-45% of the rate here), small enough
 # that a run at any size reaches its steady state within the warm-up (a 1 MB bucket lets the
 # first ~1 MB of a run pass at veth speed, so 16-64 KiB results depended on the sizes before).
+# Ranks are bound to cores (netns.sh --bind: rank r on cpu r mod 2), as launchers bind them;
+# with floating ranks, whole runs of 4 ranks on 2 cores landed in a fast or a slow mode (the
+# same recursive doubling at 8 B: 16-19 us or 29-34 us per call). Small sizes (8 B..1 MiB)
+# run SMALL_ROUNDS times (default 7), large ones ROUNDS times.
 #
 #   perf/netns_auto.sh OUT_DIR [ROUNDS] [BUILD_DIR]
 set -uo pipefail
@@ -20,7 +24,7 @@ bin=$(cd "${3:-build}/bin" && pwd)
 burst=${BURST:-128kb}
 mkdir -p "$out"
 tune="$(cd "$out" && pwd)/netns-1gbit.tune"
-shape=(--hosts 2 --ranks-per-host 2 --rate 1gbit --burst "$burst")
+shape=(--hosts 2 --ranks-per-host 2 --rate 1gbit --burst "$burst" --bind)
 tests/net/netns.sh --timeout 120 "${shape[@]}" -- "$bin/braid-info" --tune --measure "$tune" \
     >"$out/measure.log" 2>&1 || exit 1
 tests/net/netns.sh --timeout 120 "${shape[@]}" -x BRAID_TUNING_FILE="$tune" -x BRAID_DEBUG=INFO \
@@ -36,13 +40,15 @@ run() { # label args...
     tests/net/netns.sh --timeout 900 "${shape[@]}" "${env[@]}" -- "$bin/all_reduce_perf" "$@" \
         -c 1 2>&1 | grep -E "^ +[0-9]|wrong|error|FAIL" | awk -v t="$label" '{print "allreduce", t, $0}'
 }
-for r in $(seq 1 "$rounds"); do
+small_rounds=${SMALL_ROUNDS:-7}
+[ "$small_rounds" -ge "$rounds" ] || small_rounds=$rounds
+for r in $(seq 1 "$small_rounds"); do
     algos="ring hier recdbl auto"
     [ $((r % 2)) -eq 0 ] && algos="auto recdbl hier ring"
     echo "# round $r start load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
     for a in $algos; do
         run "$a" -b 8 -e 1M -f 2 -n 100 -w 20
-        [ "$a" = recdbl ] || run "$a" -b 2M -e 256M -f 2 -n 3 -w 1
+        [ "$a" = recdbl ] || [ "$r" -gt "$rounds" ] || run "$a" -b 2M -e 256M -f 2 -n 3 -w 1
     done
     echo "# round $r end load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
 done | tee -a "$out/raw.txt"

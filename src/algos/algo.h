@@ -44,7 +44,8 @@ typedef struct {
     braid_link_model_t copy; /* a local memcpy (bandwidth only) */
     double launch_us;        /* fixed cost of one (sub-)collective */
     double oversub_us;       /* extra latency per step per rank beyond the cores of a machine */
-    int cores;               /* cpus of a host the ranks share (0 = unknown: not oversubscribed) */
+    int cores;        /* cpus the ranks of a machine may run on, their bindings together (the fewest
+                       * of any machine; 0 = unknown: not oversubscribed) */
     int host_ranks;   /* ranks on the busiest machine (hosts that are namespaces or containers of
                        * one machine share its cpus; sub-models keep their parent's) */
     int nslots;       /* chunks in flight per connection (how deep consecutive calls overlap) */

@@ -469,7 +469,7 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
     tuning_blob_t mine;
     memset(&mine, 0, sizeof(mine));
     mine.m = *m;
-    mine.m.cores = c->ncpus;
+    mine.m.cores = c->machine_ncpus; /* cpus the ranks of this machine may use */
     int64_t measure = 0;
     BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
     if (measure < 0 || measure > 20)

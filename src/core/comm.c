@@ -635,6 +635,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
     braid_host_id(me.host);
     braid_machine_id(me.machine);
+    if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_ZERO(&me.cpus);
     braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();
     me.rank = rank;
@@ -650,8 +651,15 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     }
     if (c->machine_nranks < c->local_nranks) c->machine_nranks = c->local_nranks;
     c->ncpus = count_cpus();
-    /* ranks of other hosts on this machine (namespaces, containers) compete for its cpus too */
-    if (c->spin_us == 0) c->spin_us = c->machine_nranks > c->ncpus ? 1 : 5;
+    /* ranks of other hosts on this machine (namespaces, containers) compete for its cpus too:
+     * the machine's ranks against the cpus they are bound to, together */
+    cpu_set_t all_cpus;
+    CPU_ZERO(&all_cpus);
+    for (int i = 0; i < nranks; i++)
+        if (!strcmp(c->peers[i].machine, me.machine))
+            CPU_OR(&all_cpus, &all_cpus, &c->peers[i].cpus);
+    c->machine_ncpus = CPU_COUNT(&all_cpus) > c->ncpus ? CPU_COUNT(&all_cpus) : c->ncpus;
+    if (c->spin_us == 0) c->spin_us = c->machine_nranks > c->machine_ncpus ? 1 : 5;
     BRAID_CHECK_GOTO(order_ring(c), res, fail);
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
@@ -659,10 +667,10 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(reg_add(c), res, fail);
     braid_info(INIT,
-               "rank %d/%d ready: %d local ranks (%d on this machine) on %d cpus, %d "
-               "channel(s), chunk %zu B, %d slots, spin %d us",
-               rank, nranks, c->local_nranks, c->machine_nranks, c->ncpus, c->nchannels,
-               c->chunk_bytes, c->nslots, c->spin_us);
+               "rank %d/%d ready: %d local ranks (%d on this machine, bound to %d cpus) on %d "
+               "cpus, %d channel(s), chunk %zu B, %d slots, spin %d us",
+               rank, nranks, c->local_nranks, c->machine_nranks, c->machine_ncpus, c->ncpus,
+               c->nchannels, c->chunk_bytes, c->nslots, c->spin_us);
     *comm_p = c;
     return BRAID_SUCCESS;
 fail:

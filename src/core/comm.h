@@ -36,6 +36,7 @@ typedef struct {
     /* the kernel it runs on (boot id): hosts made of namespaces or containers on one machine
      * share that machine's cpus */
     char machine[BRAID_HOST_ID_BYTES];
+    cpu_set_t cpus; /* the cpus it may run on (its binding) */
     int32_t pid;
     int32_t rank;
     braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
@@ -77,6 +78,7 @@ struct braid_comm {
     int local_nranks;         /* ranks on this host */
     int machine_nranks;       /* ranks on this machine (>= local_nranks) */
     int ncpus;                /* cores this process may run on */
+    int machine_ncpus;        /* cores the ranks on this machine may run on, together */
     /* braid's own threads (tcp progress, non-blocking worker) run on thread_cpus when
      * pin_threads (BRAID_THREAD_AFFINITY, resolved at init from the rank's cpuset). */
     int pin_threads;

@@ -13,6 +13,8 @@
 #                      198.19.0.<i+1>/24 (the bootstrap root stays on eth0); with
 #                      -x BRAID_NIC_NUMA=eth0:0,eth1:1 and --numa 2 the two veths stand for NICs
 #                      on two NUMA nodes
+#   --bind             bind rank r to cpu r mod (cpus of this machine), as a launcher binding
+#                      ranks to cores does (runs repeat better than with floating ranks)
 #   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
 #   --burst B          tbf's bucket with --rate (default 1mb: short runs of small messages
 #                      pass at veth speed; a smaller one, e.g. 32kb, is closer to a real link)
@@ -38,7 +40,7 @@
 set -uo pipefail
 
 hosts=2 rph=2 rate="" burst=1mb drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
-placement=block numa=0 two_links=0
+placement=block numa=0 two_links=0 bind=0
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
@@ -50,6 +52,7 @@ while [ $# -gt 0 ]; do
     --placement) placement=$2; shift 2 ;;
     --numa) numa=$2; shift 2 ;;
     --two-links) two_links=1; shift ;;
+    --bind) bind=1; shift ;;
     --rate) rate=$2; shift 2 ;;
     --burst) burst=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
@@ -159,7 +162,9 @@ for ((r = 0; r < nranks; r++)); do
         "BRAID_ROOT=198.18.0.1:$port" "BRAID_SECRET=$secret")
     [ "$numa" -gt 0 ] && env_args+=("BRAID_NUMA_ID=$((local_index % numa))")
     env_args+=("${extra_env[@]}")
-    ip netns exec "$prefix-h$h" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
+    pin=()
+    [ "$bind" -eq 1 ] && pin=(taskset -c "$(awk -v r=$r -v n="$(nproc)" 'BEGIN { print r % n }')")
+    ip netns exec "$prefix-h$h" "${pin[@]}" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
         2>"$logs/rank.$r.err" &
     pids+=($!)
 done
