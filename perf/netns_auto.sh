@@ -13,7 +13,11 @@
 # Ranks are bound to cores (netns.sh --bind: rank r on cpu r mod 2), as launchers bind them;
 # with floating ranks, whole runs of 4 ranks on 2 cores landed in a fast or a slow mode (the
 # same recursive doubling at 8 B: 16-19 us or 29-34 us per call). Small sizes (8 B..1 MiB)
-# run SMALL_ROUNDS times (default 7), large ones ROUNDS times.
+# run SMALL_ROUNDS times (default 7), large ones ROUNDS times. Up to 64 KiB each size warms up
+# with 300 calls before 200 timed ones, so that the shaper's bucket is drained and the timed
+# calls see the link's steady state (with 20 warm-up calls, 2 KiB recursive doubling still ran
+# on the bucket: 26 us per call where its 4 KiB per host per call needs 34 us at the rate).
+# BRAID_ALGO=hier runs its stages with their own models' choices, as auto's hier does.
 #
 #   perf/netns_auto.sh OUT_DIR [ROUNDS] [BUILD_DIR]
 set -uo pipefail
@@ -38,7 +42,7 @@ run() { # label args...
     *) env=(-x BRAID_ALGO="$label") ;;
     esac
     tests/net/netns.sh --timeout 900 "${shape[@]}" "${env[@]}" -- "$bin/all_reduce_perf" "$@" \
-        -c 1 2>&1 | grep -E "^ +[0-9]|wrong|error|FAIL" | awk -v t="$label" '{print "allreduce", t, $0}'
+        -c 1 2>&1 | grep -E "^ +[0-9]|wrong|error|FAIL" | awk -v t="$label" '{print "allreduce", t, "run", $0}'
 }
 small_rounds=${SMALL_ROUNDS:-7}
 [ "$small_rounds" -ge "$rounds" ] || small_rounds=$rounds
@@ -47,8 +51,9 @@ for r in $(seq 1 "$small_rounds"); do
     [ $((r % 2)) -eq 0 ] && algos="auto recdbl hier ring"
     echo "# round $r start load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
     for a in $algos; do
-        run "$a" -b 8 -e 1M -f 2 -n 100 -w 20
-        [ "$a" = recdbl ] || [ "$r" -gt "$rounds" ] || run "$a" -b 2M -e 256M -f 2 -n 3 -w 1
+        run "$a" -b 8 -e 64K -f 2 -n 200 -w 300
+        run "$a" -b 128K -e 1M -f 2 -n 20 -w 5
+        [ "$a" = recdbl ] || [ "$r" -gt "$rounds" ] || run "$a" -b 2M -e 256M -f 2 -n 3 -w 2
     done
     echo "# round $r end load $(cut -d' ' -f1-3 /proc/loadavg) $(date +%T)"
 done | tee -a "$out/raw.txt"

@@ -83,6 +83,14 @@ static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
                                st->intra->rank, st->intra->nranks, st->inter->rank,
                                st->inter->nranks, lr, h, t->nhosts);
     braid_hier_share_model(st);
+    /* BRAID_ALGO=hier (read again by the sub-communicators) applies to the parent: its stages
+     * run what their own models pick, as under the automatic choice */
+    for (int i = 0; i < 2; i++) {
+        struct braid_comm *sub = i ? st->inter : st->intra;
+        braid_algo_state_t *ss = sub ? sub->algo_state : NULL;
+        if (ss && st->forced == BRAID_ALGO_HIER && ss->forced == BRAID_ALGO_HIER)
+            ss->forced = BRAID_ALGO_AUTO;
+    }
     braid_debug(TUNING, "hier: rank %d is local rank %d of host %d (%d ranks), %d hosts", c->rank,
                 lr, h, st->intra->nranks, st->inter->nranks);
     st->hier_ready = 1;

@@ -18,7 +18,8 @@ static const braid_param_t params[] = {
      "force a transport: shm, tcp, rdma (default: shm within a host, else rdma when a verbs "
      "device is up, else tcp)"},
     {"ALGO", "", BRAID_PARAM_STR,
-     "force an algorithm: ring, hier, recdbl, tree (default: the cost model chooses)"},
+     "force an algorithm: ring, hier, recdbl, tree (default: the cost model chooses; under "
+     "hier the stages within and between hosts still choose theirs)"},
     {"TUNING_FILE", "", BRAID_PARAM_STR,
      "cost-model constants (braid-info --tune --measure writes them), read by rank 0 at init"},
     {"TUNE_MEASURE", "0", BRAID_PARAM_INT,
