@@ -12,8 +12,7 @@
  *                         FILE): the links as BRAID_TUNE_MEASURE=1 measures them at init (every
  *                         rank at once: step latencies, the slowest link's bandwidth, whether
  *                         the network absorbs a call's bytes), with several hosts the shm
- *                         bandwidth between rank 0 and a rank of its host, the one-rank
- *                         collective cost and memcpy
+ *                         bandwidth between rank 0 and a rank of its host, and memcpy
  *   braid-info --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]
  *                         the rings a communicator builds when rank r lives on the r-th host
  *                         label of the comma list HOSTMAP (and NUMA node, NUMAMAP), with their
@@ -268,19 +267,6 @@ static int measure(const char *path)
     const braid_topo_t *t = &comm->algo_state->topo;
     braid_model_t m = comm->algo_state->model;
     int me = comm->rank, rc = 0;
-    /* launch: a one-rank collective (every rank alone) */
-    braid_comm_t self = NULL;
-    if (braid_comm_split(comm, me, 0, &self)) return fprintf(stderr, "braid-info: split\n"), 1;
-    double launch = 1e30;
-    for (int i = 0; i < 1000; i++) {
-        char x[8] = {0}, y[8];
-        double t0 = now_us();
-        braid_allreduce(x, y, 2, BRAID_FLOAT32, BRAID_SUM, self);
-        double d = now_us() - t0;
-        if (d < launch) launch = d;
-    }
-    braid_comm_destroy(self);
-    m.launch_us = launch;
     int peer_intra = -1, peer_inter = -1;
     for (int q = 1; q < t->nranks; q++) {
         if (t->host[q] == t->host[0] && peer_intra < 0) peer_intra = q;
@@ -290,7 +276,7 @@ static int measure(const char *path)
      * hosts) or of shm (one host); with several hosts shm's bandwidth comes from a pair */
     braid_link_model_t pair = m.intra;
     if (t->nhosts > 1 && peer_intra > 0 &&
-        measure_pair(comm, 0, peer_intra, (size_t)4 << 20, launch, &pair))
+        measure_pair(comm, 0, peer_intra, (size_t)4 << 20, m.launch_us, &pair))
         rc = 1;
     m.intra.gbps = pair.gbps;
     if (me == 0 && !rc) {

@@ -358,18 +358,25 @@ double braid_model_time(int algo, int coll, size_t bytes, size_t count, const br
     return total(c, m);
 }
 
+/* The cheapest by total; between equal totals (a link-bound tie when the network absorbs
+ * bytes), the one with less latency and bytes together, which finishes first whenever the
+ * link is not the bound; then the lower id. */
 int braid_model_choose(int coll, size_t bytes, size_t count, const braid_model_t *m)
 {
-    int best = BRAID_ALGO_RING;
-    double best_t = braid_model_time(BRAID_ALGO_RING, coll, bytes, count, m);
-    for (int a = 1; a < BRAID_ALGO_COUNT; a++) {
-        double t = braid_model_time(a, coll, bytes, count, m);
-        if (t >= 0 && t < best_t) {
+    int best = -1;
+    double best_t = 0, best_sum = 0;
+    for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+        cost_t c;
+        if (!model_cost(a, coll, bytes, count, m, &c)) continue;
+        double t = total(c, m), sum = c.lat + c.net;
+        int tie = best >= 0 && t <= best_t * (1 + 1e-9) && t >= best_t * (1 - 1e-9);
+        if (best < 0 || (!tie && t < best_t) || (tie && sum < best_sum)) {
             best = a;
             best_t = t;
+            best_sum = sum;
         }
     }
-    return best;
+    return best < 0 ? BRAID_ALGO_RING : best;
 }
 
 static void print_coll(const braid_model_t *m, FILE *f, int coll, const char *what)

@@ -193,15 +193,28 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
     }
     /* [ri rn; 2(L-1) k] [a_s a_n]' = [y1 y2]' */
     double y1 = t_rd - m->launch_us, y2 = t_h - 3 * m->launch_us;
-    double det = ri * k - 2.0 * (L - 1) * rn;
+    double det = ri * k - 2.0 * (L - 1) * rn, a_s = 0, a_n = 0;
     if (det != 0) {
-        m->intra.alpha_us = clamp_alpha((y1 * k - rn * y2) / det - p);
-        m->inter.alpha_us = clamp_alpha((ri * y2 - 2.0 * (L - 1) * y1) / det - p);
+        a_s = (y1 * k - rn * y2) / det;
+        a_n = (ri * y2 - 2.0 * (L - 1) * y1) / det;
     }
+    if (det == 0 || a_n < a_s) {
+        /* A network step cheaper than a step within a host is no machine's truth: the
+         * hierarchical call carries overhead its steps do not explain (sub-collectives
+         * waiting for ranks to be scheduled, on an oversubscribed machine). Then every step
+         * costs one alpha and each (sub-)collective a launch: t_rd = launch + R a,
+         * t_h = 3 launch + K a. */
+        int R_all = ri + rn, K = 2 * (L - 1) + k;
+        double launch = 3 * R_all != K ? (R_all * t_h - K * t_rd) / (3.0 * R_all - K) : -1;
+        if (launch > m->launch_us) m->launch_us = launch;
+        a_s = a_n = (t_rd - m->launch_us) / R_all;
+    }
+    m->intra.alpha_us = clamp_alpha(a_s - p);
+    m->inter.alpha_us = clamp_alpha(a_n - p);
     braid_info(TUNING,
                "measured at init: recdbl 8 B %.1f us, hier 8 B %.1f us -> shm %.2f us, "
-               "net %.2f us per step",
-               t_rd, t_h, m->intra.alpha_us, m->inter.alpha_us);
+               "net %.2f us per step, %.2f us per (sub-)collective",
+               t_rd, t_h, m->intra.alpha_us, m->inter.alpha_us, m->launch_us);
     return BRAID_SUCCESS;
 }
 

@@ -545,3 +545,22 @@ Test(model, net_overlap_tuning_key)
     free(text);
     unlink(path);
 }
+
+Test(model, link_bound_tie_goes_to_the_lower_latency)
+{
+    /* two ranks on two hosts: ring and recursive doubling move the same bytes through each
+     * NIC; when the network absorbs bytes both are link-bound at large enough sizes, and the
+     * one-step recursive doubling must win over the two-step ring */
+    int host[2] = {0, 1};
+    braid_model_t m = model_for(2, host);
+    m.inter = (braid_link_model_t){5.0, 0.125};
+    m.net_overlap = 1;
+    for (size_t S = 4096; S <= ((size_t)1 << 16); S *= 2) {
+        double ring = braid_model_time(BRAID_ALGO_RING, BRAID_COLL_ALLREDUCE, S, S / 4, &m);
+        double rd = braid_model_time(BRAID_ALGO_RECDBL, BRAID_COLL_ALLREDUCE, S, S / 4, &m);
+        cr_assert(fabs(ring - rd) < 1e-6, "%zu B: ring %.3f recdbl %.3f, want a tie", S, ring, rd);
+        cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, S, S / 4, &m), BRAID_ALGO_RECDBL,
+                     "%zu B: the tie went to %s", S,
+                     braid_algo_name(braid_model_choose(BRAID_COLL_ALLREDUCE, S, S / 4, &m)));
+    }
+}
