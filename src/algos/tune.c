@@ -218,16 +218,23 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
     return BRAID_SUCCESS;
 }
 
-/* Every rank takes rank 0's link constants (what follows must use the same sizes everywhere). */
+/* Every rank takes rank 0's link constants and launch cost (what follows must use the same
+ * sizes everywhere). */
+typedef struct {
+    braid_link_model_t intra, inter;
+    double launch_us;
+} measured_t;
+
 static braid_result_t take_rank0(struct braid_comm *c, braid_model_t *m)
 {
-    braid_link_model_t mine[2] = {m->intra, m->inter},
-                       *all = malloc((size_t)c->nranks * sizeof(mine));
+    measured_t mine = {m->intra, m->inter, m->launch_us},
+               *all = malloc((size_t)c->nranks * sizeof(mine));
     if (!all) return braid_set_error(BRAID_ERR_NOMEM, "tuning: out of memory sharing links");
-    braid_result_t res = braid_boot_allgather(c->boot, mine, all, sizeof(mine));
+    braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(mine));
     if (res == BRAID_SUCCESS) {
-        m->intra = all[0];
-        m->inter = all[1];
+        m->intra = all[0].intra;
+        m->inter = all[0].inter;
+        m->launch_us = all[0].launch_us;
     }
     free(all);
     return res;
