@@ -89,39 +89,36 @@ static int nonblocking_first(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-static int mismatched_algo(braid_comm_t comm, int rank, int n, void *arg)
+/* A split with var=val in this rank's environment must fail with `want` and a message
+ * containing `text` on every rank (none waits for another), leaving the parent usable. */
+static int split_fails(braid_comm_t comm, int rank, int n, const char *var, const char *val,
+                       braid_result_t want, const char *text)
 {
-    (void)arg;
-    (void)n;
-    setenv("BRAID_ALGO", rank == 1 ? "hier" : "ring", 1);
+    setenv(var, val, 1);
     braid_comm_t sub = NULL;
     braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
-    unsetenv("BRAID_ALGO");
-    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && sub == NULL, "split gave %s", braid_strerror(r));
-    MP_CHECK(rank, strstr(braid_last_error(), "rank 1 would choose"), "message: %s",
-             braid_last_error());
-    /* The parent is unaffected. */
+    unsetenv(var);
+    MP_CHECK(rank, r == want && sub == NULL, "split gave %s", braid_strerror(r));
+    MP_CHECK(rank, strstr(braid_last_error(), text), "message: %s", braid_last_error());
     int32_t x = 1, y = 0;
     MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_INT32, BRAID_SUM, comm));
     MP_CHECK(rank, y == n, "allreduce gave %d", y);
     return 0;
 }
 
-/* BRAID_TUNE_MEASURE out of range: init fails naming it, on every rank (none waits). */
+static int mismatched_algo(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    return split_fails(comm, rank, n, "BRAID_ALGO", rank == 1 ? "hier" : "ring",
+                       BRAID_ERR_INVALID_USAGE, "rank 1 would choose");
+}
+
+/* BRAID_TUNE_MEASURE out of range: init fails naming it. */
 static int bad_tune_measure(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    setenv("BRAID_TUNE_MEASURE", "99", 1);
-    braid_comm_t sub = NULL;
-    braid_result_t r = braid_comm_split(comm, 0, rank, &sub);
-    unsetenv("BRAID_TUNE_MEASURE");
-    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && sub == NULL, "split gave %s", braid_strerror(r));
-    MP_CHECK(rank, strstr(braid_last_error(), "BRAID_TUNE_MEASURE=99"), "message: %s",
-             braid_last_error());
-    int32_t x = 1, y = 0;
-    MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_INT32, BRAID_SUM, comm));
-    MP_CHECK(rank, y == n, "allreduce gave %d", y);
-    return 0;
+    return split_fails(comm, rank, n, "BRAID_TUNE_MEASURE", "99", BRAID_ERR_INVALID_ARG,
+                       "BRAID_TUNE_MEASURE=99");
 }
 
 /* A rank dies in the middle of hierarchical all-reduces: every survivor must get an error
