@@ -5,6 +5,7 @@
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/split.h"
 #include "core/worker.h"
 #include "topo/topo.h"
 #include "transport/rdma.h"
@@ -633,7 +634,11 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     braid_peer_info_t me;
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
-    braid_host_id(me.host);
+    const char *inherited = braid_split_parent_host();
+    if (inherited)
+        snprintf(me.host, sizeof(me.host), "%s", inherited);
+    else
+        braid_host_id(me.host);
     braid_machine_id(me.machine);
     if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_ZERO(&me.cpus);
     braid_topo_addrs_collect(&me.addrs);

@@ -49,10 +49,16 @@ int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int ran
 }
 
 static _Thread_local int internal_split;
+static _Thread_local const char *parent_host;
 
 int braid_split_is_internal(void)
 {
     return internal_split;
+}
+
+const char *braid_split_parent_host(void)
+{
+    return internal_split ? parent_host : NULL;
 }
 
 braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int key, int quiet_log,
@@ -105,8 +111,10 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
                 (int)colors[comm->rank], newrank, m, leader);
     struct braid_comm *nc = NULL;
     internal_split = quiet_log;
+    parent_host = comm->peers ? comm->peers[comm->rank].host : NULL;
     res = braid_comm_init_rank(&nc, m, ids[leader].id, newrank);
     internal_split = 0;
+    parent_host = NULL;
     if (quiet_log) braid_log_set_rank(comm->rank);
     if (res < 0) goto out;
     *newcomm_p = nc;

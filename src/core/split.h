@@ -19,5 +19,9 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
 /* 1 while this thread initializes an internal sub-communicator (quiet_log): it takes its
  * parent's model constants, so it neither reads a tuning file nor measures links. */
 int braid_split_is_internal(void);
+/* The host identity of this rank in the parent of the internal sub-communicator being
+ * initialized (NULL otherwise): sub-communicators keep their parent's host grouping even if
+ * the environment (BRAID_HOSTNAME) changed since. */
+const char *braid_split_parent_host(void);
 
 #endif

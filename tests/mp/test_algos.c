@@ -215,11 +215,12 @@ static int tune_measure(braid_comm_t comm, int rank, int n, void *arg)
 }
 
 /* Hosts faked on one machine share its cpus: every rank counts all ranks on its machine,
- * only its host's as local, and the model's oversubscription uses the machine's count. */
+ * only its host's as local, and the model's oversubscription uses the machine's count; hier's
+ * sub-communicators inherit the faked hosts. */
 static int machine_counts(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "");
+    braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "hier");
     MP_CHECK(rank, c != NULL, "no communicator");
     struct braid_comm *ic = (struct braid_comm *)c;
     braid_algo_state_t *st = ic->algo_state;
@@ -228,6 +229,14 @@ static int machine_counts(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, st->model.nhosts == 2 && st->model.host_ranks == n,
              "model: %d hosts, %d ranks on the busiest machine", st->model.nhosts,
              st->model.host_ranks);
+    /* hier's sub-communicators (made now, after mp_fake_host_comm restored the environment)
+     * keep the parent's hosts: the inter-host one spans two hosts */
+    float x[64] = {0}, y[64];
+    MP_OK(rank, braid_allreduce(x, y, 64, BRAID_FLOAT32, BRAID_SUM, c));
+    MP_CHECK(rank, st->intra && st->inter, "hier did not run");
+    MP_CHECK(rank, st->intra->local_nranks == 2 && st->inter->local_nranks == 1,
+             "sub-communicators see %d and %d local ranks, want 2 and 1", st->intra->local_nranks,
+             st->inter->local_nranks);
     MP_OK(rank, braid_comm_destroy(c));
     return 0;
 }
