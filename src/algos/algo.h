@@ -88,6 +88,9 @@ braid_result_t braid_tuning_read(const char *path, braid_model_t *m);
  * with all-reduces over c's connections and sets its constants in m (see tune.c). */
 struct braid_algo_state;
 braid_result_t braid_tuning_measure(struct braid_comm *c, struct braid_algo_state *st, int reps);
+/* Rounds of recursive doubling (log2 P, plus 2 for the fix-up when n is not a power of two P)
+ * or levels of the binomial tree (plus 1) over n ranks. */
+int braid_model_rounds(int algo, int n);
 /* Oversubscription penalty per step (select.c). */
 double braid_model_step_penalty_us(const braid_model_t *m);
 /* Writes m's constants in the format braid_tuning_read reads, after a `# comment` line. */

@@ -311,14 +311,19 @@ static cost_t chain_cost(double S, const braid_model_t *m)
  * one host), each one message of S bytes per rank in chunks of at most p2p_chunk; in a round
  * over the network the ranks of a host (nic_share) send through its NIC at once. The tree's
  * levels all count as network rounds when there are several hosts. */
-static cost_t rounds_cost(int algo, double S, size_t bytes, const braid_model_t *m)
+int braid_model_rounds(int algo, int n)
 {
-    int n = m->nranks, P = 1, rounds = 0;
+    int P = 1, rounds = 0;
     while (P * 2 <= n) {
         P *= 2;
         rounds++;
     }
-    if (P < n) rounds += algo == BRAID_ALGO_TREE ? 1 : 2;
+    return rounds + (P < n ? (algo == BRAID_ALGO_TREE ? 1 : 2) : 0);
+}
+
+static cost_t rounds_cost(int algo, double S, size_t bytes, const braid_model_t *m)
+{
+    int rounds = braid_model_rounds(algo, m->nranks);
     int ri = m->nhosts < 2 ? rounds : algo == BRAID_ALGO_RECDBL ? m->recdbl_intra_rounds : 0;
     int rn = rounds - ri, share = algo == BRAID_ALGO_RECDBL && m->nic_share > 1 ? m->nic_share : 1;
     double chunks = S > 0 ? (double)((bytes + m->p2p_chunk - 1) / m->p2p_chunk) : 1.0;

@@ -158,12 +158,7 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
                                      int reps, double *t_rd_p)
 {
     braid_model_t *m = &st->model;
-    int n = c->nranks, P = 1, R = 0;
-    while (P * 2 <= n) {
-        P *= 2;
-        R++;
-    }
-    if (P < n) R += 2;
+    int R = braid_model_rounds(BRAID_ALGO_RECDBL, c->nranks);
     double p = braid_model_step_penalty_us(m), t_rd = 0, t_h = 0;
     BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_RECDBL, buf, 2, 31 * reps, &t_rd));
     *t_rd_p = t_rd;
@@ -181,16 +176,9 @@ static braid_result_t measure_alphas(struct braid_comm *c, braid_algo_state_t *s
     BRAID_CHECK(median_allreduce_us(c, st, BRAID_ALGO_HIER, buf, 2 * (size_t)L, 31 * reps, &t_h));
     /* what the inter-host sub-communicator ran for its 8 bytes */
     const braid_algo_state_t *is = st->inter ? st->inter->algo_state : NULL;
-    int k = 2 * (H - 1);
-    if (is && braid_model_choose(BRAID_COLL_ALLREDUCE, 8, 2, &is->model) == BRAID_ALGO_RECDBL) {
-        int PH = 1;
-        k = 0;
-        while (PH * 2 <= H) {
-            PH *= 2;
-            k++;
-        }
-        if (PH < H) k += 2;
-    }
+    int k = is && braid_model_choose(BRAID_COLL_ALLREDUCE, 8, 2, &is->model) == BRAID_ALGO_RECDBL
+                ? braid_model_rounds(BRAID_ALGO_RECDBL, H)
+                : 2 * (H - 1);
     /* [ri rn; 2(L-1) k] [a_s a_n]' = [y1 y2]' */
     double y1 = t_rd - m->launch_us, y2 = t_h - 3 * m->launch_us;
     double det = ri * k - 2.0 * (L - 1) * rn, a_s = 0, a_n = 0;

@@ -655,7 +655,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
         c->machine_nranks += !strcmp(c->peers[i].machine, me.machine);
     }
     if (c->machine_nranks < c->local_nranks) c->machine_nranks = c->local_nranks;
-    c->ncpus = count_cpus();
+    c->ncpus = CPU_COUNT(&me.cpus) > 0 ? CPU_COUNT(&me.cpus) : count_cpus();
     /* ranks of other hosts on this machine (namespaces, containers) compete for its cpus too:
      * the machine's ranks against the cpus they are bound to, together */
     cpu_set_t all_cpus;
