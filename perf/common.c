@@ -6,14 +6,19 @@
  * tool runs as a single rank, like nccl-tests on one GPU. */
 #include "common.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 typedef struct {
-    braid_comm_t comm;
+    braid_comm_t comm;     /* the collectives' (the group's with NCCL_TESTS_SPLIT) */
+    braid_comm_t world;    /* barriers and the combined numbers; == comm without a split */
     braid_request_t *reqs; /* started with -m > 1, completed in order */
     int nreqs, cap;
+    braid_reg_t regs[4]; /* -R */
+    int nregs;
 } braid_ctx_t;
 
 static int report(perf_backend_t *b, const char *call, braid_result_t res)
@@ -93,29 +98,50 @@ static int bk_complete(perf_backend_t *b)
 static int bk_barrier(perf_backend_t *b)
 {
     braid_ctx_t *c = b->ctx;
-    braid_result_t res = braid_barrier(c->comm);
+    braid_result_t res = braid_barrier(c->world);
     return res == BRAID_SUCCESS ? 0 : report(b, "braid_barrier", res);
 }
 
 static int bk_allreduce_f64(perf_backend_t *b, double *v, int op)
 {
     braid_ctx_t *c = b->ctx;
-    braid_result_t res = braid_allreduce(v, v, 1, BRAID_FLOAT64, (braid_redop_t)op, c->comm);
+    braid_result_t res = braid_allreduce(v, v, 1, BRAID_FLOAT64, (braid_redop_t)op, c->world);
     return res == BRAID_SUCCESS ? 0 : report(b, "braid_allreduce(float64)", res);
 }
 
 static int bk_allreduce_i64(perf_backend_t *b, int64_t *v)
 {
     braid_ctx_t *c = b->ctx;
-    braid_result_t res = braid_allreduce(v, v, 1, BRAID_INT64, BRAID_SUM, c->comm);
+    braid_result_t res = braid_allreduce(v, v, 1, BRAID_INT64, BRAID_SUM, c->world);
     return res == BRAID_SUCCESS ? 0 : report(b, "braid_allreduce(int64)", res);
 }
 
 static int bk_allgather_bytes(perf_backend_t *b, const void *mine, void *all, size_t len)
 {
     braid_ctx_t *c = b->ctx;
-    braid_result_t res = braid_allgather(mine, all, len, BRAID_UINT8, c->comm);
+    braid_result_t res = braid_allgather(mine, all, len, BRAID_UINT8, c->world);
     return res == BRAID_SUCCESS ? 0 : report(b, "braid_allgather", res);
+}
+
+static int bk_register(perf_backend_t *b, void *buf, size_t bytes)
+{
+    braid_ctx_t *c = b->ctx;
+    if (c->nregs == (int)(sizeof(c->regs) / sizeof(c->regs[0])))
+        return report(b, "braid_comm_register", BRAID_ERR_INTERNAL);
+    braid_result_t res = braid_comm_register(c->comm, buf, bytes, &c->regs[c->nregs]);
+    if (res != BRAID_SUCCESS) return report(b, "braid_comm_register", res);
+    c->nregs++;
+    return 0;
+}
+
+static void bk_deregister_all(perf_backend_t *b)
+{
+    braid_ctx_t *c = b->ctx;
+    for (int i = 0; i < c->nregs; i++) {
+        braid_result_t res = braid_comm_deregister(c->comm, c->regs[i]);
+        if (res != BRAID_SUCCESS) report(b, "braid_comm_deregister", res);
+    }
+    c->nregs = 0;
 }
 
 static int bk_supports(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op)
@@ -160,36 +186,168 @@ static int have_launcher_env(void)
     return 0;
 }
 
+/* nccl-tests' parseInt: leading blanks, then 0b binary or strtoul base 0; 0 if none. */
+static int split_int(const char *s, long *v)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *end = NULL;
+    unsigned long x = strncasecmp(s, "0b", 2) == 0 ? strtoul(s + 2, &end, 2) : strtoul(s, &end, 0);
+    if (end == s || (s[0] == '0' && (s[1] == 'b' || s[1] == 'B') && end == s + 2)) return 0;
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (*end != '\0' || x > INT32_MAX) return 0;
+    *v = (long)x;
+    return 1;
+}
+
+/* The color of world rank 'rank' under NCCL_TESTS_SPLIT_MASK (hex: rank & mask) or
+ * NCCL_TESTS_SPLIT ("AND 0x4" "&4" "OR 1" "|1" "MOD 2" "%2" "DIV 4" "/4"); 0 without either.
+ * -1 (after a message on rank 0) for a value nccl-tests would misread. */
+static int split_color(int rank, int *color_p)
+{
+    const char *mask = getenv("NCCL_TESTS_SPLIT_MASK"), *spec = getenv("NCCL_TESTS_SPLIT");
+    *color_p = 0;
+    if (mask && *mask) {
+        char *end = NULL;
+        unsigned long m = strtoul(mask, &end, 16);
+        if (end == mask || *end != '\0' || m > INT32_MAX) {
+            if (rank == 0)
+                fprintf(stderr, "NCCL_TESTS_SPLIT_MASK='%s' is not a hexadecimal mask\n", mask);
+            return -1;
+        }
+        *color_p = rank & (int)m;
+        return 0;
+    }
+    if (!spec || !*spec) return 0;
+    static const struct {
+        const char *word, *sym;
+        char op;
+    } ops[] = {{"AND", "&", '&'}, {"OR", "|", '|'}, {"MOD", "%", '%'}, {"DIV", "/", '/'}};
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        size_t wl = strlen(ops[i].word);
+        const char *arg = strncasecmp(spec, ops[i].word, wl) == 0 ? spec + wl
+                          : spec[0] == ops[i].sym[0]              ? spec + 1
+                                                                  : NULL;
+        long v;
+        if (!arg) continue;
+        if (!split_int(arg, &v) || ((ops[i].op == '%' || ops[i].op == '/') && v == 0)) break;
+        *color_p = ops[i].op == '&'   ? (rank & (int)v)
+                   : ops[i].op == '|' ? (rank | (int)v)
+                   : ops[i].op == '%' ? rank % (int)v
+                                      : rank / (int)v;
+        return 0;
+    }
+    if (rank == 0)
+        fprintf(stderr,
+                "NCCL_TESTS_SPLIT='%s' is not understood: use AND n, OR n, MOD n or DIV n "
+                "(or &n, |n, %%n, /n; n decimal, 0x hex or 0b binary, not 0 for MOD/DIV)\n",
+                spec);
+    return -1;
+}
+
+/* Splits the world by NCCL_TESTS_SPLIT(_MASK): ctx->comm becomes the rank's group. Groups
+ * must be of one size (the rows of every group must be the same calls over the world). */
+static int split_world(perf_backend_t *b, braid_ctx_t *ctx)
+{
+    int color;
+    /* Every rank finds a bad value alike; rank 0 prints it before anybody exits (a barrier:
+     * a launcher kills the job as soon as one rank exits non-zero). */
+    if (split_color(b->world_rank, &color)) return braid_barrier(ctx->world), -1;
+    if (!getenv("NCCL_TESTS_SPLIT_MASK") && !getenv("NCCL_TESTS_SPLIT")) return 0;
+    braid_result_t res = braid_comm_split(ctx->world, color, b->world_rank, &ctx->comm);
+    if (res != BRAID_SUCCESS) return report(b, "braid_comm_split", res);
+    b->group = color;
+    if ((res = braid_comm_rank(ctx->comm, &b->rank)) != BRAID_SUCCESS ||
+        (res = braid_comm_size(ctx->comm, &b->nranks)) != BRAID_SUCCESS)
+        return report(b, "braid_comm_rank/size", res);
+    int64_t lo = b->nranks, hi = b->nranks;
+    double v[2] = {(double)lo, (double)hi};
+    if ((res = braid_allreduce(&v[0], &v[0], 1, BRAID_FLOAT64, BRAID_MIN, ctx->world)) ||
+        (res = braid_allreduce(&v[1], &v[1], 1, BRAID_FLOAT64, BRAID_MAX, ctx->world)))
+        return report(b, "braid_allreduce", res);
+    if (v[0] != v[1]) {
+        if (b->world_rank == 0)
+            fprintf(stderr,
+                    "NCCL_TESTS_SPLIT: the groups have %g to %g ranks; braid's perf tools need "
+                    "groups of one size\n",
+                    v[0], v[1]);
+        braid_barrier(ctx->world);
+        return -1;
+    }
+    return 0;
+}
+
+/* -T: nccl-tests aborts a call that takes longer; braid's BRAID_TIMEOUT bounds every wait the
+ * same way. The variable, if set, wins (with a note when they differ). */
+static void apply_timeout(const perf_opts_t *o)
+{
+    if (o->timeout <= 0) return;
+    const char *env = getenv("BRAID_TIMEOUT");
+    char v[32];
+    snprintf(v, sizeof(v), "%g", o->timeout);
+    if (env && *env) {
+        if (strcmp(env, v) != 0)
+            fprintf(stderr, "-T %s: BRAID_TIMEOUT=%s is set and wins\n", v, env);
+        return;
+    }
+    setenv("BRAID_TIMEOUT", v, 1);
+}
+
+static long long rss_now(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (long long)resident * sysconf(_SC_PAGESIZE);
+}
+
 int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
 {
     perf_opts_t opts;
     setlinebuf(stdout);
     int prc = perf_parse_args(argc, argv, coll, &opts);
     if (prc) return prc > 0 ? 0 : 2;
+    apply_timeout(&opts);
 
     braid_ctx_t ctx = {0};
     perf_backend_t b = {.name = "braid", .rank = -1, .ctx = &ctx};
     braid_result_t res;
+    long long mem0 = rss_now();
     if (have_launcher_env()) {
-        res = braid_comm_init_env(&ctx.comm);
+        res = braid_comm_init_env(&ctx.world);
         if (res != BRAID_SUCCESS) return report(&b, "braid_comm_init_env", res), 2;
     } else {
         braid_unique_id_t id;
         res = braid_get_unique_id(&id);
         if (res != BRAID_SUCCESS) return report(&b, "braid_get_unique_id", res), 2;
-        res = braid_comm_init_rank(&ctx.comm, 1, id, 0);
+        res = braid_comm_init_rank(&ctx.world, 1, id, 0);
         if (res != BRAID_SUCCESS) return report(&b, "braid_comm_init_rank", res), 2;
     }
-    if ((res = braid_comm_rank(ctx.comm, &b.rank)) != BRAID_SUCCESS ||
-        (res = braid_comm_size(ctx.comm, &b.nranks)) != BRAID_SUCCESS) {
+    b.init_mem = rss_now() - mem0;
+    ctx.comm = ctx.world;
+    if ((res = braid_comm_rank(ctx.world, &b.rank)) != BRAID_SUCCESS ||
+        (res = braid_comm_size(ctx.world, &b.nranks)) != BRAID_SUCCESS) {
         report(&b, "braid_comm_rank/size", res);
-        braid_comm_destroy(ctx.comm);
+        braid_comm_destroy(ctx.world);
+        return 2;
+    }
+    b.world_rank = b.rank;
+    b.world_nranks = b.nranks;
+    if (split_world(&b, &ctx)) {
+        braid_comm_abort(ctx.world);
+        if (ctx.comm && ctx.comm != ctx.world) braid_comm_destroy(ctx.comm);
+        braid_comm_destroy(ctx.world);
         return 2;
     }
 
     char desc[256];
     device_desc(desc, sizeof(desc));
     b.device_desc = desc;
+    b.version = braid_version();
     b.start = bk_start;
     b.complete = bk_complete;
     b.barrier = bk_barrier;
@@ -197,10 +355,16 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     b.allreduce_i64 = bk_allreduce_i64;
     b.allgather_bytes = bk_allgather_bytes;
     b.supports = bk_supports;
+    b.register_buffer = bk_register;
+    b.deregister_all = bk_deregister_all;
 
     int rc = perf_bench_run(&b, coll, &opts);
-    if (rc == 2) braid_comm_abort(ctx.comm); /* let the peers fail now rather than time out */
-    braid_comm_destroy(ctx.comm);
+    if (rc == 2) { /* let the peers fail now rather than time out */
+        braid_comm_abort(ctx.comm);
+        if (ctx.world != ctx.comm) braid_comm_abort(ctx.world);
+    }
+    if (ctx.comm != ctx.world) braid_comm_destroy(ctx.comm);
+    braid_comm_destroy(ctx.world);
     free(ctx.reqs);
     return rc;
 }

@@ -4,6 +4,7 @@
  * the braid calls:
  *   data.c    element generators, reference results, fp16/bf16 conversions, the checker;
  *   report.c  command line, nccl-tests style output, the CSV file;
+ *   json.c    the -J JSON file;
  *   bench.c   the benchmark loop (warm-up, timing, check), written against perf_backend_t;
  *   common.c  the braid backend and perf_braid_main(), which the thin *_perf.c mains call.
  * Only data.c/report.c/bench.c are shared with the peers; they use braid.h for its enums only. */
@@ -100,12 +101,26 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
 
 /* ---- options and output (report.c) ------------------------------------------------------- */
 
+#define PERF_MAX_NOTES 8
 typedef struct {
     size_t min_bytes, max_bytes, step_bytes, step_factor;
-    int iters, warmup_iters, agg_iters, check, blocking, average;
-    int dtype, op, root; /* dtype/op may be PERF_ALL */
-    int report_cputime;
-    const char *csv_path;
+    int iters, warmup_iters, agg_iters, check, average;
+    int blocking;        /* -z: 0 none, 1 wait + barrier after each call, 2 wait after each call,
+                            3 wait after each call, barrier after each -n iteration, not timed */
+    int dtype, op, root; /* dtype/op/root may be PERF_ALL (root: -r -1, every root in turn) */
+    int report_cputime, report_timestamps;
+    int run_cycles;     /* -N: sweeps (rows printed each time); 0 = forever */
+    int local_register; /* -R: 0 none, 1 braid_comm_register (2 = 1 with a note) */
+    int unalign;        /* -u: buffers start this many elements past an aligned address */
+    int memory_report;  /* -M: print the host memory the buffers take */
+    int per_iter_timing, per_iter_skip; /* -I, -K */
+    double timeout; /* -T seconds (0: unset); the braid backend applies it as BRAID_TIMEOUT */
+    const char *csv_path, *json_path;
+    const char *prog;                  /* basename of argv[0] */
+    const char *notes[PERF_MAX_NOTES]; /* flags accepted without effect: "# " lines (rank 0) */
+    int nnotes;
+    int argc;
+    char **argv;
 } perf_opts_t;
 
 /* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),
@@ -114,13 +129,23 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
 /* Parses "64", "1.5K", "8M", "1G" (powers of 1024); returns -1 if malformed. */
 double perf_parse_size(const char *s);
 
-void perf_print_header(FILE *f, const perf_opts_t *o);
+/* "# nccl-tests version ...", "# Collective test starting: PROG", the parameters line and
+ * the -z/-I notes; lib_version is the library's version code (braid_version()). */
+void perf_print_header(FILE *f, const perf_opts_t *o, int lib_version);
 void perf_print_columns(FILE *f, const perf_opts_t *o);
 void perf_print_row_params(FILE *f, size_t size, size_t count, const char *type, const char *op,
                            int root);
 /* wrong < 0 prints N/A (check disabled). */
 void perf_print_row_result(FILE *f, double usec, double algbw, double busbw, int64_t wrong);
-void perf_format_time(char *buf, size_t len, double usec);
+/* nccl-tests' getFloatStr: v in 'width' columns with 2, 1 or 0 decimals, else exponent. */
+void perf_format_float(char *buf, int width, double v);
+/* Per-iteration statistics of -I (times in seconds). */
+typedef struct {
+    double min, max, avg, p50, p95, p99, stdev;
+} perf_iter_stats_t;
+void perf_iter_stats(const double *times, int n, perf_iter_stats_t *s_p);
+/* "2026-12-01 07:24:19" (local time), the -S column. */
+void perf_format_now(char *buf, size_t len);
 
 typedef struct {
     const char *collective;
@@ -136,14 +161,45 @@ FILE *perf_csv_open(const char *path); /* appends; writes the header line into a
 void perf_csv_row(FILE *f, const perf_row_t *row);
 extern const char perf_csv_header[];
 
+/* ---- JSON (-J, json.c) ------------------------------------------------------------------ */
+
+#define PERF_JSON_MAX_DEPTH 8
+typedef struct {
+    FILE *f; /* NULL: every call does nothing */
+    int depth;
+    int count[PERF_JSON_MAX_DEPTH];
+    char closer[PERF_JSON_MAX_DEPTH];
+} perf_json_t;
+
+/* Creates path, or path.0, path.1, ... if it exists (never overwrites); *used gets the name. */
+FILE *perf_json_open(const char *path, char *used, size_t len);
+/* key is NULL for the elements of a list. */
+void perf_json_obj(perf_json_t *j, const char *key);
+void perf_json_obj_end(perf_json_t *j);
+void perf_json_list(perf_json_t *j, const char *key);
+void perf_json_list_end(perf_json_t *j);
+void perf_json_str(perf_json_t *j, const char *key, const char *s);
+void perf_json_int(perf_json_t *j, const char *key, long long v);
+void perf_json_double(perf_json_t *j, const char *key, double v); /* null if not finite */
+void perf_json_bool(perf_json_t *j, const char *key, int v);
+void perf_json_null(perf_json_t *j, const char *key);
+void perf_json_close(perf_json_t *j); /* closes what is open, then the file */
+
 /* ---- the benchmark loop (bench.c) -------------------------------------------------------- */
 
 /* What the loop needs from a communication library. Calls return 0 on success; on failure
- * they return nonzero after printing the error (rank, call, message) to stderr. */
+ * they return nonzero after printing the error (rank, call, message) to stderr.
+ *
+ * With NCCL_TESTS_SPLIT the job is split into groups that run the collective each on its own
+ * communicator: rank/nranks are the rank's place in its group (the collective's), while
+ * barrier, allreduce_* and allgather_bytes span the whole job (world_rank/world_nranks), as
+ * nccl-tests' MPI_COMM_WORLD calls do. Without a split world_* equal rank/nranks (a backend
+ * may leave world_nranks 0 for that). */
 typedef struct perf_backend perf_backend_t;
 struct perf_backend {
     const char *name; /* "braid", "ompi" */
     int rank, nranks;
+    int world_rank, world_nranks, group;
     void *ctx;
     /* Starts one collective; nonblocking when more are started before complete (-m > 1). */
     int (*start)(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
@@ -159,10 +215,17 @@ struct perf_backend {
     /* 0 when the backend cannot run this dtype/op (the loop skips it with a note). */
     int (*supports)(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op);
     const char *device_desc; /* after "[cpu]" in the "# Using devices" lines */
+    /* -R: registers [buf, buf + bytes) for the rest of the run (NULL: not supported). */
+    int (*register_buffer)(perf_backend_t *b, void *buf, size_t bytes);
+    void (*deregister_all)(perf_backend_t *b); /* drops what register_buffer registered */
+    long long init_mem; /* -M: bytes the process grew by while the library initialised */
+    int version;        /* the library's version code for the header (0: unknown) */
 };
 
-/* Runs the whole test (header, sweep for each dtype/op, footer) and returns the exit code:
- * 0, 1 if a check found wrong elements (or NCCL_TESTS_MIN_BW is not met), 2 on an error. */
+/* Runs the whole test (header, sweep for each dtype/op/root, footer) and returns the exit
+ * code: 0, 1 if a check found wrong elements (or NCCL_TESTS_MIN_BW is not met), 2 on an
+ * error. The footer is printed before any rank returns (a last barrier), so a launcher that
+ * kills the job when one rank exits non-zero cannot cut it off. */
 int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t *o);
 
 /* ---- braid (common.c) -------------------------------------------------------------------- */

@@ -7,7 +7,9 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- collectives --------------------------------------------------------------------------- */
 
@@ -122,22 +124,46 @@ static void usage(const char *prog, const perf_coll_t *coll)
            "[-n,--iters <iteration count>] \n\t"
            "[-m,--agg_iters <aggregated iteration count>] \n\t"
            "[-w,--warmup_iters <warmup iteration count>] \n\t"
-           "[-p,--parallel_init <0/1>] (ignored)\n\t"
+           "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n\t"
+           "[-p,--parallel_init <0/1>] (ignored: one rank per process)\n\t"
            "[-c,--check <check iteration count>] \n\t"
            "[-o,--op <sum/prod/min/max/avg/all>] %s\n\t"
            "[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/bfloat16/float/double/all>] "
            "\n\t"
-           "[-r,--root <root>] %s\n\t"
-           "[-z,--blocking <0/1>] (1: barrier after each collective; calls always block)\n\t"
-           "[-y,--stream_null <0/1>] (ignored)\n\t"
-           "[-T,--timeout <time in seconds>] (ignored: see BRAID_TIMEOUT)\n\t"
+           "[-r,--root <root>] (-1: every root in turn)%s\n\t"
+           "[-z,--blocking <0/1/2/3> 1=barrier after each inner iter (-m), 2=no barrier, 3=wait "
+           "and barrier after each outer iter (-n)] \n\t"
+           "[-y,--stream_null <0/1>] (ignored: host buffers)\n\t"
+           "[-T,--timeout <time in seconds>] (sets BRAID_TIMEOUT unless it is set)\n\t"
            "[-G,--cudagraph <num graph launches>] (0 only)\n\t"
            "[-C,--report_cputime <0/1>] \n\t"
+           "[-S,--report_timestamps <0/1> report timestamps (default 0)] \n\t"
+           "[-J,--output_file <file> write output to filepath, if accessible (json)] \n\t"
            "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] "
            "\n\t"
+           "[-R,--local_register <0/1/2> register send/recv buffers with braid_comm_register "
+           "(2: as 1, braid has no symmetric windows)] \n\t"
+           "[-x,--cta_policy <0/1/2>] (ignored: no CTAs on the host)\n\t"
+           "[-D,--device_implementation <0>] (0 only)\n\t"
+           "[-V,--device_cta_count <number>] (ignored: no device implementation)\n\t"
+           "[-M,--memory <0/1> report the memory the test buffers take] \n\t"
+           "[-u,--unalign <index of first element> misalign source and destination buffers] "
+           "\n\t"
+           "[-I,--per_iter_timing <0/1> per-iteration timing (i_min, i_max, i_p99, i_cv%%)] \n\t"
+           "[-K,--per_iter_skip <count> exclude leading samples from -I summary stats] \n\t"
            "[--csv <file>] append one row per size/type/op to a CSV file (rank 0)\n\t"
            "[-h,--help]\n",
-           prog, coll->has_op ? "" : "(ignored)", coll->has_root ? "" : "(ignored)");
+           prog, coll->has_op ? "" : " (ignored)", coll->has_root ? "" : " (ignored)");
+}
+
+static void add_note(perf_opts_t *o, const char *note)
+{
+    if (o->nnotes < PERF_MAX_NOTES) o->notes[o->nnotes++] = note;
+}
+
+static const char *sizename(int c)
+{
+    return c == 'b' ? "minbytes" : c == 'e' ? "maxbytes" : "stepbytes";
 }
 
 int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t *opts_p)
@@ -148,7 +174,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         .step_bytes = 1u << 20,
         .step_factor = 1,
         .iters = 20,
-        .warmup_iters = 5,
+        .warmup_iters = 1,
         .agg_iters = 1,
         .check = 1,
         .blocking = 0,
@@ -156,6 +182,10 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         .dtype = BRAID_FLOAT32,
         .op = BRAID_SUM,
         .root = 0,
+        .run_cycles = 1,
+        .prog = basename(argv[0]),
+        .argc = argc,
+        .argv = argv,
     };
     static const struct option longopts[] = {
         {"nthreads", required_argument, 0, 't'},
@@ -167,6 +197,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         {"iters", required_argument, 0, 'n'},
         {"agg_iters", required_argument, 0, 'm'},
         {"warmup_iters", required_argument, 0, 'w'},
+        {"run_cycles", required_argument, 0, 'N'},
         {"parallel_init", required_argument, 0, 'p'},
         {"check", required_argument, 0, 'c'},
         {"op", required_argument, 0, 'o'},
@@ -177,15 +208,26 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         {"timeout", required_argument, 0, 'T'},
         {"cudagraph", required_argument, 0, 'G'},
         {"report_cputime", required_argument, 0, 'C'},
+        {"report_timestamps", required_argument, 0, 'S'},
+        {"output_file", required_argument, 0, 'J'},
         {"average", required_argument, 0, 'a'},
+        {"local_register", required_argument, 0, 'R'},
+        {"cta_policy", required_argument, 0, 'x'},
+        {"device_implementation", required_argument, 0, 'D'},
+        {"device_cta_count", required_argument, 0, 'V'},
+        {"memory", required_argument, 0, 'M'},
+        {"unalign", required_argument, 0, 'u'},
+        {"per_iter_timing", required_argument, 0, 'I'},
+        {"per_iter_skip", required_argument, 0, 'K'},
         {"csv", required_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     optind = 1;
     for (;;) {
-        int c =
-            getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:hG:C:a:", longopts, NULL);
+        int c = getopt_long(
+            argc, argv, "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:", longopts,
+            NULL);
         if (c == -1) break;
         long v = 0;
         double sz;
@@ -206,10 +248,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         case 'i':
             sz = perf_parse_size(optarg);
             if (sz < 0) {
-                fprintf(stderr, "invalid size specified for '%s'\n",
-                        c == 'b'   ? "minbytes"
-                        : c == 'e' ? "maxbytes"
-                                   : "stepbytes");
+                fprintf(stderr, "invalid size specified for '%s'\n", sizename(c));
                 return -1;
             }
             if (c == 'b')
@@ -224,28 +263,56 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             o.step_factor = (size_t)v;
             break;
         case 'n':
-            if (parse_int(optarg, "iters", 1, &v)) return -1;
+            if (parse_int(optarg, "iters", 1, &v) || v > INT32_MAX / 2) return -1;
             o.iters = (int)v;
             break;
         case 'm':
-            if (parse_int(optarg, "agg_iters", 1, &v)) return -1;
+            if (parse_int(optarg, "agg_iters", 1, &v) || v > INT32_MAX / 2) return -1;
             o.agg_iters = (int)v;
             break;
         case 'w':
-            if (parse_int(optarg, "warmup_iters", 0, &v)) return -1;
+            if (parse_int(optarg, "warmup_iters", 0, &v) || v > INT32_MAX) return -1;
             o.warmup_iters = (int)v;
             break;
+        case 'N':
+            if (parse_int(optarg, "run_cycles", 0, &v) || v > INT32_MAX) return -1;
+            o.run_cycles = (int)v;
+            break;
         case 'c':
-            if (parse_int(optarg, "check", 0, &v)) return -1;
+            if (parse_int(optarg, "check", 0, &v) || v > INT32_MAX) return -1;
             o.check = (int)v;
             break;
         case 'z':
             if (parse_int(optarg, "blocking", 0, &v)) return -1;
-            o.blocking = v != 0;
+            if (v > 3) {
+                fprintf(stderr, "invalid value '%s' for 'blocking' (0..3)\n", optarg);
+                return -1;
+            }
+            o.blocking = (int)v;
             break;
         case 'C':
-            if (parse_int(optarg, "report_cputime", 0, &v)) return -1;
-            o.report_cputime = v != 0;
+        case 'S':
+        case 'M':
+        case 'I':
+            if (parse_int(optarg,
+                          c == 'C'   ? "report_cputime"
+                          : c == 'S' ? "report_timestamps"
+                          : c == 'M' ? "memory"
+                                     : "per_iter_timing",
+                          0, &v))
+                return -1;
+            if (c == 'I' && v > 1) {
+                fprintf(stderr, "invalid value '%s' for 'per_iter_timing' (0 or 1)\n", optarg);
+                return -1;
+            }
+            if (c == 'C') o.report_cputime = v != 0;
+            if (c == 'S') o.report_timestamps = v != 0;
+            if (c == 'M') o.memory_report = v != 0;
+            if (c == 'I') o.per_iter_timing = v != 0;
+            break;
+        case 'K':
+            if (parse_int(optarg, "per_iter_skip", 0, &v) || v > INT32_MAX) return -1;
+            o.per_iter_skip = (int)v;
             break;
         case 'a':
             if (parse_int(optarg, "average", 0, &v)) return -1;
@@ -256,8 +323,8 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             o.average = (int)v;
             break;
         case 'r':
-            if (parse_int(optarg, "root", 0, &v)) return -1;
-            o.root = (int)v;
+            if (parse_int(optarg, "root", -1, &v) || v > INT32_MAX) return -1;
+            o.root = (int)v; /* -1 = PERF_ALL: every root in turn */
             break;
         case 'o':
             o.op = perf_op_parse(optarg);
@@ -283,18 +350,57 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                 return -1;
             }
             break;
+        case 'R':
+            if (parse_int(optarg, "local_register", 0, &v)) return -1;
+            if (v > 2) {
+                fprintf(stderr, "invalid value '%s' for 'local_register' (0, 1 or 2)\n", optarg);
+                return -1;
+            }
+            if (v == 2)
+                add_note(&o, "-R 2: braid has no symmetric windows; the buffers are "
+                             "registered with braid_comm_register as with -R 1");
+            o.local_register = v != 0;
+            break;
+        case 'D':
+            if (parse_int(optarg, "device_implementation", 0, &v)) return -1;
+            if (v != 0) {
+                fprintf(stderr, "-D %ld: braid has no device implementations (0 only)\n", v);
+                return -1;
+            }
+            break;
+        case 'x':
+        case 'V':
+            if (parse_int(optarg, c == 'x' ? "cta_policy" : "device_cta_count", 0, &v)) return -1;
+            add_note(&o, c == 'x' ? "-x: CTA policies are a GPU setting; ignored"
+                                  : "-V: braid has no device implementation; ignored");
+            break;
+        case 'u':
+            if (parse_int(optarg, "unalign", 0, &v) || v > 4096) return -1;
+            o.unalign = (int)v;
+            break;
+        case 'T':
+            sz = perf_parse_size(optarg); /* a plain non-negative number */
+            if (sz < 0 || strpbrk(optarg, "kKmMgG")) {
+                fprintf(stderr, "invalid value '%s' for 'timeout'\n", optarg);
+                return -1;
+            }
+            o.timeout = sz;
+            break;
+        case 'J':
+            o.json_path = optarg;
+            break;
         case 'F':
             o.csv_path = optarg;
             break;
         case 'p':
         case 'y':
-        case 'T':
+            if (parse_int(optarg, c == 'p' ? "parallel_init" : "stream_null", 0, &v)) return -1;
             break; /* accepted for compatibility, no effect */
         case 'h':
-            usage(basename(argv[0]), coll);
+            usage(o.prog, coll);
             return 1;
         default:
-            usage(basename(argv[0]), coll);
+            usage(o.prog, coll);
             return -1;
         }
     }
@@ -313,40 +419,89 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             return -1;
         }
     }
+    if (o.per_iter_skip >= o.iters) {
+        fprintf(stderr, "invalid value %d for 'per_iter_skip': must be below iters (%d)\n",
+                o.per_iter_skip, o.iters);
+        return -1;
+    }
+    if (o.per_iter_skip && !o.per_iter_timing) {
+        fprintf(stderr, "per-iteration skip (-K) requires per-iteration timing (-I 1)\n");
+        return -1;
+    }
     *opts_p = o;
     return 0;
 }
 
 /* ---- stdout -------------------------------------------------------------------------------- */
 
-void perf_print_header(FILE *f, const perf_opts_t *o)
+/* The nccl-tests release whose flags and output these tools follow. */
+#define PERF_NCCL_TESTS_VERSION "2.19.6"
+
+void perf_print_header(FILE *f, const perf_opts_t *o, int lib_version)
 {
+    fprintf(f, "# nccl-tests version %s braid-headers=%d braid-library=%d\n",
+            PERF_NCCL_TESTS_VERSION, BRAID_VERSION_CODE, lib_version);
+    fprintf(f, "# Collective test starting: %s\n", o->prog);
     fprintf(f,
             "# nThread %d nGpus %d minBytes %ld maxBytes %ld step: %ld(%s) warmup iters: %d "
-            "iters: %d agg iters: %d validation: %d graph: %d\n",
+            "iters: %d agg iters: %d validation: %d graph: %d unalign: %d\n",
             1, 1, (long)o->min_bytes, (long)o->max_bytes,
             (long)(o->step_factor > 1 ? o->step_factor : o->step_bytes),
             o->step_factor > 1 ? "factor" : "bytes", o->warmup_iters, o->iters, o->agg_iters,
-            o->check, 0);
-    if (o->blocking)
-        fprintf(f, "# Blocking Enabled: wait for completion and barrier after each collective \n");
+            o->check, 0, o->unalign);
+    if (o->blocking == 1)
+        fprintf(f, "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
+    if (o->blocking == 2)
+        fprintf(f, "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");
+    if (o->blocking == 3)
+        fprintf(f, "# Blocking Enabled: wait and barrier after each outer iteration (-n); "
+                   "time excludes barrier \n");
+    if (o->per_iter_timing) {
+        fprintf(f, "# Per-Iteration Report: host clock timing; i_* uses max over ranks");
+        if (o->per_iter_skip) fprintf(f, "; summary skips first %d iterations", o->per_iter_skip);
+        fprintf(f, " \n");
+    }
+    for (int i = 0; i < o->nnotes; i++)
+        fprintf(f, "# %s\n", o->notes[i]);
     fprintf(f, "#\n");
 }
 
 void perf_print_columns(FILE *f, const perf_opts_t *o)
 {
     const char *t = o->report_cputime ? "cputime" : "time";
+    const char *ts = o->report_timestamps ? "timestamp" : "";
+    const char *tsf = o->report_timestamps ? "%Y-%m-%d %H:%M:%S" : "";
+    int pad = o->report_timestamps ? 19 : 0;
     fprintf(f, "#\n");
+    if (o->per_iter_timing) {
+        fprintf(f,
+                "# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)      "
+                "                          in-place (+ per-iteration)\n",
+                "", "", "", "", "");
+        fprintf(f,
+                "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  "
+                "%6s  %6s  %7s  %7s  %7s  %7s %*s\n",
+                "size", "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", "i_min",
+                "i_max", "i_p99", "i_cv%", t, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
+                "i_cv%", pad, ts);
+        fprintf(f,
+                "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  "
+                "%6s  %6s  %7s  %7s  %7s  %7s %*s\n",
+                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)",
+                "(us)", "(%)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", pad,
+                tsf);
+        return;
+    }
     fprintf(f,
             "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
             "        \n",
             "", "", "", "", "");
-    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
             "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
-            "#wrong");
-    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+            "#wrong", pad, ts);
+    fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
             "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-            "");
+            "", pad, tsf);
 }
 
 void perf_print_row_params(FILE *f, size_t size, size_t count, const char *type, const char *op,
@@ -355,24 +510,71 @@ void perf_print_row_params(FILE *f, size_t size, size_t count, const char *type,
     fprintf(f, "%12li  %12li  %8s  %6s  %6i", (long)size, (long)count, type, op, root);
 }
 
-void perf_format_time(char *buf, size_t len, double usec)
+void perf_format_float(char *buf, int width, double v)
 {
-    if (usec >= 10000.0)
-        snprintf(buf, len, "%7.0f", usec);
-    else if (usec >= 100.0)
-        snprintf(buf, len, "%7.1f", usec);
-    else
-        snprintf(buf, len, "%7.2f", usec);
+    /* buf holds width + 1 bytes; the first format whose result fits wins. */
+    size_t n = (size_t)width + 1;
+    if (snprintf(buf, n, "%*.2f", width, v) <= width) return;
+    if (snprintf(buf, n, "%*.1f", width, v) <= width) return;
+    if (snprintf(buf, n, "%*.0f", width, v) <= width) return;
+    snprintf(buf, n, width >= 7 ? "%*.1e" : "%*.0e", width, v);
 }
 
 void perf_print_row_result(FILE *f, double usec, double algbw, double busbw, int64_t wrong)
 {
-    char t[64];
-    perf_format_time(t, sizeof(t), usec);
+    char t[8], a[7], b[7];
+    perf_format_float(t, 7, usec);
+    perf_format_float(a, 6, algbw);
+    perf_format_float(b, 6, busbw);
     if (wrong >= 0)
-        fprintf(f, "  %7s  %6.2f  %6.2f  %5g", t, algbw, busbw, (double)wrong);
+        fprintf(f, "  %7s  %6s  %6s  %6g", t, a, b, (double)wrong);
     else
-        fprintf(f, "  %7s  %6.2f  %6.2f  %5s", t, algbw, busbw, "N/A");
+        fprintf(f, "  %7s  %6s  %6s    N/A", t, a, b);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile: the smallest sample with at least pct% of samples at or below. */
+static int pct_index(int n, int pct)
+{
+    int i = (n * pct + 99) / 100 - 1;
+    return i < 0 ? 0 : i > n - 1 ? n - 1 : i;
+}
+
+void perf_iter_stats(const double *times, int n, perf_iter_stats_t *s_p)
+{
+    perf_iter_stats_t s = {0};
+    double *v = n > 0 ? malloc((size_t)n * sizeof(*v)) : NULL;
+    if (v) {
+        memcpy(v, times, (size_t)n * sizeof(*v));
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        s.min = v[0];
+        s.max = v[n - 1];
+        s.p50 = v[n / 2];
+        s.p95 = v[pct_index(n, 95)];
+        s.p99 = v[pct_index(n, 99)];
+        double sum = 0, var = 0;
+        for (int i = 0; i < n; i++)
+            sum += v[i];
+        s.avg = sum / n;
+        for (int i = 0; i < n; i++)
+            var += (v[i] - s.avg) * (v[i] - s.avg);
+        s.stdev = sqrt(var / n);
+        free(v);
+    }
+    *s_p = s;
+}
+
+void perf_format_now(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
 /* ---- CSV ----------------------------------------------------------------------------------- */

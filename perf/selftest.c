@@ -418,15 +418,56 @@ static void test_parsing(void)
     EXPECT(perf_parse_args(17, argv, &perf_coll_allreduce, &o) == 0);
     EXPECT(o.min_bytes == 8 && o.max_bytes == 128u << 20 && o.step_factor == 2);
     EXPECT(o.dtype == PERF_ALL && o.op == BRAID_MAX && o.average == 3 && o.iters == 7);
-    EXPECT(o.warmup_iters == 5 && o.check == 1 && strcmp(o.csv_path, "out.csv") == 0);
+    EXPECT(o.warmup_iters == 1 && o.check == 1 && strcmp(o.csv_path, "out.csv") == 0);
+    EXPECT(o.blocking == 0 && o.run_cycles == 1 && o.root == 0 && o.unalign == 0);
 
+    /* The flags of nccl-tests 2.19 scripts pass. */
+    char *argv2[] = {"x", "-r", "-1", "-z", "3",      "-N", "0",  "-R", "1",  "-u",
+                     "3", "-S", "1",  "-J", "o.json", "-M", "1",  "-I", "1",  "-K",
+                     "2", "-x", "1",  "-D", "0",      "-V", "16", "-T", "30", NULL};
+    EXPECT(perf_parse_args(29, argv2, &perf_coll_broadcast, &o) == 0);
+    EXPECT(o.root == PERF_ALL && o.blocking == 3 && o.run_cycles == 0 && o.local_register == 1);
+    EXPECT(o.unalign == 3 && o.report_timestamps == 1 && strcmp(o.json_path, "o.json") == 0);
+    EXPECT(o.memory_report == 1 && o.per_iter_timing == 1 && o.per_iter_skip == 2);
+    EXPECT(o.timeout == 30.0 && o.nnotes == 2); /* -x and -V: accepted with a note */
+    char *bad[][3] = {{"x", "-z", "4"},  {"x", "-r", "-2"}, {"x", "-D", "1"},
+                      {"x", "-R", "3"},  {"x", "-K", "1"},  {"x", "-I", "2"},
+                      {"x", "-N", "-1"}, {"x", "-T", "1K"}, {"x", "-u", "x"}};
+    int saved_err = dup(2);
+    if (!freopen("/dev/null", "w", stderr)) return;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *args[] = {bad[i][0], bad[i][1], bad[i][2], NULL};
+        int prc = perf_parse_args(3, args, &perf_coll_reduce, &o);
+        if (prc != -1) {
+            fprintf(stdout, "%s %s accepted\n", bad[i][1], bad[i][2]);
+            failures++;
+        }
+    }
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+
+    /* nccl-tests' getFloatStr: 2 decimals while they fit, then 1, 0, an exponent. */
     char t[32];
-    perf_format_time(t, sizeof(t), 12.345);
+    perf_format_float(t, 7, 12.345);
     EXPECT(strcmp(t, "  12.35") == 0);
-    perf_format_time(t, sizeof(t), 1234.56);
-    EXPECT(strcmp(t, " 1234.6") == 0);
-    perf_format_time(t, sizeof(t), 123456.7);
+    perf_format_float(t, 7, 1234.56);
+    EXPECT(strcmp(t, "1234.56") == 0);
+    perf_format_float(t, 7, 12345.67);
+    EXPECT(strcmp(t, "12345.7") == 0);
+    perf_format_float(t, 7, 123456.7);
     EXPECT(strcmp(t, " 123457") == 0);
+    perf_format_float(t, 7, 123456789.0);
+    EXPECT(strcmp(t, "1.2e+08") == 0);
+    perf_format_float(t, 6, 999.994);
+    EXPECT(strcmp(t, "999.99") == 0);
+
+    /* -I statistics: nearest-rank p99, population standard deviation. */
+    double times[] = {5, 1, 4, 2, 3};
+    perf_iter_stats_t st;
+    perf_iter_stats(times, 5, &st);
+    EXPECT(st.min == 1 && st.max == 5 && st.p50 == 3 && st.p99 == 5 && st.avg == 3);
+    EXPECT(fabs(st.stdev - sqrt(2.0)) < 1e-12);
 }
 
 static void test_geometry(void)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the Open MPI peer benchmark (ompi_allreduce_perf) with mpicc.
 #   perf/peers/build.sh [OUTDIR]     (default: build/bin of the repository)
-# It shares perf/bench.c, data.c and report.c with the braid tools (same loop, output and CSV);
+# It shares perf/bench.c, data.c, report.c and json.c with the braid tools (same loop, output and CSV);
 # braid.h is only included for its enums, nothing links libbraid.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,5 +15,5 @@ command -v "$mpicc" >/dev/null 2>&1 || {
 mkdir -p "$out"
 "$mpicc" -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$repo/include" -I"$repo/perf" \
     "$here/ompi_allreduce_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
-    "$repo/perf/report.c" -lm -o "$out/ompi_allreduce_perf"
+    "$repo/perf/report.c" "$repo/perf/json.c" -lm -o "$out/ompi_allreduce_perf"
 echo "built $out/ompi_allreduce_perf"

@@ -1,0 +1,388 @@
+/* The perf tools against nccl-tests 2.19 semantics, run as real processes under braid-run:
+ * -r -1 (every root), -z 0..3, -N run cycles, -R registration, -u misalignment, -J JSON, -S,
+ * -I/-K, -M, the flags accepted with a note, NCCL_TESTS_SPLIT, the header and footer lines,
+ * and the footer printed even when another rank finds wrong data (PERF_TEST_CORRUPT_RANK). */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char bindir[PATH_MAX];
+
+static void find_bindir(void)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env) {
+        snprintf(bindir, sizeof(bindir), "%s", env);
+        return;
+    }
+    ssize_t n = readlink("/proc/self/exe", bindir, sizeof(bindir) - 1);
+    cr_assert(n > 0);
+    bindir[n] = '\0';
+    *strrchr(bindir, '/') = '\0';
+}
+
+/* Runs "braid-run -n N <tool> <args>" with env prefix; returns stdout+stderr (caller frees)
+ * and the exit status. */
+static char *run_tool(const char *env, int n, const char *tool, const char *args, int *status)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "env %s %s/braid-run -n %d --timeout 100 %s/%s %s 2>&1", env, bindir,
+             n, bindir, tool, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t cap = 1 << 16, len = 0, k;
+    char *out = malloc(cap);
+    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) out = realloc(out, cap *= 2);
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return out;
+}
+
+/* Result rows: lines that start with a size (spaces then a digit). */
+static int count_rows(const char *out, const char *must_contain)
+{
+    int rows = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *p = l;
+        while (*p == ' ')
+            p++;
+        if (p == l || !isdigit((unsigned char)*p)) continue;
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char line[1024];
+        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), l);
+        if (!must_contain || strstr(line, must_contain)) rows++;
+    }
+    return rows;
+}
+
+/* Every row's two #wrong columns are 0 (columns 9 and 13 of the plain layout). */
+static void assert_rows_ok(const char *out, int ncols_per_side)
+{
+    int rows = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *p = l;
+        while (*p == ' ')
+            p++;
+        if (p == l || !isdigit((unsigned char)*p)) continue;
+        char tok[32][32];
+        int nt = 0;
+        const char *q = l;
+        while (*q && *q != '\n' && nt < 32) {
+            while (*q == ' ')
+                q++;
+            int k = 0;
+            while (*q && *q != ' ' && *q != '\n' && k < 31)
+                tok[nt][k++] = *q++;
+            tok[nt][k] = '\0';
+            if (k) nt++;
+        }
+        cr_assert_geq(nt, 5 + 2 * ncols_per_side, "short row: %.120s", l);
+        cr_assert_str_eq(tok[5 + 3], "0", "out-of-place #wrong: %.200s", l);
+        cr_assert_str_eq(tok[5 + ncols_per_side + 3], "0", "in-place #wrong: %.200s", l);
+        rows++;
+    }
+    cr_assert_gt(rows, 0, "no rows:\n%s", out);
+}
+
+static void assert_footer(const char *out, const char *prog, int errors_expected)
+{
+    cr_assert(strstr(out, "# nccl-tests version 2.19"), "%s", out);
+    char want[128];
+    snprintf(want, sizeof(want), "# Collective test starting: %s\n", prog);
+    cr_assert(strstr(out, want), "%s", out);
+    snprintf(want, sizeof(want), "# Collective test concluded: %s\n", prog);
+    cr_assert(strstr(out, want), "%s", out);
+    cr_assert(strstr(out, "# Avg bus bandwidth    : "), "%s", out);
+    if (!errors_expected) cr_assert(strstr(out, "# Out of bounds values : 0 OK\n"), "%s", out);
+}
+
+TestSuite(perftools, .timeout = 240, .init = find_bindir);
+
+Test(perftools, root_minus_one_runs_every_root)
+{
+    int st;
+    char *out = run_tool("", 3, "reduce_perf", "-b 64 -e 4K -f 8 -n 2 -w 0 -r -1 -o all", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    /* 3 sizes x 5 ops x 3 roots; every root appears in the root column. */
+    cr_assert_eq(count_rows(out, NULL), 3 * 5 * 3, "%s", out);
+    for (int r = 0; r < 3; r++) { /* the root column follows the redop column */
+        char col[64];
+        snprintf(col, sizeof(col), "     float  %6s  %6d  ", "sum", r);
+        cr_assert_eq(count_rows(out, col), 3, "root %d:\n%s", r, out);
+        snprintf(col, sizeof(col), "     float  %6s  %6d  ", "avg", r);
+        cr_assert_eq(count_rows(out, col), 3, "root %d:\n%s", r, out);
+    }
+    assert_rows_ok(out, 4);
+    assert_footer(out, "reduce_perf", 0);
+    free(out);
+    out = run_tool("", 2, "broadcast_perf", "-b 4 -e 4 -n 1 -r -1", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert_eq(count_rows(out, NULL), 2, "%s", out);
+    free(out);
+}
+
+Test(perftools, blocking_modes)
+{
+    static const char *lines[] = {
+        NULL,
+        "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n",
+        "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n",
+        "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes "
+        "barrier \n",
+    };
+    for (int z = 0; z <= 3; z++) {
+        char args[128];
+        int st;
+        snprintf(args, sizeof(args), "-b 8 -e 64K -f 16 -n 3 -m 3 -z %d", z);
+        char *out = run_tool("", 3, "all_reduce_perf", args, &st);
+        cr_assert_eq(st, 0, "-z %d: %s", z, out);
+        if (lines[z])
+            cr_assert(strstr(out, lines[z]), "-z %d: %s", z, out);
+        else
+            cr_assert_null(strstr(out, "# Blocking Enabled"), "%s", out);
+        assert_rows_ok(out, 4);
+        assert_footer(out, "all_reduce_perf", 0);
+        free(out);
+    }
+    int st;
+    char *out = run_tool("", 1, "all_reduce_perf", "-z 4", &st);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "invalid value '4' for 'blocking'"), "%s", out);
+    free(out);
+}
+
+Test(perftools, run_cycles)
+{
+    int st;
+    char *out = run_tool("", 2, "all_gather_perf", "-b 64 -e 1K -f 4 -n 1 -N 3", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert_eq(count_rows(out, NULL), 3 * 3, "%s", out); /* 3 sizes, 3 cycles */
+    free(out);
+    /* -N 0 runs until stopped: under a 3 s limit it prints far more than one cycle. */
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd),
+             "%s/braid-run -n 2 --timeout 3 %s/all_reduce_perf -b 8 -e 8 -n 1 -N 0 2>&1", bindir,
+             bindir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char line[512];
+    int rows = 0;
+    while (fgets(line, sizeof(line), p))
+        rows += line[0] == ' ';
+    int rc = pclose(p);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 124, "status %d", rc);
+    cr_assert_gt(rows, 20, "rows %d", rows);
+}
+
+Test(perftools, register_unalign_timestamps_memory_notes)
+{
+    int st;
+    char *out = run_tool("", 3, "all_reduce_perf",
+                         "-b 8 -e 256K -f 8 -n 2 -d all -R 2 -u 3 -S 1 -M 1 -x 1 -V 8 -D 0", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, " unalign: 3\n"), "%s", out);
+    cr_assert(strstr(out, "# -R 2: braid has no symmetric windows"), "%s", out);
+    cr_assert(strstr(out, "# -x: CTA policies are a GPU setting; ignored"), "%s", out);
+    cr_assert(strstr(out, "# -V: braid has no device implementation; ignored"), "%s", out);
+    cr_assert(strstr(out, "# Host memory usage    : Initialization "), "%s", out);
+    cr_assert(strstr(out, "timestamp"), "%s", out);
+    assert_rows_ok(out, 4);
+    assert_footer(out, "all_reduce_perf", 0);
+    /* The timestamp closes every row: "YYYY-MM-DD HH:MM:SS". */
+    const char *row = strstr(out, "\n           8 ");
+    cr_assert(row, "%s", out);
+    const char *eol = strchr(row + 1, '\n');
+    cr_assert(eol && eol - row > 20 && eol[-3] == ':' && eol[-6] == ':', "%.200s", row);
+    free(out);
+    out = run_tool("", 1, "all_reduce_perf", "-D 1", &st);
+    cr_assert_eq(st, 2, "%s", out);
+    free(out);
+}
+
+Test(perftools, per_iteration_timing)
+{
+    int st;
+    char *out = run_tool("", 2, "reduce_scatter_perf", "-b 1K -e 16K -f 4 -n 6 -I 1 -K 2", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "i_min    i_max    i_p99    i_cv%"), "%s", out);
+    cr_assert(strstr(out, "summary skips first 2 iterations"), "%s", out);
+    assert_rows_ok(out, 8);
+    free(out);
+    out = run_tool("", 1, "all_reduce_perf", "-K 1", &st); /* -K needs -I 1 */
+    cr_assert_eq(st, 2, "%s", out);
+    free(out);
+}
+
+/* ---- a strict JSON syntax check (independent of the writer) ----------------------------- */
+
+static const char *js_value(const char *p);
+
+static const char *js_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+        p++;
+    return p;
+}
+
+static const char *js_string(const char *p)
+{
+    if (*p != '"') return NULL;
+    for (p++; *p && *p != '"'; p++) {
+        if ((unsigned char)*p < 0x20) return NULL;
+        if (*p == '\\') {
+            p++;
+            if (!strchr("\"\\/bfnrtu", *p)) return NULL;
+        }
+    }
+    return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *js_value(const char *p)
+{
+    p = js_ws(p);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = js_ws(p + 1);
+        if (*p == close) return p + 1;
+        for (;;) {
+            if (close == '}') {
+                p = js_string(js_ws(p));
+                if (!p) return NULL;
+                p = js_ws(p);
+                if (*p++ != ':') return NULL;
+            }
+            p = js_value(p);
+            if (!p) return NULL;
+            p = js_ws(p);
+            if (*p == ',') {
+                p++;
+                continue;
+            }
+            return *p == close ? p + 1 : NULL;
+        }
+    }
+    if (*p == '"') return js_string(p);
+    if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4)) return p + 4;
+    if (!strncmp(p, "false", 5)) return p + 5;
+    char *end;
+    strtod(p, &end);
+    return end > p && (*p == '-' || isdigit((unsigned char)*p)) ? end : NULL;
+}
+
+Test(perftools, json_output)
+{
+    char dir[] = "/tmp/braid-json-XXXXXX", path[PATH_MAX], args[PATH_MAX + 128];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/out.json", dir);
+    snprintf(args, sizeof(args), "-b 8 -e 1K -f 4 -n 2 -c 1 -I 1 -J %s", path);
+    int st;
+    char *out = run_tool("BRAID_DEBUG=WARN", 2, "all_reduce_perf", args, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "# Writing JSON output to "), "%s", out);
+    free(out);
+    /* A second run never overwrites: it writes out.json.0. */
+    out = run_tool("", 2, "all_reduce_perf", args, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "out.json.0"), "%s", out);
+    free(out);
+
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+    cr_assert_gt(n, 0);
+    const char *end = js_value(buf);
+    cr_assert(end && *js_ws(end) == '\0', "invalid JSON near %.80s", end ? end : buf);
+    static const char *keys[] = {"\"version\":3",
+                                 "\"config\":",
+                                 "\"devices\":[",
+                                 "\"results\":[",
+                                 "\"out_of_place\":{",
+                                 "\"in_place\":{",
+                                 "\"bus_bw\":",
+                                 "\"nwrong\":0",
+                                 "\"out_of_bounds\":{\"count\":0,\"okay\":true}",
+                                 "\"average_bus_bandwidth\":",
+                                 "\"in_place_per_iter\":{",
+                                 "\"end_time\":"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        cr_assert(strstr(buf, keys[i]), "no %s in %s", keys[i], buf);
+    /* 4 rows (8, 32, 128, 512 bytes): one "size" each. */
+    int rows = 0;
+    for (const char *p = buf; (p = strstr(p, "\"size\":")); p++)
+        rows++;
+    cr_assert_eq(rows, 4, "%s", buf);
+    /* braid-run sets BRAID_SECRET: the env list shows it masked only. */
+    const char *sec = strstr(buf, "BRAID_SECRET=");
+    cr_assert(sec && !strncmp(sec, "BRAID_SECRET=***\"", 17), "%.60s", sec ? sec : buf);
+    cr_assert_null(strstr(sec + 1, "BRAID_SECRET="));
+    free(buf);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+}
+
+Test(perftools, split_groups)
+{
+    int st;
+    char *out =
+        run_tool("NCCL_TESTS_SPLIT='MOD 2'", 4, "all_reduce_perf", "-b 8 -e 4K -f 8 -n 2", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "#  Rank  1 Group  1 "), "%s", out);
+    cr_assert(strstr(out, "#  Rank  2 Group  0 "), "%s", out);
+    assert_rows_ok(out, 4);
+    free(out);
+    /* Two groups of 2: busbw = algbw * 2(n-1)/n = algbw for the group of 2, not 1.5x. */
+    out = run_tool("NCCL_TESTS_SPLIT_MASK=0x2", 4, "reduce_scatter_perf", "-b 4K -e 4K -n 2", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "        4096           512 "), "count of a group of 2:\n%s", out);
+    free(out);
+    out = run_tool("NCCL_TESTS_SPLIT='XOR 1'", 2, "all_reduce_perf", "-b 8 -e 8", &st);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "NCCL_TESTS_SPLIT='XOR 1' is not understood"), "%s", out);
+    free(out);
+    out = run_tool("NCCL_TESTS_SPLIT='DIV 2'", 3, "all_reduce_perf", "-b 8 -e 8", &st);
+    cr_assert_eq(st, 2, "%s", out);
+    cr_assert(strstr(out, "groups of one size"), "%s", out);
+    free(out);
+}
+
+Test(perftools, timeout_flag)
+{
+    int st;
+    char *out = run_tool("BRAID_TIMEOUT=300", 1, "all_reduce_perf", "-b 8 -e 8 -T 5", &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "-T 5: BRAID_TIMEOUT=300 is set and wins"), "%s", out);
+    free(out);
+    out = run_tool("", 1, "all_reduce_perf", "-b 8 -e 8 -T x", &st);
+    cr_assert_eq(st, 2, "%s", out);
+    free(out);
+}
+
+/* A rank other than 0 that finds wrong data must not cut off rank 0's footer: the error count
+ * is summed before anybody exits, and the exit status stays 1. */
+Test(perftools, footer_survives_wrong_data_on_another_rank, .timeout = 400)
+{
+    for (int i = 0; i < 12; i++) {
+        int st;
+        char env[64];
+        snprintf(env, sizeof(env), "PERF_TEST_CORRUPT_RANK=%d", 1 + i % 3);
+        char *out = run_tool(env, 4, "all_reduce_perf", "-b 8 -e 64K -f 8 -n 1 -w 0", &st);
+        cr_assert_eq(st, 1, "run %d: status %d\n%s", i, st, out);
+        /* 5 sizes x 2 placements, each found wrong. */
+        cr_assert(strstr(out, "# Out of bounds values : 10 FAILED\n"), "run %d:\n%s", i, out);
+        assert_footer(out, "all_reduce_perf", 1);
+        free(out);
+    }
+}
