@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang clang-format libcriterion-dev libhwloc-dev libibverbs-dev
       librdmacm-dev gnuplot-nox openmpi-bin libopenmpi-dev iproute2 nftables
-      libopenblas-dev zlib1g-dev dataset-fashion-mnist)
+      libopenblas-dev zlib1g-dev dataset-fashion-mnist valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,6 +30,8 @@ BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1 || status=1
 grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |runtime error|check failed" build-asan/tests.log | tail -n 60
+echo "== valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
+bash tests/valgrind.sh build/bin || status=1
 echo "== install smoke (pkg-config, find_package)"
 bash tests/install_smoke.sh || status=1
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_tests.sh; do

@@ -2,6 +2,9 @@
  *
  *   braid-info            version, build options, host identity, CPUs, transports, kernels
  *   braid-info --params   the table of every BRAID_* variable with its current value
+ *                         (BRAID_SECRET hidden, invalid values flagged, unknown ones listed)
+ *   braid-info --version  braid-info's and the library's version
+ *   braid-info SUBCOMMAND --help, braid-info --help [SUBCOMMAND]
  *   braid-info --tune [nranks [hosts]]
  *                         the cost model's estimates and choice per all-reduce size for nranks
  *                         ranks (default: the cpus available) in contiguous blocks on `hosts`
@@ -32,15 +35,57 @@
 #include <time.h>
 #include <unistd.h>
 
-static void print_params(void)
+/* --params: the table with each variable's value (BRAID_SECRET masked), invalid values
+ * flagged, then the BRAID_* variables of the environment braid does not know. Returns the
+ * number of problems found (the exit status is 1 when there are any). */
+static int params_problems;
+
+static void params_lint(int level, int kind, const char *msg)
 {
+    (void)level;
+    if (kind != BRAID_LINT_UNKNOWN) return; /* invalid values are flagged in the table */
+    if (!params_problems++) printf("\nnot braid variables:\n");
+    printf("  %s\n", msg);
+}
+
+static int print_params(void)
+{
+    int invalid = 0;
     printf("%-22s %-10s %-12s %s\n", "variable", "default", "value", "meaning");
     for (const braid_param_t *p = braid_param_table(); p->name; p++) {
-        char var[64];
+        char var[64], why[256];
         snprintf(var, sizeof(var), "BRAID_%s", p->name);
         const char *v = getenv(var);
+        if (v && !strcmp(p->name, "SECRET")) v = *v ? "(set, hidden)" : "";
         printf("%-22s %-10s %-12s %s\n", var, *p->defval ? p->defval : "-", v ? v : "-", p->doc);
+        if (v && !braid_param_valid(p, why, sizeof(why))) {
+            printf("%-22s ^ INVALID: %s\n", "", why);
+            invalid++;
+        }
     }
+    params_problems = 0;
+    braid_config_lint(params_lint);
+    int problems = invalid + params_problems;
+    if (problems)
+        fprintf(stderr, "braid-info: %d invalid value%s, %d unknown BRAID_* variable%s\n", invalid,
+                invalid == 1 ? "" : "s", params_problems, params_problems == 1 ? "" : "s");
+    return problems;
+}
+
+/* What each algorithm does, for the list print_info prints from braid_algo_name(). */
+static const char *algo_doc(const char *name)
+{
+    static const struct {
+        const char *name, *doc;
+    } docs[] = {
+        {"ring", "all-reduce = reduce-scatter + all-gather, chain broadcast/reduce"},
+        {"hier", "2-level all-reduce, broadcast, reduce, reduce-scatter"},
+        {"recdbl", "recursive doubling all-reduce"},
+        {"tree", "binomial-tree broadcast and reduce, log2(n) steps"},
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
+        if (!strcmp(docs[i].name, name)) return docs[i].doc;
+    return "see src/algos";
 }
 
 static void print_info(void)
@@ -66,9 +111,10 @@ static void print_info(void)
            "device is up, else tcp; "
            "BRAID_TRANSPORT=%s\n",
            *braid_param_str("TRANSPORT") ? braid_param_str("TRANSPORT") : "(auto)");
-    printf("algorithms: ring (all-reduce = reduce-scatter + all-gather, chain broadcast/reduce), "
-           "hier (2-level all-reduce, broadcast, reduce, reduce-scatter), recdbl (recursive "
-           "doubling all-reduce); BRAID_ALGO=%s (see --tune)\n",
+    printf("algorithms:");
+    for (int a = 0; a < BRAID_ALGO_COUNT; a++)
+        printf("%s %s (%s)", a ? "," : "", braid_algo_name(a), algo_doc(braid_algo_name(a)));
+    printf("; BRAID_ALGO=%s (see --tune)\n",
            *braid_param_str("ALGO") ? braid_param_str("ALGO") : "(auto)");
     braid_topo_hw_t hw;
     braid_topo_discover(&hw);
@@ -349,13 +395,83 @@ static int print_peers(void)
     return 0;
 }
 
+static const struct {
+    const char *cmd, *usage, *help;
+} subcommands[] = {
+    {"", "braid-info",
+     "prints braid's version and build options, the host identity, cpus, transports, CPU "
+     "reduction kernels, the algorithms and the topology braid detects"},
+    {"--params", "braid-info --params",
+     "prints every BRAID_* variable: default, current value (BRAID_SECRET hidden) and meaning; "
+     "flags invalid values and lists BRAID_* variables braid does not know (with a \"did you "
+     "mean\"); exit status 1 when there are any"},
+    {"--tune", "braid-info --tune [nranks [hosts]] | braid-info --tune --measure [FILE]",
+     "--tune: the cost model's estimates and choice per all-reduce size for nranks ranks "
+     "(default: the cpus available) in contiguous blocks on hosts hosts (default 1), with "
+     "BRAID_TUNING_FILE's constants if set.\n--tune --measure (under a launcher: braid-run, "
+     "mpirun): measures the model's constants and writes them as a tuning file (stdout without "
+     "FILE)"},
+    {"--peers", "braid-info --peers (under a launcher)",
+     "every rank's host, pid, NUMA node and devices, the transport rank 0 uses to reach it, "
+     "and the ring"},
+    {"--rings", "braid-info --rings NRANKS HOSTMAP [NUMAMAP|- [NCHANNELS]]",
+     "the rings a communicator builds when rank r lives on the r-th host label of the comma "
+     "list HOSTMAP (and NUMA node, NUMAMAP), with their host and NUMA crossings; NCHANNELS "
+     "defaults to BRAID_NCHANNELS or 1"},
+    {"--version", "braid-info --version", "prints braid-info's and the library's version"},
+};
+
+static int is_help(const char *a)
+{
+    return !strcmp(a, "-h") || !strcmp(a, "--help");
+}
+
+static void usage(FILE *f, const char *cmd)
+{
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+        if (cmd && strcmp(cmd, subcommands[i].cmd)) continue;
+        fprintf(f, "usage: %s\n", subcommands[i].usage);
+        if (cmd) fprintf(f, "\n%s\n", subcommands[i].help);
+    }
+    if (!cmd) fprintf(f, "\n'braid-info SUBCOMMAND --help' describes one.\n");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: braid-info [--params | --tune [nranks [hosts]] | --tune --measure [FILE] "
-               "(under a launcher) | --peers (under a launcher) | --rings NRANKS HOSTMAP "
-               "[NUMAMAP|- [NCHANNELS]]]\n");
+    if (argc > 1 && is_help(argv[1])) {
+        /* braid-info --help [SUBCOMMAND] */
+        const char *cmd = argc > 2 ? argv[2] : NULL;
+        char dashed[64];
+        if (cmd && strncmp(cmd, "--", 2)) {
+            snprintf(dashed, sizeof(dashed), "--%s", cmd);
+            cmd = dashed;
+        }
+        int known = !cmd;
+        for (size_t i = 0; cmd && i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+            known |= !strcmp(cmd, subcommands[i].cmd) && *cmd;
+        if (!known) {
+            fprintf(stderr, "braid-info: no subcommand '%s'\n", argv[2]);
+            usage(stderr, NULL);
+            return 2;
+        }
+        usage(stdout, cmd);
         return 0;
+    }
+    for (int i = 2; i < argc; i++)
+        if (is_help(argv[i])) { /* braid-info SUBCOMMAND ... --help */
+            int known = 0;
+            for (size_t k = 1; k < sizeof(subcommands) / sizeof(subcommands[0]); k++)
+                known |= !strcmp(argv[1], subcommands[k].cmd);
+            if (!known) break;
+            usage(stdout, argv[1]);
+            return 0;
+        }
+    if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+        int v = braid_version();
+        printf("braid-info %d.%d.%d (library %d.%d.%d)\n", BRAID_VERSION_CODE / 10000,
+               BRAID_VERSION_CODE / 100 % 100, BRAID_VERSION_CODE % 100, v / 10000, v / 100 % 100,
+               v % 100);
+        return argc > 2 ? 2 : 0;
     }
     if (argc > 2 && !strcmp(argv[1], "--tune") && !strcmp(argv[2], "--measure")) {
         if (argc > 4) {
@@ -374,8 +490,11 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--peers")) return print_peers();
     if (argc > 1 && !strcmp(argv[1], "--rings")) return print_rings(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--params")) {
-        print_params();
-        return 0;
+        if (argc > 2) {
+            fprintf(stderr, "braid-info: --params takes no arguments\n");
+            return 2;
+        }
+        return print_params() ? 1 : 0;
     }
     if (argc > 1) {
         fprintf(stderr, "braid-info: unknown option '%s' (try --help)\n", argv[1]);

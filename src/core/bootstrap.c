@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -81,6 +82,24 @@ braid_result_t braid_boot_id_decode(const braid_unique_id_t *id, braid_boot_addr
     }
     memcpy(a.secret, b + 24, BRAID_SECRET_BYTES);
     *a_p = a;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_unique_id_str(const braid_unique_id_t *id, char *buf, size_t len)
+{
+    if (!buf) return braid_set_error(BRAID_ERR_INVALID_ARG, "buf: NULL pointer");
+    if (len == 0) return braid_set_error(BRAID_ERR_INVALID_ARG, "len: 0");
+    buf[0] = '\0';
+    braid_boot_addr_t a;
+    BRAID_CHECK(braid_boot_id_decode(id, &a));
+    char text[INET6_ADDRSTRLEN + 32];
+    braid_boot_addr_str(&a.addr, text, sizeof(text));
+    size_t need = strlen(text) + 1;
+    if (need > len)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "len: %zu bytes cannot hold \"%s\" (%zu with its NUL)", len, text,
+                               need);
+    memcpy(buf, text, need);
     return BRAID_SUCCESS;
 }
 
@@ -172,6 +191,12 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
     for (;;) {
         if (abortable && aborted(bs))
             return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+        char why[256];
+        if (!bs->joined && braid_boot_root_accept_failing(1.0, why, sizeof(why)))
+            return fail(bs, BRAID_ERR_SYSTEM,
+                        "bootstrap: rank %d cannot join: the bootstrap root in this process "
+                        "cannot accept connections: %s",
+                        bs->rank, why);
         double left = deadline - boot_now();
         if (left <= 0) return 0;
         int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
@@ -196,6 +221,32 @@ static braid_result_t root_closed(braid_bootstrap_t *bs)
 
 static braid_result_t read_fail_msg(braid_bootstrap_t *bs, const uint8_t *hdr, double deadline);
 
+/* The root's address answered with bytes that are no message of braid's bootstrap protocol
+ * (a web server, another program on the port, or a different protocol): say so, with what it
+ * sent, rather than call it an internal error. */
+static braid_result_t not_a_root_n(braid_bootstrap_t *bs, const uint8_t *hdr, size_t n)
+{
+    char shown[BOOT_HDR_BYTES * 4 + 1];
+    size_t o = 0;
+    for (size_t i = 0; i < n && i < BOOT_HDR_BYTES; i++) {
+        unsigned char ch = hdr[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+            shown[o++] = (char)ch;
+        else
+            o += (size_t)snprintf(shown + o, sizeof(shown) - o, "\\x%02x", ch);
+    }
+    shown[o] = '\0';
+    return fail(bs, BRAID_ERR_REMOTE,
+                "bootstrap: %s is not a braid bootstrap root: it answered \"%s\"... (check "
+                "BRAID_ROOT / MASTER_ADDR:MASTER_PORT, or the port is used by another program)",
+                bs->root, shown);
+}
+
+static braid_result_t not_a_root(braid_bootstrap_t *bs, const uint8_t *hdr)
+{
+    return not_a_root_n(bs, hdr, BOOT_HDR_BYTES);
+}
+
 /* Reads exactly len bytes. what: for the timeout message ("ranks to join"). */
 static braid_result_t recv_all(braid_bootstrap_t *bs, void *buf, size_t len, double deadline,
                                const char *what)
@@ -207,7 +258,11 @@ static braid_result_t recv_all(braid_bootstrap_t *bs, void *buf, size_t len, dou
             got += (size_t)n;
             continue;
         }
-        if (n == 0) return root_closed(bs);
+        if (n == 0) {
+            /* A few bytes and the end before the hello was answered: not braid's protocol. */
+            if (got > 0 && !bs->joined) return not_a_root_n(bs, buf, got);
+            return root_closed(bs);
+        }
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             if (errno == ECONNRESET) return root_closed(bs);
@@ -234,8 +289,10 @@ static braid_result_t check_async(braid_bootstrap_t *bs)
     double deadline = boot_now() + 2.0;
     BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, "an error message from the root"));
     if (boot_get_u32(hdr) == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
-    return fail(bs, BRAID_ERR_INTERNAL, "bootstrap: unexpected message type %u from root %s",
-                boot_get_u32(hdr), bs->root);
+    uint32_t t = boot_get_u32(hdr);
+    if (t != BOOT_MSG_ACK && t != BOOT_MSG_RESULT) return not_a_root(bs, hdr);
+    return fail(bs, BRAID_ERR_INTERNAL, "bootstrap: unexpected message type %u from root %s", t,
+                bs->root);
 }
 
 static braid_result_t send_all(braid_bootstrap_t *bs, const void *buf, size_t len, double deadline,
@@ -301,6 +358,7 @@ static braid_result_t recv_reply(braid_bootstrap_t *bs, uint32_t type, uint64_t 
     BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, what));
     uint32_t t = boot_get_u32(hdr), aux = boot_get_u32(hdr + 4);
     if (t == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
+    if (t != BOOT_MSG_ACK && t != BOOT_MSG_RESULT) return not_a_root(bs, hdr);
     if (t != type || boot_get_u64(hdr + 8) != len || (type == BOOT_MSG_RESULT && aux != bs->seq))
         return fail(bs, BRAID_ERR_INTERNAL,
                     "bootstrap: unexpected reply from root %s (type %u aux %u len %llu, want "
@@ -325,8 +383,14 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
     for (;;) {
         if (aborted(bs)) return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
         int fd = socket(root->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: socket failed: %s", strerror(errno));
+        if (fd < 0) {
+            int err = errno;
+            return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: rank %d: socket failed: %s%s", bs->rank,
+                        strerror(err),
+                        err == EMFILE || err == ENFILE
+                            ? " (out of file descriptors: raise the open-files limit, ulimit -n)"
+                            : "");
+        }
         int rc = connect(fd, (const struct sockaddr *)&root->addr, root->addrlen);
         int err = rc == 0 ? 0 : errno;
         if (rc < 0 && err == EINPROGRESS) {

@@ -67,6 +67,10 @@ int braid_boot_root_count(void);
  * not exit while the service still has replies to deliver (the last barrier's results to
  * the other ranks): rank 0 calls braid_boot_root_wait after its own braid_boot_close. */
 typedef struct braid_boot_root braid_boot_root_t;
+/* 1 when a root service of this process has failed to accept connections for min_s seconds
+ * (out of file descriptors, say), with the reason in why; its own rank's client then fails
+ * with that cause instead of waiting for ranks the root cannot let in. */
+int braid_boot_root_accept_failing(double min_s, char *why, size_t len);
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
                                             braid_boot_root_t **root_p);
 /* Waits up to timeout_s until the service exited or is quiescent (no collective in progress

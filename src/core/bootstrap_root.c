@@ -1,6 +1,6 @@
-/* The bootstrap root service: one detached thread per job, one poll() loop over the listener,
- * the connections that have not sent their hello yet, and one connection per rank. All
- * sockets are non-blocking; nothing a peer does (or fails to do) blocks the loop.
+/* The bootstrap root service: one thread per job (joined when it ends, or at exit), one poll() loop
+ * over the listener, the connections that have not sent their hello yet, and one connection per
+ * rank. All sockets are non-blocking; nothing a peer does (or fails to do) blocks the loop.
  *
  * Life of a job: connections authenticate with the hello (wrong secret/magic/garbage/silence
  * for 5 s: closed and logged); the first valid hello fixes nranks; when all ranks joined the
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define HELLO_TIMEOUT_S 5.0
@@ -65,6 +66,56 @@ int braid_boot_root_count(void)
     return atomic_load(&live_roots);
 }
 
+/* ---- the service threads of this process ---------------------------------------------------
+ * Joinable, so that nothing of theirs is left at exit: a thread that ended is joined by the
+ * next start (or at exit); at exit (a library destructor) the ones still serving ranks are
+ * told to stop (within one 100 ms poll) and joined, as the process's end would cut their
+ * connections anyway. Valgrind then sees no thread, and no "possibly lost" thread memory. */
+static pthread_mutex_t threads_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct root_thread {
+    pthread_t tid;
+    atomic_int *done;
+} * threads;
+static int nthreads, capthreads;
+static atomic_int stop_all;
+
+/* Joins the threads that ended; with 'all', every one (after stop_all). Call with threads_mu. */
+static void reap_locked(int all)
+{
+    for (int i = 0; i < nthreads; i++) {
+        if (!all && !atomic_load(threads[i].done)) continue;
+        pthread_join(threads[i].tid, NULL);
+        free(threads[i].done);
+        threads[i--] = threads[--nthreads];
+    }
+}
+
+static void roots_child_after_fork(void)
+{
+    /* The child has none of the parent's threads: forget them (their memory is the parent's
+     * copy; freeing the flags is all there is to do). */
+    for (int i = 0; i < nthreads; i++)
+        free(threads[i].done);
+    nthreads = 0;
+    pthread_mutex_init(&threads_mu, NULL); /* the parent may have held it while forking */
+}
+
+static void roots_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, roots_child_after_fork);
+}
+
+__attribute__((destructor)) static void roots_at_exit(void)
+{
+    atomic_store(&stop_all, 1);
+    if (pthread_mutex_trylock(&threads_mu) != 0) return; /* exit from inside a start */
+    reap_locked(1);
+    free(threads);
+    threads = NULL;
+    capthreads = 0;
+    pthread_mutex_unlock(&threads_mu);
+}
+
 /* A message queued to one or more connections; data holds header + payload. */
 typedef struct {
     int refs;
@@ -100,6 +151,10 @@ typedef struct {
     int lfd;
     double timeout_s, hello_timeout_s;
     double accept_paused_until; /* after EMFILE and the like, so the loop does not spin */
+    atomic_int *done;           /* set when the thread ends (see reap_locked) */
+    int accept_err;             /* errno of the last failed accept (0: none) */
+    int accept_fails;           /* failed accepts since the last one that worked */
+    double accept_failing_since;
     uint8_t secret[BRAID_SECRET_BYTES];
     char where[96];
     conn_t **conns; /* every open connection */
@@ -494,6 +549,38 @@ static void drop_conn(root_t *r, int i)
     r->conns[i] = r->conns[--r->nconns];
 }
 
+/* strerror plus, when the process is out of file descriptors, what to do about it. */
+static void accept_why(int err, char *buf, size_t len)
+{
+    if (err == EMFILE || err == ENFILE) {
+        struct rlimit rl = {0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(buf, len,
+                 "%s (%s: %s; raise the open-files limit, now %llu: ulimit -n, or "
+                 "LimitNOFILE= in systemd)",
+                 strerror(err), err == EMFILE ? "EMFILE" : "ENFILE",
+                 err == EMFILE ? "this process is out of file descriptors"
+                               : "the system is out of file descriptors",
+                 (unsigned long long)rl.rlim_cur);
+    } else {
+        snprintf(buf, len, "%s", strerror(err));
+    }
+}
+
+/* Any root of this process that cannot accept (errno, since when in ms of boot_now; 0: none),
+ * for the clients of this process (braid_boot_root_accept_failing). */
+static atomic_int g_accept_err;
+static _Atomic long long g_accept_since_ms;
+
+int braid_boot_root_accept_failing(double min_s, char *why, size_t len)
+{
+    int err = atomic_load(&g_accept_err);
+    long long since = atomic_load(&g_accept_since_ms);
+    if (!err || boot_now() * 1000.0 - (double)since < min_s * 1000.0) return 0;
+    accept_why(err, why, len);
+    return 1;
+}
+
 static void accept_conns(root_t *r)
 {
     for (;;) {
@@ -503,11 +590,21 @@ static void accept_conns(root_t *r)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where, strerror(errno));
+                char why[256];
+                r->accept_err = errno;
+                accept_why(r->accept_err, why, sizeof(why));
+                if (r->accept_fails++ == 0) {
+                    r->accept_failing_since = boot_now();
+                    atomic_store(&g_accept_since_ms, (long long)(boot_now() * 1000.0));
+                    atomic_store(&g_accept_err, r->accept_err);
+                    braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where, why);
+                }
                 r->accept_paused_until = boot_now() + 0.1;
             }
             return;
         }
+        if (r->accept_fails) atomic_store(&g_accept_err, 0);
+        r->accept_fails = 0;
         char name[96];
         braid_boot_addr_str(&peer, name, sizeof(name));
         conn_t *c = NULL;
@@ -550,8 +647,23 @@ static void check_timeouts(root_t *r, double now)
             drop_conn(r, i--);
         }
     }
-    if (r->failed || r->timeout_s <= 0 || now - r->last_progress < r->timeout_s) return;
     char list[512];
+    /* Ranks still missing while the listener cannot accept (out of fds): fail now with that
+     * cause rather than let them time out "waiting for ranks to join". */
+    if (!r->failed && r->accept_fails > 0 && now - r->accept_failing_since >= 1.0 && !r->all_in) {
+        char why[256];
+        accept_why(r->accept_err, why, sizeof(why));
+        if (r->nranks)
+            rank_list(list, sizeof(list), r->joined, r->nranks);
+        else
+            snprintf(list, sizeof(list), "every rank");
+        root_fail(r, BRAID_ERR_SYSTEM,
+                  "bootstrap root %s cannot accept connections (%d accepts failed in %.1f s): %s; "
+                  "%s still to join",
+                  r->where, r->accept_fails, now - r->accept_failing_since, why, list);
+        return;
+    }
+    if (r->failed || r->timeout_s <= 0 || now - r->last_progress < r->timeout_s) return;
     if (r->nranks && !r->all_in && r->njoined > 0) {
         rank_list(list, sizeof(list), r->joined, r->nranks);
         root_fail(r, BRAID_ERR_TIMEOUT, "bootstrap: waited %g s for %s to join (%d of %d in)",
@@ -585,7 +697,7 @@ static void *root_main(void *arg)
     for (;;) {
         double now = boot_now();
         check_timeouts(r, now);
-        if (finished(r, now)) break;
+        if (finished(r, now) || atomic_load(&stop_all)) break;
         if (r->handle) {
             int quiet = !r->round && (r->all_in || r->failed);
             for (int i = 0; i < r->nconns && quiet; i++)
@@ -645,8 +757,10 @@ static void *root_main(void *arg)
         handle_set(r->handle, 1, 1);
         handle_unref(r->handle);
     }
+    atomic_int *done = r->done;
     free(r);
     atomic_fetch_sub(&live_roots, 1);
+    atomic_store(done, 1); /* last: the flag outlives the thread, reap_locked frees it */
     return NULL;
 }
 
@@ -749,19 +863,40 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
     braid_boot_addr_str(&a.addr, r->where, sizeof(r->where));
     braid_boot_root_t *handle = r->handle; /* r belongs to the thread once it runs */
 
-    pthread_attr_t attr;
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, roots_register_atfork);
     pthread_t tid;
     sigset_t all, old;
     sigfillset(&all);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread inherits a mask that blocks all */
-    atomic_fetch_add(&live_roots, 1);
-    rc = pthread_create(&tid, &attr, root_main, r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
+    atomic_int *done = calloc(1, sizeof(*done));
+    r->done = done;
+    pthread_mutex_lock(&threads_mu);
+    reap_locked(0);
+    if (nthreads == capthreads) {
+        int cap = capthreads ? 2 * capthreads : 8;
+        struct root_thread *t = realloc(threads, (size_t)cap * sizeof(*t));
+        if (t) {
+            threads = t;
+            capthreads = cap;
+        }
+    }
+    rc = !done || nthreads == capthreads ? ENOMEM : 0;
+    if (!rc) {
+        pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread inherits a mask that blocks all */
+        atomic_fetch_add(&live_roots, 1);
+        rc = pthread_create(&tid, NULL, root_main, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (!rc) {
+            threads[nthreads].tid = tid; /* r may be gone already: done was saved */
+            threads[nthreads].done = done;
+            nthreads++;
+        } else {
+            atomic_fetch_sub(&live_roots, 1);
+        }
+    }
+    pthread_mutex_unlock(&threads_mu);
     if (rc) {
-        atomic_fetch_sub(&live_roots, 1);
+        free(done);
         close(fd);
         if (r->handle) {
             handle_unref(r->handle);

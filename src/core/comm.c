@@ -66,6 +66,7 @@ braid_result_t braid_comm_check(struct braid_comm *comm)
         return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                "comm %p is not a live communicator (destroyed or never created)",
                                (void *)comm);
+    braid_log_set_rank(comm->rank); /* this thread's log lines are about comm now */
     return BRAID_SUCCESS;
 }
 
@@ -378,6 +379,7 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
 {
     char name[16];
     snprintf(name, sizeof(name), "braid-%s", what);
+    braid_log_set_rank(comm->rank);
     int rc = braid_topo_pin_self(name, comm->pin_threads ? &comm->thread_cpus : NULL);
     if (rc) braid_warn(INIT, "cannot pin the %s thread: %s", what, strerror(rc));
 }
@@ -627,6 +629,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     pthread_mutex_init(&c->q_lock, NULL);
     pthread_cond_init(&c->q_cond, NULL);
     braid_log_set_rank(rank);
+    BRAID_CHECK_GOTO(braid_config_check_transport(), res, fail);
     BRAID_CHECK_GOTO(read_tuning(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
                                      (const volatile int *)&c->aborted),

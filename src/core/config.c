@@ -1,11 +1,14 @@
 /* The table of BRAID_* variables and their parsers. */
 #include "core/config.h"
+#include "core/bootstrap.h"
 #include "core/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const braid_param_t params[] = {
     {"DEBUG", "WARN", BRAID_PARAM_STR, "log level: NONE, WARN, INFO, DEBUG, TRACE"},
@@ -13,7 +16,8 @@ static const braid_param_t params[] = {
      "comma list of INIT,BOOT,SHM,NET,COLL,TUNING,ENV (^ excludes)"},
     {"DEBUG_FILE", "", BRAID_PARAM_STR, "log to this file instead of stderr (%h host, %p pid)"},
     {"TIMEOUT", "300", BRAID_PARAM_DOUBLE,
-     "seconds a blocking wait on a live but silent peer may last before BRAID_ERR_TIMEOUT"},
+     "seconds a blocking wait on a live but silent peer may last before BRAID_ERR_TIMEOUT; 0 = "
+     "no timeout (wait forever; braid_comm_abort still ends every wait)"},
     {"TRANSPORT", "", BRAID_PARAM_STR,
      "force a transport: shm, tcp, rdma (default: shm within a host, else rdma when a verbs "
      "device is up, else tcp)"},
@@ -34,7 +38,7 @@ static const braid_param_t params[] = {
      "after spinning, microseconds to call sched_yield() before sleeping in a wait"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
-    {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel"},
+    {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},
     {"IB_HCA", "", BRAID_PARAM_STR,
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
      "one on the rank's NUMA node"},
@@ -127,5 +131,192 @@ braid_result_t braid_param_double(const char *name, double *val_p)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_%s='%s' is not a valid number", name,
                                s);
     *val_p = v;
+    return BRAID_SUCCESS;
+}
+
+/* ---- validation and the environment lint --------------------------------------------------- */
+
+/* What a valid value is, beyond its type: the accepted words of a string (any case; empty is
+ * the default) or the range of an integer. */
+static const struct {
+    const char *name, *choices;
+    int64_t lo, hi;
+} checks[] = {
+    {"DEBUG", "NONE,WARN,INFO,DEBUG,TRACE", 0, 0},
+    {"TRANSPORT", "shm,tcp,rdma", 0, 0},
+    {"ALGO", "auto,ring,hier,recdbl,tree", 0, 0},
+    {"THREAD_AFFINITY", "rank,numa,none", 0, 0},
+    {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
+    {"TUNE_MEASURE", NULL, 0, 20},
+    {"NSOCKS_PERPEER", NULL, 1, 8},
+    {"IB_GID_INDEX", NULL, -1, 255},
+    {"IB_QPS_PER_CONN", NULL, 1, 8},
+};
+
+/* Edit distance of a and b, case-insensitive, '_' ignored (CHUNKSIZE ~ CHUNK_SIZE). */
+static int distance(const char *a, const char *b)
+{
+    char x[64], y[64];
+    size_t m = 0, n = 0;
+    for (; *a && m < sizeof(x) - 1; a++)
+        if (*a != '_') x[m++] = (char)toupper((unsigned char)*a);
+    for (; *b && n < sizeof(y) - 1; b++)
+        if (*b != '_') y[n++] = (char)toupper((unsigned char)*b);
+    int d[64][64];
+    for (size_t i = 0; i <= m; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= n; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= m; i++)
+        for (size_t j = 1; j <= n; j++) {
+            int best = d[i - 1][j - 1] + (x[i - 1] != y[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1; /* transposition */
+            d[i][j] = best;
+        }
+    return d[m][n];
+}
+
+const char *braid_did_you_mean(const char *word, const char *words, char *buf, size_t len)
+{
+    int best = 1 << 30;
+    char cand[64];
+    const char *p = words;
+    buf[0] = '\0';
+    while (*p) {
+        size_t k = strcspn(p, ",");
+        snprintf(cand, sizeof(cand), "%.*s", (int)k, p);
+        int d = distance(word, cand);
+        if (d < best) {
+            best = d;
+            snprintf(buf, len, "%s", cand);
+        }
+        p += k + (p[k] == ',');
+    }
+    size_t wl = strlen(word);
+    int limit = wl <= 3 ? 1 : wl <= 8 ? 2 : 3;
+    return buf[0] && best <= limit ? buf : NULL;
+}
+
+static int in_choices(const char *v, const char *choices)
+{
+    size_t vl = strlen(v);
+    for (const char *p = choices; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == vl && !strncasecmp(p, v, k)) return 1;
+        p += k + (p[k] == ',');
+    }
+    return 0;
+}
+
+int braid_param_valid(const braid_param_t *p, char *why, size_t len)
+{
+    char saved[512], hint[64];
+    const char *choices = NULL;
+    int64_t lo = 0, hi = 0;
+    for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++)
+        if (!strcmp(checks[i].name, p->name)) {
+            choices = checks[i].choices;
+            lo = checks[i].lo;
+            hi = checks[i].hi;
+        }
+    const char *v = braid_param_str(p->name);
+    snprintf(saved, sizeof(saved), "%s", braid_last_error()); /* keep the caller's error */
+    why[0] = '\0';
+    int ok = 1;
+    if (!strcmp(p->name, "SECRET") && *v) {
+        size_t n = strlen(v);
+        ok = n == 2 * BRAID_SECRET_BYTES && strspn(v, "0123456789abcdefABCDEF") == n;
+        if (!ok) snprintf(why, len, "not %d hex digits", 2 * BRAID_SECRET_BYTES);
+    } else if (p->type == BRAID_PARAM_STR && choices && *v && !in_choices(v, choices)) {
+        const char *dym = braid_did_you_mean(v, choices, hint, sizeof(hint));
+        snprintf(why, len, "not one of %s%s%s%s", choices, dym ? "; did you mean " : "",
+                 dym ? dym : "", dym ? "?" : "");
+        ok = 0;
+    } else if (p->type == BRAID_PARAM_INT && lo < hi && *v) {
+        errno = 0;
+        char *end = NULL;
+        long long x = strtoll(v, &end, 0);
+        ok = !errno && end != v && *end == '\0' && x >= lo && x <= hi;
+        if (!ok) snprintf(why, len, "not an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+    } else if (p->type == BRAID_PARAM_INT || p->type == BRAID_PARAM_SIZE) {
+        int64_t x;
+        ok = braid_param_int(p->name, &x) == BRAID_SUCCESS;
+        if (!ok)
+            snprintf(why, len, "not a %s",
+                     p->type == BRAID_PARAM_SIZE ? "size (e.g. 4M)" : "non-negative integer");
+    } else if (p->type == BRAID_PARAM_DOUBLE) {
+        double x;
+        ok = braid_param_double(p->name, &x) == BRAID_SUCCESS;
+        if (!ok) snprintf(why, len, "not a non-negative number");
+    }
+    braid_restore_error(saved);
+    return ok;
+}
+
+/* BRAID_* variables that belong to the tools and layers on top of the library, or to tests. */
+static const char *const foreign_prefixes[] = {
+    "BRAID_TEST_",  "BRAID_BIN_DIR", "BRAID_LOCAL_SIZE", "BRAID_RUN_",  "BRAID_DDP_",
+    "BRAID_TORCH_", "BRAID_NCCL_",   "BRAID_PERF_",      "BRAID_CUDA_", "BRAID_GPU_",
+};
+
+void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
+{
+    extern char **environ;
+    char names[2048] = "", msg[512], hint[64];
+    for (const braid_param_t *p = params; p->name; p++) {
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof(names) - n, "%s%s", n ? "," : "", p->name);
+    }
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "BRAID_", 6) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        char name[96];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq ? eq - *e : (long)strlen(*e)), *e);
+        int foreign = 0;
+        for (size_t i = 0; i < sizeof(foreign_prefixes) / sizeof(foreign_prefixes[0]); i++)
+            foreign |= !strncmp(name, foreign_prefixes[i], strlen(foreign_prefixes[i]));
+        if (foreign) continue;
+        const braid_param_t *p = find(name + 6);
+        if (p && !strcmp(p->name, "DEBUG")) continue; /* log.c reports it */
+        if (p) {
+            char why[256];
+            if (!braid_param_valid(p, why, sizeof(why))) {
+                snprintf(msg, sizeof(msg), "%s='%s' is invalid: %s", name, eq ? eq + 1 : "", why);
+                emit(1, BRAID_LINT_INVALID, msg);
+            }
+            continue;
+        }
+        const char *dym = braid_did_you_mean(name + 6, names, hint, sizeof(hint));
+        if (dym) {
+            snprintf(msg, sizeof(msg),
+                     "%s is not a braid variable and has no effect; did you mean BRAID_%s?", name,
+                     dym);
+            emit(1, BRAID_LINT_UNKNOWN, msg);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "%s is not a variable of the braid library (braid-info --params lists them)",
+                     name);
+            emit(2, BRAID_LINT_UNKNOWN, msg);
+        }
+    }
+}
+
+braid_result_t braid_config_check_transport(void)
+{
+    char why[256];
+    const braid_param_t *p = find("NSOCKS_PERPEER");
+    if (p && !braid_param_valid(p, why, sizeof(why)))
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NSOCKS_PERPEER='%s' is %s",
+                               braid_param_str("NSOCKS_PERPEER"), why);
+    if (*braid_param_str("SOCKET_IFNAME")) {
+        /* The same lookup TCP and the bootstrap make: it names the interfaces there are. */
+        struct sockaddr_storage a;
+        socklen_t alen;
+        BRAID_CHECK(braid_boot_local_addr(&a, &alen));
+    }
     return BRAID_SUCCESS;
 }

@@ -33,4 +33,21 @@ braid_result_t braid_param_double(const char *name, double *val_p);
 /* The value or the default; never NULL. */
 const char *braid_param_str(const char *name);
 
+/* 1 if the current value of p (set or default) is valid; else 0 and 'why' says what is wrong
+ * (parse error, range, or not one of the choices, with a "did you mean"). */
+int braid_param_valid(const braid_param_t *p, char *why, size_t len);
+/* The closest of a comma list of words to 'word' (edit distance, case and '_' ignored) when
+ * it is close enough to be a likely typo; NULL otherwise. Writes it into buf. */
+const char *braid_did_you_mean(const char *word, const char *words, char *buf, size_t len);
+/* Reports, through 'emit', every BRAID_* variable of the environment that is not in the table
+ * (kind BRAID_LINT_UNKNOWN; level 1 = warn when a known name is close, with a "did you mean",
+ * else 2 = info) and every set value that is invalid (BRAID_LINT_INVALID, level 1).
+ * Variables of the layers and tools on top (BRAID_TEST_*, BRAID_DDP_*, ...) are skipped. */
+enum { BRAID_LINT_UNKNOWN = 0, BRAID_LINT_INVALID = 1 };
+void braid_config_lint(void (*emit)(int level, int kind, const char *msg));
+/* Validates the transport settings (BRAID_SOCKET_IFNAME matches an interface with an
+ * address, BRAID_NSOCKS_PERPEER in range) at init, whichever transport will run, so a
+ * configuration that works on one host does not fail only once a second host joins. */
+braid_result_t braid_config_check_transport(void);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,11 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int log_level = BRAID_LOG_WARN;
 static int log_subsys = BRAID_SUBSYS_ALL;
 static FILE *log_file;
-static int log_rank = -1;
+/* The rank in log prefixes: the calling thread's current communicator's (set when a thread
+ * enters a call on a communicator, or starts working for one), else the rank of the first
+ * communicator this process created (threads that serve no communicator in particular). */
+static _Thread_local int log_thread_rank = -1;
+static _Atomic int log_first_rank = -1;
 static char log_host[64];
 static _Thread_local char last_error[512];
 
@@ -27,6 +32,20 @@ static const struct {
     {"NET", BRAID_SUBSYS_NET},   {"COLL", BRAID_SUBSYS_COLL}, {"TUNING", BRAID_SUBSYS_TUNING},
     {"ENV", BRAID_SUBSYS_ENV},   {"ALL", BRAID_SUBSYS_ALL},
 };
+
+/* Warnings found while reading the log settings, printed once the log is open. */
+static char init_warn[6][400];
+static int init_nwarn;
+
+static void init_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void init_warning(const char *fmt, ...)
+{
+    if (init_nwarn >= (int)(sizeof(init_warn) / sizeof(init_warn[0]))) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(init_warn[init_nwarn++], sizeof(init_warn[0]), fmt, ap);
+    va_end(ap);
+}
 
 /* BRAID_DEBUG_FILE may contain %h (host) and %p (pid). */
 static FILE *open_log_file(const char *pattern)
@@ -46,12 +65,34 @@ static FILE *open_log_file(const char *pattern)
     }
     path[o] = '\0';
     FILE *f = fopen(path, "a");
-    if (f) setvbuf(f, NULL, _IOLBF, 0);
-    return f ? f : stderr;
+    if (f) {
+        setvbuf(f, NULL, _IOLBF, 0);
+        return f;
+    }
+    init_warning("BRAID_DEBUG_FILE=%s: cannot open %s: %s; logging to stderr", pattern, path,
+                 strerror(errno));
+    return stderr;
 }
+
+static const char level_names[] = "NONE,WARN,INFO,DEBUG,TRACE";
+static const char subsys_list[] = "INIT,BOOT,SHM,NET,COLL,TUNING,ENV,ALL";
+
+static void lint_emit(int level, int kind, const char *msg)
+{
+    (void)kind;
+    if ((level == 1 && log_level >= BRAID_LOG_WARN) || log_level >= BRAID_LOG_INFO)
+        braid_log_msg(level == 1 ? BRAID_LOG_WARN : BRAID_LOG_INFO, BRAID_SUBSYS_ENV, __FILE__,
+                      __LINE__, "%s", msg);
+}
+
+/* Set while log_init runs on this thread: what it calls (the lint parses values, which may
+ * set errors, which log) must not re-enter pthread_once. */
+static _Thread_local int log_initializing;
 
 static void log_init(void)
 {
+    char hint[64];
+    log_initializing = 1;
     gethostname(log_host, sizeof(log_host) - 1);
     char *dot = strchr(log_host, '.');
     if (dot) *dot = '\0';
@@ -66,6 +107,12 @@ static void log_init(void)
         log_level = BRAID_LOG_DEBUG;
     else if (!strcasecmp(lvl, "TRACE"))
         log_level = BRAID_LOG_TRACE;
+    else if (*lvl) { /* empty (BRAID_DEBUG= cmd) is the default */
+        const char *dym = braid_did_you_mean(lvl, level_names, hint, sizeof(hint));
+        init_warning("BRAID_DEBUG='%s' is not a log level (NONE, WARN, INFO, DEBUG, TRACE)%s%s%s; "
+                     "using WARN",
+                     lvl, dym ? "; did you mean " : "", dym ? dym : "", dym ? "?" : "");
+    }
     const char *sub = braid_param_str("DEBUG_SUBSYS");
     if (*sub) {
         /* Comma-separated names; a leading ^ excludes the listed ones. */
@@ -74,22 +121,47 @@ static void log_init(void)
         char buf[256];
         snprintf(buf, sizeof(buf), "%s", sub + exclude);
         char *save = NULL;
-        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int known = 0;
             for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
-                if (!strcasecmp(t, subsys_names[i].name)) mask |= subsys_names[i].bit;
+                if (!strcasecmp(t, subsys_names[i].name)) {
+                    mask |= subsys_names[i].bit;
+                    known = 1;
+                }
+            if (!known) {
+                const char *dym = braid_did_you_mean(t, subsys_list, hint, sizeof(hint));
+                init_warning("BRAID_DEBUG_SUBSYS: '%s' is not a subsystem (%s)%s%s%s; ignored", t,
+                             subsys_list, dym ? "; did you mean " : "", dym ? dym : "",
+                             dym ? "?" : "");
+            }
+        }
         log_subsys = exclude ? (BRAID_SUBSYS_ALL & ~mask) : mask;
     }
     const char *file = braid_param_str("DEBUG_FILE");
     log_file = *file ? open_log_file(file) : stderr;
+    /* Printed whatever BRAID_DEBUG_SUBSYS says (ENV may be excluded by the very typo). */
+    for (int i = 0; i < init_nwarn; i++)
+        if (log_level >= BRAID_LOG_WARN || strncmp(init_warn[i], "BRAID_DEBUG=", 12) == 0)
+            braid_log_msg(BRAID_LOG_WARN, BRAID_SUBSYS_ENV, __FILE__, __LINE__, "%s", init_warn[i]);
+    braid_config_lint(lint_emit);
+    log_initializing = 0;
 }
 
 void braid_log_set_rank(int rank)
 {
-    log_rank = rank;
+    log_thread_rank = rank;
+    int unset = -1;
+    atomic_compare_exchange_strong(&log_first_rank, &unset, rank);
+}
+
+int braid_log_rank(void)
+{
+    return log_thread_rank >= 0 ? log_thread_rank : atomic_load(&log_first_rank);
 }
 
 int braid_log_enabled(braid_log_level_t level, braid_subsys_t subsys)
 {
+    if (log_initializing) return 0;
     pthread_once(&log_once, log_init);
     return (int)level <= log_level && (subsys & log_subsys);
 }
@@ -106,11 +178,12 @@ void braid_log_msg(braid_log_level_t level, braid_subsys_t subsys, const char *f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    int rank = braid_log_rank();
     if (level >= BRAID_LOG_TRACE) {
-        fprintf(log_file, "%s:%d [%d] braid %s %s: %s (%s:%d)\n", log_host, (int)getpid(), log_rank,
+        fprintf(log_file, "%s:%d [%d] braid %s %s: %s (%s:%d)\n", log_host, (int)getpid(), rank,
                 names[level], sname, msg, file, line);
     } else {
-        fprintf(log_file, "%s:%d [%d] braid %s %s: %s\n", log_host, (int)getpid(), log_rank,
+        fprintf(log_file, "%s:%d [%d] braid %s %s: %s\n", log_host, (int)getpid(), rank,
                 names[level], sname, msg);
     }
 }

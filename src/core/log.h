@@ -30,8 +30,12 @@ typedef enum {
     BRAID_SUBSYS_ALL = 0x7fffffff
 } braid_subsys_t;
 
-/* Rank shown in log prefixes of this process (-1 before init). */
+/* The rank shown in the prefixes of the calling thread's log lines: set by every entry point
+ * that takes a communicator (braid_comm_check) and by the threads a communicator starts, so a
+ * line carries the rank of the communicator it concerns. Threads that never set one (the
+ * bootstrap root service) show the rank of the process's first communicator, -1 before. */
 void braid_log_set_rank(int rank);
+int braid_log_rank(void);
 int braid_log_enabled(braid_log_level_t level, braid_subsys_t subsys);
 void braid_log_msg(braid_log_level_t level, braid_subsys_t subsys, const char *file, int line,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));

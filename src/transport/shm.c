@@ -43,6 +43,7 @@
 #define SHM_FAIL_SENDER 1
 #define SHM_FAIL_RECEIVER 2
 #define SHM_FAIL_CLAIMED(bit) ((bit) << 2) /* that side's code and message are being written */
+#define SHM_CLOSED(bit) ((bit) << 4)       /* that side closed the connection (destroy) */
 
 /* One slot's header on its own cache line. The sender publishes a message by storing
  * flag = (its sequence number + 1) with release order after the payload and header; the
@@ -339,6 +340,11 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
         return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", c->base.peer,
                                c->peer_pid, msg[0] ? msg : "no reason given");
     }
+    if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & SHM_CLOSED(peer_bit))
+        return braid_set_error(BRAID_ERR_REMOTE,
+                               "rank %d (pid %d, same host) destroyed its communicator "
+                               "(braid_comm_destroy) while this rank still needed it",
+                               c->base.peer, c->peer_pid);
     uint64_t now = braid_now_ns();
     if (!force && now < c->next_live_check_ns) return BRAID_SUCCESS;
     c->next_live_check_ns = now + 20000000ull;
@@ -413,6 +419,11 @@ static void shm_close(braid_conn_t *conn)
 {
     shm_conn_t *c = (shm_conn_t *)conn;
     if (!c) return;
+    if (c->f) { /* the peer reads "destroyed its communicator", not "died" */
+        int bit = conn->is_send ? SHM_FAIL_SENDER : SHM_FAIL_RECEIVER;
+        atomic_fetch_or_explicit(&c->f->failed, SHM_CLOSED(bit), memory_order_release);
+        shm_wake(conn);
+    }
     if (c->linked) shm_unlink(c->name);
     if (c->pidfd >= 0) close(c->pidfd);
     if (c->f) munmap(c->f, c->map_len);

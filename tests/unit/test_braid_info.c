@@ -3,6 +3,8 @@
  * here independently: each is a permutation of the ranks, the printed crossings are recounted
  * from the layout, and they are the fewest possible (hosts: one per host; NUMA: k - 1 per host
  * with k nodes, k for a lone host). Bad arguments exit 2 naming the argument. */
+#include "algos/algo.h"
+
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -15,8 +17,15 @@
 
 TestSuite(braidinfo, .timeout = 30);
 
-/* Runs braid-info with args (stderr into the output too); returns its exit status. */
+/* Runs braid-info with args under the environment assignments env (stderr into the output
+ * too); returns its exit status. */
+static int run_info_env(const char *env, const char *args, char *out, size_t len);
 static int run_info(const char *args, char *out, size_t len)
+{
+    return run_info_env("", args, out, len);
+}
+
+static int run_info_env(const char *envs, const char *args, char *out, size_t len)
 {
     char dir[PATH_MAX], cmd[PATH_MAX + 512];
     const char *env = getenv("BRAID_BIN_DIR");
@@ -28,7 +37,7 @@ static int run_info(const char *args, char *out, size_t len)
         dir[n] = '\0';
         *strrchr(dir, '/') = '\0';
     }
-    snprintf(cmd, sizeof(cmd), "env -u BRAID_NCHANNELS %s/braid-info %s 2>&1", dir, args);
+    snprintf(cmd, sizeof(cmd), "env -u BRAID_NCHANNELS %s %s/braid-info %s 2>&1", envs, dir, args);
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen %s", cmd);
     size_t used = fread(out, 1, len - 1, p);
@@ -138,4 +147,72 @@ Test(braidinfo, rings_reject_bad_arguments)
     cr_assert_eq(run_info("--rings 2 a,b - 99", out, sizeof(out)), 2);
     cr_assert(strstr(out, "NCHANNELS 99 exceeds"), "%s", out);
     cr_assert_eq(run_info("--rings 2", out, sizeof(out)), 2);
+}
+
+/* --params hides the secret, flags invalid values and lists misspelled names (exit 1). */
+Test(braidinfo, params_mask_secret_and_flag_invalid_values)
+{
+    static char out[1 << 16];
+    const char *secret = "0123456789abcdef0123456789abcdef";
+    char env[256];
+    snprintf(env, sizeof(env), "BRAID_SECRET=%s BRAID_TIMEOUT=0", secret);
+    cr_assert_eq(run_info_env(env, "--params", out, sizeof(out)), 0, "%s", out);
+    cr_assert_null(strstr(out, secret), "the secret is printed:\n%s", out);
+    cr_assert(strstr(out, "(set, hidden)"), "%s", out);
+    cr_assert_null(strstr(out, "INVALID"), "%s", out);
+    cr_assert(strstr(out, "0 = no timeout"), "%s", out);
+
+    cr_assert_eq(run_info_env("BRAID_TRANSPORT=tpc BRAID_NSOCKS_PERPEER=99 BRAID_CHUNKSIZE=1M "
+                              "BRAID_SECRET=xyz",
+                              "--params", out, sizeof(out)),
+                 1, "%s", out);
+    cr_assert(strstr(out, "^ INVALID: not one of shm,tcp,rdma; did you mean tcp?"), "%s", out);
+    cr_assert(strstr(out, "^ INVALID: not an integer in [1, 8]"), "%s", out);
+    cr_assert(strstr(out, "^ INVALID: not 32 hex digits"), "%s", out);
+    cr_assert_null(strstr(out, "xyz"), "%s", out);
+    cr_assert(strstr(out, "BRAID_CHUNKSIZE is not a braid variable and has no effect; did you "
+                          "mean BRAID_CHUNK_SIZE?"),
+              "%s", out);
+    cr_assert(strstr(out, "braid-info: 3 invalid values, 1 unknown BRAID_* variable"), "%s", out);
+}
+
+Test(braidinfo, version_and_help_per_subcommand)
+{
+    static char out[1 << 16];
+    cr_assert_eq(run_info("--version", out, sizeof(out)), 0, "%s", out);
+    int v = braid_version();
+    char want[64];
+    snprintf(want, sizeof(want), "(library %d.%d.%d)", v / 10000, v / 100 % 100, v % 100);
+    cr_assert(strstr(out, "braid-info ") == out && strstr(out, want), "%s", out);
+
+    cr_assert_eq(run_info("--help", out, sizeof(out)), 0, "%s", out);
+    static const char *const cmds[] = {"--params", "--tune", "--peers", "--rings", "--version"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        cr_assert(strstr(out, cmds[i]), "--help does not list %s:\n%s", cmds[i], out);
+    cr_assert_eq(run_info("--tune --help", out, sizeof(out)), 0, "%s", out);
+    cr_assert(strstr(out, "usage: braid-info --tune") && strstr(out, "--measure"), "%s", out);
+    cr_assert_null(strstr(out, "--rings"), "%s", out);
+    cr_assert_eq(run_info("--help rings", out, sizeof(out)), 0, "%s", out);
+    cr_assert(strstr(out, "usage: braid-info --rings NRANKS HOSTMAP"), "%s", out);
+    cr_assert_eq(run_info("--params -h", out, sizeof(out)), 0, "%s", out);
+    cr_assert(strstr(out, "BRAID_SECRET hidden"), "%s", out);
+    cr_assert_eq(run_info("--help bogus", out, sizeof(out)), 2, "%s", out);
+    cr_assert(strstr(out, "no subcommand 'bogus'"), "%s", out);
+}
+
+/* The algorithm list names every algorithm the library has. */
+Test(braidinfo, algorithm_list_complete)
+{
+    static char out[1 << 17];
+    cr_assert_eq(run_info("", out, sizeof(out)), 0, "%s", out);
+    const char *line = strstr(out, "\nalgorithms:");
+    cr_assert(line, "%s", out);
+    const char *eol = strchr(line + 1, '\n');
+    for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+        char name[64];
+        snprintf(name, sizeof(name), " %s (", braid_algo_name(a));
+        const char *at = strstr(line, name);
+        cr_assert(at && at < eol, "algorithm %s missing: %.*s", braid_algo_name(a),
+                  (int)(eol - line), line);
+    }
 }

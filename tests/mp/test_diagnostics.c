@@ -1,0 +1,196 @@
+/* Diagnostics that name the real cause: a peer that destroyed its communicator cleanly (not
+ * "died"), a BRAID_ROOT that is some other server ("not a braid bootstrap root", not an
+ * internal error), and a root out of file descriptors (EMFILE, not "timed out waiting for
+ * ranks"). */
+#include "mp.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank 1 destroys its communicator and stays alive; rank 0's next collective must fail within
+ * a second with an error that says so. */
+static int peer_destroys(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const char *transport = arg;
+    float x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)(rank * 64 + i);
+    MP_OK(rank, braid_allreduce(x, x, 64, BRAID_FLOAT32, BRAID_SUM, comm));
+    if (rank == 1) {
+        MP_OK(rank, braid_comm_destroy(comm));
+        usleep(1500 * 1000); /* alive, but done with the communicator */
+        return 0;
+    }
+    usleep(100 * 1000);
+    double t0 = now_s();
+    braid_result_t r = braid_allreduce(x, x, 64, BRAID_FLOAT32, BRAID_SUM, comm);
+    double dt = now_s() - t0;
+    const char *msg = braid_last_error();
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE, "%s: %s", braid_strerror(r), msg);
+    MP_CHECK(rank, dt < 1.0, "took %.2f s", dt);
+    MP_CHECK(rank, !strstr(msg, "died"), "%s", msg);
+    if (!strcmp(transport, "shm"))
+        MP_CHECK(rank, strstr(msg, "rank 1") && strstr(msg, "destroyed its communicator"), "%s",
+                 msg);
+    else
+        MP_CHECK(rank, strstr(msg, "rank 1") && strstr(msg, "closed the connection"), "%s", msg);
+    (void)n;
+    return 0;
+}
+
+TestSuite(diagnostics, .timeout = 60);
+
+Test(diagnostics, peer_destroyed_is_not_died_shm)
+{
+    setenv("BRAID_TRANSPORT", "shm", 1);
+    setenv("BRAID_TIMEOUT", "20", 1);
+    cr_assert_eq(mp_run(2, peer_destroys, "shm", 30), 0);
+}
+
+Test(diagnostics, peer_destroyed_is_not_died_tcp)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    setenv("BRAID_TIMEOUT", "20", 1);
+    cr_assert_eq(mp_run(2, peer_destroys, "tcp", 30), 0);
+}
+
+/* A server that answers every connection with 'reply' and then closes (or keeps it open). */
+typedef struct {
+    int lfd;
+    const char *reply;
+    int keep_open;
+} fake_server_t;
+
+static void *serve(void *arg)
+{
+    fake_server_t *s = arg;
+    for (int i = 0; i < 4; i++) {
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0) return NULL;
+        char buf[256];
+        usleep(20000);
+        if (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) < 0) { /* the hello, if it came */
+        }
+        if (send(fd, s->reply, strlen(s->reply), MSG_NOSIGNAL) < 0) {
+        }
+        if (s->keep_open) usleep(3000 * 1000);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void expect_not_a_root(const char *reply, int keep_open)
+{
+    fake_server_t s = {.reply = reply, .keep_open = keep_open};
+    s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_eq(bind(s.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(s.lfd, 8), 0);
+    getsockname(s.lfd, (struct sockaddr *)&a, &len);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, serve, &s), 0);
+    char root[64];
+    snprintf(root, sizeof(root), "127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("BRAID_ROOT", root, 1);
+    setenv("BRAID_RANK", "1", 1);
+    setenv("BRAID_NRANKS", "2", 1);
+    setenv("BRAID_SECRET", "00112233445566778899aabbccddeeff", 1);
+    setenv("BRAID_TIMEOUT", "10", 1);
+    braid_comm_t comm = NULL;
+    double t0 = now_s();
+    braid_result_t r = braid_comm_init_env(&comm);
+    double dt = now_s() - t0;
+    cr_assert_eq(r, BRAID_ERR_REMOTE, "%s: %s", braid_strerror(r), braid_last_error());
+    cr_assert(strstr(braid_last_error(), "is not a braid bootstrap root"), "%s",
+              braid_last_error());
+    cr_assert(strstr(braid_last_error(), root), "%s", braid_last_error());
+    cr_assert(strstr(braid_last_error(), "HTTP/1.1"), "%s", braid_last_error());
+    cr_assert_lt(dt, 5.0, "%.2f s", dt);
+    shutdown(s.lfd, SHUT_RDWR);
+    close(s.lfd);
+    pthread_cancel(t);
+    pthread_join(t, NULL);
+}
+
+Test(diagnostics, braid_root_is_another_server)
+{
+    expect_not_a_root("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", 1);
+}
+
+Test(diagnostics, braid_root_is_another_server_short_answer)
+{
+    expect_not_a_root("HTTP/1.1 400\r\n", 0); /* fewer bytes than a header, then EOF */
+}
+
+/* The root's process has no file descriptor left for the ranks' connections: every rank of
+ * the job fails with EMFILE named, well before BRAID_TIMEOUT. */
+Test(diagnostics, root_out_of_file_descriptors, .timeout = 60)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        setenv("BRAID_TIMEOUT", "30", 1);
+        braid_unique_id_t id;
+        if (braid_get_unique_id(&id) != BRAID_SUCCESS) _exit(3);
+        /* Use up every descriptor but one: the rank's own connection takes it, so the root
+         * cannot accept it (nor anyone's). */
+        struct rlimit rl = {64, 64};
+        setrlimit(RLIMIT_NOFILE, &rl);
+        int last = -1;
+        for (;;) {
+            int fd = open("/dev/null", O_RDONLY);
+            if (fd < 0) break;
+            last = fd;
+        }
+        if (last >= 0) close(last);
+        braid_comm_t comm = NULL;
+        double t0 = now_s();
+        braid_result_t r = braid_comm_init_rank(&comm, 2, id, 0);
+        double dt = now_s() - t0;
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%d %.2f %s", (int)r, dt, braid_last_error());
+        if (write(fds[1], msg, strlen(msg)) < 0) _exit(4);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[700] = "";
+    size_t got = 0;
+    ssize_t k;
+    while ((k = read(fds[0], msg + got, sizeof(msg) - 1 - got)) > 0)
+        got += (size_t)k;
+    msg[got] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d: %s", st, msg);
+    int code = 0;
+    double dt = 0;
+    cr_assert_eq(sscanf(msg, "%d %lf", &code, &dt), 2, "%s", msg);
+    cr_assert_eq(code, BRAID_ERR_SYSTEM, "%s", msg);
+    cr_assert(strstr(msg, "Too many open files") && strstr(msg, "EMFILE"), "%s", msg);
+    cr_assert(strstr(msg, "ulimit -n"), "%s", msg);
+    cr_assert_lt(dt, 10.0, "%s", msg);
+}
