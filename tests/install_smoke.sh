@@ -21,4 +21,11 @@ cmake -S "$prefix/proj" -B "$prefix/proj/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/
 cmake --build "$prefix/proj/b" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
-echo "install smoke: pkg-config and find_package builds ran"
+# braid's NCCL drop-in: a ready NCCL_HOME under the prefix, picked on purpose (-I/-L/rpath).
+nh="$prefix/lib/braid/nccl"
+test -f "$nh/include/nccl.h" && test -L "$nh/lib/libnccl.so"
+cc -Wall -Wextra -o "$prefix/ex_nccl" examples/nccl_allreduce.c -I"$nh/include" -L"$nh/lib" \
+  -Wl,-rpath,"$nh/lib" -lnccl
+ldd "$prefix/ex_nccl" | grep -q "libnccl.so.2 => $nh/lib/libnccl.so.2"
+"$prefix/bin/braid-run" -n 2 "$prefix/ex_nccl"
+echo "install smoke: pkg-config and find_package builds ran, and an NCCL program on braid's libnccl"
