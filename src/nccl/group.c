@@ -168,6 +168,36 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 
+#if SHIM_HAVE_BRAID_GROUPS
+/* Runs the group's operations as one braid group in the calling thread (braid runs several
+ * communicators' parts concurrently, collectives in call order, point-to-point together). */
+static ncclResult_t run_ops(shim_op_t *ops, size_t n)
+{
+    if (n == 0) return ncclSuccess;
+    if (n == 1) return run_batch(ops[0].comm, ops, 1);
+    for (size_t i = 0; i < n; i++) atomic_fetch_add(&ops[i].comm->active, 1);
+    ncclResult_t res = ncclSuccess;
+    braid_result_t r = braid_group_start();
+    int open = r == BRAID_SUCCESS;
+    if (!open) res = shim_braid_fail(NULL, r, "ncclGroupEnd (braid_group_start)");
+    for (size_t i = 0; i < n && res == ncclSuccess; i++) {
+        r = shim_op_issue(&ops[i]);
+        if (r != BRAID_SUCCESS) res = shim_braid_fail(ops[i].comm, r, ops[i].name);
+    }
+    if (open) {
+        r = braid_group_end();
+        if (r != BRAID_SUCCESS && res == ncclSuccess) res = shim_braid_fail(NULL, r, "ncclGroupEnd");
+    }
+    if (res != ncclSuccess) {
+        /* Every communicator of the group reports the failure. */
+        char msg[SHIM_MSG_BYTES];
+        snprintf(msg, sizeof(msg), "%s", ncclGetLastError(NULL));
+        for (size_t i = 0; i < n; i++) shim_fail(ops[i].comm, res, "%s", msg);
+    }
+    for (size_t i = 0; i < n; i++) atomic_fetch_sub(&ops[i].comm->active, 1);
+    return res;
+}
+#else
 /* Runs the group's operations, one batch per communicator. */
 static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
@@ -215,6 +245,8 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     free(sorted);
     return res;
 }
+
+#endif
 
 ncclResult_t ncclGroupEnd(void)
 {
