@@ -175,7 +175,8 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
     if (n == 0) return ncclSuccess;
     if (n == 1) return run_batch(ops[0].comm, ops, 1);
-    for (size_t i = 0; i < n; i++) atomic_fetch_add(&ops[i].comm->active, 1);
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_add(&ops[i].comm->active, 1);
     ncclResult_t res = ncclSuccess;
     braid_result_t r = braid_group_start();
     int open = r == BRAID_SUCCESS;
@@ -186,15 +187,18 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     }
     if (open) {
         r = braid_group_end();
-        if (r != BRAID_SUCCESS && res == ncclSuccess) res = shim_braid_fail(NULL, r, "ncclGroupEnd");
+        if (r != BRAID_SUCCESS && res == ncclSuccess)
+            res = shim_braid_fail(NULL, r, "ncclGroupEnd");
     }
     if (res != ncclSuccess) {
         /* Every communicator of the group reports the failure. */
         char msg[SHIM_MSG_BYTES];
         snprintf(msg, sizeof(msg), "%s", ncclGetLastError(NULL));
-        for (size_t i = 0; i < n; i++) shim_fail(ops[i].comm, res, "%s", msg);
+        for (size_t i = 0; i < n; i++)
+            shim_fail(ops[i].comm, res, "%s", msg);
     }
-    for (size_t i = 0; i < n; i++) atomic_fetch_sub(&ops[i].comm->active, 1);
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_sub(&ops[i].comm->active, 1);
     return res;
 }
 #else
