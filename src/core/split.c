@@ -127,10 +127,8 @@ out:
     return res;
 }
 
-braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t *newcomm_p)
+static braid_result_t split(struct braid_comm *comm, int color, int key, braid_comm_t *newcomm_p)
 {
-    braid_clear_error();
-    BRAID_CHECK(braid_comm_check(comm));
     if (!newcomm_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm_split: newcomm_p is NULL");
     int err = atomic_load(&comm->error);
     if (err)
@@ -144,8 +142,22 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
     }
     if (atomic_load(&comm->aborted))
         return braid_set_error(BRAID_ERR_ABORTED, "comm_split: communicator was aborted");
+    /* The split's own call number: a descriptor exchange with the ring neighbours on the data
+     * connections, so a rank that calls a collective meanwhile is a mismatch naming both calls
+     * (not two ranks waiting on different channels until the timeout). */
+    braid_op_args_t a = {.coll = BRAID_COLL_COMM_SPLIT, .dtype = BRAID_UINT8, .root = -1};
+    BRAID_CHECK(braid_coll_execute(comm, &a));
     struct braid_comm *nc = NULL;
     BRAID_CHECK(braid_comm_split_internal(comm, color, key, 0, &nc));
     *newcomm_p = nc;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t *newcomm_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, "comm_split"));
+    braid_result_t res = split(comm, color, key, newcomm_p);
+    braid_comm_leave_call(comm);
+    return res;
 }

@@ -101,7 +101,8 @@ static braid_result_t failure(tcp_conn_t *c)
     if (!code) return BRAID_SUCCESS;
     /* After a local abort, the peers' answers to it are not the news. */
     if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+        return braid_set_error(BRAID_ERR_ABORTED, "communicator %s",
+                               braid_comm_abort_reason(c->base.comm));
     return braid_set_error(code, "%s", c->fail_msg);
 }
 
