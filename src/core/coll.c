@@ -133,7 +133,8 @@ static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a
  * call. When every rank refused its call of that number, nothing ran and the communicator
  * stays usable; else the communicator fails (sticky error, peers told, as for any mismatch)
  * and the caller still gets the validation error. */
-static braid_result_t reject(struct braid_comm *comm, const braid_op_args_t *a, braid_result_t res)
+braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
+                                 braid_result_t res)
 {
     char reason[512];
     snprintf(reason, sizeof(reason), "%s", braid_last_error());
@@ -165,7 +166,7 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
     braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
                                                          braid_coll_name(a->coll))
                                        : validate(comm, a);
-    if (vres < 0) return reject(comm, a, vres);
+    if (vres < 0) return braid_coll_reject(comm, a, vres);
     if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
     struct braid_request *req = calloc(1, sizeof(*req));
     if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");

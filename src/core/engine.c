@@ -196,7 +196,7 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
                                "rank %d rejected its %s (%s) but rank %d %s %s%s", conn->peer,
                                theirs, why, comm->rank, mine_verb, mine, mine_why);
     }
-    if (!strcmp(theirs, mine)) {
+    if (!strcmp(theirs, mine) && !(m == e && r->rejected)) {
         if (m != e)
             return braid_set_error(BRAID_ERR_MISMATCH,
                                    "rank %d sent rank %d a message in %s that rank %d never read "

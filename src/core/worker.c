@@ -76,6 +76,25 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+void braid_worker_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                           const char *msg)
+{
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    pthread_mutex_lock(&comm->q_lock);
+    comm->q_pending--;
+    pthread_cond_broadcast(&comm->q_cond);
+    pthread_mutex_unlock(&comm->q_lock);
+    req_complete(req, res);
+}
+
+void braid_request_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                            const char *msg)
+{
+    (void)comm; /* completion never needs the communicator (it may be being destroyed) */
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    req_complete(req, res);
+}
+
 braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request *req)
 {
     pthread_mutex_lock(&comm->q_lock);
@@ -136,6 +155,9 @@ static braid_result_t claim(struct braid_request *req)
     if (!req) return braid_set_error(BRAID_ERR_INVALID_ARG, "req is NULL");
     uint32_t st = BRAID_REQ_LIVE;
     if (atomic_compare_exchange_strong(&req->state, &st, BRAID_REQ_WAITING)) return BRAID_SUCCESS;
+    /* Made outside the queue (calloc'd, e.g. a group's request) and not stamped yet. */
+    if (st == BRAID_REQ_NEW && atomic_compare_exchange_strong(&req->state, &st, BRAID_REQ_WAITING))
+        return BRAID_SUCCESS;
     if (st == BRAID_REQ_FREED)
         return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                "req %p was already completed by braid_wait / braid_test (a "

@@ -20,13 +20,15 @@ static double now_s(void)
 }
 
 typedef enum {
-    BCAST_ROOTS,  /* broadcast: rank n-1 names root 1, the others root 0 */
-    REDUCE_ROOTS, /* reduce: the same */
-    COUNT_ZERO,   /* all-reduce: rank n-1 passes count 0, the others count > 0 */
-    BCAST_ZERO,   /* broadcast from rank 0: rank n-1 passes count 0 */
-    SPLIT,        /* rank n-1 calls braid_comm_split, the others an all-reduce */
-    REJECTED,     /* rank n-1's all-reduce has a bad op, the others' is valid */
-    REJECTED_ROOT /* rank n-1's broadcast has root = nranks, the others' root 0 */
+    BCAST_ROOTS,   /* broadcast: rank n-1 names root 1, the others root 0 */
+    REDUCE_ROOTS,  /* reduce: the same */
+    COUNT_ZERO,    /* all-reduce: rank n-1 passes count 0, the others count > 0 */
+    BCAST_ZERO,    /* broadcast from rank 0: rank n-1 passes count 0 */
+    SPLIT,         /* rank n-1 calls braid_comm_split, the others an all-reduce */
+    SPLIT_MOST,    /* the others call braid_comm_split, rank n-1 an all-reduce */
+    REJECTED,      /* rank n-1's all-reduce has a bad op, the others' is valid */
+    REJECTED_ROOT, /* rank n-1's broadcast has root = nranks, the others' root 0 */
+    REJECTED_SPLIT /* rank n-1's braid_comm_split has newcomm_p NULL, the others' is valid */
 } kind_t;
 
 typedef struct {
@@ -48,7 +50,8 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
     case BCAST_ZERO:
         return braid_broadcast(buf, buf, odd ? 0 : c->count, BRAID_FLOAT32, 0, comm);
     case SPLIT:
-        if (odd) {
+    case SPLIT_MOST:
+        if (odd == (c->kind == SPLIT)) {
             braid_comm_t nc = NULL;
             braid_result_t r = braid_comm_split(comm, 0, rank, &nc);
             if (nc) braid_comm_destroy(nc);
@@ -60,6 +63,12 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
                                odd ? (braid_redop_t)99 : BRAID_SUM, comm);
     case REJECTED_ROOT:
         return braid_broadcast(buf, buf, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
+    case REJECTED_SPLIT: {
+        braid_comm_t nc = NULL;
+        braid_result_t r = braid_comm_split(comm, 0, rank, odd ? NULL : &nc);
+        if (nc) braid_comm_destroy(nc);
+        return r;
+    }
     }
     return BRAID_ERR_INTERNAL;
 }
@@ -77,7 +86,8 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     braid_result_t first = r;
     char first_msg[600];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
-    int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT) && rank == n - 1;
+    int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT) &&
+                   rank == n - 1;
     if (rejecter)
         MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "the rejected call returned %s: %s",
                  braid_strerror(r), first_msg);
@@ -154,6 +164,8 @@ Test(mismatch, split_against_a_collective)
     run_all(&c);
     case_t big = {SPLIT, (size_t)1 << 20, "comm_split", "allreduce"};
     run_all(&big);
+    case_t most = {SPLIT_MOST, 9, "comm_split", "allreduce"};
+    run_all(&most);
 }
 
 Test(mismatch, call_rejected_on_one_rank_only)
@@ -162,4 +174,10 @@ Test(mismatch, call_rejected_on_one_rank_only)
     run_all(&c);
     case_t root = {REJECTED_ROOT, 9, "rejected", "root 0"};
     run_all(&root);
+}
+
+Test(mismatch, split_rejected_on_one_rank_only)
+{
+    case_t c = {REJECTED_SPLIT, 0, "rejected its comm_split", "called comm_split"};
+    run_all(&c);
 }
