@@ -584,6 +584,19 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
     return res;
 }
 
+/* A peer that found a mismatch fails its connections and may be gone before this rank read
+ * its notice: what this rank then sees first is the connection closing (BRAID_ERR_REMOTE).
+ * The peer's descriptor may be waiting in a FIFO already: a mismatch visible there is the
+ * cause to report. */
+static braid_result_t better_cause(run_t *r, int algo, braid_result_t res)
+{
+    if (res != BRAID_ERR_REMOTE) return res;
+    char saved[512];
+    snprintf(saved, sizeof(saved), "%s", braid_last_error());
+    if (check_foreign(r, algo) == BRAID_ERR_MISMATCH) return BRAID_ERR_MISMATCH;
+    return braid_set_error(res, "%s", saved);
+}
+
 static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
 {
     run_t r = *rp;
@@ -643,7 +656,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
                     }
                     break;
                 }
-                if (res < 0) return res;
+                if (res < 0) return better_cause(&r, algo, res);
                 progressed = 1;
                 if (cs[c].done) {
                     remaining--;
@@ -691,7 +704,8 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
         uint64_t deadline = idle_since + timeout_ns;
         if (deadline > next_check) deadline = next_check;
         if (nch > 1 && deadline > now + 1000000ull) deadline = now + 1000000ull;
-        BRAID_CHECK(wconn->ops->wait(wconn, wdir, deadline));
+        braid_result_t wres = wconn->ops->wait(wconn, wdir, deadline);
+        if (wres < 0) return better_cause(&r, algo, wres);
     }
     return BRAID_SUCCESS;
 }
