@@ -127,9 +127,8 @@ static void set_timeout_tree(struct braid_comm *comm, double timeout_s)
     if (st && st->inter) set_timeout_tree(st->inter, timeout_s);
 }
 
-braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
+static braid_result_t set_timeout(braid_comm_t comm, double timeout_s)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "comm_set_timeout: timeout_s %g is not a positive finite number",
@@ -145,12 +144,24 @@ braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
     return BRAID_SUCCESS;
 }
 
+braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
+{
+    BRAID_CHECK(braid_comm_enter(comm)); /* a destroy from another thread waits for us */
+    braid_result_t res = set_timeout(comm, timeout_s);
+    braid_comm_leave(comm);
+    return res;
+}
+
 braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!timeout_s_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "timeout_s_p is NULL");
-    *timeout_s_p = comm->timeout_s;
-    return BRAID_SUCCESS;
+    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = BRAID_SUCCESS;
+    if (!timeout_s_p)
+        res = braid_set_error(BRAID_ERR_INVALID_ARG, "timeout_s_p is NULL");
+    else
+        *timeout_s_p = comm->timeout_s;
+    braid_comm_leave(comm);
+    return res;
 }
 
 /* ---- host identity ---------------------------------------------------------------------- */
