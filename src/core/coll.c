@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/p2p.h"
 #include "core/worker.h"
 
 #include <stdint.h>
@@ -126,6 +127,10 @@ static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_
                                    braid_request_t *req_p)
 {
     braid_clear_error();
+    if (braid_group_depth() > 0) { /* deferred to braid_group_end */
+        BRAID_CHECK(braid_group_note(validate(comm, a), braid_coll_name(a->coll)));
+        return braid_group_add_coll(comm, a, req_p);
+    }
     BRAID_CHECK(validate(comm, a));
     if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
     struct braid_request *req = calloc(1, sizeof(*req));

@@ -2,6 +2,7 @@
  * completes their requests. Started on first use, stopped by braid_comm_destroy. */
 #include "core/worker.h"
 #include "core/log.h"
+#include "core/p2p.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,11 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&comm->q_lock);
 
         braid_clear_error();
+        if (req->task) { /* point-to-point work: completes its requests itself */
+            braid_task_execute(comm, req);
+            pthread_mutex_lock(&comm->q_lock);
+            continue;
+        }
         braid_result_t res;
         if (comm->worker_stop)
             res = braid_set_error(BRAID_ERR_ABORTED,
@@ -38,6 +44,29 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&comm->q_lock);
     return NULL;
+}
+
+void braid_worker_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                           const char *msg)
+{
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    pthread_mutex_lock(&comm->q_lock);
+    req->result = res;
+    atomic_store(&req->done, 1);
+    comm->q_pending--;
+    pthread_cond_broadcast(&comm->q_cond);
+    pthread_mutex_unlock(&comm->q_lock);
+}
+
+void braid_request_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                            const char *msg)
+{
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    pthread_mutex_lock(&comm->q_lock);
+    req->result = res;
+    atomic_store(&req->done, 1);
+    pthread_cond_broadcast(&comm->q_cond);
+    pthread_mutex_unlock(&comm->q_lock);
 }
 
 braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request *req)
@@ -95,6 +124,7 @@ static braid_result_t finish(struct braid_request *req)
 {
     braid_result_t res = req->result;
     if (res < 0) braid_set_error(res, "%s", req->errmsg);
+    braid_task_free(req->task);
     free(req);
     return res;
 }
