@@ -48,25 +48,23 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
     char *o = pc->recvbuf;
     switch (pc->coll) {
     case BRAID_COLL_ALLTOALL:
-        BRAID_CHECK(add(b, pc, seq, BRAID_P2P_COPY, r, s + (size_t)r * c * es,
-                             o + (size_t)r * c * es, c));
+        BRAID_CHECK(
+            add(b, pc, seq, BRAID_P2P_COPY, r, s + (size_t)r * c * es, o + (size_t)r * c * es, c));
         for (int k = 1; k < n; k++) {
             int dst = (r + k) % n, src = (r - k + n) % n;
-            BRAID_CHECK(
-                add(b, pc, seq, BRAID_P2P_SEND, dst, s + (size_t)dst * c * es, NULL, c));
-            BRAID_CHECK(
-                add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + (size_t)src * c * es, c));
+            BRAID_CHECK(add(b, pc, seq, BRAID_P2P_SEND, dst, s + (size_t)dst * c * es, NULL, c));
+            BRAID_CHECK(add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + (size_t)src * c * es, c));
         }
         return BRAID_SUCCESS;
     case BRAID_COLL_ALLTOALLV:
         BRAID_CHECK(add(b, pc, seq, BRAID_P2P_COPY, r, s + pc->sdispls[r] * es,
-                             o + pc->rdispls[r] * es, pc->recvcounts[r]));
+                        o + pc->rdispls[r] * es, pc->recvcounts[r]));
         for (int k = 1; k < n; k++) {
             int dst = (r + k) % n, src = (r - k + n) % n;
             BRAID_CHECK(add(b, pc, seq, BRAID_P2P_SEND, dst, s + pc->sdispls[dst] * es, NULL,
-                                 pc->sendcounts[dst]));
+                            pc->sendcounts[dst]));
             BRAID_CHECK(add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + pc->rdispls[src] * es,
-                                 pc->recvcounts[src]));
+                            pc->recvcounts[src]));
         }
         return BRAID_SUCCESS;
     case BRAID_COLL_GATHER:
@@ -74,8 +72,7 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
         BRAID_CHECK(add(b, pc, seq, BRAID_P2P_COPY, r, s, o + (size_t)r * c * es, c));
         for (int k = 1; k < n; k++) {
             int src = (r + k) % n;
-            BRAID_CHECK(
-                add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + (size_t)src * c * es, c));
+            BRAID_CHECK(add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + (size_t)src * c * es, c));
         }
         return BRAID_SUCCESS;
     case BRAID_COLL_SCATTER:
@@ -83,8 +80,7 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
         BRAID_CHECK(add(b, pc, seq, BRAID_P2P_COPY, r, s + (size_t)r * c * es, o, c));
         for (int k = 1; k < n; k++) {
             int dst = (r + k) % n;
-            BRAID_CHECK(
-                add(b, pc, seq, BRAID_P2P_SEND, dst, s + (size_t)dst * c * es, NULL, c));
+            BRAID_CHECK(add(b, pc, seq, BRAID_P2P_SEND, dst, s + (size_t)dst * c * es, NULL, c));
         }
         return BRAID_SUCCESS;
     case BRAID_COLL_ALLGATHERV:
@@ -93,7 +89,7 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
             int dst = (r + k) % n, src = (r - k + n) % n;
             BRAID_CHECK(add(b, pc, seq, BRAID_P2P_SEND, dst, s, NULL, c));
             BRAID_CHECK(add(b, pc, seq, BRAID_P2P_RECV, src, NULL, o + pc->rdispls[src] * es,
-                                 pc->recvcounts[src]));
+                            pc->recvcounts[src]));
         }
         return BRAID_SUCCESS;
     case BRAID_COLL_REDUCE_SCATTERV: {
@@ -108,8 +104,8 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
         braid_result_t res = BRAID_SUCCESS;
         for (int k = 1; k < n && res >= 0; k++) {
             int dst = (r + k) % n;
-            res = add(b, pc, seq, BRAID_P2P_SEND, dst, s + offs[dst] * es, NULL,
-                      pc->recvcounts[dst]);
+            res =
+                add(b, pc, seq, BRAID_P2P_SEND, dst, s + offs[dst] * es, NULL, pc->recvcounts[dst]);
         }
         free(offs);
         BRAID_CHECK(res);

@@ -133,8 +133,8 @@ static braid_result_t validate(struct braid_comm *comm, const braid_pcoll_t *pc)
         break;
     case BRAID_COLL_ALLGATHERV:
         if (pc->count != pc->recvcounts[me])
-            return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count,
-                           me, pc->recvcounts[me]);
+            return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count, me,
+                           pc->recvcounts[me]);
         in = pc->count;
         out = extent(pc->recvcounts, pc->rdispls, n);
         break;
@@ -371,16 +371,16 @@ braid_result_t braid_iallgatherv(const void *sendbuf, size_t sendcount, void *re
 braid_result_t braid_reduce_scatterv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                                      braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
 {
-    return pcoll_call(
-        pc_v(BRAID_COLL_REDUCE_SCATTERV, sendbuf, NULL, NULL, recvbuf, recvcounts, NULL, 0, dtype, op),
-        comm, 0, NULL);
+    return pcoll_call(pc_v(BRAID_COLL_REDUCE_SCATTERV, sendbuf, NULL, NULL, recvbuf, recvcounts,
+                           NULL, 0, dtype, op),
+                      comm, 0, NULL);
 }
 
 braid_result_t braid_ireduce_scatterv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                                       braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
                                       braid_request_t *req_p)
 {
-    return pcoll_call(
-        pc_v(BRAID_COLL_REDUCE_SCATTERV, sendbuf, NULL, NULL, recvbuf, recvcounts, NULL, 0, dtype, op),
-        comm, 1, req_p);
+    return pcoll_call(pc_v(BRAID_COLL_REDUCE_SCATTERV, sendbuf, NULL, NULL, recvbuf, recvcounts,
+                           NULL, 0, dtype, op),
+                      comm, 1, req_p);
 }

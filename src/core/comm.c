@@ -518,9 +518,8 @@ braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, from, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
-        BRAID_CHECK_GOTO(
-            t->recv_setup(c, from, channel, &recv_arr[from], mine[i].b.info, &len),
-            res, out);
+        BRAID_CHECK_GOTO(t->recv_setup(c, from, channel, &recv_arr[from], mine[i].b.info, &len),
+                         res, out);
         mine[i].from = from;
         mine[i].b.len = (uint32_t)len;
     }
@@ -539,8 +538,8 @@ braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid
         }
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, to, &t), res, out);
-        BRAID_CHECK_GOTO(
-            t->send_connect(c, to, channel, b->b.info, b->b.len, &send_arr[to]), res, out);
+        BRAID_CHECK_GOTO(t->send_connect(c, to, channel, b->b.info, b->b.len, &send_arr[to]), res,
+                         out);
     }
     c->chunk_bytes = saved_chunk;
     c->nslots = saved_slots;
@@ -575,8 +574,8 @@ static braid_result_t connect_p2p(struct braid_comm *c)
     }
     int np = braid_p2p_peers(n, c->rank, peers, 128);
     BRAID_CHECK(braid_comm_connect_pairs(c, BRAID_P2P_CHANNEL, c->p2p_send, c->p2p_recv,
-                                         c->p2p_chunk_bytes, BRAID_P2P_MAX_SLOTS, peers, np,
-                                         peers, np, max_in));
+                                         c->p2p_chunk_bytes, BRAID_P2P_MAX_SLOTS, peers, np, peers,
+                                         np, max_in));
     for (int i = 0; i < np; i++)
         braid_debug(INIT, "rank %d: point-to-point with %d via %s", c->rank, peers[i],
                     c->p2p_send[peers[i]]->ops->name);

@@ -193,7 +193,8 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
             braid_p2p_op_t op = items[i].op;
             op.req = items[i].req;
             res = braid_p2p_batch_add(&b, &op);
-            if (res < 0) snprintf(msg, sizeof(msg), "%s", braid_last_error());
+            if (res < 0)
+                snprintf(msg, sizeof(msg), "%s", braid_last_error());
             else
                 items[i].req = NULL;
         }
@@ -205,7 +206,8 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
             if (res < 0) p2p_failed(comm, res);
         } else {
             for (int i = 0; i < b.nops; i++)
-                if (b.ops[i].req) braid_request_complete(comm, b.ops[i].req, res, braid_last_error());
+                if (b.ops[i].req)
+                    braid_request_complete(comm, b.ops[i].req, res, braid_last_error());
         }
         if (res < 0) snprintf(msg, sizeof(msg), "%s", braid_last_error());
     }
@@ -398,16 +400,15 @@ void braid_task_free(struct braid_task *t)
 
 /* ---- braid_send / braid_recv ------------------------------------------------------------ */
 static braid_result_t p2p_check(struct braid_comm *comm, const char *name, const void *buf,
-                                const char *bufname, size_t count, braid_datatype_t dtype,
-                                int peer)
+                                const char *bufname, size_t count, braid_datatype_t dtype, int peer)
 {
     BRAID_CHECK(braid_comm_check(comm));
     if ((unsigned)dtype >= BRAID_NUM_DTYPES)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: dtype=%d is not a braid_datatype_t",
                                name, (int)dtype);
     if (peer < 0 || peer >= comm->nranks)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: peer=%d is outside [0, nranks=%d)",
-                               name, peer, comm->nranks);
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: peer=%d is outside [0, nranks=%d)", name,
+                               peer, comm->nranks);
     if (count > (SIZE_MAX / 2) / braid_dtype_size(dtype) || count > (UINT64_MAX >> 8))
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: count=%zu overflows the byte size", name,
                                count);
@@ -418,12 +419,12 @@ static braid_result_t p2p_check(struct braid_comm *comm, const char *name, const
 }
 
 static braid_result_t p2p_call(int kind, const void *sbuf, void *rbuf, size_t count,
-                               braid_datatype_t dtype, int peer, struct braid_comm *comm,
-                               int iform, braid_request_t *req_p)
+                               braid_datatype_t dtype, int peer, struct braid_comm *comm, int iform,
+                               braid_request_t *req_p)
 {
     braid_clear_error();
-    const char *name = kind == BRAID_P2P_SEND ? (iform ? "isend" : "send")
-                                              : (iform ? "irecv" : "recv");
+    const char *name =
+        kind == BRAID_P2P_SEND ? (iform ? "isend" : "send") : (iform ? "irecv" : "recv");
     braid_result_t res = BRAID_SUCCESS;
     if (iform && !req_p) res = braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL", name);
     if (res >= 0)

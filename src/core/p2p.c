@@ -58,9 +58,8 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     int np = 0;
     for (int p = 0; p < n; p++)
         if (p != comm->rank) peers[np++] = p;
-    braid_result_t res =
-        braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv, st->chunk,
-                                 slots, peers, np, peers, np, n - 1);
+    braid_result_t res = braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv,
+                                                  st->chunk, slots, peers, np, peers, np, n - 1);
     free(peers);
     BRAID_CHECK(res);
     for (int p = 0; p < n; p++)
@@ -288,9 +287,9 @@ static braid_result_t self_recv(runner_t *r, braid_p2p_op_t *op)
     if (m->seq != op->seq || m->dtype != op->dtype || m->count != op->count) {
         char mine[200];
         braid_p2p_op_str(op, mine, sizeof(mine));
-        return braid_set_error(BRAID_ERR_MISMATCH,
-                               "rank %d called send #%u to rank %d (count %zu, %s) but %s", op->peer,
-                               m->seq, op->peer, m->count, braid_dtype_name(m->dtype), mine);
+        return braid_set_error(
+            BRAID_ERR_MISMATCH, "rank %d called send #%u to rank %d (count %zu, %s) but %s",
+            op->peer, m->seq, op->peer, m->count, braid_dtype_name(m->dtype), mine);
     }
     if (m->count) memcpy(op->rbuf, m->data, op_bytes(op));
     r->st->self_head = m->next;
@@ -461,8 +460,8 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             BRAID_CHECK(res);
             BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], nb ? nb : 0));
             if (!nb && r->rr_hdr[p]->bytes)
-                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0",
-                                       p, r->rr_hdr[p]->bytes);
+                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
+                                       r->rr_hdr[p]->bytes);
             *moved = 1;
         }
         if (missing) return BRAID_SUCCESS;
@@ -605,8 +604,9 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "timed out after %.1f s waiting to %s rank %d; rank %d may be "
                                    "hung, late or in another call",
-                                   comm->timeout_s, wdir == BRAID_WAIT_RECV ? "receive from" : "send to",
-                                   wop->peer, wop->peer);
+                                   comm->timeout_s,
+                                   wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
+                                   wop->peer);
         if (now >= next_check) {
             BRAID_CHECK(check_coll_foreign(r));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
@@ -623,8 +623,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             nanosleep(&ts, NULL);
             continue;
         }
-        braid_conn_t *c =
-            wdir == BRAID_WAIT_SEND ? r->st->send[wop->peer] : r->st->recv[wop->peer];
+        braid_conn_t *c = wdir == BRAID_WAIT_SEND ? r->st->send[wop->peer] : r->st->recv[wop->peer];
         BRAID_CHECK(c->ops->wait(c, (braid_wait_dir_t)wdir, deadline));
     }
 }

@@ -56,10 +56,10 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;  /* bytes moved */
-    int nmsgs;   /* messages moved */
-    int done;    /* 1 when complete */
-    int next;    /* next operation on the same connection, -1 = none */
+    size_t off; /* bytes moved */
+    int nmsgs;  /* messages moved */
+    int done;   /* 1 when complete */
+    int next;   /* next operation on the same connection, -1 = none */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -136,9 +136,9 @@ typedef struct {
 typedef enum { BRAID_TASK_P2P = 1, BRAID_TASK_PCOLL = 2, BRAID_TASK_GROUP = 3 } braid_task_kind_t;
 typedef struct braid_task {
     int kind;
-    braid_p2p_op_t op;          /* P2P: one send or receive */
-    braid_pcoll_t pc;           /* PCOLL */
-    braid_group_item_t *items;  /* GROUP: this communicator's calls of the group */
+    braid_p2p_op_t op;         /* P2P: one send or receive */
+    braid_pcoll_t pc;          /* PCOLL */
+    braid_group_item_t *items; /* GROUP: this communicator's calls of the group */
     int nitems;
 } braid_task_t;
 

@@ -316,7 +316,8 @@ static int arg_errors(braid_comm_t comm, int rank, int n, void *arg)
     r = braid_gather(a, b, 1, BRAID_FLOAT32, n + 3, comm);
     MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "gather in group: %s", braid_strerror(r));
     r = braid_group_end();
-    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "group call 2 (gather)"),
+    MP_CHECK(rank,
+             r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "group call 2 (gather)"),
              "%s", braid_last_error());
     /* still usable: nothing ran */
     for (int i = 0; i < n; i++)
@@ -338,8 +339,9 @@ typedef struct {
     const char *a, *b; /* both must appear in the message of every rank that reports it */
 } mm_t;
 
-/* Rank 0 calls one thing, the others another; the rank that receives the odd message fails, and every rank that fails gets MISMATCH naming both calls, or REMOTE from a peer
- * that did. A rank whose part was only sends may complete (its messages were buffered). */
+/* Rank 0 calls one thing, the others another; the rank that receives the odd message fails, and
+ * every rank that fails gets MISMATCH naming both calls, or REMOTE from a peer that did. A rank
+ * whose part was only sends may complete (its messages were buffered). */
 static int mismatch(braid_comm_t comm, int rank, int n, void *arg)
 {
     const mm_t *m = arg;
@@ -382,8 +384,8 @@ static int mismatch(braid_comm_t comm, int rank, int n, void *arg)
                  (rank != must && r == BRAID_SUCCESS),
              "got %s", braid_strerror(r));
     if (r == BRAID_ERR_MISMATCH)
-        MP_CHECK(rank, strstr(msg, m->a) && strstr(msg, m->b), "'%s' lacks '%s' or '%s'", msg,
-                 m->a, m->b);
+        MP_CHECK(rank, strstr(msg, m->a) && strstr(msg, m->b), "'%s' lacks '%s' or '%s'", msg, m->a,
+                 m->b);
     return 0;
 }
 

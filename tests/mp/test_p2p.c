@@ -56,8 +56,8 @@ static int ring_matrix(braid_comm_t comm, int rank, int n, void *arg)
             }
             MP_OK(rank, braid_group_end());
             char what[128];
-            snprintf(what, sizeof(what), "ring n=%d %s count=%zu from %d", n,
-                     braid_dtype_name(dt), count, prev);
+            snprintf(what, sizeof(what), "ring n=%d %s count=%zu from %d", n, braid_dtype_name(dt),
+                     count, prev);
             MP_CHECK(rank,
                      !data_check_rank(out + off, dt, BRAID_SUM, prev, 0, count,
                                       seed_of(prev, rank, it), what),
@@ -79,7 +79,7 @@ Test(p2p, ring_in_group_every_dtype_and_count_n1_to_8, .timeout = 240)
 
 /* ---- every pair (self included) in adversarial orders ------------------------------------ */
 typedef struct {
-    int order;  /* 0 all sends first, 1 all receives first, 2 random per rank, 3 nested groups */
+    int order; /* 0 all sends first, 1 all receives first, 2 random per rank, 3 nested groups */
     size_t count;
     int iform;
 } pairs_t;
@@ -128,7 +128,8 @@ static int all_pairs(braid_comm_t comm, int rank, int n, void *arg)
         } else {
             int p = c - n;
             if (o->iform)
-                MP_OK(rank, braid_irecv(out + (size_t)p * bytes, count, dt, p, comm, &reqs[nreq++]));
+                MP_OK(rank,
+                      braid_irecv(out + (size_t)p * bytes, count, dt, p, comm, &reqs[nreq++]));
             else
                 MP_OK(rank, braid_recv(out + (size_t)p * bytes, count, dt, p, comm));
         }
@@ -162,8 +163,8 @@ Test(p2p, every_pair_in_adversarial_orders_never_deadlocks, .timeout = 240)
             for (size_t ci = 0; ci < 2; ci++) {
                 if (quick() && ns[i] > 4 && ci) continue;
                 pairs_t o = {.order = order, .count = counts[ci], .iform = (order + (int)ci) & 1};
-                cr_assert_eq(mp_run(ns[i], all_pairs, &o, 200), 0, "n=%d order=%d count=%zu",
-                             ns[i], order, counts[ci]);
+                cr_assert_eq(mp_run(ns[i], all_pairs, &o, 200), 0, "n=%d order=%d count=%zu", ns[i],
+                             order, counts[ci]);
             }
 }
 

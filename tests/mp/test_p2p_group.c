@@ -127,8 +127,7 @@ static int errors(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "comm"), "%s",
              braid_last_error());
     r = braid_group_end();
-    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "group_end without start: %s",
-             braid_strerror(r));
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "group_end without start: %s", braid_strerror(r));
     /* An error inside a group: the call returns it, group end names the call, nothing runs. */
     float y[4];
     MP_OK(rank, braid_group_start());

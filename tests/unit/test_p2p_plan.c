@@ -162,17 +162,18 @@ Test(p2p_plan, gather_scatter_allgatherv_reduce_scatterv)
                                         .rdispls = dp};
                     memset(&p.b[r], 0, sizeof(p.b[r]));
                     cr_assert_eq(braid_pcoll_plan(&pc, n, r, 9, &p.b[r]), BRAID_SUCCESS);
-                    out_len[r] = coll == BRAID_COLL_GATHER        ? (r == root ? 4 * (size_t)n : 0)
-                                 : coll == BRAID_COLL_SCATTER      ? 4
-                                 : coll == BRAID_COLL_ALLGATHERV   ? tot
-                                                                   : rc[r];
+                    out_len[r] = coll == BRAID_COLL_GATHER       ? (r == root ? 4 * (size_t)n : 0)
+                                 : coll == BRAID_COLL_SCATTER    ? 4
+                                 : coll == BRAID_COLL_ALLGATHERV ? tot
+                                                                 : rc[r];
                 }
                 braid_pcoll_t pc0 = {.coll = coll, .recvcounts = rc};
                 check(&p, &pc0, n, out_len, src_of);
                 for (int r = 0; r < n; r++)
                     for (size_t x = 0; x < out_len[r]; x++) {
                         long want = -2;
-                        if (coll == BRAID_COLL_GATHER) want = (long)(x / 4) * 100000 + (long)(x % 4);
+                        if (coll == BRAID_COLL_GATHER)
+                            want = (long)(x / 4) * 100000 + (long)(x % 4);
                         if (coll == BRAID_COLL_SCATTER)
                             want = (long)root * 100000 + (long)((size_t)r * 4 + x);
                         if (coll == BRAID_COLL_ALLGATHERV) {
