@@ -6,6 +6,7 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/worker.h"
+#include "cuda/cuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ size_t braid_dtype_size(braid_datatype_t dtype)
 
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
+    if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
     uint32_t seq = ++comm->seq;
     if (atomic_load(&comm->aborted))
         return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
@@ -69,7 +71,7 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 }
 
 /* Checks everything a collective's arguments can get wrong; the message names the argument. */
-static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a)
+static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
 {
     BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(a->coll);
@@ -119,14 +121,34 @@ static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a
             return braid_set_error(BRAID_ERR_INVALID_ARG,
                                    "%s: sendbuf and recvbuf overlap without being in place", name);
     }
-    return BRAID_SUCCESS;
+    return braid_coll_check_device(comm, a, needs_send && a->sendbuf, needs_recv && a->recvbuf);
 }
 
-static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_t *a,
+braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a)
+{
+    return validate(comm, a);
+}
+
+static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *a,
+                                   braid_request_t *req_p);
+
+static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_t *args,
                                    braid_request_t *req_p)
 {
     braid_clear_error();
-    BRAID_CHECK(validate(comm, a));
+    braid_op_args_t v = *args;
+    BRAID_CHECK(validate(comm, &v));
+    return queue_or_run(comm, &v, req_p);
+}
+
+braid_result_t braid_coll_submit(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    return queue_or_run(comm, a, NULL);
+}
+
+static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *a,
+                                   braid_request_t *req_p)
+{
     if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
     struct braid_request *req = calloc(1, sizeof(*req));
     if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");

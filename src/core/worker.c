@@ -2,6 +2,7 @@
  * completes their requests. Started on first use, stopped by braid_comm_destroy. */
 #include "core/worker.h"
 #include "core/log.h"
+#include "cuda/cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,9 @@ static void *worker_main(void *arg)
 
         braid_clear_error();
         braid_result_t res;
-        if (comm->worker_stop)
+        if (req->cuda_event) /* runs, or (stopping) only releases its stream */
+            res = braid_cuda_run_queued(comm, req);
+        else if (comm->worker_stop)
             res = braid_set_error(BRAID_ERR_ABORTED,
                                   "communicator destroyed before the operation ran");
         else
@@ -35,6 +38,7 @@ static void *worker_main(void *arg)
         atomic_store(&req->done, 1);
         comm->q_pending--;
         pthread_cond_broadcast(&comm->q_cond);
+        if (req->detached) free(req);
     }
     pthread_mutex_unlock(&comm->q_lock);
     return NULL;
