@@ -231,8 +231,8 @@ BRAID_API braid_result_t braid_allreduce_stream(const void *sendbuf, void *recvb
                                                 braid_datatype_t dtype, braid_redop_t op,
                                                 braid_comm_t comm, braid_stream_t stream);
 BRAID_API braid_result_t braid_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
-                                                braid_datatype_t dtype, int root,
-                                                braid_comm_t comm, braid_stream_t stream);
+                                                braid_datatype_t dtype, int root, braid_comm_t comm,
+                                                braid_stream_t stream);
 BRAID_API braid_result_t braid_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
                                              braid_datatype_t dtype, braid_redop_t op, int root,
                                              braid_comm_t comm, braid_stream_t stream);
