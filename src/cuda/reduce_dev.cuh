@@ -5,8 +5,11 @@
  * A range is done with 16-byte vector loads and stores (ld.global.v4 / st.global.v4; the PTX
  * check tests/gpu/ptx_check.sh asserts it for every kernel) where dst, a and b have the same
  * alignment modulo 16: a scalar head up to the 16-byte boundary, the vector body, a scalar
- * tail. Ranges whose pointers are misaligned relative to each other are done with scalar
- * accesses. `lane`/`nlanes` split the work among cooperating threads. */
+ * tail. The vector accesses are __ldcg/__stcg (global space, cached in L2 only): the device
+ * engine's pointers come from memory (generic), these make them global accesses, and slots
+ * written by another GPU or process must not be served from a stale L1 line. Ranges whose pointers
+ * are misaligned relative to each other are done with scalar accesses. `lane`/`nlanes` split the
+ * work among cooperating threads. */
 #ifndef BRAID_CUDA_REDUCE_DEV_CUH
 #define BRAID_CUDA_REDUCE_DEV_CUH
 
@@ -123,12 +126,12 @@ __device__ __forceinline__ void reduce_range(typename OP::type *dst, const typen
     const uint4 *vb = (const uint4 *)(b + head);
     for (size_t i = lane; i < nvec; i += nlanes) {
         vec16<T> x, y, r;
-        x.v = va[i];
-        y.v = vb[i];
+        x.v = __ldcg(va + i);
+        y.v = __ldcg(vb + i);
 #pragma unroll
         for (size_t j = 0; j < V; j++)
             r.e[j] = OP::apply(x.e[j], y.e[j], dn);
-        vd[i] = r.v;
+        __stcg(vd + i, r.v);
     }
     for (size_t i = head + nvec * V + lane; i < n; i += nlanes)
         dst[i] = OP::apply(a[i], b[i], dn);
@@ -151,7 +154,7 @@ __device__ __forceinline__ void copy_range(void *dst_, const void *src_, size_t 
     uint4 *vd = (uint4 *)(dst + head);
     const uint4 *vs = (const uint4 *)(src + head);
     for (size_t i = lane; i < nvec; i += nlanes)
-        vd[i] = vs[i];
+        __stcg(vd + i, __ldcg(vs + i));
     for (size_t i = head + nvec * 16 + lane; i < bytes; i += nlanes)
         dst[i] = src[i];
 }
