@@ -15,11 +15,11 @@
 braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t *a, int has_send,
                                        int has_recv)
 {
-    const char *name = braid_coll_name(a->coll);
     int sd = has_send ? braid_cuda_ptr_device(a->sendbuf) : -2;
     int rd = has_recv ? braid_cuda_ptr_device(a->recvbuf) : -2;
     a->on_device = 0;
     if (sd < 0 && rd < 0) return BRAID_SUCCESS;
+    const char *name = braid_coll_name(a->coll);
     const char *bad = sd >= 0 ? "sendbuf" : "recvbuf";
     int dev = sd >= 0 ? sd : rd;
     if (comm->cuda_dev < 0) {
