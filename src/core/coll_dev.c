@@ -47,10 +47,8 @@ braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t 
     return BRAID_SUCCESS;
 }
 
-static braid_result_t run_stream(struct braid_comm *comm, braid_op_args_t *a, braid_stream_t s)
+static braid_result_t run_stream_in(struct braid_comm *comm, braid_op_args_t *a, braid_stream_t s)
 {
-    braid_clear_error();
-    BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(a->coll);
     if (comm->cuda_dev < 0) {
         const char *why;
@@ -58,11 +56,22 @@ static braid_result_t run_stream(struct braid_comm *comm, braid_op_args_t *a, br
         return braid_set_error(BRAID_ERR_UNSUPPORTED,
                                "%s_stream: this communicator has no CUDA device (%s)", name, why);
     }
-    BRAID_CHECK(braid_coll_validate(comm, a));
+    braid_result_t vres = braid_coll_validate(comm, a);
+    if (vres < 0) return braid_coll_reject(comm, a, vres); /* the peers' call fails too */
     if (a->on_device) return braid_cuda_enqueue(comm, a, s);
     /* Host buffers: ordered after the stream's work, complete on return. */
     BRAID_CHECK(braid_cuda_stream_wait(comm, s));
     return braid_coll_submit(comm, a);
+}
+
+/* As every collective entry: the communicator is entered by one thread at a time. */
+static braid_result_t run_stream(struct braid_comm *comm, braid_op_args_t *a, braid_stream_t s)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, braid_coll_name(a->coll)));
+    braid_result_t res = run_stream_in(comm, a, s);
+    braid_comm_leave_call(comm);
+    return res;
 }
 
 #define SARGS(c, s, r, n, d, o, rt)                                                                \
