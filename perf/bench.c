@@ -38,6 +38,8 @@ typedef struct {
     char *send_base, *recv_base; /* allocations */
     size_t alloc_len;
     char *send, *recv, *exp; /* send/recv: the bases moved by -u elements of the dtype run */
+    /* --device: the buffers the collectives get (send/recv: host images), moved by -u alike */
+    char *dsend_base, *drecv_base, *dsend, *drecv;
     double *iter_times, *all_iter_times; /* -I: this rank's, and every rank's (world rank 0) */
     int errors;                          /* checks that found wrong elements on this rank */
     double bw_sum;
@@ -62,7 +64,8 @@ static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
     size_t steps = total ? bt->o->max_bytes / total : 1;
     if (steps == 0) steps = 1;
     size_t shift = total * ((size_t)iter % steps);
-    char *recv = bt->recv + shift, *send = bt->send + shift;
+    char *recv = (bt->drecv ? bt->drecv : bt->recv) + shift;
+    char *send = (bt->dsend ? bt->dsend : bt->send) + shift;
     const void *s = in_place ? recv + g->send_ip_off * (size_t)b->rank : send;
     void *r = in_place ? recv + g->recv_ip_off * (size_t)b->rank : recv;
     return b->start(b, bt->coll, s, r, g->count, dtype, op, root, nonblocking);
@@ -246,7 +249,11 @@ static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
             char *got;
             size_t n;
             init_check(bt, &gen, g, root, in_place, &got, &n);
+            if (bt->dsend && (b->dev_copy(b, bt->dsend, bt->send, g->send_bytes) ||
+                              b->dev_copy(b, bt->drecv, bt->recv, g->recv_bytes)))
+                return -1;
             if (run_once(bt, g, dtype, op, root, in_place, 0)) return -1;
+            if (bt->drecv && b->dev_copy(b, bt->recv, bt->drecv, g->recv_bytes)) return -1;
             if (bt->corrupt && n > 0) got[(n - 1) * perf_dtype_size(dtype)] ^= 0x5a;
             int64_t local = (int64_t)perf_check(&gen, got, bt->exp, n);
             if (local) bt->errors++;
@@ -356,6 +363,10 @@ static int time_test(bench_t *bt, int dtype, int op, int root)
     if (b->barrier(b)) return -1;
     bt->send = bt->send_base + (size_t)o->unalign * ts;
     bt->recv = bt->recv_base + (size_t)o->unalign * ts;
+    if (bt->dsend_base) {
+        bt->dsend = bt->dsend_base + (size_t)o->unalign * ts;
+        bt->drecv = bt->drecv_base + (size_t)o->unalign * ts;
+    }
     if (warmup(bt, dtype, op, root)) return -1;
     long cycles = o->run_cycles; /* 0: forever, as nccl-tests' do { } while (--repeat) */
     do {
@@ -542,14 +553,29 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
         goto out;
     }
     mem_bufs = rss_bytes() - mem0;
+    if (o->device) {
+        if (!b->dev_setup || b->dev_setup(b, o->device)) {
+            fprintf(stderr, "rank %d: --device %d: %s has no device buffers here\n", b->rank,
+                    o->device, b->name);
+            goto out;
+        }
+        bt.dsend_base = b->dev_alloc(b, o->max_bytes + pad);
+        bt.drecv_base = b->dev_alloc(b, o->max_bytes + pad);
+        if (!bt.dsend_base || !bt.drecv_base) goto out;
+        /* the host images are zero: start the device buffers equal to them */
+        if (b->dev_copy(b, bt.dsend_base, bt.send_base, o->max_bytes + pad) ||
+            b->dev_copy(b, bt.drecv_base, bt.recv_base, o->max_bytes + pad))
+            goto out;
+    }
     if (o->local_register) {
         if (!b->register_buffer) {
             if (bt.out) fprintf(stderr, "-R: %s cannot register buffers\n", b->name);
             goto out;
         }
-        registered = 1;
-        if (b->register_buffer(b, bt.send_base, bt.alloc_len) ||
-            b->register_buffer(b, bt.recv_base, bt.alloc_len))
+        registered = 1; /* the buffers the collectives get: the device ones with --device */
+        size_t rlen = bt.dsend_base ? o->max_bytes + pad : bt.alloc_len;
+        if (b->register_buffer(b, bt.dsend_base ? bt.dsend_base : bt.send_base, rlen) ||
+            b->register_buffer(b, bt.drecv_base ? bt.drecv_base : bt.recv_base, rlen))
             goto out;
     }
     if (bt.out && o->csv_path) {
@@ -645,6 +671,8 @@ out:
         perf_json_close(&bt.json);
     }
     if (bt.csv) fclose(bt.csv);
+    if (bt.dsend_base) b->dev_free(b, bt.dsend_base);
+    if (bt.drecv_base) b->dev_free(b, bt.drecv_base);
     free(bt.send_base);
     free(bt.recv_base);
     free(bt.exp);

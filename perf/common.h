@@ -127,6 +127,7 @@ typedef struct {
     int nnotes;
     int argc;
     char **argv;
+    int device; /* --device: 0 host buffers, 1 CUDA device buffers, 2 device + stream-ordered */
 } perf_opts_t;
 
 /* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),
@@ -226,6 +227,11 @@ struct perf_backend {
     void (*deregister_all)(perf_backend_t *b); /* drops what register_buffer registered */
     long long init_mem; /* -M: bytes the process grew by while the library initialised */
     int version;        /* the library's version code for the header (0: unknown) */
+    /* Device buffers (--device): NULL when the backend has none. mode is opts.device. */
+    int (*dev_setup)(perf_backend_t *b, int mode);
+    void *(*dev_alloc)(perf_backend_t *b, size_t bytes);
+    void (*dev_free)(perf_backend_t *b, void *p);
+    int (*dev_copy)(perf_backend_t *b, void *dst, const void *src, size_t bytes);
 };
 
 /* Runs the whole test (header, sweep for each dtype/op/root, footer) and returns the exit

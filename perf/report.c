@@ -180,6 +180,8 @@ static void usage(const char *prog, const perf_coll_t *coll)
            "[-I,--per_iter_timing <0/1> per-iteration timing (i_min, i_max, i_p99, i_cv%%)] \n\t"
            "[-K,--per_iter_skip <count> exclude leading samples from -I summary stats] \n\t"
            "[--csv <file>] append one row per size/type/op to a CSV file (rank 0)\n\t"
+           "[--device <0/1/2>] buffers in host memory (0), CUDA device memory with blocking "
+           "calls (1) or with the stream-ordered calls (2)\n\t"
            "[-h,--help]\n",
            prog, coll->has_op ? "" : " (ignored)", coll->has_root ? "" : " (ignored)");
 }
@@ -248,6 +250,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         {"per_iter_timing", required_argument, 0, 'I'},
         {"per_iter_skip", required_argument, 0, 'K'},
         {"csv", required_argument, 0, 'F'},
+        {"device", required_argument, 0, 1001}, /* long only: -D is nccl-tests' -D */
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -419,6 +422,14 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             break;
         case 'F':
             o.csv_path = optarg;
+            break;
+        case 1001:
+            if (parse_int(optarg, "device", 0, &v) || v > 2) {
+                fprintf(stderr, "--device %s: 0 (host), 1 (device, blocking), 2 (stream)\n",
+                        optarg);
+                return -1;
+            }
+            o.device = (int)v;
             break;
         case 'p':
         case 'y':
