@@ -48,7 +48,8 @@ typedef enum {
     BRAID_ERR_INVALID_USAGE = -11 /**< a valid argument used in a wrong state (destroyed comm) */
 } braid_result_t;
 
-/** Element types. */
+/** Element types. float16, bfloat16 and the float8 types are reduced in float32 and rounded
+ * to nearest even; float8 results saturate to the largest finite value (see the README). */
 typedef enum {
     BRAID_INT8 = 0,
     BRAID_UINT8 = 1,
@@ -60,7 +61,9 @@ typedef enum {
     BRAID_BFLOAT16 = 7,
     BRAID_FLOAT32 = 8,
     BRAID_FLOAT64 = 9,
-    BRAID_NUM_DTYPES = 10
+    BRAID_FLOAT8_E4M3 = 10, /**< OCP FP8 e4m3 ("fn": max 448, no inf), as ncclFloat8e4m3 */
+    BRAID_FLOAT8_E5M2 = 11, /**< OCP FP8 e5m2 (max 57344, inf and NaN), as ncclFloat8e5m2 */
+    BRAID_NUM_DTYPES = 12
 } braid_datatype_t;
 
 /** Reduction operations. avg is sum divided by the number of ranks. */

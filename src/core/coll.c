@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *dtype_names[BRAID_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                    "int64",   "uint64", "float16", "bfloat16",
-                                                    "float32", "float64"};
-static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const char *dtype_names[BRAID_NUM_DTYPES] = {
+    "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2"};
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
 
 const char *braid_dtype_name(braid_datatype_t dtype)

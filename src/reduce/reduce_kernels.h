@@ -80,6 +80,8 @@ REDUCE_DEF_DTYPE(u64, uint64_t)
 REDUCE_DEF_DTYPE(bf16, uint16_t)
 REDUCE_DEF_DTYPE(f32, float)
 REDUCE_DEF_DTYPE(f64, double)
+REDUCE_DEF_DTYPE(e4m3, uint8_t)
+REDUCE_DEF_DTYPE(e5m2, uint8_t)
 
 /* float16: FEXPR combines float32 values x and y (and may use dn). Whole blocks are converted
  * with REDUCE_H2F_BLOCK/REDUCE_F2H_BLOCK; all of a and b's block is read before dst's block is
@@ -153,6 +155,8 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_ROW(bf16),
             [BRAID_FLOAT32] = REDUCE_ROW(f32),
             [BRAID_FLOAT64] = REDUCE_ROW(f64),
+            [BRAID_FLOAT8_E4M3] = REDUCE_ROW(e4m3),
+            [BRAID_FLOAT8_E5M2] = REDUCE_ROW(e5m2),
         },
     .avg =
         {
@@ -166,6 +170,8 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_SFX(bf16_avg),
             [BRAID_FLOAT32] = REDUCE_SFX(f32_avg),
             [BRAID_FLOAT64] = REDUCE_SFX(f64_avg),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_avg),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_avg),
         },
     .div =
         {
@@ -179,6 +185,8 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_SFX(bf16_div),
             [BRAID_FLOAT32] = REDUCE_SFX(f32_div),
             [BRAID_FLOAT64] = REDUCE_SFX(f64_div),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_div),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_div),
         },
 };
 
