@@ -38,6 +38,16 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Every element function is BRAID_ROP_FN: static inline for the C compiler, and also
+ * __host__ __device__ when nvcc compiles this header into the CUDA kernels (src/cuda/), so the
+ * GPU computes exactly these functions (nvcc without fast-math and with --fmad=false, see
+ * src/cuda/CMakeLists.txt). Nothing else here may depend on the compiler. */
+#if defined(__CUDACC__)
+#define BRAID_ROP_FN static __host__ __device__ __forceinline__
+#else
+#define BRAID_ROP_FN static inline
+#endif
+
 /* ---- kernel table ------------------------------------------------------------------------ */
 
 /* Operations that have their own kernel; BRAID_AVG combines with the sum kernel. */
@@ -127,28 +137,28 @@ typedef double braid_rop_f64_mem BRAID_ROP_MEM;
 
 /* ---- bit casts ---------------------------------------------------------------------------- */
 
-static inline uint32_t braid_rop_f32_bits(float f)
+BRAID_ROP_FN uint32_t braid_rop_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
     return u;
 }
 
-static inline float braid_rop_f32_from(uint32_t u)
+BRAID_ROP_FN float braid_rop_f32_from(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof(f));
     return f;
 }
 
-static inline uint64_t braid_rop_f64_bits(double f)
+BRAID_ROP_FN uint64_t braid_rop_f64_bits(double f)
 {
     uint64_t u;
     memcpy(&u, &f, sizeof(u));
     return u;
 }
 
-static inline double braid_rop_f64_from(uint64_t u)
+BRAID_ROP_FN double braid_rop_f64_from(uint64_t u)
 {
     double f;
     memcpy(&f, &u, sizeof(f));
@@ -159,7 +169,7 @@ static inline double braid_rop_f64_from(uint64_t u)
 
 /* float16 -> float32, exact for every pattern (a signaling NaN stays signaling, so all 65536
  * patterns round-trip through braid_rop_f2h). Subnormals: mant * 2^-24 is exact in float. */
-static inline float braid_rop_h2f(uint16_t h)
+BRAID_ROP_FN float braid_rop_h2f(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = ((uint32_t)h >> 10) & 0x1fu;
@@ -173,7 +183,7 @@ static inline float braid_rop_h2f(uint16_t h)
 
 /* float32 -> float16, round to nearest even; overflow gives inf; a NaN keeps its sign and the
  * top 10 payload bits (quiet stays quiet), and becomes quiet if those bits are all zero. */
-static inline uint16_t braid_rop_f2h(float f)
+BRAID_ROP_FN uint16_t braid_rop_f2h(float f)
 {
     uint32_t u = braid_rop_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -201,14 +211,14 @@ static inline uint16_t braid_rop_f2h(float f)
 }
 
 /* bfloat16 -> float32: exact. */
-static inline float braid_rop_bf2f(uint16_t b)
+BRAID_ROP_FN float braid_rop_bf2f(uint16_t b)
 {
     return braid_rop_f32_from((uint32_t)b << 16);
 }
 
 /* float32 -> bfloat16, round to nearest even (overflow carries into inf); a NaN keeps its sign
  * and top 7 payload bits (quiet stays quiet), and becomes quiet if those bits are all zero. */
-static inline uint16_t braid_rop_f2bf(float f)
+BRAID_ROP_FN uint16_t braid_rop_f2bf(float f)
 {
     uint32_t u = braid_rop_f32_bits(f);
     uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -302,17 +312,17 @@ static inline uint8_t braid_rop_f2e5m2(float f)
 /* ---- floating-point element ops ---------------------------------------------------------- */
 
 /* x + (x is NaN ? x : y): a NaN x yields quiet(x) even when y is NaN too (see the top). */
-static inline float braid_rop_f32_sum(float x, float y)
+BRAID_ROP_FN float braid_rop_f32_sum(float x, float y)
 {
     return x + (x != x ? x : y);
 }
 
-static inline float braid_rop_f32_prod(float x, float y)
+BRAID_ROP_FN float braid_rop_f32_prod(float x, float y)
 {
     return x * (x != x ? x : y);
 }
 
-static inline float braid_rop_f32_min(float x, float y)
+BRAID_ROP_FN float braid_rop_f32_min(float x, float y)
 {
     uint32_t ux = braid_rop_f32_bits(x), uy = braid_rop_f32_bits(y);
     uint32_t r = x < y ? ux : uy;
@@ -322,7 +332,7 @@ static inline float braid_rop_f32_min(float x, float y)
     return braid_rop_f32_from(r);
 }
 
-static inline float braid_rop_f32_max(float x, float y)
+BRAID_ROP_FN float braid_rop_f32_max(float x, float y)
 {
     uint32_t ux = braid_rop_f32_bits(x), uy = braid_rop_f32_bits(y);
     uint32_t r = x > y ? ux : uy;
@@ -332,17 +342,17 @@ static inline float braid_rop_f32_max(float x, float y)
     return braid_rop_f32_from(r);
 }
 
-static inline double braid_rop_f64_sum(double x, double y)
+BRAID_ROP_FN double braid_rop_f64_sum(double x, double y)
 {
     return x + (x != x ? x : y);
 }
 
-static inline double braid_rop_f64_prod(double x, double y)
+BRAID_ROP_FN double braid_rop_f64_prod(double x, double y)
 {
     return x * (x != x ? x : y);
 }
 
-static inline double braid_rop_f64_min(double x, double y)
+BRAID_ROP_FN double braid_rop_f64_min(double x, double y)
 {
     uint64_t ux = braid_rop_f64_bits(x), uy = braid_rop_f64_bits(y);
     uint64_t r = x < y ? ux : uy;
@@ -352,7 +362,7 @@ static inline double braid_rop_f64_min(double x, double y)
     return braid_rop_f64_from(r);
 }
 
-static inline double braid_rop_f64_max(double x, double y)
+BRAID_ROP_FN double braid_rop_f64_max(double x, double y)
 {
     uint64_t ux = braid_rop_f64_bits(x), uy = braid_rop_f64_bits(y);
     uint64_t r = x > y ? ux : uy;
@@ -365,27 +375,27 @@ static inline double braid_rop_f64_max(double x, double y)
 /* avg and finalize: IEEE division (never a multiplication by 1/n, which rounds differently). */
 typedef float braid_rop_f32_dn_t;
 typedef double braid_rop_f64_dn_t;
-static inline float braid_rop_f32_dn(int nranks)
+BRAID_ROP_FN float braid_rop_f32_dn(int nranks)
 {
     return (float)nranks;
 }
-static inline double braid_rop_f64_dn(int nranks)
+BRAID_ROP_FN double braid_rop_f64_dn(int nranks)
 {
     return (double)nranks;
 }
-static inline float braid_rop_f32_avg(float x, float y, float dn)
+BRAID_ROP_FN float braid_rop_f32_avg(float x, float y, float dn)
 {
     return braid_rop_f32_sum(x, y) / dn;
 }
-static inline float braid_rop_f32_div(float x, float dn)
+BRAID_ROP_FN float braid_rop_f32_div(float x, float dn)
 {
     return x / dn;
 }
-static inline double braid_rop_f64_avg(double x, double y, double dn)
+BRAID_ROP_FN double braid_rop_f64_avg(double x, double y, double dn)
 {
     return braid_rop_f64_sum(x, y) / dn;
 }
-static inline double braid_rop_f64_div(double x, double dn)
+BRAID_ROP_FN double braid_rop_f64_div(double x, double dn)
 {
     return x / dn;
 }
@@ -393,7 +403,7 @@ static inline double braid_rop_f64_div(double x, double dn)
 /* ---- bfloat16 element ops (float16 goes through blocks of float32, see the template) ------ */
 
 #define BRAID_ROP_BF16_BINARY(opname)                                                              \
-    static inline uint16_t braid_rop_bf16_##opname(uint16_t x, uint16_t y)                         \
+    BRAID_ROP_FN uint16_t braid_rop_bf16_##opname(uint16_t x, uint16_t y)                          \
     {                                                                                              \
         return braid_rop_f2bf(braid_rop_f32_##opname(braid_rop_bf2f(x), braid_rop_bf2f(y)));       \
     }
@@ -402,15 +412,15 @@ BRAID_ROP_BF16_BINARY(prod)
 BRAID_ROP_BF16_BINARY(min)
 BRAID_ROP_BF16_BINARY(max)
 typedef float braid_rop_bf16_dn_t;
-static inline float braid_rop_bf16_dn(int nranks)
+BRAID_ROP_FN float braid_rop_bf16_dn(int nranks)
 {
     return (float)nranks;
 }
-static inline uint16_t braid_rop_bf16_avg(uint16_t x, uint16_t y, float dn)
+BRAID_ROP_FN uint16_t braid_rop_bf16_avg(uint16_t x, uint16_t y, float dn)
 {
     return braid_rop_f2bf(braid_rop_f32_avg(braid_rop_bf2f(x), braid_rop_bf2f(y), dn));
 }
-static inline uint16_t braid_rop_bf16_div(uint16_t x, float dn)
+BRAID_ROP_FN uint16_t braid_rop_bf16_div(uint16_t x, float dn)
 {
     return braid_rop_f2bf(braid_rop_bf2f(x) / dn);
 }
@@ -460,32 +470,32 @@ BRAID_ROP_FP8(e5m2)
 /* T the type, U its unsigned twin (arithmetic, forced to at least unsigned int so that no
  * promotion to int can overflow), W the wide type of avg's division (nranks may exceed T). */
 #define BRAID_ROP_INT(tag, T, U, W)                                                                \
-    static inline T braid_rop_##tag##_sum(T x, T y)                                                \
+    BRAID_ROP_FN T braid_rop_##tag##_sum(T x, T y)                                                 \
     {                                                                                              \
         return (T)(U)(0u + (U)x + (U)y);                                                           \
     }                                                                                              \
-    static inline T braid_rop_##tag##_prod(T x, T y)                                               \
+    BRAID_ROP_FN T braid_rop_##tag##_prod(T x, T y)                                                \
     {                                                                                              \
         return (T)(U)(1u * (U)x * (U)y);                                                           \
     }                                                                                              \
-    static inline T braid_rop_##tag##_min(T x, T y)                                                \
+    BRAID_ROP_FN T braid_rop_##tag##_min(T x, T y)                                                 \
     {                                                                                              \
         return x < y ? x : y;                                                                      \
     }                                                                                              \
-    static inline T braid_rop_##tag##_max(T x, T y)                                                \
+    BRAID_ROP_FN T braid_rop_##tag##_max(T x, T y)                                                 \
     {                                                                                              \
         return x > y ? x : y;                                                                      \
     }                                                                                              \
     typedef W braid_rop_##tag##_dn_t;                                                              \
-    static inline W braid_rop_##tag##_dn(int nranks)                                               \
+    BRAID_ROP_FN W braid_rop_##tag##_dn(int nranks)                                                \
     {                                                                                              \
         return (W)nranks;                                                                          \
     }                                                                                              \
-    static inline T braid_rop_##tag##_avg(T x, T y, W dn)                                          \
+    BRAID_ROP_FN T braid_rop_##tag##_avg(T x, T y, W dn)                                           \
     {                                                                                              \
         return (T)((W)braid_rop_##tag##_sum(x, y) / dn);                                           \
     }                                                                                              \
-    static inline T braid_rop_##tag##_div(T x, W dn)                                               \
+    BRAID_ROP_FN T braid_rop_##tag##_div(T x, W dn)                                                \
     {                                                                                              \
         return (T)((W)x / dn);                                                                     \
     }
