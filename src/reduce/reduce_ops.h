@@ -231,7 +231,7 @@ BRAID_ROP_FN uint16_t braid_rop_f2bf(float f)
 
 /* e4m3 -> float32, exact: bias 7, no infinities, S.1111.111 is the only NaN (quiet, sign
  * kept). Subnormals: mant * 2^-9 is exact in float. */
-static inline float braid_rop_e4m32f(uint8_t b)
+BRAID_ROP_FN float braid_rop_e4m32f(uint8_t b)
 {
     uint32_t sign = (uint32_t)(b & 0x80u) << 24;
     uint32_t exp = ((uint32_t)b >> 3) & 0xfu;
@@ -244,7 +244,7 @@ static inline float braid_rop_e4m32f(uint8_t b)
 
 /* float32 -> e4m3, round to nearest even, saturating: |x| >= 448 (inf included) gives +-448
  * (0x7e), every NaN gives 0x7f with x's sign. */
-static inline uint8_t braid_rop_f2e4m3(float f)
+BRAID_ROP_FN uint8_t braid_rop_f2e4m3(float f)
 {
     uint32_t u = braid_rop_f32_bits(f);
     uint32_t sign = (u >> 24) & 0x80u;
@@ -270,7 +270,7 @@ static inline uint8_t braid_rop_f2e4m3(float f)
 
 /* e5m2 -> float32, exact: the top byte of a float16 (bias 15, infinities, NaNs keep sign and
  * payload, a signaling one stays signaling). Subnormals: mant * 2^-16. */
-static inline float braid_rop_e5m22f(uint8_t b)
+BRAID_ROP_FN float braid_rop_e5m22f(uint8_t b)
 {
     uint32_t sign = (uint32_t)(b & 0x80u) << 24;
     uint32_t exp = ((uint32_t)b >> 2) & 0x1fu;
@@ -285,7 +285,7 @@ static inline float braid_rop_e5m22f(uint8_t b)
 /* float32 -> e5m2, round to nearest even, saturating: |x| >= 57344 (inf included) gives
  * +-57344 (0x7b); a NaN keeps its sign and top 2 payload bits (quiet stays quiet) and becomes
  * quiet if those bits are zero. */
-static inline uint8_t braid_rop_f2e5m2(float f)
+BRAID_ROP_FN uint8_t braid_rop_f2e5m2(float f)
 {
     uint32_t u = braid_rop_f32_bits(f);
     uint32_t sign = (u >> 24) & 0x80u;
@@ -428,37 +428,37 @@ BRAID_ROP_FN uint16_t braid_rop_bf16_div(uint16_t x, float dn)
 /* ---- float8 element ops: float32 arithmetic, one saturating rounding ------------------------ */
 
 #define BRAID_ROP_FP8(tag)                                                                         \
-    static inline uint8_t braid_rop_##tag##_sum(uint8_t x, uint8_t y)                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_sum(uint8_t x, uint8_t y)                               \
     {                                                                                              \
         return braid_rop_f2##tag(                                                                  \
             braid_rop_f32_sum(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
     }                                                                                              \
-    static inline uint8_t braid_rop_##tag##_prod(uint8_t x, uint8_t y)                             \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_prod(uint8_t x, uint8_t y)                              \
     {                                                                                              \
         return braid_rop_f2##tag(                                                                  \
             braid_rop_f32_prod(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                   \
     }                                                                                              \
-    static inline uint8_t braid_rop_##tag##_min(uint8_t x, uint8_t y)                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_min(uint8_t x, uint8_t y)                               \
     {                                                                                              \
         return braid_rop_f2##tag(                                                                  \
             braid_rop_f32_min(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
     }                                                                                              \
-    static inline uint8_t braid_rop_##tag##_max(uint8_t x, uint8_t y)                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_max(uint8_t x, uint8_t y)                               \
     {                                                                                              \
         return braid_rop_f2##tag(                                                                  \
             braid_rop_f32_max(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
     }                                                                                              \
     typedef float braid_rop_##tag##_dn_t;                                                          \
-    static inline float braid_rop_##tag##_dn(int nranks)                                           \
+    BRAID_ROP_FN float braid_rop_##tag##_dn(int nranks)                                            \
     {                                                                                              \
         return (float)nranks;                                                                      \
     }                                                                                              \
-    static inline uint8_t braid_rop_##tag##_avg(uint8_t x, uint8_t y, float dn)                    \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_avg(uint8_t x, uint8_t y, float dn)                     \
     {                                                                                              \
         return braid_rop_f2##tag(                                                                  \
             braid_rop_f32_avg(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y), dn));                \
     }                                                                                              \
-    static inline uint8_t braid_rop_##tag##_div(uint8_t x, float dn)                               \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_div(uint8_t x, float dn)                                \
     {                                                                                              \
         return braid_rop_f2##tag(braid_rop_##tag##2f(x) / dn);                                     \
     }
