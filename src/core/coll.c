@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/redop.h"
 #include "core/worker.h"
 
 #include <stdint.h>
@@ -25,7 +26,8 @@ const char *braid_dtype_name(braid_datatype_t dtype)
 
 const char *braid_op_name(braid_redop_t op)
 {
-    return (unsigned)op < BRAID_NUM_OPS ? op_names[op] : "invalid";
+    if ((unsigned)op < BRAID_NUM_OPS) return op_names[op];
+    return (int)op >= (1 << 12) + (int)BRAID_NUM_OPS ? "premulsum" : "invalid"; /* created ops */
 }
 
 size_t braid_dtype_size(braid_datatype_t dtype)
@@ -50,6 +52,8 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
         b.count = (size_t)comm->nranks;
         res = braid_engine_run(comm, &b, seq);
         free(scratch);
+    } else if (a->premul) {
+        res = braid_redop_premul_execute(comm, a, seq); /* scale, then the sum collective */
     } else {
         res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */
     }
@@ -69,7 +73,7 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 }
 
 /* Checks everything a collective's arguments can get wrong; the message names the argument. */
-static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a)
+static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
 {
     BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(a->coll);
@@ -78,9 +82,7 @@ static braid_result_t validate(struct braid_comm *comm, const braid_op_args_t *a
                                name, (int)a->dtype);
     int reduces = a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
                   a->coll == BRAID_COLL_REDUCE_SCATTER;
-    if (reduces && (unsigned)a->op >= BRAID_NUM_OPS)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: op=%d is not a braid_redop_t", name,
-                               (int)a->op);
+    if (reduces) BRAID_CHECK(braid_redop_resolve(comm, a, name)); /* created ops */
     int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
     if (rooted && (a->root < 0 || a->root >= comm->nranks))
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: root=%d is outside [0, nranks=%d)", name,
@@ -126,11 +128,12 @@ static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_
                                    braid_request_t *req_p)
 {
     braid_clear_error();
-    BRAID_CHECK(validate(comm, a));
-    if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
+    braid_op_args_t v = *a; /* validated, a created op resolved */
+    BRAID_CHECK(validate(comm, &v));
+    if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, &v);
     struct braid_request *req = calloc(1, sizeof(*req));
     if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");
-    req->args = *a;
+    req->args = v;
     req->comm = comm;
     braid_result_t res = braid_worker_submit(comm, req);
     if (res < 0) {

@@ -5,6 +5,7 @@
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/redop.h"
 #include "core/split.h"
 #include "core/worker.h"
 #include "topo/topo.h"
@@ -585,6 +586,7 @@ static void close_rings(struct braid_comm *c)
 static void comm_free(struct braid_comm *c)
 {
     braid_comm_reg_cleanup(c);
+    braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     close_rings(c);
     braid_transport_comm_cleanup(c);

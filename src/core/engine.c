@@ -15,6 +15,7 @@
 #include "algos/plan.h"
 #include "core/comm.h"
 #include "core/log.h"
+#include "core/redop.h"
 #include "reduce/reduce.h"
 
 #include <sched.h>
@@ -83,10 +84,10 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
     char theirs[160], mine[160];
     snprintf(theirs, sizeof(theirs), "%s #%u (count %llu, %s, %s, root %d)",
              braid_coll_name(h->coll), h->seq, (unsigned long long)h->count,
-             braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
+             braid_dtype_name(h->dtype), braid_redop_wire_name(h->op), h->root);
     snprintf(mine, sizeof(mine), "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(e->coll),
-             e->seq, (unsigned long long)e->count, braid_dtype_name(e->dtype), braid_op_name(e->op),
-             e->root);
+             e->seq, (unsigned long long)e->count, braid_dtype_name(e->dtype),
+             braid_redop_wire_name(e->op), e->root);
     if (!strcmp(theirs, mine))
         return braid_set_error(BRAID_ERR_INTERNAL,
                                "rank %d sent %u bytes where rank %d expected %zu in %s", conn->peer,
@@ -394,7 +395,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
     r.hdr = (braid_msg_hdr_t){.seq = seq,
                               .coll = (uint8_t)a->coll,
                               .dtype = (uint8_t)a->dtype,
-                              .op = (uint8_t)a->op,
+                              .op = (uint8_t)(a->premul ? BRAID_OP_WIRE_PREMULSUM : a->op),
                               .root = a->root,
                               .count = a->count};
     int nch = comm->nchannels;

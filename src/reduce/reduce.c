@@ -163,6 +163,13 @@ void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, 
         memmove(dst, src, count * braid_reduce_esize[dtype]);
 }
 
+void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                        const void *scalar)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, BRAID_SUM)) return;
+    braid_reduce_table()->scale[dtype](dst, src, count, scalar);
+}
+
 /* ---- scalar conversions ------------------------------------------------------------------ */
 
 float braid_half_to_float(uint16_t h)

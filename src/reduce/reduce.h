@@ -27,6 +27,13 @@ void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst
 void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
                            size_t count, int nranks);
 
+/* dst[i] = src[i] * scalar for i < count (scalar: one element of dtype, host memory): the
+ * pre-multiplication of PreMulSum, rounded once in the element type as its product (integers
+ * wrap; float16/bfloat16/float8 through float32, the exact product rounded once). dst may
+ * alias src exactly. */
+void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                        const void *scalar);
+
 /* Scalar conversions (exported for tests and the perf tools' checkers). */
 float braid_half_to_float(uint16_t h);
 uint16_t braid_float_to_half(float f); /* round to nearest even, overflow -> inf, NaN kept */

@@ -57,13 +57,15 @@ typedef void (*braid_reduce_pair_fn)(void *dst, const void *a, const void *b, si
 typedef void (*braid_reduce_avg_fn)(void *dst, const void *a, const void *b, size_t count,
                                     int nranks);
 typedef void (*braid_reduce_div_fn)(void *dst, const void *src, size_t count, int nranks);
+typedef void (*braid_reduce_scale_fn)(void *dst, const void *src, size_t count, const void *scalar);
 
 /* One ISA variant: every (dtype, op) kernel. dst may alias a, b or src exactly. */
 typedef struct {
     const char *name; /* "generic", "avx2", "avx512" */
     braid_reduce_pair_fn pair[BRAID_NUM_DTYPES][BRAID_ROP_NUM];
-    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES]; /* dst = (a + b) / nranks */
-    braid_reduce_div_fn div[BRAID_NUM_DTYPES]; /* dst = src / nranks */
+    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES];     /* dst = (a + b) / nranks */
+    braid_reduce_div_fn div[BRAID_NUM_DTYPES];     /* dst = src / nranks */
+    braid_reduce_scale_fn scale[BRAID_NUM_DTYPES]; /* dst = src prod scalar (PreMulSum) */
 } braid_reduce_table_t;
 
 extern const braid_reduce_table_t braid_reduce_table_generic;
