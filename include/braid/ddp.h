@@ -1,0 +1,168 @@
+/**
+ * @file ddp.h
+ * @brief braid_ddp: a minimal data-parallel training layer (in the manner of PyTorch's
+ * DistributedDataParallel) on braid's public API. Library libbraid_ddp, linked to libbraid.
+ *
+ * Every rank holds a full replica of the model. The model's parameters are registered once
+ * (parameter buffer, gradient buffer, count, dtype); the layer groups their gradients into
+ * flat buckets and all-reduces each bucket with braid_iallreduce as soon as all of its
+ * gradients are final, so communication overlaps the rest of the backward pass.
+ *
+ * A training step:
+ * @code
+ *   braid_ddp_zero_grad(ddp);
+ *   forward(...);
+ *   for (each parameter i, in the order backward produces its gradient) {
+ *       compute gradient i;
+ *       braid_ddp_grad_ready(ddp, i);   // may start a bucket's all-reduce
+ *   }
+ *   braid_ddp_finish(ddp);              // waits; every gradient buffer holds the average
+ *   optimizer_step(...);
+ * @endcode
+ *
+ * Buckets. Parameters are assigned to buckets in reverse registration order (the order in which
+ * backward usually produces gradients), one dtype per bucket. A bucket is closed when the next
+ * parameter would push it past its capacity: the first bucket's capacity is
+ * first_bucket_bytes (default 1 MiB, so the first all-reduce starts early), the others'
+ * bucket_cap_bytes (default 25 MiB). A parameter larger than the capacity gets a bucket of its
+ * own. The assignment is computed at creation and is the same on every rank (creation checks
+ * that every rank registered the same counts and dtypes with the same options).
+ *
+ * Launch order. Bucket b's all-reduce is started when all its gradients are ready AND buckets
+ * 0..b-1 have been started: a later bucket that becomes ready first waits, so every rank issues
+ * the same collectives in the same order whatever order its gradients arrive in.
+ *
+ * Not thread-safe: one thread drives one braid_ddp_t. The communicator should not be used for
+ * other collectives between the first grad_ready of a step and finish.
+ */
+#ifndef BRAID_DDP_H
+#define BRAID_DDP_H
+
+#include "braid/braid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct braid_ddp *braid_ddp_t;
+
+/** One registered parameter. */
+typedef struct {
+    void *param;  /**< the parameter (broadcast from rank 0 at creation) */
+    void *grad;   /**< its gradient buffer; unused (may be NULL) with grad_as_bucket_view */
+    size_t count; /**< elements (> 0) */
+    braid_datatype_t dtype; /**< element type of both buffers */
+    const char *name;       /**< optional, used in error messages ("param 3" if NULL) */
+} braid_ddp_param_t;
+
+/** A flat bucket, as a communication hook sees it. */
+typedef struct {
+    int index;              /**< bucket index, 0 = launched first */
+    void *data;             /**< count elements of dtype: the bucket's gradients, back to back */
+    size_t count;           /**< elements in the bucket */
+    braid_datatype_t dtype; /**< the bucket's element type */
+    braid_redop_t op;       /**< BRAID_AVG or BRAID_SUM, from the options */
+    braid_comm_t comm;      /**< the layer's communicator */
+} braid_ddp_bucket_t;
+
+/**
+ * A per-bucket communication hook (default: braid_iallreduce of the bucket in place with
+ * bucket->op). launch() starts the reduction and sets *req_p to a request on bucket->comm that
+ * the layer waits for in braid_ddp_finish (or NULL if it completed synchronously). complete(),
+ * if not NULL, runs after that request has completed, before the gradients are read (e.g. to
+ * decompress). When both return, bucket->data must hold the reduced gradients (averaged if op
+ * is BRAID_AVG). Hooks run in bucket order on the thread that drives the layer; an error they
+ * return fails the step (with braid_last_error()'s message).
+ */
+typedef struct {
+    braid_result_t (*launch)(void *state, const braid_ddp_bucket_t *bucket, braid_request_t *req_p);
+    braid_result_t (*complete)(void *state, const braid_ddp_bucket_t *bucket);
+    void *state;
+} braid_ddp_hook_t;
+
+/** Options; fill with braid_ddp_options_init() first, then change fields. */
+typedef struct {
+    size_t bucket_cap_bytes;      /**< capacity of buckets after the first (25 MiB) */
+    size_t first_bucket_bytes;    /**< capacity of the first bucket (1 MiB) */
+    braid_redop_t op;             /**< BRAID_AVG (default) or BRAID_SUM of the ranks' gradients */
+    int grad_as_bucket_view;      /**< gradients live inside the buckets (no copies); default 0 */
+    int find_unused_parameters;   /**< finish() reduces never-readied gradients as zeros (else
+                                       it is an error naming them); default 0 */
+    int broadcast_params;         /**< broadcast parameters from rank 0 at creation (default 1) */
+    const braid_ddp_hook_t *hook; /**< NULL = the default all-reduce; copied at creation */
+} braid_ddp_options_t;
+
+/** Sets the defaults listed in braid_ddp_options_t. */
+BRAID_API void braid_ddp_options_init(braid_ddp_options_t *opts);
+
+/**
+ * Collective over comm: creates the layer for nparams parameters (the array is copied; the
+ * buffers must stay valid until braid_ddp_destroy), computes the bucket assignment, checks
+ * that every rank registered the same parameter counts, dtypes and options (else
+ * BRAID_ERR_MISMATCH on every rank), and broadcasts every parameter from rank 0. With
+ * grad_as_bucket_view the gradients start zeroed inside the buckets (braid_ddp_grad gives
+ * their addresses). opts NULL = defaults. comm stays the caller's (not destroyed here).
+ */
+BRAID_API braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
+                                          const braid_ddp_param_t *params, int nparams,
+                                          const braid_ddp_options_t *opts);
+/** Waits for reductions in flight (their errors are dropped) and frees the layer. */
+BRAID_API void braid_ddp_destroy(braid_ddp_t ddp);
+
+/**
+ * Marks parameter i's gradient final for this step. When that completes a bucket (and every
+ * earlier bucket has been started) the bucket's reduction is started. Errors: i out of range
+ * or already ready this step (BRAID_ERR_INVALID_ARG / BRAID_ERR_INVALID_USAGE, the layer stays
+ * usable), and any error of the communicator or hook (the layer is failed from then on and
+ * returns that error from every later call).
+ */
+BRAID_API braid_result_t braid_ddp_grad_ready(braid_ddp_t ddp, int i);
+/**
+ * Ends the step: waits for every bucket, and leaves the reduced gradient in every gradient
+ * buffer. If some gradient was never marked ready: with find_unused_parameters it is reduced
+ * as zeros (its buffer is zeroed first); otherwise BRAID_ERR_INVALID_USAGE naming the
+ * parameters, and since the ranks may then disagree on the collectives to call, the
+ * communicator is aborted (peers get an error instead of waiting) and the layer is failed.
+ * Inside no_sync it only resets the step (no communication).
+ */
+BRAID_API braid_result_t braid_ddp_finish(braid_ddp_t ddp);
+
+/**
+ * no_sync: while enabled (1), steps do not communicate: grad_ready only records readiness and
+ * finish resets it, so gradients accumulate locally (the caller's backward adds into them).
+ * The first step after disabling (0) reduces the accumulated gradients. Only between steps.
+ */
+BRAID_API braid_result_t braid_ddp_no_sync(braid_ddp_t ddp, int enable);
+
+/** Address of parameter i's gradient (the bucket view, or the registered buffer); NULL if
+ * i is out of range. */
+BRAID_API void *braid_ddp_grad(braid_ddp_t ddp, int i);
+/** Zeroes every gradient (the buffers grad_ready reads). */
+BRAID_API void braid_ddp_zero_grad(braid_ddp_t ddp);
+
+/** Bucket layout and the last step's timing (CLOCK_MONOTONIC seconds). */
+typedef struct {
+    size_t count;           /**< elements */
+    size_t bytes;           /**< count * dtype size */
+    braid_datatype_t dtype; /**< element type */
+    int nparams;            /**< parameters in the bucket */
+    const int *params;      /**< their indices, in bucket order (offset order); owned by ddp */
+    double t_ready;         /**< last step: when its last gradient became ready */
+    double t_launch;        /**< last step: when its reduction was started */
+    double t_done;          /**< last step: when its completion was first observed */
+} braid_ddp_bucket_info_t;
+
+BRAID_API int braid_ddp_num_buckets(braid_ddp_t ddp);
+BRAID_API braid_result_t braid_ddp_bucket_info(braid_ddp_t ddp, int b,
+                                               braid_ddp_bucket_info_t *info_p);
+/** Bucket holding parameter i and its element offset in it; -1 if i is out of range. */
+BRAID_API int braid_ddp_param_bucket(braid_ddp_t ddp, int i, size_t *offset_p);
+
+/** The calling thread's message for its last failed braid_ddp call ("" if none). Errors of
+ * the communicator carry braid_last_error()'s text. */
+BRAID_API const char *braid_ddp_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BRAID_DDP_H */

@@ -1,0 +1,485 @@
+/* The DDP layer: creation (assignment, consistency check, broadcast), the per-step protocol
+ * (grad_ready launches complete buckets strictly in bucket order; finish waits in that order
+ * and copies back), no_sync, the default hook, and error reporting. Uses only braid.h. */
+#include "ddp_impl.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char g_err[768];
+
+braid_result_t ddp_set_error(braid_result_t res, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof(g_err), fmt, ap);
+    va_end(ap);
+    return res;
+}
+
+const char *braid_ddp_last_error(void)
+{
+    return g_err;
+}
+
+double ddp_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void braid_ddp_options_init(braid_ddp_options_t *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof(*opts));
+    opts->bucket_cap_bytes = (size_t)25 << 20;
+    opts->first_bucket_bytes = (size_t)1 << 20;
+    opts->op = BRAID_AVG;
+    opts->broadcast_params = 1;
+}
+
+static braid_result_t default_launch(void *state, const braid_ddp_bucket_t *b,
+                                     braid_request_t *req_p)
+{
+    (void)state;
+    return braid_iallreduce(b->data, b->data, b->count, b->dtype, b->op, b->comm, req_p);
+}
+
+static const char *pname(const struct braid_ddp *d, int i, char *buf, size_t len)
+{
+    if (d->params[i].name) return d->params[i].name;
+    snprintf(buf, len, "param %d", i);
+    return buf;
+}
+
+/* Records the first communicator/hook error; the layer is failed from then on. */
+static braid_result_t ddp_fail(struct braid_ddp *d, braid_result_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static braid_result_t ddp_fail(struct braid_ddp *d, braid_result_t res, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (!d->failed) {
+        d->failed = res;
+        snprintf(d->failmsg, sizeof(d->failmsg), "ddp rank %d: %s: %s (%s)", d->rank, what,
+                 braid_last_error(), braid_strerror(res));
+    }
+    return ddp_set_error(d->failed, "%s", d->failmsg);
+}
+
+static braid_result_t ddp_failed(const struct braid_ddp *d)
+{
+    return ddp_set_error(d->failed, "%s", d->failmsg);
+}
+
+static void bucket_desc(const struct braid_ddp *d, int b, braid_ddp_bucket_t *desc)
+{
+    const ddp_bucket_t *bk = &d->buckets[b];
+    desc->index = b;
+    desc->data = bk->data;
+    desc->count = bk->count;
+    desc->dtype = bk->dtype;
+    desc->op = d->opts.op;
+    desc->comm = d->comm;
+}
+
+/* Starts every bucket that is complete and whose predecessors have all been started. */
+static braid_result_t launch_ready(struct braid_ddp *d)
+{
+    while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
+        int b = d->next_launch;
+        ddp_bucket_t *bk = &d->buckets[b];
+        braid_ddp_bucket_t desc;
+        bucket_desc(d, b, &desc);
+        braid_request_t req = NULL;
+        bk->t_launch = ddp_now();
+        braid_result_t r = d->hook.launch(d->hook.state, &desc, &req);
+        if (r)
+            return ddp_fail(d, r, "bucket %d (%zu x %s) launch", b, bk->count,
+                            braid_dtype_name(bk->dtype));
+        bk->req = req;
+        bk->launched = 1;
+        d->next_launch++;
+    }
+    return BRAID_SUCCESS;
+}
+
+/* Completion of bucket b (its request finished): timing and the hook's complete(). */
+static braid_result_t bucket_completed(struct braid_ddp *d, int b)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    bk->req = NULL;
+    bk->done = 1;
+    bk->t_done = ddp_now();
+    d->next_done = b + 1;
+    if (d->hook.complete) {
+        braid_ddp_bucket_t desc;
+        bucket_desc(d, b, &desc);
+        braid_result_t r = d->hook.complete(d->hook.state, &desc);
+        if (r) return ddp_fail(d, r, "bucket %d complete hook", b);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* Non-blocking: notes the buckets that have completed (in order; they complete in order). */
+static braid_result_t poll_done(struct braid_ddp *d)
+{
+    while (d->next_done < d->next_launch) {
+        int b = d->next_done;
+        ddp_bucket_t *bk = &d->buckets[b];
+        if (bk->req) {
+            int done = 0;
+            braid_result_t r = braid_test(bk->req, &done);
+            if (done) bk->req = NULL; /* freed by braid_test */
+            if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
+            if (!done) break;
+        }
+        braid_result_t r = bucket_completed(d, b);
+        if (r) return r;
+    }
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t wait_launched(struct braid_ddp *d)
+{
+    while (d->next_done < d->next_launch) {
+        int b = d->next_done;
+        ddp_bucket_t *bk = &d->buckets[b];
+        if (bk->req) {
+            braid_result_t r = braid_wait(bk->req);
+            bk->req = NULL;
+            if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
+        }
+        braid_result_t r = bucket_completed(d, b);
+        if (r) return r;
+    }
+    return BRAID_SUCCESS;
+}
+
+static void reset_step(struct braid_ddp *d)
+{
+    memset(d->ready, 0, (size_t)d->nparams * sizeof(int));
+    for (int b = 0; b < d->nbuckets; b++) {
+        d->buckets[b].pending = d->buckets[b].nparams;
+        d->buckets[b].launched = d->buckets[b].done = 0;
+    }
+    d->next_launch = d->next_done = d->nready = 0;
+}
+
+static void *bucket_slot(const struct braid_ddp *d, int i)
+{
+    const ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
+    return (char *)bk->data + d->poff[i] * braid_dtype_size(bk->dtype);
+}
+
+static size_t param_bytes(const struct braid_ddp *d, int i)
+{
+    return d->params[i].count * braid_dtype_size(d->params[i].dtype);
+}
+
+static braid_result_t check_args(braid_ddp_t *ddp_p, braid_comm_t comm,
+                                 const braid_ddp_param_t *params, int nparams,
+                                 const braid_ddp_options_t *o)
+{
+    if (!ddp_p) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp_p is NULL");
+    if (!comm) return ddp_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
+    if (nparams <= 0)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "nparams is %d (must be > 0)", nparams);
+    if (!params) return ddp_set_error(BRAID_ERR_INVALID_ARG, "params is NULL");
+    if (o->bucket_cap_bytes == 0 || o->first_bucket_bytes == 0)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG,
+                             "opts: bucket_cap_bytes and first_bucket_bytes must be > 0");
+    if (o->op != BRAID_AVG && o->op != BRAID_SUM)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: op %d is not BRAID_AVG or BRAID_SUM",
+                             (int)o->op);
+    if (o->hook && !o->hook->launch)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: hook->launch is NULL");
+    for (int i = 0; i < nparams; i++) {
+        const braid_ddp_param_t *p = &params[i];
+        if (braid_dtype_size(p->dtype) == 0)
+            return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d]: invalid dtype %d", i,
+                                 (int)p->dtype);
+        if (p->count == 0) return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d]: count is 0", i);
+        if (!p->param) return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d].param is NULL", i);
+        if (!p->grad && !o->grad_as_bucket_view)
+            return ddp_set_error(BRAID_ERR_INVALID_ARG,
+                                 "params[%d].grad is NULL (and grad_as_bucket_view is off)", i);
+    }
+    return BRAID_SUCCESS;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Every rank must have registered the same parameter list and options, else the buckets
+ * (and so the collectives) would differ: all-gather a signature and compare. */
+static braid_result_t check_same_everywhere(struct braid_ddp *d)
+{
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, &d->nparams, sizeof(d->nparams));
+    for (int i = 0; i < d->nparams; i++) {
+        uint64_t c = d->params[i].count;
+        int dt = (int)d->params[i].dtype;
+        h = fnv(h, &c, sizeof(c));
+        h = fnv(h, &dt, sizeof(dt));
+    }
+    uint64_t o[4] = {d->opts.bucket_cap_bytes, d->opts.first_bucket_bytes, (uint64_t)d->opts.op,
+                     (uint64_t) !!d->opts.find_unused_parameters};
+    h = fnv(h, o, sizeof(o));
+    uint64_t *all = malloc((size_t)d->nranks * sizeof(uint64_t));
+    if (!all) return ddp_set_error(BRAID_ERR_NOMEM, "out of memory");
+    braid_result_t r = braid_allgather(&h, all, 1, BRAID_UINT64, d->comm);
+    if (r) {
+        free(all);
+        return ddp_set_error(r, "ddp create: exchanging the parameter list: %s",
+                             braid_last_error());
+    }
+    for (int k = 0; k < d->nranks; k++)
+        if (all[k] != all[0]) {
+            free(all);
+            return ddp_set_error(BRAID_ERR_MISMATCH,
+                                 "ddp create: rank %d registered different parameters (counts, "
+                                 "dtypes) or options than rank 0",
+                                 k);
+        }
+    free(all);
+    return BRAID_SUCCESS;
+}
+
+void braid_ddp_destroy(braid_ddp_t d)
+{
+    if (!d) return;
+    for (int b = 0; b < d->nbuckets; b++) {
+        if (d->buckets[b].req) braid_wait(d->buckets[b].req);
+        free(d->buckets[b].data);
+        free(d->buckets[b].params);
+    }
+    free(d->buckets);
+    free(d->params);
+    free(d->ready);
+    free(d->pbucket);
+    free(d->poff);
+    free(d);
+}
+
+braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
+                                const braid_ddp_param_t *params, int nparams,
+                                const braid_ddp_options_t *opts)
+{
+    braid_ddp_options_t o;
+    if (opts)
+        o = *opts;
+    else
+        braid_ddp_options_init(&o);
+    braid_result_t r = check_args(ddp_p, comm, params, nparams, &o);
+    if (r) return r;
+    struct braid_ddp *d = calloc(1, sizeof(*d));
+    if (!d) return ddp_set_error(BRAID_ERR_NOMEM, "out of memory");
+    d->comm = comm;
+    d->opts = o;
+    d->hook.launch = default_launch;
+    if (o.hook) d->hook = *o.hook;
+    d->opts.hook = NULL;
+    d->nparams = nparams;
+    if ((r = braid_comm_rank(comm, &d->rank)) || (r = braid_comm_size(comm, &d->nranks))) {
+        free(d);
+        return ddp_set_error(r, "ddp create: comm: %s", braid_last_error());
+    }
+    d->params = malloc((size_t)nparams * sizeof(*d->params));
+    d->ready = calloc((size_t)nparams, sizeof(int));
+    d->pbucket = malloc((size_t)nparams * sizeof(int));
+    d->poff = malloc((size_t)nparams * sizeof(size_t));
+    if (!d->params || !d->ready || !d->pbucket || !d->poff) goto nomem;
+    memcpy(d->params, params, (size_t)nparams * sizeof(*params));
+    d->nbuckets = ddp_assign_buckets(params, nparams, o.first_bucket_bytes, o.bucket_cap_bytes,
+                                     d->pbucket, d->poff, &d->buckets);
+    if (d->nbuckets < 0) {
+        d->nbuckets = 0;
+        goto nomem;
+    }
+    for (int b = 0; b < d->nbuckets; b++) {
+        size_t sz = (d->buckets[b].bytes + 63) & ~(size_t)63;
+        d->buckets[b].data = aligned_alloc(64, sz);
+        if (!d->buckets[b].data) goto nomem;
+        memset(d->buckets[b].data, 0, sz);
+    }
+    if (o.grad_as_bucket_view)
+        for (int i = 0; i < nparams; i++)
+            d->params[i].grad = bucket_slot(d, i);
+    reset_step(d);
+    if ((r = check_same_everywhere(d))) goto fail;
+    if (o.broadcast_params)
+        for (int i = 0; i < nparams; i++) {
+            r = braid_broadcast(d->params[i].param, d->params[i].param, d->params[i].count,
+                                d->params[i].dtype, 0, comm);
+            if (r) {
+                char nb[32];
+                r = ddp_set_error(r, "ddp create: broadcast of %s from rank 0: %s",
+                                  pname(d, i, nb, sizeof(nb)), braid_last_error());
+                goto fail;
+            }
+        }
+    *ddp_p = d;
+    return BRAID_SUCCESS;
+nomem:
+    r = ddp_set_error(BRAID_ERR_NOMEM, "ddp create: out of memory");
+fail:
+    braid_ddp_destroy(d);
+    return r;
+}
+
+braid_result_t braid_ddp_grad_ready(braid_ddp_t d, int i)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->failed) return ddp_failed(d);
+    if (i < 0 || i >= d->nparams)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "grad_ready: parameter index %d out of [0, %d)",
+                             i, d->nparams);
+    char nb[32];
+    if (d->ready[i])
+        return ddp_set_error(BRAID_ERR_INVALID_USAGE,
+                             "grad_ready: %s was already marked ready in this step",
+                             pname(d, i, nb, sizeof(nb)));
+    d->ready[i] = 1;
+    d->nready++;
+    if (d->no_sync) return BRAID_SUCCESS;
+    if (!d->opts.grad_as_bucket_view)
+        memcpy(bucket_slot(d, i), d->params[i].grad, param_bytes(d, i));
+    ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
+    if (--bk->pending == 0) bk->t_ready = ddp_now();
+    braid_result_t r = launch_ready(d);
+    if (r) return r;
+    return poll_done(d);
+}
+
+/* Names of the parameters not ready, for the error message. */
+static void missing_names(const struct braid_ddp *d, char *out, size_t len)
+{
+    size_t at = 0;
+    int shown = 0, total = 0;
+    out[0] = '\0';
+    for (int i = 0; i < d->nparams; i++) {
+        if (d->ready[i]) continue;
+        total++;
+        if (shown >= 8) continue;
+        char nb[32];
+        int k = snprintf(out + at, len - at, "%s%s (index %d)", shown ? ", " : "",
+                         pname(d, i, nb, sizeof(nb)), i);
+        if (k < 0 || (size_t)k >= len - at) break;
+        at += (size_t)k;
+        shown++;
+    }
+    if (total > shown) snprintf(out + at, len - at, " and %d more", total - shown);
+}
+
+braid_result_t braid_ddp_finish(braid_ddp_t d)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->failed) return ddp_failed(d);
+    if (d->no_sync) {
+        reset_step(d);
+        return BRAID_SUCCESS;
+    }
+    braid_result_t r;
+    if (d->nready < d->nparams) {
+        if (!d->opts.find_unused_parameters) {
+            char names[400];
+            missing_names(d, names, sizeof(names));
+            /* Buckets before the first incomplete one were launched by every rank that got
+             * this far: drain them, then abort so that a rank which did launch more does not
+             * wait for us until its timeout. */
+            wait_launched(d);
+            braid_comm_abort(d->comm);
+            d->failed = BRAID_ERR_INVALID_USAGE;
+            snprintf(d->failmsg, sizeof(d->failmsg),
+                     "ddp rank %d: expected every gradient to be ready before finish; never "
+                     "marked ready: %s (set find_unused_parameters to reduce unused ones as "
+                     "zeros); the communicator was aborted",
+                     d->rank, names);
+            return ddp_failed(d);
+        }
+        for (int i = d->nparams - 1; i >= 0; i--) {
+            if (d->ready[i]) continue;
+            memset(bucket_slot(d, i), 0, param_bytes(d, i));
+            if (!d->opts.grad_as_bucket_view) memset(d->params[i].grad, 0, param_bytes(d, i));
+            d->ready[i] = 1;
+            d->nready++;
+            ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
+            if (--bk->pending == 0) bk->t_ready = ddp_now();
+        }
+    }
+    if ((r = launch_ready(d))) return r;
+    if ((r = wait_launched(d))) return r;
+    if (!d->opts.grad_as_bucket_view)
+        for (int i = 0; i < d->nparams; i++)
+            memcpy(d->params[i].grad, bucket_slot(d, i), param_bytes(d, i));
+    reset_step(d);
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_ddp_no_sync(braid_ddp_t d, int enable)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->nready)
+        return ddp_set_error(BRAID_ERR_INVALID_USAGE,
+                             "no_sync: called in the middle of a step (%d gradients ready); "
+                             "call it between finish and the next step",
+                             d->nready);
+    d->no_sync = !!enable;
+    return BRAID_SUCCESS;
+}
+
+void *braid_ddp_grad(braid_ddp_t d, int i)
+{
+    if (!d || i < 0 || i >= d->nparams) return NULL;
+    return d->params[i].grad;
+}
+
+void braid_ddp_zero_grad(braid_ddp_t d)
+{
+    if (!d) return;
+    for (int i = 0; i < d->nparams; i++)
+        memset(d->params[i].grad, 0, param_bytes(d, i));
+}
+
+int braid_ddp_num_buckets(braid_ddp_t d)
+{
+    return d ? d->nbuckets : 0;
+}
+
+braid_result_t braid_ddp_bucket_info(braid_ddp_t d, int b, braid_ddp_bucket_info_t *info_p)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (!info_p) return ddp_set_error(BRAID_ERR_INVALID_ARG, "info_p is NULL");
+    if (b < 0 || b >= d->nbuckets)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "bucket %d out of [0, %d)", b, d->nbuckets);
+    const ddp_bucket_t *bk = &d->buckets[b];
+    info_p->count = bk->count;
+    info_p->bytes = bk->bytes;
+    info_p->dtype = bk->dtype;
+    info_p->nparams = bk->nparams;
+    info_p->params = bk->params;
+    info_p->t_ready = bk->t_ready;
+    info_p->t_launch = bk->t_launch;
+    info_p->t_done = bk->t_done;
+    return BRAID_SUCCESS;
+}
+
+int braid_ddp_param_bucket(braid_ddp_t d, int i, size_t *offset_p)
+{
+    if (!d || i < 0 || i >= d->nparams) return -1;
+    if (offset_p) *offset_p = d->poff[i];
+    return d->pbucket[i];
+}

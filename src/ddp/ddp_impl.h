@@ -1,0 +1,54 @@
+/* Internal state of the DDP layer (src/ddp). Only include/braid/braid.h and ddp.h are used:
+ * this layer sits on braid's public API like any other user. */
+#ifndef BRAID_DDP_IMPL_H
+#define BRAID_DDP_IMPL_H
+
+#include "braid/ddp.h"
+
+#include <stdarg.h>
+
+/* One flat bucket: the gradients of nparams parameters back to back, one dtype. */
+typedef struct {
+    size_t count, bytes;
+    braid_datatype_t dtype;
+    int nparams;
+    int *params; /* parameter indices in offset order */
+    void *data;  /* bytes, 64-byte aligned */
+    int pending; /* this step: parameters not ready yet */
+    int launched, done;
+    braid_request_t req; /* in flight when launched && !done (NULL: completed in launch) */
+    double t_ready, t_launch, t_done;
+} ddp_bucket_t;
+
+struct braid_ddp {
+    braid_comm_t comm;
+    int rank, nranks;
+    int nparams;
+    braid_ddp_param_t *params; /* copies; with grad_as_bucket_view .grad points into a bucket */
+    int *ready;                /* this step */
+    int *pbucket;              /* bucket of each parameter */
+    size_t *poff;              /* element offset in it */
+    int nbuckets;
+    ddp_bucket_t *buckets;
+    int next_launch; /* first bucket not started this step */
+    int next_done;   /* first bucket not completed this step */
+    int nready;      /* parameters ready this step */
+    braid_ddp_options_t opts;
+    braid_ddp_hook_t hook;
+    int no_sync;
+    braid_result_t failed; /* sticky: the first communicator/hook error */
+    char failmsg[512];
+};
+
+/* Bucket assignment (bucket.c): fills pbucket/poff and buckets[].{count,bytes,dtype,nparams,
+ * params}; returns the number of buckets, or -1 when out of memory. Pure. */
+int ddp_assign_buckets(const braid_ddp_param_t *params, int nparams, size_t first_cap, size_t cap,
+                       int *pbucket, size_t *poff, ddp_bucket_t **buckets_p);
+
+/* The thread's message (ddp.c). Returns res. */
+braid_result_t ddp_set_error(braid_result_t res, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+double ddp_now(void);
+
+#endif
