@@ -288,7 +288,7 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     if (bt.out) perf_print_columns(bt.out, o);
 
     int ntypes = o->dtype == PERF_ALL ? BRAID_NUM_DTYPES : 1;
-    int nops = coll->has_op && o->op == PERF_ALL ? BRAID_NUM_OPS : 1;
+    int nops = coll->has_op && o->op == PERF_ALL ? PERF_NUM_OPS : 1;
     for (int t = 0; t < ntypes; t++) {
         int dtype = o->dtype == PERF_ALL ? perf_all_dtypes[t] : o->dtype;
         for (int k = 0; k < nops; k++) {

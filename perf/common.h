@@ -65,9 +65,16 @@ int perf_dtype_parse(const char *s);
 /* The dtypes "-d all" runs, in nccl-tests' order. */
 extern const int perf_all_dtypes[BRAID_NUM_DTYPES];
 
-const char *perf_op_name(int op); /* "sum" ... "avg", "none" for PERF_NO_OP */
+/* nccl-tests' "mulsum": a PreMulSum op (braid_redop_create_premulsum) made for each call
+ * with rank r's scalar perf_mulsum_scalar(r) = 1 + (r & 1), destroyed once the call started. */
+#define PERF_OP_MULSUM BRAID_NUM_OPS
+#define PERF_NUM_OPS (BRAID_NUM_OPS + 1)
+const char *perf_op_name(int op); /* "sum" ... "avg", "mulsum", "none" for PERF_NO_OP */
 int perf_op_parse(const char *s); /* op or PERF_ALL; -2 if unknown */
-extern const int perf_all_ops[BRAID_NUM_OPS];
+extern const int perf_all_ops[PERF_NUM_OPS];
+int perf_mulsum_scalar(int rank);
+/* That scalar as one element of dtype, in out (8 bytes). */
+void perf_mulsum_scalar_bits(int dtype, int rank, void *out);
 
 uint16_t perf_float_to_half(float f); /* round to nearest even */
 float perf_half_to_float(uint16_t h);

@@ -92,26 +92,28 @@ int perf_dtype_parse(const char *s)
     return -2;
 }
 
-static const char *const op_names[BRAID_NUM_OPS] = {
+static const char *const op_names[PERF_NUM_OPS] = {
     [BRAID_SUM] = "sum", [BRAID_PROD] = "prod", [BRAID_MIN] = "min",
-    [BRAID_MAX] = "max", [BRAID_AVG] = "avg",
+    [BRAID_MAX] = "max", [BRAID_AVG] = "avg",   [PERF_OP_MULSUM] = "mulsum",
 };
 
 /* nccl-tests' order for -o all. */
-const int perf_all_ops[BRAID_NUM_OPS] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN, BRAID_AVG};
+const int perf_all_ops[PERF_NUM_OPS] = {BRAID_SUM, BRAID_PROD, BRAID_MAX,
+                                        BRAID_MIN, BRAID_AVG,  PERF_OP_MULSUM};
 
 const char *perf_op_name(int op)
 {
     if (op == PERF_NO_OP) return "none";
-    if (op < 0 || op >= BRAID_NUM_OPS) return "invalid";
+    if (op < 0 || op >= PERF_NUM_OPS) return "invalid";
     return op_names[op];
 }
 
 int perf_op_parse(const char *s)
 {
     if (strcmp(s, "all") == 0) return PERF_ALL;
-    for (int i = 0; i < BRAID_NUM_OPS; i++)
+    for (int i = 0; i < PERF_NUM_OPS; i++)
         if (strcmp(s, op_names[i]) == 0) return i;
+    if (strcmp(s, "premulsum") == 0) return PERF_OP_MULSUM;
     return -2;
 }
 
@@ -219,6 +221,11 @@ float perf_e5m2_to_float(uint8_t b)
     return perf_f8_to_float(b, 2, 15);
 }
 
+int perf_mulsum_scalar(int rank)
+{
+    return 1 + (rank & 1);
+}
+
 /* ---- generators ---------------------------------------------------------------------------- */
 
 static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
@@ -237,12 +244,17 @@ static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
 void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed)
 {
     const dtype_info_t *t = &dtype_info[dtype];
-    int scale = (op == BRAID_SUM || op == BRAID_AVG) ? nranks : 1;
+    int sums = op == BRAID_SUM || op == BRAID_AVG || op == PERF_OP_MULSUM;
+    int per = op == PERF_OP_MULSUM ? 2 : 1; /* the largest mulsum scalar */
+    int scale = sums ? per * nranks : 1;
     uint64_t limit = t->bits >= 64 ? UINT64_MAX : (1ull << t->bits) - 1;
     /* float8 holds integers exactly only up to 2^bits (16, 8): when more ranks add than that
      * allows with values +-1, only the first `limit` ranks contribute (the others send 0). */
     g->nz_ranks = nranks;
-    if ((uint64_t)scale > limit && t->is_float) scale = g->nz_ranks = (int)limit;
+    if ((uint64_t)scale > limit && t->is_float) {
+        g->nz_ranks = (int)limit / per;
+        scale = per * g->nz_ranks;
+    }
     uint64_t m = limit / (uint64_t)(scale > 0 ? scale : 1);
     if (m > PERF_MAX_MAG) m = PERF_MAX_MAG;
     if (m < 1) m = 1;
@@ -391,9 +403,10 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
             store_int(g->dtype, buf, i, (int64_t)acc);
             continue;
         }
-        int64_t acc = int_value(g, idx, 0);
+        int mul = g->op == PERF_OP_MULSUM;
+        int64_t acc = int_value(g, idx, 0) * (mul ? perf_mulsum_scalar(0) : 1);
         for (int r = 1; r < n; r++) {
-            int64_t v = int_value(g, idx, r);
+            int64_t v = int_value(g, idx, r) * (mul ? perf_mulsum_scalar(r) : 1);
             switch (g->op) {
             case BRAID_MIN:
                 acc = v < acc ? v : acc;
@@ -465,4 +478,10 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
         wrong += !(fabs(a - b) <= 2.0 * ulp);
     }
     return wrong;
+}
+
+void perf_mulsum_scalar_bits(int dtype, int rank, void *out)
+{
+    memset(out, 0, 8);
+    store_int(dtype, out, 0, perf_mulsum_scalar(rank));
 }

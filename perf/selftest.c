@@ -139,10 +139,11 @@ static void store_f(int dt, void *p, size_t i, double v)
 static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off, void *dst,
                        size_t di)
 {
+    int mul = op == PERF_OP_MULSUM; /* each rank's input times its scalar (exact) */
     if (is_float(dt)) {
-        double acc = load_f(dt, src[0], off);
+        double acc = load_f(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
         for (int r = 1; r < n; r++) {
-            double v = load_f(dt, src[r], off);
+            double v = load_f(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
             switch (op) {
             case BRAID_PROD:
                 acc = acc * v;
@@ -165,9 +166,9 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
         return;
     }
     uint8_t tmp[8];
-    int64_t acc = load_i(dt, src[0], off);
+    int64_t acc = load_i(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
     for (int r = 1; r < n; r++) {
-        int64_t v = load_i(dt, src[r], off);
+        int64_t v = load_i(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
         int lt = is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc;
         switch (op) {
         case BRAID_PROD:
@@ -439,7 +440,9 @@ static void test_parsing(void)
     EXPECT(perf_dtype_parse("all") == PERF_ALL);
     EXPECT(perf_dtype_parse("quad") == -2);
     EXPECT(perf_op_parse("avg") == BRAID_AVG);
-    EXPECT(perf_op_parse("mulsum") == -2);
+    EXPECT(perf_op_parse("mulsum") == PERF_OP_MULSUM &&
+           perf_op_parse("premulsum") == PERF_OP_MULSUM);
+    EXPECT(strcmp(perf_op_name(PERF_OP_MULSUM), "mulsum") == 0);
 
     char *argv[] = {"x",  "-b",  "8",  "-e", "128M", "-f", "2",     "-d",      "all",
                     "-o", "max", "-a", "3",  "-n",   "7",  "--csv", "out.csv", NULL};
@@ -489,7 +492,7 @@ static void test_generators(void)
         char *in[16], *got = malloc(COUNT * ts), *exp = malloc(COUNT * ts);
         for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
             int n = ns[k];
-            for (int op = 0; op < BRAID_NUM_OPS; op++) {
+            for (int op = 0; op < PERF_NUM_OPS; op++) {
                 perf_gen_t g;
                 perf_gen_init(&g, dt, op, n, 7 + (uint64_t)op);
                 for (int r = 0; r < n; r++) {
