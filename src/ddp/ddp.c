@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-static _Thread_local char g_err[768];
+static _Thread_local char g_err[1024];
 
 braid_result_t ddp_set_error(braid_result_t res, const char *fmt, ...)
 {

@@ -37,7 +37,7 @@ struct braid_ddp {
     braid_ddp_hook_t hook;
     int no_sync;
     braid_result_t failed; /* sticky: the first communicator/hook error */
-    char failmsg[512];
+    char failmsg[1024];
 };
 
 /* Bucket assignment (bucket.c): fills pbucket/poff and buckets[].{count,bytes,dtype,nparams,

@@ -1,0 +1,73 @@
+/* ddp_mlp: a data-parallel MLP trainer on Fashion-MNIST over braid's DDP layer (see main.c). */
+#ifndef DDP_MLP_H
+#define DDP_MLP_H
+
+#include "braid/ddp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- data (data.c) ---- */
+typedef struct {
+    int n;          /* images */
+    int dim;        /* 784 */
+    uint8_t *pix;   /* n x dim pixels */
+    uint8_t *label; /* n */
+} dataset_t;
+
+/* Reads <dir>/<prefix>-images-idx3-ubyte.gz and -labels-idx1-ubyte.gz (gzipped IDX), keeping
+ * the first `limit` images (0 = all). Returns 0, or -1 after printing why. */
+int dataset_load(dataset_t *d, const char *dir, const char *prefix, int limit);
+/* The rows idx[0..k) as normalised floats (k x 784) into out. */
+void dataset_rows(const dataset_t *d, const int *idx, int k, float *out);
+void dataset_free(dataset_t *d);
+
+/* ---- model (mlp.c) ---- */
+#define MLP_LAYERS 3
+#define MLP_MAX_PARAMS 40
+
+typedef struct {
+    int dims[MLP_LAYERS + 1]; /* 784 512 512 10 */
+    int w1_blocks; /* W1 registered as this many row blocks (backward fills them in turn) */
+    int nparams;
+    float *W[MLP_LAYERS], *b[MLP_LAYERS];   /* parameters */
+    float *gW[MLP_LAYERS], *gb[MLP_LAYERS]; /* gradients (or bucket views) */
+    braid_ddp_param_t reg[MLP_MAX_PARAMS];  /* the registration list */
+    char names[MLP_MAX_PARAMS][16];
+    int batch_cap; /* activation buffers' rows */
+    float *z[MLP_LAYERS], *a[MLP_LAYERS], *d1, *d2;
+    /* optimizer */
+    int adam;
+    float lr, momentum, beta1, beta2, eps;
+    long t;
+    float *m1[MLP_MAX_PARAMS], *m2[MLP_MAX_PARAMS];
+} mlp_t;
+
+/* Timing of one backward pass (CLOCK_MONOTONIC seconds). */
+#define MLP_MAX_EVENTS 64
+typedef struct {
+    int n;
+    char name[MLP_MAX_EVENTS][16];
+    double t0[MLP_MAX_EVENTS], t1[MLP_MAX_EVENTS];
+} mlp_events_t;
+
+int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t seed);
+void mlp_free(mlp_t *m);
+/* Points the gradients at the layer's bucket views (grad_as_bucket_view). */
+void mlp_use_views(mlp_t *m, braid_ddp_t ddp);
+/* Forward over rows x (count x dims[0]); returns the summed cross-entropy; with labels NULL
+ * only the logits are computed (in m->z[L-1]). */
+double mlp_forward(mlp_t *m, const float *x, const uint8_t *labels, int count);
+/* Backward of (1/norm) * summed loss of the last forward: writes the gradients; calls
+ * braid_ddp_grad_ready for each parameter as it is final unless ready == NULL (and ddp is not
+ * NULL), then (if defer) for all of them at the end. Returns the first error. */
+braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int count, double norm,
+                            braid_ddp_t ddp, int overlap, mlp_events_t *ev);
+void mlp_step(mlp_t *m);
+/* Correct predictions over rows [0, count). */
+long mlp_correct(mlp_t *m, const float *x, const uint8_t *labels, int count);
+uint64_t mlp_hash(const mlp_t *m);
+
+double now_s(void);
+
+#endif

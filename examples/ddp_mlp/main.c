@@ -1,0 +1,417 @@
+/* ddp_mlp: trains a 784-512-512-10 MLP on Fashion-MNIST with braid's DDP layer.
+ *
+ *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
+ *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
+ *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
+ *       [--max-steps N] [--warmup N] [--timeline FILE]
+ *
+ * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
+ * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
+ * epoch the training set is permuted from (seed, epoch), identically on every rank, and global
+ * batch t is the permutation's slice [tB, (t+1)B); rank r takes the r-th B/N of it (as a
+ * distributed sampler; the last partial batch is dropped). The gradients are averaged by the
+ * DDP layer, so the run follows one-process training with batch B.
+ *
+ * Output (rank 0): `epoch E loss L test_acc A samples_per_s S` per epoch (L: mean training
+ * loss of the epoch, A: accuracy on the test images, S: training samples per second, all
+ * ranks together); every rank at the end: `params_hash H` (FNV-1a of the final parameters'
+ * bytes; equal on every rank). With --max-steps, rank 0 also prints `step_ms M backward_ms B
+ * finish_ms F` (medians over the steps after --warmup). --timeline FILE writes one step's
+ * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Errors: a message naming
+ * the cause on stderr and exit status 1. */
+#include "ddp_mlp.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void openblas_set_num_threads(int n);
+
+typedef struct {
+    int epochs, batch, overlap, adam, w1_blocks, train_limit, test_limit, max_steps, warmup;
+    double lr, momentum, bucket_mb;
+    uint64_t seed;
+    const char *csv, *plot, *data, *timeline;
+} args_t;
+
+static braid_comm_t g_comm;
+static int g_rank;
+
+static void die(const char *what, braid_result_t r, const char *msg)
+{
+    fprintf(stderr, "ddp_mlp rank %d: %s failed: %s: %s\n", g_rank, what, braid_strerror(r), msg);
+    fflush(stderr);
+    if (g_comm) braid_comm_destroy(g_comm);
+    exit(1);
+}
+#define CK(call, what)                                                                             \
+    do {                                                                                           \
+        braid_result_t r_ = (call);                                                                \
+        if (r_) die(what, r_, braid_last_error());                                                 \
+    } while (0)
+#define CKD(call, what)                                                                            \
+    do {                                                                                           \
+        braid_result_t r_ = (call);                                                                \
+        if (r_) die(what, r_, braid_ddp_last_error());                                             \
+    } while (0)
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
+                    "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
+                    "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
+                    "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE]\n");
+    exit(2);
+}
+
+static void parse(int argc, char **argv, args_t *a)
+{
+    *a = (args_t){.epochs = 10,
+                  .batch = 128,
+                  .overlap = 1,
+                  .adam = 1,
+                  .w1_blocks = 8,
+                  .warmup = 5,
+                  .lr = -1,
+                  .momentum = 0.9,
+                  .bucket_mb = 25,
+                  .seed = 1,
+                  .data = "/usr/share/datasets/fashion-mnist"};
+    static const struct option opts[] = {{"epochs", 1, 0, 'e'},
+                                         {"batch", 1, 0, 'b'},
+                                         {"lr", 1, 0, 'l'},
+                                         {"bucket-mb", 1, 0, 'm'},
+                                         {"no-overlap", 0, 0, 'n'},
+                                         {"seed", 1, 0, 's'},
+                                         {"csv", 1, 0, 'c'},
+                                         {"plot", 1, 0, 'p'},
+                                         {"opt", 1, 0, 'o'},
+                                         {"momentum", 1, 0, 'u'},
+                                         {"w1-blocks", 1, 0, 'k'},
+                                         {"train-limit", 1, 0, 'T'},
+                                         {"test-limit", 1, 0, 'V'},
+                                         {"data", 1, 0, 'd'},
+                                         {"max-steps", 1, 0, 'S'},
+                                         {"warmup", 1, 0, 'w'},
+                                         {"timeline", 1, 0, 't'},
+                                         {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'e':
+            a->epochs = (int)strtol(optarg, &end, 10);
+            break;
+        case 'b':
+            a->batch = (int)strtol(optarg, &end, 10);
+            break;
+        case 'l':
+            a->lr = strtod(optarg, &end);
+            break;
+        case 'm':
+            a->bucket_mb = strtod(optarg, &end);
+            break;
+        case 'n':
+            a->overlap = 0;
+            break;
+        case 's':
+            a->seed = strtoull(optarg, &end, 10);
+            break;
+        case 'c':
+            a->csv = optarg;
+            break;
+        case 'p':
+            a->plot = optarg;
+            break;
+        case 'o':
+            if (!strcmp(optarg, "adam"))
+                a->adam = 1;
+            else if (!strcmp(optarg, "sgd"))
+                a->adam = 0;
+            else
+                usage();
+            break;
+        case 'u':
+            a->momentum = strtod(optarg, &end);
+            break;
+        case 'k':
+            a->w1_blocks = (int)strtol(optarg, &end, 10);
+            break;
+        case 'T':
+            a->train_limit = (int)strtol(optarg, &end, 10);
+            break;
+        case 'V':
+            a->test_limit = (int)strtol(optarg, &end, 10);
+            break;
+        case 'd':
+            a->data = optarg;
+            break;
+        case 'S':
+            a->max_steps = (int)strtol(optarg, &end, 10);
+            break;
+        case 'w':
+            a->warmup = (int)strtol(optarg, &end, 10);
+            break;
+        case 't':
+            a->timeline = optarg;
+            break;
+        default:
+            usage();
+        }
+        if (end && *end) {
+            fprintf(stderr, "ddp_mlp: bad number '%s'\n", optarg);
+            exit(2);
+        }
+    }
+    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0) usage();
+    if (a->lr < 0) a->lr = a->adam ? 1e-3 : 0.05;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* The same permutation of [0, n) on every rank, from (seed, epoch). */
+static void permute(int *perm, int n, uint64_t seed, int epoch)
+{
+    uint64_t s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull);
+    if (!s) s = 1;
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng(&s) % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n)
+{
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void write_timeline(const char *file, int rank, braid_ddp_t ddp, const mlp_events_t *ev,
+                           double t_fin0, double t_fin1)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s.%d", file, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return;
+    }
+    fprintf(f, "rank,kind,name,t0,t1\n");
+    for (int i = 0; i < ev->n; i++)
+        fprintf(f, "%d,backward,%s,%.6f,%.6f\n", rank, ev->name[i], ev->t0[i], ev->t1[i]);
+    for (int b = 0; b < braid_ddp_num_buckets(ddp); b++) {
+        braid_ddp_bucket_info_t in;
+        if (braid_ddp_bucket_info(ddp, b, &in)) continue;
+        fprintf(f, "%d,allreduce,bucket %d (%.2f MB),%.6f,%.6f\n", rank, b, (double)in.bytes / 1e6,
+                in.t_launch, in.t_done);
+    }
+    fprintf(f, "%d,finish,finish,%.6f,%.6f\n", rank, t_fin0, t_fin1);
+    fclose(f);
+}
+
+/* Loss and accuracy curves with gnuplot (rank 0). */
+static void plot(const char *png, const double *loss, const double *acc, int n)
+{
+    char dat[1100];
+    snprintf(dat, sizeof(dat), "%s.dat", png);
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+        perror(dat);
+        return;
+    }
+    for (int e = 0; e < n; e++)
+        fprintf(f, "%d %.6f %.6f\n", e + 1, loss[e], acc[e]);
+    fclose(f);
+    FILE *g = popen("gnuplot", "w");
+    if (!g) {
+        perror("gnuplot");
+        return;
+    }
+    fprintf(
+        g,
+        "set terminal pngcairo size 800,500\nset output '%s'\nset xlabel 'epoch'\n"
+        "set ylabel 'training loss'\nset y2label 'test accuracy'\nset y2tics\nset ytics nomirror\n"
+        "set grid\nset key center right\n"
+        "plot '%s' using 1:2 with linespoints title 'loss' axes x1y1, "
+        "'%s' using 1:3 with linespoints title 'test accuracy' axes x1y2\n",
+        png, dat, dat);
+    if (pclose(g) != 0) fprintf(stderr, "ddp_mlp: gnuplot failed (is gnuplot installed?)\n");
+    remove(dat);
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    parse(argc, argv, &a);
+    openblas_set_num_threads(1); /* one BLAS thread per rank */
+    CK(braid_comm_init_env(&g_comm), "braid_comm_init_env");
+    int n;
+    CK(braid_comm_rank(g_comm, &g_rank), "braid_comm_rank");
+    CK(braid_comm_size(g_comm, &n), "braid_comm_size");
+    if (a.batch % n) {
+        fprintf(stderr, "ddp_mlp: --batch %d is not divisible by the %d ranks\n", a.batch, n);
+        braid_comm_destroy(g_comm);
+        return 2;
+    }
+    int per = a.batch / n;
+    dataset_t train, test;
+    if (dataset_load(&train, a.data, "train", a.train_limit) ||
+        dataset_load(&test, a.data, "t10k", a.test_limit)) {
+        braid_comm_destroy(g_comm);
+        return 1;
+    }
+    const int dims[MLP_LAYERS + 1] = {784, 512, 512, 10};
+    mlp_t m;
+    if (mlp_init(&m, dims, a.w1_blocks, per > 500 ? per : 500, a.seed)) {
+        fprintf(stderr, "ddp_mlp: model initialisation failed\n");
+        return 1;
+    }
+    m.adam = a.adam;
+    m.lr = (float)a.lr;
+    m.momentum = (float)a.momentum;
+    m.beta1 = 0.9f;
+    m.beta2 = 0.999f;
+    m.eps = 1e-8f;
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    o.bucket_cap_bytes = (size_t)(a.bucket_mb * 1048576.0);
+    if (o.first_bucket_bytes > o.bucket_cap_bytes) o.first_bucket_bytes = o.bucket_cap_bytes;
+    o.grad_as_bucket_view = 1;
+    braid_ddp_t ddp;
+    CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
+    mlp_use_views(&m, ddp);
+
+    int steps_per_epoch = train.n / a.batch;
+    int *perm = malloc((size_t)train.n * sizeof(int));
+    float *xb = malloc((size_t)per * 784 * sizeof(float));
+    uint8_t *yb = malloc((size_t)per);
+    int cap_steps = a.max_steps > 0 ? a.max_steps : steps_per_epoch * a.epochs;
+    double *t_step = calloc((size_t)cap_steps + 1, sizeof(double));
+    double *t_bwd = calloc((size_t)cap_steps + 1, sizeof(double));
+    double *t_fin = calloc((size_t)cap_steps + 1, sizeof(double));
+    double *loss_hist = calloc((size_t)a.epochs, sizeof(double));
+    double *acc_hist = calloc((size_t)a.epochs, sizeof(double));
+    if (!perm || !xb || !yb || !t_step || !t_bwd || !t_fin || !loss_hist || !acc_hist) {
+        fprintf(stderr, "ddp_mlp: out of memory\n");
+        return 1;
+    }
+    if (steps_per_epoch < 1) {
+        fprintf(stderr, "ddp_mlp: %d training images < one batch of %d\n", train.n, a.batch);
+        return 2;
+    }
+    FILE *csv = NULL;
+    if (a.csv && g_rank == 0) {
+        csv = fopen(a.csv, "w");
+        if (!csv) {
+            perror(a.csv);
+            return 1;
+        }
+        fprintf(csv, "epoch,loss,test_acc,samples_per_s\n");
+    }
+    int timeline_step = a.max_steps > 0 ? a.max_steps - 1 : 20;
+    mlp_events_t ev;
+    int gstep = 0, done = 0, epochs_run = 0;
+    for (int epoch = 1; epoch <= a.epochs && !done; epoch++) {
+        permute(perm, train.n, a.seed, epoch);
+        double loss_sum = 0, t0 = now_s();
+        int steps = 0;
+        for (int s = 0; s < steps_per_epoch; s++) {
+            double ts = now_s();
+            const int *idx = perm + (size_t)s * (size_t)a.batch + (size_t)g_rank * (size_t)per;
+            dataset_rows(&train, idx, per, xb);
+            for (int r = 0; r < per; r++)
+                yb[r] = train.label[idx[r]];
+            loss_sum += mlp_forward(&m, xb, yb, per);
+            ev.n = 0;
+            double tb = now_s();
+            CKD(mlp_backward(&m, xb, yb, per, per, ddp, a.overlap, &ev), "backward (grad_ready)");
+            double tf = now_s();
+            CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
+            double te = now_s();
+            mlp_step(&m);
+            t_step[gstep] = now_s() - ts;
+            t_bwd[gstep] = tf - tb;
+            t_fin[gstep] = te - tf;
+            if (a.timeline && gstep == timeline_step)
+                write_timeline(a.timeline, g_rank, ddp, &ev, tf, te);
+            steps++;
+            if (++gstep >= cap_steps) {
+                done = 1;
+                break;
+            }
+        }
+        double train_s = now_s() - t0;
+        /* epoch loss over every rank's samples, test accuracy over the test set's shards */
+        int lo = (int)((long)test.n * g_rank / n), hi = (int)((long)test.n * (g_rank + 1) / n);
+        int *tidx = malloc((size_t)(hi - lo > 0 ? hi - lo : 1) * sizeof(int));
+        float *tx = malloc((size_t)(hi - lo > 0 ? hi - lo : 1) * 784 * sizeof(float));
+        if (!tidx || !tx) {
+            fprintf(stderr, "ddp_mlp: out of memory\n");
+            return 1;
+        }
+        for (int i = lo; i < hi; i++)
+            tidx[i - lo] = i;
+        dataset_rows(&test, tidx, hi - lo, tx);
+        double red[3] = {loss_sum, (double)steps * per,
+                         (double)mlp_correct(&m, tx, test.label + lo, hi - lo)};
+        free(tidx);
+        free(tx);
+        CK(braid_allreduce(red, red, 3, BRAID_FLOAT64, BRAID_SUM, g_comm), "epoch statistics");
+        double loss = red[0] / (red[1] > 0 ? red[1] : 1), acc = red[2] / test.n;
+        double sps = (double)steps * a.batch / train_s;
+        loss_hist[epochs_run] = loss;
+        acc_hist[epochs_run++] = acc;
+        if (g_rank == 0) {
+            printf("epoch %d loss %.4f test_acc %.4f samples_per_s %.0f\n", epoch, loss, acc, sps);
+            fflush(stdout);
+            if (csv) {
+                fprintf(csv, "%d,%.6f,%.6f,%.1f\n", epoch, loss, acc, sps);
+                fflush(csv);
+            }
+        }
+    }
+    if (a.max_steps > 0 && g_rank == 0) {
+        int k = gstep - a.warmup;
+        int off = k > 0 ? a.warmup : 0;
+        if (k <= 0) k = gstep;
+        double ms = median(t_step + off, k) * 1e3, mb = median(t_bwd + off, k) * 1e3;
+        double mf = median(t_fin + off, k) * 1e3;
+        printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
+    }
+    if (csv) fclose(csv);
+    if (a.plot && g_rank == 0) plot(a.plot, loss_hist, acc_hist, epochs_run);
+    printf("params_hash %016llx\n", (unsigned long long)mlp_hash(&m));
+    fflush(stdout);
+    braid_ddp_destroy(ddp);
+    braid_comm_destroy(g_comm);
+    mlp_free(&m);
+    dataset_free(&train);
+    dataset_free(&test);
+    free(perm);
+    free(xb);
+    free(yb);
+    free(t_step);
+    free(t_bwd);
+    free(t_fin);
+    free(loss_hist);
+    free(acc_hist);
+    return 0;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# DDP overlap benchmark: the trainer's step time with the buckets' all-reduces started during
+# backward (overlap) against the same step with every bucket reduced only after the whole
+# backward pass (ddp_mlp --no-overlap), on 2 and 4 ranks over shared memory (braid-run) and
+# over 2 network-namespace hosts whose links are shaped to 1 Gbit/s (tests/net/netns.sh
+# --rate 1gbit --burst 128kb --bind; needs root), 1 or 2 ranks per host.
+#
+# Each run trains MAX_STEPS steps (default 60) of the 784-512-512-10 MLP on Fashion-MNIST and
+# prints the medians over the steps after the first WARMUP (default 10): step_ms, backward_ms
+# (forward excluded; includes grad_ready) and finish_ms (the wait for the reductions left
+# when backward is done). ROUNDS rounds (default 3), overlap and no-overlap alternating in
+# order; the summary is the median over rounds of each figure.
+#   comm_ms   = finish_ms without overlap: the all-reduce time of a step (nothing hides it)
+#   hidden    = (step_noov - step_ov) / comm_ms: the fraction of it the overlap removed
+#   exposed   = finish_ms with overlap
+# A timeline of one overlapped step per setup is drawn by perf/ddp_timeline.py into OUT_DIR.
+#
+#   perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]
+# Environment: BATCH (global batch, default 128 per rank), BUCKET_MB (default 1),
+# MAX_STEPS, WARMUP, SETUPS (default "shm2 shm4 net2 net4").
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${1:?usage: perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]}
+rounds=${2:-3}
+bin=$(cd "${3:-build}/bin" && pwd)
+bucket=${BUCKET_MB:-1}
+steps=${MAX_STEPS:-60}
+warm=${WARMUP:-10}
+setups=${SETUPS:-"shm2 shm4 net2 net4"}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+raw="$out/raw.txt"
+: >"$raw"
+run() { # setup mode round
+    local setup=$1 mode=$2 round=$3 n extra=() tl=""
+    case $setup in
+    shm2 | net2) n=2 ;;
+    shm4 | net4) n=4 ;;
+    esac
+    local batch=${BATCH:-$((128 * n))}
+    [ "$mode" = noov ] && extra=(--no-overlap)
+    [ "$round" = 1 ] && tl=(--timeline "$out/timeline-$setup-$mode")
+    local args=(--epochs 1 --batch "$batch" --bucket-mb "$bucket" --max-steps "$steps"
+        --warmup "$warm" --train-limit 60000 --test-limit 100 "${extra[@]}" ${tl:+"${tl[@]}"})
+    local line
+    case $setup in
+    shm*) line=$("$bin/braid-run" -n "$n" --timeout 600 "$bin/ddp_mlp" "${args[@]}" 2>&1 |
+        grep '^step_ms') ;;
+    net*) line=$(tests/net/netns.sh --timeout 600 --hosts 2 --ranks-per-host $((n / 2)) \
+        --rate 1gbit --burst 128kb --bind -- "$bin/ddp_mlp" "${args[@]}" 2>&1 | grep '^step_ms') ;;
+    esac
+    echo "$setup $mode round $round batch $batch bucket_mb $bucket $line" | tee -a "$raw"
+}
+for r in $(seq 1 "$rounds"); do
+    for s in $setups; do
+        if [ $((r % 2)) -eq 1 ]; then
+            run "$s" ov "$r"
+            run "$s" noov "$r"
+        else
+            run "$s" noov "$r"
+            run "$s" ov "$r"
+        fi
+    done
+done
+python3 - "$raw" <<'PY' | tee "$out/summary.md"
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if "step_ms" not in f:
+        continue
+    kv = {f[i]: f[i + 1] for i in range(len(f) - 1)}
+    rows.setdefault((f[0], f[1]), []).append(
+        (float(kv["step_ms"]), float(kv["backward_ms"]), float(kv["finish_ms"]), kv["batch"]))
+print("| setup | ranks | global batch | step ms (overlap) | step ms (no overlap) | comm ms (no-overlap finish) | exposed ms (overlap finish) | hidden |")
+print("|---|---|---|---|---|---|---|---|")
+names = {"shm2": ("shm", 2), "shm4": ("shm", 4), "net2": ("2 hosts x 1, 1 Gbit/s", 2),
+         "net4": ("2 hosts x 2, 1 Gbit/s", 4)}
+for s in ["shm2", "shm4", "net2", "net4"]:
+    if (s, "ov") not in rows or (s, "noov") not in rows:
+        continue
+    med = lambda k, i: statistics.median(r[i] for r in rows[(s, k)])
+    so, sn, cn, fo = med("ov", 0), med("noov", 0), med("noov", 2), med("ov", 2)
+    hid = (sn - so) / cn if cn > 0 else float("nan")
+    print(f"| {names[s][0]} | {names[s][1]} | {rows[(s, 'ov')][0][3]} | {so:.1f} | {sn:.1f} | {cn:.1f} | {fo:.1f} | {hid * 100:.0f}% |")
+PY
+for s in $setups; do
+    for m in ov noov; do
+        files=("$out/timeline-$s-$m".[0-9]*)
+        [ -e "${files[0]}" ] || continue
+        python3 perf/ddp_timeline.py -o "$out/timeline-$s-$m.png" \
+            --title "ddp_mlp, one step, $s, $m (bucket ${bucket} MiB)" "${files[@]}"
+    done
+done

@@ -1,0 +1,232 @@
+/* Suite `ddp_mlp`: the Fashion-MNIST trainer (examples/ddp_mlp) as separate processes: a short
+ * run under braid-run on a slice of the data (the output format, the accuracy a real model
+ * reaches on it, identical parameters on every rank, the CSV), and a rank SIGKILLed in the
+ * middle of training (started by hand, without the launcher, which would kill the others
+ * itself): every survivor must exit non-zero on its own, within the timeout, naming rank 1.
+ * Skipped when the trainer was not built (no OpenBLAS/zlib). */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+static char g_bin[PATH_MAX];
+static char g_dir[PATH_MAX];
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void setup(void)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env && *env) {
+        snprintf(g_bin, sizeof(g_bin), "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", g_bin, sizeof(g_bin) - 1);
+        cr_assert(n > 0);
+        g_bin[n] = '\0';
+        *strrchr(g_bin, '/') = '\0';
+    }
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
+    if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
+    cr_assert_eq(access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK), 0,
+                 "ddp_mlp is built but Fashion-MNIST is missing: apt-get install "
+                 "dataset-fashion-mnist");
+    snprintf(g_dir, sizeof(g_dir), "/tmp/braid-ddpmlp-XXXXXX");
+    cr_assert(mkdtemp(g_dir));
+}
+
+static void teardown(void)
+{
+    if (!g_dir[0]) return;
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return strdup("");
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Starts argv with stdout/stderr to files in g_dir; extra environment in env (NULL ends). */
+static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof(p), "%s/%s", g_dir, out);
+        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        snprintf(p, sizeof(p), "%s/%s", g_dir, err);
+        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid, double timeout_s, int *status)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < timeout_s) {
+        pid_t p = waitpid(pid, status, WNOHANG);
+        if (p == pid) return 0;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
+}
+
+TestSuite(ddp_mlp, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
+{
+    char run[PATH_MAX + 16], prog[PATH_MAX + 16], csv[PATH_MAX + 16];
+    snprintf(run, sizeof(run), "%s/braid-run", g_bin);
+    snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
+    snprintf(csv, sizeof(csv), "%s/curve.csv", g_dir);
+    char *argv[] = {run,
+                    "-n",
+                    "2",
+                    "--timeout",
+                    "200",
+                    prog,
+                    "--epochs",
+                    "1",
+                    "--train-limit",
+                    "6000",
+                    "--test-limit",
+                    "2000",
+                    "--batch",
+                    "64",
+                    "--csv",
+                    csv,
+                    NULL};
+    int st;
+    unsetenv("BRAID_ROOT");
+    pid_t pid = spawn(argv, "out", "err", NULL);
+    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/out", g_dir);
+    char *out = slurp(p);
+    snprintf(p, sizeof(p), "%s/err", g_dir);
+    char *err = slurp(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d; stderr:\n%s", st, err);
+    int e;
+    double loss, acc, sps;
+    const char *line = strstr(out, "epoch ");
+    cr_assert(line, "no epoch line in:\n%s", out);
+    cr_assert_eq(
+        sscanf(line, "epoch %d loss %lf test_acc %lf samples_per_s %lf", &e, &loss, &acc, &sps), 4,
+        "malformed: %s", line);
+    cr_assert_eq(e, 1);
+    /* 93 steps of Adam on 6000 images: a working model is far above chance (10%). */
+    cr_assert(acc > 0.70 && acc <= 1.0, "test accuracy %.4f after one epoch on 6000 images", acc);
+    cr_assert(loss > 0 && loss < 1.5 && sps > 0, "loss %.4f samples/s %.0f", loss, sps);
+    char h1[32] = "", h2[32] = "";
+    const char *a = strstr(out, "params_hash ");
+    cr_assert(a, "no params_hash in:\n%s", out);
+    const char *b = strstr(a + 1, "params_hash ");
+    cr_assert(b, "one params_hash line, expected one per rank:\n%s", out);
+    cr_assert_eq(sscanf(a, "params_hash %31s", h1), 1);
+    cr_assert_eq(sscanf(b, "params_hash %31s", h2), 1);
+    cr_assert_str_eq(h1, h2, "ranks ended with different parameters");
+    char *c = slurp(csv);
+    cr_assert(!strncmp(c, "epoch,loss,test_acc,samples_per_s\n1,", 36), "csv:\n%s", c);
+    free(c);
+    free(out);
+    free(err);
+}
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
+{
+    const int n = 3;
+    char prog[PATH_MAX + 16];
+    snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
+    char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
+    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", free_port());
+    snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
+    pid_t pids[3];
+    char rk[3][32], outs[3][16], errs[3][16];
+    char *argv[] = {prog,      "--epochs", "100", "--train-limit", "3000", "--test-limit", "300",
+                    "--batch", "60",       NULL};
+    for (int r = 0; r < n; r++) {
+        snprintf(rk[r], sizeof(rk[r]), "BRAID_RANK=%d", r);
+        snprintf(outs[r], sizeof(outs[r]), "out%d", r);
+        snprintf(errs[r], sizeof(errs[r]), "err%d", r);
+        char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
+        pids[r] = spawn(argv, outs[r], errs[r], env);
+    }
+    /* Mid-training: after rank 0 has reported its second epoch. */
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/out0", g_dir);
+    double t0 = now_s();
+    int seen = 0;
+    while (!seen && now_s() - t0 < 150) {
+        char *o = slurp(p);
+        seen = strstr(o, "epoch 2 ") != NULL;
+        free(o);
+        if (!seen) usleep(50000);
+    }
+    cr_assert(seen, "rank 0 never reported epoch 2");
+    kill(pids[1], SIGKILL);
+    double tk = now_s();
+    int st;
+    waitpid(pids[1], &st, 0);
+    for (int r = 0; r < n; r++) {
+        if (r == 1) continue;
+        int w = wait_for(pids[r], 30, &st);
+        double dt = now_s() - tk;
+        snprintf(p, sizeof(p), "%s/err%d", g_dir, r);
+        char *err = slurp(p);
+        cr_assert_eq(w, 0, "rank %d still running 30 s after rank 1 was killed; stderr:\n%s", r,
+                     err);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d; stderr:\n%s", r, st,
+                  err);
+        cr_assert(strstr(err, "rank 1"), "rank %d's error does not name rank 1:\n%s", r, err);
+        cr_assert(dt < 25, "rank %d took %.1f s to fail", r, dt);
+        fprintf(stderr, "ddp_mlp rank %d exited %d after %.2f s: %s", r, WEXITSTATUS(st), dt, err);
+        free(err);
+    }
+}
