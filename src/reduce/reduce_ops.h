@@ -232,14 +232,17 @@ BRAID_ROP_FN uint16_t braid_rop_f2bf(float f)
 /* ---- float8 conversions (OCP FP8 e4m3 "fn" and e5m2) -------------------------------------- */
 
 /* e4m3 -> float32, exact: bias 7, no infinities, S.1111.111 is the only NaN (quiet, sign
- * kept). Subnormals: mant * 2^-9 is exact in float. */
+ * kept). Subnormals mant * 2^-9 are normalized with integer operations only: with float
+ * arithmetic in a select GCC does not vectorize the loop (trapping math), with these it
+ * does (AVX2, AVX-512). p is the position of mant's leading bit. */
 BRAID_ROP_FN float braid_rop_e4m32f(uint8_t b)
 {
     uint32_t sign = (uint32_t)(b & 0x80u) << 24;
     uint32_t exp = ((uint32_t)b >> 3) & 0xfu;
     uint32_t mant = (uint32_t)b & 0x7u;
     uint32_t normal = ((exp + 120u) << 23) | (mant << 20);
-    uint32_t sub = braid_rop_f32_bits((float)(int32_t)mant * 0x1p-9f);
+    uint32_t p = (uint32_t)(mant >= 4u) + (uint32_t)(mant >= 2u);
+    uint32_t sub = mant == 0 ? 0u : ((118u + p) << 23) | ((mant << (23u - p)) & 0x7fffffu);
     uint32_t r = (b & 0x7fu) == 0x7fu ? 0x7fc00000u : (exp != 0 ? normal : sub);
     return braid_rop_f32_from(r | sign);
 }
@@ -271,7 +274,8 @@ BRAID_ROP_FN uint8_t braid_rop_f2e4m3(float f)
 }
 
 /* e5m2 -> float32, exact: the top byte of a float16 (bias 15, infinities, NaNs keep sign and
- * payload, a signaling one stays signaling). Subnormals: mant * 2^-16. */
+ * payload, a signaling one stays signaling). Subnormals mant * 2^-16, normalized with integer
+ * operations as in braid_rop_e4m32f. */
 BRAID_ROP_FN float braid_rop_e5m22f(uint8_t b)
 {
     uint32_t sign = (uint32_t)(b & 0x80u) << 24;
@@ -279,7 +283,8 @@ BRAID_ROP_FN float braid_rop_e5m22f(uint8_t b)
     uint32_t mant = (uint32_t)b & 0x3u;
     uint32_t normal = ((exp + 112u) << 23) | (mant << 21);
     uint32_t special = 0x7f800000u | (mant << 21);
-    uint32_t sub = braid_rop_f32_bits((float)(int32_t)mant * 0x1p-16f);
+    uint32_t p = (uint32_t)(mant >= 2u);
+    uint32_t sub = mant == 0 ? 0u : ((111u + p) << 23) | ((mant << (23u - p)) & 0x7fffffu);
     uint32_t r = exp == 0x1fu ? special : (exp != 0 ? normal : sub);
     return braid_rop_f32_from(r | sign);
 }
