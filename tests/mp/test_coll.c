@@ -30,7 +30,8 @@ static void *xmalloc(size_t n)
 static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
     const opts_t *o = arg;
-    size_t counts[] = {0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n + 1, 1009, 65537};
+    size_t counts[] = {
+        0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n + 1, 1009, quick() ? 16411 : 65537};
     int seed = 1;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (int op = 0; op < BRAID_NUM_OPS; op++)
