@@ -21,4 +21,13 @@ cmake -S "$prefix/proj" -B "$prefix/proj/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/
 cmake --build "$prefix/proj/b" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
+# The PyTorch backend, when built: importable from the prefix's Python directory (on
+# sys.path for /usr/local and /usr; here a temporary prefix, so PYTHONPATH names it), finding
+# the prefix's libbraid through its RPATH.
+if [ -f build/python/braid_torch/__init__.py ]; then
+  pydir=$(ls -d "$prefix"/lib/python3*/dist-packages)
+  (cd / && PYTHONPATH="$pydir" /usr/bin/python3 -c "import braid_torch, torch.distributed as d; \
+assert braid_torch.__file__.startswith('$prefix'), braid_torch.__file__; \
+assert d.Backend.BRAID == 'BRAID'; print('install smoke: braid_torch imports from', braid_torch.__file__)")
+fi
 echo "install smoke: pkg-config and find_package builds ran"

@@ -10,13 +10,13 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WERROR=ON >/dev/null || exit 1
 cmake --build build -j"$jobs" || exit 1
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBRAID_SANITIZE=ON -DBRAID_WERROR=ON \
-  -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
+  -DBRAID_WITH_CUDA=OFF -DBRAID_WITH_TORCH=OFF >/dev/null || exit 1
 cmake --build build-asan -j"$jobs" --target braid_tests || exit 1
 # The RDMA VM run of the sanitizer build (below) needs these too.
 cmake --build build-asan -j"$jobs" --target braid_conformance all_reduce_perf braid braid-info || exit 1
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR=ON \
-  -DBRAID_WITH_CUDA=OFF >/dev/null || exit 1
+  -DBRAID_WITH_CUDA=OFF -DBRAID_WITH_TORCH=OFF >/dev/null || exit 1
 cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 
 status=0
@@ -41,6 +41,17 @@ done
 echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
 BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll\|zero-copy ring' bash tests/rdma/run_rdma_tests.sh build-asan ||
   status=1
+echo "== PyTorch backend (pytest tests/torch: collectives at 1..4 ranks vs Gloo, DDP, faults)"
+# pytest exits 0 when every test passed (skips are listed by -rs), 1 on failures, 2-4 on
+# interruption or usage/internal errors, 5 when it collected nothing: all but 0 fail the run.
+if [ -f build/python/braid_torch/__init__.py ]; then
+  PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/torch
+  rc=$?
+  [ $rc -eq 0 ] || { echo "pytest exited $rc"; status=1; }
+else
+  echo "braid_torch was not built (the configure summary says why)"
+  status=1
+fi
 echo "== braid test suite"
 build/bin/braid_tests --jobs "$jobs" || status=1
 exit $status

@@ -3,7 +3,7 @@
  *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
- *       [--max-steps N] [--warmup N] [--timeline FILE]
+ *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
  * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
@@ -33,6 +33,7 @@ typedef struct {
     double lr, momentum, bucket_mb;
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
+    braid_datatype_t compress; /* BRAID_FLOAT32 = none */
 } args_t;
 
 static braid_comm_t g_comm;
@@ -61,7 +62,8 @@ static void usage(void)
     fprintf(stderr, "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
                     "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
                     "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
-                    "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE]\n");
+                    "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
+                    "[--compress none|fp16|bf16]\n");
     exit(2);
 }
 
@@ -77,6 +79,7 @@ static void parse(int argc, char **argv, args_t *a)
                   .momentum = 0.9,
                   .bucket_mb = 25,
                   .seed = 1,
+                  .compress = BRAID_FLOAT32,
                   .data = "/usr/share/datasets/fashion-mnist"};
     static const struct option opts[] = {{"epochs", 1, 0, 'e'},
                                          {"batch", 1, 0, 'b'},
@@ -295,6 +298,11 @@ int main(int argc, char **argv)
     o.bucket_cap_bytes = (size_t)(a.bucket_mb * 1048576.0);
     if (o.first_bucket_bytes > o.bucket_cap_bytes) o.first_bucket_bytes = o.bucket_cap_bytes;
     o.grad_as_bucket_view = 1;
+    braid_ddp_hook_t hook = {0};
+    if (a.compress != BRAID_FLOAT32) {
+        CKD(braid_ddp_hook_compress(&hook, a.compress), "braid_ddp_hook_compress");
+        o.hook = &hook;
+    }
     braid_ddp_t ddp;
     CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
     mlp_use_views(&m, ddp);
@@ -401,6 +409,7 @@ int main(int argc, char **argv)
     printf("params_hash %016llx\n", (unsigned long long)mlp_hash(&m));
     fflush(stdout);
     braid_ddp_destroy(ddp);
+    braid_ddp_hook_compress_free(&hook);
     braid_comm_destroy(g_comm);
     mlp_free(&m);
     dataset_free(&train);

@@ -157,6 +157,19 @@ BRAID_API braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t 
 BRAID_API braid_result_t braid_comm_rank(braid_comm_t comm, int *rank_p);
 BRAID_API braid_result_t braid_comm_size(braid_comm_t comm, int *size_p);
 
+/**
+ * Sets comm's per-operation timeout: how many seconds a wait inside a collective (or
+ * point-to-point operation) on a live but silent peer may last before BRAID_ERR_TIMEOUT,
+ * as BRAID_TIMEOUT does for every communicator at init. Applies to operations started
+ * afterwards, on comm and on the sub-communicators braid made for it; communicators
+ * braid_comm_split makes from comm start with it. timeout_s must be > 0 and finite
+ * (BRAID_ERR_INVALID_ARG); BRAID_ERR_INVALID_USAGE while a non-blocking operation is pending.
+ * Not thread-safe with a blocking collective on comm in another thread.
+ */
+BRAID_API braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s);
+/** comm's per-operation timeout in seconds (BRAID_TIMEOUT or braid_comm_set_timeout's). */
+BRAID_API braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p);
+
 /** The color that makes braid_comm_split return no communicator (NULL) to the caller. */
 #define BRAID_SPLIT_NOCOLOR (-1)
 /**

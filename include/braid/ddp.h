@@ -158,6 +158,22 @@ BRAID_API braid_result_t braid_ddp_bucket_info(braid_ddp_t ddp, int b,
 /** Bucket holding parameter i and its element offset in it; -1 if i is out of range. */
 BRAID_API int braid_ddp_param_bucket(braid_ddp_t ddp, int i, size_t *offset_p);
 
+/**
+ * Gradient compression hook (fills *hook_p; pass it in braid_ddp_options_t.hook): float32
+ * buckets are cast to wire_dtype (BRAID_FLOAT16 or BRAID_BFLOAT16, round to nearest even),
+ * all-reduced in it (braid reduces both in float32 and rounds once per step), and cast back.
+ * Half the bytes per step; float16 saturates to infinity from 65520 and flushes below 2^-24
+ * (scale the loss if gradients can be that large or small). Buckets of other dtypes go
+ * uncompressed. Free with braid_ddp_hook_compress_free after braid_ddp_destroy.
+ */
+BRAID_API braid_result_t braid_ddp_hook_compress(braid_ddp_hook_t *hook_p,
+                                                 braid_datatype_t wire_dtype);
+BRAID_API void braid_ddp_hook_compress_free(braid_ddp_hook_t *hook);
+/** The conversions the hook uses: float32 -> float16/bfloat16 (round to nearest even, NaN
+ * kept quiet) and back (exact); BRAID_ERR_UNSUPPORTED for other pairs. */
+BRAID_API braid_result_t braid_ddp_cast(const void *in, braid_datatype_t in_dtype, void *out,
+                                        braid_datatype_t out_dtype, size_t count);
+
 /** The calling thread's message for its last failed braid_ddp call ("" if none). Errors of
  * the communicator carry braid_last_error()'s text. */
 BRAID_API const char *braid_ddp_last_error(void);

@@ -12,6 +12,7 @@
 #include "transport/rdma.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -148,6 +149,40 @@ braid_result_t braid_comm_size(braid_comm_t comm, int *size_p)
     BRAID_CHECK(braid_comm_check(comm));
     if (!size_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "size_p is NULL");
     *size_p = comm->nranks;
+    return BRAID_SUCCESS;
+}
+
+static void set_timeout_tree(struct braid_comm *comm, double timeout_s)
+{
+    comm->timeout_s = timeout_s;
+    braid_algo_state_t *st = comm->algo_state;
+    if (st && st->intra) set_timeout_tree(st->intra, timeout_s);
+    if (st && st->inter) set_timeout_tree(st->inter, timeout_s);
+}
+
+braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!(timeout_s > 0) || !isfinite(timeout_s))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "comm_set_timeout: timeout_s %g is not a positive finite number",
+                               timeout_s);
+    pthread_mutex_lock(&comm->q_lock);
+    int pending = comm->q_pending;
+    if (!pending) set_timeout_tree(comm, timeout_s);
+    pthread_mutex_unlock(&comm->q_lock);
+    if (pending)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                               "comm_set_timeout: %d non-blocking operation(s) pending on comm",
+                               pending);
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p)
+{
+    BRAID_CHECK(braid_comm_check(comm));
+    if (!timeout_s_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "timeout_s_p is NULL");
+    *timeout_s_p = comm->timeout_s;
     return BRAID_SUCCESS;
 }
 

@@ -117,6 +117,7 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
     parent_host = NULL;
     if (quiet_log) braid_log_set_rank(comm->rank);
     if (res < 0) goto out;
+    nc->timeout_s = comm->timeout_s; /* braid_comm_set_timeout's value carries over */
     *newcomm_p = nc;
 out:
     free(all);

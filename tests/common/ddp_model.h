@@ -20,7 +20,7 @@ typedef struct {
     float *p[2 * DM_MAX_LAYERS]; /* parameters */
     float *g[2 * DM_MAX_LAYERS]; /* gradients (may be redirected to bucket views) */
     size_t count[2 * DM_MAX_LAYERS];
-    char names[2 * DM_MAX_LAYERS][8];
+    char names[2 * DM_MAX_LAYERS][16];
 } dm_model_t;
 
 /* dims has nlayers + 1 entries. Parameters drawn from seed (deterministic), gradients zero. */

@@ -1,0 +1,176 @@
+// braid as a c10d backend: ProcessGroupBraid runs every operation on braid's public C API
+// (include/braid/braid.h only) on one worker thread per group, in the order the operations were
+// issued. Each call returns a WorkBraid at once; the worker completes it (and its future, which
+// DDP's reducer waits on) with the output tensors, or with braid's error message.
+#pragma once
+
+#include <torch/version.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <ATen/core/ivalue.h>
+
+#include <braid/braid.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+// torch >= 2.0 splits the backend (c10d::Backend) from the user-facing ProcessGroup.
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define BRAID_TORCH_BASE ::c10d::Backend
+#else
+#define BRAID_TORCH_BASE ::c10d::ProcessGroup
+#endif
+
+namespace braid_torch
+{
+
+// Thrown for every failure; pybind11 turns it into RuntimeError with the text.
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+class WorkBraid : public ::c10d::Work
+{
+  public:
+    WorkBraid(int rank, ::c10d::OpType type, const char *name, std::vector<at::Tensor> outputs);
+    ~WorkBraid() override;
+
+    // Waits up to timeout (kNoTimeout: until done); rethrows the operation's error.
+    bool wait(std::chrono::milliseconds timeout) override;
+    std::vector<at::Tensor> result() override;
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+    // Called once by the worker thread.
+    void complete();
+    void fail(std::exception_ptr err);
+
+    const char *name() const
+    {
+        return name_;
+    }
+
+  private:
+    const char *name_;
+    std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupBraid : public BRAID_TORCH_BASE
+{
+  public:
+    // Bootstraps a new braid communicator through store (group rank 0 creates the unique id
+    // and sets it under a key of the store; the others get it), or, when parent is given,
+    // splits parent's communicator (color 0: every parent rank must create it).
+    ProcessGroupBraid(const c10::intrusive_ptr<::c10d::Store> &store, int rank, int size,
+                      std::chrono::milliseconds timeout, ProcessGroupBraid *parent = nullptr);
+    ~ProcessGroupBraid() override;
+
+    const std::string getBackendName() const override
+    {
+        return "braid";
+    }
+
+    c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                               const ::c10d::BroadcastOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                               const ::c10d::AllreduceOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work>
+    allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                        const ::c10d::AllreduceCoalescedOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                            const ::c10d::ReduceOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                               std::vector<at::Tensor> &inputs,
+                                               const ::c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                     const ::c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work>
+    allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputLists,
+                        std::vector<at::Tensor> &inputs,
+                        const ::c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const ::c10d::GatherOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                             std::vector<std::vector<at::Tensor>> &inputs,
+                                             const ::c10d::ScatterOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work>
+    reduce_scatter(std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+                   const ::c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work>
+    _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                         const ::c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                   std::vector<int64_t> &outputSplits,
+                                                   std::vector<int64_t> &inputSplits,
+                                                   const ::c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                              std::vector<at::Tensor> &inputs,
+                                              const ::c10d::AllToAllOptions &opts) override;
+    c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
+                                          int tag) override;
+    c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
+                                          int tag) override;
+    c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
+                                                   int tag) override;
+    c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions &opts) override;
+    void monitoredBarrier(const ::c10d::BarrierOptions &opts, bool waitAllRanks) override;
+
+    // For tests and logs: whether this group's communicator came from braid_comm_split.
+    bool madeBySplit() const
+    {
+        return split_;
+    }
+    // The communicator's per-operation timeout in seconds (braid_comm_get_timeout).
+    double commTimeout() const;
+
+  private:
+    using Fn = std::function<void()>;
+    struct Job {
+        c10::intrusive_ptr<WorkBraid> work;
+        std::chrono::milliseconds timeout;
+        Fn fn;
+    };
+
+    // Queues fn (run on the worker thread, throws Error on failure); returns its work.
+    c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, const char *name,
+                                             std::chrono::milliseconds timeout,
+                                             std::vector<at::Tensor> outputs, Fn fn);
+    void runWorker();
+    braid_comm_t splitChild();
+
+    braid_comm_t comm_ = nullptr;
+    bool split_ = false;
+    std::chrono::milliseconds timeout_;
+    double applied_timeout_s_ = 0;
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Job> queue_;
+    bool stop_ = false;
+    bool running_ = false;
+    std::thread worker_;
+};
+
+// Helpers shared by the collectives (backend.cpp).
+[[noreturn]] void fail(const char *op, braid_result_t res);
+[[noreturn]] void refuse(const char *op, const std::string &why);
+void checkTensor(const char *op, const at::Tensor &t, const char *what);
+// braid dtype and element multiplier (complex = 2 reals) for a reduction with op.
+braid_datatype_t reduceDtype(const char *op, const at::Tensor &t, const ::c10d::ReduceOp &rop,
+                             size_t *mult_p);
+braid_redop_t reduceOp(const char *op, const ::c10d::ReduceOp &rop);
+size_t nbytes(const at::Tensor &t);
+
+} // namespace braid_torch
