@@ -21,6 +21,13 @@ cmake -S "$prefix/proj" -B "$prefix/proj/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/
 cmake --build "$prefix/proj/b" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
+# braid's NCCL drop-in: a ready NCCL_HOME under the prefix, picked on purpose (-I/-L/rpath).
+nh="$prefix/lib/braid/nccl"
+test -f "$nh/include/nccl.h" && test -L "$nh/lib/libnccl.so"
+cc -Wall -Wextra -o "$prefix/ex_nccl" examples/nccl_allreduce.c -I"$nh/include" -L"$nh/lib" \
+  -Wl,-rpath,"$nh/lib" -lnccl
+ldd "$prefix/ex_nccl" | grep -q "libnccl.so.2 => $nh/lib/libnccl.so.2"
+"$prefix/bin/braid-run" -n 2 "$prefix/ex_nccl"
 # The PyTorch backend, when built: importable from the prefix's Python directory (on
 # sys.path for /usr/local and /usr; here a temporary prefix, so PYTHONPATH names it), finding
 # the prefix's libbraid through its RPATH.
@@ -30,4 +37,4 @@ if [ -f build/python/braid_torch/__init__.py ]; then
 assert braid_torch.__file__.startswith('$prefix'), braid_torch.__file__; \
 assert d.Backend.BRAID == 'BRAID'; print('install smoke: braid_torch imports from', braid_torch.__file__)")
 fi
-echo "install smoke: pkg-config and find_package builds ran"
+echo "install smoke: pkg-config and find_package builds ran, and an NCCL program on braid's libnccl"

@@ -108,6 +108,17 @@ BRAID_API size_t braid_dtype_size(braid_datatype_t dtype);
  * draws the job secret. Send the id to the other ranks out of band.
  */
 BRAID_API braid_result_t braid_get_unique_id(braid_unique_id_t *id_p);
+/**
+ * Makes the unique id of a bootstrap root at a fixed address, as NCCL_COMM_ID does: every rank
+ * may call it with the same root and gets the same id, so no out-of-band exchange is needed.
+ * Nothing starts here: rank 0 of the communicator that braid_comm_init_rank() creates from
+ * this id opens the root service on that address during its init (the port must be free on
+ * rank 0's host; the other ranks retry until it listens, within BRAID_TIMEOUT). root is
+ * "host:port" or "[v6addr]:port" (the grammar of BRAID_ROOT). The job secret comes from
+ * BRAID_SECRET (32 hex digits, set by braid-run), else it is derived from root and the job
+ * identifiers, with a warning that the bootstrap is then not authenticated.
+ */
+BRAID_API braid_result_t braid_unique_id_from_root(const char *root, braid_unique_id_t *id_p);
 /** Formats an id as "host:port" (no secret) for logs. */
 BRAID_API braid_result_t braid_unique_id_str(const braid_unique_id_t *id, char *buf, size_t len);
 

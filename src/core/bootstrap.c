@@ -4,7 +4,8 @@
  * Unique id layout (128 bytes, little-endian):
  *   0  "BRD1"          4  u16 family (4 or 6)   6  u16 port
  *   8  16 address bytes (IPv4: the first 4, the rest zero)
- *   24 16 secret bytes  40 u32 IPv6 scope id    44..127 zero */
+ *   24 16 secret bytes  40 u32 IPv6 scope id    44 u8 rank0_hosts (0 or 1)
+ *   45..127 zero */
 #include "core/bootstrap.h"
 #include "core/bootstrap_wire.h"
 #include "core/log.h"
@@ -20,7 +21,8 @@
 #include <unistd.h>
 
 #define ID_MAGIC "BRD1"
-#define ID_RESERVED 44
+#define ID_FLAGS 44
+#define ID_RESERVED 45
 
 void braid_boot_id_encode(const braid_boot_addr_t *a, braid_unique_id_t *id_p)
 {
@@ -40,6 +42,7 @@ void braid_boot_id_encode(const braid_boot_addr_t *a, braid_unique_id_t *id_p)
         boot_put_u32(b + 40, in6->sin6_scope_id);
     }
     memcpy(b + 24, a->secret, BRAID_SECRET_BYTES);
+    b[ID_FLAGS] = a->rank0_hosts ? 1 : 0;
     memcpy(id_p->internal, b, sizeof(b));
 }
 
@@ -80,6 +83,10 @@ braid_result_t braid_boot_id_decode(const braid_unique_id_t *id, braid_boot_addr
         return braid_set_error(BRAID_ERR_INVALID_ARG, "id: unknown address family %u", fam);
     }
     memcpy(a.secret, b + 24, BRAID_SECRET_BYTES);
+    if (b[ID_FLAGS] > 1)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "id: flags byte %d is %u (0 or 1)", ID_FLAGS,
+                               b[ID_FLAGS]);
+    a.rank0_hosts = b[ID_FLAGS];
     *a_p = a;
     return BRAID_SUCCESS;
 }

@@ -33,6 +33,9 @@ typedef struct {
     struct sockaddr_storage addr; /* root address and port */
     socklen_t addrlen;
     uint8_t secret[BRAID_SECRET_BYTES];
+    /* 1: nobody listens yet; rank 0 of the communicator opens the root service on addr during
+     * its init (ids from braid_unique_id_from_root, as NCCL_COMM_ID). */
+    uint8_t rank0_hosts;
 } braid_boot_addr_t;
 
 typedef struct braid_bootstrap braid_bootstrap_t;
@@ -148,6 +151,11 @@ void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t 
  *   braid_boot_init.
  * Missing or malformed variables give BRAID_ERR_INVALID_ARG naming them. Outputs are set
  * only on success. */
+/* The root of braid_unique_id_from_root: addr from "host:port" (BRAID_ROOT grammar), the
+ * secret from BRAID_SECRET, else derived from the address and the job identifiers (with a
+ * warning), rank0_hosts = 1. Errors name the argument. */
+braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p);
+
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p);
 

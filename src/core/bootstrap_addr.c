@@ -315,6 +315,49 @@ static braid_result_t prefix_error(const char *var)
     return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: %s", var, msg);
 }
 
+/* The job secret from BRAID_SECRET, else derived from (rootstr, nranks) with a warning when
+ * warn is set. */
+static braid_result_t resolve_secret(const char *rootstr, int nranks, int warn,
+                                     uint8_t secret[BRAID_SECRET_BYTES])
+{
+    const char *sec = braid_param_str("SECRET");
+    if (sec[0]) {
+        size_t n = strlen(sec);
+        if (n != 2 * BRAID_SECRET_BYTES)
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "BRAID_SECRET must be %d hex digits (it has %zu characters)",
+                                   2 * BRAID_SECRET_BYTES, n);
+        for (int i = 0; i < BRAID_SECRET_BYTES; i++) {
+            int hi = hexval(sec[2 * i]), lo = hexval(sec[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                       "BRAID_SECRET must be %d hex digits (character %d is not)",
+                                       2 * BRAID_SECRET_BYTES, hi < 0 ? 2 * i + 1 : 2 * i + 2);
+            secret[i] = (uint8_t)(hi << 4 | lo);
+        }
+    } else {
+        derive_secret(rootstr, nranks, secret);
+        if (warn)
+            braid_warn(BOOT, "BRAID_SECRET is not set: the bootstrap is not authenticated "
+                             "(the job secret is derived from job identifiers)");
+    }
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p)
+{
+    if (!hostport || !root_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "root: NULL pointer");
+    braid_boot_addr_t root;
+    memset(&root, 0, sizeof(root));
+    if (braid_boot_parse_hostport(hostport, 0, &root.addr, &root.addrlen) < 0)
+        return prefix_error("root");
+    /* nranks is not known here: 0 stands for it in the derived secret. */
+    if (resolve_secret(hostport, 0, 1, root.secret) != BRAID_SUCCESS) return BRAID_ERR_INVALID_ARG;
+    root.rank0_hosts = 1;
+    *root_p = root;
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p)
 {
@@ -367,27 +410,8 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
         snprintf(rootstr, sizeof(rootstr), "%s:%d", ma, port);
     }
 
-    const char *sec = braid_param_str("SECRET");
-    if (sec[0]) {
-        size_t n = strlen(sec);
-        if (n != 2 * BRAID_SECRET_BYTES)
-            return braid_set_error(BRAID_ERR_INVALID_ARG,
-                                   "BRAID_SECRET must be %d hex digits (it has %zu characters)",
-                                   2 * BRAID_SECRET_BYTES, n);
-        for (int i = 0; i < BRAID_SECRET_BYTES; i++) {
-            int hi = hexval(sec[2 * i]), lo = hexval(sec[2 * i + 1]);
-            if (hi < 0 || lo < 0)
-                return braid_set_error(BRAID_ERR_INVALID_ARG,
-                                       "BRAID_SECRET must be %d hex digits (character %d is not)",
-                                       2 * BRAID_SECRET_BYTES, hi < 0 ? 2 * i + 1 : 2 * i + 2);
-            root.secret[i] = (uint8_t)(hi << 4 | lo);
-        }
-    } else {
-        derive_secret(rootstr, nranks, root.secret);
-        if (rank == 0)
-            braid_warn(BOOT, "BRAID_SECRET is not set: the bootstrap is not authenticated "
-                             "(the job secret is derived from job identifiers)");
-    }
+    if (resolve_secret(rootstr, nranks, rank == 0, root.secret) != BRAID_SUCCESS)
+        return BRAID_ERR_INVALID_ARG;
     *rank_p = rank;
     *nranks_p = nranks;
     *root_p = root;

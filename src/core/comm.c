@@ -279,6 +279,17 @@ braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
     return BRAID_SUCCESS;
 }
 
+braid_result_t braid_unique_id_from_root(const char *root, braid_unique_id_t *id_p)
+{
+    braid_clear_error();
+    if (!root) return braid_set_error(BRAID_ERR_INVALID_ARG, "root is NULL");
+    if (!id_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "id_p is NULL");
+    braid_boot_addr_t a;
+    BRAID_CHECK(braid_boot_fixed_root(root, &a));
+    braid_boot_id_encode(&a, id_p);
+    return BRAID_SUCCESS;
+}
+
 /* ---- init --------------------------------------------------------------------------------- */
 static int count_cpus(void)
 {
@@ -733,7 +744,15 @@ braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks, braid_uniq
                                nranks);
     braid_boot_addr_t root;
     BRAID_CHECK(braid_boot_id_decode(&id, &root));
-    return comm_init(comm_p, nranks, &root, rank, hosted_take(root.secret));
+    braid_boot_root_t *hosted_root = hosted_take(root.secret);
+    if (root.rank0_hosts && rank == 0 && !hosted_root) {
+        /* An id from braid_unique_id_from_root: nobody listens yet; rank 0 opens the root. */
+        double timeout;
+        BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
+        braid_boot_addr_t listen = root;
+        BRAID_CHECK(braid_boot_root_start_handle(&listen, timeout, &hosted_root));
+    }
+    return comm_init(comm_p, nranks, &root, rank, hosted_root);
 }
 
 braid_result_t braid_comm_init_env(braid_comm_t *comm_p)

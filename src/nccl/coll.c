@@ -1,0 +1,367 @@
+/* Collectives, point-to-point, PreMulSum ops, ncclMemAlloc/Free and buffer registration.
+ * Each call checks what is NCCL's to check (communicator, datatype, op, root or peer) and
+ * hands the rest to braid, whose messages name the argument at fault. */
+#include "shim.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ncclDataType_t -> braid_datatype_t (the orders differ: NCCL has float32 = 7, bfloat16 = 9).
+ * The float8 values are braid's BRAID_FLOAT8_E4M3/E5M2 (10, 11) where braid has them. */
+static const int dtype_map[ncclNumTypes] = {
+    BRAID_INT8,    BRAID_UINT8,   BRAID_INT32,   BRAID_UINT32,   BRAID_INT64, BRAID_UINT64,
+    BRAID_FLOAT16, BRAID_FLOAT32, BRAID_FLOAT64, BRAID_BFLOAT16, 10,          11};
+static const char *dtype_names[ncclNumTypes] = {"ncclInt8",     "ncclUint8",      "ncclInt32",
+                                                "ncclUint32",   "ncclInt64",      "ncclUint64",
+                                                "ncclFloat16",  "ncclFloat32",    "ncclFloat64",
+                                                "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+
+static ncclResult_t map_dtype(ncclComm_t comm, const char *call, ncclDataType_t dt,
+                              braid_datatype_t *out)
+{
+    if ((int)dt < 0 || (int)dt >= ncclNumTypes)
+        return shim_group_fail(shim_fail(
+            comm, ncclInvalidArgument, "%s: datatype=%d is not an ncclDataType_t", call, (int)dt));
+    braid_datatype_t b = (braid_datatype_t)dtype_map[dt];
+    if (braid_dtype_size(b) == 0)
+        return shim_group_fail(shim_fail(comm, ncclInvalidUsage,
+                                         "%s: datatype %s is not supported by this braid build",
+                                         call, dtype_names[dt]));
+    *out = b;
+    return ncclSuccess;
+}
+
+static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, ncclDataType_t dt,
+                           braid_redop_t *out)
+{
+    static const braid_redop_t builtin[ncclNumOps] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN,
+                                                      BRAID_AVG};
+    if ((int)op >= 0 && (int)op < ncclNumOps) {
+        *out = builtin[op];
+        return ncclSuccess;
+    }
+    long i = (long)op - ncclNumOps;
+    int ok = 0, same_type = 0;
+    braid_redop_t b = BRAID_SUM;
+    if (i >= 0 && i < SHIM_MAX_REDOPS) {
+        pthread_mutex_lock(&comm->lock);
+        ok = comm->redops[i].used;
+        same_type = ok && comm->redops[i].dtype == dt;
+        b = comm->redops[i].op;
+        pthread_mutex_unlock(&comm->lock);
+    }
+    if (!ok)
+        return shim_group_fail(shim_fail(comm, ncclInvalidArgument,
+                                         "%s: op=%d is neither a built-in ncclRedOp_t nor an op "
+                                         "created on this communicator",
+                                         call, (int)op));
+    if (!same_type)
+        return shim_group_fail(shim_fail(comm, ncclInvalidArgument,
+                                         "%s: op=%d was created for another datatype than %s", call,
+                                         (int)op, dtype_names[dt]));
+    *out = b;
+    return ncclSuccess;
+}
+
+static ncclResult_t ready(ncclComm_t comm, const char *call)
+{
+    ncclResult_t res = shim_ready(comm, call);
+    return res == ncclSuccess ? res : shim_group_fail(res);
+}
+
+/* The checks every collective shares, then submission. */
+static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
+                         size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    shim_clear();
+    ncclResult_t res = ready(comm, call);
+    if (res != ncclSuccess) return res;
+    shim_op_t o = {.kind = kind,
+                   .name = call,
+                   .comm = comm,
+                   .sendbuf = sendbuf,
+                   .recvbuf = recvbuf,
+                   .count = count,
+                   .op = BRAID_SUM,
+                   .root = root,
+                   .stream = stream};
+    if ((res = map_dtype(comm, call, dt, &o.dtype)) != ncclSuccess) return res;
+    if (reduces && (res = map_op(comm, call, op, dt, &o.op)) != ncclSuccess) return res;
+    if (rooted && (root < 0 || root >= comm->nranks))
+        return shim_group_fail(shim_fail(
+            comm, ncclInvalidArgument, "%s: %s=%d is outside [0, nranks=%d)", call,
+            kind == SHIM_SEND || kind == SHIM_RECV ? "peer" : "root", root, comm->nranks));
+    return shim_submit(&o);
+}
+
+braid_result_t shim_op_issue(const shim_op_t *o)
+{
+    braid_comm_t bc = o->comm->bc;
+    switch (o->kind) {
+    case SHIM_ALLREDUCE:
+        return braid_allreduce(o->sendbuf, o->recvbuf, o->count, o->dtype, o->op, bc);
+    case SHIM_BROADCAST:
+        return braid_broadcast(o->sendbuf, o->recvbuf, o->count, o->dtype, o->root, bc);
+    case SHIM_REDUCE:
+        return braid_reduce(o->sendbuf, o->recvbuf, o->count, o->dtype, o->op, o->root, bc);
+    case SHIM_REDUCE_SCATTER:
+        return braid_reduce_scatter(o->sendbuf, o->recvbuf, o->count, o->dtype, o->op, bc);
+    case SHIM_ALLGATHER:
+        return braid_allgather(o->sendbuf, o->recvbuf, o->count, o->dtype, bc);
+#if SHIM_HAVE_BRAID_P2P
+    case SHIM_ALLTOALL:
+        return braid_alltoall(o->sendbuf, o->recvbuf, o->count, o->dtype, bc);
+    case SHIM_GATHER:
+        return braid_gather(o->sendbuf, o->recvbuf, o->count, o->dtype, o->root, bc);
+    case SHIM_SCATTER:
+        return braid_scatter(o->sendbuf, o->recvbuf, o->count, o->dtype, o->root, bc);
+    case SHIM_SEND:
+        return braid_send(o->sendbuf, o->count, o->dtype, o->root, bc);
+    case SHIM_RECV:
+        return braid_recv(o->recvbuf, o->count, o->dtype, o->root, bc);
+#else
+    default:
+        break;
+#endif
+    }
+    return BRAID_ERR_UNSUPPORTED; /* rejected before submission (p2p_missing) */
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream)
+{
+    return coll(SHIM_ALLREDUCE, "ncclAllReduce", sendbuff, recvbuff, count, datatype, 1, op, 0, -1,
+                comm, stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return coll(SHIM_BROADCAST, "ncclBroadcast", sendbuff, recvbuff, count, datatype, 0, ncclSum, 1,
+                root, comm, stream);
+}
+
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
+{
+    return coll(SHIM_BROADCAST, "ncclBcast", buff, buff, count, datatype, 0, ncclSum, 1, root, comm,
+                stream);
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return coll(SHIM_REDUCE, "ncclReduce", sendbuff, recvbuff, count, datatype, 1, op, 1, root,
+                comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream)
+{
+    return coll(SHIM_REDUCE_SCATTER, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype,
+                1, op, 0, -1, comm, stream);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    return coll(SHIM_ALLGATHER, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, 0,
+                ncclSum, 0, -1, comm, stream);
+}
+
+/* Calls that need braid's point-to-point API. */
+static ncclResult_t p2p(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
+                        size_t count, ncclDataType_t dt, int rooted, int root, ncclComm_t comm,
+                        cudaStream_t stream)
+{
+#if SHIM_HAVE_BRAID_P2P
+    return coll(kind, call, sendbuf, recvbuf, count, dt, 0, ncclSum, rooted, root, comm, stream);
+#else
+    (void)kind, (void)sendbuf, (void)recvbuf, (void)count, (void)dt, (void)rooted, (void)root;
+    (void)stream;
+    shim_clear();
+    return shim_group_fail(shim_fail(comm, ncclInvalidUsage,
+                                     "%s: not implemented: this braid build has no "
+                                     "point-to-point API (braid_send/recv)",
+                                     call));
+#endif
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    return p2p(SHIM_SEND, "ncclSend", sendbuff, NULL, count, datatype, 1, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    return p2p(SHIM_RECV, "ncclRecv", NULL, recvbuff, count, datatype, 1, peer, comm, stream);
+}
+
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    return p2p(SHIM_ALLTOALL, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, 0, -1, comm,
+               stream);
+}
+
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return p2p(SHIM_GATHER, "ncclGather", sendbuff, recvbuff, count, datatype, 1, root, comm,
+               stream);
+}
+
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return p2p(SHIM_SCATTER, "ncclScatter", sendbuff, recvbuff, count, datatype, 1, root, comm,
+               stream);
+}
+
+/* ---- PreMulSum ------------------------------------------------------------------------------ */
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    static const char *call = "ncclRedOpCreatePreMulSum";
+    shim_clear();
+    ncclResult_t res = shim_ready(comm, call);
+    if (res != ncclSuccess) return res;
+    if (!op) return shim_fail(comm, ncclInvalidArgument, "%s: op is NULL", call);
+    if (!scalar) return shim_fail(comm, ncclInvalidArgument, "%s: scalar is NULL", call);
+    if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
+        return shim_fail(comm, ncclInvalidArgument, "%s: residence=%d", call, (int)residence);
+    braid_datatype_t bdt;
+    if ((res = map_dtype(comm, call, datatype, &bdt)) != ncclSuccess) return res;
+    if (residence == ncclScalarDevice)
+        return shim_fail(comm, ncclInvalidUsage,
+                         "%s: ncclScalarDevice is not supported (braid reads the scalar at "
+                         "creation: pass a host scalar with ncclScalarHostImmediate)",
+                         call);
+#if SHIM_HAVE_BRAID_PREMULSUM
+    pthread_mutex_lock(&comm->lock);
+    int slot = -1;
+    for (int i = 0; i < SHIM_MAX_REDOPS && slot < 0; i++)
+        if (!comm->redops[i].used) slot = i;
+    if (slot >= 0) comm->redops[slot].used = 2; /* reserved */
+    pthread_mutex_unlock(&comm->lock);
+    if (slot < 0)
+        return shim_fail(comm, ncclInvalidUsage, "%s: %d created ops are alive already", call,
+                         SHIM_MAX_REDOPS);
+    braid_redop_t b;
+    braid_result_t r = braid_redop_create_premulsum(&b, scalar, bdt, comm->bc);
+    pthread_mutex_lock(&comm->lock);
+    if (r == BRAID_SUCCESS) {
+        comm->redops[slot].used = 1;
+        comm->redops[slot].op = b;
+        comm->redops[slot].dtype = datatype;
+    } else {
+        comm->redops[slot].used = 0;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
+    *op = (ncclRedOp_t)(ncclNumOps + slot);
+    return ncclSuccess;
+#else
+    return shim_fail(comm, ncclInvalidUsage,
+                     "%s: not implemented: this braid build has no PreMulSum op "
+                     "(braid_redop_create_premulsum)",
+                     call);
+#endif
+}
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    static const char *call = "ncclRedOpDestroy";
+    shim_clear();
+    ncclResult_t res = shim_ready(comm, call);
+    if (res != ncclSuccess) return res;
+    if ((int)op >= 0 && (int)op < ncclNumOps)
+        return shim_fail(comm, ncclInvalidArgument, "%s: op=%d is a built-in op", call, (int)op);
+    long i = (long)op - ncclNumOps;
+    pthread_mutex_lock(&comm->lock);
+    int ok = i >= 0 && i < SHIM_MAX_REDOPS && comm->redops[i].used == 1;
+    braid_redop_t b = ok ? comm->redops[i].op : BRAID_SUM;
+    if (ok) comm->redops[i].used = 0;
+    pthread_mutex_unlock(&comm->lock);
+    if (!ok)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: op=%d was not created on this communicator (or destroyed already)",
+                         call, (int)op);
+#if SHIM_HAVE_BRAID_PREMULSUM
+    braid_result_t r = braid_redop_destroy(b, comm->bc);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
+#else
+    (void)b;
+#endif
+    return ncclSuccess;
+}
+
+/* ---- memory and registration ---------------------------------------------------------------- */
+ncclResult_t ncclMemAlloc(void **ptr, size_t size)
+{
+    shim_clear();
+    if (!ptr || size == 0)
+        return shim_fail(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr=%p, size=%zu", (void *)ptr,
+                         size);
+    void *p = NULL;
+    size_t rounded = (size + 4095) & ~(size_t)4095;
+    if (rounded < size || posix_memalign(&p, 4096, rounded))
+        return shim_fail(NULL, ncclSystemError, "ncclMemAlloc: cannot allocate %zu bytes", size);
+    memset(p, 0, rounded);
+    *ptr = p;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclMemFree(void *ptr)
+{
+    shim_clear();
+    free(ptr);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    shim_clear();
+    ncclResult_t res = shim_ready(comm, "ncclCommRegister");
+    if (res != ncclSuccess) return res;
+    if (!handle) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+    braid_reg_t h;
+    braid_result_t r = braid_comm_register(comm->bc, buff, size, &h);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommRegister");
+    *handle = h;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    shim_clear();
+    ncclResult_t res = shim_ready(comm, "ncclCommDeregister");
+    if (res != ncclSuccess) return res;
+    braid_result_t r = braid_comm_deregister(comm->bc, (braid_reg_t)handle);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommDeregister");
+    return ncclSuccess;
+}
+
+SHIM_PNAME(ncclAllReduce);
+SHIM_PNAME(ncclBroadcast);
+SHIM_PNAME(ncclBcast);
+SHIM_PNAME(ncclReduce);
+SHIM_PNAME(ncclReduceScatter);
+SHIM_PNAME(ncclAllGather);
+SHIM_PNAME(ncclSend);
+SHIM_PNAME(ncclRecv);
+SHIM_PNAME(ncclAlltoAll);
+SHIM_PNAME(ncclGather);
+SHIM_PNAME(ncclScatter);
+SHIM_PNAME(ncclRedOpCreatePreMulSum);
+SHIM_PNAME(ncclRedOpDestroy);
+SHIM_PNAME(ncclMemAlloc);
+SHIM_PNAME(ncclMemFree);
+SHIM_PNAME(ncclCommRegister);
+SHIM_PNAME(ncclCommDeregister);

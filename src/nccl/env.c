@@ -1,0 +1,162 @@
+/* NCCL_* environment variables that have a braid equivalent, mapped onto BRAID_* ones once
+ * per process, before the first unique id or communicator (braid reads BRAID_* when it
+ * creates them). A BRAID_* variable that is already set wins: the NCCL one is then ignored.
+ * The table is documented in the README section "NCCL drop-in". */
+#include "shim.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+/* Sets braid_var to value unless it is set already; logs what happened. */
+static void put(const char *braid_var, const char *value, const char *from)
+{
+    if (!value) return;
+    const char *cur = getenv(braid_var);
+    if (cur) {
+        shim_info("%s ignored: %s=%s is set and takes precedence", from, braid_var, cur);
+        return;
+    }
+    setenv(braid_var, value, 0);
+    shim_info("%s -> %s=%s", from, braid_var, value);
+}
+
+static void same(const char *nccl_var, const char *braid_var)
+{
+    const char *v = getenv(nccl_var);
+    if (v) put(braid_var, v, nccl_var);
+}
+
+static void map_debug(void)
+{
+    const char *v = getenv("NCCL_DEBUG");
+    if (!v) return;
+    const char *lvl = NULL;
+    if (!strcasecmp(v, "VERSION") || !strcasecmp(v, "WARN") || !strcasecmp(v, "ABORT"))
+        lvl = "WARN";
+    else if (!strcasecmp(v, "INFO"))
+        lvl = "INFO";
+    else if (!strcasecmp(v, "TRACE"))
+        lvl = "TRACE";
+    if (lvl) put("BRAID_DEBUG", lvl, "NCCL_DEBUG");
+}
+
+/* NCCL's subsystems that braid has (P2P is braid's COLL, BOOTSTRAP its BOOT); others drop. */
+static void map_subsys(void)
+{
+    static const char *pairs[][2] = {{"INIT", "INIT"}, {"COLL", "COLL"},      {"P2P", "COLL"},
+                                     {"SHM", "SHM"},   {"NET", "NET"},        {"TUNING", "TUNING"},
+                                     {"ENV", "ENV"},   {"BOOTSTRAP", "BOOT"}, {"ALL", "ALL"}};
+    const char *v = getenv("NCCL_DEBUG_SUBSYS");
+    if (!v) return;
+    char out[256] = "", tok[64];
+    size_t o = 0;
+    const char *p = v;
+    if (*p == '^') {
+        out[o++] = '^';
+        p++;
+    }
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        snprintf(tok, sizeof(tok), "%.*s", (int)(n < sizeof(tok) - 1 ? n : sizeof(tok) - 1), p);
+        for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+            if (!strcasecmp(tok, pairs[i][0]) && o + strlen(pairs[i][1]) + 2 < sizeof(out)) {
+                o += (size_t)snprintf(out + o, sizeof(out) - o, "%s%s",
+                                      o > (out[0] == '^' ? 1u : 0u) ? "," : "", pairs[i][1]);
+                break;
+            }
+        p += n;
+        if (*p == ',') p++;
+    }
+    if (o > (out[0] == '^' ? 1u : 0u)) put("BRAID_DEBUG_SUBSYS", out, "NCCL_DEBUG_SUBSYS");
+}
+
+/* NCCL_ALGO: braid has ring and tree; lists, exclusions and NCCL-only algorithms are left to
+ * braid's cost model. */
+static void map_algo(void)
+{
+    const char *v = getenv("NCCL_ALGO");
+    if (!v) return;
+    if (!strcasecmp(v, "ring"))
+        put("BRAID_ALGO", "ring", "NCCL_ALGO");
+    else if (!strcasecmp(v, "tree"))
+        put("BRAID_ALGO", "tree", "NCCL_ALGO");
+    else
+        shim_info("NCCL_ALGO=%s ignored: braid takes Ring or Tree (the cost model chooses)", v);
+}
+
+static void map_channels(void)
+{
+    const char *v = getenv("NCCL_MAX_NCHANNELS");
+    const char *from = "NCCL_MAX_NCHANNELS";
+    if (!v) v = getenv(from = "NCCL_NCHANNELS");
+    if (!v) v = getenv(from = "NCCL_MIN_NCHANNELS");
+    if (v) put("BRAID_NCHANNELS", v, from);
+}
+
+/* NCCL_BUFFSIZE is a channel's buffer, cut into NCCL_STEPS = 8 slots: braid's slot size is
+ * the eighth of it. */
+static void map_buffsize(void)
+{
+    const char *v = getenv("NCCL_BUFFSIZE");
+    if (!v) return;
+    char *end;
+    unsigned long long b = strtoull(v, &end, 0);
+    if (end == v || *end || b < 8) {
+        shim_info("NCCL_BUFFSIZE=%s ignored: not a byte count", v);
+        return;
+    }
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", b / 8);
+    put("BRAID_CHUNK_SIZE", buf, "NCCL_BUFFSIZE");
+}
+
+static int env_true(const char *name)
+{
+    const char *v = getenv(name);
+    return v && atoi(v) != 0;
+}
+
+static void map_transport(void)
+{
+    /* Without shared memory NCCL sends within a host over the network: braid's tcp. */
+    if (env_true("NCCL_SHM_DISABLE")) put("BRAID_TRANSPORT", "tcp", "NCCL_SHM_DISABLE=1");
+}
+
+static void map_socks(void)
+{
+    const char *a = getenv("NCCL_NSOCKS_PERTHREAD"), *b = getenv("NCCL_SOCKET_NTHREADS");
+    if (!a && !b) return;
+    int n = (a ? atoi(a) : 1) * (b ? atoi(b) : 1);
+    if (n < 1) return;
+    char buf[16];
+    snprintf(buf, sizeof(buf), "%d", n > 64 ? 64 : n);
+    put("BRAID_NSOCKS_PERPEER", buf, "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS");
+}
+
+static void env_init_once(void)
+{
+    map_debug();
+    map_subsys();
+    same("NCCL_DEBUG_FILE", "BRAID_DEBUG_FILE");
+    same("NCCL_SOCKET_IFNAME", "BRAID_SOCKET_IFNAME");
+    same("NCCL_IB_HCA", "BRAID_IB_HCA");
+    same("NCCL_IB_GID_INDEX", "BRAID_IB_GID_INDEX");
+    same("NCCL_IB_QPS_PER_CONNECTION", "BRAID_IB_QPS_PER_CONN");
+    same("NCCL_HOSTID", "BRAID_HOSTNAME");
+    map_algo();
+    map_channels();
+    map_buffsize();
+    map_transport();
+    map_socks();
+}
+
+void shim_env_init(void)
+{
+    pthread_once(&env_once, env_init_once);
+}

@@ -1,0 +1,409 @@
+/* Unique ids, the communicator lifecycle (blocking, non-blocking and grouped inits, split,
+ * finalize, destroy, abort) and the queries. */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* NCCL 2.26's ABI: these layouts are what programs compiled against NCCL's header pass in. */
+_Static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
+_Static_assert(sizeof(ncclConfig_t) == 48 && offsetof(ncclConfig_t, blocking) == 16 &&
+                   offsetof(ncclConfig_t, netName) == 32 &&
+                   offsetof(ncclConfig_t, trafficClass) == 44,
+               "ncclConfig_t has NCCL 2.26's layout");
+_Static_assert(sizeof(ncclRedOp_t) == 4 && sizeof(ncclDataType_t) == 4, "enums are ints");
+
+ncclResult_t ncclGetVersion(int *version)
+{
+    shim_clear();
+    if (!version) return shim_fail(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    shim_clear();
+    shim_env_init();
+    if (!uniqueId) return shim_fail(NULL, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    braid_unique_id_t id;
+    const char *fixed = getenv("NCCL_COMM_ID");
+    braid_result_t r;
+    if (fixed && *fixed) {
+        r = braid_unique_id_from_root(fixed, &id);
+        if (r != BRAID_SUCCESS) return shim_braid_fail(NULL, r, "ncclGetUniqueId (NCCL_COMM_ID)");
+    } else {
+        r = braid_get_unique_id(&id);
+        if (r != BRAID_SUCCESS) return shim_braid_fail(NULL, r, "ncclGetUniqueId");
+    }
+    _Static_assert(sizeof(id) == sizeof(*uniqueId), "unique id sizes differ");
+    memcpy(uniqueId->internal, id.internal, sizeof(id));
+    return ncclSuccess;
+}
+
+/* The CUDA device current in the calling thread, when the program has a CUDA runtime loaded
+ * (braid's libnccl does not load one); 0 otherwise. */
+static int current_cuda_device(void)
+{
+    typedef int (*get_device_fn)(int *);
+    get_device_fn fn = (get_device_fn)dlsym(RTLD_DEFAULT, "cudaGetDevice");
+    int dev = 0;
+    if (fn && fn(&dev) != 0) dev = 0;
+    return dev;
+}
+
+static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
+{
+    ncclComm_t c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->magic = SHIM_COMM_MAGIC;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->blocking = blocking;
+    c->cudadev = current_cuda_device();
+    if (id) memcpy(&c->id, id, sizeof(c->id));
+    atomic_store(&c->state, ncclInProgress);
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+static void comm_free(ncclComm_t c)
+{
+    c->magic = 0;
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+void shim_init_run(ncclComm_t c)
+{
+    braid_comm_t bc = NULL;
+    braid_result_t r = braid_comm_init_rank(&bc, c->nranks, *(braid_unique_id_t *)&c->id, c->rank);
+    if (r != BRAID_SUCCESS) {
+        char call[64];
+        snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
+        atomic_store(&c->state, shim_braid_fail(c, r, call));
+        return;
+    }
+    c->bc = bc;
+    if (c->rank == 0 && shim_debug_level() >= 1)
+        fprintf(stderr, "NCCL version %d.%d.%d+braid (braid %d)\n", NCCL_MAJOR, NCCL_MINOR,
+                NCCL_PATCH, braid_version());
+    shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
+              c->cudadev);
+    atomic_store(&c->state, ncclSuccess);
+}
+
+static void *init_thread_main(void *arg)
+{
+    shim_init_run(arg);
+    return NULL;
+}
+
+ncclResult_t shim_init_start_thread(ncclComm_t c)
+{
+    int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
+    if (e) {
+        atomic_store(&c->state, ncclSystemError);
+        return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
+                         strerror(e));
+    }
+    c->init_thread_live = 1;
+    return ncclSuccess;
+}
+
+void shim_init_join(ncclComm_t c)
+{
+    pthread_mutex_lock(&c->lock);
+    int live = c->init_thread_live;
+    c->init_thread_live = 0;
+    pthread_mutex_unlock(&c->lock);
+    if (live) pthread_join(c->init_thread, NULL);
+}
+
+ncclResult_t shim_ready(ncclComm_t comm, const char *call)
+{
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    if (comm->magic != SHIM_COMM_MAGIC)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: comm %p is not a communicator (destroyed, or never created)", call,
+                         (void *)comm);
+    if (comm->init_deferred)
+        return shim_fail(comm, ncclInvalidUsage,
+                         "%s: the communicator's init waits for ncclGroupEnd (inits and other "
+                         "calls cannot share a group)",
+                         call);
+    if (atomic_load(&comm->state) == ncclInProgress) shim_init_join(comm);
+    int st = atomic_load(&comm->state);
+    if (st != ncclSuccess || !comm->bc) {
+        char why[SHIM_MSG_BYTES];
+        pthread_mutex_lock(&comm->lock);
+        snprintf(why, sizeof(why), "%s", comm->errmsg);
+        pthread_mutex_unlock(&comm->lock);
+        return shim_fail(comm, st == ncclSuccess ? ncclInternalError : (ncclResult_t)st,
+                         "%s: the communicator's init failed: %.600s", call, why);
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, const char *call)
+{
+    *blocking_p = 1;
+    if (!config) return ncclSuccess;
+    /* Fields past trafficClass belong to later NCCL versions; NCCL's size/magic checks. */
+    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, netName))
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: config is not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x, "
+                         "size %zu)",
+                         call, config->magic, config->size);
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config->blocking=%d (0 or 1)", call,
+                         config->blocking);
+    if (config->blocking == 0) *blocking_p = 0;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config)
+{
+    static const char *call = "ncclCommInitRankConfig";
+    shim_clear();
+    shim_env_init();
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    if (nranks < 1)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: nranks=%d must be at least 1", call,
+                         nranks);
+    if (rank < 0 || rank >= nranks)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: rank=%d is outside [0, nranks=%d)", call,
+                         rank, nranks);
+    int blocking;
+    ncclResult_t res = check_config(config, &blocking, call);
+    if (res != ncclSuccess) return res;
+    ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
+    if (!c) return shim_fail(NULL, ncclSystemError, "%s: out of memory", call);
+    if (shim_group_depth() > 0) {
+        res = shim_group_add_init(c);
+        if (res != ncclSuccess) {
+            comm_free(c);
+            return res;
+        }
+        *comm = c;
+        return ncclSuccess;
+    }
+    if (!blocking) {
+        res = shim_init_start_thread(c);
+        if (res != ncclSuccess) {
+            comm_free(c);
+            return res;
+        }
+        *comm = c;
+        return ncclInProgress;
+    }
+    shim_init_run(c);
+    res = (ncclResult_t)atomic_load(&c->state);
+    if (res != ncclSuccess) {
+        comm_free(c); /* the message stays in this thread's last error */
+        return res;
+    }
+    *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    return ncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId *commIds, ncclConfig_t *config)
+{
+    shim_clear();
+    if (nId < 1 || !commIds)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "ncclCommInitRankScalable: nId=%d, commIds=%p (at least one id)", nId,
+                         (void *)commIds);
+    /* Every rank holds every id: the first one is enough for braid's bootstrap. */
+    return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
+{
+    shim_clear();
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
+    if (ndev < 1)
+        return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev=%d must be positive",
+                         ndev);
+    ncclUniqueId id;
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res != ncclSuccess) return res;
+    ncclResult_t g = ncclGroupStart();
+    if (g != ncclSuccess) return g;
+    for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+        res = ncclCommInitRank(comm + i, ndev, id, i);
+        if (res == ncclSuccess && devlist) comm[i]->cudadev = devlist[i];
+    }
+    g = ncclGroupEnd();
+    return res != ncclSuccess ? res : g;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    shim_clear();
+    /* Host calls have completed when they returned: nothing is outstanding. */
+    return shim_ready(comm, "ncclCommFinalize");
+}
+
+static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
+{
+    shim_clear();
+    if (!comm) return ncclSuccess; /* NCCL accepts NULL */
+    if (comm->magic != SHIM_COMM_MAGIC)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
+                         (void *)comm);
+    if (comm->init_deferred)
+        return shim_fail(comm, ncclInvalidUsage,
+                         "%s: the communicator's init waits for ncclGroupEnd", call);
+    shim_init_join(comm);
+    ncclResult_t res = ncclSuccess;
+    if (comm->bc) {
+        if (abort) {
+            atomic_store(&comm->aborting, 1);
+            braid_comm_abort(comm->bc);
+            /* Calls of other threads return promptly once aborted: wait until they left. */
+            struct timespec ts = {0, 1000000};
+            for (int i = 0; atomic_load(&comm->active) > 0 && i < 600000; i++)
+                nanosleep(&ts, NULL);
+        }
+        braid_result_t r = braid_comm_destroy(comm->bc);
+        if (r != BRAID_SUCCESS) res = shim_braid_fail(NULL, r, call);
+        comm->bc = NULL;
+    }
+    comm_free(comm);
+    return res;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    return comm_close(comm, 0, "ncclCommDestroy");
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    return comm_close(comm, 1, "ncclCommAbort");
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    static const char *call = "ncclCommSplit";
+    shim_clear();
+    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+    ncclResult_t res = shim_ready(comm, call);
+    if (res != ncclSuccess) return res;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: color=%d (a non-negative color or NCCL_SPLIT_NOCOLOR)", call, color);
+    int blocking = comm->blocking;
+    if (config && (res = check_config(config, &blocking, call)) != ncclSuccess) return res;
+    braid_comm_t nbc = NULL;
+    atomic_fetch_add(&comm->active, 1);
+    braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
+    atomic_fetch_sub(&comm->active, 1);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
+    if (!nbc) {
+        *newcomm = NULL;
+        return ncclSuccess;
+    }
+    ncclComm_t c = comm_new(0, NULL, 0, blocking);
+    if (!c) {
+        braid_comm_destroy(nbc);
+        return shim_fail(comm, ncclSystemError, "%s: out of memory", call);
+    }
+    c->bc = nbc;
+    c->cudadev = comm->cudadev;
+    braid_comm_rank(nbc, &c->rank);
+    braid_comm_size(nbc, &c->nranks);
+    atomic_store(&c->state, ncclSuccess);
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    shim_clear();
+    if (!asyncError)
+        return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    if (!comm || comm->magic != SHIM_COMM_MAGIC)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "ncclCommGetAsyncError: comm %p is not a communicator", (void *)comm);
+    int st = atomic_load(&comm->state);
+    if (st == ncclInProgress) {
+        *asyncError = ncclInProgress;
+        return ncclSuccess;
+    }
+    shim_init_join(comm); /* finished: reap its thread */
+    if (st != ncclSuccess || !comm->bc) {
+        *asyncError = st == ncclSuccess ? ncclInternalError : (ncclResult_t)st;
+        return ncclSuccess;
+    }
+    braid_result_t err = BRAID_SUCCESS;
+    const char *msg = NULL;
+    braid_result_t r = braid_comm_get_error(comm->bc, &err, &msg);
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommGetAsyncError");
+    if (err != BRAID_SUCCESS && msg && *msg) {
+        pthread_mutex_lock(&comm->lock);
+        if (!comm->errmsg[0]) snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    *asyncError = shim_map(err);
+    return ncclSuccess;
+}
+
+static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, const char *what)
+{
+    shim_clear();
+    if (!out) return shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
+    if (!comm || comm->magic != SHIM_COMM_MAGIC)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
+                         (void *)comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    ncclResult_t res = query(comm, count, "ncclCommCount", "count");
+    if (res == ncclSuccess) *count = comm->nranks;
+    return res;
+}
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    ncclResult_t res = query(comm, device, "ncclCommCuDevice", "device");
+    if (res == ncclSuccess) *device = comm->cudadev;
+    return res;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    ncclResult_t res = query(comm, rank, "ncclCommUserRank", "rank");
+    if (res == ncclSuccess) *rank = comm->rank;
+    return res;
+}
+
+SHIM_PNAME(ncclGetVersion);
+SHIM_PNAME(ncclGetUniqueId);
+SHIM_PNAME(ncclCommInitRankConfig);
+SHIM_PNAME(ncclCommInitRank);
+SHIM_PNAME(ncclCommInitRankScalable);
+SHIM_PNAME(ncclCommInitAll);
+SHIM_PNAME(ncclCommFinalize);
+SHIM_PNAME(ncclCommDestroy);
+SHIM_PNAME(ncclCommAbort);
+SHIM_PNAME(ncclCommSplit);
+SHIM_PNAME(ncclCommGetAsyncError);
+SHIM_PNAME(ncclCommCount);
+SHIM_PNAME(ncclCommCuDevice);
+SHIM_PNAME(ncclCommUserRank);

@@ -1,0 +1,132 @@
+/* braid's NCCL drop-in (libnccl.so.2), internal declarations. Written on braid's public API
+ * (include/braid/braid.h) only.
+ *
+ * Files: init.c (ids, communicator lifecycle, queries), coll.c (collectives, point-to-point,
+ * PreMulSum, memory and registration), group.c (ncclGroupStart/End: deferred inits and batched
+ * operations), errors.c (result mapping, last-error messages, logging), env.c (NCCL_*
+ * variables mapped onto BRAID_* ones).
+ *
+ * Threading: a communicator may be used by one thread at a time (as NCCL requires), except
+ * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. */
+#ifndef BRAID_NCCL_SHIM_H
+#define BRAID_NCCL_SHIM_H
+
+#include "braid/braid.h"
+#include "nccl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+/* Parts of braid's API that other work adds: 1 once they exist in braid.h. */
+#ifndef SHIM_HAVE_BRAID_GROUPS
+#define SHIM_HAVE_BRAID_GROUPS 0 /* braid_group_start/end */
+#endif
+#ifndef SHIM_HAVE_BRAID_P2P
+#define SHIM_HAVE_BRAID_P2P 0 /* braid_send/recv, alltoall, gather, scatter */
+#endif
+#ifndef SHIM_HAVE_BRAID_PREMULSUM
+#define SHIM_HAVE_BRAID_PREMULSUM 0 /* braid_redop_create_premulsum/destroy */
+#endif
+
+#define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
+#define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
+#define SHIM_MSG_BYTES 768
+
+struct ncclComm {
+    unsigned magic;  /* SHIM_COMM_MAGIC while alive */
+    braid_comm_t bc; /* NULL until the init succeeded */
+    int rank, nranks, cudadev, blocking;
+    /* ncclInProgress while the init has not finished, then its result. */
+    _Atomic int state;
+    /* The init: its arguments, and its thread for non-blocking or grouped inits. */
+    ncclUniqueId id;
+    int init_deferred; /* recorded in an open group, not started yet */
+    int init_thread_live;
+    pthread_t init_thread;
+    /* Calls inside braid on this communicator (ncclCommAbort waits for them to leave). */
+    _Atomic int active;
+    _Atomic int aborting;
+    pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
+    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator */
+    struct {
+        int used;
+        braid_redop_t op;
+        ncclDataType_t dtype;
+    } redops[SHIM_MAX_REDOPS]; /* ncclRedOp_t value ncclNumOps + i */
+};
+
+/* NCCL exports every function twice: ncclX and the profiling name pncclX. */
+#define SHIM_PNAME(f) extern __typeof__(f) p##f __attribute__((alias(#f)))
+
+/* ---- errors.c ------------------------------------------------------------------------------- */
+/* Records a failure (thread message, comm message when comm is given, a WARN line when
+ * NCCL_DEBUG asks for it) and returns res. */
+ncclResult_t shim_fail(ncclComm_t comm, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The NCCL code braid's result maps to. */
+ncclResult_t shim_map(braid_result_t r);
+/* Maps a failed braid call: the message is "<call>: <braid_last_error()>". */
+ncclResult_t shim_braid_fail(ncclComm_t comm, braid_result_t r, const char *call);
+/* Clears the calling thread's message. */
+void shim_clear(void);
+/* NCCL_DEBUG levels: 0 none, 1 version, 2 warn, 3 info, 4 trace. */
+int shim_debug_level(void);
+void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- env.c ---------------------------------------------------------------------------------- */
+/* Maps the NCCL_* variables onto unset BRAID_* ones, once per process (before the first id or
+ * communicator). */
+void shim_env_init(void);
+
+/* ---- init.c --------------------------------------------------------------------------------- */
+/* Checks comm (magic) and waits for its init to finish; returns ncclSuccess when comm can be
+ * used, else the failure (recorded, naming call). */
+ncclResult_t shim_ready(ncclComm_t comm, const char *call);
+/* Runs the init of comm in this thread (comm->state gets the result). */
+void shim_init_run(ncclComm_t comm);
+/* Starts the init of comm on its own thread. */
+ncclResult_t shim_init_start_thread(ncclComm_t comm);
+/* Joins the init thread of comm if it has one. */
+void shim_init_join(ncclComm_t comm);
+
+/* ---- group.c -------------------------------------------------------------------------------- */
+typedef enum {
+    SHIM_ALLREDUCE,
+    SHIM_BROADCAST,
+    SHIM_REDUCE,
+    SHIM_REDUCE_SCATTER,
+    SHIM_ALLGATHER,
+    SHIM_ALLTOALL,
+    SHIM_GATHER,
+    SHIM_SCATTER,
+    SHIM_SEND,
+    SHIM_RECV
+} shim_kind_t;
+
+typedef struct {
+    shim_kind_t kind;
+    const char *name; /* "ncclAllReduce" */
+    ncclComm_t comm;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    braid_datatype_t dtype;
+    braid_redop_t op;
+    int root; /* root, or peer for send/recv */
+    cudaStream_t stream;
+} shim_op_t;
+
+/* Depth of the calling thread's group nesting (0 = none). */
+int shim_group_depth(void);
+/* Adds a communicator whose init waits for the outermost ncclGroupEnd. */
+ncclResult_t shim_group_add_init(ncclComm_t comm);
+/* Runs op now (outside a group) or appends it to the thread's group. */
+ncclResult_t shim_submit(const shim_op_t *op);
+/* Records a call's failure (already reported with shim_fail) inside an open group, so that
+ * its ncclGroupEnd fails; returns res. */
+ncclResult_t shim_group_fail(ncclResult_t res);
+/* Issues op to braid in the calling thread (inside a braid group when one is open). */
+braid_result_t shim_op_issue(const shim_op_t *op);
+
+#endif

@@ -1,0 +1,154 @@
+/* Suite `fixedroot`: braid_unique_id_from_root, the NCCL_COMM_ID way to bootstrap: every rank
+ * makes the same id from "host:port" on its own, and rank 0's init opens the root there. */
+#include "braid/braid.h"
+#include "core/bootstrap.h"
+#include "data.h"
+
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TestSuite(fixedroot, .timeout = 60);
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+Test(fixedroot, same_id_everywhere_and_flagged)
+{
+    setenv("BRAID_SECRET", "00112233445566778899aabbccddeeff", 1);
+    braid_unique_id_t a, b;
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:4242", &a), BRAID_SUCCESS, "%s",
+                 braid_last_error());
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:4242", &b), BRAID_SUCCESS);
+    cr_assert_eq(memcmp(&a, &b, sizeof(a)), 0, "two calls gave different ids");
+    braid_boot_addr_t d;
+    cr_assert_eq(braid_boot_id_decode(&a, &d), BRAID_SUCCESS, "%s", braid_last_error());
+    cr_assert_eq(d.rank0_hosts, 1);
+    cr_assert_eq(ntohs(((struct sockaddr_in *)&d.addr)->sin_port), 4242);
+    cr_assert_eq(d.secret[0], 0x00);
+    cr_assert_eq(d.secret[15], 0xff);
+    cr_assert_eq(ntohl(((struct sockaddr_in *)&d.addr)->sin_addr.s_addr), 0x7f000001u);
+    /* A flags byte other than 0 or 1 is refused. */
+    braid_unique_id_t bad = a;
+    bad.internal[44] = 2;
+    cr_assert_eq(braid_boot_id_decode(&bad, &d), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "flags"));
+    /* Without BRAID_SECRET the secret is derived from the root: still the same everywhere,
+     * different for another root. */
+    unsetenv("BRAID_SECRET");
+    braid_unique_id_t c, e;
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:4242", &c), BRAID_SUCCESS);
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:4242", &e), BRAID_SUCCESS);
+    cr_assert_eq(memcmp(&c, &e, sizeof(c)), 0);
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:4243", &e), BRAID_SUCCESS);
+    cr_assert_neq(memcmp(c.internal + 24, e.internal + 24, 16), 0, "secrets of two roots agree");
+}
+
+Test(fixedroot, bad_arguments_are_named)
+{
+    braid_unique_id_t id;
+    cr_assert_eq(braid_unique_id_from_root(NULL, &id), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "root"));
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:1", NULL), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "id_p"));
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1", &id), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "root"), "%s", braid_last_error());
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:99999", &id), BRAID_ERR_INVALID_ARG);
+    setenv("BRAID_SECRET", "xyz", 1);
+    cr_assert_eq(braid_unique_id_from_root("127.0.0.1:5000", &id), BRAID_ERR_INVALID_ARG);
+    cr_assert_not_null(strstr(braid_last_error(), "BRAID_SECRET"));
+    unsetenv("BRAID_SECRET");
+}
+
+/* n forked ranks, each makes the id itself and joins; one all-reduce checked exactly. */
+static void job(int n, int port)
+{
+    char root[64];
+    snprintf(root, sizeof(root), "127.0.0.1:%d", port);
+    setenv("BRAID_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+    pid_t pids[8];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        cr_assert(pids[r] >= 0);
+        if (pids[r] == 0) {
+            alarm(50);
+            braid_unique_id_t id;
+            braid_comm_t comm;
+            if (braid_unique_id_from_root(root, &id) || braid_comm_init_rank(&comm, n, id, r)) {
+                fprintf(stderr, "rank %d: %s\n", r, braid_last_error());
+                _exit(1);
+            }
+            int bad = data_check_allreduce(comm, r, n, BRAID_FLOAT32, BRAID_SUM, 1031, 0, 0, 5,
+                                           "fixed root");
+            braid_comm_destroy(comm);
+            _exit(bad);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%d ranks: rank %d failed", n, r);
+    }
+}
+
+Test(fixedroot, ranks_bootstrap_without_exchanging_the_id)
+{
+    job(1, free_port());
+    job(3, free_port());
+    job(5, free_port());
+}
+
+/* Only rank 0 listens: a rank 1 started first waits for it (connections are retried). */
+Test(fixedroot, late_rank0)
+{
+    int port = free_port();
+    char root[64];
+    snprintf(root, sizeof(root), "127.0.0.1:%d", port);
+    setenv("BRAID_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+    pid_t p1 = fork();
+    if (p1 == 0) {
+        alarm(50);
+        braid_unique_id_t id;
+        braid_comm_t comm;
+        if (braid_unique_id_from_root(root, &id) || braid_comm_init_rank(&comm, 2, id, 1)) {
+            fprintf(stderr, "rank 1: %s\n", braid_last_error());
+            _exit(1);
+        }
+        int bad = data_check_allreduce(comm, 1, 2, BRAID_INT32, BRAID_MAX, 77, 1, 0, 6, "late");
+        braid_comm_destroy(comm);
+        _exit(bad);
+    }
+    usleep(500 * 1000);
+    pid_t p0 = fork();
+    if (p0 == 0) {
+        alarm(50);
+        braid_unique_id_t id;
+        braid_comm_t comm;
+        if (braid_unique_id_from_root(root, &id) || braid_comm_init_rank(&comm, 2, id, 0)) {
+            fprintf(stderr, "rank 0: %s\n", braid_last_error());
+            _exit(1);
+        }
+        int bad = data_check_allreduce(comm, 0, 2, BRAID_INT32, BRAID_MAX, 77, 1, 0, 6, "late");
+        braid_comm_destroy(comm);
+        _exit(bad);
+    }
+    int s0, s1;
+    waitpid(p0, &s0, 0);
+    waitpid(p1, &s1, 0);
+    cr_expect(WIFEXITED(s0) && WEXITSTATUS(s0) == 0, "rank 0 failed");
+    cr_expect(WIFEXITED(s1) && WEXITSTATUS(s1) == 0, "rank 1 failed");
+}

@@ -1,0 +1,196 @@
+/* Suite `nccl`: braid's NCCL drop-in (build/nccl/lib/libnccl.so.2) driven by a program written
+ * against nccl.h only (tests/nccl, built as nccl_client), run as 1..8 real processes under
+ * braid-run on host buffers. Also: the client links braid's libnccl.so.2 and not the CUDA
+ * toolkit's (ldd, readelf), a SIGKILLed rank gives ncclRemoteError/ncclSystemError naming it,
+ * and NCCL_* variables reach braid with BRAID_* ones taking precedence. */
+#include "braid/braid.h"
+
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char bindir[PATH_MAX];
+
+static void find_bindir(void)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env) {
+        snprintf(bindir, sizeof(bindir), "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", bindir, sizeof(bindir) - 1);
+        cr_assert(n > 0);
+        bindir[n] = '\0';
+        *strrchr(bindir, '/') = '\0';
+    }
+    unsetenv("BRAID_ROOT"); /* braid-run honours an inherited one */
+    unsetenv("NCCL_COMM_ID");
+}
+
+TestSuite(nccl, .timeout = 240, .init = find_bindir);
+
+/* Runs a shell command with stderr merged; returns its output (caller frees), sets *status to
+ * the exit code (-1 if it did not exit). */
+static char *run(int *status, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t cap = 1 << 16, len = 0, k;
+    char *out = malloc(cap);
+    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) out = realloc(out, cap *= 2);
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* What the linked braid has, so the client knows what must work. */
+static const char *requirements(void)
+{
+    return braid_dtype_size((braid_datatype_t)10) ? "--require-fp8" : "";
+}
+
+static void client(int n, const char *tests)
+{
+    int st;
+    char *out = run(&st,
+                    "cd \"$BIN\" && ./braid-run -n %d --timeout 200 -x BRAID_TIMEOUT=60 "
+                    "./nccl_client %s %s",
+                    n, requirements(), tests);
+    cr_expect_eq(st, 0, "%d ranks, %s: exit %d\n%s", n, tests, st, out);
+    cr_expect_eq(count_of(out, "nccl client passed"), n, "%d ranks: not every rank passed\n%s", n,
+                 out);
+    free(out);
+}
+
+/* The tests run braid-run and the client from the binary directory ($BIN). */
+static void setenv_bin(void)
+{
+    find_bindir();
+    setenv("BIN", bindir, 1);
+}
+
+Test(nccl, links_braids_libnccl)
+{
+    int st;
+    char *out = run(&st, "ldd %s/nccl_client", bindir);
+    cr_assert_eq(st, 0, "%s", out);
+    const char *line = strstr(out, "libnccl.so.2 =>");
+    cr_assert(line, "no libnccl.so.2 in ldd output:\n%s", out);
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof(want), "libnccl.so.2 => %s", bindir);
+    /* bindir is build/bin; the library is build/nccl/lib */
+    char *slash = strrchr(want, '/');
+    cr_assert(slash);
+    snprintf(slash, sizeof(want) - (size_t)(slash - want), "/nccl/lib/libnccl.so.2");
+    cr_expect(!strncmp(line, want, strlen(want)), "client resolves %.*s, want %s", 120, line, want);
+    cr_expect(!strstr(out, "cuda"), "a CUDA library in the client's ldd:\n%s", out);
+    cr_expect(!strstr(out, "libbraid"), "the client needs libbraid:\n%s", out);
+    free(out);
+    out = run(&st, "readelf -d %s/../nccl/lib/libnccl.so.2", bindir);
+    cr_expect(strstr(out, "Library soname: [libnccl.so.2]"), "soname:\n%s", out);
+    free(out);
+    /* Only NCCL's names are exported (braid stays private). */
+    out = run(&st,
+              "nm -D --defined-only %s/../nccl/lib/libnccl.so.2 | awk '{print $3}' | "
+              "grep -v '^p\\?nccl' | wc -l",
+              bindir);
+    cr_expect_eq(atoi(out), 0, "exported non-NCCL symbols: %s", out);
+    free(out);
+}
+
+Test(nccl, client_1_rank, .init = setenv_bin)
+{
+    client(1, "all");
+}
+Test(nccl, client_2_ranks, .init = setenv_bin)
+{
+    client(2, "all");
+}
+Test(nccl, client_3_ranks, .init = setenv_bin)
+{
+    client(3, "all");
+}
+Test(nccl, client_4_ranks, .init = setenv_bin)
+{
+    client(4, "all");
+}
+Test(nccl, client_5_ranks, .init = setenv_bin)
+{
+    client(5, "api coll groups p2p errors");
+}
+Test(nccl, client_8_ranks, .init = setenv_bin)
+{
+    client(8, "all");
+}
+
+static void kill_case(int n)
+{
+    int st;
+    char *out = run(&st,
+                    "cd \"$BIN\" && ./braid-run -n %d --timeout 60 -x BRAID_TIMEOUT=30 "
+                    "./nccl_client kill",
+                    n);
+    cr_expect_eq(st, 0, "%d ranks: exit %d\n%s", n, st, out);
+    cr_expect_eq(count_of(out, "kill ok"), n - 1, "%d ranks: survivors\n%s", n, out);
+    cr_expect_eq(count_of(out, "victim killed"), 1, "%d ranks: victim\n%s", n, out);
+    free(out);
+}
+
+Test(nccl, killed_peer_2_ranks, .init = setenv_bin)
+{
+    kill_case(2);
+}
+Test(nccl, killed_peer_4_ranks, .init = setenv_bin)
+{
+    kill_case(4);
+}
+
+/* NCCL_* variables: NCCL_DEBUG=VERSION prints the version once; INFO with SUBSYS=INIT shows
+ * braid's INIT lines; NCCL_SHM_DISABLE=1 makes braid use tcp within the host unless
+ * BRAID_TRANSPORT says otherwise. */
+Test(nccl, nccl_environment, .init = setenv_bin)
+{
+    int st;
+    char *out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=VERSION ./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect_eq(count_of(out, "NCCL version 2.26.6+braid"), 1, "%s", out);
+    free(out);
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT "
+                   "-x NCCL_SHM_DISABLE=1 ./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "via tcp") && !strstr(out, "via shm"), "NCCL_SHM_DISABLE=1:\n%s", out);
+    cr_expect(strstr(out, "NCCL_SHM_DISABLE=1 -> BRAID_TRANSPORT=tcp"), "mapping logged:\n%s", out);
+    free(out);
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT "
+                   "-x NCCL_SHM_DISABLE=1 -x BRAID_TRANSPORT=shm ./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "via shm") && !strstr(out, "via tcp"), "BRAID_TRANSPORT wins:\n%s", out);
+    free(out);
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x BRAID_DEBUG=WARN "
+                   "./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(!strstr(out, "braid INFO"), "BRAID_DEBUG=WARN wins over NCCL_DEBUG=INFO:\n%s", out);
+    free(out);
+}

@@ -1,0 +1,552 @@
+/* nccl_client: braid's NCCL drop-in exercised by a program that includes nccl.h only.
+ *
+ * Usage (one rank of a job; tests/mp/test_nccl.c runs it under braid-run with 1..8 ranks):
+ *   nccl_client [--require-fp8] [--require-premulsum] [--require-p2p] TEST...
+ * TESTs: api coll groups p2p nonblocking split initall errors premulsum (all = each of them),
+ * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
+ * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
+ * NCCL_* environment tests). Exits 0 when every check passed.
+ *
+ * Rank and size come from BRAID_RANK/BRAID_NRANKS (braid-run) or OMPI_COMM_WORLD_RANK/SIZE;
+ * the world communicator's id comes from NCCL_COMM_ID (set to braid-run's BRAID_ROOT when
+ * unset), so every rank calls ncclGetUniqueId itself, as NCCL programs do with NCCL_COMM_ID.
+ * Later communicators get ids the usual way: rank 0 creates one and broadcasts it. */
+#define _GNU_SOURCE
+#include "client.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int g_rank, g_nranks;
+static int require_fp8, require_premulsum;
+int g_require_p2p;
+
+static int env_int(const char *a, const char *b, int def)
+{
+    const char *v = getenv(a);
+    if (!v) v = getenv(b);
+    return v ? atoi(v) : def;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An id for a new communicator over world's ranks: rank 0 makes it, the others get it by an
+ * ncclBroadcast on world. */
+static int shared_id(ncclComm_t world, ncclUniqueId *id)
+{
+    memset(id, 0, sizeof(*id));
+    if (g_rank == 0) NCCLOK(ncclGetUniqueId(id));
+    NCCLOK(ncclBroadcast(id, id, sizeof(*id), ncclUint8, 0, world, NULL));
+    return 0;
+}
+
+/* ---- api ----------------------------------------------------------------------------------- */
+static int test_api(ncclComm_t world)
+{
+    int v = 0;
+    NCCLOK(ncclGetVersion(&v));
+    CHECK(v == NCCL_VERSION_CODE, "ncclGetVersion %d, header %d (another libnccl?)", v,
+          NCCL_VERSION_CODE);
+    for (int a = 0; a < ncclNumResults; a++) {
+        const char *s = ncclGetErrorString((ncclResult_t)a);
+        CHECK(s && *s, "no string for result %d", a);
+        for (int b = 0; b < a; b++)
+            CHECK(strcmp(s, ncclGetErrorString((ncclResult_t)b)), "results %d and %d read '%s'", a,
+                  b, s);
+    }
+    CHECK(ncclGetErrorString((ncclResult_t)99) != NULL, "unknown result");
+    int n = -1, r = -1, dev = -1;
+    NCCLOK(ncclCommCount(world, &n));
+    NCCLOK(ncclCommUserRank(world, &r));
+    NCCLOK(ncclCommCuDevice(world, &dev));
+    CHECK(n == g_nranks && r == g_rank && dev == 0, "count %d rank %d device %d", n, r, dev);
+    ncclResult_t st = ncclInternalError;
+    NCCLOK(ncclCommGetAsyncError(world, &st));
+    CHECK(st == ncclSuccess, "async error %d", (int)st);
+
+    /* ncclMemAlloc'd and registered buffers in a collective. */
+    size_t count = 4099;
+    float *a = NULL, *b = NULL;
+    NCCLOK(ncclMemAlloc((void **)&a, count * sizeof(float)));
+    NCCLOK(ncclMemAlloc((void **)&b, count * sizeof(float)));
+    CHECK(((uintptr_t)a & 4095) == 0, "ncclMemAlloc is page aligned");
+    void *ha = NULL, *hb = NULL;
+    NCCLOK(ncclCommRegister(world, a, count * sizeof(float), &ha));
+    NCCLOK(ncclCommRegister(world, b, count * sizeof(float), &hb));
+    fill(a, ncclFloat32, ncclSum, g_rank, g_nranks, 0, count, 11);
+    NCCLOK(ncclAllReduce(a, b, count, ncclFloat32, ncclSum, world, NULL));
+    CHECK(!check_reduced(b, ncclFloat32, ncclSum, g_nranks, 0, count, 11, 0, "registered"),
+          "registered all-reduce");
+    NCCLOK(ncclCommDeregister(world, ha));
+    NCCLOK(ncclCommDeregister(world, hb));
+    CHECK(ncclCommDeregister(world, hb) == ncclInvalidArgument, "second deregister");
+    NCCLOK(ncclMemFree(a));
+    NCCLOK(ncclMemFree(b));
+    CHECK(ncclMemAlloc(NULL, 8) == ncclInvalidArgument, "ncclMemAlloc(NULL)");
+    CHECK(ncclMemAlloc((void **)&a, 0) == ncclInvalidArgument, "ncclMemAlloc(size 0)");
+    NCCLOK(ncclCommFinalize(world));
+    /* The profiling names are the same functions. */
+    int pv = 0;
+    NCCLOK(pncclGetVersion(&pv));
+    CHECK(pv == v, "pncclGetVersion %d", pv);
+    printf("rank %d: api ok\n", g_rank);
+    return 0;
+}
+
+/* ---- coll ---------------------------------------------------------------------------------- */
+/* Returns 1 when dt is unsupported and that is allowed (float8 before braid has it). */
+static int dtype_skipped(ncclResult_t r, ncclDataType_t dt, int *fail)
+{
+    *fail = 0;
+    if (r != ncclInvalidUsage || (dt != ncclFloat8e4m3 && dt != ncclFloat8e5m2)) return 0;
+    if (require_fp8 || !strstr(ncclGetLastError(NULL), "not supported")) {
+        *fail = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int coll_one(ncclComm_t world, ncclDataType_t dt, ncclRedOp_t op, size_t count, int seed,
+                    int *skipped)
+{
+    int n = g_nranks;
+    size_t sz = dt_size(dt), off = (count % 2) * sz; /* odd counts: buffers off by one element */
+    char *sb = malloc((size_t)n * count * sz + 2 * sz + 1),
+         *rb = malloc((size_t)n * count * sz + 2 * sz + 1);
+    CHECK(sb && rb, "malloc");
+    char *s = sb + off, *r = rb + off;
+    char label[96];
+    int fail;
+    /* all-reduce, out of place or (even seeds) in place */
+    int inplace = seed % 2 == 0;
+    fill(s, dt, op, g_rank, n, 0, count, seed);
+    ncclResult_t res = ncclAllReduce(s, inplace ? s : r, count, dt, op, world, NULL);
+    if (dtype_skipped(res, dt, &fail)) {
+        *skipped = 1;
+        free(sb);
+        free(rb);
+        return 0;
+    }
+    CHECK(!fail && res == ncclSuccess, "allreduce %s %s: %d %s", dt_name(dt), op_name(op), res,
+          ncclGetLastError(world));
+    snprintf(label, sizeof(label), "allreduce %s %s count %zu%s", dt_name(dt), op_name(op), count,
+             inplace ? " in place" : "");
+    CHECK(!check_reduced(inplace ? s : r, dt, op, n, 0, count, seed, 0, label), "%s", label);
+    /* reduce to a root that moves with the seed */
+    int root = seed % n;
+    fill(s, dt, op, g_rank, n, 0, count, seed + 1);
+    memset(r, 0x5a, count * sz);
+    NCCLOK(ncclReduce(s, g_rank == root ? r : NULL, count, dt, op, root, world, NULL));
+    snprintf(label, sizeof(label), "reduce %s %s count %zu root %d", dt_name(dt), op_name(op),
+             count, root);
+    if (g_rank == root)
+        CHECK(!check_reduced(r, dt, op, n, 0, count, seed + 1, 0, label), "%s", label);
+    /* reduce-scatter: count per rank; in place on even seeds */
+    fill(s, dt, op, g_rank, n, 0, count * (size_t)n, seed + 2);
+    char *out = inplace ? s + (size_t)g_rank * count * sz : r;
+    NCCLOK(ncclReduceScatter(s, out, count, dt, op, world, NULL));
+    snprintf(label, sizeof(label), "reduce_scatter %s %s count %zu%s", dt_name(dt), op_name(op),
+             count, inplace ? " in place" : "");
+    CHECK(!check_reduced(out, dt, op, n, (size_t)g_rank * count, count, seed + 2, 0, label), "%s",
+          label);
+    free(sb);
+    free(rb);
+    return 0;
+}
+
+static int copy_one(ncclComm_t world, ncclDataType_t dt, size_t count, int seed)
+{
+    int n = g_nranks;
+    size_t sz = dt_size(dt);
+    char *s = malloc((size_t)n * count * sz + 1), *r = malloc((size_t)n * count * sz + 1);
+    CHECK(s && r, "malloc");
+    char label[96];
+    int root = (seed + 1) % n;
+    fill(s, dt, ncclSum, g_rank, n, 0, count, seed);
+    memset(r, 0x33, count * sz);
+    NCCLOK(ncclBroadcast(s, r, count, dt, root, world, NULL));
+    snprintf(label, sizeof(label), "broadcast %s count %zu root %d", dt_name(dt), count, root);
+    CHECK(!check_rank(r, dt, ncclSum, root, n, 0, count, seed, label), "%s", label);
+    fill(s, dt, ncclSum, g_rank, n, 0, count, seed + 1);
+    NCCLOK(ncclBcast(s, count, dt, root, world, NULL));
+    snprintf(label, sizeof(label), "bcast %s count %zu root %d", dt_name(dt), count, root);
+    CHECK(!check_rank(s, dt, ncclSum, root, n, 0, count, seed + 1, label), "%s", label);
+    /* all-gather, out of place and in place */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        char *mine = inplace ? r + (size_t)g_rank * count * sz : s;
+        fill(mine, dt, ncclSum, g_rank, n, 0, count, seed + 2 + inplace);
+        NCCLOK(ncclAllGather(mine, r, count, dt, world, NULL));
+        for (int p = 0; p < n; p++) {
+            snprintf(label, sizeof(label), "allgather %s count %zu block %d%s", dt_name(dt), count,
+                     p, inplace ? " in place" : "");
+            CHECK(!check_rank(r + (size_t)p * count * sz, dt, ncclSum, p, n, 0, count,
+                              seed + 2 + inplace, label),
+                  "%s", label);
+        }
+    }
+    free(s);
+    free(r);
+    return 0;
+}
+
+static int test_coll(ncclComm_t world)
+{
+    static const size_t counts[] = {0, 1, 7, 1031, 4099};
+    int nskip = 0, seed = 1;
+    for (int dt = 0; dt < ncclNumTypes; dt++) {
+        int skipped = 0;
+        for (int op = 0; op < ncclNumOps && !skipped; op++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && !skipped; c++)
+                if (coll_one(world, (ncclDataType_t)dt, (ncclRedOp_t)op, counts[c], seed++,
+                             &skipped))
+                    return 1;
+        if (skipped) {
+            nskip++;
+            printf("rank %d: coll: %s skipped: %s\n", g_rank, dt_name((ncclDataType_t)dt),
+                   ncclGetLastError(NULL));
+            continue;
+        }
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+            if (copy_one(world, (ncclDataType_t)dt, counts[c], seed++)) return 1;
+    }
+    /* Sizes beyond one pipelined chunk. */
+    if (coll_one(world, ncclFloat32, ncclSum, 300007, 1000, &nskip)) return 1;
+    if (coll_one(world, ncclInt8, ncclMax, (1 << 20) + 3, 1001, &nskip)) return 1;
+    if (copy_one(world, ncclFloat64, 70001, 1002)) return 1;
+    printf("rank %d: coll ok (%d datatypes skipped)\n", g_rank, nskip);
+    return 0;
+}
+
+/* ---- premulsum ----------------------------------------------------------------------------- */
+static int test_premulsum(ncclComm_t world)
+{
+    int n = g_nranks;
+    size_t count = 1031;
+    ncclRedOp_t op;
+    char scalar[8];
+    store(scalar, ncclFloat32, 0, 2);
+    CHECK(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarDevice, world) ==
+              ncclInvalidUsage,
+          "ncclScalarDevice on host: %s", ncclGetLastError(NULL));
+    ncclResult_t r =
+        ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarHostImmediate, world);
+    if (r == ncclInvalidUsage && !require_premulsum &&
+        strstr(ncclGetLastError(NULL), "not implemented")) {
+        printf("rank %d: premulsum skipped: %s\n", g_rank, ncclGetLastError(NULL));
+        return 0;
+    }
+    CHECK(r == ncclSuccess, "create: %d %s", r, ncclGetLastError(NULL));
+    NCCLOK(ncclRedOpDestroy(op, world));
+    CHECK(ncclRedOpDestroy(op, world) == ncclInvalidArgument, "destroyed twice");
+    CHECK(ncclRedOpDestroy(ncclSum, world) == ncclInvalidArgument, "built-in op destroyed");
+    char *s = malloc((size_t)n * count * 8), *o = malloc((size_t)n * count * 8);
+    CHECK(s && o, "malloc");
+    for (int dt = 0; dt < ncclNumTypes; dt++) {
+        ncclDataType_t t = (ncclDataType_t)dt;
+        int fp8 = t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+        double k = fp8 ? -1 : (t == ncclUint8 || t == ncclUint32 || t == ncclUint64) ? 3 : -2;
+        store(scalar, t, 0, k);
+        r = ncclRedOpCreatePreMulSum(&op, scalar, t, ncclScalarHostImmediate, world);
+        int fail;
+        if (dtype_skipped(r, t, &fail)) continue;
+        CHECK(!fail && r == ncclSuccess, "create %s: %s", dt_name(t), ncclGetLastError(NULL));
+        fill(s, t, ncclSum, g_rank, n, 0, count, 40 + dt);
+        NCCLOK(ncclAllReduce(s, o, count, t, op, world, NULL));
+        char label[64];
+        snprintf(label, sizeof(label), "premulsum allreduce %s x%g", dt_name(t), k);
+        CHECK(!check_reduced(o, t, ncclSum, n, 0, count, 40 + dt, k, label), "%s", label);
+        fill(s, t, ncclSum, g_rank, n, 0, count * (size_t)n, 60 + dt);
+        NCCLOK(ncclReduceScatter(s, o, count, t, op, world, NULL));
+        snprintf(label, sizeof(label), "premulsum reduce_scatter %s", dt_name(t));
+        CHECK(!check_reduced(o, t, ncclSum, n, (size_t)g_rank * count, count, 60 + dt, k, label),
+              "%s", label);
+        /* An op is bound to its datatype. */
+        ncclDataType_t other = t == ncclFloat64 ? ncclFloat32 : ncclFloat64;
+        CHECK(ncclAllReduce(s, o, 1, other, op, world, NULL) == ncclInvalidArgument,
+              "op of %s used with %s", dt_name(t), dt_name(other));
+        NCCLOK(ncclRedOpDestroy(op, world));
+    }
+    free(s);
+    free(o);
+    printf("rank %d: premulsum ok\n", g_rank);
+    return 0;
+}
+
+/* ---- nonblocking, split, initall ------------------------------------------------------------ */
+static int allreduce_check(ncclComm_t c, int rank, int n, int seed, const char *what)
+{
+    size_t count = 777;
+    int32_t *a = malloc(count * 4);
+    CHECK(a, "malloc");
+    fill(a, ncclInt32, ncclSum, rank, n, 0, count, seed);
+    NCCLOK(ncclAllReduce(a, a, count, ncclInt32, ncclSum, c, NULL));
+    CHECK(!check_reduced(a, ncclInt32, ncclSum, n, 0, count, seed, 0, what), "%s", what);
+    free(a);
+    return 0;
+}
+
+static int test_nonblocking(ncclComm_t world)
+{
+    ncclUniqueId id;
+    if (shared_id(world, &id)) return 1;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, g_nranks, id, g_rank, &cfg);
+    CHECK(r == ncclInProgress || r == ncclSuccess, "non-blocking init: %d %s", r,
+          ncclGetLastError(NULL));
+    ncclResult_t st = ncclInProgress;
+    double t0 = now_s();
+    int polls = 0;
+    while (st == ncclInProgress && now_s() - t0 < 60) {
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+        polls++;
+        if (st == ncclInProgress) usleep(200);
+    }
+    CHECK(st == ncclSuccess, "init state %d after %d polls: %s", st, polls, ncclGetLastError(c));
+    if (allreduce_check(c, g_rank, g_nranks, 5, "non-blocking comm")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    /* A grouped init across the processes. */
+    if (shared_id(world, &id)) return 1;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&c, g_nranks, id, g_rank));
+    NCCLOK(ncclGroupEnd());
+    if (allreduce_check(c, g_rank, g_nranks, 6, "grouped init")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    printf("rank %d: nonblocking ok (%d polls)\n", g_rank, polls);
+    return 0;
+}
+
+static int test_split(ncclComm_t world)
+{
+    int n = g_nranks, color = g_rank % 2, key = n - g_rank;
+    ncclComm_t sub = NULL;
+    NCCLOK(ncclCommSplit(world, color, key, &sub, NULL));
+    CHECK(sub != NULL, "no communicator for color %d", color);
+    int sn = 0, sr = -1;
+    NCCLOK(ncclCommCount(sub, &sn));
+    NCCLOK(ncclCommUserRank(sub, &sr));
+    int want_n = (n + 1 - color) / 2, want_r = want_n - 1 - g_rank / 2; /* keys reverse ranks */
+    CHECK(sn == want_n && sr == want_r, "split: size %d rank %d, want %d %d", sn, sr, want_n,
+          want_r);
+    if (allreduce_check(sub, sr, sn, 7 + color, "split comm")) return 1;
+    NCCLOK(ncclCommDestroy(sub));
+    /* Rank 0 takes no part; the others split again. */
+    sub = (ncclComm_t)&sub;
+    NCCLOK(ncclCommSplit(world, g_rank == 0 ? NCCL_SPLIT_NOCOLOR : 1, g_rank, &sub, NULL));
+    if (g_rank == 0) {
+        CHECK(sub == NULL, "NOCOLOR gave a communicator");
+    } else {
+        NCCLOK(ncclCommCount(sub, &sn));
+        CHECK(sn == n - 1, "size %d", sn);
+        if (allreduce_check(sub, g_rank - 1, n - 1, 9, "split without rank 0")) return 1;
+        NCCLOK(ncclCommDestroy(sub));
+    }
+    CHECK(ncclCommSplit(world, -5, 0, &sub, NULL) == ncclInvalidArgument, "color -5");
+    printf("rank %d: split ok\n", g_rank);
+    return 0;
+}
+
+/* One process, three ranks: ncclCommInitAll, then grouped collectives over the three. */
+static int test_initall(ncclComm_t world)
+{
+    (void)world;
+    enum { ND = 3 };
+    ncclComm_t comms[ND];
+    NCCLOK(ncclCommInitAll(comms, ND, NULL));
+    size_t count = 1031;
+    float *buf[ND];
+    for (int i = 0; i < ND; i++) {
+        int r = -1;
+        NCCLOK(ncclCommUserRank(comms[i], &r));
+        CHECK(r == i, "comm %d has rank %d", i, r);
+        buf[i] = malloc(count * sizeof(float));
+        CHECK(buf[i], "malloc");
+        fill(buf[i], ncclFloat32, ncclMax, i, ND, 0, count, 21);
+    }
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i++)
+        NCCLOK(ncclAllReduce(buf[i], buf[i], count, ncclFloat32, ncclMax, comms[i], NULL));
+    NCCLOK(ncclGroupEnd());
+    for (int i = 0; i < ND; i++) {
+        CHECK(!check_reduced(buf[i], ncclFloat32, ncclMax, ND, 0, count, 21, 0, "initall"),
+              "initall comm %d", i);
+        NCCLOK(ncclCommDestroy(comms[i]));
+        free(buf[i]);
+    }
+    printf("rank %d: initall ok\n", g_rank);
+    return 0;
+}
+
+/* ---- errors -------------------------------------------------------------------------------- */
+#define EXPECT(call, want, word)                                                                   \
+    do {                                                                                           \
+        ncclResult_t e_ = (call);                                                                  \
+        const char *m_ = ncclGetLastError(NULL);                                                   \
+        CHECK(e_ == (want) && strstr(m_, (word)), "%s -> %d '%s' (want %d naming '%s')", #call,    \
+              (int)e_, m_, (int)(want), (word));                                                   \
+    } while (0)
+
+static int test_errors(ncclComm_t world)
+{
+    float x[16] = {0};
+    int n = g_nranks;
+    EXPECT(ncclAllReduce(x, x, 4, ncclFloat, ncclSum, NULL, NULL), ncclInvalidArgument, "comm");
+    EXPECT(ncclAllReduce(x, x, 4, (ncclDataType_t)99, ncclSum, world, NULL), ncclInvalidArgument,
+           "datatype");
+    EXPECT(ncclAllReduce(x, x, 4, ncclFloat, (ncclRedOp_t)77, world, NULL), ncclInvalidArgument,
+           "op=77");
+    EXPECT(ncclReduce(x, x, 4, ncclFloat, ncclSum, n, world, NULL), ncclInvalidArgument, "root");
+    EXPECT(ncclBroadcast(x, x, 4, ncclFloat, -1, world, NULL), ncclInvalidArgument, "root");
+    EXPECT(ncclAllReduce(NULL, x, 4, ncclFloat, ncclSum, world, NULL), ncclInvalidArgument,
+           "sendbuf");
+    EXPECT(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart");
+    ncclComm_t c;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    EXPECT(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument, "nranks");
+    EXPECT(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, "rank");
+    EXPECT(ncclCommInitRank(NULL, 2, id, 0), ncclInvalidArgument, "comm");
+    EXPECT(ncclCommInitRank(&c, 1, id, 0), ncclInvalidArgument, "id"); /* all-zero id */
+    ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+    bad.magic = 0;
+    EXPECT(ncclCommInitRankConfig(&c, 1, id, 0, &bad), ncclInvalidArgument, "config");
+    EXPECT(ncclCommCount(world, NULL), ncclInvalidArgument, "count");
+    EXPECT(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId");
+    EXPECT(ncclRedOpDestroy(ncclMax, world), ncclInvalidArgument, "built-in");
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    NCCLOK(ncclGroupStart());
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "simulation");
+    /* A bad call inside a group: it fails, the group runs nothing and fails at its end. */
+    x[0] = 1;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, x, 1, ncclFloat, ncclSum, world, NULL));
+    EXPECT(ncclAllReduce(x, x, 4, (ncclDataType_t)42, ncclSum, world, NULL), ncclInvalidArgument,
+           "datatype");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "datatype");
+    CHECK(x[0] == 1, "a failed group ran its first call (%g)", x[0]);
+    /* The communicator still works. */
+    if (allreduce_check(world, g_rank, n, 13, "after errors")) return 1;
+    ncclResult_t st;
+    NCCLOK(ncclCommGetAsyncError(world, &st));
+    CHECK(st == ncclSuccess, "async error %d after argument errors", st);
+    printf("rank %d: errors ok\n", g_rank);
+    return 0;
+}
+
+/* ---- kill ---------------------------------------------------------------------------------- */
+static int test_kill(void)
+{
+    int n = g_nranks, victim = n - 1;
+    if (g_rank == victim) {
+        /* braid-run ends the job when a rank it started dies: the rank runs in a child. */
+        pid_t pid = fork();
+        if (pid > 0) {
+            int status;
+            waitpid(pid, &status, 0);
+            printf("rank %d: victim %s\n", g_rank,
+                   WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? "killed" : "NOT killed");
+            return !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        }
+    }
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id));
+    ncclComm_t world;
+    NCCLOK(ncclCommInitRank(&world, n, id, g_rank));
+    for (int i = 0; i < 2; i++)
+        if (allreduce_check(world, g_rank, n, 30 + i, "before the kill")) return 1;
+    if (g_rank == victim) raise(SIGKILL);
+    size_t count = 1 << 16;
+    float *a = calloc(count, sizeof(float));
+    CHECK(a, "calloc");
+    double t0 = now_s();
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < 1000 && r == ncclSuccess; i++)
+        r = ncclAllReduce(a, a, count, ncclFloat, ncclSum, world, NULL);
+    double dt = now_s() - t0;
+    const char *msg = ncclGetLastError(world);
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d", victim);
+    CHECK(r == ncclRemoteError || r == ncclSystemError, "got %d (%s): %s", r, ncclGetErrorString(r),
+          msg);
+    CHECK(strstr(msg, want), "message '%s' does not name %s", msg, want);
+    ncclResult_t st = ncclSuccess;
+    NCCLOK(ncclCommGetAsyncError(world, &st));
+    CHECK(st == ncclRemoteError || st == ncclSystemError, "async error %d", st);
+    NCCLOK(ncclCommAbort(world));
+    free(a);
+    printf("rank %d: kill ok after %.2f s: %s: %s\n", g_rank, dt, ncclGetErrorString(r), msg);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_rank = env_int("BRAID_RANK", "OMPI_COMM_WORLD_RANK", 0);
+    g_nranks = env_int("BRAID_NRANKS", "OMPI_COMM_WORLD_SIZE", 1);
+    if (!getenv("NCCL_COMM_ID") && getenv("BRAID_ROOT"))
+        setenv("NCCL_COMM_ID", getenv("BRAID_ROOT"), 1);
+    const char *tests[32];
+    int nt = 0;
+    for (int i = 1; i < argc && nt < 30; i++) {
+        if (!strcmp(argv[i], "--require-fp8"))
+            require_fp8 = 1;
+        else if (!strcmp(argv[i], "--require-premulsum"))
+            require_premulsum = 1;
+        else if (!strcmp(argv[i], "--require-p2p"))
+            g_require_p2p = 1;
+        else if (!strcmp(argv[i], "all")) {
+            static const char *all[] = {"api",   "coll",    "groups", "p2p",      "nonblocking",
+                                        "split", "initall", "errors", "premulsum"};
+            for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+                tests[nt++] = all[k];
+        } else
+            tests[nt++] = argv[i];
+    }
+    if (nt == 1 && !strcmp(tests[0], "kill")) return test_kill();
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id));
+    ncclComm_t world;
+    NCCLOK(ncclCommInitRank(&world, g_nranks, id, g_rank));
+    unsetenv("NCCL_COMM_ID"); /* later ids: rank 0 makes them and broadcasts */
+    int fail = 0;
+    for (int i = 0; i < nt && !fail; i++) {
+        const char *t = tests[i];
+        if (!strcmp(t, "api"))
+            fail = test_api(world);
+        else if (!strcmp(t, "coll"))
+            fail = test_coll(world);
+        else if (!strcmp(t, "groups"))
+            fail = test_groups(world);
+        else if (!strcmp(t, "p2p"))
+            fail = test_p2p(world);
+        else if (!strcmp(t, "nonblocking"))
+            fail = test_nonblocking(world);
+        else if (!strcmp(t, "split"))
+            fail = g_nranks > 1 ? test_split(world) : 0;
+        else if (!strcmp(t, "initall"))
+            fail = test_initall(world);
+        else if (!strcmp(t, "errors"))
+            fail = test_errors(world);
+        else if (!strcmp(t, "premulsum"))
+            fail = test_premulsum(world);
+        else if (!strcmp(t, "env"))
+            fail = allreduce_check(world, g_rank, g_nranks, 3, "env");
+        else {
+            fprintf(stderr, "nccl_client: unknown test '%s'\n", t);
+            return 2;
+        }
+    }
+    NCCLOK(ncclCommDestroy(world));
+    if (!fail) printf("rank %d: nccl client passed\n", g_rank);
+    return fail;
+}

@@ -1,0 +1,60 @@
+/* The NCCL test client: a program written against nccl.h only (no braid header), as a user's
+ * NCCL program is. It runs as one rank of a job under braid-run (tests/mp/test_nccl.c starts
+ * it with 1..8 ranks); see client.c for its command line. */
+#ifndef BRAID_TEST_NCCL_CLIENT_H
+#define BRAID_TEST_NCCL_CLIENT_H
+
+#include "nccl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern int g_rank, g_nranks;
+
+/* Prints the failure with the rank and returns 1 from the enclosing function. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__,      \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define NCCLOK(call)                                                                               \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        CHECK(r_ == ncclSuccess, "%s -> %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),      \
+              ncclGetLastError(NULL));                                                             \
+    } while (0)
+
+/* ---- data.c: inputs from (rank, index, seed) and an independent reference --------------- */
+size_t dt_size(ncclDataType_t dt);
+const char *dt_name(ncclDataType_t dt);
+const char *op_name(ncclRedOp_t op);
+/* Rank r's input at index i for a reduction op over n ranks (exactly representable in dt,
+ * chosen so that every partial result is exact too). */
+double in_value(ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t i, int seed);
+/* Stores v (exactly representable) as element i of buf. */
+void store(void *buf, ncclDataType_t dt, size_t i, double v);
+/* Fills buf[0..count) with rank r's inputs for indexes base.. base+count-1. */
+void fill(void *buf, ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t base, size_t count,
+          int seed);
+/* The reduction over ranks 0..n-1 of index i, stored into out[0] (wrapping for integers). */
+void expect_reduced(void *out, ncclDataType_t dt, ncclRedOp_t op, int n, size_t i, int seed,
+                    double premul);
+/* Number of elements of got (indexes base..) that differ bit for bit from the reduction
+ * (premul: the PreMulSum scalar, or 0 for op itself); the first few are printed. */
+size_t check_reduced(const void *got, ncclDataType_t dt, ncclRedOp_t op, int n, size_t base,
+                     size_t count, int seed, double premul, const char *what);
+/* The same against rank src's inputs. */
+size_t check_rank(const void *got, ncclDataType_t dt, ncclRedOp_t op, int src, int n, size_t base,
+                  size_t count, int seed, const char *what);
+
+/* ---- tests (client.c, client_p2p.c) --------------------------------------------------------- */
+int test_p2p(ncclComm_t comm);
+int test_groups(ncclComm_t comm);
+
+#endif

@@ -1,0 +1,202 @@
+/* Groups and point-to-point in the NCCL client: several collectives in one group, nested
+ * groups (nothing runs before the outermost ncclGroupEnd), sends and receives posted in
+ * adversarial orders (a ring with even ranks receiving first, every pair with peers in reverse
+ * order, several messages per pair, self), the NCCL 2.28 all-to-all, gather and scatter. */
+#include "client.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern int g_require_p2p;
+
+int test_groups(ncclComm_t world)
+{
+    int n = g_nranks;
+    size_t c1 = 1031, c2 = 77;
+    float *a = malloc(c1 * 4);
+    int64_t *b = malloc(c2 * 8);
+    uint8_t *d = malloc(c2);
+    CHECK(a && b && d, "malloc");
+    fill(a, ncclFloat32, ncclSum, g_rank, n, 0, c1, 71);
+    fill(b, ncclInt64, ncclMin, g_rank, n, 0, c2, 72);
+    fill(d, ncclUint8, ncclSum, g_rank, n, 0, c2, 73);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(a, a, c1, ncclFloat32, ncclSum, world, NULL));
+    NCCLOK(ncclAllReduce(b, b, c2, ncclInt64, ncclMin, world, NULL));
+    NCCLOK(ncclBroadcast(d, d, c2, ncclUint8, n - 1, world, NULL));
+    NCCLOK(ncclGroupEnd());
+    CHECK(!check_reduced(a, ncclFloat32, ncclSum, n, 0, c1, 71, 0, "group a"), "group a");
+    CHECK(!check_reduced(b, ncclInt64, ncclMin, n, 0, c2, 72, 0, "group b"), "group b");
+    CHECK(!check_rank(d, ncclUint8, ncclSum, n - 1, n, 0, c2, 73, "group d"), "group d");
+    /* Nested: the inner end runs nothing. */
+    fill(a, ncclFloat32, ncclMax, g_rank, n, 0, c1, 74);
+    fill(b, ncclInt64, ncclProd, g_rank, n, 0, c2, 75);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(a, a, c1, ncclFloat32, ncclMax, world, NULL));
+    NCCLOK(ncclGroupEnd());
+    if (n > 1)
+        CHECK(!check_rank(a, ncclFloat32, ncclMax, g_rank, n, 0, c1, 74, "nested early"),
+              "the inner ncclGroupEnd ran the call");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(b, b, c2, ncclInt64, ncclProd, world, NULL));
+    NCCLOK(ncclGroupEnd());
+    NCCLOK(ncclGroupEnd());
+    CHECK(!check_reduced(a, ncclFloat32, ncclMax, n, 0, c1, 74, 0, "nested a"), "nested a");
+    CHECK(!check_reduced(b, ncclInt64, ncclProd, n, 0, c2, 75, 0, "nested b"), "nested b");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclGroupEnd());
+    free(a);
+    free(b);
+    free(d);
+    printf("rank %d: groups ok\n", g_rank);
+    return 0;
+}
+
+/* Seeds of the message from rank src to rank dst (the k-th of that pair). */
+static int pair_seed(int src, int dst, int k)
+{
+    return 1000 + src * 64 + dst * 4 + k;
+}
+
+static int ring(ncclComm_t world, ncclDataType_t dt, size_t count, int nested)
+{
+    int n = g_nranks, right = (g_rank + 1) % n, left = (g_rank + n - 1) % n;
+    size_t sz = dt_size(dt);
+    char *s = malloc(count * sz + 1), *r = malloc(count * sz + 1);
+    CHECK(s && r, "malloc");
+    fill(s, dt, ncclSum, g_rank, n, 0, count, pair_seed(g_rank, right, 0));
+    memset(r, 0x77, count * sz);
+    NCCLOK(ncclGroupStart());
+    if (nested) NCCLOK(ncclGroupStart());
+    if (g_rank % 2) { /* odd ranks send first, even ones receive first */
+        NCCLOK(ncclSend(s, count, dt, right, world, NULL));
+        if (nested) NCCLOK(ncclGroupEnd());
+        NCCLOK(ncclRecv(r, count, dt, left, world, NULL));
+    } else {
+        NCCLOK(ncclRecv(r, count, dt, left, world, NULL));
+        if (nested) NCCLOK(ncclGroupEnd());
+        NCCLOK(ncclSend(s, count, dt, right, world, NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    char label[64];
+    snprintf(label, sizeof(label), "ring %s count %zu%s", dt_name(dt), count,
+             nested ? " nested" : "");
+    /* the data is rank left's, seeded for the pair (left, me) */
+    size_t bad = 0;
+    char want[8];
+    for (size_t k = 0; k < count; k++) {
+        store(want, dt, 0, in_value(dt, ncclSum, left, n, k, pair_seed(left, g_rank, 0)));
+        bad += memcmp(r + k * sz, want, sz) != 0;
+    }
+    CHECK(bad == 0, "%s: %zu elements differ", label, bad);
+    free(s);
+    free(r);
+    return 0;
+}
+
+/* Every rank sends two messages to every rank (itself included) and receives them, peers in
+ * reverse order for the sends and in order for the receives. */
+static int all_pairs(ncclComm_t world)
+{
+    int n = g_nranks;
+    size_t c[2] = {513, 3};
+    int32_t *s = malloc((size_t)n * 2 * 513 * 4), *r = malloc((size_t)n * 2 * 513 * 4);
+    CHECK(s && r, "malloc");
+    NCCLOK(ncclGroupStart());
+    for (int p = n - 1; p >= 0; p--)
+        for (int k = 0; k < 2; k++) {
+            int32_t *m = s + ((size_t)p * 2 + (size_t)k) * 513;
+            fill(m, ncclInt32, ncclSum, g_rank, n, 0, c[k], pair_seed(g_rank, p, k));
+            NCCLOK(ncclSend(m, c[k], ncclInt32, p, world, NULL));
+        }
+    for (int p = 0; p < n; p++)
+        for (int k = 0; k < 2; k++)
+            NCCLOK(
+                ncclRecv(r + ((size_t)p * 2 + (size_t)k) * 513, c[k], ncclInt32, p, world, NULL));
+    NCCLOK(ncclGroupEnd());
+    for (int p = 0; p < n; p++)
+        for (int k = 0; k < 2; k++) {
+            const int32_t *m = r + ((size_t)p * 2 + (size_t)k) * 513;
+            for (size_t i = 0; i < c[k]; i++) {
+                int32_t want;
+                store(&want, ncclInt32, 0,
+                      in_value(ncclInt32, ncclSum, p, n, i, pair_seed(p, g_rank, k)));
+                CHECK(m[i] == want, "pair from %d message %d index %zu: %d, want %d", p, k, i, m[i],
+                      want);
+            }
+        }
+    free(s);
+    free(r);
+    return 0;
+}
+
+static int extras(ncclComm_t world)
+{
+    int n = g_nranks, root = n / 2;
+    size_t count = 101;
+    float *s = malloc((size_t)n * count * 4), *r = malloc((size_t)n * count * 4);
+    CHECK(s && r, "malloc");
+    /* all-to-all: the block for rank p is seeded by (me, p) */
+    for (int p = 0; p < n; p++)
+        fill(s + (size_t)p * count, ncclFloat32, ncclSum, g_rank, n, 0, count,
+             pair_seed(g_rank, p, 2));
+    NCCLOK(ncclAlltoAll(s, r, count, ncclFloat32, world, NULL));
+    for (int p = 0; p < n; p++) {
+        float want;
+        for (size_t i = 0; i < count; i++) {
+            store(&want, ncclFloat32, 0,
+                  in_value(ncclFloat32, ncclSum, p, n, i, pair_seed(p, g_rank, 2)));
+            CHECK(r[(size_t)p * count + i] == want, "alltoall block %d index %zu", p, i);
+        }
+    }
+    fill(s, ncclFloat32, ncclSum, g_rank, n, 0, count, 90);
+    NCCLOK(ncclGather(s, r, count, ncclFloat32, root, world, NULL));
+    if (g_rank == root)
+        for (int p = 0; p < n; p++)
+            CHECK(!check_rank(r + (size_t)p * count, ncclFloat32, ncclSum, p, n, 0, count, 90,
+                              "gather"),
+                  "gather block %d", p);
+    if (g_rank == root)
+        for (int p = 0; p < n; p++)
+            fill(s + (size_t)p * count, ncclFloat32, ncclSum, p, n, 0, count, 91);
+    NCCLOK(ncclScatter(s, r, count, ncclFloat32, root, world, NULL));
+    CHECK(!check_rank(r, ncclFloat32, ncclSum, g_rank, n, 0, count, 91, "scatter"), "scatter");
+    free(s);
+    free(r);
+    return 0;
+}
+
+int test_p2p(ncclComm_t world)
+{
+    /* A message to self, in a group: also the probe for a braid without point-to-point. */
+    int32_t x = 1234567 + g_rank, y = 0;
+    NCCLOK(ncclGroupStart());
+    ncclResult_t r = ncclSend(&x, 1, ncclInt32, g_rank, world, NULL);
+    if (r == ncclInvalidUsage && !g_require_p2p &&
+        strstr(ncclGetLastError(NULL), "not implemented")) {
+        printf("rank %d: p2p skipped: %s\n", g_rank, ncclGetLastError(NULL));
+        CHECK(ncclGroupEnd() == ncclInvalidUsage, "the group of a failed send");
+        return 0;
+    }
+    CHECK(r == ncclSuccess, "send to self: %d %s", r, ncclGetLastError(NULL));
+    NCCLOK(ncclRecv(&y, 1, ncclInt32, g_rank, world, NULL));
+    NCCLOK(ncclGroupEnd());
+    CHECK(y == x, "self message %d, want %d", y, x);
+    for (int dt = 0; dt < ncclNumTypes; dt++) {
+        ncclDataType_t t = (ncclDataType_t)dt;
+        if ((t == ncclFloat8e4m3 || t == ncclFloat8e5m2) &&
+            ncclAllReduce(&x, &x, 0, t, ncclSum, world, NULL) == ncclInvalidUsage)
+            continue; /* float8 not in this braid (the coll test decides whether that is ok) */
+        if (ring(world, t, 17, 0)) return 1;
+    }
+    static const size_t counts[] = {0, 1, 1031, 1 << 18};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (ring(world, ncclFloat32, counts[i], (int)(i % 2))) return 1;
+    if (all_pairs(world)) return 1;
+    if (extras(world)) return 1;
+    CHECK(ncclSend(&x, 1, ncclInt32, g_nranks, world, NULL) == ncclInvalidArgument,
+          "peer = nranks");
+    printf("rank %d: p2p ok\n", g_rank);
+    return 0;
+}
