@@ -50,7 +50,7 @@ def main():
                 labels.append((x0, y + h + 0.08, name))
         ymax = len(ranks) * 3
     gp = [
-        "set terminal pngcairo size 1100,%d font ',10'" % (140 + 110 * len(ranks)),
+        "set terminal pngcairo noenhanced size 1100,%d font ',10'" % (140 + 110 * len(ranks)),
         "set output '%s'" % a.output,
         "set title '%s'" % a.title.replace("'", ""),
         "set xlabel 'ms since the start of backward (rank 0 and the others on one clock)'",

@@ -77,7 +77,7 @@ def allreduce(args, gloo, rank, world):
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append((n * 4, med["braid"], med["gloo"], min(times["braid"]), max(times["braid"]),
                      min(times["gloo"]), max(times["gloo"]), iters))
-        size *= args.factor
+        size = args.max if size < args.max < size * args.factor else size * args.factor
     if rank == 0:
         print(f"# dist.all_reduce float32 SUM, {world} ranks, {args.label}: medians of "
               f"{args.rounds} rounds (slowest rank's mean per round)")

@@ -63,6 +63,10 @@ double mlp_forward(mlp_t *m, const float *x, const uint8_t *labels, int count);
  * NULL), then (if defer) for all of them at the end. Returns the first error. */
 braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int count, double norm,
                             braid_ddp_t ddp, int overlap, mlp_events_t *ev);
+/* One optimizer update of n elements (m->t already advanced); m1/m2 its state (m2 unused by
+ * SGD). */
+void mlp_update(const mlp_t *m, float *p, const float *g, float *m1, float *m2, size_t n);
+/* m->t++, then every registered parameter updated (plain DDP). */
 void mlp_step(mlp_t *m);
 /* Correct predictions over rows [0, count). */
 long mlp_correct(mlp_t *m, const float *x, const uint8_t *labels, int count);

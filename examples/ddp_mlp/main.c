@@ -4,6 +4,7 @@
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
  *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16]
+ *       [--zero 0|1]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
  * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
@@ -34,6 +35,7 @@ typedef struct {
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
     braid_datatype_t compress; /* BRAID_FLOAT32 = none */
+    int zero;                  /* ZeRO stage (0 or 1) */
 } args_t;
 
 static braid_comm_t g_comm;
@@ -63,7 +65,7 @@ static void usage(void)
                     "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
                     "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
                     "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
-                    "[--compress none|fp16|bf16]\n");
+                    "[--compress none|fp16|bf16] [--zero 0|1]\n");
     exit(2);
 }
 
@@ -81,25 +83,14 @@ static void parse(int argc, char **argv, args_t *a)
                   .seed = 1,
                   .compress = BRAID_FLOAT32,
                   .data = "/usr/share/datasets/fashion-mnist"};
-    static const struct option opts[] = {{"epochs", 1, 0, 'e'},
-                                         {"batch", 1, 0, 'b'},
-                                         {"lr", 1, 0, 'l'},
-                                         {"bucket-mb", 1, 0, 'm'},
-                                         {"no-overlap", 0, 0, 'n'},
-                                         {"seed", 1, 0, 's'},
-                                         {"csv", 1, 0, 'c'},
-                                         {"plot", 1, 0, 'p'},
-                                         {"opt", 1, 0, 'o'},
-                                         {"momentum", 1, 0, 'u'},
-                                         {"w1-blocks", 1, 0, 'k'},
-                                         {"train-limit", 1, 0, 'T'},
-                                         {"test-limit", 1, 0, 'V'},
-                                         {"data", 1, 0, 'd'},
-                                         {"max-steps", 1, 0, 'S'},
-                                         {"warmup", 1, 0, 'w'},
-                                         {"timeline", 1, 0, 't'},
-                                         {"help", 0, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"epochs", 1, 0, 'e'},     {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
+        {"bucket-mb", 1, 0, 'm'},  {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
+        {"csv", 1, 0, 'c'},        {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
+        {"momentum", 1, 0, 'u'},   {"w1-blocks", 1, 0, 'k'},  {"train-limit", 1, 0, 'T'},
+        {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},       {"max-steps", 1, 0, 'S'},
+        {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},   {"compress", 1, 0, 'C'},
+        {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end = NULL;
@@ -160,6 +151,19 @@ static void parse(int argc, char **argv, args_t *a)
         case 't':
             a->timeline = optarg;
             break;
+        case 'Z':
+            a->zero = (int)strtol(optarg, &end, 10);
+            break;
+        case 'C':
+            if (!strcmp(optarg, "fp16"))
+                a->compress = BRAID_FLOAT16;
+            else if (!strcmp(optarg, "bf16"))
+                a->compress = BRAID_BFLOAT16;
+            else if (!strcmp(optarg, "none"))
+                a->compress = BRAID_FLOAT32;
+            else
+                usage();
+            break;
         default:
             usage();
         }
@@ -168,7 +172,9 @@ static void parse(int argc, char **argv, args_t *a)
             exit(2);
         }
     }
-    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0) usage();
+    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0 ||
+        (a->zero != 0 && a->zero != 1) || (a->zero && a->compress != BRAID_FLOAT32))
+        usage();
     if (a->lr < 0) a->lr = a->adam ? 1e-3 : 0.05;
 }
 
@@ -303,9 +309,33 @@ int main(int argc, char **argv)
         CKD(braid_ddp_hook_compress(&hook, a.compress), "braid_ddp_hook_compress");
         o.hook = &hook;
     }
+    o.zero_stage = a.zero;
     braid_ddp_t ddp;
     CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
     mlp_use_views(&m, ddp);
+    /* ZeRO-1: the optimizer's state covers this rank's shard of every bucket only. */
+    int nb = braid_ddp_num_buckets(ddp);
+    float **zm1 = calloc((size_t)nb, sizeof(float *)), **zm2 = calloc((size_t)nb, sizeof(float *));
+    size_t state_elems = 0;
+    for (int i = 0; i < m.nparams && !a.zero; i++)
+        state_elems += m.reg[i].count;
+    for (int b = 0; b < nb && a.zero; b++) {
+        braid_ddp_shard_t sh;
+        CKD(braid_ddp_shard(ddp, b, &sh), "braid_ddp_shard");
+        zm1[b] = calloc(sh.count + 1, sizeof(float));
+        zm2[b] = calloc(sh.count + 1, sizeof(float));
+        state_elems += sh.count;
+    }
+    if (a.zero)
+        for (int i = 0; i < m.nparams; i++) {
+            free(m.m1[i]);
+            free(m.m2[i]);
+            m.m1[i] = m.m2[i] = NULL;
+        }
+    if (g_rank == 0) {
+        printf("optimizer_state_bytes_per_rank %zu\n", state_elems * (a.adam ? 2 : 1) * 4);
+        fflush(stdout);
+    }
 
     int steps_per_epoch = train.n / a.batch;
     int *perm = malloc((size_t)train.n * sizeof(int));
@@ -354,7 +384,17 @@ int main(int argc, char **argv)
             double tf = now_s();
             CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
             double te = now_s();
-            mlp_step(&m);
+            if (a.zero) {
+                m.t++;
+                for (int b = 0; b < nb; b++) {
+                    braid_ddp_shard_t sh;
+                    CKD(braid_ddp_shard(ddp, b, &sh), "braid_ddp_shard");
+                    mlp_update(&m, sh.param, sh.grad, zm1[b], zm2[b], sh.count);
+                }
+                CKD(braid_ddp_gather_params(ddp), "braid_ddp_gather_params");
+            } else {
+                mlp_step(&m);
+            }
             t_step[gstep] = now_s() - ts;
             t_bwd[gstep] = tf - tb;
             t_fin[gstep] = te - tf;
@@ -410,6 +450,12 @@ int main(int argc, char **argv)
     fflush(stdout);
     braid_ddp_destroy(ddp);
     braid_ddp_hook_compress_free(&hook);
+    for (int b = 0; b < nb; b++) {
+        free(zm1[b]);
+        free(zm2[b]);
+    }
+    free(zm1);
+    free(zm2);
     braid_comm_destroy(g_comm);
     mlp_free(&m);
     dataset_free(&train);

@@ -262,28 +262,28 @@ braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int
     return BRAID_SUCCESS;
 }
 
+void mlp_update(const mlp_t *m, float *p, const float *g, float *m1, float *m2, size_t n)
+{
+    if (m->adam) {
+        float bc1 = 1.0f - powf(m->beta1, (float)m->t), bc2 = 1.0f - powf(m->beta2, (float)m->t);
+        for (size_t j = 0; j < n; j++) {
+            m1[j] = m->beta1 * m1[j] + (1 - m->beta1) * g[j];
+            m2[j] = m->beta2 * m2[j] + (1 - m->beta2) * g[j] * g[j];
+            p[j] -= m->lr * (m1[j] / bc1) / (sqrtf(m2[j] / bc2) + m->eps);
+        }
+    } else {
+        for (size_t j = 0; j < n; j++) {
+            m1[j] = m->momentum * m1[j] + g[j];
+            p[j] -= m->lr * m1[j];
+        }
+    }
+}
+
 void mlp_step(mlp_t *m)
 {
     m->t++;
-    float bc1 = 1.0f - powf(m->beta1, (float)m->t), bc2 = 1.0f - powf(m->beta2, (float)m->t);
-    for (int i = 0; i < m->nparams; i++) {
-        float *p = m->reg[i].param;
-        const float *g = m->reg[i].grad;
-        float *m1 = m->m1[i], *m2 = m->m2[i];
-        size_t n = m->reg[i].count;
-        if (m->adam) {
-            for (size_t j = 0; j < n; j++) {
-                m1[j] = m->beta1 * m1[j] + (1 - m->beta1) * g[j];
-                m2[j] = m->beta2 * m2[j] + (1 - m->beta2) * g[j] * g[j];
-                p[j] -= m->lr * (m1[j] / bc1) / (sqrtf(m2[j] / bc2) + m->eps);
-            }
-        } else {
-            for (size_t j = 0; j < n; j++) {
-                m1[j] = m->momentum * m1[j] + g[j];
-                p[j] -= m->lr * m1[j];
-            }
-        }
-    }
+    for (int i = 0; i < m->nparams; i++)
+        mlp_update(m, m->reg[i].param, m->reg[i].grad, m->m1[i], m->m2[i], m->reg[i].count);
 }
 
 long mlp_correct(mlp_t *m, const float *x, const uint8_t *labels, int count)

@@ -7,6 +7,30 @@
  * collectives in the same order. Every entry point checks its arguments and
  * returns a braid_result_t; braid_last_error() gives a message that names the
  * bad argument or the failing peer.
+ *
+ * Threads (as NCCL): one thread at a time may call a communicator's collectives,
+ * braid_comm_split and the braid_i* forms. A call that enters a communicator while
+ * another thread is inside one of these on it is refused with
+ * BRAID_ERR_INVALID_USAGE naming both calls, and the communicator fails (sticky
+ * error, peers told): the order of the two threads' calls is undefined, so they
+ * cannot be matched with the peers' calls. Different communicators may be used
+ * from different threads at once. Safe from any thread at any time:
+ * braid_comm_abort, braid_comm_destroy (see there), braid_comm_get_error,
+ * braid_comm_rank/size, braid_comm_register/deregister, and braid_wait/braid_test
+ * (each request waited on by one thread).
+ *
+ * Mismatches: ranks that disagree on a call (collective, count, dtype, op, root,
+ * or braid_comm_split against a collective, or a call that only some ranks rejected
+ * for bad arguments) get BRAID_ERR_MISMATCH naming both calls, within a wake-up of
+ * the first rank that sees the other's message, never a timeout. Each rank's call
+ * that still needs a message from a rank that detected the mismatch fails with it; a
+ * rank whose own part of the call was already complete (every message it had to
+ * receive came from ranks that agreed with it, e.g. a broadcast receiver next to the
+ * root) returns success from it, and its next call on the communicator fails with
+ * the mismatch. A call rejected by argument checks takes its place in the call order
+ * on a communicator of several ranks: if every rank rejected its call of that
+ * number, the communicator stays usable; else the rejecting rank gets its
+ * BRAID_ERR_INVALID_ARG and the communicator fails with the mismatch everywhere.
  */
 #ifndef BRAID_BRAID_H
 #define BRAID_BRAID_H
@@ -132,11 +156,26 @@ BRAID_API braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks,
  * (with BRAID_ROOT or MASTER_ADDR/MASTER_PORT for the root's address).
  */
 BRAID_API braid_result_t braid_comm_init_env(braid_comm_t *comm_p);
-/** Frees a communicator. Not collective; pending operations are aborted. */
+/**
+ * Frees a communicator. Not collective. Safe from another thread: calls in flight on
+ * comm are aborted (they return BRAID_ERR_ABORTED saying the communicator was
+ * destroyed; peers see an error as for braid_comm_abort), destroy waits until they
+ * returned, then frees. Queued non-blocking operations complete with that error; their
+ * requests stay valid until braid_wait/braid_test. Using comm afterwards returns
+ * BRAID_ERR_INVALID_USAGE: destroyed communicators' memory is kept in a quarantine of
+ * the last 64, so their handles are never reused by a new communicator while there; a
+ * handle destroyed longer ago than that is undefined behaviour (as any freed pointer).
+ * Destroying twice returns BRAID_ERR_INVALID_USAGE under the same limit.
+ */
 BRAID_API braid_result_t braid_comm_destroy(braid_comm_t comm);
 /**
  * Aborts every operation on comm: safe from another thread and from a signal-free
- * context; blocked calls return BRAID_ERR_ABORTED promptly and peers see an error.
+ * context; blocked calls return BRAID_ERR_ABORTED promptly, later calls fail too.
+ * Peers are told at once: a peer's call fails (BRAID_ERR_REMOTE naming this rank) when
+ * it needs a message this rank did not send before the abort. A peer whose call in
+ * flight had already received everything it needs from this rank (say a 1-element
+ * all-reduce whose data this rank sent before aborting) completes that call normally,
+ * with correct results, and gets the error from its next call on the communicator.
  */
 BRAID_API braid_result_t braid_comm_abort(braid_comm_t comm);
 /**
@@ -187,7 +226,9 @@ BRAID_API braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeo
  * Collective over comm (as MPI_Comm_split / ncclCommSplit): the ranks that pass the same
  * color form a new communicator, ranked by (key, rank in comm). A negative color
  * (BRAID_SPLIT_NOCOLOR) joins no group and sets *newcomm_p to NULL. Operations pending on
- * comm complete first. The new communicator is independent of comm: destroy each one.
+ * comm complete first. The new communicator is independent of comm: destroy each one. A split
+ * takes its place in comm's call order: a rank that calls a collective where the others split
+ * gets BRAID_ERR_MISMATCH (and so do they).
  */
 BRAID_API braid_result_t braid_comm_split(braid_comm_t comm, int color, int key,
                                           braid_comm_t *newcomm_p);
@@ -248,9 +289,19 @@ BRAID_API braid_result_t braid_iallgather(const void *sendbuf, void *recvbuf, si
                                           braid_datatype_t dtype, braid_comm_t comm,
                                           braid_request_t *req_p);
 BRAID_API braid_result_t braid_ibarrier(braid_comm_t comm, braid_request_t *req_p);
-/** Waits for req and frees it; returns the operation's result. */
+/**
+ * Waits for req and frees it; returns the operation's result. Requests do not depend on
+ * their communicator once complete: after braid_comm_destroy, a request of that
+ * communicator returns BRAID_ERR_ABORTED ("the communicator was destroyed ...") or the
+ * result it had. A request that is never waited on stays allocated (about 600 bytes)
+ * until the process exits. Waiting again on a request that braid_wait/braid_test
+ * returned, or from two threads at once, is BRAID_ERR_INVALID_USAGE: returned requests
+ * are kept in a quarantine of the last 256 (beyond that, a stale handle is undefined
+ * behaviour, as any freed pointer).
+ */
 BRAID_API braid_result_t braid_wait(braid_request_t req);
-/** Sets *done_p; when done, req is freed and the operation's result returned. */
+/** Sets *done_p; when done, req is freed and the operation's result returned (as
+ * braid_wait, with its checks of stale handles). */
 BRAID_API braid_result_t braid_test(braid_request_t req, int *done_p);
 
 #ifdef __cplusplus

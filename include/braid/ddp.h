@@ -90,6 +90,7 @@ typedef struct {
                                        it is an error naming them); default 0 */
     int broadcast_params;         /**< broadcast parameters from rank 0 at creation (default 1) */
     const braid_ddp_hook_t *hook; /**< NULL = the default all-reduce; copied at creation */
+    int zero_stage; /**< 0 (default): plain DDP. 1: ZeRO stage 1, see braid_ddp_shard */
 } braid_ddp_options_t;
 
 /** Sets the defaults listed in braid_ddp_options_t. */
@@ -157,6 +158,29 @@ BRAID_API braid_result_t braid_ddp_bucket_info(braid_ddp_t ddp, int b,
                                                braid_ddp_bucket_info_t *info_p);
 /** Bucket holding parameter i and its element offset in it; -1 if i is out of range. */
 BRAID_API int braid_ddp_param_bucket(braid_ddp_t ddp, int i, size_t *offset_p);
+
+/** A rank's shard of a bucket under ZeRO stage 1. */
+typedef struct {
+    void *grad;             /**< the reduced gradients of the shard (inside the bucket) */
+    void *param;            /**< the shard's parameters (a flat copy the layer keeps) */
+    size_t count;           /**< elements in the shard (0 for ranks past the bucket's end) */
+    size_t offset;          /**< first element of the shard in the bucket */
+    braid_datatype_t dtype; /**< element type */
+} braid_ddp_shard_t;
+
+/**
+ * ZeRO stage 1 (zero_stage = 1, in the manner of DeepSpeed's): each bucket's gradients are
+ * reduce-scattered (braid_ireduce_scatter, launched as the bucket fills, in bucket order), so
+ * after braid_ddp_finish rank r holds the reduced gradients of the r-th of nranks equal shards
+ * of every bucket (the bucket padded with zeros to a multiple of nranks). The caller's
+ * optimizer updates only those shards (its state sized to them: 1/nranks of plain DDP's), in
+ * shard->param, then calls braid_ddp_gather_params, which all-gathers every bucket's
+ * parameters and copies them into the registered parameter buffers. Gradients outside the
+ * shard are not reduced (their buffers hold this rank's own gradients). No hook.
+ */
+BRAID_API braid_result_t braid_ddp_shard(braid_ddp_t ddp, int b, braid_ddp_shard_t *shard_p);
+/** ZeRO stage 1: all-gathers the updated shards (collective) into every parameter buffer. */
+BRAID_API braid_result_t braid_ddp_gather_params(braid_ddp_t ddp);
 
 /**
  * Gradient compression hook (fills *hook_p; pass it in braid_ddp_options_t.hook): float32

@@ -460,12 +460,17 @@ braid_result_t braid_boot_barrier(braid_bootstrap_t *bs)
 
 void braid_boot_report_error(braid_bootstrap_t *bs, const char *msg)
 {
+    braid_boot_report_code(bs, BRAID_ERR_REMOTE, msg);
+}
+
+void braid_boot_report_code(braid_bootstrap_t *bs, braid_result_t code, const char *msg)
+{
     if (!bs || bs->fd < 0) return;
     char text[BOOT_MAX_TEXT];
     snprintf(text, sizeof(text), "%s", msg ? msg : "(no message)");
     size_t n = strlen(text);
     uint8_t hdr[BOOT_HDR_BYTES];
-    boot_hdr_pack(hdr, BOOT_MSG_ERROR, 0, n);
+    boot_hdr_pack(hdr, BOOT_MSG_ERROR, (uint32_t)(code < 0 ? code : BRAID_ERR_REMOTE), n);
     /* Keep the sticky error and the caller's last-error message as they are. */
     braid_result_t saved = bs->err;
     char savedmsg[sizeof(bs->errmsg)];

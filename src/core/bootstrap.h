@@ -98,6 +98,9 @@ braid_result_t braid_boot_barrier(braid_bootstrap_t *bs);
  * (and braid_boot_poll_error) returns BRAID_ERR_REMOTE with "rank R: msg". Best effort,
  * ignores the abort flag, waits at most 2 s. */
 void braid_boot_report_error(braid_bootstrap_t *bs, const char *msg);
+/* The same with the code the other ranks' waits return (a braid_result_t < 0, e.g.
+ * BRAID_ERR_MISMATCH; anything else is BRAID_ERR_REMOTE). */
+void braid_boot_report_code(braid_bootstrap_t *bs, braid_result_t code, const char *msg);
 /* Non-blocking: returns the error the root forwarded (another rank's report, a rank that
  * closed its connection, a root that died) or the sticky error of bs, else BRAID_SUCCESS.
  * Sets the last-error message when it returns an error. */

@@ -90,6 +90,7 @@ typedef struct {
     size_t hdr_got;
     int in_payload;
     uint32_t in_type;
+    int32_t in_code; /* BOOT_MSG_ERROR: the code the reporter asks for (0: REMOTE) */
     uint8_t *in_dst; /* into the round buffer or in_text */
     size_t in_need, in_got;
     char *in_text;
@@ -323,6 +324,7 @@ static void start_payload(root_t *r, conn_t *c)
     c->in_got = 0;
     c->in_payload = 1;
     if (type == BOOT_MSG_ERROR) {
+        c->in_code = (int32_t)aux;
         if (len > BOOT_MAX_TEXT) {
             root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a %llu-byte error report", R,
                       (unsigned long long)len);
@@ -417,7 +419,10 @@ static void end_payload(root_t *r, conn_t *c)
     if (c->in_type == BOOT_MSG_GIVEUP) return;
     if (c->in_type == BOOT_MSG_ERROR) {
         boot_sanitize(c->in_text);
-        root_fail(r, BRAID_ERR_REMOTE, "rank %d: %s", c->rank, c->in_text);
+        braid_result_t code = c->in_code < 0 && c->in_code >= BRAID_ERR_INVALID_USAGE
+                                  ? (braid_result_t)c->in_code
+                                  : BRAID_ERR_REMOTE;
+        root_fail(r, code, "rank %d: %s", c->rank, c->in_text);
         free(c->in_text);
         c->in_text = NULL;
         return;

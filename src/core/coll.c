@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *dtype_names[BRAID_NUM_DTYPES] = {
     "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
@@ -38,8 +39,11 @@ size_t braid_dtype_size(braid_datatype_t dtype)
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
     uint32_t seq = ++comm->seq;
+    braid_msg_hdr_t desc = braid_engine_desc(a, seq);
+    braid_engine_record(comm, &desc);
     if (atomic_load(&comm->aborted))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
+        return braid_set_error(BRAID_ERR_ABORTED, "%s #%u: %s", braid_coll_name(a->coll), seq,
+                               braid_comm_abort_reason(comm));
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     braid_result_t res;
@@ -52,6 +56,8 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
         b.count = (size_t)comm->nranks;
         res = braid_engine_run(comm, &b, seq);
         free(scratch);
+    } else if (a->count == 0) {
+        res = braid_engine_run(comm, a, seq); /* the descriptor exchange only */
     } else if (a->premul) {
         res = braid_redop_premul_execute(comm, a, seq); /* scale, then the sum collective */
     } else {
@@ -75,7 +81,6 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 /* Checks everything a collective's arguments can get wrong; the message names the argument. */
 static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(a->coll);
     if ((unsigned)a->dtype >= BRAID_NUM_DTYPES)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: dtype=%d is not a braid_datatype_t",
@@ -124,12 +129,47 @@ static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
     return BRAID_SUCCESS;
 }
 
-static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_t *a,
+/* A call that validation refused (res, with its message) on a communicator of several ranks
+ * takes its sequence number anyway and tells the ring's next rank (braid_engine_reject), so
+ * the peers' call of that number fails naming it instead of pairing with this rank's next
+ * call. When every rank refused its call of that number, nothing ran and the communicator
+ * stays usable; else the communicator fails (sticky error, peers told, as for any mismatch)
+ * and the caller still gets the validation error. */
+braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
+                                 braid_result_t res)
+{
+    char reason[512];
+    snprintf(reason, sizeof(reason), "%s", braid_last_error());
+    if (comm->nranks < 2 || atomic_load(&comm->aborted) || atomic_load(&comm->error)) return res;
+    /* In call order: after the operations queued before it. */
+    while (braid_worker_pending(comm)) {
+        if (atomic_load(&comm->aborted)) return braid_set_error(res, "%s", reason);
+        usleep(100);
+    }
+    uint32_t seq = ++comm->seq;
+    braid_msg_hdr_t desc = braid_engine_desc(a, seq);
+    desc.flags = BRAID_MSG_REJECTED;
+    braid_engine_record(comm, &desc);
+    braid_result_t r = braid_engine_reject(comm, a, seq, reason);
+    if (r < 0) {
+        char why[600];
+        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
+        braid_comm_set_error(comm, r, "%s", braid_last_error());
+        braid_comm_fail_peers(comm, r, why);
+        return braid_set_error(res, "%s (and the peers' call #%u did not match: %s)", reason, seq,
+                               comm->errmsg);
+    }
+    return braid_set_error(res, "%s", reason);
+}
+
+static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *a, int nb,
                                    braid_request_t *req_p)
 {
-    braid_clear_error();
-    braid_op_args_t v = *a; /* validated, a created op resolved */
-    BRAID_CHECK(validate(comm, &v));
+    braid_op_args_t v = *a; /* validated, a created op resolved into premul/scalar */
+    braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
+                                                         braid_coll_name(a->coll))
+                                       : validate(comm, &v);
+    if (vres < 0) return braid_coll_reject(comm, a, vres);
     if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, &v);
     struct braid_request *req = calloc(1, sizeof(*req));
     if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");
@@ -147,6 +187,18 @@ static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_
     return braid_wait(req);
 }
 
+/* Every collective entry: the communicator is entered (destroy waits for the call to leave)
+ * by one thread at a time (braid_comm_enter_call). */
+static braid_result_t run_or_queue(struct braid_comm *comm, const braid_op_args_t *a, int nb,
+                                   braid_request_t *req_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, braid_coll_name(a->coll)));
+    braid_result_t res = queue_or_run(comm, a, nb, req_p);
+    braid_comm_leave_call(comm);
+    return res;
+}
+
 #define ARGS(c, s, r, n, d, o, rt)                                                                 \
     (braid_op_args_t)                                                                              \
     {                                                                                              \
@@ -158,92 +210,86 @@ braid_result_t braid_iallreduce(const void *sendbuf, void *recvbuf, size_t count
                                 braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
                                 braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "allreduce: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }
 
 braid_result_t braid_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
                                 braid_datatype_t dtype, int root, braid_comm_t comm,
                                 braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "broadcast: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, 0, root);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                                braid_datatype_t dtype, int root, braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, 0, root);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }
 
 braid_result_t braid_ireduce(const void *sendbuf, void *recvbuf, size_t count,
                              braid_datatype_t dtype, braid_redop_t op, int root, braid_comm_t comm,
                              braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_reduce(const void *sendbuf, void *recvbuf, size_t count,
                             braid_datatype_t dtype, braid_redop_t op, int root, braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }
 
 braid_result_t braid_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                      braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
                                      braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "reduce_scatter: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                     braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }
 
 braid_result_t braid_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                 braid_datatype_t dtype, braid_comm_t comm, braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "allgather: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, 0, -1);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                braid_datatype_t dtype, braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, 0, -1);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }
 
 /* A barrier is an all-reduce of one byte per rank (every rank's final value depends on every
  * rank having entered); sendbuf/recvbuf NULL tell the engine to use scratch space. */
 braid_result_t braid_ibarrier(braid_comm_t comm, braid_request_t *req_p)
 {
-    if (!req_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "barrier: req_p is NULL");
     braid_op_args_t a = ARGS(BRAID_COLL_BARRIER, NULL, NULL, 0, BRAID_UINT8, BRAID_MAX, -1);
-    return run_or_queue(comm, &a, req_p);
+    return run_or_queue(comm, &a, 1, req_p);
 }
 
 braid_result_t braid_barrier(braid_comm_t comm)
 {
     braid_op_args_t a = ARGS(BRAID_COLL_BARRIER, NULL, NULL, 0, BRAID_UINT8, BRAID_MAX, -1);
-    return run_or_queue(comm, &a, NULL);
+    return run_or_queue(comm, &a, 0, NULL);
 }

@@ -1,5 +1,6 @@
 /* Communicator lifecycle: unique id, init (bootstrap, peer discovery, ring connections),
- * destroy, abort, the sticky asynchronous error and the registry of live communicators. */
+ * destroy, abort and the sticky asynchronous error (the registry of live communicators and the
+ * entry guard are in registry.c). */
 #include "core/comm.h"
 #include "algos/algo.h"
 #include "algos/plan.h"
@@ -22,54 +23,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* ---- registry of live communicators (so a destroyed handle gets a clear error) ---------- */
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct braid_comm **reg;
-static size_t reg_n, reg_cap;
-
-static braid_result_t reg_add(struct braid_comm *c)
-{
-    pthread_mutex_lock(&reg_lock);
-    if (reg_n == reg_cap) {
-        size_t cap = reg_cap ? reg_cap * 2 : 16;
-        struct braid_comm **n = realloc(reg, cap * sizeof(*n));
-        if (!n) {
-            pthread_mutex_unlock(&reg_lock);
-            return braid_set_error(BRAID_ERR_NOMEM, "out of memory registering a communicator");
-        }
-        reg = n;
-        reg_cap = cap;
-    }
-    reg[reg_n++] = c;
-    pthread_mutex_unlock(&reg_lock);
-    return BRAID_SUCCESS;
-}
-
-static void reg_remove(struct braid_comm *c)
-{
-    pthread_mutex_lock(&reg_lock);
-    for (size_t i = 0; i < reg_n; i++)
-        if (reg[i] == c) {
-            reg[i] = reg[--reg_n];
-            break;
-        }
-    pthread_mutex_unlock(&reg_lock);
-}
-
-braid_result_t braid_comm_check(struct braid_comm *comm)
-{
-    if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
-    int found = 0;
-    pthread_mutex_lock(&reg_lock);
-    for (size_t i = 0; i < reg_n && !found; i++)
-        found = reg[i] == comm;
-    pthread_mutex_unlock(&reg_lock);
-    if (!found)
-        return braid_set_error(BRAID_ERR_INVALID_USAGE,
-                               "comm %p is not a live communicator (destroyed or never created)",
-                               (void *)comm);
-    return BRAID_SUCCESS;
-}
+static pthread_mutex_t hosted_lock = PTHREAD_MUTEX_INITIALIZER;
 
 const char *braid_coll_name(int coll)
 {
@@ -86,6 +40,8 @@ const char *braid_coll_name(int coll)
         return "allgather";
     case BRAID_COLL_BARRIER:
         return "barrier";
+    case BRAID_COLL_COMM_SPLIT:
+        return "comm_split";
     }
     return "unknown collective";
 }
@@ -129,27 +85,39 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
 
 braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!err_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "err_p is NULL");
-    *err_p = atomic_load(&comm->error);
-    if (msg_p) *msg_p = *err_p ? comm->errmsg : "";
-    return BRAID_SUCCESS;
+    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = BRAID_SUCCESS;
+    if (!err_p) {
+        res = braid_set_error(BRAID_ERR_INVALID_ARG, "err_p is NULL");
+    } else {
+        /* The message lives in comm (valid until braid_comm_destroy); it is set once. */
+        *err_p = atomic_load(&comm->error);
+        if (msg_p) *msg_p = *err_p ? comm->errmsg : "";
+    }
+    braid_comm_leave(comm);
+    return res;
+}
+
+static braid_result_t get_int(braid_comm_t comm, const int *field, int *out_p, const char *name)
+{
+    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = BRAID_SUCCESS;
+    if (!out_p)
+        res = braid_set_error(BRAID_ERR_INVALID_ARG, "%s is NULL", name);
+    else
+        *out_p = *field; /* set at init, never written again */
+    braid_comm_leave(comm);
+    return res;
 }
 
 braid_result_t braid_comm_rank(braid_comm_t comm, int *rank_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!rank_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "rank_p is NULL");
-    *rank_p = comm->rank;
-    return BRAID_SUCCESS;
+    return get_int(comm, comm ? &comm->rank : NULL, rank_p, "rank_p");
 }
 
 braid_result_t braid_comm_size(braid_comm_t comm, int *size_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!size_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "size_p is NULL");
-    *size_p = comm->nranks;
-    return BRAID_SUCCESS;
+    return get_int(comm, comm ? &comm->nranks : NULL, size_p, "size_p");
 }
 
 static void set_timeout_tree(struct braid_comm *comm, double timeout_s)
@@ -160,9 +128,8 @@ static void set_timeout_tree(struct braid_comm *comm, double timeout_s)
     if (st && st->inter) set_timeout_tree(st->inter, timeout_s);
 }
 
-braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
+static braid_result_t set_timeout(braid_comm_t comm, double timeout_s)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "comm_set_timeout: timeout_s %g is not a positive finite number",
@@ -178,12 +145,24 @@ braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
     return BRAID_SUCCESS;
 }
 
+braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s)
+{
+    BRAID_CHECK(braid_comm_enter(comm)); /* a destroy from another thread waits for us */
+    braid_result_t res = set_timeout(comm, timeout_s);
+    braid_comm_leave(comm);
+    return res;
+}
+
 braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!timeout_s_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "timeout_s_p is NULL");
-    *timeout_s_p = comm->timeout_s;
-    return BRAID_SUCCESS;
+    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = BRAID_SUCCESS;
+    if (!timeout_s_p)
+        res = braid_set_error(BRAID_ERR_INVALID_ARG, "timeout_s_p is NULL");
+    else
+        *timeout_s_p = comm->timeout_s;
+    braid_comm_leave(comm);
+    return res;
 }
 
 /* ---- host identity ---------------------------------------------------------------------- */
@@ -239,16 +218,16 @@ static void hosted_add(const uint8_t *secret, braid_boot_root_t *root)
     if (!h) return; /* the service still runs; destroy just will not wait for it */
     memcpy(h->secret, secret, BRAID_SECRET_BYTES);
     h->root = root;
-    pthread_mutex_lock(&reg_lock);
+    pthread_mutex_lock(&hosted_lock);
     h->next = hosted;
     hosted = h;
-    pthread_mutex_unlock(&reg_lock);
+    pthread_mutex_unlock(&hosted_lock);
 }
 
 static braid_boot_root_t *hosted_take(const uint8_t *secret)
 {
     braid_boot_root_t *root = NULL;
-    pthread_mutex_lock(&reg_lock);
+    pthread_mutex_lock(&hosted_lock);
     for (hosted_root_t **p = &hosted; *p; p = &(*p)->next)
         if (!braid_secret_cmp((*p)->secret, secret)) {
             hosted_root_t *h = *p;
@@ -257,7 +236,7 @@ static braid_boot_root_t *hosted_take(const uint8_t *secret)
             free(h);
             break;
         }
-    pthread_mutex_unlock(&reg_lock);
+    pthread_mutex_unlock(&hosted_lock);
     return root;
 }
 
@@ -654,7 +633,6 @@ static void comm_free(struct braid_comm *c)
     pthread_mutex_destroy(&c->q_lock);
     pthread_cond_destroy(&c->q_cond);
     c->magic = 0;
-    free(c);
 }
 
 static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
@@ -718,7 +696,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
-    BRAID_CHECK_GOTO(reg_add(c), res, fail);
+    BRAID_CHECK_GOTO(braid_comm_registry_add(c), res, fail);
     braid_info(INIT,
                "rank %d/%d ready: %d local ranks (%d on this machine, bound to %d cpus) on %d "
                "cpus, %d channel(s), chunk %zu B, %d slots, spin %d us",
@@ -729,6 +707,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
 fail:
     if (c->boot) braid_boot_report_error(c->boot, braid_last_error());
     comm_free(c);
+    free(c);
     return res;
 }
 
@@ -772,21 +751,39 @@ braid_result_t braid_comm_init_env(braid_comm_t *comm_p)
     return comm_init(comm_p, nranks, &root, rank, hosted_root);
 }
 
-braid_result_t braid_comm_abort(braid_comm_t comm)
+static void abort_calls(struct braid_comm *comm, const char *why)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     atomic_store(&comm->aborted, 1);
-    braid_comm_fail_peers(comm, BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+    braid_comm_fail_peers(comm, BRAID_ERR_ABORTED, why);
     braid_algo_comm_abort(comm);
     braid_worker_wake(comm);
+}
+
+braid_result_t braid_comm_abort(braid_comm_t comm)
+{
+    BRAID_CHECK(braid_comm_enter(comm));
+    abort_calls(comm, "communicator aborted by braid_comm_abort");
+    braid_comm_leave(comm);
     return BRAID_SUCCESS;
 }
 
+/* Destroy from another thread acts like abort for the calls in flight (they return
+ * BRAID_ERR_ABORTED saying the communicator was destroyed), waits until they left, then
+ * frees. Requests still queued complete with that error and stay valid until waited on. */
 braid_result_t braid_comm_destroy(braid_comm_t comm)
 {
-    BRAID_CHECK(braid_comm_check(comm));
-    reg_remove(comm);
+    if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
+    if (!braid_comm_registry_remove(comm)) return braid_comm_check(comm);
+    atomic_store(&comm->destroying, 1);
+    if (atomic_load(&comm->inflight) > 0 || braid_worker_pending(comm)) {
+        char why[160];
+        snprintf(why, sizeof(why), "rank %d destroyed the communicator during a call", comm->rank);
+        abort_calls(comm, why);
+        while (atomic_load(&comm->inflight) > 0)
+            usleep(100);
+    }
     braid_worker_stop(comm);
     comm_free(comm);
+    braid_comm_registry_retire(comm);
     return BRAID_SUCCESS;
 }

@@ -25,7 +25,10 @@ typedef enum {
     BRAID_COLL_REDUCE = 3,
     BRAID_COLL_REDUCE_SCATTER = 4,
     BRAID_COLL_ALLGATHER = 5,
-    BRAID_COLL_BARRIER = 6
+    BRAID_COLL_BARRIER = 6,
+    /* braid_comm_split's descriptor exchange on the data connections (core/split.c): a count-0
+     * call, so a split against a collective on another rank is a mismatch, not a hang. */
+    BRAID_COLL_COMM_SPLIT = 100
 } braid_coll_t;
 
 const char *braid_coll_name(int coll);
@@ -62,10 +65,18 @@ typedef struct braid_op_args {
     uint64_t scalar; /* its scalar, one element of dtype */
 } braid_op_args_t;
 
+/* A request's life (state): LIVE from braid_worker_submit until a waiter claims it (WAITING,
+ * one braid_wait / braid_test at a time), FREED once braid_wait / braid_test returned its result
+ * (then kept in a quarantine of recently freed requests, so a second wait on the handle is
+ * detected instead of reading reused memory; see worker.c). Completion is signalled under a
+ * process-wide lock, never the communicator's, so a request outlives its communicator. */
+enum { BRAID_REQ_NEW = 0, BRAID_REQ_LIVE = 0x52514c56, BRAID_REQ_WAITING, BRAID_REQ_FREED };
+
 struct braid_request {
     braid_op_args_t args;
-    struct braid_comm *comm;
+    struct braid_comm *comm; /* the worker's; never read by braid_wait / braid_test */
     struct braid_request *next;
+    _Atomic uint32_t state;
     _Atomic int done;
     braid_result_t result;
     char errmsg[512];
@@ -109,9 +120,20 @@ struct braid_comm {
     struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
+    /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
+     * over from an earlier call names both sides of that call (engine.c). */
+#define BRAID_HIST 8
+    braid_msg_hdr_t hist[BRAID_HIST];
 
     _Atomic int aborted;
     _Atomic int error; /* sticky braid_result_t, 0 = none */
+    /* Entry guard (comm.c): public calls inside the communicator now (braid_comm_enter, under
+     * the registry's lock), which braid_comm_destroy waits out; destroying is set once destroy
+     * removed the communicator from the registry (then in-flight calls are aborted); busy
+     * names the collective a thread is running (one thread at a time, braid_comm_enter_call). */
+    _Atomic int inflight;
+    _Atomic int destroying;
+    _Atomic(const char *) busy;
     char errmsg[512];
     pthread_mutex_t err_lock;
 
@@ -126,8 +148,33 @@ struct braid_comm {
 
 #define BRAID_COMM_MAGIC 0x62726169645f636dULL
 
-/* Validates a communicator handle (NULL, never created, destroyed): 0 or an error naming it. */
+/* Validates a communicator handle (NULL, never created, destroyed): 0 or an error naming it.
+ * Prefer braid_comm_enter: a check alone does not keep a concurrent destroy from freeing comm. */
 braid_result_t braid_comm_check(struct braid_comm *comm);
+/* Every public entry that uses a communicator brackets its work with enter / leave: enter
+ * validates the handle (as braid_comm_check) and counts the call in flight atomically with
+ * the registry lookup, so braid_comm_destroy (from another thread) aborts the calls in flight
+ * and frees the communicator only after they left. */
+braid_result_t braid_comm_enter(struct braid_comm *comm);
+void braid_comm_leave(struct braid_comm *comm);
+/* enter + the threading rule for calls that run collectives (what: the call's name): a
+ * second thread entering while one is inside gets BRAID_ERR_INVALID_USAGE naming both calls,
+ * and the communicator fails (sticky error, peers told) because the two threads' calls can no
+ * longer be matched with the peers' in order. leave_call undoes enter_call. */
+braid_result_t braid_comm_enter_call(struct braid_comm *comm, const char *what);
+void braid_comm_leave_call(struct braid_comm *comm);
+/* The registry (registry.c): add at the end of init; remove at destroy (0 when comm was not
+ * live); retire hands the freed communicator's memory to the quarantine (COMM_QUARANTINE). */
+braid_result_t braid_comm_registry_add(struct braid_comm *comm);
+int braid_comm_registry_remove(struct braid_comm *comm);
+void braid_comm_registry_retire(struct braid_comm *comm);
+/* Why comm's calls are aborted, for messages: braid_comm_abort, or a destroy in flight. */
+static inline const char *braid_comm_abort_reason(struct braid_comm *comm)
+{
+    return atomic_load(&comm->destroying)
+               ? "the communicator was destroyed by braid_comm_destroy (from another thread)"
+               : "aborted by braid_comm_abort";
+}
 /* Records the first asynchronous error of comm (sticky) and sets the thread's message. */
 braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,
                                     ...) __attribute__((format(printf, 3, 4)));

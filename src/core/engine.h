@@ -12,4 +12,20 @@ braid_result_t braid_engine_run(struct braid_comm *comm, const braid_op_args_t *
 braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_args_t *a,
                                      uint32_t seq, int algo);
 
+/* The header that describes call a (number seq) on every message it sends; recorded in
+ * comm->hist by braid_engine_record so later calls can name it. */
+braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq);
+void braid_engine_record(struct braid_comm *comm, const braid_msg_hdr_t *desc);
+/* Whether call a exchanges its descriptor with the ring neighbours (engine.c, "descriptor
+ * exchange"): rooted collectives and count-0 calls, which otherwise leave some rank that
+ * receives nothing, so nothing to check. */
+int braid_engine_needs_hello(const struct braid_comm *comm, const braid_op_args_t *a);
+/* A call that this rank rejected (argument validation; reason = the message) still takes its
+ * sequence number: tells the ring's next rank (REJECTED, with the reason) and waits for the
+ * previous rank's message of that number. BRAID_SUCCESS when the previous rank rejected its
+ * call too (then nothing ran anywhere and the communicator stays usable); else
+ * BRAID_ERR_MISMATCH naming both calls (the caller fails the communicator). */
+braid_result_t braid_engine_reject(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                                   const char *reason);
+
 #endif

@@ -19,10 +19,8 @@ struct braid_reg {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct braid_reg *g_regs;
 
-braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_t bytes,
-                                   braid_reg_t *handle_p)
+static braid_result_t do_register(braid_comm_t comm, void *buf, size_t bytes, braid_reg_t *handle_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     if (!handle_p)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "braid_comm_register: handle_p is NULL");
     if (!buf && bytes)
@@ -52,9 +50,17 @@ braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_t bytes,
     return BRAID_SUCCESS;
 }
 
-braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t handle)
+braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_t bytes,
+                                   braid_reg_t *handle_p)
 {
-    BRAID_CHECK(braid_comm_check(comm));
+    BRAID_CHECK(braid_comm_enter(comm)); /* a destroy from another thread waits for us */
+    braid_result_t res = do_register(comm, buf, bytes, handle_p);
+    braid_comm_leave(comm);
+    return res;
+}
+
+static braid_result_t do_deregister(braid_comm_t comm, braid_reg_t handle)
+{
     pthread_mutex_lock(&g_mu);
     struct braid_reg **pp = &g_regs;
     while (*pp && *pp != handle)
@@ -71,6 +77,14 @@ braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t handle)
     if (handle->bytes) braid_transport_mem_deregister(comm, handle->buf, handle->bytes);
     free(handle);
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t handle)
+{
+    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = do_deregister(comm, handle);
+    braid_comm_leave(comm);
+    return res;
 }
 
 /* Called while the communicator is being destroyed (braid_comm_check refuses it by then). */

@@ -128,11 +128,37 @@ out:
     return res;
 }
 
-braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t *newcomm_p)
+/* A split that passed its descriptor exchange and then failed in the bootstrap may have
+ * failed because a peer found a mismatch (it fails the data connections first, then the
+ * bootstrap: the root closing on us is only the consequence). Asks the data connections for
+ * up to 200 ms and returns their error instead when one has one; else res. */
+static braid_result_t peer_cause(struct braid_comm *comm, braid_result_t res)
 {
-    braid_clear_error();
-    BRAID_CHECK(braid_comm_check(comm));
-    if (!newcomm_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm_split: newcomm_p is NULL");
+    char saved[512];
+    snprintf(saved, sizeof(saved), "%s", braid_last_error());
+    uint64_t until = braid_now_ns() + 200000000ull;
+    do {
+        for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
+            braid_conn_t *c = NULL;
+            if (i < comm->nchannels)
+                c = comm->ring[i].recv;
+            else if (comm->p2p_recv)
+                c = comm->p2p_recv[i - comm->nchannels];
+            if (!c) continue;
+            braid_result_t r = c->ops->wait(c, BRAID_WAIT_RECV, braid_now_ns());
+            if (r == BRAID_ERR_MISMATCH) return r;
+        }
+        usleep(2000);
+    } while (braid_now_ns() < until);
+    return braid_set_error(res, "%s", saved);
+}
+
+static braid_result_t split(struct braid_comm *comm, int color, int key, braid_comm_t *newcomm_p)
+{
+    braid_op_args_t a = {.coll = BRAID_COLL_COMM_SPLIT, .dtype = BRAID_UINT8, .root = -1};
+    if (!newcomm_p)
+        return braid_coll_reject(
+            comm, &a, braid_set_error(BRAID_ERR_INVALID_ARG, "comm_split: newcomm_p is NULL"));
     int err = atomic_load(&comm->error);
     if (err)
         return braid_set_error(err, "comm_split: communicator failed earlier: %s", comm->errmsg);
@@ -145,8 +171,28 @@ braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_com
     }
     if (atomic_load(&comm->aborted))
         return braid_set_error(BRAID_ERR_ABORTED, "comm_split: communicator was aborted");
+    /* The split's own call number: a descriptor exchange with the ring neighbours on the data
+     * connections, so a rank that calls a collective meanwhile is a mismatch naming both calls
+     * (not two ranks waiting on different channels until the timeout). */
+    braid_result_t res = braid_coll_execute(comm, &a);
+    if (res < 0) {
+        /* Ranks whose predecessor agreed passed the exchange and wait in the bootstrap's
+         * allgather below: the root fails it for them with this error. */
+        braid_boot_report_code(comm->boot, res, braid_last_error());
+        return res;
+    }
     struct braid_comm *nc = NULL;
-    BRAID_CHECK(braid_comm_split_internal(comm, color, key, 0, &nc));
+    res = braid_comm_split_internal(comm, color, key, 0, &nc);
+    if (res < 0) return peer_cause(comm, res);
     *newcomm_p = nc;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_comm_split(braid_comm_t comm, int color, int key, braid_comm_t *newcomm_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, "comm_split"));
+    braid_result_t res = split(comm, color, key, newcomm_p);
+    braid_comm_leave_call(comm);
+    return res;
 }

@@ -1,11 +1,44 @@
 /* The worker thread: runs queued non-blocking collectives in order, one at a time, and
- * completes their requests. Started on first use, stopped by braid_comm_destroy. */
+ * completes their requests. Started on first use, stopped by braid_comm_destroy.
+ *
+ * Requests are independent of their communicator once complete: completion is published
+ * under one process-wide lock (req_lock / req_cond), so braid_wait and braid_test never touch
+ * the communicator, which may have been destroyed (destroy completes every queued request
+ * first). A request that braid_wait / braid_test returned is not freed at once but kept in a
+ * quarantine of the last REQ_QUARANTINE ones, marked FREED, so a second wait on its handle is
+ * refused (BRAID_ERR_INVALID_USAGE) instead of reading memory malloc gave to someone else. */
 #include "core/worker.h"
 #include "core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t req_cond = PTHREAD_COND_INITIALIZER;
+
+#define REQ_QUARANTINE 256
+static struct braid_request *req_quarantine[REQ_QUARANTINE];
+static size_t req_quarantine_n;
+
+static void req_complete(struct braid_request *req, braid_result_t res)
+{
+    pthread_mutex_lock(&req_lock);
+    req->result = res;
+    atomic_store(&req->done, 1);
+    pthread_cond_broadcast(&req_cond);
+    pthread_mutex_unlock(&req_lock);
+}
+
+static void req_retire(struct braid_request *req)
+{
+    atomic_store(&req->state, BRAID_REQ_FREED);
+    pthread_mutex_lock(&req_lock);
+    struct braid_request *old = req_quarantine[req_quarantine_n % REQ_QUARANTINE];
+    req_quarantine[req_quarantine_n++ % REQ_QUARANTINE] = req;
+    pthread_mutex_unlock(&req_lock);
+    free(old);
+}
 
 static void *worker_main(void *arg)
 {
@@ -25,19 +58,41 @@ static void *worker_main(void *arg)
         braid_result_t res;
         if (comm->worker_stop)
             res = braid_set_error(BRAID_ERR_ABORTED,
-                                  "communicator destroyed before the operation ran");
+                                  "%s: the communicator was destroyed before "
+                                  "the operation ran",
+                                  braid_coll_name(req->args.coll));
         else
             res = braid_coll_execute(comm, &req->args);
         snprintf(req->errmsg, sizeof(req->errmsg), "%s", braid_last_error());
 
         pthread_mutex_lock(&comm->q_lock);
-        req->result = res;
-        atomic_store(&req->done, 1);
         comm->q_pending--;
         pthread_cond_broadcast(&comm->q_cond);
+        pthread_mutex_unlock(&comm->q_lock);
+        req_complete(req, res); /* req may be freed by its waiter from here on */
+        pthread_mutex_lock(&comm->q_lock);
     }
     pthread_mutex_unlock(&comm->q_lock);
     return NULL;
+}
+
+void braid_worker_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                           const char *msg)
+{
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    pthread_mutex_lock(&comm->q_lock);
+    comm->q_pending--;
+    pthread_cond_broadcast(&comm->q_cond);
+    pthread_mutex_unlock(&comm->q_lock);
+    req_complete(req, res);
+}
+
+void braid_request_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                            const char *msg)
+{
+    (void)comm; /* completion never needs the communicator (it may be being destroyed) */
+    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    req_complete(req, res);
 }
 
 braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request *req)
@@ -53,6 +108,8 @@ braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request
         comm->worker_started = 1;
     }
     req->next = NULL;
+    req->comm = comm;
+    atomic_store(&req->state, BRAID_REQ_LIVE);
     if (comm->q_tail)
         comm->q_tail->next = req;
     else
@@ -91,33 +148,54 @@ void braid_worker_stop(struct braid_comm *comm)
     comm->worker_started = 0;
 }
 
+/* Takes the waiter's claim on req: one braid_wait / braid_test at a time, none after the
+ * request was returned (FREED, in the quarantine). */
+static braid_result_t claim(struct braid_request *req)
+{
+    if (!req) return braid_set_error(BRAID_ERR_INVALID_ARG, "req is NULL");
+    uint32_t st = BRAID_REQ_LIVE;
+    if (atomic_compare_exchange_strong(&req->state, &st, BRAID_REQ_WAITING)) return BRAID_SUCCESS;
+    /* Made outside the queue (calloc'd, e.g. a group's request) and not stamped yet. */
+    if (st == BRAID_REQ_NEW && atomic_compare_exchange_strong(&req->state, &st, BRAID_REQ_WAITING))
+        return BRAID_SUCCESS;
+    if (st == BRAID_REQ_FREED)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                               "req %p was already completed by braid_wait / braid_test (a "
+                               "request is waited on once)",
+                               (void *)req);
+    if (st == BRAID_REQ_WAITING)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                               "req %p is being waited on by another thread", (void *)req);
+    return braid_set_error(BRAID_ERR_INVALID_ARG, "req %p is not a braid request", (void *)req);
+}
+
 static braid_result_t finish(struct braid_request *req)
 {
     braid_result_t res = req->result;
     if (res < 0) braid_set_error(res, "%s", req->errmsg);
-    free(req);
+    req_retire(req);
     return res;
 }
 
 braid_result_t braid_wait(braid_request_t req)
 {
-    if (!req) return braid_set_error(BRAID_ERR_INVALID_ARG, "req is NULL");
-    struct braid_comm *comm = req->comm;
-    pthread_mutex_lock(&comm->q_lock);
+    BRAID_CHECK(claim(req));
+    pthread_mutex_lock(&req_lock);
     while (!atomic_load(&req->done))
-        pthread_cond_wait(&comm->q_cond, &comm->q_lock);
-    pthread_mutex_unlock(&comm->q_lock);
+        pthread_cond_wait(&req_cond, &req_lock);
+    pthread_mutex_unlock(&req_lock);
     return finish(req);
 }
 
 braid_result_t braid_test(braid_request_t req, int *done_p)
 {
-    if (!req) return braid_set_error(BRAID_ERR_INVALID_ARG, "req is NULL");
     if (!done_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "done_p is NULL");
-    struct braid_comm *comm = req->comm;
-    pthread_mutex_lock(&comm->q_lock);
+    BRAID_CHECK(claim(req));
+    pthread_mutex_lock(&req_lock);
     int done = atomic_load(&req->done);
-    pthread_mutex_unlock(&comm->q_lock);
+    pthread_mutex_unlock(&req_lock);
     *done_p = done;
-    return done ? finish(req) : BRAID_SUCCESS;
+    if (done) return finish(req);
+    atomic_store(&req->state, BRAID_REQ_LIVE);
+    return BRAID_SUCCESS;
 }

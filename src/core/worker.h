@@ -13,8 +13,21 @@ void braid_worker_stop(struct braid_comm *comm);
 /* Number of queued or running operations. */
 int braid_worker_pending(struct braid_comm *comm);
 
+/* Completes a queued request: result, message, done, one operation less pending. Requests
+ * are completed under a process-wide lock (worker.c), never the communicator's. */
+void braid_worker_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                           const char *msg);
+/* Completes a request that was never queued (calloc'd: braid_wait/test accept it). */
+void braid_request_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
+                            const char *msg);
+
 /* Runs one validated collective on the calling thread (coll.c): takes the next sequence
  * number, runs the engine, records a failure as the comm's sticky error and tells peers. */
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a);
+
+/* A call that argument checks refused (res, with its message set) on a live communicator:
+ * takes its call number anyway and tells the peers (coll.c); returns res. */
+braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
+                                 braid_result_t res);
 
 #endif

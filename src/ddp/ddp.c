@@ -100,7 +100,14 @@ static braid_result_t launch_ready(struct braid_ddp *d)
         bucket_desc(d, b, &desc);
         braid_request_t req = NULL;
         bk->t_launch = ddp_now();
-        braid_result_t r = d->hook.launch(d->hook.state, &desc, &req);
+        braid_result_t r;
+        if (d->opts.zero_stage)
+            r = braid_ireduce_scatter(bk->data,
+                                      (char *)bk->data +
+                                          (size_t)d->rank * bk->shard * braid_dtype_size(bk->dtype),
+                                      bk->shard, bk->dtype, d->opts.op, d->comm, &req);
+        else
+            r = d->hook.launch(d->hook.state, &desc, &req);
         if (r)
             return ddp_fail(d, r, "bucket %d (%zu x %s) launch", b, bk->count,
                             braid_dtype_name(bk->dtype));
@@ -201,6 +208,11 @@ static braid_result_t check_args(braid_ddp_t *ddp_p, braid_comm_t comm,
                              (int)o->op);
     if (o->hook && !o->hook->launch)
         return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: hook->launch is NULL");
+    if (o->zero_stage != 0 && o->zero_stage != 1)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: zero_stage %d (0 or 1)", o->zero_stage);
+    if (o->zero_stage && o->hook)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG,
+                             "opts: a hook cannot be combined with zero_stage 1");
     for (int i = 0; i < nparams; i++) {
         const braid_ddp_param_t *p = &params[i];
         if (braid_dtype_size(p->dtype) == 0)
@@ -264,6 +276,7 @@ void braid_ddp_destroy(braid_ddp_t d)
     for (int b = 0; b < d->nbuckets; b++) {
         if (d->buckets[b].req) braid_wait(d->buckets[b].req);
         free(d->buckets[b].data);
+        free(d->buckets[b].pdata);
         free(d->buckets[b].params);
     }
     free(d->buckets);
@@ -310,10 +323,18 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
         goto nomem;
     }
     for (int b = 0; b < d->nbuckets; b++) {
-        size_t sz = (d->buckets[b].bytes + 63) & ~(size_t)63;
-        d->buckets[b].data = aligned_alloc(64, sz);
-        if (!d->buckets[b].data) goto nomem;
-        memset(d->buckets[b].data, 0, sz);
+        ddp_bucket_t *bk = &d->buckets[b];
+        bk->shard = (bk->count + (size_t)d->nranks - 1) / (size_t)d->nranks;
+        bk->padded = o.zero_stage ? bk->shard * (size_t)d->nranks : bk->count;
+        size_t sz = (bk->padded * braid_dtype_size(bk->dtype) + 63) & ~(size_t)63;
+        bk->data = aligned_alloc(64, sz);
+        if (!bk->data) goto nomem;
+        memset(bk->data, 0, sz);
+        if (o.zero_stage) {
+            bk->pdata = aligned_alloc(64, sz);
+            if (!bk->pdata) goto nomem;
+            memset(bk->pdata, 0, sz);
+        }
     }
     if (o.grad_as_bucket_view)
         for (int i = 0; i < nparams; i++)
@@ -331,6 +352,7 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
                 goto fail;
             }
         }
+    if (o.zero_stage) ddp_zero_load_params(d);
     *ddp_p = d;
     return BRAID_SUCCESS;
 nomem:
@@ -422,7 +444,7 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
     }
     if ((r = launch_ready(d))) return r;
     if ((r = wait_launched(d))) return r;
-    if (!d->opts.grad_as_bucket_view)
+    if (!d->opts.grad_as_bucket_view && !d->opts.zero_stage)
         for (int i = 0; i < d->nparams; i++)
             memcpy(d->params[i].grad, bucket_slot(d, i), param_bytes(d, i));
     reset_step(d);

@@ -18,6 +18,9 @@ typedef struct {
     int launched, done;
     braid_request_t req; /* in flight when launched && !done (NULL: completed in launch) */
     double t_ready, t_launch, t_done;
+    /* ZeRO-1: count padded to nranks * shard; pdata holds the parameters, flat like data */
+    size_t shard, padded;
+    void *pdata;
 } ddp_bucket_t;
 
 struct braid_ddp {
@@ -50,5 +53,8 @@ braid_result_t ddp_set_error(braid_result_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 double ddp_now(void);
+
+/* ZeRO-1 (zero.c): copies the registered parameters into the buckets' flat copies. */
+void ddp_zero_load_params(struct braid_ddp *d);
 
 #endif

@@ -234,7 +234,7 @@ ProcessGroupBraid::~ProcessGroupBraid()
         std::unique_lock<std::mutex> lock(mu_);
         stop_ = true;
         left.swap(queue_);
-        // an operation still running would wait for peers that may never come: abort it
+        // an operation still running (or posted) would wait for peers that may never come
         if (running_) braid_comm_abort(comm_);
     }
     cv_.notify_all();
@@ -260,48 +260,105 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::enqueue(::c10d::OpType type,
     auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs));
     {
         std::unique_lock<std::mutex> lock(mu_);
-        queue_.push_back(Job{work, timeout, std::move(fn)});
+        queue_.push_back(Job{work, timeout, std::move(fn), nullptr, nullptr});
     }
     cv_.notify_one();
     return work;
 }
 
+c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::enqueueP2P(::c10d::OpType type,
+                                                               const char *name,
+                                                               std::vector<at::Tensor> outputs,
+                                                               Post post, Fn after)
+{
+    auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs));
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        queue_.push_back(
+            Job{work, ::c10d::kUnsetTimeout, nullptr, std::move(post), std::move(after)});
+    }
+    cv_.notify_one();
+    return work;
+}
+
+bool ProcessGroupBraid::progressInFlight(bool block)
+{
+    bool any = false;
+    for (size_t i = 0; i < inflight_.size();) {
+        InFlight &f = inflight_[i];
+        int done = 1;
+        braid_result_t r = block ? braid_wait(f.req) : braid_test(f.req, &done);
+        if (!done) {
+            i++;
+            continue;
+        }
+        any = true;
+        try {
+            if (r != BRAID_SUCCESS) fail(f.work->name(), r);
+            if (f.after) f.after();
+            f.work->complete();
+        } catch (...) {
+            f.work->fail(std::current_exception());
+        }
+        inflight_.erase(inflight_.begin() + (long)i);
+    }
+    return any;
+}
+
 void ProcessGroupBraid::runWorker()
 {
+    int idle_us = 10;
     for (;;) {
         Job job;
+        bool have = false, waiting = false;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-            if (stop_) return;
-            job = std::move(queue_.front());
-            queue_.pop_front();
-            running_ = true;
+            auto ready = [&] { return stop_ || !queue_.empty(); };
+            if (inflight_.empty())
+                cv_.wait(lock, ready);
+            else
+                cv_.wait_for(lock, std::chrono::microseconds(idle_us), ready);
+            if (stop_) break;
+            if (!queue_.empty() && (queue_.front().post || inflight_.empty())) {
+                job = std::move(queue_.front());
+                queue_.pop_front();
+                running_ = true;
+                have = true;
+            }
+            waiting = !queue_.empty() && !have; // an operation waits for the in-flight ones
         }
-        try {
-            // an operation's own timeout (kUnsetTimeout = -1: the group's) for this op only
-            double want = job.timeout.count() > 0 ? (double)job.timeout.count() / 1000.0
-                          : timeout_.count() > 0  ? (double)timeout_.count() / 1000.0
-                                                  : 1800.0;
-            if (want != applied_timeout_s_) {
-                braid_result_t r = braid_comm_set_timeout(comm_, want);
-                if (r != BRAID_SUCCESS) fail(job.work->name(), r);
-                applied_timeout_s_ = want;
+        if (have && job.post) {
+            try {
+                inflight_.push_back(InFlight{job.work, job.post(), job.after});
+            } catch (...) {
+                job.work->fail(std::current_exception());
             }
-            job.fn();
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                running_ = false;
+            idle_us = 10;
+        } else if (have) {
+            try {
+                // an operation's own timeout (kUnsetTimeout = -1: the group's) for this op only
+                double want = job.timeout.count() > 0 ? (double)job.timeout.count() / 1000.0
+                              : timeout_.count() > 0  ? (double)timeout_.count() / 1000.0
+                                                      : 1800.0;
+                if (want != applied_timeout_s_) {
+                    braid_result_t r = braid_comm_set_timeout(comm_, want);
+                    if (r != BRAID_SUCCESS) fail(job.work->name(), r);
+                    applied_timeout_s_ = want;
+                }
+                job.fn();
+                job.work->complete();
+            } catch (...) {
+                job.work->fail(std::current_exception());
             }
-            job.work->complete();
-        } catch (...) {
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                running_ = false;
-            }
-            job.work->fail(std::current_exception());
+        } else {
+            // poll with a growing interval while idle; block when an operation waits
+            idle_us = progressInFlight(waiting) ? 10 : std::min(idle_us * 2, 1000);
         }
+        std::unique_lock<std::mutex> lock(mu_);
+        running_ = !inflight_.empty();
     }
+    // destroyed: the destructor aborted the communicator if anything was in flight
+    progressInFlight(true);
 }
 
 // Runs braid_comm_split(comm_, 0, rank) on this group's worker (in issue order with its other

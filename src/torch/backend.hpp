@@ -137,17 +137,35 @@ class ProcessGroupBraid : public BRAID_TORCH_BASE
 
   private:
     using Fn = std::function<void()>;
+    // Starts a non-blocking braid call and returns its request (throws Error on failure).
+    using Post = std::function<braid_request_t()>;
     struct Job {
         c10::intrusive_ptr<WorkBraid> work;
         std::chrono::milliseconds timeout;
-        Fn fn;
+        Fn fn;     // a blocking operation, or
+        Post post; // a point-to-point one, completed later, then
+        Fn after;  // run after it completed (copies into the user's tensor)
+    };
+    struct InFlight {
+        c10::intrusive_ptr<WorkBraid> work;
+        braid_request_t req;
+        Fn after;
     };
 
     // Queues fn (run on the worker thread, throws Error on failure); returns its work.
     c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, const char *name,
                                              std::chrono::milliseconds timeout,
                                              std::vector<at::Tensor> outputs, Fn fn);
+    // Queues a point-to-point operation: the worker posts it (braid_isend/irecv) and goes on
+    // posting the point-to-point operations queued after it, so that sends and receives
+    // issued in any order progress together (as Gloo's do); the next other operation waits
+    // until every posted one completed.
+    c10::intrusive_ptr<::c10d::Work> enqueueP2P(::c10d::OpType type, const char *name,
+                                                std::vector<at::Tensor> outputs, Post post,
+                                                Fn after);
     void runWorker();
+    // Completes the in-flight operations that are done (every one when block); true if any.
+    bool progressInFlight(bool block);
     braid_comm_t splitChild();
 
     braid_comm_t comm_ = nullptr;
@@ -158,6 +176,7 @@ class ProcessGroupBraid : public BRAID_TORCH_BASE
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Job> queue_;
+    std::vector<InFlight> inflight_; // the worker's own
     bool stop_ = false;
     bool running_ = false;
     std::thread worker_;

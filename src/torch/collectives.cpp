@@ -490,9 +490,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>
     if (tag != 0) refuse(op, "tags are not supported (tag " + std::to_string(tag) + "; use 0)");
 #if BRAID_TORCH_HAVE_P2P
     at::Tensor buf = contig(t);
-    return enqueue(OpType::SEND, op, ::c10d::kUnsetTimeout, tensors, [=] {
-        BRAID_CALL(op, braid_send(ptr(buf), nbytes(buf), BRAID_UINT8, dst, comm_));
-    });
+    return enqueueP2P(
+        OpType::SEND, op, tensors,
+        [=] {
+            braid_request_t req = nullptr;
+            BRAID_CALL(op, braid_isend(ptr(buf), nbytes(buf), BRAID_UINT8, dst, comm_, &req));
+            return req;
+        },
+        nullptr);
 #else
     pending(op, "braid_send");
 #endif
@@ -507,10 +512,14 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>
     if (tag != 0) refuse(op, "tags are not supported (tag " + std::to_string(tag) + "; use 0)");
 #if BRAID_TORCH_HAVE_P2P
     at::Tensor buf = contig(t);
-    return enqueue(OpType::RECV, op, ::c10d::kUnsetTimeout, tensors, [=] {
-        BRAID_CALL(op, braid_recv(ptr(buf), nbytes(buf), BRAID_UINT8, src, comm_));
-        copyBack(t, buf);
-    });
+    return enqueueP2P(
+        OpType::RECV, op, tensors,
+        [=] {
+            braid_request_t req = nullptr;
+            BRAID_CALL(op, braid_irecv(ptr(buf), nbytes(buf), BRAID_UINT8, src, comm_, &req));
+            return req;
+        },
+        [=] { copyBack(t, buf); });
 #else
     pending(op, "braid_recv");
 #endif

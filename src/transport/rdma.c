@@ -99,7 +99,8 @@ braid_result_t braid_rdma_failure(rdma_conn_t *c)
     }
     if (!code) return BRAID_SUCCESS;
     if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+        return braid_set_error(BRAID_ERR_ABORTED, "communicator %s",
+                               braid_comm_abort_reason(c->base.comm));
     return braid_set_error(code, "%s", c->fail_msg);
 }
 

@@ -101,7 +101,8 @@ static braid_result_t failure(tcp_conn_t *c)
     if (!code) return BRAID_SUCCESS;
     /* After a local abort, the peers' answers to it are not the news. */
     if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator aborted by braid_comm_abort");
+        return braid_set_error(BRAID_ERR_ABORTED, "communicator %s",
+                               braid_comm_abort_reason(c->base.comm));
     return braid_set_error(code, "%s", c->fail_msg);
 }
 
@@ -143,6 +144,29 @@ static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
     }
 }
 
+/* A send that failed because the peer closed: the peer may have said why first (an ABORT frame
+ * back on this socket, as fail() on its receive side writes it). Looks at it without
+ * consuming it (the progress thread owns the reading) and takes its reason; 0 if none. */
+static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
+{
+    uint8_t buf[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
+    ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+    braid_msg_hdr_t h;
+    int32_t code = 0;
+    if (n < BRAID_TCP_HDR_BYTES || braid_tcp_hdr_parse(buf, (size_t)n, 0, &h, &code) < 0 ||
+        !(h.flags & BRAID_MSG_ABORT) || (size_t)n < BRAID_TCP_HDR_BYTES + h.bytes)
+        return 0;
+    char text[BRAID_TCP_ABORT_MAX + 1];
+    memcpy(text, buf + BRAID_TCP_HDR_BYTES, h.bytes);
+    text[h.bytes] = '\0';
+    if (code == BRAID_ERR_MISMATCH)
+        braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
+    else
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
+                             text[0] ? text : "no reason given");
+    return 1;
+}
+
 /* Writes as much of socket s's queued frames as it takes; 1 if it is full. */
 static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
 {
@@ -182,7 +206,7 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
                                      "sending to %s: a buffer of the collective is not readable "
                                      "(freed during the call?)",
                                      c->desc);
-            else
+            else if (!peek_abort(c, s))
                 braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
                                      c->desc, strerror(errno));
             return -1;

@@ -42,6 +42,11 @@ typedef struct {
 } braid_msg_hdr_t;
 
 #define BRAID_MSG_ABORT 0x1 /* the sender aborted: the payload is an error text */
+/* A header-only message carrying the sender's call (core/engine.c: the descriptor exchange of
+ * rooted and count-0 collectives); with REJECTED the sender refused the call (bad arguments)
+ * and the payload is its reason. */
+#define BRAID_MSG_HELLO 0x2
+#define BRAID_MSG_REJECTED 0x4
 
 typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1 } braid_wait_dir_t;
 

@@ -15,6 +15,11 @@
  *   hierkill-shm  the same with the inter-host sub-communicator over shm (BRAID_HOSTNAME
  *            dropped after the first split, as in test_hier.c): the worker thread and the fail
  *            path then fail the same shm connections.
+ *   destroy  2 ranks, shm, then destroy-tcp over tcp: rounds of a fresh communicator (split)
+ *            that rank 0 destroys from another thread while its main thread is blocked in an
+ *            all-reduce, with a non-blocking all-reduce queued behind it and a poller reading the
+ *            communicator's state; the requests are waited on after the destroy. Then two
+ *            threads call one communicator at once (one of them may be refused).
  *   thread_stress [PHASE...]     (default: all phases)
  * Exits 0 when every rank of every phase did. A TSan report fails the run: halt_on_error=1 is
  * the default here (__tsan_default_options), so the reporting rank exits 66 at once. */
@@ -227,6 +232,88 @@ static int hierkill_fn(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* ---- destroy: braid_comm_destroy from another thread during a call; two threads at once ---- */
+typedef struct {
+    braid_comm_t comm;
+    int delay_ms;
+} destroyer_t;
+
+static void *destroyer(void *arg)
+{
+    destroyer_t *d = arg;
+    usleep((useconds_t)d->delay_ms * 1000);
+    braid_comm_destroy(d->comm);
+    return NULL;
+}
+
+typedef struct {
+    braid_comm_t comm;
+    float *buf;
+    size_t count;
+    braid_result_t res;
+} racer_t;
+
+static void *racer(void *arg)
+{
+    racer_t *r = arg;
+    r->res = braid_allreduce(r->buf, r->buf, r->count, BRAID_FLOAT32, BRAID_SUM, r->comm);
+    return NULL;
+}
+
+static int destroy_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    size_t count = (size_t)1 << 19;
+    float *a = calloc(count, sizeof(float)), *b = calloc(count, sizeof(float));
+    MP_CHECK(rank, a && b, "out of memory");
+    for (int round = 0; round < 6; round++) {
+        braid_comm_t c;
+        MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
+        if (rank == 0) {
+            poll_arg_t pa = {.comm = c};
+            pthread_t pt, dt;
+            destroyer_t d = {.comm = c, .delay_ms = 50 + 20 * round};
+            MP_CHECK(rank, pthread_create(&pt, NULL, poller, &pa) == 0, "pthread_create");
+            MP_CHECK(rank, pthread_create(&dt, NULL, destroyer, &d) == 0, "pthread_create");
+            braid_request_t req;
+            braid_result_t q = braid_iallreduce(b, b, count, BRAID_FLOAT32, BRAID_SUM, c, &req);
+            braid_result_t r = braid_allreduce(a, a, count, BRAID_FLOAT32, BRAID_SUM, c);
+            pthread_join(dt, NULL);
+            atomic_store(&pa.stop, 1);
+            pthread_join(pt, NULL);
+            MP_CHECK(rank, r != BRAID_SUCCESS, "round %d: the destroyed call succeeded", round);
+            if (q == BRAID_SUCCESS) {
+                r = braid_wait(req);
+                MP_CHECK(rank, r == BRAID_ERR_ABORTED, "round %d: queued request: %s", round,
+                         braid_strerror(r));
+                MP_CHECK(rank, braid_wait(req) == BRAID_ERR_INVALID_USAGE,
+                         "round %d: a second wait was accepted", round);
+            }
+        } else {
+            usleep(400 * 1000);
+            braid_result_t r = braid_allreduce(a, a, count, BRAID_FLOAT32, BRAID_SUM, c);
+            MP_CHECK(rank, r != BRAID_SUCCESS, "round %d: the peer's call succeeded", round);
+            braid_comm_destroy(c);
+        }
+    }
+    /* Two threads of each rank race on one communicator: whatever the interleaving, no data
+     * race; a refused call is BRAID_ERR_INVALID_USAGE. */
+    braid_comm_t c;
+    MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
+    racer_t r1 = {.comm = c, .buf = a, .count = 1000}, r2 = {.comm = c, .buf = b, .count = 1000};
+    pthread_t t1, t2;
+    MP_CHECK(rank, pthread_create(&t1, NULL, racer, &r1) == 0, "pthread_create");
+    MP_CHECK(rank, pthread_create(&t2, NULL, racer, &r2) == 0, "pthread_create");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    if (r1.res != BRAID_SUCCESS || r2.res != BRAID_SUCCESS) braid_comm_abort(c);
+    braid_comm_destroy(c);
+    free(a);
+    free(b);
+    return 0;
+}
+
 /* ---- driver -------------------------------------------------------------------------------- */
 static int inter_tcp = 1; /* a non-NULL arg for hierkill_fn */
 
@@ -264,7 +351,9 @@ int main(int argc, char **argv)
     } phases[] = {{"worker", 2, worker_fn, NULL, -1},
                   {"hier", HIER_RANKS, hier_fn, NULL, -1},
                   {"hierkill", HIER_RANKS, hierkill_fn, &inter_tcp, HIER_VICTIM},
-                  {"hierkill-shm", HIER_RANKS, hierkill_fn, NULL, HIER_VICTIM}};
+                  {"hierkill-shm", HIER_RANKS, hierkill_fn, NULL, HIER_VICTIM},
+                  {"destroy", 2, destroy_fn, NULL, -1},
+                  {"destroy-tcp", 2, destroy_fn, &inter_tcp, -1}};
     const int nphases = (int)(sizeof(phases) / sizeof(phases[0]));
     int rc = 0;
     for (int a = 1; a < argc; a++) {
@@ -273,7 +362,8 @@ int main(int argc, char **argv)
             known |= !strcmp(argv[a], phases[p].name);
         if (!known) {
             fprintf(stderr,
-                    "thread_stress: unknown phase '%s' (worker, hier, hierkill, hierkill-shm)\n",
+                    "thread_stress: unknown phase '%s' (worker, hier, hierkill, hierkill-shm, "
+                    "destroy, destroy-tcp)\n",
                     argv[a]);
             return 2;
         }
@@ -284,9 +374,12 @@ int main(int argc, char **argv)
         int want = argc == 1;
         for (int a = 1; a < argc; a++)
             want |= !strcmp(argv[a], phases[p].name);
+        if (want && phases[p].fn == destroy_fn)
+            setenv("BRAID_TRANSPORT", phases[p].arg ? "tcp" : "shm", 1);
         if (want)
             rc |= run_phase(phases[p].name, phases[p].n, phases[p].fn, phases[p].arg,
                             phases[p].victim);
+        unsetenv("BRAID_TRANSPORT");
     }
     printf("thread_stress: %s\n", rc ? "FAILED" : "ok");
     return rc;

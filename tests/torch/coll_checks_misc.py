@@ -44,7 +44,7 @@ def check_async_returns_at_once(ctx):
     n = 1 << 16
     t = values(torch.float32, ctx.rank, n)
     if ctx.rank == 0:
-        time.sleep(1.0)
+        time.sleep(2.0)
     t0 = time.monotonic()
     w = dist.all_reduce(t, async_op=True)
     t_call = time.monotonic() - t0
@@ -52,8 +52,9 @@ def check_async_returns_at_once(ctx):
     t_wait = time.monotonic() - t0
     same(t, reference(torch.float32, ctx.world, n, "SUM"), "late all_reduce")
     if ctx.rank != 0:
-        assert t_call < 0.3, f"all_reduce(async_op=True) took {t_call:.3f} s to return"
-        assert t_wait > 0.5, f"wait returned after {t_wait:.3f} s, before rank 0 joined"
+        # (bounds loose enough for a machine at load 60: the call is microseconds when idle)
+        assert t_call < 1.0, f"all_reduce(async_op=True) took {t_call:.3f} s to return"
+        assert t_wait > 1.2, f"wait returned after {t_wait:.3f} s, before rank 0 joined"
         assert w.is_completed()
     return f"call {t_call * 1e3:.1f} ms, wait {t_wait * 1e3:.0f} ms"
 

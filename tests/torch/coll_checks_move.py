@@ -202,6 +202,22 @@ def check_send_recv(ctx):
             except RuntimeError as e:
                 pending_or_raise(e)
             same(got, values(dtype, prv, n), f"send/recv {dtype} n={n}")
+    # every rank sends 4 MiB to the next and receives from the previous one, both posted
+    # before either is waited on, the sends first everywhere (a cycle of blocking sends would
+    # deadlock; isend/irecv must progress together)
+    for _ in range(2):
+        n = 1 << 20
+        got = torch.empty(n, dtype=torch.float32)
+        reqs = [dist.isend(values(torch.float32, me, n, salt=3), nxt), dist.irecv(got, prv)]
+        for r in reqs[::-1]:
+            r.wait()
+        same(got, values(torch.float32, prv, n, salt=3), "isend/irecv ring, sends first")
+    # a non-contiguous receive buffer
+    m = torch.zeros(6, 4, dtype=torch.int64)
+    reqs = [dist.isend(values(torch.int64, me, 24).view(4, 6), nxt), dist.irecv(m.t(), prv)]
+    for r in reqs:
+        r.wait()
+    same(m.t(), values(torch.int64, prv, 24).view(4, 6), "recv into a transposed view")
     return ""
 
 
