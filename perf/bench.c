@@ -101,6 +101,33 @@ static void init_check(bench_t *bt, const perf_gen_t *gen, const perf_geom_t *g,
                   rank);
         *n_p = count * (size_t)n;
         break;
+    case PERF_GATHER: /* rank q's block is its elements q*count.. */
+    case PERF_HYPERCUBE:
+        for (int q = 0; q < n; q++)
+            perf_fill(gen, exp + (size_t)q * blk, count, (uint64_t)q * count, q);
+        perf_poison(recv, exp, blk * (size_t)n);
+        perf_fill(gen, in_place ? recv + (size_t)rank * blk : send, count, (uint64_t)rank * count,
+                  rank);
+        *n_p = bt->coll->kind == PERF_GATHER && rank != root ? 0 : count * (size_t)n;
+        break;
+    case PERF_SCATTER: /* the root's elements rank*count.. */
+        perf_fill(gen, exp, count, (uint64_t)rank * count, root);
+        if (rank == root) perf_fill(gen, in_place ? recv : send, count * (size_t)n, 0, root);
+        *got_p = in_place ? recv + (size_t)rank * blk : recv;
+        if (!in_place || rank != root) perf_poison(*got_p, exp, blk);
+        break;
+    case PERF_ALLTOALL: /* rank q's elements d*count.. go to rank d */
+        for (int q = 0; q < n; q++)
+            perf_fill(gen, exp + (size_t)q * blk, count, (uint64_t)rank * count, q);
+        perf_fill(gen, in_place ? recv : send, count * (size_t)n, 0, rank);
+        if (!in_place) perf_poison(recv, exp, blk * (size_t)n);
+        *n_p = count * (size_t)n;
+        break;
+    case PERF_SENDRECV: /* from rank - 1 */
+        perf_fill(gen, exp, count, 0, (rank + n - 1) % n);
+        perf_fill(gen, in_place ? recv : send, count, 0, rank);
+        if (!in_place) perf_poison(recv, exp, blk);
+        break;
     }
 }
 

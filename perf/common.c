@@ -14,6 +14,8 @@ typedef struct {
     braid_comm_t comm;
     braid_request_t *reqs; /* started with -m > 1, completed in order */
     int nreqs, cap;
+    void *tmp; /* sendrecv in place: a copy of the input */
+    size_t tmp_bytes;
 } braid_ctx_t;
 
 static int report(perf_backend_t *b, const char *call, braid_result_t res)
@@ -25,6 +27,46 @@ static int report(perf_backend_t *b, const char *call, braid_result_t res)
     fprintf(stderr, "%s:%d rank %s: %s failed: %s: %s\n", host, (int)getpid(), rank, call,
             braid_strerror(res), braid_last_error());
     return -1;
+}
+
+/* nccl-tests' sendrecv (send to rank+1, receive from rank-1 in one group; in place reads a
+ * copy of the input, as sending and receiving one buffer at once is undefined) and hypercube
+ * (an all-gather in log2(n) grouped exchanges with rank ^ mask of the blocks gathered so far;
+ * n a power of two). */
+static braid_result_t p2p_pattern(perf_backend_t *b, perf_coll_kind_t kind, const void *send,
+                                  void *recv, size_t count, braid_datatype_t dt)
+{
+    braid_ctx_t *c = b->ctx;
+    int n = b->nranks, rank = b->rank;
+    size_t es = braid_dtype_size(dt), blk = count * es;
+    braid_result_t res;
+    if (kind == PERF_SENDRECV) {
+        if (send == recv && blk) {
+            if (c->tmp_bytes < blk) {
+                void *t = realloc(c->tmp, blk);
+                if (!t) return BRAID_ERR_NOMEM;
+                c->tmp = t;
+                c->tmp_bytes = blk;
+            }
+            memcpy(c->tmp, send, blk);
+            send = c->tmp;
+        }
+        if ((res = braid_group_start()) != BRAID_SUCCESS) return res;
+        braid_send(send, count, dt, (rank + 1) % n, c->comm);
+        braid_recv(recv, count, dt, (rank + n - 1) % n, c->comm);
+        return braid_group_end();
+    }
+    if (n & (n - 1)) return BRAID_ERR_UNSUPPORTED; /* bk_supports skips these */
+    char *out = recv;
+    if (send != out + (size_t)rank * blk && blk) memcpy(out + (size_t)rank * blk, send, blk);
+    for (int mask = 1; mask < n; mask <<= 1) {
+        int s = rank & ~(mask - 1), r = s ^ mask;
+        if ((res = braid_group_start()) != BRAID_SUCCESS) return res;
+        braid_send(out + (size_t)s * blk, (size_t)mask * count, dt, rank ^ mask, c->comm);
+        braid_recv(out + (size_t)r * blk, (size_t)mask * count, dt, rank ^ mask, c->comm);
+        if ((res = braid_group_end()) != BRAID_SUCCESS) return res;
+    }
+    return BRAID_SUCCESS;
 }
 
 static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
@@ -75,6 +117,27 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
         call = rp ? "braid_iallgather" : "braid_allgather";
         res = rp ? braid_iallgather(send, recv, count, dt, c->comm, rp)
                  : braid_allgather(send, recv, count, dt, c->comm);
+        break;
+    case PERF_ALLTOALL:
+        call = rp ? "braid_ialltoall" : "braid_alltoall";
+        res = rp ? braid_ialltoall(send, recv, count, dt, c->comm, rp)
+                 : braid_alltoall(send, recv, count, dt, c->comm);
+        break;
+    case PERF_GATHER:
+        call = rp ? "braid_igather" : "braid_gather";
+        res = rp ? braid_igather(send, recv, count, dt, root, c->comm, rp)
+                 : braid_gather(send, recv, count, dt, root, c->comm);
+        break;
+    case PERF_SCATTER:
+        call = rp ? "braid_iscatter" : "braid_scatter";
+        res = rp ? braid_iscatter(send, recv, count, dt, root, c->comm, rp)
+                 : braid_scatter(send, recv, count, dt, root, c->comm);
+        break;
+    case PERF_SENDRECV:
+    case PERF_HYPERCUBE:
+        call = coll->kind == PERF_SENDRECV ? "sendrecv" : "hypercube";
+        res = p2p_pattern(b, coll->kind, send, recv, count, dt);
+        rp = NULL; /* complete: a group returns when done */
         break;
     default:
         return report(b, "start", BRAID_ERR_INTERNAL);
@@ -131,11 +194,9 @@ static int bk_allgather_bytes(perf_backend_t *b, const void *mine, void *all, si
 
 static int bk_supports(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op)
 {
-    (void)b;
-    (void)coll;
     (void)dtype;
     (void)op;
-    return 1;
+    return coll->kind != PERF_HYPERCUBE || !(b->nranks & (b->nranks - 1));
 }
 
 /* "<cpu model> (braid 0.1.0, transport auto)" */
@@ -213,5 +274,6 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     if (rc == 2) braid_comm_abort(ctx.comm); /* let the peers fail now rather than time out */
     braid_comm_destroy(ctx.comm);
     free(ctx.reqs);
+    free(ctx.tmp);
     return rc;
 }

@@ -26,7 +26,12 @@ typedef enum {
     PERF_BROADCAST,
     PERF_REDUCE,
     PERF_REDUCE_SCATTER,
-    PERF_ALLGATHER
+    PERF_ALLGATHER,
+    PERF_ALLTOALL, /* count per peer; busbw = algbw * (n-1)/n */
+    PERF_GATHER,   /* count per rank to the root; (n-1)/n */
+    PERF_SCATTER,  /* count per rank from the root; (n-1)/n */
+    PERF_SENDRECV, /* count to rank+1, from rank-1 (a group); busbw = algbw */
+    PERF_HYPERCUBE /* all-gather by exchanges with rank ^ 2^k (power-of-two n); (n-1)/n */
 } perf_coll_kind_t;
 
 typedef struct {
@@ -37,7 +42,8 @@ typedef struct {
 } perf_coll_t;
 
 extern const perf_coll_t perf_coll_allreduce, perf_coll_broadcast, perf_coll_reduce,
-    perf_coll_reduce_scatter, perf_coll_allgather;
+    perf_coll_reduce_scatter, perf_coll_allgather, perf_coll_alltoall, perf_coll_gather,
+    perf_coll_scatter, perf_coll_sendrecv, perf_coll_hypercube;
 
 /* Buffer geometry of one row, following nccl-tests' getCollByteCount: 'count' is the count
  * passed to the call (and printed), bytes are what the send/recv buffers hold, the in-place

@@ -16,6 +16,11 @@ const perf_coll_t perf_coll_broadcast = {"broadcast", PERF_BROADCAST, 0, 1};
 const perf_coll_t perf_coll_reduce = {"reduce", PERF_REDUCE, 1, 1};
 const perf_coll_t perf_coll_reduce_scatter = {"reduce_scatter", PERF_REDUCE_SCATTER, 1, 0};
 const perf_coll_t perf_coll_allgather = {"all_gather", PERF_ALLGATHER, 0, 0};
+const perf_coll_t perf_coll_alltoall = {"alltoall", PERF_ALLTOALL, 0, 0};
+const perf_coll_t perf_coll_gather = {"gather", PERF_GATHER, 0, 1};
+const perf_coll_t perf_coll_scatter = {"scatter", PERF_SCATTER, 0, 1};
+const perf_coll_t perf_coll_sendrecv = {"sendrecv", PERF_SENDRECV, 0, 0};
+const perf_coll_t perf_coll_hypercube = {"hypercube", PERF_HYPERCUBE, 0, 0};
 
 void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
                perf_geom_t *geom_p)
@@ -30,12 +35,31 @@ void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
         g.recv_ip_off = base * typesize;
         break;
     case PERF_ALLGATHER: /* recvbuf holds nranks blocks; in place: send from block 'rank' */
+    case PERF_GATHER:    /* the same at the root */
         g.count = base;
         g.send_bytes = base * typesize;
         g.recv_bytes = base * n * typesize;
         g.send_ip_off = base * typesize;
         break;
-    default: /* all_reduce, broadcast, reduce */
+    case PERF_HYPERCUBE: /* as all_gather, blocks of a multiple of 4 elements (nccl-tests) */
+        base = count / (4 * n) * 4;
+        g.count = base;
+        g.send_bytes = base * typesize;
+        g.recv_bytes = base * n * typesize;
+        g.send_ip_off = base * typesize;
+        break;
+    case PERF_SCATTER: /* the root's sendbuf holds nranks blocks; in place: receive in block */
+        g.count = base;
+        g.send_bytes = base * n * typesize;
+        g.recv_bytes = base * typesize;
+        g.recv_ip_off = base * typesize;
+        break;
+    case PERF_ALLTOALL: /* nranks blocks each way, a multiple of 16 bytes per block */
+        base = typesize < 16 ? base / (16 / typesize) * (16 / typesize) : base;
+        g.count = base;
+        g.send_bytes = g.recv_bytes = base * n * typesize;
+        break;
+    default: /* all_reduce, broadcast, reduce, sendrecv */
         g.count = count;
         g.send_bytes = g.recv_bytes = count * typesize;
         break;
@@ -55,9 +79,13 @@ void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double 
         break;
     case PERF_REDUCE_SCATTER:
     case PERF_ALLGATHER:
+    case PERF_ALLTOALL:
+    case PERF_GATHER:
+    case PERF_SCATTER:
+    case PERF_HYPERCUBE:
         factor = (n - 1) / n;
         break;
-    default: /* broadcast, reduce */
+    default: /* broadcast, reduce, sendrecv */
         factor = 1.0;
         break;
     }

@@ -221,7 +221,9 @@ static int fake_start(perf_backend_t *b, const perf_coll_t *coll, const void *se
     fake_world_t *w = c->w;
     int me = b->rank, n = b->nranks;
     size_t ts = perf_dtype_size(dt);
-    size_t out = coll->kind == PERF_ALLGATHER ? count * (size_t)n : count;
+    int many = coll->kind == PERF_ALLGATHER || coll->kind == PERF_ALLTOALL ||
+               coll->kind == PERF_GATHER || coll->kind == PERF_HYPERCUBE;
+    size_t out = many ? count * (size_t)n : count;
     (void)nonblocking;
     if (out * ts > c->cap) {
         free(c->tmp);
@@ -248,13 +250,27 @@ static int fake_start(perf_backend_t *b, const perf_coll_t *coll, const void *se
         memcpy(c->tmp, src[root], count * ts);
         break;
     case PERF_ALLGATHER:
+    case PERF_GATHER:
+    case PERF_HYPERCUBE:
         for (int q = 0; q < n; q++)
             memcpy(c->tmp + (size_t)q * count * ts, src[q], count * ts);
+        break;
+    case PERF_ALLTOALL: /* block q from rank q's block me */
+        for (int q = 0; q < n; q++)
+            memcpy(c->tmp + (size_t)q * count * ts, (const char *)src[q] + (size_t)me * count * ts,
+                   count * ts);
+        break;
+    case PERF_SCATTER:
+        memcpy(c->tmp, (const char *)src[root] + (size_t)me * count * ts, count * ts);
+        break;
+    case PERF_SENDRECV:
+        memcpy(c->tmp, src[(me + n - 1) % n], count * ts);
         break;
     }
     if (w->bug && me == n - 1 && out > 2) c->tmp[ts] ^= 0x10; /* element 1, last rank */
     sync_all(w);
-    if (coll->kind != PERF_REDUCE || me == root) memcpy(recv, c->tmp, out * ts);
+    if ((coll->kind != PERF_REDUCE && coll->kind != PERF_GATHER) || me == root)
+        memcpy(recv, c->tmp, out * ts);
     sync_all(w);
     return 0;
 }
@@ -366,9 +382,10 @@ static int fake_run(int n, int bug, const perf_coll_t *coll, const perf_opts_t *
     return rc;
 }
 
-static const perf_coll_t *const colls[] = {&perf_coll_allreduce, &perf_coll_broadcast,
-                                           &perf_coll_reduce, &perf_coll_reduce_scatter,
-                                           &perf_coll_allgather};
+static const perf_coll_t *const colls[] = {
+    &perf_coll_allreduce, &perf_coll_broadcast, &perf_coll_reduce, &perf_coll_reduce_scatter,
+    &perf_coll_allgather, &perf_coll_alltoall,  &perf_coll_gather, &perf_coll_scatter,
+    &perf_coll_sendrecv,  &perf_coll_hypercube};
 
 static const perf_coll_t *coll_by_name(const char *s)
 {

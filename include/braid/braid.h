@@ -304,6 +304,101 @@ BRAID_API braid_result_t braid_wait(braid_request_t req);
  * braid_wait, with its checks of stale handles). */
 BRAID_API braid_result_t braid_test(braid_request_t req, int *done_p);
 
+/* ---- Point-to-point, groups and the collectives built on them ------------------------------
+ * Counts and displacements are in elements of dtype. These calls follow NCCL's semantics. */
+
+/**
+ * Sends count elements to rank peer (any rank of comm, itself included). Messages between a
+ * pair of ranks arrive in the order they were sent; the receiver's braid_recv must name the same
+ * count and dtype (else BRAID_ERR_MISMATCH naming both calls). Returns once sendbuf may be
+ * reused: small messages are buffered, a large one waits for the receiver. Outside a group a
+ * blocking send and the matching receive must not wait on each other in a cycle: post such
+ * exchanges inside braid_group_start()/braid_group_end() or with braid_isend/braid_irecv.
+ */
+BRAID_API braid_result_t braid_send(const void *sendbuf, size_t count, braid_datatype_t dtype,
+                                    int peer, braid_comm_t comm);
+/** Receives count elements from rank peer into recvbuf (see braid_send). */
+BRAID_API braid_result_t braid_recv(void *recvbuf, size_t count, braid_datatype_t dtype, int peer,
+                                    braid_comm_t comm);
+/**
+ * Non-blocking forms: the operation runs on the communicator's worker thread; every
+ * point-to-point operation the worker holds progresses at the same time (so isend to one rank
+ * and irecv from another never wait on each other), in order per pair and direction.
+ */
+BRAID_API braid_result_t braid_isend(const void *sendbuf, size_t count, braid_datatype_t dtype,
+                                     int peer, braid_comm_t comm, braid_request_t *req_p);
+BRAID_API braid_result_t braid_irecv(void *recvbuf, size_t count, braid_datatype_t dtype, int peer,
+                                     braid_comm_t comm, braid_request_t *req_p);
+
+/**
+ * Groups (as ncclGroupStart/ncclGroupEnd): per thread, nestable. Between the outermost
+ * braid_group_start() and its braid_group_end(), calls are checked and deferred: blocking calls
+ * return BRAID_SUCCESS at once, braid_i* calls return a request. braid_group_end() then runs the
+ * group as one batch: each communicator's collectives in call order, then all of its
+ * point-to-point operations at the same time (a ring of sends and receives posted in any order
+ * never deadlocks); several communicators of a group run concurrently. It returns when the
+ * whole group completed (the requests are then done), or the first error naming the call
+ * ("group call 3 (recv from rank 2): ..."). An argument error is also returned by the call
+ * itself; the group then runs nothing.
+ */
+BRAID_API braid_result_t braid_group_start(void);
+BRAID_API braid_result_t braid_group_end(void);
+
+/** count elements per peer: sendbuf holds nranks blocks of count (block j goes to rank j),
+ * recvbuf receives block i from rank i. sendbuf == recvbuf is in place (braid copies the input
+ * first). */
+BRAID_API braid_result_t braid_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                        braid_datatype_t dtype, braid_comm_t comm);
+/** Per-peer counts and displacements (nranks entries each): sendcounts[j] elements from
+ * sendbuf + sdispls[j] go to rank j, recvcounts[i] elements from rank i land at recvbuf +
+ * rdispls[i]. sendcounts[j] on rank i must equal recvcounts[i] on rank j. */
+BRAID_API braid_result_t braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         braid_datatype_t dtype, braid_comm_t comm);
+/** The root receives sendcount elements from every rank, rank i's at recvbuf + i*sendcount
+ * (recvbuf is used on the root only); in place when the root's sendbuf == recvbuf +
+ * root*sendcount. */
+BRAID_API braid_result_t braid_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      braid_datatype_t dtype, int root, braid_comm_t comm);
+/** The root sends block i (recvcount elements at sendbuf + i*recvcount) to rank i (sendbuf is
+ * used on the root only); in place when the root's recvbuf == sendbuf + root*recvcount. */
+BRAID_API braid_result_t braid_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       braid_datatype_t dtype, int root, braid_comm_t comm);
+/** Every rank receives rank i's recvcounts[i] elements at recvbuf + displs[i]; this rank's
+ * sendcount must equal recvcounts[rank]. In place when sendbuf == recvbuf + displs[rank]. */
+BRAID_API braid_result_t braid_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *displs,
+                                          braid_datatype_t dtype, braid_comm_t comm);
+/** sendbuf holds nranks blocks back to back, block i of recvcounts[i] elements; rank i receives
+ * the reduction of every rank's block i (reduced in rank order). In place when recvbuf ==
+ * sendbuf + (recvcounts[0] + ... + recvcounts[rank-1]) elements. */
+BRAID_API braid_result_t braid_reduce_scatterv(const void *sendbuf, void *recvbuf,
+                                               const size_t *recvcounts, braid_datatype_t dtype,
+                                               braid_redop_t op, braid_comm_t comm);
+BRAID_API braid_result_t braid_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                         braid_datatype_t dtype, braid_comm_t comm,
+                                         braid_request_t *req_p);
+BRAID_API braid_result_t braid_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                          const size_t *sdispls, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *rdispls,
+                                          braid_datatype_t dtype, braid_comm_t comm,
+                                          braid_request_t *req_p);
+BRAID_API braid_result_t braid_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                       braid_datatype_t dtype, int root, braid_comm_t comm,
+                                       braid_request_t *req_p);
+BRAID_API braid_result_t braid_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        braid_datatype_t dtype, int root, braid_comm_t comm,
+                                        braid_request_t *req_p);
+BRAID_API braid_result_t braid_iallgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                           const size_t *recvcounts, const size_t *displs,
+                                           braid_datatype_t dtype, braid_comm_t comm,
+                                           braid_request_t *req_p);
+BRAID_API braid_result_t braid_ireduce_scatterv(const void *sendbuf, void *recvbuf,
+                                                const size_t *recvcounts, braid_datatype_t dtype,
+                                                braid_redop_t op, braid_comm_t comm,
+                                                braid_request_t *req_p);
+
 #ifdef __cplusplus
 }
 #endif

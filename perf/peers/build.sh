@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds the Open MPI peer benchmark (ompi_allreduce_perf) with mpicc.
+# Builds the Open MPI peer benchmarks (ompi_allreduce_perf, ompi_alltoall_perf,
+# ompi_sendrecv_perf) with mpicc.
 #   perf/peers/build.sh [OUTDIR]     (default: build/bin of the repository)
 # It shares perf/bench.c, data.c and report.c with the braid tools (same loop, output and CSV);
 # braid.h is only included for its enums, nothing links libbraid.
@@ -17,3 +18,9 @@ mkdir -p "$out"
     "$here/ompi_allreduce_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
     "$repo/perf/report.c" -lm -o "$out/ompi_allreduce_perf"
 echo "built $out/ompi_allreduce_perf"
+for t in alltoall sendrecv; do
+    "$mpicc" -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$repo/include" -I"$repo/perf" \
+        "$here/ompi_p2p_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
+        "$repo/perf/report.c" -lm -o "$out/ompi_${t}_perf"
+    echo "built $out/ompi_${t}_perf"
+done

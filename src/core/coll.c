@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/p2p.h"
 #include "core/redop.h"
 #include "core/worker.h"
 
@@ -169,6 +170,10 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
     braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
+    if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
+        BRAID_CHECK(braid_group_note(vres, braid_coll_name(a->coll)));
+        return braid_group_add_coll(comm, &v, req_p);
+    }
     if (vres < 0) return braid_coll_reject(comm, a, vres);
     if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, &v);
     struct braid_request *req = calloc(1, sizeof(*req));

@@ -6,6 +6,7 @@
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/p2p.h"
 #include "core/redop.h"
 #include "core/split.h"
 #include "core/worker.h"
@@ -40,6 +41,22 @@ const char *braid_coll_name(int coll)
         return "allgather";
     case BRAID_COLL_BARRIER:
         return "barrier";
+    case BRAID_COLL_SEND:
+        return "send";
+    case BRAID_COLL_RECV:
+        return "recv";
+    case BRAID_COLL_ALLTOALL:
+        return "alltoall";
+    case BRAID_COLL_ALLTOALLV:
+        return "alltoallv";
+    case BRAID_COLL_GATHER:
+        return "gather";
+    case BRAID_COLL_SCATTER:
+        return "scatter";
+    case BRAID_COLL_ALLGATHERV:
+        return "allgatherv";
+    case BRAID_COLL_REDUCE_SCATTERV:
+        return "reduce_scatterv";
     case BRAID_COLL_COMM_SPLIT:
         return "comm_split";
     }
@@ -81,6 +98,7 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
         if (comm->p2p_send[p]) comm->p2p_send[p]->ops->fail(comm->p2p_send[p], code, why);
         if (comm->p2p_recv[p]) comm->p2p_recv[p]->ops->fail(comm->p2p_recv[p], code, why);
     }
+    braid_p2p_fail_peers(comm, code, why);
 }
 
 braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
@@ -488,18 +506,17 @@ out:
     return res;
 }
 
-/* Connections for arbitrary pairs: this rank sends to the nsend ranks send_to[] and receives
- * from the nrecv ranks recv_from[] (every rank passes its side of the same pair set, and
- * max_in >= any rank's nrecv, equal on every rank). The receivers' blobs go through one
- * bootstrap allgather of max_in entries per rank; transports as for the rings. The
- * connections get channel id BRAID_P2P_CHANNEL and the comm's p2p slot size and count. */
+/* Connections for arbitrary pairs (declared in comm.h). The receivers' blobs go through one
+ * bootstrap allgather of max_in entries per rank; transports as for the rings. */
 typedef struct {
     int32_t from; /* -1 = unused entry */
     conn_blob_t b;
 } pair_blob_t;
 
-static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, int nsend,
-                                    const int *recv_from, int nrecv, int max_in)
+braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid_conn_t **send_arr,
+                                        braid_conn_t **recv_arr, size_t slot_bytes, int max_slots,
+                                        const int *send_to, int nsend, const int *recv_from,
+                                        int nrecv, int max_in)
 {
     int n = c->nranks;
     braid_result_t res = BRAID_SUCCESS;
@@ -518,8 +535,8 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
     }
     /* The transports size a connection's slots from the communicator at setup (both ends):
      * smaller ones for these, restored below. */
-    c->chunk_bytes = c->p2p_chunk_bytes;
-    if (c->nslots > BRAID_P2P_MAX_SLOTS) c->nslots = BRAID_P2P_MAX_SLOTS;
+    c->chunk_bytes = slot_bytes;
+    if (c->nslots > max_slots) c->nslots = max_slots;
     for (int i = 0; i < max_in; i++)
         mine[i].from = -1;
     for (int i = 0; i < nrecv; i++) {
@@ -527,9 +544,8 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, from, &t), res, out);
         size_t len = BRAID_CONN_INFO_BYTES;
-        BRAID_CHECK_GOTO(
-            t->recv_setup(c, from, BRAID_P2P_CHANNEL, &c->p2p_recv[from], mine[i].b.info, &len),
-            res, out);
+        BRAID_CHECK_GOTO(t->recv_setup(c, from, channel, &recv_arr[from], mine[i].b.info, &len),
+                         res, out);
         mine[i].from = from;
         mine[i].b.len = (uint32_t)len;
     }
@@ -548,16 +564,15 @@ static braid_result_t connect_pairs(struct braid_comm *c, const int *send_to, in
         }
         const braid_transport_t *t;
         BRAID_CHECK_GOTO(braid_comm_pick_transport(c, to, &t), res, out);
-        BRAID_CHECK_GOTO(
-            t->send_connect(c, to, BRAID_P2P_CHANNEL, b->b.info, b->b.len, &c->p2p_send[to]), res,
-            out);
+        BRAID_CHECK_GOTO(t->send_connect(c, to, channel, b->b.info, b->b.len, &send_arr[to]), res,
+                         out);
     }
     c->chunk_bytes = saved_chunk;
     c->nslots = saved_slots;
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, out);
     for (int i = 0; i < nrecv; i++)
-        BRAID_CHECK_GOTO(c->p2p_recv[recv_from[i]]->ops->recv_accept(c->p2p_recv[recv_from[i]]),
-                         res, out);
+        BRAID_CHECK_GOTO(recv_arr[recv_from[i]]->ops->recv_accept(recv_arr[recv_from[i]]), res,
+                         out);
 out:
     c->chunk_bytes = saved_chunk;
     c->nslots = saved_slots;
@@ -584,7 +599,9 @@ static braid_result_t connect_p2p(struct braid_comm *c)
         if (k > max_in) max_in = k;
     }
     int np = braid_p2p_peers(n, c->rank, peers, 128);
-    BRAID_CHECK(connect_pairs(c, peers, np, peers, np, max_in));
+    BRAID_CHECK(braid_comm_connect_pairs(c, BRAID_P2P_CHANNEL, c->p2p_send, c->p2p_recv,
+                                         c->p2p_chunk_bytes, BRAID_P2P_MAX_SLOTS, peers, np, peers,
+                                         np, max_in));
     for (int i = 0; i < np; i++)
         braid_debug(INIT, "rank %d: point-to-point with %d via %s", c->rank, peers[i],
                     c->p2p_send[peers[i]]->ops->name);
@@ -593,6 +610,7 @@ static braid_result_t connect_p2p(struct braid_comm *c)
 
 static void close_rings(struct braid_comm *c)
 {
+    braid_p2p_close(c);
     for (int ch = 0; ch < BRAID_MAX_CHANNELS; ch++) {
         braid_ring_t *r = &c->ring[ch];
         if (r->send) r->send->ops->close(r->send);
@@ -694,6 +712,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(order_ring(c), res, fail);
     BRAID_CHECK_GOTO(connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
+    BRAID_CHECK_GOTO(braid_p2p_connect(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(braid_comm_registry_add(c), res, fail);

@@ -26,6 +26,15 @@ typedef enum {
     BRAID_COLL_REDUCE_SCATTER = 4,
     BRAID_COLL_ALLGATHER = 5,
     BRAID_COLL_BARRIER = 6,
+    /* Point-to-point and the collectives built on it (core/p2p.h). */
+    BRAID_COLL_SEND = 7,
+    BRAID_COLL_RECV = 8,
+    BRAID_COLL_ALLTOALL = 9,
+    BRAID_COLL_ALLTOALLV = 10,
+    BRAID_COLL_GATHER = 11,
+    BRAID_COLL_SCATTER = 12,
+    BRAID_COLL_ALLGATHERV = 13,
+    BRAID_COLL_REDUCE_SCATTERV = 14,
     /* braid_comm_split's descriptor exchange on the data connections (core/split.c): a count-0
      * call, so a split against a collective on another rank is a mismatch, not a hang. */
     BRAID_COLL_COMM_SPLIT = 100
@@ -74,6 +83,8 @@ enum { BRAID_REQ_NEW = 0, BRAID_REQ_LIVE = 0x52514c56, BRAID_REQ_WAITING, BRAID_
 
 struct braid_request {
     braid_op_args_t args;
+    struct braid_task *task; /* point-to-point work, a group or a p2p collective (core/p2p.h);
+                              * NULL: args is a collective */
     struct braid_comm *comm; /* the worker's; never read by braid_wait / braid_test */
     struct braid_request *next;
     _Atomic uint32_t state;
@@ -120,6 +131,7 @@ struct braid_comm {
     struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
+    struct braid_p2p_state *p2p; /* owned by core/p2p.c (send/recv connections, pair seqs) */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
      * over from an earlier call names both sides of that call (engine.c). */
 #define BRAID_HIST 8
@@ -206,6 +218,15 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what);
 /* pthread_create with every signal blocked in the new thread (the application's handlers run
  * in its own threads, never in braid's); returns pthread_create's result. */
 int braid_thread_create_quiet(pthread_t *t, void *(*fn)(void *), void *arg);
+/* Connections for arbitrary pairs, made at init: this rank sends to the nsend ranks send_to[]
+ * (into send_arr[rank]) and receives from the nrecv ranks recv_from[] (into recv_arr[rank]);
+ * every rank passes its side of the same pair set, and max_in >= any rank's nrecv, equal on
+ * every rank. The connections get channel id `channel`, slots of slot_bytes and at most
+ * max_slots of them. Collective (bootstrap allgather and barrier). */
+braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid_conn_t **send_arr,
+                                        braid_conn_t **recv_arr, size_t slot_bytes, int max_slots,
+                                        const int *send_to, int nsend, const int *recv_from,
+                                        int nrecv, int max_in);
 /* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
 void braid_comm_reg_cleanup(struct braid_comm *comm);
 

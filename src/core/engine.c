@@ -42,6 +42,7 @@
 #include "algos/plan.h"
 #include "core/comm.h"
 #include "core/log.h"
+#include "core/p2p.h"
 #include "core/redop.h"
 #include "reduce/reduce.h"
 
@@ -253,7 +254,8 @@ static braid_result_t check_foreign(run_t *r, int algo)
                                : algo == BRAID_PLAN_TREE ? "binomial tree"
                                                          : "recursive doubling");
     }
-    return BRAID_SUCCESS;
+    /* Peers that run a collective of core/p2p.h (alltoall, gather...) with this number. */
+    return braid_p2p_check_foreign(comm, &r->hdr);
 }
 
 /* The descriptor exchange: post this call's header-only message to the ring successor

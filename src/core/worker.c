@@ -9,6 +9,7 @@
  * refused (BRAID_ERR_INVALID_USAGE) instead of reading memory malloc gave to someone else. */
 #include "core/worker.h"
 #include "core/log.h"
+#include "core/p2p.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ static void req_retire(struct braid_request *req)
     struct braid_request *old = req_quarantine[req_quarantine_n % REQ_QUARANTINE];
     req_quarantine[req_quarantine_n++ % REQ_QUARANTINE] = req;
     pthread_mutex_unlock(&req_lock);
+    if (old) braid_task_free(old->task);
     free(old);
 }
 
@@ -55,6 +57,11 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&comm->q_lock);
 
         braid_clear_error();
+        if (req->task) { /* point-to-point work: completes its requests itself (p2p.h) */
+            braid_task_execute(comm, req);
+            pthread_mutex_lock(&comm->q_lock);
+            continue;
+        }
         braid_result_t res;
         if (comm->worker_stop)
             res = braid_set_error(BRAID_ERR_ABORTED,

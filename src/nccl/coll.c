@@ -110,7 +110,6 @@ braid_result_t shim_op_issue(const shim_op_t *o)
         return braid_reduce_scatter(o->sendbuf, o->recvbuf, o->count, o->dtype, o->op, bc);
     case SHIM_ALLGATHER:
         return braid_allgather(o->sendbuf, o->recvbuf, o->count, o->dtype, bc);
-#if SHIM_HAVE_BRAID_P2P
     case SHIM_ALLTOALL:
         return braid_alltoall(o->sendbuf, o->recvbuf, o->count, o->dtype, bc);
     case SHIM_GATHER:
@@ -121,12 +120,8 @@ braid_result_t shim_op_issue(const shim_op_t *o)
         return braid_send(o->sendbuf, o->count, o->dtype, o->root, bc);
     case SHIM_RECV:
         return braid_recv(o->recvbuf, o->count, o->dtype, o->root, bc);
-#else
-    default:
-        break;
-#endif
     }
-    return BRAID_ERR_UNSUPPORTED; /* rejected before submission (p2p_missing) */
+    return BRAID_ERR_INTERNAL; /* every kind is handled above */
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -173,22 +168,12 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                 ncclSum, 0, -1, comm, stream);
 }
 
-/* Calls that need braid's point-to-point API. */
+/* Point-to-point and the collectives built on it (peer range checked as root). */
 static ncclResult_t p2p(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
                         size_t count, ncclDataType_t dt, int rooted, int root, ncclComm_t comm,
                         cudaStream_t stream)
 {
-#if SHIM_HAVE_BRAID_P2P
     return coll(kind, call, sendbuf, recvbuf, count, dt, 0, ncclSum, rooted, root, comm, stream);
-#else
-    (void)kind, (void)sendbuf, (void)recvbuf, (void)count, (void)dt, (void)rooted, (void)root;
-    (void)stream;
-    shim_clear();
-    return shim_group_fail(shim_fail(comm, ncclInvalidUsage,
-                                     "%s: not implemented: this braid build has no "
-                                     "point-to-point API (braid_send/recv)",
-                                     call));
-#endif
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

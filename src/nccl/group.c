@@ -3,10 +3,9 @@
  * - communicator inits (one thread may init several ranks, as ncclCommInitAll does) start
  *   together at ncclGroupEnd, each on its own thread; blocking ones are waited for, and with a
  *   non-blocking one among them ncclGroupEnd returns ncclInProgress;
- * - operations run at ncclGroupEnd, per communicator in call order, inside one braid group
- *   (braid_group_start/end: sends and receives posted in any order progress together). When
- *   the group holds several communicators (one thread driving several ranks), each
- *   communicator's batch runs on its own thread so that they can progress together.
+ * - operations run at ncclGroupEnd inside one braid group (braid_group_start/end): each
+ *   communicator's collectives in call order, its sends and receives together (posted in any
+ *   order), several communicators (one thread driving several ranks) concurrently.
  * A call that fails its argument checks inside a group returns its error at once, and the
  * group's ncclGroupEnd then runs nothing and returns that error (as NCCL does). */
 #include "shim.h"
@@ -65,45 +64,19 @@ ncclResult_t shim_group_add_init(ncclComm_t comm)
     return ncclSuccess;
 }
 
-/* Runs one communicator's operations (ops[0..n) all on comm) in the calling thread. */
-static ncclResult_t run_batch(ncclComm_t comm, shim_op_t *ops, size_t n)
+/* Runs one operation outside a group, in the calling thread. */
+static ncclResult_t run_one(const shim_op_t *op)
 {
-    atomic_fetch_add(&comm->active, 1);
-    ncclResult_t res = ncclSuccess;
-    braid_result_t r = BRAID_SUCCESS;
-    const char *failed = ops[0].name;
-#if SHIM_HAVE_BRAID_GROUPS
-    if (n > 1) {
-        r = braid_group_start();
-        for (size_t i = 0; i < n && r == BRAID_SUCCESS; i++) {
-            r = shim_op_issue(&ops[i]);
-            if (r != BRAID_SUCCESS) failed = ops[i].name;
-        }
-        braid_result_t e = braid_group_end();
-        if (r == BRAID_SUCCESS && e != BRAID_SUCCESS) {
-            r = e;
-            failed = "ncclGroupEnd";
-        }
-    } else {
-        r = shim_op_issue(&ops[0]);
-    }
-#else
-    for (size_t i = 0; i < n && r == BRAID_SUCCESS; i++) {
-        r = shim_op_issue(&ops[i]);
-        if (r != BRAID_SUCCESS) failed = ops[i].name;
-    }
-#endif
-    if (r != BRAID_SUCCESS) res = shim_braid_fail(comm, r, failed);
-    atomic_fetch_sub(&comm->active, 1);
+    atomic_fetch_add(&op->comm->active, 1);
+    braid_result_t r = shim_op_issue(op);
+    ncclResult_t res = r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
+    atomic_fetch_sub(&op->comm->active, 1);
     return res;
 }
 
 ncclResult_t shim_submit(const shim_op_t *op)
 {
-    if (G.depth == 0) {
-        shim_op_t one = *op;
-        return run_batch(op->comm, &one, 1);
-    }
+    if (G.depth == 0) return run_one(op);
     if (G.err != ncclSuccess) return ncclSuccess; /* the group fails at its end anyway */
     if (G.nops == G.cap) {
         size_t cap = G.cap ? 2 * G.cap : 16;
@@ -122,22 +95,6 @@ ncclResult_t ncclGroupStart(void)
     shim_clear();
     G.depth++;
     return ncclSuccess;
-}
-
-typedef struct {
-    ncclComm_t comm;
-    shim_op_t *ops;
-    size_t n;
-    ncclResult_t res;
-    pthread_t thread;
-    int started;
-} batch_t;
-
-static void *batch_main(void *arg)
-{
-    batch_t *b = arg;
-    b->res = run_batch(b->comm, b->ops, b->n);
-    return NULL;
 }
 
 /* Starts the group's inits; waits for the blocking ones. */
@@ -168,13 +125,12 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 
-#if SHIM_HAVE_BRAID_GROUPS
 /* Runs the group's operations as one braid group in the calling thread (braid runs several
  * communicators' parts concurrently, collectives in call order, point-to-point together). */
 static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
     if (n == 0) return ncclSuccess;
-    if (n == 1) return run_batch(ops[0].comm, ops, 1);
+    if (n == 1) return run_one(&ops[0]);
     for (size_t i = 0; i < n; i++)
         atomic_fetch_add(&ops[i].comm->active, 1);
     ncclResult_t res = ncclSuccess;
@@ -201,56 +157,6 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
         atomic_fetch_sub(&ops[i].comm->active, 1);
     return res;
 }
-#else
-/* Runs the group's operations, one batch per communicator. */
-static ncclResult_t run_ops(shim_op_t *ops, size_t n)
-{
-    if (n == 0) return ncclSuccess;
-    /* Stable partition by communicator (call order kept within each). */
-    batch_t *b = calloc(n, sizeof(*b));
-    shim_op_t *sorted = malloc(n * sizeof(*sorted));
-    if (!b || !sorted) {
-        free(b);
-        free(sorted);
-        return shim_fail(NULL, ncclSystemError, "ncclGroupEnd: out of memory");
-    }
-    size_t nb = 0, k = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = 0;
-        while (j < nb && b[j].comm != ops[i].comm)
-            j++;
-        if (j == nb) b[nb++].comm = ops[i].comm;
-        b[j].n++;
-    }
-    for (size_t j = 0; j < nb; j++) {
-        b[j].ops = sorted + k;
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (ops[i].comm == b[j].comm) b[j].ops[m++] = ops[i];
-        k += m;
-    }
-    ncclResult_t res = ncclSuccess;
-    if (nb == 1) {
-        res = run_batch(b[0].comm, b[0].ops, b[0].n);
-    } else {
-        for (size_t j = 0; j < nb; j++) {
-            b[j].started = pthread_create(&b[j].thread, NULL, batch_main, &b[j]) == 0;
-            if (!b[j].started) b[j].res = run_batch(b[j].comm, b[j].ops, b[j].n);
-        }
-        for (size_t j = 0; j < nb; j++) {
-            if (b[j].started) pthread_join(b[j].thread, NULL);
-            if (b[j].res != ncclSuccess && res == ncclSuccess) {
-                res = b[j].res;
-                shim_fail(NULL, res, "%s", ncclGetLastError(b[j].comm));
-            }
-        }
-    }
-    free(b);
-    free(sorted);
-    return res;
-}
-
-#endif
 
 ncclResult_t ncclGroupEnd(void)
 {

@@ -19,12 +19,6 @@
 #include <stddef.h>
 
 /* Parts of braid's API that other work adds: 1 once they exist in braid.h. */
-#ifndef SHIM_HAVE_BRAID_GROUPS
-#define SHIM_HAVE_BRAID_GROUPS 0 /* braid_group_start/end */
-#endif
-#ifndef SHIM_HAVE_BRAID_P2P
-#define SHIM_HAVE_BRAID_P2P 0 /* braid_send/recv, alltoall, gather, scatter */
-#endif
 #ifndef SHIM_HAVE_BRAID_PREMULSUM
 #define SHIM_HAVE_BRAID_PREMULSUM 0 /* braid_redop_create_premulsum/destroy */
 #endif

@@ -1,7 +1,7 @@
 /* nccl_client: braid's NCCL drop-in exercised by a program that includes nccl.h only.
  *
  * Usage (one rank of a job; tests/mp/test_nccl.c runs it under braid-run with 1..8 ranks):
- *   nccl_client [--require-fp8] [--require-premulsum] [--require-p2p] TEST...
+ *   nccl_client [--require-fp8] [--require-premulsum] TEST...
  * TESTs: api coll groups p2p nonblocking split initall errors premulsum (all = each of them),
  * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
  * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
@@ -23,7 +23,6 @@
 
 int g_rank, g_nranks;
 static int require_fp8, require_premulsum;
-int g_require_p2p;
 
 static int env_int(const char *a, const char *b, int def)
 {
@@ -502,8 +501,6 @@ int main(int argc, char **argv)
             require_fp8 = 1;
         else if (!strcmp(argv[i], "--require-premulsum"))
             require_premulsum = 1;
-        else if (!strcmp(argv[i], "--require-p2p"))
-            g_require_p2p = 1;
         else if (!strcmp(argv[i], "all")) {
             static const char *all[] = {"api",   "coll",    "groups", "p2p",      "nonblocking",
                                         "split", "initall", "errors", "premulsum"};

@@ -11,6 +11,13 @@
  *                             rank)
  *                             within 5 s of its last successful call; exit 0 if so
  *
+ *   net_check p2p [ROUNDS]    braid_send/recv: a ring and every pair (self too) in groups posted
+ *                             in opposite orders, isend/irecv without a group; alltoall,
+ *                             alltoallv (uneven, zero counts), gather, scatter, allgatherv,
+ *                             reduce_scatterv; every result checked exactly
+ *   net_check recvvictim R    every rank but R receives from R, which SIGKILLs itself: each must
+ *                             get BRAID_ERR_REMOTE naming "rank R" within 5 s
+ *
  * Inputs depend on (rank, index): small integers, so every sum is exact in any dtype. */
 #define _GNU_SOURCE
 #include "braid/braid.h"
@@ -228,12 +235,154 @@ static int linkdown(braid_comm_t comm, double timeout_s)
     return 0;
 }
 
+/* Point-to-point and the collectives on it. Data of sender s for receiver d at index i:
+ * value(s, i, seed + d). */
+static int check_from(const void *got, braid_datatype_t dt, int s, size_t base, size_t n, int seed,
+                      const char *what)
+{
+    for (size_t k = 0; k < n; k++)
+        CHECK(get(got, dt, k) == in_value(dt, s, base + k, seed),
+              "%s: from rank %d [%zu] = %g, "
+              "want %g",
+              what, s, k, get(got, dt, k), in_value(dt, s, base + k, seed));
+    return 0;
+}
+
+static int p2p(braid_comm_t comm, int rounds)
+{
+    int n = nranks_, me = rank_, next = (me + 1) % n, prev = (me + n - 1) % n;
+    size_t counts[] = {0, 1, 1009, 300007};
+    braid_datatype_t dts[] = {BRAID_INT32, BRAID_UINT8, BRAID_FLOAT64};
+    size_t maxb = 300007 * 8 * (size_t)n + 64;
+    char *a = malloc(maxb), *b = malloc(maxb);
+    size_t *sc = calloc((size_t)n * 5, sizeof(size_t)), *sd = sc + n, *rc = sc + 2 * n,
+           *rd = sc + 3 * n, *tmp = sc + 4 * n;
+    CHECK(a && b && sc, "out of memory");
+    int seed = 100;
+    for (int round = 0; round < rounds; round++)
+        for (size_t ci = 0; ci < 4; ci++)
+            for (size_t di = 0; di < 3; di++, seed += 64) {
+                braid_datatype_t dt = dts[di];
+                size_t c = counts[ci], es = braid_dtype_size(dt), blk = c * es;
+                /* ring, receive first on odd ranks */
+                fill(a, dt, me, 0, c, seed + next);
+                OK(braid_group_start());
+                if (me & 1) OK(braid_recv(b, c, dt, prev, comm));
+                OK(braid_send(a, c, dt, next, comm));
+                if (!(me & 1)) OK(braid_recv(b, c, dt, prev, comm));
+                OK(braid_group_end());
+                if (check_from(b, dt, prev, 0, c, seed + me, "ring")) return 1;
+                /* every pair, self too: sends first on even ranks, receives first on odd */
+                if (c > 1009) c = 1009, blk = c * es;
+                for (int d = 0; d < n; d++)
+                    fill(a + (size_t)d * blk, dt, me, 0, c, seed + d);
+                OK(braid_group_start());
+                for (int k = 0; k < 2 * n; k++) {
+                    int j = (me & 1) ? (k + n) % (2 * n) : k;
+                    if (j < n)
+                        OK(braid_send(a + (size_t)j * blk, c, dt, j, comm));
+                    else
+                        OK(braid_recv(b + (size_t)(j - n) * blk, c, dt, j - n, comm));
+                }
+                OK(braid_group_end());
+                for (int s = 0; s < n; s++)
+                    if (check_from(b + (size_t)s * blk, dt, s, 0, c, seed + me, "pairs")) return 1;
+                /* isend / irecv, no group */
+                braid_request_t q[2];
+                fill(a, dt, me, 0, c, seed + 1 + next);
+                OK(braid_isend(a, c, dt, next, comm, &q[0]));
+                OK(braid_irecv(b, c, dt, prev, comm, &q[1]));
+                OK(braid_wait(q[0]));
+                OK(braid_wait(q[1]));
+                if (check_from(b, dt, prev, 0, c, seed + 1 + me, "isend/irecv")) return 1;
+                /* alltoall: block d of rank s is value(s, d*c + i, seed + 2) */
+                fill(a, dt, me, 0, c * (size_t)n, seed + 2);
+                OK(braid_alltoall(a, b, c, dt, comm));
+                for (int s = 0; s < n; s++)
+                    if (check_from(b + (size_t)s * blk, dt, s, (size_t)me * c, c, seed + 2,
+                                   "alltoall"))
+                        return 1;
+                /* alltoallv: rank s sends (s + d) % 3 * c / 2 elements to d */
+                size_t so = 0, ro = 0;
+                for (int d = 0; d < n; d++) {
+                    sc[d] = (size_t)((me + d) % 3) * c / 2;
+                    rc[d] = (size_t)((d + me) % 3) * c / 2;
+                    sd[d] = so;
+                    rd[d] = ro;
+                    so += sc[d];
+                    ro += rc[d];
+                }
+                for (int d = 0; d < n; d++)
+                    fill(a + sd[d] * es, dt, me, 0, sc[d], seed + 3 + d);
+                OK(braid_alltoallv(a, sc, sd, b, rc, rd, dt, comm));
+                for (int s = 0; s < n; s++)
+                    if (check_from(b + rd[s] * es, dt, s, 0, rc[s], seed + 3 + me, "alltoallv"))
+                        return 1;
+                /* gather to and scatter from root */
+                int root = seed / 64 % n;
+                fill(a, dt, me, 0, c, seed + 4);
+                OK(braid_gather(a, b, c, dt, root, comm));
+                for (int s = 0; me == root && s < n; s++)
+                    if (check_from(b + (size_t)s * blk, dt, s, 0, c, seed + 4, "gather")) return 1;
+                fill(a, dt, me, 0, c * (size_t)n, seed + 5);
+                OK(braid_scatter(a, b, c, dt, root, comm));
+                if (check_from(b, dt, root, (size_t)me * c, c, seed + 5, "scatter")) return 1;
+                /* allgatherv with rank-dependent counts, reduce_scatterv (max) */
+                size_t tot = 0;
+                for (int r = 0; r < n; r++) {
+                    tmp[r] = (size_t)(r % 2) * c + (size_t)r;
+                    rd[r] = tot;
+                    tot += tmp[r];
+                }
+                fill(a, dt, me, 0, tmp[me], seed + 6);
+                OK(braid_allgatherv(a, tmp[me], b, tmp, rd, dt, comm));
+                for (int s = 0; s < n; s++)
+                    if (check_from(b + rd[s] * es, dt, s, 0, tmp[s], seed + 6, "allgatherv"))
+                        return 1;
+                fill(a, dt, me, 0, tot, seed + 7);
+                OK(braid_reduce_scatterv(a, b, tmp, dt, BRAID_MAX, comm));
+                for (size_t k = 0; k < tmp[me]; k++)
+                    CHECK(get(b, dt, k) == expect(dt, BRAID_MAX, rd[me] + k, seed + 7),
+                          "reduce_scatterv [%zu] = %g, want %g", k, get(b, dt, k),
+                          expect(dt, BRAID_MAX, rd[me] + k, seed + 7));
+            }
+    free(a);
+    free(b);
+    free(sc);
+    printf("net_check rank %d of %d: point-to-point and alltoall correct\n", rank_, nranks_);
+    return 0;
+}
+
+/* Every rank receives from rank v, which kills itself instead of sending. */
+static int recvvictim(braid_comm_t comm, int v)
+{
+    float buf[64];
+    OK(braid_barrier(comm));
+    if (rank_ == v) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    double t0 = now_s();
+    braid_result_t res = braid_recv(buf, 64, BRAID_FLOAT32, v, comm);
+    double t = now_s() - t0;
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", v);
+    printf("net_check rank %d: %s after %.3f s in recv: %s\n", rank_, braid_strerror(res), t,
+           braid_last_error());
+    CHECK(res == BRAID_ERR_REMOTE, "got %s, want a remote error", braid_strerror(res));
+    CHECK(strstr(braid_last_error(), name), "the message does not name %s", name);
+    CHECK(t < 5.3, "the failing call took %.2f s", t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 ||
-        (strcmp(argv[1], "coll") && strcmp(argv[1], "victim") && strcmp(argv[1], "linkdown")) ||
-        (!strcmp(argv[1], "victim") && argc < 3)) {
-        fprintf(stderr, "usage: net_check coll [ROUNDS] | net_check victim RANK [ITER [any]]\n");
+        (strcmp(argv[1], "coll") && strcmp(argv[1], "victim") && strcmp(argv[1], "linkdown") &&
+         strcmp(argv[1], "p2p") && strcmp(argv[1], "recvvictim")) ||
+        ((!strcmp(argv[1], "victim") || !strcmp(argv[1], "recvvictim")) && argc < 3)) {
+        fprintf(stderr, "usage: net_check coll|p2p [ROUNDS] | net_check victim RANK [ITER [any]] | "
+                        "net_check recvvictim RANK\n");
         return 2;
     }
     braid_comm_t comm;
@@ -248,6 +397,10 @@ int main(int argc, char **argv)
     int rc;
     if (!strcmp(argv[1], "coll"))
         rc = coll(comm, argc > 2 ? atoi(argv[2]) : 1);
+    else if (!strcmp(argv[1], "p2p"))
+        rc = p2p(comm, argc > 2 ? atoi(argv[2]) : 1);
+    else if (!strcmp(argv[1], "recvvictim"))
+        rc = recvvictim(comm, atoi(argv[2]));
     else if (!strcmp(argv[1], "linkdown"))
         rc = linkdown(comm, argc > 2 ? atof(argv[2]) : 3.0);
     else

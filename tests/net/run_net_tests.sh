@@ -6,7 +6,7 @@
 # host and NUMA crossings are checked), the ring forced (BRAID_ALGO=ring) besides the default choice, and a SIGKILLed
 # rank whose peers must report it promptly, and a link set down mid-run (timeout), and the NIC
 # each rank's tcp listener binds on hosts with two links (fake NUMA locality), and a tuning file
-# measured on a shaped link. Results are checked by
+# measured on a shaped link, point-to-point and alltoall. Results are checked by
 # perf/all_reduce_perf (exits non-zero on #wrong) and by tests/net/net_check.c.
 #
 #   tests/net/run_net_tests.sh [BUILD_DIR]     (default: build; needs root)
@@ -188,6 +188,19 @@ run "3 hosts, default algorithm: killed rank 2 is named" --hosts 3 --victim 2 --
     "$check" victim 2 10
 run "2 hosts x 3, hier: killed rank 4 is named" --hosts 2 --ranks-per-host 3 --victim 4 \
     -x BRAID_ALGO=hier -- "$check" victim 4 10
+# Point-to-point (sends and receives in groups and i-forms) and the collectives on it
+# (alltoall(v), gather, scatter, allgatherv, reduce_scatterv) between hosts, shaped and lossy
+# links included; a rank killed while the others wait in a receive from it is named.
+run "2 hosts: p2p and alltoall" --hosts 2 -- "$check" p2p
+run "3 hosts x 3, 1gbit: p2p and alltoall" --hosts 3 --ranks-per-host 3 --rate 1gbit -- \
+    "$check" p2p
+run "2 hosts, 1% drop, 2 sockets: p2p and alltoall" --hosts 2 --drop 1% \
+    -x BRAID_NSOCKS_PERPEER=2 -- "$check" p2p
+run "3 hosts: killed rank 3 during recv is named" --hosts 3 --victim 3 -- "$check" recvvictim 3
+for tool in alltoall_perf sendrecv_perf gather_perf scatter_perf hypercube_perf; do
+    [ -x "$build/bin/$tool" ] && run "2 hosts: $tool" --hosts 2 -- "$build/bin/$tool" \
+        -b 8 -e 8M -f 8 -n 3 -w 1 -c 1 -d all
+done
 # A link cut (no RST, no FIN): every rank must fail within BRAID_TIMEOUT naming a rank.
 run "2 hosts, ring: link down -> timeout naming a rank" --hosts 2 --link-down 1:2 \
     -x BRAID_TIMEOUT=3 -x BRAID_ALGO=ring -- "$check" linkdown 3

@@ -177,6 +177,16 @@ if [ -x "$check" ]; then
     victim=1
     run "2 ranks, rdma: killed rank 1 is named" 2 "BRAID_TRANSPORT=rdma" "$check" victim 1 5
     victim=""
+    # Point-to-point, groups and alltoall(v)/gather/scatter/allgatherv/reduce_scatterv on the
+    # send/recv connections (one more rdma connection per pair and direction).
+    run "2 ranks, rdma: p2p and alltoall (net_check p2p)" 2 "BRAID_TRANSPORT=rdma" "$check" p2p
+    run "3 ranks, rdma, 2 QPs per connection: p2p and alltoall" 3 \
+        "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=2" "$check" p2p
+    run "4 ranks, automatic (shm + rdma): p2p and alltoall" 4 "" "$check" p2p
+    victim=2
+    run "3 ranks, rdma: killed rank 2 during recv is named" 3 "BRAID_TRANSPORT=rdma" \
+        "$check" recvvictim 2
+    victim=""
 fi
 
 # ---- NUMA: vm.sh boots 2 NUMA nodes (a cpu each). Ranks publish the node of their cpu binding

@@ -1,0 +1,702 @@
+/* Point-to-point batches: the connections every pair gets at init for braid_send/braid_recv
+ * and the collectives built on them, and the runner that progresses a batch of operations at
+ * the same time (see p2p.h for the message format and the batch model).
+ *
+ * Runner. Operations are linked, in batch order, into one FIFO per (peer, direction); only the
+ * head of a FIFO moves, so a pair's messages keep their order. A pass tries every head: a send
+ * takes free slots and posts chunks (a multi-chunk send posts by reference from the caller's
+ * buffer where the transport can, and detaches before it completes), a receive takes filled
+ * slots, checks each header against what it expects and copies out. RECV_REDUCE (at most one
+ * per batch: reduce_scatterv) holds chunk k of every peer at once and folds them in rank order.
+ * A pass that moves nothing spins (BRAID_SPIN_US), yields (BRAID_YIELD_US), then sleeps in one
+ * blocked connection's wait(), the next one at the next sleep. */
+#include "core/p2p.h"
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct self_msg {
+    struct self_msg *next;
+    uint32_t seq;
+    braid_datatype_t dtype;
+    size_t count;
+    char data[];
+} self_msg_t;
+
+struct braid_p2p_state {
+    braid_conn_t **send, **recv; /* nranks entries; NULL for this rank */
+    uint32_t *send_seq, *recv_seq;
+    size_t chunk;
+    self_msg_t *self_head, *self_tail;
+};
+
+/* ---- connections ----------------------------------------------------------------------- */
+braid_result_t braid_p2p_connect(struct braid_comm *comm)
+{
+    int n = comm->nranks;
+    struct braid_p2p_state *st = calloc(1, sizeof(*st));
+    if (!st) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for send/recv state");
+    comm->p2p = st;
+    st->send = calloc((size_t)n, sizeof(*st->send));
+    st->recv = calloc((size_t)n, sizeof(*st->recv));
+    st->send_seq = calloc((size_t)n, sizeof(*st->send_seq));
+    st->recv_seq = calloc((size_t)n, sizeof(*st->recv_seq));
+    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq)
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
+    /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
+     * ranks, bound the memory of n - 1 receive connections per rank. */
+    st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
+    int slots = n <= 16 ? 4 : BRAID_P2P_MAX_SLOTS;
+    if (n == 1) return BRAID_SUCCESS;
+    int *peers = calloc((size_t)n, sizeof(*peers));
+    if (!peers) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
+    int np = 0;
+    for (int p = 0; p < n; p++)
+        if (p != comm->rank) peers[np++] = p;
+    braid_result_t res = braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv,
+                                                  st->chunk, slots, peers, np, peers, np, n - 1);
+    free(peers);
+    BRAID_CHECK(res);
+    for (int p = 0; p < n; p++)
+        if (st->send[p] && st->send[p]->slot_size < st->chunk) st->chunk = st->send[p]->slot_size;
+    braid_debug(INIT, "rank %d: send/recv connections to %d ranks, %zu B messages", comm->rank,
+                n - 1, st->chunk);
+    return BRAID_SUCCESS;
+}
+
+void braid_p2p_close(struct braid_comm *comm)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (!st) return;
+    for (int p = 0; p < comm->nranks && st->send; p++) {
+        if (st->send[p]) st->send[p]->ops->close(st->send[p]);
+        if (st->recv && st->recv[p]) st->recv[p]->ops->close(st->recv[p]);
+    }
+    while (st->self_head) {
+        self_msg_t *m = st->self_head;
+        st->self_head = m->next;
+        free(m);
+    }
+    free(st->send);
+    free(st->recv);
+    free(st->send_seq);
+    free(st->recv_seq);
+    free(st);
+    comm->p2p = NULL;
+}
+
+int braid_p2p_self_pending(struct braid_comm *comm)
+{
+    return comm->p2p && comm->p2p->self_head != NULL;
+}
+
+void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    for (int p = 0; st && st->send && p < comm->nranks; p++) {
+        if (st->send[p]) st->send[p]->ops->fail(st->send[p], code, why);
+        if (st->recv[p]) st->recv[p]->ops->fail(st->recv[p], code, why);
+    }
+}
+
+/* ---- descriptions and header checks ----------------------------------------------------- */
+static void hdr_str(const braid_msg_hdr_t *h, int from, int to, char *buf, size_t len)
+{
+    if (h->coll == BRAID_COLL_SEND)
+        snprintf(buf, len, "send #%u to rank %d (count %llu, %s)", h->seq, to,
+                 (unsigned long long)h->count, braid_dtype_name(h->dtype));
+    else if (h->coll >= BRAID_COLL_ALLTOALL)
+        snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
+                 braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
+                 braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
+    else
+        snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
+                 (unsigned long long)h->count, braid_dtype_name(h->dtype), braid_op_name(h->op),
+                 h->root);
+    (void)from;
+}
+
+void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
+{
+    char where[40] = "";
+    if (op->call) snprintf(where, sizeof(where), "group call %d: ", op->call);
+    const char *dir = op->kind == BRAID_P2P_SEND ? "to" : "from";
+    if (op->coll == BRAID_COLL_SEND)
+        snprintf(buf, len, "%s%s #%u %s rank %d (count %zu, %s)", where,
+                 op->kind == BRAID_P2P_SEND ? "send" : "recv", op->seq, dir, op->peer, op->count,
+                 braid_dtype_name(op->dtype));
+    else if (op->kind == BRAID_P2P_RECV_REDUCE)
+        snprintf(buf, len, "%s%s #%u (count %zu from every rank, %s, %s)", where,
+                 braid_coll_name(op->coll), op->seq, op->count, braid_dtype_name(op->dtype),
+                 braid_op_name(op->op));
+    else
+        snprintf(buf, len, "%s%s #%u (count %zu %s rank %d, %s, %s, root %d)", where,
+                 braid_coll_name(op->coll), op->seq, op->count, dir, op->peer,
+                 braid_dtype_name(op->dtype), braid_op_name(op->op), op->root);
+}
+
+/* The header a sender of op puts on its messages (bytes filled per message). */
+static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
+{
+    return (braid_msg_hdr_t){.seq = op->seq,
+                             .coll = (uint8_t)op->coll,
+                             .dtype = (uint8_t)op->dtype,
+                             .op = (uint8_t)(op->coll == BRAID_COLL_SEND ? 0 : op->op),
+                             .root = op->coll == BRAID_COLL_SEND ? -1 : op->root,
+                             .count = op->count};
+}
+
+/* A received header against what op expects next; `expect` is the exact payload size when
+ * known (reduce), else 0 (any size up to what is left, non-empty while something is). */
+static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
+                                const braid_msg_hdr_t *h, size_t expect)
+{
+    braid_msg_hdr_t e = op_hdr(op);
+    size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
+    int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
+               h->op == e.op && h->root == e.root;
+    if (same && (expect ? h->bytes == expect : (h->bytes <= left && (h->bytes > 0 || !left))))
+        return BRAID_SUCCESS;
+    char theirs[200], mine[200];
+    hdr_str(h, from, comm->rank, theirs, sizeof(theirs));
+    braid_p2p_op_str(op, mine, sizeof(mine));
+    if (same)
+        return braid_set_error(BRAID_ERR_INTERNAL,
+                               "rank %d sent a %u-byte message where rank %d expected %zu in %s",
+                               from, h->bytes, comm->rank, expect ? expect : left, mine);
+    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
+                           theirs, comm->rank, mine);
+}
+
+braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    for (int p = 0; st && st->recv && p < comm->nranks; p++) {
+        braid_conn_t *c = st->recv[p];
+        const braid_msg_hdr_t *h;
+        const void *buf;
+        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
+            h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
+            continue;
+        char theirs[200], me[200];
+        hdr_str(h, p, comm->rank, theirs, sizeof(theirs));
+        hdr_str(mine, comm->rank, p, me, sizeof(me));
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", p,
+                               theirs, comm->rank, me);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* ---- batches ---------------------------------------------------------------------------- */
+braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op)
+{
+    if (b->nops == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 8;
+        braid_p2p_op_t *n = realloc(b->ops, (size_t)cap * sizeof(*n));
+        if (!n) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d operations", cap);
+        b->ops = n;
+        b->cap = cap;
+    }
+    b->ops[b->nops] = *op;
+    b->ops[b->nops].off = 0;
+    b->ops[b->nops].nmsgs = 0;
+    b->ops[b->nops].done = 0;
+    b->ops[b->nops].next = -1;
+    b->nops++;
+    return BRAID_SUCCESS;
+}
+
+void braid_p2p_batch_free(braid_p2p_batch_t *b)
+{
+    free(b->ops);
+    b->ops = NULL;
+    b->nops = b->cap = 0;
+}
+
+void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    for (int i = from; i < b->nops; i++) {
+        braid_p2p_op_t *op = &b->ops[i];
+        if (op->coll != BRAID_COLL_SEND) continue;
+        op->seq = op->kind == BRAID_P2P_SEND ? ++st->send_seq[op->peer] : ++st->recv_seq[op->peer];
+    }
+}
+
+/* ---- the runner ------------------------------------------------------------------------- */
+typedef struct {
+    struct braid_comm *comm;
+    struct braid_p2p_state *st;
+    braid_p2p_batch_t *b;
+    int *shead, *stail, *rhead, *rtail; /* per peer FIFOs of op indices, -1 = empty */
+    int *used_ref;                      /* per peer: a send posted by reference */
+    const void **rr_buf;                /* RECV_REDUCE: chunk held from each peer */
+    const braid_msg_hdr_t **rr_hdr;
+    char *rr_own; /* RECV_REDUCE in place: this rank's chunk saved */
+    int rr;       /* the RECV_REDUCE op, -1 = none */
+    int linked, remaining;
+    braid_p2p_done_fn done;
+    void *arg;
+    /* What the last pass waits for (a peer and direction per blocked head). */
+    int *blk_op, *blk_dir, nblk;
+    int err_op; /* the operation whose step failed, -1 = none */
+} runner_t;
+
+static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
+{
+    if (op->done) return;
+    op->done = 1;
+    r->remaining--;
+    if (op->req && r->done) r->done(r->comm, op, res, r->arg);
+}
+
+static size_t op_bytes(const braid_p2p_op_t *op)
+{
+    return op->count * braid_dtype_size(op->dtype);
+}
+
+/* A send to self is copied into the communicator's queue at once (so it never waits). */
+static braid_result_t self_send(runner_t *r, braid_p2p_op_t *op)
+{
+    size_t bytes = op_bytes(op);
+    self_msg_t *m = malloc(sizeof(*m) + bytes);
+    if (!m) return braid_set_error(BRAID_ERR_NOMEM, "send to self: out of memory for %zu B", bytes);
+    m->next = NULL;
+    m->seq = op->seq;
+    m->dtype = op->dtype;
+    m->count = op->count;
+    if (bytes) memcpy(m->data, op->sbuf, bytes);
+    if (r->st->self_tail)
+        r->st->self_tail->next = m;
+    else
+        r->st->self_head = m;
+    r->st->self_tail = m;
+    op_complete(r, op, BRAID_SUCCESS);
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t self_recv(runner_t *r, braid_p2p_op_t *op)
+{
+    self_msg_t *m = r->st->self_head;
+    if (!m) return BRAID_INPROGRESS;
+    if (m->seq != op->seq || m->dtype != op->dtype || m->count != op->count) {
+        char mine[200];
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        return braid_set_error(
+            BRAID_ERR_MISMATCH, "rank %d called send #%u to rank %d (count %zu, %s) but %s",
+            op->peer, m->seq, op->peer, m->count, braid_dtype_name(m->dtype), mine);
+    }
+    if (m->count) memcpy(op->rbuf, m->data, op_bytes(op));
+    r->st->self_head = m->next;
+    if (!r->st->self_head) r->st->self_tail = NULL;
+    free(m);
+    op_complete(r, op, BRAID_SUCCESS);
+    return BRAID_SUCCESS;
+}
+
+/* Links the batch's new operations into their FIFOs; local ones complete here. */
+static braid_result_t link_new(runner_t *r)
+{
+    int me = r->comm->rank;
+    for (; r->linked < r->b->nops; r->linked++) {
+        int i = r->linked;
+        braid_p2p_op_t *op = &r->b->ops[i];
+        op->next = -1;
+        r->remaining++;
+        switch ((braid_p2p_kind_t)op->kind) {
+        case BRAID_P2P_COPY:
+            if (op->rbuf != op->sbuf && op->count) memcpy(op->rbuf, op->sbuf, op_bytes(op));
+            op_complete(r, op, BRAID_SUCCESS);
+            continue;
+        case BRAID_P2P_RECV_REDUCE:
+            if (r->rr >= 0)
+                return braid_set_error(BRAID_ERR_INTERNAL, "two reducing receives in one batch");
+            r->rr = i;
+            if (r->comm->nranks == 1) {
+                if (op->count)
+                    braid_reduce_finalize(op->dtype, op->op, op->rbuf, op->sbuf, op->count, 1);
+                op_complete(r, op, BRAID_SUCCESS);
+            }
+            continue;
+        case BRAID_P2P_SEND:
+            if (op->peer == me) {
+                BRAID_CHECK(self_send(r, op));
+                continue;
+            }
+            if (r->stail[op->peer] >= 0)
+                r->b->ops[r->stail[op->peer]].next = i;
+            else
+                r->shead[op->peer] = i;
+            r->stail[op->peer] = i;
+            continue;
+        case BRAID_P2P_RECV:
+            if (r->rtail[op->peer] >= 0)
+                r->b->ops[r->rtail[op->peer]].next = i;
+            else
+                r->rhead[op->peer] = i;
+            r->rtail[op->peer] = i;
+            continue;
+        }
+    }
+    return BRAID_SUCCESS;
+}
+
+static void block_on(runner_t *r, int op, int dir)
+{
+    r->blk_op[r->nblk] = op;
+    r->blk_dir[r->nblk] = dir;
+    r->nblk++;
+}
+
+/* Moves the send at the head of peer's FIFO as far as its slots allow. */
+static braid_result_t step_send(runner_t *r, int peer, int *moved)
+{
+    braid_p2p_op_t *op = &r->b->ops[r->shead[peer]];
+    braid_conn_t *c = r->st->send[peer];
+    size_t bytes = op_bytes(op), chunk = r->st->chunk;
+    for (;;) {
+        if (op->nmsgs && op->off >= bytes) break;
+        if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+        void *slot;
+        braid_result_t res = c->ops->send_get(c, &slot);
+        if (res == BRAID_INPROGRESS) {
+            block_on(r, r->shead[peer], BRAID_WAIT_SEND);
+            return BRAID_SUCCESS;
+        }
+        BRAID_CHECK(res);
+        size_t nb = bytes - op->off < chunk ? bytes - op->off : chunk;
+        braid_msg_hdr_t h = op_hdr(op);
+        h.bytes = (uint32_t)nb;
+        const char *src = (const char *)op->sbuf + op->off;
+        if (bytes > chunk && c->ops->send_post_ref && c->ops->send_detach) {
+            BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
+            r->used_ref[peer] = 1;
+        } else {
+            if (nb) memcpy(slot, src, nb);
+            BRAID_CHECK(c->ops->send_post(c, &h));
+        }
+        op->off += nb;
+        op->nmsgs++;
+        *moved = 1;
+    }
+    if (r->used_ref[peer]) {
+        c->ops->send_detach(c); /* the caller may reuse the buffer once the send completed */
+        r->used_ref[peer] = 0;
+    }
+    r->shead[peer] = op->next;
+    if (op->next < 0) r->stail[peer] = -1;
+    op_complete(r, op, BRAID_SUCCESS);
+    *moved = 1;
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t step_recv(runner_t *r, int peer, int *moved)
+{
+    braid_p2p_op_t *op = &r->b->ops[r->rhead[peer]];
+    if (peer == r->comm->rank) {
+        braid_result_t res = self_recv(r, op);
+        if (res == BRAID_INPROGRESS) {
+            block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+            return BRAID_SUCCESS;
+        }
+        BRAID_CHECK(res);
+    } else {
+        braid_conn_t *c = r->st->recv[peer];
+        size_t bytes = op_bytes(op);
+        for (;;) {
+            if (op->nmsgs && op->off >= bytes) break;
+            if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+            const braid_msg_hdr_t *h;
+            const void *buf;
+            braid_result_t res = c->ops->recv_get(c, &h, &buf);
+            if (res == BRAID_INPROGRESS) {
+                block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+                return BRAID_SUCCESS;
+            }
+            BRAID_CHECK(res);
+            BRAID_CHECK(check_msg(r->comm, op, peer, h, 0));
+            if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
+            op->off += h->bytes;
+            op->nmsgs++;
+            BRAID_CHECK(c->ops->recv_release(c));
+            *moved = 1;
+        }
+        op_complete(r, op, BRAID_SUCCESS);
+    }
+    r->rhead[peer] = op->next;
+    if (op->next < 0) r->rtail[peer] = -1;
+    *moved = 1;
+    return BRAID_SUCCESS;
+}
+
+/* reduce_scatterv's receive: chunk k of every peer, folded in rank order with this rank's. */
+static braid_result_t step_reduce(runner_t *r, int *moved)
+{
+    braid_p2p_op_t *op = &r->b->ops[r->rr];
+    struct braid_comm *comm = r->comm;
+    int n = comm->nranks, me = comm->rank;
+    size_t es = braid_dtype_size(op->dtype), bytes = op_bytes(op);
+    while (!(op->nmsgs && op->off >= bytes)) {
+        size_t nb = bytes - op->off < r->st->chunk ? bytes - op->off : r->st->chunk;
+        int missing = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == me || r->rr_buf[p]) continue;
+            braid_conn_t *c = r->st->recv[p];
+            if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+            braid_result_t res = c->ops->recv_get(c, &r->rr_hdr[p], &r->rr_buf[p]);
+            if (res == BRAID_INPROGRESS) {
+                r->rr_buf[p] = NULL;
+                if (!missing++) {
+                    op->peer = p; /* for the wait and its messages */
+                    block_on(r, r->rr, BRAID_WAIT_RECV);
+                }
+                continue;
+            }
+            BRAID_CHECK(res);
+            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], nb ? nb : 0));
+            if (!nb && r->rr_hdr[p]->bytes)
+                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
+                                       r->rr_hdr[p]->bytes);
+            *moved = 1;
+        }
+        if (missing) return BRAID_SUCCESS;
+        size_t cnt = nb / es;
+        char *out = (char *)op->rbuf + op->off;
+        const char *own = (const char *)op->sbuf + op->off;
+        if (cnt && r->rr_own && own == out) {
+            memcpy(r->rr_own, own, nb); /* in place: the fold overwrites it before its turn */
+            own = r->rr_own;
+        }
+        for (int i = 1; cnt && i < n; i++) {
+            const void *left = i == 1 ? (me == 0 ? own : r->rr_buf[0]) : out;
+            const void *right = i == me ? own : r->rr_buf[i];
+            if (i == n - 1)
+                braid_reduce_pair_final(op->dtype, op->op, out, left, right, cnt, n);
+            else
+                braid_reduce_pair(op->dtype, op->op, out, left, right, cnt);
+        }
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            r->rr_buf[p] = NULL;
+            BRAID_CHECK(r->st->recv[p]->ops->recv_release(r->st->recv[p]));
+        }
+        op->off += nb;
+        op->nmsgs++;
+        *moved = 1;
+    }
+    op_complete(r, op, BRAID_SUCCESS);
+    r->rr = -1;
+    return BRAID_SUCCESS;
+}
+
+/* One pass over every FIFO head. */
+static braid_result_t pass(runner_t *r, int *moved)
+{
+    int n = r->comm->nranks;
+    r->nblk = 0;
+    braid_result_t res;
+    for (int p = 0; p < n; p++) {
+        while (r->shead[p] >= 0) {
+            int before = r->shead[p];
+            r->err_op = before;
+            BRAID_CHECK(step_send(r, p, moved));
+            if (r->shead[p] == before) break; /* blocked */
+        }
+        while (r->rhead[p] >= 0) {
+            int before = r->rhead[p];
+            r->err_op = before;
+            BRAID_CHECK(step_recv(r, p, moved));
+            if (r->rhead[p] == before) break;
+        }
+    }
+    r->err_op = r->rr;
+    if (r->rr >= 0 && !r->b->ops[r->rr].done) {
+        res = step_reduce(r, moved);
+        if (res < 0) return res;
+    }
+    r->err_op = -1;
+    return BRAID_SUCCESS;
+}
+
+/* A collective on these connections whose peers run a ring/tree collective with the same
+ * sequence number: look at the collective engine's connections (without consuming). */
+static braid_result_t check_coll_foreign(runner_t *r)
+{
+    struct braid_comm *comm = r->comm;
+    braid_p2p_op_t *op = &r->b->ops[r->b->nops - 1];
+    if (op->coll == BRAID_COLL_SEND) return BRAID_SUCCESS;
+    for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
+        braid_conn_t *c = i < comm->nchannels ? comm->ring[i].recv
+                          : comm->p2p_recv    ? comm->p2p_recv[i - comm->nchannels]
+                                              : NULL;
+        const braid_msg_hdr_t *h;
+        const void *buf;
+        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != op->seq ||
+            (h->flags & BRAID_MSG_ABORT))
+            continue;
+        char theirs[200], mine[200];
+        hdr_str(h, c->peer, comm->rank, theirs, sizeof(theirs));
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s",
+                               c->peer, theirs, comm->rank, mine);
+    }
+    return BRAID_SUCCESS;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
+{
+    struct braid_comm *comm = r->comm;
+    uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
+    uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
+    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t idle_since = 0, next_check = 0, check_gap = 0;
+    unsigned turn = 0;
+    for (;;) {
+        BRAID_CHECK(link_new(r));
+        if (!r->remaining) {
+            if (pull && pull(comm, r->b, r->arg) > 0) continue;
+            return BRAID_SUCCESS;
+        }
+        int moved = 0;
+        BRAID_CHECK(pass(r, &moved));
+        if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+            return braid_set_error(BRAID_ERR_ABORTED, "aborted by braid_comm_abort");
+        if (moved) {
+            idle_since = 0;
+            next_check = check_gap = 0;
+            continue;
+        }
+        if (pull && pull(comm, r->b, r->arg) > 0) continue;
+        if (!r->nblk)
+            return braid_set_error(BRAID_ERR_INTERNAL, "%d operations neither move nor wait",
+                                   r->remaining);
+        braid_p2p_op_t *wop = &r->b->ops[r->blk_op[turn % (unsigned)r->nblk]];
+        int wdir = r->blk_dir[turn % (unsigned)r->nblk];
+        uint64_t now = braid_now_ns();
+        if (!idle_since) idle_since = now;
+        if (wop->peer == comm->rank && !pull && r->nblk == 1)
+            return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                                   "receive from self (rank %d) with no send to self posted "
+                                   "before it",
+                                   comm->rank);
+        if (now - idle_since < spin_ns) {
+            for (int i = 0; i < 16; i++)
+                cpu_relax();
+            continue;
+        }
+        if (now - idle_since < spin_ns + yield_ns) {
+            sched_yield();
+            continue;
+        }
+        if (now - idle_since > timeout_ns)
+            return braid_set_error(BRAID_ERR_TIMEOUT,
+                                   "timed out after %.1f s waiting to %s rank %d; rank %d may be "
+                                   "hung, late or in another call",
+                                   comm->timeout_s,
+                                   wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
+                                   wop->peer);
+        if (now >= next_check) {
+            BRAID_CHECK(check_coll_foreign(r));
+            check_gap = check_gap ? check_gap * 2 : 1000000ull;
+            if (check_gap > 64000000ull) check_gap = 64000000ull;
+            next_check = now + check_gap;
+        }
+        uint64_t deadline = idle_since + timeout_ns;
+        if (deadline > next_check) deadline = next_check;
+        if ((r->nblk > 1 || pull || wop->peer == comm->rank) && deadline > now + 1000000ull)
+            deadline = now + 1000000ull;
+        turn++;
+        if (wop->peer == comm->rank) {
+            struct timespec ts = {0, 200000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        braid_conn_t *c = wdir == BRAID_WAIT_SEND ? r->st->send[wop->peer] : r->st->recv[wop->peer];
+        BRAID_CHECK(c->ops->wait(c, (braid_wait_dir_t)wdir, deadline));
+    }
+}
+
+/* The operation an error belongs to: the first blocked one, else the first not done. */
+static braid_p2p_op_t *failed_op(runner_t *r)
+{
+    if (r->err_op >= 0) return &r->b->ops[r->err_op];
+    if (r->nblk) return &r->b->ops[r->blk_op[0]];
+    for (int i = 0; i < r->b->nops; i++)
+        if (!r->b->ops[i].done) return &r->b->ops[i];
+    return NULL;
+}
+
+braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
+                             braid_p2p_done_fn done, void *arg)
+{
+    int n = comm->nranks;
+    runner_t r = {
+        .comm = comm, .st = comm->p2p, .b = b, .rr = -1, .done = done, .arg = arg, .err_op = -1};
+    if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
+    int *ints = malloc((size_t)(9 * n + 2) * sizeof(int));
+    const void **ptrs = calloc((size_t)n * 2, sizeof(void *));
+    if (!ints || !ptrs) {
+        free(ints);
+        free(ptrs);
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a batch over %d ranks", n);
+    }
+    r.shead = ints;
+    r.stail = ints + n;
+    r.rhead = ints + 2 * n;
+    r.rtail = ints + 3 * n;
+    r.used_ref = ints + 4 * n;
+    r.blk_op = ints + 5 * n;      /* a send and a receive per peer, and the reduce */
+    r.blk_dir = ints + 7 * n + 1; /* as many */
+    for (int i = 0; i < 4 * n; i++)
+        ints[i] = -1;
+    for (int i = 4 * n; i < 5 * n; i++)
+        ints[i] = 0;
+    r.rr_buf = ptrs;
+    r.rr_hdr = (const braid_msg_hdr_t **)(ptrs + n);
+    for (int i = 0; i < b->nops; i++)
+        if (b->ops[i].kind == BRAID_P2P_RECV_REDUCE && b->ops[i].sbuf == b->ops[i].rbuf &&
+            !r.rr_own) {
+            r.rr_own = malloc(r.st->chunk);
+            if (!r.rr_own) {
+                free(ints);
+                free(ptrs);
+                return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a %zu B chunk",
+                                       r.st->chunk);
+            }
+        }
+    braid_result_t res = run_loop(&r, pull);
+    if (res < 0) {
+        char why[512], what[200] = "";
+        snprintf(why, sizeof(why), "%s", braid_last_error());
+        braid_p2p_op_t *op = failed_op(&r);
+        if (op) braid_p2p_op_str(op, what, sizeof(what));
+        braid_set_error(res, "%s%s%s", what, *what ? ": " : "", why);
+        for (int p = 0; p < n; p++)
+            if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
+        for (int p = 0; p < n; p++) /* chunks held by an unfinished reduce */
+            if (r.rr_buf[p]) r.st->recv[p]->ops->recv_release(r.st->recv[p]);
+        snprintf(why, sizeof(why), "%s", braid_last_error());
+        for (int i = 0; i < b->nops; i++)
+            if (!b->ops[i].done) {
+                if (i >= r.linked) r.remaining++;
+                op_complete(&r, &b->ops[i], res);
+            }
+        braid_restore_error(why);
+    }
+    free(ints);
+    free(ptrs);
+    free(r.rr_own);
+    return res;
+}

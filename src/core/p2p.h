@@ -1,0 +1,168 @@
+/* Point-to-point operations and the batches that run them (p2p.c), groups and the public
+ * send/recv entry points (group.c), the collectives built on point-to-point messages
+ * (coll_p2p.c, with their plans in algos/p2p_plan.c).
+ *
+ * Connections. At init every rank connects to every other rank once more, both ways, on the
+ * channel id BRAID_SENDRECV_CHANNEL: these connections carry only braid_send/braid_recv and the
+ * collectives of coll_p2p.c, never the messages of the ring, tree or recursive-doubling plans,
+ * so point-to-point traffic cannot disturb their sequence-number matching (and the reverse).
+ * Messages to self never touch a transport: a send to self is copied into a per-communicator
+ * queue that receives from self take from, in order.
+ *
+ * Messages. An operation of `bytes` bytes travels as ceil(bytes / chunk) messages (one empty
+ * message when bytes is 0), chunk = the connection's slot size. Each carries a braid_msg_hdr_t:
+ * for braid_send the pair's sequence number (the sender's count of sends to that peer, which
+ * the receiver matches against its count of receives from it), coll BRAID_COLL_SEND, the dtype
+ * and count; for a collective its sequence number on the communicator, its coll/dtype/op/root
+ * and the count of this message. A receiver that finds anything else reports
+ * BRAID_ERR_MISMATCH naming both calls.
+ *
+ * Batches. A batch is a list of operations that progress at the same time: each (peer,
+ * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
+ * as its slots allow; when nothing moves the runner spins, yields and sleeps in the transports'
+ * wait() (turn by turn on each blocked connection, so a dead peer is found whichever it is),
+ * with BRAID_TIMEOUT and braid_comm_abort as everywhere. */
+#ifndef BRAID_CORE_P2P_H
+#define BRAID_CORE_P2P_H
+
+#include "core/comm.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BRAID_SENDRECV_CHANNEL 33
+
+typedef enum {
+    BRAID_P2P_SEND = 0,        /* sbuf[0..count) to peer */
+    BRAID_P2P_RECV = 1,        /* rbuf[0..count) from peer */
+    BRAID_P2P_COPY = 2,        /* rbuf = sbuf locally (a collective's own block) */
+    BRAID_P2P_RECV_REDUCE = 3, /* rbuf = fold in rank order of every rank's block: sbuf is this
+                                * rank's, the others' arrive from every peer (reduce_scatterv) */
+} braid_p2p_kind_t;
+
+typedef struct braid_p2p_op {
+    uint8_t kind; /* braid_p2p_kind_t */
+    int peer;
+    const void *sbuf;
+    void *rbuf;
+    size_t count; /* elements */
+    braid_datatype_t dtype;
+    /* Identity checked on every message: coll BRAID_COLL_SEND (seq = the pair's) or a
+     * collective (seq = the communicator's; op and root as called). */
+    int coll;
+    uint32_t seq;
+    braid_redop_t op;
+    int root;
+    int call;                  /* position in its group (1-based), 0 outside a group */
+    struct braid_request *req; /* completed when the operation is (may be NULL) */
+    /* Runner state. */
+    size_t off; /* bytes moved */
+    int nmsgs;  /* messages moved */
+    int done;   /* 1 when complete */
+    int next;   /* next operation on the same connection, -1 = none */
+} braid_p2p_op_t;
+
+typedef struct braid_p2p_batch {
+    braid_p2p_op_t *ops;
+    int nops, cap;
+} braid_p2p_batch_t;
+
+/* Appends an operation (copied); BRAID_ERR_NOMEM on failure. */
+braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op);
+void braid_p2p_batch_free(braid_p2p_batch_t *b);
+
+/* Called by the runner when it can take more operations (the worker's queue): appends to b
+ * and returns how many it added. */
+typedef int (*braid_p2p_pull_fn)(struct braid_comm *comm, braid_p2p_batch_t *b, void *arg);
+/* Called when an operation with a request completes (res is its result). */
+typedef void (*braid_p2p_done_fn)(struct braid_comm *comm, braid_p2p_op_t *op, braid_result_t res,
+                                  void *arg);
+
+/* Gives the point-to-point operations of b (kinds SEND/RECV, coll BRAID_COLL_SEND) their
+ * pair sequence numbers, from index `from` on; call it once per operation, in call order. */
+void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from);
+/* Runs every operation of b to completion (operations added by pull too). On failure returns
+ * the error, with a message naming the operation; done is called for operations with a
+ * request as they complete (with the error for those that did not). */
+braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
+                             braid_p2p_done_fn done, void *arg);
+
+/* "send #3 to rank 2 (count 10, float32)" for messages. */
+void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len);
+
+/* Connections at init (after the rings): every pair both ways (comm.c calls it). */
+braid_result_t braid_p2p_connect(struct braid_comm *comm);
+/* Closes them and frees the state (comm_free). */
+void braid_p2p_close(struct braid_comm *comm);
+/* Whether a message to self waits in the queue. */
+int braid_p2p_self_pending(struct braid_comm *comm);
+/* braid_comm_fail_peers for these connections. */
+void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* From the collective engine's mismatch check: a message of collective seq from another call
+ * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
+braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
+
+/* A collective on the send/recv connections (coll_p2p.c): the call's arguments, with the
+ * per-rank count and displacement arrays copied (nranks entries each, NULL where unused). */
+typedef struct braid_pcoll {
+    int coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    braid_datatype_t dtype;
+    braid_redop_t op;
+    int root;
+    size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* one allocation at sendcounts */
+} braid_pcoll_t;
+
+/* Runs a validated p2p collective on the calling thread: takes the next sequence number and,
+ * on failure, records the sticky error and tells the peers (as braid_coll_execute). call is
+ * its place in a group (0 = none). Does not free pc's arrays. */
+braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t *pc, int call);
+void braid_pcoll_free(braid_pcoll_t *pc);
+
+/* One deferred call of a group on one communicator. */
+typedef enum { BRAID_ITEM_COLL = 0, BRAID_ITEM_PCOLL = 1, BRAID_ITEM_P2P = 2 } braid_item_kind_t;
+typedef struct {
+    int kind; /* braid_item_kind_t */
+    int call; /* 1-based position in the group */
+    braid_op_args_t args;
+    braid_pcoll_t pc;
+    braid_p2p_op_t op;
+    struct braid_request *req; /* of an i-form call, completed at group end; else NULL */
+} braid_group_item_t;
+
+/* Work a request carries instead of a collective's args. */
+typedef enum { BRAID_TASK_P2P = 1, BRAID_TASK_PCOLL = 2, BRAID_TASK_GROUP = 3 } braid_task_kind_t;
+typedef struct braid_task {
+    int kind;
+    braid_p2p_op_t op;         /* P2P: one send or receive */
+    braid_pcoll_t pc;          /* PCOLL */
+    braid_group_item_t *items; /* GROUP: this communicator's calls of the group */
+    int nitems;
+} braid_task_t;
+
+/* Groups (group.c): the calling thread's group depth (0 = none); entry points that check
+ * their arguments inside a group call braid_group_note (it counts the call and keeps its
+ * error for group end), then add the checked call. */
+int braid_group_depth(void);
+braid_result_t braid_group_note(braid_result_t res, const char *what);
+braid_result_t braid_group_add_coll(struct braid_comm *comm, const braid_op_args_t *a,
+                                    braid_request_t *req_p);
+/* Takes ownership of pc's arrays. */
+braid_result_t braid_group_add_pcoll(struct braid_comm *comm, const braid_pcoll_t *pc,
+                                     braid_request_t *req_p);
+
+/* The plan of a p2p collective (algos/p2p_plan.c): appends this rank's operations (sends,
+ * receives, local copies, the reducing receive) for collective seq to b. Pure but for the
+ * batch's memory. In round k = 1..n-1 a rank sends to rank + k and receives from rank - k. */
+braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int nranks, int rank, uint32_t seq,
+                                braid_p2p_batch_t *b);
+
+/* Runs a request's task on the worker thread and completes it (and the requests it pulled
+ * from the queue) with braid_worker_complete (group.c). */
+void braid_task_execute(struct braid_comm *comm, struct braid_request *req);
+/* Frees a task (its request is being freed). */
+void braid_task_free(struct braid_task *t);
+
+#endif

@@ -1,0 +1,316 @@
+/* Point-to-point and groups as real processes (n = 1..8) over shm and tcp: braid_send/recv and
+ * the i-forms, every dtype, counts 0, 1, primes and multi-chunk sizes, messages to self, order
+ * per pair, groups with sends and receives posted in adversarial orders (all sends first, all
+ * receives first, a random order per rank), nested groups, collectives inside groups, groups
+ * over two communicators, argument errors and mismatches named, a killed peer during a
+ * receive. Every message's data depends on (sender, receiver, index, round) and is checked
+ * bit-exactly against tests/common/data.c. */
+#include "data.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int quick(void)
+{
+    return getenv("BRAID_TEST_QUICK") != NULL;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n + 64);
+    if (!p) abort();
+    return p;
+}
+
+/* The data rank s sends to rank d in round it. */
+static int seed_of(int s, int d, int it)
+{
+    return 1 + s * 97 + d * 13 + it * 1001;
+}
+
+/* ---- a ring exchange inside a group: every dtype and count --------------------------------- */
+static int ring_matrix(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t counts[] = {0, 1, 7, 1009, quick() ? 40013 : 100003};
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n, it = 0;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, it++) {
+            size_t count = counts[ci], es = braid_dtype_size(dt);
+            size_t off = ci & 1 ? 1 + (size_t)dt % 3 : 0; /* unaligned buffers */
+            char *in = xmalloc(count * es + 8), *out = xmalloc(count * es + 8);
+            data_fill(in + off, dt, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
+            memset(out, 0xEE, count * es + 8);
+            MP_OK(rank, braid_group_start());
+            if (it & 1) { /* receive posted first every other round */
+                MP_OK(rank, braid_recv(out + off, count, dt, prev, comm));
+                MP_OK(rank, braid_send(in + off, count, dt, next, comm));
+            } else {
+                MP_OK(rank, braid_send(in + off, count, dt, next, comm));
+                MP_OK(rank, braid_recv(out + off, count, dt, prev, comm));
+            }
+            MP_OK(rank, braid_group_end());
+            char what[128];
+            snprintf(what, sizeof(what), "ring n=%d %s count=%zu from %d", n, braid_dtype_name(dt),
+                     count, prev);
+            MP_CHECK(rank,
+                     !data_check_rank(out + off, dt, BRAID_SUM, prev, 0, count,
+                                      seed_of(prev, rank, it), what),
+                     "%s", what);
+            MP_CHECK(rank, count == 0 || (unsigned char)out[off + count * es] == 0xEE,
+                     "%s: wrote past the end", what);
+            free(in);
+            free(out);
+        }
+    return 0;
+}
+
+Test(p2p, ring_in_group_every_dtype_and_count_n1_to_8, .timeout = 240)
+{
+    int ns[] = {1, 2, 3, 4, 5, 8};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], ring_matrix, NULL, 200), 0, "n=%d", ns[i]);
+}
+
+/* ---- every pair (self included) in adversarial orders ------------------------------------ */
+typedef struct {
+    int order; /* 0 all sends first, 1 all receives first, 2 random per rank, 3 nested groups */
+    size_t count;
+    int iform;
+} pairs_t;
+
+static unsigned lcg(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (*s >> 16) & 0x7fff;
+}
+
+static int all_pairs(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const pairs_t *o = arg;
+    size_t count = o->count;
+    braid_datatype_t dt = BRAID_FLOAT32;
+    size_t bytes = count * 4;
+    char *in = xmalloc(bytes * (size_t)n), *out = xmalloc(bytes * (size_t)n);
+    for (int d = 0; d < n; d++)
+        data_fill(in + (size_t)d * bytes, dt, BRAID_SUM, rank, 0, count, seed_of(rank, d, 1));
+    memset(out, 0, bytes * (size_t)n);
+    /* calls 0..n-1 send to rank i, n..2n-1 receive from rank i - n */
+    int calls[128];
+    for (int i = 0; i < 2 * n; i++)
+        calls[i] = o->order == 1 ? (i + n) % (2 * n) : i;
+    if (o->order == 2) {
+        unsigned s = 7u + (unsigned)rank * 31u;
+        for (int i = 2 * n - 1; i > 0; i--) {
+            int j = (int)(lcg(&s) % (unsigned)(i + 1)), t = calls[i];
+            calls[i] = calls[j];
+            calls[j] = t;
+        }
+    }
+    braid_request_t reqs[128];
+    int nreq = 0;
+    MP_OK(rank, braid_group_start());
+    for (int i = 0; i < 2 * n; i++) {
+        int c = calls[i];
+        if (o->order == 3 && i == n) MP_OK(rank, braid_group_start()); /* nested */
+        if (o->order == 3 && i == 1) MP_OK(rank, braid_group_start());
+        if (o->order == 3 && i == 2) MP_OK(rank, braid_group_end());
+        if (c < n) {
+            if (o->iform)
+                MP_OK(rank, braid_isend(in + (size_t)c * bytes, count, dt, c, comm, &reqs[nreq++]));
+            else
+                MP_OK(rank, braid_send(in + (size_t)c * bytes, count, dt, c, comm));
+        } else {
+            int p = c - n;
+            if (o->iform)
+                MP_OK(rank,
+                      braid_irecv(out + (size_t)p * bytes, count, dt, p, comm, &reqs[nreq++]));
+            else
+                MP_OK(rank, braid_recv(out + (size_t)p * bytes, count, dt, p, comm));
+        }
+    }
+    if (o->order == 3) MP_OK(rank, braid_group_end());
+    MP_OK(rank, braid_group_end());
+    for (int i = 0; i < nreq; i++) { /* complete at group end */
+        int done = 0;
+        MP_OK(rank, braid_test(reqs[i], &done));
+        MP_CHECK(rank, done, "request %d not done after group end", i);
+    }
+    for (int p = 0; p < n; p++) {
+        char what[96];
+        snprintf(what, sizeof(what), "order %d count %zu from %d", o->order, count, p);
+        MP_CHECK(rank,
+                 !data_check_rank(out + (size_t)p * bytes, dt, BRAID_SUM, p, 0, count,
+                                  seed_of(p, rank, 1), what),
+                 "%s", what);
+    }
+    free(in);
+    free(out);
+    return 0;
+}
+
+Test(p2p, every_pair_in_adversarial_orders_never_deadlocks, .timeout = 240)
+{
+    int ns[] = {2, 3, 4, 6, 8};
+    size_t counts[] = {3, 300007}; /* one message, and far more than the connection's slots */
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        for (int order = 0; order < 4; order++)
+            for (size_t ci = 0; ci < 2; ci++) {
+                if (quick() && ns[i] > 4 && ci) continue;
+                pairs_t o = {.order = order, .count = counts[ci], .iform = (order + (int)ci) & 1};
+                cr_assert_eq(mp_run(ns[i], all_pairs, &o, 200), 0, "n=%d order=%d count=%zu", ns[i],
+                             order, counts[ci]);
+            }
+}
+
+Test(p2p, every_pair_over_tcp, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    int ns[] = {2, 3, 5};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        for (int order = 0; order < 4; order++) {
+            pairs_t o = {.order = order, .count = order & 1 ? 200003 : 17, .iform = order >> 1};
+            cr_assert_eq(mp_run(ns[i], all_pairs, &o, 200), 0, "tcp n=%d order=%d", ns[i], order);
+        }
+}
+
+Test(p2p, ring_over_tcp, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    int ns[] = {2, 3, 4};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], ring_matrix, NULL, 200), 0, "tcp n=%d", ns[i]);
+}
+
+/* ---- order per pair, blocking and non-blocking forms without groups ----------------------- */
+static int in_order(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    /* 0 -> n-1: a train of messages of varying sizes and dtypes, small ones blocking (they
+     * are buffered), big ones with isend; the receiver takes them in order with irecv. */
+    size_t counts[] = {5, 0, 1, 70001, 3, 250007, 2};
+    int k = sizeof(counts) / sizeof(counts[0]);
+    int last = n - 1;
+    if (rank == 0) {
+        char *bufs[16];
+        braid_request_t reqs[16];
+        int nr = 0;
+        for (int i = 0; i < k; i++) {
+            braid_datatype_t dt = (braid_datatype_t)(i % BRAID_NUM_DTYPES);
+            bufs[i] = xmalloc(counts[i] * 8 + 8);
+            data_fill(bufs[i], dt, BRAID_SUM, 0, 0, counts[i], seed_of(0, last, i));
+            if (counts[i] > 1000)
+                MP_OK(rank, braid_isend(bufs[i], counts[i], dt, last, comm, &reqs[nr++]));
+            else
+                MP_OK(rank, braid_send(bufs[i], counts[i], dt, last, comm));
+        }
+        for (int i = 0; i < nr; i++)
+            MP_OK(rank, braid_wait(reqs[i]));
+        for (int i = 0; i < k; i++)
+            free(bufs[i]);
+    }
+    if (rank == last) {
+        char *bufs[16];
+        braid_request_t reqs[16];
+        for (int i = 0; i < k; i++) {
+            bufs[i] = xmalloc(counts[i] * 8 + 8);
+            braid_datatype_t dt = (braid_datatype_t)(i % BRAID_NUM_DTYPES);
+            MP_OK(rank, braid_irecv(bufs[i], counts[i], dt, 0, comm, &reqs[i]));
+        }
+        for (int i = 0; i < k; i++) {
+            MP_OK(rank, braid_wait(reqs[i]));
+            braid_datatype_t dt = (braid_datatype_t)(i % BRAID_NUM_DTYPES);
+            MP_CHECK(rank,
+                     !data_check_rank(bufs[i], dt, BRAID_SUM, 0, 0, counts[i], seed_of(0, last, i),
+                                      "train"),
+                     "message %d", i);
+            free(bufs[i]);
+        }
+    }
+    /* isend to next and irecv from prev without a group (the worker runs them together). */
+    size_t big = 300007;
+    float *in = xmalloc(big * 4), *out = xmalloc(big * 4);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, big, seed_of(rank, next, 9));
+    braid_request_t rs, rr;
+    MP_OK(rank, braid_isend(in, big, BRAID_FLOAT32, next, comm, &rs));
+    MP_OK(rank, braid_irecv(out, big, BRAID_FLOAT32, prev, comm, &rr));
+    MP_OK(rank, braid_wait(rr));
+    MP_OK(rank, braid_wait(rs));
+    MP_CHECK(rank,
+             !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, big, seed_of(prev, rank, 9),
+                              "iring"),
+             "isend/irecv ring");
+    /* A collective right after (its own connections, its own numbering). */
+    float x = (float)rank, y = 0;
+    MP_OK(rank, braid_allreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm));
+    MP_CHECK(rank, y == (float)(n * (n - 1) / 2), "allreduce after p2p: %g", y);
+    free(in);
+    free(out);
+    return 0;
+}
+
+Test(p2p, messages_keep_their_order_per_pair, .timeout = 120)
+{
+    int ns[] = {1, 2, 3, 4};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], in_order, NULL, 100), 0, "n=%d", ns[i]);
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    cr_assert_eq(mp_run(3, in_order, NULL, 100), 0, "tcp n=3");
+}
+
+/* ---- messages to self --------------------------------------------------------------------- */
+static int to_self(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    int32_t a[5] = {rank, 2, 3, 4, 5}, b[5] = {0};
+    MP_OK(rank, braid_send(a, 5, BRAID_INT32, rank, comm)); /* buffered */
+    a[0] = -1;
+    MP_OK(rank, braid_recv(b, 5, BRAID_INT32, rank, comm));
+    MP_CHECK(rank, b[0] == rank && b[4] == 5, "self message: %d %d", b[0], b[4]);
+    /* nothing sent to self: an error now, not a hang */
+    braid_result_t r = braid_recv(b, 5, BRAID_INT32, rank, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "self"),
+             "recv from self with nothing sent: %s %s", braid_strerror(r), braid_last_error());
+    return 0;
+}
+
+static int to_self_group(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    size_t count = 200003; /* more than a connection holds: the group must not wait */
+    int64_t *a = xmalloc(count * 8), *b = xmalloc(count * 8);
+    data_fill(a, BRAID_INT64, BRAID_SUM, rank, 0, count, 5);
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_recv(b, count, BRAID_INT64, rank, comm)); /* the receive first */
+    MP_OK(rank, braid_send(a, count, BRAID_INT64, rank, comm));
+    MP_OK(rank, braid_group_end());
+    MP_CHECK(rank, !data_check_rank(b, BRAID_INT64, BRAID_SUM, rank, 0, count, 5, "self"), "self");
+    /* irecv before isend, no group: the worker matches them */
+    braid_request_t rr, rs;
+    memset(b, 0, count * 8);
+    MP_OK(rank, braid_irecv(b, count, BRAID_INT64, rank, comm, &rr));
+    MP_OK(rank, braid_isend(a, count, BRAID_INT64, rank, comm, &rs));
+    MP_OK(rank, braid_wait(rs));
+    MP_OK(rank, braid_wait(rr));
+    MP_CHECK(rank, !data_check_rank(b, BRAID_INT64, BRAID_SUM, rank, 0, count, 5, "iself"),
+             "iself");
+    free(a);
+    free(b);
+    return 0;
+}
+
+Test(p2p, messages_to_self, .timeout = 60)
+{
+    cr_assert_eq(mp_run(1, to_self, NULL, 30), 0);
+    cr_assert_eq(mp_run(3, to_self, NULL, 30), 0);
+    cr_assert_eq(mp_run(1, to_self_group, NULL, 30), 0);
+    cr_assert_eq(mp_run(2, to_self_group, NULL, 30), 0);
+}

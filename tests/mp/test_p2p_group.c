@@ -1,0 +1,244 @@
+/* Groups beyond sends and receives, and point-to-point errors, as real processes: collectives
+ * inside a group with i-form requests completed at group end, a group over two communicators
+ * (each runs on its worker, at the same time), errors inside a group reported at group end
+ * naming the call, argument errors naming the argument, a count mismatch naming both calls, a
+ * send posted against a collective on the peer, a killed peer during a receive (shm and tcp). */
+#include "data.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int coll_in_group(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t count = 10007;
+    float *a = malloc(count * 4), *b = malloc(count * 4), *s = malloc(count * 4),
+          *r = malloc(count * 4);
+    data_fill(a, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, 3);
+    data_fill(s, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, 4);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    braid_request_t q[3];
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_irecv(r, count, BRAID_FLOAT32, prev, comm, &q[0]));
+    MP_OK(rank, braid_iallreduce(a, b, count, BRAID_FLOAT32, BRAID_SUM, comm, &q[1]));
+    MP_OK(rank, braid_isend(s, count, BRAID_FLOAT32, next, comm, &q[2]));
+    MP_OK(rank, braid_broadcast(a, a, count, BRAID_FLOAT32, n - 1, comm)); /* after allreduce */
+    MP_OK(rank, braid_group_end());
+    for (int i = 0; i < 3; i++) {
+        int done = 0;
+        MP_OK(rank, braid_test(q[i], &done));
+        MP_CHECK(rank, done, "request %d not complete at group end", i);
+    }
+    MP_CHECK(rank, !data_check_reduced(b, BRAID_FLOAT32, BRAID_SUM, n, 0, count, 3, "allreduce"),
+             "allreduce in group");
+    MP_CHECK(rank, !data_check_rank(a, BRAID_FLOAT32, BRAID_SUM, n - 1, 0, count, 3, "bcast"),
+             "broadcast in group");
+    MP_CHECK(rank, !data_check_rank(r, BRAID_FLOAT32, BRAID_SUM, prev, 0, count, 4, "recv"),
+             "recv in group");
+    free(a);
+    free(b);
+    free(s);
+    free(r);
+    return 0;
+}
+
+Test(p2p_group, collectives_and_requests_in_a_group, .timeout = 120)
+{
+    int ns[] = {1, 2, 3, 5};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], coll_in_group, NULL, 60), 0, "n=%d", ns[i]);
+}
+
+/* Sends on one communicator and receives on another, in one group: deadlocks unless the
+ * communicators progress at the same time. */
+static int two_comms(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    braid_comm_t c2;
+    MP_OK(rank, braid_comm_split(comm, 0, n - rank, &c2)); /* reversed numbering */
+    int r2;
+    MP_OK(rank, braid_comm_rank(c2, &r2));
+    size_t count = 250007;
+    int32_t *s1 = malloc(count * 4), *s2 = malloc(count * 4), *o1 = malloc(count * 4),
+            *o2 = malloc(count * 4);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    /* in c2, rank r2 = n-1-rank: its next in comm numbering is rank next = n-1-next in c2 */
+    data_fill(s1, BRAID_INT32, BRAID_SUM, rank, 0, count, 11);
+    data_fill(s2, BRAID_INT32, BRAID_SUM, rank, 0, count, 12);
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_send(s2, count, BRAID_INT32, n - 1 - next, c2));
+    MP_OK(rank, braid_recv(o1, count, BRAID_INT32, prev, comm));
+    MP_OK(rank, braid_send(s1, count, BRAID_INT32, next, comm));
+    MP_OK(rank, braid_recv(o2, count, BRAID_INT32, n - 1 - prev, c2));
+    MP_OK(rank, braid_group_end());
+    MP_CHECK(rank, !data_check_rank(o1, BRAID_INT32, BRAID_SUM, prev, 0, count, 11, "c1"), "c1");
+    MP_CHECK(rank, !data_check_rank(o2, BRAID_INT32, BRAID_SUM, prev, 0, count, 12, "c2"), "c2");
+    MP_OK(rank, braid_comm_destroy(c2));
+    free(s1);
+    free(s2);
+    free(o1);
+    free(o2);
+    return 0;
+}
+
+Test(p2p_group, one_group_over_two_communicators, .timeout = 120)
+{
+    cr_assert_eq(mp_run(2, two_comms, NULL, 60), 0);
+    cr_assert_eq(mp_run(4, two_comms, NULL, 60), 0);
+}
+
+static int errors(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float x[4] = {1, 2, 3, 4};
+    braid_request_t req;
+    braid_result_t r = braid_send(x, 4, BRAID_FLOAT32, n, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "peer=") != NULL,
+             "bad peer: %s", braid_last_error());
+    r = braid_recv(x, 4, BRAID_FLOAT32, -1, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "peer=-1"), "%s",
+             braid_last_error());
+    r = braid_send(NULL, 4, BRAID_FLOAT32, 0, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "sendbuf"), "%s",
+             braid_last_error());
+    r = braid_recv(NULL, 4, BRAID_FLOAT32, 0, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "recvbuf"), "%s",
+             braid_last_error());
+    r = braid_send(x, 4, (braid_datatype_t)99, 0, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "dtype"), "%s",
+             braid_last_error());
+    r = braid_isend(x, 4, BRAID_FLOAT32, 0, comm, NULL);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "req_p"), "%s",
+             braid_last_error());
+    r = braid_send(x, 4, BRAID_FLOAT32, 0, NULL);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "comm"), "%s",
+             braid_last_error());
+    r = braid_group_end();
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "group_end without start: %s", braid_strerror(r));
+    /* An error inside a group: the call returns it, group end names the call, nothing runs. */
+    float y[4];
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_irecv(y, 4, BRAID_FLOAT32, (rank + n - 1) % n, comm, &req));
+    r = braid_send(x, 4, BRAID_FLOAT32, n + 5, comm);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "bad peer in a group: %s", braid_strerror(r));
+    r = braid_group_end();
+    MP_CHECK(rank,
+             r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "group call 2") &&
+                 strstr(braid_last_error(), "peer="),
+             "group end: %s: %s", braid_strerror(r), braid_last_error());
+    r = braid_wait(req);
+    MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "request of a failed group: %s", braid_strerror(r));
+    /* The communicator still works (nothing ran). */
+    float s = (float)rank, t = 0;
+    MP_OK(rank, braid_allreduce(&s, &t, 1, BRAID_FLOAT32, BRAID_SUM, comm));
+    MP_CHECK(rank, t == (float)(n * (n - 1) / 2), "allreduce after a failed group");
+    if (n < 2) return 0;
+    /* A count mismatch: both calls named. Last: it fails the communicator. */
+    if (rank == 0) r = braid_send(x, 3, BRAID_FLOAT32, 1, comm);
+    if (rank == 1) {
+        r = braid_recv(y, 4, BRAID_FLOAT32, 0, comm);
+        MP_CHECK(rank,
+                 r == BRAID_ERR_MISMATCH && strstr(braid_last_error(), "send #1 to rank 1") &&
+                     strstr(braid_last_error(), "recv #1 from rank 0") &&
+                     strstr(braid_last_error(), "count 3") && strstr(braid_last_error(), "count 4"),
+                 "mismatch: %s: %s", braid_strerror(r), braid_last_error());
+    }
+    return 0;
+}
+
+Test(p2p_group, argument_errors_and_mismatches_are_named, .timeout = 60)
+{
+    cr_assert_eq(mp_run(1, errors, NULL, 30), 0);
+    cr_assert_eq(mp_run(2, errors, NULL, 30), 0);
+    cr_assert_eq(mp_run(3, errors, NULL, 30), 0);
+}
+
+/* A large send against a collective on the peer: an error on both sides, in bounded time. */
+static int send_vs_coll(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    size_t count = 1 << 20;
+    float *buf = calloc(count, 4);
+    double t0 = now_s();
+    braid_result_t r = rank == 0 ? braid_send(buf, count, BRAID_FLOAT32, 1, comm)
+                                 : braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
+    double t = now_s() - t0;
+    free(buf);
+    fprintf(stderr, "rank %d: %s: %s after %.2f s\n", rank, braid_strerror(r), braid_last_error(),
+            t);
+    MP_CHECK(rank, r == BRAID_ERR_TIMEOUT || r == BRAID_ERR_REMOTE || r == BRAID_ERR_MISMATCH,
+             "got %s", braid_strerror(r));
+    MP_CHECK(rank, t < 10, "took %.2f s", t);
+    return 0;
+}
+
+Test(p2p_group, send_against_a_collective_is_an_error, .timeout = 60)
+{
+    setenv("BRAID_TIMEOUT", "2", 1);
+    cr_assert_eq(mp_run(2, send_vs_coll, NULL, 30), 0);
+}
+
+/* A peer killed while this rank waits in a receive from it. */
+static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    if (rank == 1) {
+        pause(); /* killed by the test */
+        return 1;
+    }
+    float buf[16];
+    double t0 = now_s();
+    braid_result_t r = braid_recv(buf, 16, BRAID_FLOAT32, 1, comm);
+    double t = now_s() - t0;
+    fprintf(stderr, "rank %d: %s: %s after %.2f s\n", rank, braid_strerror(r), braid_last_error(),
+            t);
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE || (rank != 0 && r == BRAID_ERR_TIMEOUT), "got %s",
+             braid_strerror(r));
+    if (rank == 0) MP_CHECK(rank, strstr(braid_last_error(), "rank 1"), "does not name rank 1");
+    MP_CHECK(rank, t < 20, "took %.2f s", t);
+    return 0;
+}
+
+static void killed_peer(int n)
+{
+    mp_job_t job;
+    mp_start(&job, n, recv_from_victim, NULL);
+    usleep(1500 * 1000);
+    kill(job.pids[1], SIGKILL);
+    mp_wait(&job, 40);
+    for (int r = 0; r < n; r++) {
+        if (r == 1) continue;
+        cr_assert(WIFEXITED(job.status[r]) && WEXITSTATUS(job.status[r]) == 0,
+                  "n=%d: rank %d did not report the dead peer (see stderr)", n, r);
+    }
+    cr_assert_eq(mp_shm_leftovers(&job), 0, "shm segments left");
+}
+
+Test(p2p_group, killed_peer_during_recv_shm, .timeout = 60)
+{
+    setenv("BRAID_TIMEOUT", "15", 1);
+    killed_peer(2);
+    killed_peer(3);
+}
+
+Test(p2p_group, killed_peer_during_recv_tcp, .timeout = 60)
+{
+    setenv("BRAID_TIMEOUT", "15", 1);
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    killed_peer(2);
+}
