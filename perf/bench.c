@@ -27,7 +27,8 @@ typedef struct {
     FILE *out; /* stdout on rank 0, NULL elsewhere */
     FILE *csv;
     char *send, *recv, *exp;
-    int errors; /* checks that found wrong elements on this rank */
+    char *dsend, *drecv; /* --device: the buffers the collectives get (send/recv: host images) */
+    int errors;          /* checks that found wrong elements on this rank */
     double bw_sum;
     int bw_count;
     int rep;
@@ -49,7 +50,8 @@ static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
     size_t steps = total ? bt->o->max_bytes / total : 1;
     if (steps == 0) steps = 1;
     size_t shift = total * ((size_t)iter % steps);
-    char *recv = bt->recv + shift, *send = bt->send + shift;
+    char *recv = (bt->drecv ? bt->drecv : bt->recv) + shift;
+    char *send = (bt->dsend ? bt->dsend : bt->send) + shift;
     const void *s = in_place ? recv + g->send_ip_off * (size_t)b->rank : send;
     void *r = in_place ? recv + g->recv_ip_off * (size_t)b->rank : recv;
     return b->start(b, bt->coll, s, r, g->count, dtype, op, root, nonblocking);
@@ -170,7 +172,11 @@ static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
             char *got;
             size_t n;
             init_check(bt, &gen, g, root, in_place, &got, &n);
+            if (bt->dsend && (b->dev_copy(b, bt->dsend, bt->send, g->send_bytes) ||
+                              b->dev_copy(b, bt->drecv, bt->recv, g->recv_bytes)))
+                return -1;
             if (run_once(bt, g, dtype, op, root, in_place, 0)) return -1;
+            if (bt->drecv && b->dev_copy(b, bt->recv, bt->drecv, g->recv_bytes)) return -1;
             int64_t local = (int64_t)perf_check(&gen, got, bt->exp, n);
             if (local) bt->errors++;
             wrong = local;
@@ -305,6 +311,20 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
         fprintf(stderr, "rank %d: cannot allocate 3 buffers of %zu bytes\n", b->rank, o->max_bytes);
         goto out;
     }
+    if (o->device) {
+        if (!b->dev_setup || b->dev_setup(b, o->device)) {
+            fprintf(stderr, "rank %d: --device %d: %s has no device buffers here\n", b->rank,
+                    o->device, b->name);
+            goto out;
+        }
+        bt.dsend = b->dev_alloc(b, o->max_bytes);
+        bt.drecv = b->dev_alloc(b, o->max_bytes);
+        if (!bt.dsend || !bt.drecv) goto out;
+        /* the host images are zero: start the device buffers equal to them */
+        if (b->dev_copy(b, bt.dsend, bt.send, o->max_bytes) ||
+            b->dev_copy(b, bt.drecv, bt.recv, o->max_bytes))
+            goto out;
+    }
     if (bt.out && o->csv_path) {
         bt.csv = perf_csv_open(o->csv_path);
         if (!bt.csv) {
@@ -348,6 +368,8 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     rc = errors || bw_fail ? 1 : 0;
 out:
     if (bt.csv) fclose(bt.csv);
+    if (bt.dsend) b->dev_free(b, bt.dsend);
+    if (bt.drecv) b->dev_free(b, bt.drecv);
     free(bt.send);
     free(bt.recv);
     free(bt.exp);

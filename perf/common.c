@@ -5,6 +5,7 @@
  * torchrun, PMI or Slurm variables, or BRAID_* set by hand. Started without any of these, a
  * tool runs as a single rank, like nccl-tests on one GPU. */
 #include "common.h"
+#include "device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,33 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
         c->reqs = r;
         c->cap = cap;
     }
+    void *stream = perf_dev_stream();
+    if (stream) {
+        rp = NULL;
+        switch (coll->kind) {
+        case PERF_ALLREDUCE:
+            call = "braid_allreduce_stream";
+            res = braid_allreduce_stream(send, recv, count, dt, rop, c->comm, stream);
+            break;
+        case PERF_BROADCAST:
+            call = "braid_broadcast_stream";
+            res = braid_broadcast_stream(send, recv, count, dt, root, c->comm, stream);
+            break;
+        case PERF_REDUCE:
+            call = "braid_reduce_stream";
+            res = braid_reduce_stream(send, recv, count, dt, rop, root, c->comm, stream);
+            break;
+        case PERF_REDUCE_SCATTER:
+            call = "braid_reduce_scatter_stream";
+            res = braid_reduce_scatter_stream(send, recv, count, dt, rop, c->comm, stream);
+            break;
+        default:
+            call = "braid_allgather_stream";
+            res = braid_allgather_stream(send, recv, count, dt, c->comm, stream);
+            break;
+        }
+        return res == BRAID_SUCCESS ? 0 : report(b, call, res);
+    }
     switch (coll->kind) {
     case PERF_ALLREDUCE:
         call = rp ? "braid_iallreduce" : "braid_allreduce";
@@ -161,6 +189,17 @@ static int bk_complete(perf_backend_t *b)
         if (res != BRAID_SUCCESS && rc == 0) rc = report(b, "braid_wait", res);
     }
     c->nreqs = 0;
+    if (perf_dev_stream()) {
+        /* stream-ordered: done when the stream is; a failure is the comm's async error */
+        if (perf_dev_sync()) return report(b, "cudaStreamSynchronize", BRAID_ERR_SYSTEM);
+        braid_result_t err = BRAID_SUCCESS;
+        const char *msg = NULL;
+        braid_comm_get_error(c->comm, &err, &msg);
+        if (err != BRAID_SUCCESS) {
+            fprintf(stderr, "rank %d: stream-ordered collective failed: %s\n", b->rank, msg);
+            return -1;
+        }
+    }
     return rc;
 }
 
@@ -238,6 +277,11 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     setlinebuf(stdout);
     int prc = perf_parse_args(argc, argv, coll, &opts);
     if (prc) return prc > 0 ? 0 : 2;
+    /* A communicator uses the device current at its init: pick it first. */
+    if (opts.device) {
+        const char *lr = getenv("BRAID_LOCAL_RANK");
+        if (perf_dev_select(lr ? atoi(lr) : 0)) return 2;
+    }
 
     braid_ctx_t ctx = {0};
     perf_backend_t b = {.name = "braid", .rank = -1, .ctx = &ctx};
@@ -269,6 +313,10 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     b.allreduce_i64 = bk_allreduce_i64;
     b.allgather_bytes = bk_allgather_bytes;
     b.supports = bk_supports;
+    b.dev_setup = perf_dev_setup;
+    b.dev_alloc = perf_dev_alloc;
+    b.dev_free = perf_dev_free;
+    b.dev_copy = perf_dev_copy;
 
     int rc = perf_bench_run(&b, coll, &opts);
     if (rc == 2) braid_comm_abort(ctx.comm); /* let the peers fail now rather than time out */

@@ -124,6 +124,7 @@ typedef struct {
     int dtype, op, root; /* dtype/op may be PERF_ALL */
     int report_cputime;
     const char *csv_path;
+    int device; /* --device: 0 host buffers, 1 CUDA device buffers, 2 device + stream-ordered */
 } perf_opts_t;
 
 /* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),
@@ -177,6 +178,11 @@ struct perf_backend {
     /* 0 when the backend cannot run this dtype/op (the loop skips it with a note). */
     int (*supports)(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op);
     const char *device_desc; /* after "[cpu]" in the "# Using devices" lines */
+    /* Device buffers (--device): NULL when the backend has none. mode is opts.device. */
+    int (*dev_setup)(perf_backend_t *b, int mode);
+    void *(*dev_alloc)(perf_backend_t *b, size_t bytes);
+    void (*dev_free)(perf_backend_t *b, void *p);
+    int (*dev_copy)(perf_backend_t *b, void *dst, const void *src, size_t bytes);
 };
 
 /* Runs the whole test (header, sweep for each dtype/op, footer) and returns the exit code:

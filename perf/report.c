@@ -164,6 +164,8 @@ static void usage(const char *prog, const perf_coll_t *coll)
            "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] "
            "\n\t"
            "[--csv <file>] append one row per size/type/op to a CSV file (rank 0)\n\t"
+           "[--device <0/1/2>] buffers in host memory (0), CUDA device memory with blocking "
+           "calls (1) or with the stream-ordered calls (2)\n\t"
            "[-h,--help]\n",
            prog, coll->has_op ? "" : "(ignored)", coll->has_root ? "" : "(ignored)");
 }
@@ -207,6 +209,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         {"report_cputime", required_argument, 0, 'C'},
         {"average", required_argument, 0, 'a'},
         {"csv", required_argument, 0, 'F'},
+        {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -313,6 +316,14 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             break;
         case 'F':
             o.csv_path = optarg;
+            break;
+        case 'D':
+            if (parse_int(optarg, "device", 0, &v) || v > 2) {
+                fprintf(stderr, "--device %s: 0 (host), 1 (device, blocking), 2 (stream)\n",
+                        optarg);
+                return -1;
+            }
+            o.device = (int)v;
             break;
         case 'p':
         case 'y':

@@ -20,6 +20,10 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR
 cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 
 status=0
+if command -v nvcc >/dev/null; then
+  echo "== CUDA kernels use 128-bit loads and stores (PTX)"
+  bash tests/gpu/ptx_check.sh || status=1
+fi
 echo "== clang-format (the tree is formatted)"
 bash tests/format_check.sh || status=1
 echo "== ThreadSanitizer: worker thread, polling, abort; pipelined hier all-reduce, a rank killed in it"

@@ -304,6 +304,45 @@ BRAID_API braid_result_t braid_wait(braid_request_t req);
  * braid_wait, with its checks of stale handles). */
 BRAID_API braid_result_t braid_test(braid_request_t req, int *done_p);
 
+/* ---- GPU buffers and streams (see README "GPU buffers and streams") -----------------------
+ * Every collective accepts CUDA device buffers, detected per call. A communicator uses the CUDA
+ * device that was current when it was initialised; buffers of another device, or host and
+ * device buffers mixed in one call, are BRAID_ERR_INVALID_ARG; device buffers where braid has
+ * no device (built without CUDA, no driver or GPU, BRAID_CUDA=0) are BRAID_ERR_UNSUPPORTED.
+ * Several ranks may share one GPU (processes, or communicators of one process). The blocking
+ * and braid_i* forms read device buffers when they run (finish the kernels that write them
+ * first) and the blocking form returns when the result is in place. */
+
+/** A cudaStream_t (NULL is the legacy default stream). */
+typedef void *braid_stream_t;
+
+/** CUDA devices braid sees in this process (0 when built without CUDA or without a GPU). */
+BRAID_API int braid_cuda_device_count(void);
+
+/**
+ * Stream-ordered forms (as NCCL's): enqueue the collective after the work already on stream and
+ * return at once; later work on stream runs after the result is in place. Failures surface as
+ * the communicator's async error (braid_comm_get_error) and from the next call on it; the
+ * stream is released even then. With host buffers the call waits for stream's work, then runs
+ * and returns when done. BRAID_ERR_UNSUPPORTED when the communicator has no CUDA device.
+ */
+BRAID_API braid_result_t braid_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                                braid_datatype_t dtype, braid_redop_t op,
+                                                braid_comm_t comm, braid_stream_t stream);
+BRAID_API braid_result_t braid_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                                braid_datatype_t dtype, int root, braid_comm_t comm,
+                                                braid_stream_t stream);
+BRAID_API braid_result_t braid_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                             braid_datatype_t dtype, braid_redop_t op, int root,
+                                             braid_comm_t comm, braid_stream_t stream);
+BRAID_API braid_result_t braid_reduce_scatter_stream(const void *sendbuf, void *recvbuf,
+                                                     size_t recvcount, braid_datatype_t dtype,
+                                                     braid_redop_t op, braid_comm_t comm,
+                                                     braid_stream_t stream);
+BRAID_API braid_result_t braid_allgather_stream(const void *sendbuf, void *recvbuf,
+                                                size_t sendcount, braid_datatype_t dtype,
+                                                braid_comm_t comm, braid_stream_t stream);
+
 /* ---- Point-to-point, groups and the collectives built on them ------------------------------
  * Counts and displacements are in elements of dtype. These calls follow NCCL's semantics. */
 

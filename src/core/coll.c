@@ -8,6 +8,7 @@
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/worker.h"
+#include "cuda/cuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ size_t braid_dtype_size(braid_datatype_t dtype)
 
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
+    if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
     uint32_t seq = ++comm->seq;
     braid_msg_hdr_t desc = braid_engine_desc(a, seq);
     braid_engine_record(comm, &desc);
@@ -127,7 +129,12 @@ static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
             return braid_set_error(BRAID_ERR_INVALID_ARG,
                                    "%s: sendbuf and recvbuf overlap without being in place", name);
     }
-    return BRAID_SUCCESS;
+    return braid_coll_check_device(comm, a, needs_send && a->sendbuf, needs_recv && a->recvbuf);
+}
+
+braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a)
+{
+    return validate(comm, a);
 }
 
 /* A call that validation refused (res, with its message) on a communicator of several ranks
@@ -163,10 +170,14 @@ braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t 
     return braid_set_error(res, "%s", reason);
 }
 
-static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *a, int nb,
+static braid_result_t submit(struct braid_comm *comm, const braid_op_args_t *a,
+                             braid_request_t *req_p);
+
+static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *args, int nb,
                                    braid_request_t *req_p)
 {
-    braid_op_args_t v = *a; /* validated, a created op resolved into premul/scalar */
+    braid_op_args_t v = *args; /* the checks set v.on_device and resolve a created op */
+    const braid_op_args_t *a = &v;
     braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
@@ -175,10 +186,22 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
         return braid_group_add_coll(comm, &v, req_p);
     }
     if (vres < 0) return braid_coll_reject(comm, a, vres);
-    if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, &v);
+    return submit(comm, a, req_p);
+}
+
+braid_result_t braid_coll_submit(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    return submit(comm, a, NULL);
+}
+
+/* Runs validated arguments: on the caller's thread, or queued behind pending operations. */
+static braid_result_t submit(struct braid_comm *comm, const braid_op_args_t *a,
+                             braid_request_t *req_p)
+{
+    if (!req_p && !braid_worker_pending(comm)) return braid_coll_execute(comm, a);
     struct braid_request *req = calloc(1, sizeof(*req));
     if (!req) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a request");
-    req->args = v;
+    req->args = *a;
     req->comm = comm;
     braid_result_t res = braid_worker_submit(comm, req);
     if (res < 0) {

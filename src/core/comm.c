@@ -10,6 +10,7 @@
 #include "core/redop.h"
 #include "core/split.h"
 #include "core/worker.h"
+#include "cuda/cuda.h"
 #include "topo/topo.h"
 #include "transport/rdma.h"
 
@@ -631,6 +632,7 @@ static void comm_free(struct braid_comm *c)
     braid_comm_reg_cleanup(c);
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
+    braid_cuda_comm_free(c);
     close_rings(c);
     braid_transport_comm_cleanup(c);
     int joined = c->boot != NULL;
@@ -671,7 +673,9 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     pthread_mutex_init(&c->q_lock, NULL);
     pthread_cond_init(&c->q_cond, NULL);
     braid_log_set_rank(rank);
+    c->cuda_dev = -1;
     BRAID_CHECK_GOTO(read_tuning(c), res, fail);
+    BRAID_CHECK_GOTO(braid_cuda_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
                                      (const volatile int *)&c->aborted),
                      res, fail);

@@ -72,6 +72,7 @@ typedef struct braid_op_args {
     int root;
     int premul;      /* PreMulSum (core/redop.h): op is then BRAID_SUM for the kernels */
     uint64_t scalar; /* its scalar, one element of dtype */
+    int on_device;   /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
 } braid_op_args_t;
 
 /* A request's life (state): LIVE from braid_worker_submit until a waiter claims it (WAITING,
@@ -91,6 +92,11 @@ struct braid_request {
     _Atomic int done;
     braid_result_t result;
     char errmsg[512];
+    /* Stream-ordered operations (src/cuda/stream.c): nobody waits on the request (the worker
+     * frees it); it runs after cuda_event and then releases the stream's wait for cuda_ticket. */
+    int detached;
+    void *cuda_event;
+    uint64_t cuda_ticket;
 };
 
 struct braid_comm {
@@ -156,6 +162,11 @@ struct braid_comm {
     int q_pending; /* queued or running */
     int worker_started, worker_stop;
     pthread_t worker;
+
+    /* CUDA (src/cuda): the device this communicator uses (the caller's current device at
+     * init), -1 when the process has none; the CUDA state (staging, stream-ordered queue). */
+    int cuda_dev;
+    struct braid_cuda_comm *cuda;
 };
 
 #define BRAID_COMM_MAGIC 0x62726169645f636dULL

@@ -60,6 +60,8 @@ static const braid_param_t params[] = {
      "rank within the host (set by braid-run; spreads ranks over NICs)"},
     {"REDUCE_ISA", "auto", BRAID_PARAM_STR,
      "CPU reduction kernels: auto, avx512, avx2, generic (for testing)"},
+    {"CUDA", "1", BRAID_PARAM_STR,
+     "0: never touch CUDA (every buffer is host memory); 1: use a CUDA device if present"},
     {NULL, NULL, 0, NULL},
 };
 

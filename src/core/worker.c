@@ -9,6 +9,7 @@
  * refused (BRAID_ERR_INVALID_USAGE) instead of reading memory malloc gave to someone else. */
 #include "core/worker.h"
 #include "core/log.h"
+#include "cuda/cuda.h"
 #include "core/p2p.h"
 
 #include <stdio.h>
@@ -63,7 +64,9 @@ static void *worker_main(void *arg)
             continue;
         }
         braid_result_t res;
-        if (comm->worker_stop)
+        if (req->cuda_event) /* runs, or (stopping) only releases its stream */
+            res = braid_cuda_run_queued(comm, req);
+        else if (comm->worker_stop)
             res = braid_set_error(BRAID_ERR_ABORTED,
                                   "%s: the communicator was destroyed before "
                                   "the operation ran",
@@ -76,7 +79,10 @@ static void *worker_main(void *arg)
         comm->q_pending--;
         pthread_cond_broadcast(&comm->q_cond);
         pthread_mutex_unlock(&comm->q_lock);
-        req_complete(req, res); /* req may be freed by its waiter from here on */
+        if (req->detached) /* stream-ordered: nobody waits on it */
+            free(req);
+        else
+            req_complete(req, res); /* req may be freed by its waiter from here on */
         pthread_mutex_lock(&comm->q_lock);
     }
     pthread_mutex_unlock(&comm->q_lock);

@@ -24,6 +24,14 @@ void braid_request_complete(struct braid_comm *comm, struct braid_request *req, 
 /* Runs one validated collective on the calling thread (coll.c): takes the next sequence
  * number, runs the engine, records a failure as the comm's sticky error and tells peers. */
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a);
+/* The argument checks of every collective (coll.c); sets a->on_device (coll_dev.c). */
+braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a);
+/* Runs validated arguments as the blocking form does (in order after queued operations). */
+braid_result_t braid_coll_submit(struct braid_comm *comm, const braid_op_args_t *a);
+/* Classifies sendbuf/recvbuf (the ones the call uses) as host or device memory: sets
+ * a->on_device, or an error naming the buffer (coll_dev.c). */
+braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t *a, int has_send,
+                                       int has_recv);
 
 /* A call that argument checks refused (res, with its message set) on a live communicator:
  * takes its call number anyway and tells the peers (coll.c); returns res. */

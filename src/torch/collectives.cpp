@@ -61,7 +61,7 @@ void checkRoot(const char *op, int64_t root, int size)
                        ")");
 }
 
-[[noreturn]] void pending(const char *op, const char *api)
+[[noreturn]] [[maybe_unused]] void pending(const char *op, const char *api)
 {
     refuse(op, std::string("not available yet: this braid has no ") + api +
                    " (pending in braid's public API)");

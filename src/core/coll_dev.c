@@ -1,0 +1,128 @@
+/* Device buffers in the collectives' argument checks, and the stream-ordered entry points
+ * (braid_<coll>_stream). The CUDA work itself is in src/cuda (cuda.h).
+ *
+ * Which memory a buffer is, is decided per call: braid_cuda_ptr_device asks the runtime
+ * (cudaPointerGetAttributes) only when the process has a CUDA device; otherwise every buffer
+ * is host memory and the check costs a load and a compare. A communicator uses the device that
+ * was current when it was initialised (as NCCL); device buffers of another device, or a mix of
+ * host and device buffers in one call, are BRAID_ERR_INVALID_ARG; device buffers on a
+ * communicator without a device are BRAID_ERR_UNSUPPORTED. */
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/worker.h"
+#include "cuda/cuda.h"
+
+braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t *a, int has_send,
+                                       int has_recv)
+{
+    int sd = has_send ? braid_cuda_ptr_device(a->sendbuf) : -2;
+    int rd = has_recv ? braid_cuda_ptr_device(a->recvbuf) : -2;
+    a->on_device = 0;
+    if (sd < 0 && rd < 0) return BRAID_SUCCESS;
+    const char *name = braid_coll_name(a->coll);
+    const char *bad = sd >= 0 ? "sendbuf" : "recvbuf";
+    int dev = sd >= 0 ? sd : rd;
+    if (comm->cuda_dev < 0) {
+        const char *why;
+        (void)braid_cuda_ndevices(&why);
+        return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                               "%s: %s is CUDA device memory (device %d) but this communicator "
+                               "has no CUDA device (%s)",
+                               name, bad, dev, why);
+    }
+    if ((sd == -1 && rd >= 0) || (sd >= 0 && rd == -1))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "%s: sendbuf is %s memory and recvbuf %s memory: both must be "
+                               "device memory or both host memory",
+                               name, sd >= 0 ? "device" : "host", rd >= 0 ? "device" : "host");
+    for (int i = 0; i < 2; i++) {
+        int d = i ? rd : sd;
+        if (d >= 0 && d != comm->cuda_dev)
+            return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                   "%s: %s is memory of CUDA device %d but this communicator "
+                                   "uses device %d (the current device at its init)",
+                                   name, i ? "recvbuf" : "sendbuf", d, comm->cuda_dev);
+    }
+    a->on_device = 1;
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t run_stream_in(struct braid_comm *comm, braid_op_args_t *a, braid_stream_t s)
+{
+    const char *name = braid_coll_name(a->coll);
+    if (comm->cuda_dev < 0) {
+        const char *why;
+        (void)braid_cuda_ndevices(&why);
+        return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                               "%s_stream: this communicator has no CUDA device (%s)", name, why);
+    }
+    braid_result_t vres = braid_coll_validate(comm, a);
+    if (vres < 0) return braid_coll_reject(comm, a, vres); /* the peers' call fails too */
+    if (a->on_device) return braid_cuda_enqueue(comm, a, s);
+    /* Host buffers: ordered after the stream's work, complete on return. */
+    BRAID_CHECK(braid_cuda_stream_wait(comm, s));
+    return braid_coll_submit(comm, a);
+}
+
+/* As every collective entry: the communicator is entered by one thread at a time. */
+static braid_result_t run_stream(struct braid_comm *comm, braid_op_args_t *a, braid_stream_t s)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, braid_coll_name(a->coll)));
+    braid_result_t res = run_stream_in(comm, a, s);
+    braid_comm_leave_call(comm);
+    return res;
+}
+
+#define SARGS(c, s, r, n, d, o, rt)                                                                \
+    (braid_op_args_t)                                                                              \
+    {                                                                                              \
+        .coll = (c), .sendbuf = (s), .recvbuf = (r), .count = (n), .dtype = (d), .op = (o),        \
+        .root = (rt)                                                                               \
+    }
+
+braid_result_t braid_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      braid_datatype_t dtype, braid_redop_t op, braid_comm_t comm,
+                                      braid_stream_t stream)
+{
+    braid_op_args_t a = SARGS(BRAID_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1);
+    return run_stream(comm, &a, stream);
+}
+
+braid_result_t braid_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      braid_datatype_t dtype, int root, braid_comm_t comm,
+                                      braid_stream_t stream)
+{
+    braid_op_args_t a = SARGS(BRAID_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, 0, root);
+    return run_stream(comm, &a, stream);
+}
+
+braid_result_t braid_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                   braid_datatype_t dtype, braid_redop_t op, int root,
+                                   braid_comm_t comm, braid_stream_t stream)
+{
+    braid_op_args_t a = SARGS(BRAID_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+    return run_stream(comm, &a, stream);
+}
+
+braid_result_t braid_reduce_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           braid_datatype_t dtype, braid_redop_t op,
+                                           braid_comm_t comm, braid_stream_t stream)
+{
+    braid_op_args_t a =
+        SARGS(BRAID_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1);
+    return run_stream(comm, &a, stream);
+}
+
+braid_result_t braid_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      braid_datatype_t dtype, braid_comm_t comm,
+                                      braid_stream_t stream)
+{
+    braid_op_args_t a = SARGS(BRAID_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, 0, -1);
+    return run_stream(comm, &a, stream);
+}
+
+int braid_cuda_device_count(void)
+{
+    return braid_cuda_ndevices(NULL);
+}

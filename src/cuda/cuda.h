@@ -1,0 +1,61 @@
+/* What braid's C code knows about CUDA: this interface needs no CUDA header. With CUDA built
+ * (BRAID_HAVE_CUDA) device.c and stream.c implement it over the static CUDA runtime; without,
+ * nocuda.c answers "built without CUDA" (no device, every pointer is host memory).
+ *
+ * Device detection: the first call that needs it asks the runtime for the device count once
+ * per process (cudaGetDeviceCount; no driver, no GPU, the stub libcuda or BRAID_CUDA=0 all
+ * mean 0 devices). With 0 devices nothing else ever calls CUDA: classifying a pointer is one
+ * load of a cached int. With devices, each collective classifies its buffers with
+ * cudaPointerGetAttributes (see braid_cuda_ptr_device). */
+#ifndef BRAID_CUDA_CUDA_H
+#define BRAID_CUDA_CUDA_H
+
+#include "braid/braid.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct braid_comm;
+struct braid_op_args;
+
+/* 1 when this library was built with CUDA. */
+int braid_cuda_built(void);
+/* CUDA devices this process sees (cached); 0 when none, and then *why_p (if given) says why
+ * ("built without CUDA", "no CUDA driver (cudaErrorInsufficientDriver)", ...). */
+int braid_cuda_ndevices(const char **why_p);
+/* The calling thread's current device, or -1 without devices. */
+int braid_cuda_current_device(void);
+
+/* Where p lives: -1 for host memory (pageable, pinned, or unknown to CUDA), else the ordinal
+ * of the device whose memory it is (cudaMalloc'ed or managed memory). NULL is host. */
+int braid_cuda_ptr_device(const void *p);
+/* Tests only: classify pointers with fn instead of the runtime (NULL restores the runtime).
+ * This is how the argument checks for device buffers are tested on machines without a GPU. */
+void braid_cuda_test_set_classifier(int (*fn)(const void *p));
+
+/* Copies bytes between any two pointers (cudaMemcpy, cudaMemcpyDefault), synchronously. */
+braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes);
+/* Page-locked host memory for staging (cudaMallocHost); free with braid_cuda_host_free. */
+braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes);
+void braid_cuda_host_free(void *p);
+
+/* Per-communicator CUDA state (device, staging buffers, stream-ordered queue), created at init
+ * when the process has a device. */
+braid_result_t braid_cuda_comm_init(struct braid_comm *comm);
+void braid_cuda_comm_free(struct braid_comm *comm);
+
+/* A validated blocking collective whose buffers are device memory: runs it and returns when
+ * the result is in place (stage.c: through pinned host buffers and the CPU engine). */
+braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct braid_op_args *a);
+/* A validated stream-ordered collective on device buffers: enqueues it after the stream's
+ * current work and returns at once; the stream's later work waits for it (stream.c). */
+braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const struct braid_op_args *a,
+                                  void *stream);
+/* Run by the comm's worker thread for a request made by braid_cuda_enqueue. */
+braid_result_t braid_cuda_run_queued(struct braid_comm *comm, struct braid_request *req);
+/* Waits (bounded by the comm's timeout, aborted by braid_comm_abort) until stream has no
+ * pending work: the stream-ordered form with host buffers. */
+braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream);
+
+#endif

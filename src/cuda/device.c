@@ -1,0 +1,119 @@
+/* The CUDA side of braid's host code (C over the static CUDA runtime): device detection,
+ * pointer classification, copies and pinned memory. See cuda.h.
+ *
+ * Nothing here runs at load time: the runtime is first touched by braid_cuda_ndevices (once
+ * per process, pthread_once), so a CUDA build starts on a machine without a driver and behaves
+ * as a CPU build there. libbraid never links libcuda: driver functions braid needs (stream
+ * memory operations, VMM) are fetched with cudaGetDriverEntryPointByVersion (braid_cuda_driver_fn
+ * in stream.c and the transport). */
+#include "cuda/cuda.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/log.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int probe_ndev;
+static char probe_why[200] = "not probed";
+static int (*_Atomic test_classifier)(const void *p);
+
+int braid_cuda_built(void)
+{
+    return 1;
+}
+
+static void probe(void)
+{
+    const char *want = braid_param_str("CUDA");
+    if (want[0] == '0' && want[1] == '\0') {
+        snprintf(probe_why, sizeof(probe_why), "disabled by BRAID_CUDA=0");
+        return;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        /* 35 insufficient driver (none installed), 34 the stub libcuda, 100 no device. */
+        snprintf(probe_why, sizeof(probe_why), "no usable CUDA device (%s: %s)",
+                 cudaGetErrorName(e), cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (n <= 0) {
+        snprintf(probe_why, sizeof(probe_why), "no CUDA device (the driver reports 0)");
+        return;
+    }
+    probe_ndev = n;
+    snprintf(probe_why, sizeof(probe_why), "%d CUDA device(s)", n);
+    braid_debug(INIT, "cuda: %d device(s) visible", n);
+}
+
+int braid_cuda_ndevices(const char **why_p)
+{
+    pthread_once(&probe_once, probe);
+    if (why_p) *why_p = probe_why;
+    return probe_ndev;
+}
+
+int braid_cuda_current_device(void)
+{
+    if (braid_cuda_ndevices(NULL) == 0) return -1;
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return d;
+}
+
+void braid_cuda_test_set_classifier(int (*fn)(const void *p))
+{
+    atomic_store(&test_classifier, fn);
+}
+
+int braid_cuda_ptr_device(const void *p)
+{
+    int (*fn)(const void *) = atomic_load_explicit(&test_classifier, memory_order_relaxed);
+    if (fn) return fn(p);
+    if (!p || probe_ndev == 0) {
+        /* The probe runs at communicator init; before it, or with no device: host. */
+        return -1;
+    }
+    struct cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) return at.device;
+    return -1;
+}
+
+braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src) return BRAID_SUCCESS;
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    if (e != cudaSuccess)
+        return braid_set_error(BRAID_ERR_SYSTEM, "cudaMemcpy of %zu bytes failed: %s", bytes,
+                               cudaGetErrorString(e));
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return braid_set_error(BRAID_ERR_NOMEM, "cudaMallocHost of %zu bytes failed: %s", bytes,
+                               cudaGetErrorString(e));
+    *p_p = p;
+    return BRAID_SUCCESS;
+}
+
+void braid_cuda_host_free(void *p)
+{
+    if (p) cudaFreeHost(p);
+}

@@ -1,0 +1,354 @@
+/* The GPU half of braid's tests, run by tests/gpu/run.sh on a machine with a CUDA device (it
+ * is only compiled elsewhere). Subcommands, each printing "RESULT <name> PASS|FAIL <detail>"
+ * lines that run.sh collects into its table:
+ *   reduce          every dtype x kernel (sum prod min max avg div) on random bit patterns (NaN,
+ *                   inf, subnormals included), aligned and shifted by one element: the CUDA
+ *                   kernels against the CPU kernels, bit for bit
+ *   bw [MiB]        reduction kernel bandwidth (bytes read + written) vs cudaMemcpy D2D
+ *   coll N          N ranks as processes on one GPU (device 0): every collective x dtype x op
+ *                   on device buffers, blocking and stream-ordered, in place and not
+ *   threads N       N communicators in one process (a thread each) on one GPU, stream-ordered
+ *   kill N          N ranks, one killed mid-collective: the others get an error, not a hang
+ *   nodev           BRAID_CUDA=0: the stream forms are refused (BRAID_ERR_UNSUPPORTED) */
+#include "braid/braid.h"
+#include "cuda/reduce_dev.h"
+#include "data.h"
+#include "mp.h"
+#include "reduce/reduce.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int cmd_reduce(void)
+{
+    const size_t n = (1u << 20) + 13;
+    int fails = 0;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES && dt < 10; dt++) {
+        size_t es = braid_dtype_size((braid_datatype_t)dt), bytes = (n + 1) * es;
+        uint8_t *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) {
+            a[i] = (uint8_t)next_rand();
+            b[i] = (uint8_t)next_rand();
+        }
+        void *da, *db, *dd;
+        CK(cudaMalloc(&da, bytes));
+        CK(cudaMalloc(&db, bytes));
+        CK(cudaMalloc(&dd, bytes));
+        CK(cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice));
+        for (int k = 0; k < BRAID_CUDA_K_COUNT; k++)
+            for (int shift = 0; shift < 2; shift++) {
+                size_t off = (size_t)shift * es, cnt = n - (size_t)shift;
+                int nr = 3 + k;
+                if (k < 4)
+                    braid_reduce_pair((braid_datatype_t)dt, (braid_redop_t)k, want + off, a + off,
+                                      b + off, cnt);
+                else if (k == 4)
+                    braid_reduce_pair_final((braid_datatype_t)dt, BRAID_AVG, want + off, a + off,
+                                            b + off, cnt, nr);
+                else
+                    braid_reduce_finalize((braid_datatype_t)dt, BRAID_AVG, want + off, a + off, cnt,
+                                          nr);
+                int rc = braid_cuda_reduce_launch(dt, k, (char *)dd + off, (char *)da + off,
+                                                  (char *)db + off, cnt, nr, NULL);
+                CK((cudaError_t)rc);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(got, dd, bytes, cudaMemcpyDeviceToHost));
+                size_t bad = 0, first = 0;
+                for (size_t i = 0; i < cnt * es; i++)
+                    if (got[off + i] != want[off + i] && !bad++) first = i / es;
+                static const char *kn[] = {"sum", "prod", "min", "max", "avg", "div"};
+                printf("RESULT reduce/%s/%s%s %s %zu of %zu elements differ%s\n",
+                       braid_dtype_name((braid_datatype_t)dt), kn[k], shift ? "/shifted" : "",
+                       bad ? "FAIL" : "PASS", bad ? bad / es + 1 : 0, cnt, bad ? " (first" : "");
+                if (bad) printf("  first mismatch at element %zu\n", first);
+                fails += bad != 0;
+            }
+        cudaFree(da);
+        cudaFree(db);
+        cudaFree(dd);
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+    }
+    return fails ? 1 : 0;
+}
+
+static int cmd_bw(size_t mib)
+{
+    size_t bytes = mib << 20;
+    void *a, *b, *d;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemset(a, 0x3c, bytes));
+    CK(cudaMemset(b, 0x3c, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int reps = 20;
+    float ms;
+    CK(cudaMemcpy(d, a, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(e0, NULL));
+    for (int i = 0; i < reps; i++)
+        CK(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, NULL));
+    CK(cudaEventRecord(e1, NULL));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    double copy = 2.0 * (double)bytes * reps / (ms * 1e-3) / 1e9;
+    printf("RESULT bw/copy/%zuMiB PASS %.1f GB/s (read + written)\n", mib, copy);
+    int fails = 0;
+    static const int dts[] = {BRAID_FLOAT32, BRAID_BFLOAT16, BRAID_FLOAT16, BRAID_FLOAT64,
+                              BRAID_INT8};
+    for (size_t t = 0; t < sizeof(dts) / sizeof(dts[0]); t++) {
+        size_t cnt = bytes / braid_dtype_size((braid_datatype_t)dts[t]);
+        CK((cudaError_t)braid_cuda_reduce_launch(dts[t], 0, d, a, b, cnt, 1, NULL));
+        CK(cudaEventRecord(e0, NULL));
+        for (int i = 0; i < reps; i++)
+            CK((cudaError_t)braid_cuda_reduce_launch(dts[t], 0, d, a, b, cnt, 1, NULL));
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        double bw = 3.0 * (double)bytes * reps / (ms * 1e-3) / 1e9;
+        int ok = bw >= 0.9 * copy;
+        fails += !ok;
+        printf("RESULT bw/reduce-%s-sum/%zuMiB %s %.1f GB/s = %.2f of the copy (target 0.90)\n",
+               braid_dtype_name((braid_datatype_t)dts[t]), mib, ok ? "PASS" : "FAIL", bw,
+               bw / copy);
+    }
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(d);
+    return fails ? 1 : 0;
+}
+
+/* ---- collectives on device buffers -------------------------------------------------------- */
+
+typedef struct {
+    int stream_mode; /* 0 blocking, 1 stream-ordered */
+    int kill_rank;   /* kill: this rank dies mid-collective */
+} coll_arg_t;
+
+static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype_t dt,
+                    braid_redop_t op, size_t count, int in_place, int use_stream, cudaStream_t s)
+{
+    size_t es = braid_dtype_size(dt), nn = (size_t)n;
+    size_t in_e = coll == 4 ? count * nn : count, out_e = coll == 5 ? count * nn : count;
+    size_t tot = (in_e + out_e) * es + 64;
+    char *h = calloc(1, tot), *hout = calloc(1, out_e * es + 64);
+    char *d;
+    CK(cudaMalloc((void **)&d, tot));
+    char *din = d, *dout = d + in_e * es;
+    int root = n - 1;
+    /* host image of the input */
+    if (coll == 5)
+        data_fill(h, dt, op, rank, 0, count, 7);
+    else if (coll != 2 || rank == root)
+        data_fill(h, dt, op, rank, 0, in_e, 7);
+    const void *sb = din;
+    void *rb = dout;
+    if (in_place) {
+        if (coll == 4)
+            rb = din + (size_t)rank * count * es;
+        else if (coll == 5)
+            sb = dout + (size_t)rank * count * es, din = (char *)sb;
+        else
+            rb = din;
+    }
+    CK(cudaMemcpy(din, h, (coll == 5 ? count : in_e) * es, cudaMemcpyHostToDevice));
+    braid_result_t r = BRAID_SUCCESS;
+    void *st = use_stream ? (void *)s : NULL;
+    switch (coll) {
+    case 1:
+        r = st ? braid_allreduce_stream(sb, rb, count, dt, op, comm, st)
+               : braid_allreduce(sb, rb, count, dt, op, comm);
+        break;
+    case 2:
+        r = st ? braid_broadcast_stream(sb, rb, count, dt, root, comm, st)
+               : braid_broadcast(sb, rb, count, dt, root, comm);
+        break;
+    case 3:
+        r = st ? braid_reduce_stream(sb, rb, count, dt, op, root, comm, st)
+               : braid_reduce(sb, rb, count, dt, op, root, comm);
+        break;
+    case 4:
+        r = st ? braid_reduce_scatter_stream(sb, rb, count, dt, op, comm, st)
+               : braid_reduce_scatter(sb, rb, count, dt, op, comm);
+        break;
+    case 5:
+        r = st ? braid_allgather_stream(sb, rb, count, dt, comm, st)
+               : braid_allgather(sb, rb, count, dt, comm);
+        break;
+    }
+    if (r != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: coll %d: %s\n", rank, coll, braid_last_error());
+        return 1;
+    }
+    if (st) CK(cudaStreamSynchronize(s));
+    braid_result_t aerr = BRAID_SUCCESS;
+    const char *amsg = NULL;
+    braid_comm_get_error(comm, &aerr, &amsg);
+    if (aerr != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: async error: %s\n", rank, amsg);
+        return 1;
+    }
+    CK(cudaMemcpy(hout, rb, out_e * es, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    char what[128];
+    snprintf(what, sizeof(what), "rank %d coll %d %s %s n=%zu%s%s", rank, coll,
+             braid_dtype_name(dt), braid_op_name(op), count, in_place ? " in place" : "",
+             st ? " stream" : "");
+    if (count) {
+        if (coll == 1)
+            bad = data_check_reduced(hout, dt, op, n, 0, count, 7, what);
+        else if (coll == 2)
+            bad = data_check_rank(hout, dt, op, root, 0, count, 7, what);
+        else if (coll == 3 && rank == root)
+            bad = data_check_reduced(hout, dt, op, n, 0, count, 7, what);
+        else if (coll == 4)
+            bad = data_check_reduced(hout, dt, op, n, (size_t)rank * count, count, 7, what);
+        else if (coll == 5)
+            for (int j = 0; j < n; j++)
+                bad += data_check_rank(hout + (size_t)j * count * es, dt, op, j, 0, count, 7, what);
+    }
+    cudaFree(d);
+    free(h);
+    free(hout);
+    return bad ? 1 : 0;
+}
+
+static int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
+{
+    coll_arg_t *ca = argp;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    static const size_t counts[] = {0, 1, 97, 1 << 16};
+    int fails = 0;
+    for (int coll = 1; coll <= 5; coll++)
+        for (int dt = 0; dt < 10; dt++)
+            for (int op = 0; op < (coll == 2 || coll == 5 ? 1 : BRAID_NUM_OPS); op++)
+                for (size_t ci = 0; ci < 4; ci++) {
+                    int ip = (int)((ci + (size_t)op) & 1);
+                    fails += one_coll(comm, rank, n, coll, (braid_datatype_t)dt, (braid_redop_t)op,
+                                      counts[ci], ip, ca->stream_mode, s);
+                    if (ca->kill_rank == rank && coll == 1 && ci == 2) {
+                        /* dies with a collective in flight on its peers */
+                        kill(getpid(), SIGKILL);
+                    }
+                    if (ca->kill_rank >= 0 && fails) return 0; /* the expected error came */
+                }
+    if (ca->kill_rank >= 0) {
+        fprintf(stderr, "rank %d: no error although rank %d died\n", rank, ca->kill_rank);
+        return 1;
+    }
+    cudaStreamDestroy(s);
+    return fails ? 1 : 0;
+}
+
+typedef struct {
+    braid_unique_id_t id;
+    int rank, n, rc;
+} thr_t;
+
+static void *thread_rank(void *p)
+{
+    thr_t *t = p;
+    braid_comm_t c;
+    CK(cudaSetDevice(0));
+    if (braid_comm_init_rank(&c, t->n, t->id, t->rank) != BRAID_SUCCESS) {
+        fprintf(stderr, "thread %d: init: %s\n", t->rank, braid_last_error());
+        t->rc = 1;
+        return NULL;
+    }
+    coll_arg_t ca = {.stream_mode = 1, .kill_rank = -1};
+    t->rc = coll_rank(c, t->rank, t->n, &ca);
+    braid_comm_destroy(c);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    setlinebuf(stdout);
+    const char *cmd = argc > 1 ? argv[1] : "";
+    int n = argc > 2 ? atoi(argv[2]) : 2;
+    if (!strcmp(cmd, "reduce")) return cmd_reduce();
+    if (!strcmp(cmd, "bw")) return cmd_bw(argc > 2 ? (size_t)atol(argv[2]) : 256);
+    if (!strcmp(cmd, "coll") || !strcmp(cmd, "kill")) {
+        int killing = !strcmp(cmd, "kill");
+        int rc = 0;
+        for (int mode = 0; mode < (killing ? 1 : 2); mode++) {
+            coll_arg_t ca = {.stream_mode = mode, .kill_rank = killing ? n / 2 : -1};
+            /* the ranks are forked before this process touches CUDA */
+            int bad = mp_run(n, coll_rank, &ca, killing ? 120 : 400);
+            int ok = killing ? bad == 1 : bad == 0;
+            printf("RESULT %s/n=%d/%s %s %d rank(s) failed%s\n", cmd, n,
+                   mode ? "stream" : "blocking", ok ? "PASS" : "FAIL", bad,
+                   killing ? " (expected: the killed one)" : "");
+            rc |= !ok;
+        }
+        return rc;
+    }
+    if (!strcmp(cmd, "threads")) {
+        thr_t t[8];
+        pthread_t th[8];
+        braid_unique_id_t id;
+        if (n > 8 || braid_get_unique_id(&id) != BRAID_SUCCESS) return 2;
+        for (int i = 0; i < n; i++) {
+            t[i] = (thr_t){.id = id, .rank = i, .n = n};
+            pthread_create(&th[i], NULL, thread_rank, &t[i]);
+        }
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            bad += t[i].rc != 0;
+        }
+        printf("RESULT threads/n=%d/stream %s %d thread rank(s) failed\n", n, bad ? "FAIL" : "PASS",
+               bad);
+        return bad != 0;
+    }
+    if (!strcmp(cmd, "nodev")) {
+        setenv("BRAID_CUDA", "0", 1);
+        void *d;
+        CK(cudaMalloc(&d, 64));
+        braid_unique_id_t id;
+        braid_comm_t c;
+        braid_get_unique_id(&id);
+        if (braid_comm_init_rank(&c, 1, id, 0) != BRAID_SUCCESS) return 2;
+        /* BRAID_CUDA=0 never asks CUDA: a device pointer would be taken as host memory (and the
+         * CPU fault on it), so only the stream form is called here. */
+        braid_result_t s = braid_allreduce_stream(d, d, 4, BRAID_FLOAT32, BRAID_SUM, c, NULL);
+        int ok = s == BRAID_ERR_UNSUPPORTED;
+        printf("RESULT nodev %s stream form -> %d (%s)\n", ok ? "PASS" : "FAIL", s,
+               braid_last_error());
+        braid_comm_destroy(c);
+        return !ok;
+    }
+    fprintf(stderr, "usage: %s reduce | bw [MiB] | coll N | threads N | kill N | nodev\n", argv[0]);
+    return 2;
+}

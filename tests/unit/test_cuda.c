@@ -1,0 +1,146 @@
+/* CUDA on a machine without a GPU (suite "cuda"): the library (built with or without CUDA)
+ * loads and runs host collectives; the stream-ordered forms answer BRAID_ERR_UNSUPPORTED
+ * naming the reason; device buffers are rejected with a message naming the buffer. Device
+ * buffers are simulated with the test classifier hook (braid_cuda_test_set_classifier): the
+ * argument checks are what is tested here, cudaPointerGetAttributes itself only runs on a GPU
+ * (tests/gpu/run.sh). On a machine with a GPU the no-device cases skip with the reason. */
+#include "braid/braid.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "cuda/cuda.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A fake device arena: pointers inside it are "device 1" memory, everything else host. */
+static char fake_dev[4096];
+static int fake_classify(const void *p)
+{
+    uintptr_t x = (uintptr_t)p, b = (uintptr_t)fake_dev;
+    return x >= b && x < b + sizeof(fake_dev) ? 1 : -1;
+}
+
+static braid_comm_t one_rank(void)
+{
+    braid_unique_id_t id;
+    braid_comm_t c = NULL;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    return c;
+}
+
+Test(cuda, host_collectives_run_in_a_cuda_build_without_a_gpu, .timeout = 30)
+{
+    const char *why = NULL;
+    int n = braid_cuda_ndevices(&why);
+    cr_log_info("built with CUDA: %d, devices: %d (%s)", braid_cuda_built(), n, why);
+    cr_assert_eq(braid_cuda_device_count(), n);
+    braid_comm_t c = one_rank();
+    if (n == 0) cr_assert_eq(c->cuda_dev, -1);
+    int32_t in[5] = {3, -1, 7, 100, -9}, out[5] = {0};
+    cr_assert_eq(braid_allreduce(in, out, 5, BRAID_INT32, BRAID_SUM, c), BRAID_SUCCESS);
+    cr_assert_arr_eq(in, out, sizeof(in));
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+Test(cuda, stream_forms_without_a_device_are_unsupported, .timeout = 30)
+{
+    const char *why = NULL;
+    if (braid_cuda_ndevices(&why) > 0) cr_skip_test("this machine has a CUDA device (%s)", why);
+    braid_comm_t c = one_rank();
+    float in[3] = {1.5f, 2, 3}, out[3];
+    cr_assert_eq(braid_allreduce_stream(in, out, 3, BRAID_FLOAT32, BRAID_SUM, c, NULL),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "allreduce_stream: this communicator has no CUDA device"),
+              "%s", braid_last_error());
+    cr_assert(strstr(braid_last_error(), braid_cuda_built() ? "CUDA device" : "without CUDA"), "%s",
+              braid_last_error());
+    cr_assert_eq(braid_broadcast_stream(in, out, 3, BRAID_FLOAT32, 0, c, NULL),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert_eq(braid_reduce_stream(in, out, 3, BRAID_FLOAT32, BRAID_MAX, 0, c, NULL),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert_eq(braid_reduce_scatter_stream(in, out, 3, BRAID_FLOAT32, BRAID_MAX, c, NULL),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert_eq(braid_allgather_stream(in, out, 3, BRAID_FLOAT32, c, NULL), BRAID_ERR_UNSUPPORTED);
+    /* A bad communicator is named before anything else. */
+    cr_assert_eq(braid_allreduce_stream(in, out, 3, BRAID_FLOAT32, BRAID_SUM, NULL, NULL),
+                 BRAID_ERR_INVALID_ARG);
+    /* The communicator still works for host calls. */
+    cr_assert_eq(braid_allreduce(in, out, 3, BRAID_FLOAT32, BRAID_SUM, c), BRAID_SUCCESS);
+    cr_assert_eq(out[0], 1.5f);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+Test(cuda, device_buffers_without_a_device_name_the_buffer, .timeout = 30)
+{
+    braid_comm_t c = one_rank();
+    if (c->cuda_dev >= 0) cr_skip_test("this communicator has a CUDA device");
+    braid_cuda_test_set_classifier(fake_classify);
+    float host[4] = {1, 2, 3, 4};
+    cr_assert_eq(braid_allreduce(fake_dev, host, 4, BRAID_FLOAT32, BRAID_SUM, c),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "allreduce: sendbuf is CUDA device memory (device 1) "
+                                         "but this communicator has no CUDA device"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_allgather(host, fake_dev + 64, 1, BRAID_FLOAT32, c), BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "allgather: recvbuf is CUDA device memory"), "%s",
+              braid_last_error());
+    braid_request_t r = NULL;
+    cr_assert_eq(braid_iallreduce(fake_dev, fake_dev, 4, BRAID_FLOAT32, BRAID_SUM, c, &r),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert_null(r);
+    /* Broadcast on a non-root rank would not read sendbuf: only buffers the call uses count
+     * (here the one rank is the root, so sendbuf is used). */
+    cr_assert_eq(braid_broadcast(fake_dev, host, 4, BRAID_FLOAT32, 0, c), BRAID_ERR_UNSUPPORTED);
+    /* Host buffers are unaffected, and the error was not sticky. */
+    float out[4];
+    cr_assert_eq(braid_allreduce(host, out, 4, BRAID_FLOAT32, BRAID_SUM, c), BRAID_SUCCESS);
+    cr_assert_eq(out[3], 4.0f);
+    braid_cuda_test_set_classifier(NULL);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+/* With a device (simulated: the communicator's device set by hand, the classifier saying
+ * "device 1"): buffers of another device and host/device mixes are bad arguments. */
+Test(cuda, device_buffers_of_another_device_or_mixed_are_rejected, .timeout = 30)
+{
+    braid_comm_t c = one_rank();
+    int saved = c->cuda_dev;
+    c->cuda_dev = 0;
+    braid_cuda_test_set_classifier(fake_classify);
+    float host[4] = {1, 2, 3, 4};
+    cr_assert_eq(braid_allreduce(fake_dev, fake_dev, 4, BRAID_FLOAT32, BRAID_SUM, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "sendbuf is memory of CUDA device 1 but this "
+                                         "communicator uses device 0"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_allreduce(host, fake_dev, 4, BRAID_FLOAT32, BRAID_SUM, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "sendbuf is host memory and recvbuf device memory"), "%s",
+              braid_last_error());
+    cr_assert_eq(braid_reduce_scatter(fake_dev, host, 4, BRAID_FLOAT32, BRAID_MIN, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "reduce_scatter: sendbuf is device memory and recvbuf "
+                                         "host memory"),
+              "%s", braid_last_error());
+    /* Other argument errors still come first (the device check is the last one). */
+    cr_assert_eq(braid_allreduce(fake_dev, fake_dev, 4, (braid_datatype_t)99, BRAID_SUM, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "dtype=99"), "%s", braid_last_error());
+    braid_cuda_test_set_classifier(NULL);
+    c->cuda_dev = saved;
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+Test(cuda, braid_cuda_0_keeps_cuda_untouched, .timeout = 30)
+{
+    setenv("BRAID_CUDA", "0", 1);
+    const char *why = NULL;
+    cr_assert_eq(braid_cuda_ndevices(&why), 0);
+    cr_assert(strstr(why, braid_cuda_built() ? "disabled by BRAID_CUDA=0" : "without CUDA"), "%s",
+              why);
+    braid_comm_t c = one_rank();
+    cr_assert_eq(c->cuda_dev, -1);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
