@@ -589,7 +589,7 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     perf_json_list(&bt.json, "results");
 
     int ntypes = o->dtype == PERF_ALL ? BRAID_NUM_DTYPES : 1;
-    int nops = coll->has_op && o->op == PERF_ALL ? BRAID_NUM_OPS : 1;
+    int nops = coll->has_op && o->op == PERF_ALL ? PERF_NUM_OPS : 1;
     int r0 = !coll->has_root ? -1 : o->root == PERF_ALL ? 0 : o->root;
     int r1 = !coll->has_root ? -1 : o->root == PERF_ALL ? b->nranks - 1 : o->root;
     for (int t = 0; t < ntypes; t++) {

@@ -84,6 +84,12 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
     braid_request_t req = NULL, *rp = nonblocking ? &req : NULL;
     braid_result_t res;
     const char *call;
+    if (op == PERF_OP_MULSUM) { /* as nccl-tests: an op per call, destroyed once started */
+        uint64_t s;
+        perf_mulsum_scalar_bits(dtype, b->rank, &s);
+        res = braid_redop_create_premulsum(&rop, &s, dt, c->comm);
+        if (res != BRAID_SUCCESS) return report(b, "braid_redop_create_premulsum", res);
+    }
 
     if (nonblocking && c->nreqs == c->cap) {
         int cap = c->cap ? 2 * c->cap : 16;
@@ -168,6 +174,11 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
         break;
     default:
         return report(b, "start", BRAID_ERR_INTERNAL);
+    }
+    if (op == PERF_OP_MULSUM) {
+        braid_result_t dres = braid_redop_destroy(rop, c->comm);
+        if (res == BRAID_SUCCESS && dres != BRAID_SUCCESS)
+            return report(b, "braid_redop_destroy", dres);
     }
     if (res != BRAID_SUCCESS) return report(b, call, res);
     if (rp) c->reqs[c->nreqs++] = req;

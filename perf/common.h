@@ -72,14 +72,25 @@ int perf_dtype_parse(const char *s);
 /* The dtypes "-d all" runs, in nccl-tests' order. */
 extern const int perf_all_dtypes[BRAID_NUM_DTYPES];
 
-const char *perf_op_name(int op); /* "sum" ... "avg", "none" for PERF_NO_OP */
+/* nccl-tests' "mulsum": a PreMulSum op (braid_redop_create_premulsum) made for each call
+ * with rank r's scalar perf_mulsum_scalar(r) = 1 + (r & 1), destroyed once the call started. */
+#define PERF_OP_MULSUM BRAID_NUM_OPS
+#define PERF_NUM_OPS (BRAID_NUM_OPS + 1)
+const char *perf_op_name(int op); /* "sum" ... "avg", "mulsum", "none" for PERF_NO_OP */
 int perf_op_parse(const char *s); /* op or PERF_ALL; -2 if unknown */
-extern const int perf_all_ops[BRAID_NUM_OPS];
+extern const int perf_all_ops[PERF_NUM_OPS];
+int perf_mulsum_scalar(int rank);
+/* That scalar as one element of dtype, in out (8 bytes). */
+void perf_mulsum_scalar_bits(int dtype, int rank, void *out);
 
 uint16_t perf_float_to_half(float f); /* round to nearest even */
 float perf_half_to_float(uint16_t h);
 uint16_t perf_float_to_bf16(float f); /* round to nearest even */
 float perf_bf16_to_float(uint16_t b);
+uint8_t perf_float_to_e4m3(float f); /* nearest even, saturating as braid */
+float perf_e4m3_to_float(uint8_t b);
+uint8_t perf_float_to_e5m2(float f);
+float perf_e5m2_to_float(uint8_t b);
 
 /* Element values are drawn from a hash of (seed, index, rank) so that every rank can compute
  * the exact result of any reduction locally: the range depends on dtype, op and nranks so that
@@ -92,6 +103,7 @@ typedef struct {
     uint64_t seed;
     int64_t lo; /* values are lo + h % span (odd for integer prod; not for float prod) */
     uint64_t span;
+    int nz_ranks; /* ranks >= this one contribute 0 (float8 sums over many ranks) */
 } perf_gen_t;
 
 void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed);
@@ -102,7 +114,7 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
 /* dst = bitwise NOT of exp: every element a collective fails to write stays wrong. */
 void perf_poison(void *dst, const void *exp, size_t bytes);
 /* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0), or
- * within 2 ulp of max(|exp|, 1) for avg of a floating type. */
+ * within 2 ulp of max(|exp|, 1) for avg of a floating type other than float8. */
 size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t count);
 
 /* ---- options and output (report.c) ------------------------------------------------------- */

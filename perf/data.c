@@ -28,28 +28,48 @@ typedef struct {
 } dtype_info_t;
 
 static const dtype_info_t dtype_info[BRAID_NUM_DTYPES] = {
-    [BRAID_INT8] = {"int8", 1, 7, 1, 0},      [BRAID_UINT8] = {"uint8", 1, 8, 0, 0},
-    [BRAID_INT32] = {"int32", 4, 31, 1, 0},   [BRAID_UINT32] = {"uint32", 4, 32, 0, 0},
-    [BRAID_INT64] = {"int64", 8, 63, 1, 0},   [BRAID_UINT64] = {"uint64", 8, 64, 0, 0},
-    [BRAID_FLOAT16] = {"half", 2, 11, 1, 1},  [BRAID_BFLOAT16] = {"bfloat16", 2, 8, 1, 1},
-    [BRAID_FLOAT32] = {"float", 4, 24, 1, 1}, [BRAID_FLOAT64] = {"double", 8, 53, 1, 1},
+    [BRAID_INT8] = {"int8", 1, 7, 1, 0},          [BRAID_UINT8] = {"uint8", 1, 8, 0, 0},
+    [BRAID_INT32] = {"int32", 4, 31, 1, 0},       [BRAID_UINT32] = {"uint32", 4, 32, 0, 0},
+    [BRAID_INT64] = {"int64", 8, 63, 1, 0},       [BRAID_UINT64] = {"uint64", 8, 64, 0, 0},
+    [BRAID_FLOAT16] = {"half", 2, 11, 1, 1},      [BRAID_BFLOAT16] = {"bfloat16", 2, 8, 1, 1},
+    [BRAID_FLOAT32] = {"float", 4, 24, 1, 1},     [BRAID_FLOAT64] = {"double", 8, 53, 1, 1},
+    [BRAID_FLOAT8_E4M3] = {"f8e4m3", 1, 4, 1, 1}, [BRAID_FLOAT8_E5M2] = {"f8e5m2", 1, 3, 1, 1},
 };
 
 const int perf_all_dtypes[BRAID_NUM_DTYPES] = {
-    BRAID_INT8,   BRAID_UINT8,   BRAID_INT32,   BRAID_UINT32,  BRAID_INT64,
-    BRAID_UINT64, BRAID_FLOAT16, BRAID_FLOAT32, BRAID_FLOAT64, BRAID_BFLOAT16};
+    BRAID_INT8,    BRAID_UINT8,    BRAID_INT32,       BRAID_UINT32,
+    BRAID_INT64,   BRAID_UINT64,   BRAID_FLOAT16,     BRAID_FLOAT32,
+    BRAID_FLOAT64, BRAID_BFLOAT16, BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2};
 
 static const struct {
     const char *name;
     int dtype;
 } dtype_aliases[] = {
-    {"int8", BRAID_INT8},       {"char", BRAID_INT8},      {"uint8", BRAID_UINT8},
-    {"int32", BRAID_INT32},     {"int", BRAID_INT32},      {"uint32", BRAID_UINT32},
-    {"int64", BRAID_INT64},     {"uint64", BRAID_UINT64},  {"half", BRAID_FLOAT16},
-    {"float16", BRAID_FLOAT16}, {"fp16", BRAID_FLOAT16},   {"bfloat16", BRAID_BFLOAT16},
-    {"bf16", BRAID_BFLOAT16},   {"float", BRAID_FLOAT32},  {"float32", BRAID_FLOAT32},
-    {"fp32", BRAID_FLOAT32},    {"double", BRAID_FLOAT64}, {"float64", BRAID_FLOAT64},
+    {"int8", BRAID_INT8},
+    {"char", BRAID_INT8},
+    {"uint8", BRAID_UINT8},
+    {"int32", BRAID_INT32},
+    {"int", BRAID_INT32},
+    {"uint32", BRAID_UINT32},
+    {"int64", BRAID_INT64},
+    {"uint64", BRAID_UINT64},
+    {"half", BRAID_FLOAT16},
+    {"float16", BRAID_FLOAT16},
+    {"fp16", BRAID_FLOAT16},
+    {"bfloat16", BRAID_BFLOAT16},
+    {"bf16", BRAID_BFLOAT16},
+    {"float", BRAID_FLOAT32},
+    {"float32", BRAID_FLOAT32},
+    {"fp32", BRAID_FLOAT32},
+    {"double", BRAID_FLOAT64},
+    {"float64", BRAID_FLOAT64},
     {"fp64", BRAID_FLOAT64},
+    {"f8e4m3", BRAID_FLOAT8_E4M3},
+    {"fp8_e4m3", BRAID_FLOAT8_E4M3},
+    {"float8_e4m3", BRAID_FLOAT8_E4M3},
+    {"f8e5m2", BRAID_FLOAT8_E5M2},
+    {"fp8_e5m2", BRAID_FLOAT8_E5M2},
+    {"float8_e5m2", BRAID_FLOAT8_E5M2},
 };
 
 const char *perf_dtype_name(int dtype)
@@ -72,26 +92,28 @@ int perf_dtype_parse(const char *s)
     return -2;
 }
 
-static const char *const op_names[BRAID_NUM_OPS] = {
+static const char *const op_names[PERF_NUM_OPS] = {
     [BRAID_SUM] = "sum", [BRAID_PROD] = "prod", [BRAID_MIN] = "min",
-    [BRAID_MAX] = "max", [BRAID_AVG] = "avg",
+    [BRAID_MAX] = "max", [BRAID_AVG] = "avg",   [PERF_OP_MULSUM] = "mulsum",
 };
 
 /* nccl-tests' order for -o all. */
-const int perf_all_ops[BRAID_NUM_OPS] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN, BRAID_AVG};
+const int perf_all_ops[PERF_NUM_OPS] = {BRAID_SUM, BRAID_PROD, BRAID_MAX,
+                                        BRAID_MIN, BRAID_AVG,  PERF_OP_MULSUM};
 
 const char *perf_op_name(int op)
 {
     if (op == PERF_NO_OP) return "none";
-    if (op < 0 || op >= BRAID_NUM_OPS) return "invalid";
+    if (op < 0 || op >= PERF_NUM_OPS) return "invalid";
     return op_names[op];
 }
 
 int perf_op_parse(const char *s)
 {
     if (strcmp(s, "all") == 0) return PERF_ALL;
-    for (int i = 0; i < BRAID_NUM_OPS; i++)
+    for (int i = 0; i < PERF_NUM_OPS; i++)
         if (strcmp(s, op_names[i]) == 0) return i;
+    if (strcmp(s, "premulsum") == 0) return PERF_OP_MULSUM;
     return -2;
 }
 
@@ -150,6 +172,60 @@ float perf_bf16_to_float(uint16_t b)
     return f;
 }
 
+/* float8 (e4m3: bias 7, max 448, no inf; e5m2: bias 15, max 57344), nearest even and
+ * saturating as braid; written with frexp/ldexp, independently of braid's bit code. */
+static uint8_t perf_float_to_f8(float f, int mbits, int bias, double max, uint8_t maxcode)
+{
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    double a = fabs((double)f);
+    if (a != a) return (uint8_t)(sign | (mbits == 3 ? 0x7f : 0x7e));
+    if (a >= max) return (uint8_t)(sign | maxcode);
+    double minnorm = ldexp(1.0, 1 - bias);
+    if (a < minnorm) return (uint8_t)(sign | (uint8_t)rint(ldexp(a, bias - 1 + mbits)));
+    int e;
+    double q = rint(ldexp(frexp(a, &e), mbits + 1)); /* [2^m, 2^(m+1)] */
+    if (q == ldexp(1.0, mbits + 1)) {
+        q /= 2;
+        e++;
+    }
+    return (uint8_t)(sign | ((e - 1 + bias) << mbits) | ((int)q - (1 << mbits)));
+}
+
+static float perf_f8_to_float(uint8_t b, int mbits, int bias)
+{
+    int e = (b & 0x7f) >> mbits, m = b & ((1 << mbits) - 1), emax = (1 << (7 - mbits)) - 1;
+    float s = (b & 0x80) ? -1.0f : 1.0f;
+    if (mbits == 3 && (b & 0x7f) == 0x7f) return NAN;
+    if (mbits == 2 && e == emax) return m ? NAN : s * INFINITY;
+    if (e == 0) return s * ldexpf((float)m, 1 - bias - mbits);
+    return s * ldexpf((float)((1 << mbits) + m), e - bias - mbits);
+}
+
+uint8_t perf_float_to_e4m3(float f)
+{
+    return perf_float_to_f8(f, 3, 7, 448.0, 0x7e);
+}
+
+float perf_e4m3_to_float(uint8_t b)
+{
+    return perf_f8_to_float(b, 3, 7);
+}
+
+uint8_t perf_float_to_e5m2(float f)
+{
+    return perf_float_to_f8(f, 2, 15, 57344.0, 0x7b);
+}
+
+float perf_e5m2_to_float(uint8_t b)
+{
+    return perf_f8_to_float(b, 2, 15);
+}
+
+int perf_mulsum_scalar(int rank)
+{
+    return 1 + (rank & 1);
+}
+
 /* ---- generators ---------------------------------------------------------------------------- */
 
 static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
@@ -168,8 +244,17 @@ static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
 void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed)
 {
     const dtype_info_t *t = &dtype_info[dtype];
-    int scale = (op == BRAID_SUM || op == BRAID_AVG) ? nranks : 1;
+    int sums = op == BRAID_SUM || op == BRAID_AVG || op == PERF_OP_MULSUM;
+    int per = op == PERF_OP_MULSUM ? 2 : 1; /* the largest mulsum scalar */
+    int scale = sums ? per * nranks : 1;
     uint64_t limit = t->bits >= 64 ? UINT64_MAX : (1ull << t->bits) - 1;
+    /* float8 holds integers exactly only up to 2^bits (16, 8): when more ranks add than that
+     * allows with values +-1, only the first `limit` ranks contribute (the others send 0). */
+    g->nz_ranks = nranks;
+    if ((uint64_t)scale > limit && t->is_float) {
+        g->nz_ranks = (int)limit / per;
+        scale = per * g->nz_ranks;
+    }
     uint64_t m = limit / (uint64_t)(scale > 0 ? scale : 1);
     if (m > PERF_MAX_MAG) m = PERF_MAX_MAG;
     if (m < 1) m = 1;
@@ -196,7 +281,8 @@ static inline int prod_special(const perf_gen_t *g, uint64_t idx)
  * product stays a normal number: float16 spans 2^-14..2^15, the others far more. */
 static inline int prod_emax(const perf_gen_t *g)
 {
-    if (g->dtype == BRAID_FLOAT16) return g->nranks <= 12 ? 1 : 0;
+    if (g->dtype == BRAID_FLOAT16 || g->dtype == BRAID_FLOAT8_E5M2) return g->nranks <= 12 ? 1 : 0;
+    if (g->dtype == BRAID_FLOAT8_E4M3) return g->nranks <= 6 ? 1 : 0; /* 3 * 2^6 <= 448 */
     return g->nranks <= 100 ? 1 : 0;
 }
 
@@ -212,6 +298,7 @@ static inline double fprod_value(const perf_gen_t *g, uint64_t idx, int rank, in
 
 static inline int64_t int_value(const perf_gen_t *g, uint64_t idx, int rank)
 {
+    if (rank >= g->nz_ranks) return 0;
     int64_t v = g->lo + (int64_t)(mix(g->seed, idx, (uint64_t)rank) % g->span);
     /* Integer prod wraps (as braid documents); odd factors keep the product from collapsing
      * to 0 mod 2^bits, so a misplaced element still shows. */
@@ -246,6 +333,12 @@ static inline void store_int(int dtype, void *buf, size_t i, int64_t v)
     case BRAID_FLOAT64:
         ((double *)buf)[i] = (double)v;
         break;
+    case BRAID_FLOAT8_E4M3:
+        ((uint8_t *)buf)[i] = perf_float_to_e4m3((float)v);
+        break;
+    case BRAID_FLOAT8_E5M2:
+        ((uint8_t *)buf)[i] = perf_float_to_e5m2((float)v);
+        break;
     default:
         break;
     }
@@ -265,6 +358,12 @@ static inline void store_double(int dtype, void *buf, size_t i, double v)
         break;
     case BRAID_FLOAT64:
         ((double *)buf)[i] = v;
+        break;
+    case BRAID_FLOAT8_E4M3:
+        ((uint8_t *)buf)[i] = perf_float_to_e4m3((float)v);
+        break;
+    case BRAID_FLOAT8_E5M2:
+        ((uint8_t *)buf)[i] = perf_float_to_e5m2((float)v);
         break;
     default:
         break;
@@ -304,9 +403,10 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
             store_int(g->dtype, buf, i, (int64_t)acc);
             continue;
         }
-        int64_t acc = int_value(g, idx, 0);
+        int mul = g->op == PERF_OP_MULSUM;
+        int64_t acc = int_value(g, idx, 0) * (mul ? perf_mulsum_scalar(0) : 1);
         for (int r = 1; r < n; r++) {
-            int64_t v = int_value(g, idx, r);
+            int64_t v = int_value(g, idx, r) * (mul ? perf_mulsum_scalar(r) : 1);
             switch (g->op) {
             case BRAID_MIN:
                 acc = v < acc ? v : acc;
@@ -345,6 +445,10 @@ static inline double load_float(int dtype, const void *buf, size_t i)
         return perf_bf16_to_float(((const uint16_t *)buf)[i]);
     case BRAID_FLOAT32:
         return ((const float *)buf)[i];
+    case BRAID_FLOAT8_E4M3:
+        return perf_e4m3_to_float(((const uint8_t *)buf)[i]);
+    case BRAID_FLOAT8_E5M2:
+        return perf_e5m2_to_float(((const uint8_t *)buf)[i]);
     default:
         return ((const double *)buf)[i];
     }
@@ -360,7 +464,9 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
             wrong += memcmp(a + i * t->size, b + i * t->size, t->size) != 0;
         return wrong;
     }
-    int avg = g->op == BRAID_AVG;
+    /* float8 avg is compared exactly: the quotient of an exact sum, rounded once as braid does;
+     * 2 ulp of a float8 would let a wrong element pass. */
+    int avg = g->op == BRAID_AVG && t->size > 1;
     for (size_t i = 0; i < count; i++) {
         double a = load_float(g->dtype, got, i), b = load_float(g->dtype, exp, i);
         if (!avg) {
@@ -372,4 +478,10 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
         wrong += !(fabs(a - b) <= 2.0 * ulp);
     }
     return wrong;
+}
+
+void perf_mulsum_scalar_bits(int dtype, int rank, void *out)
+{
+    memset(out, 0, 8);
+    store_int(dtype, out, 0, perf_mulsum_scalar(rank));
 }

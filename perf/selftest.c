@@ -33,7 +33,7 @@ static int failures;
 static int is_float(int dt)
 {
     return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT32 ||
-           dt == BRAID_FLOAT64;
+           dt == BRAID_FLOAT64 || dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
 }
 
 static int is_unsigned(int dt)
@@ -83,6 +83,10 @@ static double load_f(int dt, const void *p, size_t i)
         return perf_bf16_to_float(((const uint16_t *)p)[i]);
     case BRAID_FLOAT32:
         return ((const float *)p)[i];
+    case BRAID_FLOAT8_E4M3:
+        return perf_e4m3_to_float(((const uint8_t *)p)[i]);
+    case BRAID_FLOAT8_E5M2:
+        return perf_e5m2_to_float(((const uint8_t *)p)[i]);
     default:
         return ((const double *)p)[i];
     }
@@ -98,6 +102,10 @@ static double round_f(int dt, double v)
         return perf_bf16_to_float(perf_float_to_bf16((float)v));
     case BRAID_FLOAT32:
         return (float)v;
+    case BRAID_FLOAT8_E4M3:
+        return perf_e4m3_to_float(perf_float_to_e4m3((float)v));
+    case BRAID_FLOAT8_E5M2:
+        return perf_e5m2_to_float(perf_float_to_e5m2((float)v));
     default:
         return v;
     }
@@ -115,6 +123,12 @@ static void store_f(int dt, void *p, size_t i, double v)
     case BRAID_FLOAT32:
         ((float *)p)[i] = (float)v;
         break;
+    case BRAID_FLOAT8_E4M3:
+        ((uint8_t *)p)[i] = perf_float_to_e4m3((float)v);
+        break;
+    case BRAID_FLOAT8_E5M2:
+        ((uint8_t *)p)[i] = perf_float_to_e5m2((float)v);
+        break;
     default:
         ((double *)p)[i] = v;
         break;
@@ -125,10 +139,11 @@ static void store_f(int dt, void *p, size_t i, double v)
 static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off, void *dst,
                        size_t di)
 {
+    int mul = op == PERF_OP_MULSUM; /* each rank's input times its scalar (exact) */
     if (is_float(dt)) {
-        double acc = load_f(dt, src[0], off);
+        double acc = load_f(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
         for (int r = 1; r < n; r++) {
-            double v = load_f(dt, src[r], off);
+            double v = load_f(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
             switch (op) {
             case BRAID_PROD:
                 acc = acc * v;
@@ -151,9 +166,9 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
         return;
     }
     uint8_t tmp[8];
-    int64_t acc = load_i(dt, src[0], off);
+    int64_t acc = load_i(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
     for (int r = 1; r < n; r++) {
-        int64_t v = load_i(dt, src[r], off);
+        int64_t v = load_i(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
         int lt = is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc;
         switch (op) {
         case BRAID_PROD:
@@ -408,6 +423,21 @@ static void test_conversions(void)
     EXPECT(perf_float_to_bf16(1.0f) == 0x3f80);
     EXPECT(perf_bf16_to_float(perf_float_to_bf16(257.0f)) == 256.0f); /* tie to even */
     EXPECT(perf_bf16_to_float(perf_float_to_bf16(259.0f)) == 260.0f);
+    for (uint32_t b = 0; b < 0x100; b++) { /* float8: every finite code round-trips */
+        float f = perf_e4m3_to_float((uint8_t)b), g = perf_e5m2_to_float((uint8_t)b);
+        if (f == f && perf_float_to_e4m3(f) != b) {
+            fprintf(stderr, "e4m3 0x%02x -> %g does not round-trip\n", b, f);
+            failures++;
+        }
+        if (g == g && !isinf(g) && perf_float_to_e5m2(g) != b) {
+            fprintf(stderr, "e5m2 0x%02x -> %g does not round-trip\n", b, g);
+            failures++;
+        }
+    }
+    EXPECT(perf_e4m3_to_float(0x7e) == 448.0f && perf_float_to_e4m3(1e6f) == 0x7e);
+    EXPECT(perf_float_to_e4m3(17.0f) == perf_float_to_e4m3(16.0f)); /* tie to even */
+    EXPECT(perf_e5m2_to_float(0x7b) == 57344.0f && perf_float_to_e5m2(INFINITY) == 0x7b);
+    EXPECT(perf_e5m2_to_float(0x01) == 0x1p-16f && perf_e4m3_to_float(0x01) == 0x1p-9f);
 }
 
 static void test_parsing(void)
@@ -427,7 +457,9 @@ static void test_parsing(void)
     EXPECT(perf_dtype_parse("all") == PERF_ALL);
     EXPECT(perf_dtype_parse("quad") == -2);
     EXPECT(perf_op_parse("avg") == BRAID_AVG);
-    EXPECT(perf_op_parse("mulsum") == -2);
+    EXPECT(perf_op_parse("mulsum") == PERF_OP_MULSUM &&
+           perf_op_parse("premulsum") == PERF_OP_MULSUM);
+    EXPECT(strcmp(perf_op_name(PERF_OP_MULSUM), "mulsum") == 0);
 
     char *argv[] = {"x",  "-b",  "8",  "-e", "128M", "-f", "2",     "-d",      "all",
                     "-o", "max", "-a", "3",  "-n",   "7",  "--csv", "out.csv", NULL};
@@ -518,7 +550,7 @@ static void test_generators(void)
         char *in[16], *got = malloc(COUNT * ts), *exp = malloc(COUNT * ts);
         for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
             int n = ns[k];
-            for (int op = 0; op < BRAID_NUM_OPS; op++) {
+            for (int op = 0; op < PERF_NUM_OPS; op++) {
                 perf_gen_t g;
                 perf_gen_init(&g, dt, op, n, 7 + (uint64_t)op);
                 for (int r = 0; r < n; r++) {
@@ -535,7 +567,11 @@ static void test_generators(void)
                     failures++;
                 }
                 got[5 * ts] ^= 0x20; /* one corrupted element is caught */
-                EXPECT(perf_check(&g, got, exp, COUNT) == 1);
+                if (perf_check(&g, got, exp, COUNT) != 1) {
+                    fprintf(stderr, "generator %s %s n=%d: a corrupted element is not caught\n",
+                            perf_dtype_name(dt), perf_op_name(op), n);
+                    failures++;
+                }
                 size_t distinct = 0; /* inputs are not constant */
                 for (size_t i = 1; i < COUNT; i++)
                     distinct += memcmp(in[0] + i * ts, in[0], ts) != 0;

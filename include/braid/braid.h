@@ -72,7 +72,8 @@ typedef enum {
     BRAID_ERR_INVALID_USAGE = -11 /**< a valid argument used in a wrong state (destroyed comm) */
 } braid_result_t;
 
-/** Element types. */
+/** Element types. float16, bfloat16 and the float8 types are reduced in float32 and rounded
+ * to nearest even; float8 results saturate to the largest finite value (see the README). */
 typedef enum {
     BRAID_INT8 = 0,
     BRAID_UINT8 = 1,
@@ -84,10 +85,15 @@ typedef enum {
     BRAID_BFLOAT16 = 7,
     BRAID_FLOAT32 = 8,
     BRAID_FLOAT64 = 9,
-    BRAID_NUM_DTYPES = 10
+    BRAID_FLOAT8_E4M3 = 10, /**< OCP FP8 e4m3 ("fn": max 448, no inf), as ncclFloat8e4m3 */
+    BRAID_FLOAT8_E5M2 = 11, /**< OCP FP8 e5m2 (max 57344, inf and NaN), as ncclFloat8e5m2 */
+    BRAID_NUM_DTYPES = 12
 } braid_datatype_t;
 
-/** Reduction operations. avg is sum divided by the number of ranks. */
+/** Reduction operations. avg is sum divided by the number of ranks (floats: the sum is
+ * computed first, so it can overflow where NCCL's pre-multiplied avg does not; integers: the
+ * wrapped sum divided, truncating, as NCCL). Values >= BRAID_NUM_OPS are ops made by
+ * braid_redop_create_premulsum, valid only on their communicator. */
 typedef enum {
     BRAID_SUM = 0,
     BRAID_PROD = 1,
@@ -226,6 +232,24 @@ BRAID_API braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeo
  */
 BRAID_API braid_result_t braid_comm_split(braid_comm_t comm, int color, int key,
                                           braid_comm_t *newcomm_p);
+
+/**
+ * Creates a PreMulSum reduction operation on comm (ncclRedOpCreatePreMulSum with
+ * ncclScalarHostImmediate): a collective given it computes the sum over ranks of
+ * scalar_r * input_r, each rank's input multiplied by that rank's scalar (ranks may pass
+ * different scalars) in the element type, rounded once (integers wrap), then summed as
+ * BRAID_SUM does. scalar points to one element of dtype in host memory, read now. The op
+ * (a value >= BRAID_NUM_OPS) is valid for collectives on comm with this dtype, in every
+ * reducing collective and algorithm, until braid_redop_destroy; another communicator, another
+ * dtype or a destroyed op gives BRAID_ERR_INVALID_ARG. Not collective. *op_p is set only on
+ * success.
+ */
+BRAID_API braid_result_t braid_redop_create_premulsum(braid_redop_t *op_p, const void *scalar,
+                                                      braid_datatype_t dtype, braid_comm_t comm);
+/** Destroys an op made by braid_redop_create_premulsum on comm. Calls already started with it
+ * (braid_i* included) are not affected. BRAID_ERR_INVALID_ARG for a built-in op, an op of
+ * another communicator or one destroyed already. */
+BRAID_API braid_result_t braid_redop_destroy(braid_redop_t op, braid_comm_t comm);
 
 /* Collectives. Blocking; sendbuf == recvbuf means in place. */
 BRAID_API braid_result_t braid_allreduce(const void *sendbuf, void *recvbuf, size_t count,

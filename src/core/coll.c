@@ -6,6 +6,7 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/p2p.h"
+#include "core/redop.h"
 #include "core/worker.h"
 #include "cuda/cuda.h"
 
@@ -15,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *dtype_names[BRAID_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                    "int64",   "uint64", "float16", "bfloat16",
-                                                    "float32", "float64"};
-static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const char *dtype_names[BRAID_NUM_DTYPES] = {
+    "int8",    "uint8",    "int32",   "uint32",  "int64",       "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2"};
+static const size_t dtype_sizes[BRAID_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1, 1};
 static const char *op_names[BRAID_NUM_OPS] = {"sum", "prod", "min", "max", "avg"};
 
 const char *braid_dtype_name(braid_datatype_t dtype)
@@ -28,7 +29,8 @@ const char *braid_dtype_name(braid_datatype_t dtype)
 
 const char *braid_op_name(braid_redop_t op)
 {
-    return (unsigned)op < BRAID_NUM_OPS ? op_names[op] : "invalid";
+    if ((unsigned)op < BRAID_NUM_OPS) return op_names[op];
+    return (int)op >= (1 << 12) + (int)BRAID_NUM_OPS ? "premulsum" : "invalid"; /* created ops */
 }
 
 size_t braid_dtype_size(braid_datatype_t dtype)
@@ -59,6 +61,8 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
         free(scratch);
     } else if (a->count == 0) {
         res = braid_engine_run(comm, a, seq); /* the descriptor exchange only */
+    } else if (a->premul) {
+        res = braid_redop_premul_execute(comm, a, seq); /* scale, then the sum collective */
     } else {
         res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */
     }
@@ -86,9 +90,7 @@ static braid_result_t validate(struct braid_comm *comm, braid_op_args_t *a)
                                name, (int)a->dtype);
     int reduces = a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
                   a->coll == BRAID_COLL_REDUCE_SCATTER;
-    if (reduces && (unsigned)a->op >= BRAID_NUM_OPS)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: op=%d is not a braid_redop_t", name,
-                               (int)a->op);
+    if (reduces) BRAID_CHECK(braid_redop_resolve(comm, a, name)); /* created ops */
     int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
     if (rooted && (a->root < 0 || a->root >= comm->nranks))
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: root=%d is outside [0, nranks=%d)", name,
@@ -174,14 +176,14 @@ static braid_result_t submit(struct braid_comm *comm, const braid_op_args_t *a,
 static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_t *args, int nb,
                                    braid_request_t *req_p)
 {
-    braid_op_args_t v = *args; /* the checks set v.on_device */
+    braid_op_args_t v = *args; /* the checks set v.on_device and resolve a created op */
     const braid_op_args_t *a = &v;
     braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
     if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
         BRAID_CHECK(braid_group_note(vres, braid_coll_name(a->coll)));
-        return braid_group_add_coll(comm, a, req_p);
+        return braid_group_add_coll(comm, &v, req_p);
     }
     if (vres < 0) return braid_coll_reject(comm, a, vres);
     return submit(comm, a, req_p);

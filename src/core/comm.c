@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/p2p.h"
+#include "core/redop.h"
 #include "core/split.h"
 #include "core/worker.h"
 #include "cuda/cuda.h"
@@ -630,6 +631,7 @@ static void close_rings(struct braid_comm *c)
 static void comm_free(struct braid_comm *c)
 {
     braid_comm_reg_cleanup(c);
+    braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
     close_rings(c);

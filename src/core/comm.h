@@ -68,9 +68,11 @@ typedef struct braid_op_args {
     void *recvbuf;
     size_t count;
     braid_datatype_t dtype;
-    braid_redop_t op;
+    braid_redop_t op; /* a built-in op (a created one is resolved into premul/scalar) */
     int root;
-    int on_device; /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
+    int premul;      /* PreMulSum (core/redop.h): op is then BRAID_SUM for the kernels */
+    uint64_t scalar; /* its scalar, one element of dtype */
+    int on_device;   /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
 } braid_op_args_t;
 
 /* A request's life (state): LIVE from braid_worker_submit until a waiter claims it (WAITING,
@@ -132,6 +134,7 @@ struct braid_comm {
     size_t p2p_chunk_bytes;
     void *tcp_state;                     /* owned by transport/tcp*.c (listener, progress thread) */
     struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
+    struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
     struct braid_p2p_state *p2p; /* owned by core/p2p.c (send/recv connections, pair seqs) */

@@ -43,6 +43,7 @@
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/p2p.h"
+#include "core/redop.h"
 #include "reduce/reduce.h"
 
 #include <sched.h>
@@ -114,8 +115,8 @@ static void describe(char *buf, size_t len, const braid_msg_hdr_t *h)
         snprintf(dt, sizeof(dt), "dtype %u", h->dtype);
     int reduces = h->coll == BRAID_COLL_ALLREDUCE || h->coll == BRAID_COLL_REDUCE ||
                   h->coll == BRAID_COLL_REDUCE_SCATTER;
-    if (reduces && (unsigned)h->op < BRAID_NUM_OPS)
-        snprintf(op, sizeof(op), ", %s", braid_op_name(h->op));
+    if (reduces && (unsigned)h->op <= BRAID_OP_WIRE_PREMULSUM)
+        snprintf(op, sizeof(op), ", %s", braid_redop_wire_name(h->op));
     else if (reduces)
         snprintf(op, sizeof(op), ", op %u", h->op);
     if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
@@ -135,7 +136,7 @@ braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq)
     return (braid_msg_hdr_t){.seq = seq,
                              .coll = (uint8_t)a->coll,
                              .dtype = (uint8_t)a->dtype,
-                             .op = (uint8_t)a->op,
+                             .op = (uint8_t)(a->premul ? BRAID_OP_WIRE_PREMULSUM : a->op),
                              .root = a->root,
                              .count = a->count};
 }

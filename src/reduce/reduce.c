@@ -114,9 +114,9 @@ const char *braid_reduce_isa(void)
 /* ---- entry points ------------------------------------------------------------------------ */
 
 static const unsigned char braid_reduce_esize[BRAID_NUM_DTYPES] = {
-    [BRAID_INT8] = 1,    [BRAID_UINT8] = 1,   [BRAID_INT32] = 4,   [BRAID_UINT32] = 4,
-    [BRAID_INT64] = 8,   [BRAID_UINT64] = 8,  [BRAID_FLOAT16] = 2, [BRAID_BFLOAT16] = 2,
-    [BRAID_FLOAT32] = 4, [BRAID_FLOAT64] = 8,
+    [BRAID_INT8] = 1,    [BRAID_UINT8] = 1,   [BRAID_INT32] = 4,       [BRAID_UINT32] = 4,
+    [BRAID_INT64] = 8,   [BRAID_UINT64] = 8,  [BRAID_FLOAT16] = 2,     [BRAID_BFLOAT16] = 2,
+    [BRAID_FLOAT32] = 4, [BRAID_FLOAT64] = 8, [BRAID_FLOAT8_E4M3] = 1, [BRAID_FLOAT8_E5M2] = 1,
 };
 
 /* Callers have validated dtype and op; a bad one here is a bug in braid. */
@@ -163,6 +163,13 @@ void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, 
         memmove(dst, src, count * braid_reduce_esize[dtype]);
 }
 
+void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                        const void *scalar)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, BRAID_SUM)) return;
+    braid_reduce_table()->scale[dtype](dst, src, count, scalar);
+}
+
 /* ---- scalar conversions ------------------------------------------------------------------ */
 
 float braid_half_to_float(uint16_t h)
@@ -183,4 +190,24 @@ float braid_bf16_to_float(uint16_t b)
 uint16_t braid_float_to_bf16(float f)
 {
     return braid_rop_f2bf(f);
+}
+
+float braid_e4m3_to_float(uint8_t b)
+{
+    return braid_rop_e4m32f(b);
+}
+
+uint8_t braid_float_to_e4m3(float f)
+{
+    return braid_rop_f2e4m3(f);
+}
+
+float braid_e5m2_to_float(uint8_t b)
+{
+    return braid_rop_e5m22f(b);
+}
+
+uint8_t braid_float_to_e5m2(float f)
+{
+    return braid_rop_f2e5m2(f);
 }

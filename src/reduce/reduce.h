@@ -1,7 +1,8 @@
 /* CPU reduction kernels: one entry point per shape, dispatched on (dtype, op).
  *
  * All kernels are element-wise and allow dst to alias a or b exactly (not partially).
- * float16/bfloat16 are widened to float32, combined, and rounded back to nearest-even;
+ * float16/bfloat16/float8 are widened to float32, combined, and rounded back to nearest-even
+ * (float8: saturating to the largest finite value, as NCCL's __NV_SATFINITE conversions);
  * NaN and inf propagate as IEEE 754 says (min/max return NaN if either input is NaN).
  * Integer sum/prod wrap (two's complement, computed unsigned to avoid UB). */
 #ifndef BRAID_REDUCE_REDUCE_H
@@ -26,11 +27,22 @@ void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst
 void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
                            size_t count, int nranks);
 
+/* dst[i] = src[i] * scalar for i < count (scalar: one element of dtype, host memory): the
+ * pre-multiplication of PreMulSum, rounded once in the element type as its product (integers
+ * wrap; float16/bfloat16/float8 through float32, the exact product rounded once). dst may
+ * alias src exactly. */
+void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                        const void *scalar);
+
 /* Scalar conversions (exported for tests and the perf tools' checkers). */
 float braid_half_to_float(uint16_t h);
 uint16_t braid_float_to_half(float f); /* round to nearest even, overflow -> inf, NaN kept */
 float braid_bf16_to_float(uint16_t b);
 uint16_t braid_float_to_bf16(float f); /* round to nearest even, NaN kept quiet */
+float braid_e4m3_to_float(uint8_t b);  /* float8 e4m3, exact */
+uint8_t braid_float_to_e4m3(float f);  /* nearest even, saturating to +-448, NaN -> 0x7f|sign */
+float braid_e5m2_to_float(uint8_t b);  /* float8 e5m2, exact */
+uint8_t braid_float_to_e5m2(float f);  /* nearest even, saturating to +-57344 (inf too) */
 
 /* Which SIMD path the dispatcher chose ("avx512", "avx2", "generic"). */
 const char *braid_reduce_isa(void);

@@ -64,12 +64,26 @@ static REDUCE_ATTR inline void REDUCE_SFX(f2h_block)(braid_rop_f16_mem *h, const
         BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_div(src[k], dn));                         \
     }
 
+/* dst[k] = braid_rop_<tag>_prod(src[k], scalar): PreMulSum's multiplication, the element
+ * type's own product (so rounded once, NaN rules included). */
+#define REDUCE_DEF_SCALE(tag, T)                                                                   \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_scale)(void *dst_, const void *src_, size_t n,        \
+                                                    const void *scalar)                            \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *src = src_;                                                   \
+        T s;                                                                                       \
+        memcpy(&s, scalar, sizeof(s));                                                             \
+        BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_prod(src[k], s));                         \
+    }
+
 #define REDUCE_DEF_DTYPE(tag, T)                                                                   \
     REDUCE_DEF_PAIR(tag, T, sum)                                                                   \
     REDUCE_DEF_PAIR(tag, T, prod)                                                                  \
     REDUCE_DEF_PAIR(tag, T, min)                                                                   \
     REDUCE_DEF_PAIR(tag, T, max)                                                                   \
-    REDUCE_DEF_AVG_DIV(tag, T)
+    REDUCE_DEF_AVG_DIV(tag, T)                                                                     \
+    REDUCE_DEF_SCALE(tag, T)
 
 REDUCE_DEF_DTYPE(i8, int8_t)
 REDUCE_DEF_DTYPE(u8, uint8_t)
@@ -80,6 +94,8 @@ REDUCE_DEF_DTYPE(u64, uint64_t)
 REDUCE_DEF_DTYPE(bf16, uint16_t)
 REDUCE_DEF_DTYPE(f32, float)
 REDUCE_DEF_DTYPE(f64, double)
+REDUCE_DEF_DTYPE(e4m3, uint8_t)
+REDUCE_DEF_DTYPE(e5m2, uint8_t)
 
 /* float16: FEXPR combines float32 values x and y (and may use dn). Whole blocks are converted
  * with REDUCE_H2F_BLOCK/REDUCE_F2H_BLOCK; all of a and b's block is read before dst's block is
@@ -124,6 +140,17 @@ static REDUCE_ATTR void REDUCE_SFX(f16_avg)(void *dst_, const void *a_, const vo
     REDUCE_F16_BODY(braid_rop_f32_avg(x, y, dn))
 }
 
+static REDUCE_ATTR void REDUCE_SFX(f16_scale)(void *dst_, const void *src_, size_t n,
+                                              const void *scalar)
+{
+    const void *a_ = src_;
+    const void *b_ = src_;
+    uint16_t sh;
+    memcpy(&sh, scalar, sizeof(sh));
+    const float s = braid_rop_h2f(sh);
+    REDUCE_F16_BODY(((void)y, braid_rop_f32_prod(x, s)))
+}
+
 static REDUCE_ATTR void REDUCE_SFX(f16_div)(void *dst_, const void *src_, size_t n, int nranks)
 {
     /* The pair body with b = a and y unused: one conversion too many, but no second copy. */
@@ -153,6 +180,8 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_ROW(bf16),
             [BRAID_FLOAT32] = REDUCE_ROW(f32),
             [BRAID_FLOAT64] = REDUCE_ROW(f64),
+            [BRAID_FLOAT8_E4M3] = REDUCE_ROW(e4m3),
+            [BRAID_FLOAT8_E5M2] = REDUCE_ROW(e5m2),
         },
     .avg =
         {
@@ -166,6 +195,8 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_SFX(bf16_avg),
             [BRAID_FLOAT32] = REDUCE_SFX(f32_avg),
             [BRAID_FLOAT64] = REDUCE_SFX(f64_avg),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_avg),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_avg),
         },
     .div =
         {
@@ -179,12 +210,30 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_BFLOAT16] = REDUCE_SFX(bf16_div),
             [BRAID_FLOAT32] = REDUCE_SFX(f32_div),
             [BRAID_FLOAT64] = REDUCE_SFX(f64_div),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_div),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_div),
+        },
+    .scale =
+        {
+            [BRAID_INT8] = REDUCE_SFX(i8_scale),
+            [BRAID_UINT8] = REDUCE_SFX(u8_scale),
+            [BRAID_INT32] = REDUCE_SFX(i32_scale),
+            [BRAID_UINT32] = REDUCE_SFX(u32_scale),
+            [BRAID_INT64] = REDUCE_SFX(i64_scale),
+            [BRAID_UINT64] = REDUCE_SFX(u64_scale),
+            [BRAID_FLOAT16] = REDUCE_SFX(f16_scale),
+            [BRAID_BFLOAT16] = REDUCE_SFX(bf16_scale),
+            [BRAID_FLOAT32] = REDUCE_SFX(f32_scale),
+            [BRAID_FLOAT64] = REDUCE_SFX(f64_scale),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_scale),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_scale),
         },
 };
 
 #undef REDUCE_DEF_PAIR
 #undef REDUCE_DEF_AVG_DIV
 #undef REDUCE_DEF_DTYPE
+#undef REDUCE_DEF_SCALE
 #undef REDUCE_F16_BODY
 #undef REDUCE_DEF_F16_PAIR
 #undef REDUCE_ROW

@@ -17,6 +17,15 @@
  *   nearest-even once per kernel call (avg: the sum is divided by nranks in float32 and rounded
  *   once). Results that are NaN are always quiet, so the F16C/AVX-512 conversions (which quiet
  *   a signaling NaN) and the bit manipulation here give the same bits.
+ * - float8 e4m3 / e5m2 (OCP FP8, as NCCL's ncclFloat8e4m3 / ncclFloat8e5m2): widened exactly to
+ *   float32, combined as float32, rounded back to nearest-even once per element and kernel
+ *   call, SATURATING like CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...), which NCCL's
+ *   fp8 kernels use: every result beyond the largest finite value, infinities included, becomes
+ *   +-448 (e4m3) or +-57344 (e5m2); NaN stays NaN (e4m3: 0x7f/0xff, its only NaNs; e5m2: sign
+ *   and top payload bit kept, quiet). So an e5m2 infinity that enters an arithmetic op leaves it
+ *   as +-57344, as it does in NCCL. NCCL combines fp8 in float16 arithmetic; braid's float32
+ *   gives the correctly rounded result, which differs from NCCL's only where NCCL's float16
+ *   intermediate rounds (or overflows) first.
  * - The conversions below ignore MXCSR (no float arithmetic except exact operations on normal
  *   numbers), so FTZ/DAZ set by the application do not change them; the arithmetic itself
  *   follows MXCSR identically on every path. */
@@ -48,13 +57,15 @@ typedef void (*braid_reduce_pair_fn)(void *dst, const void *a, const void *b, si
 typedef void (*braid_reduce_avg_fn)(void *dst, const void *a, const void *b, size_t count,
                                     int nranks);
 typedef void (*braid_reduce_div_fn)(void *dst, const void *src, size_t count, int nranks);
+typedef void (*braid_reduce_scale_fn)(void *dst, const void *src, size_t count, const void *scalar);
 
 /* One ISA variant: every (dtype, op) kernel. dst may alias a, b or src exactly. */
 typedef struct {
     const char *name; /* "generic", "avx2", "avx512" */
     braid_reduce_pair_fn pair[BRAID_NUM_DTYPES][BRAID_ROP_NUM];
-    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES]; /* dst = (a + b) / nranks */
-    braid_reduce_div_fn div[BRAID_NUM_DTYPES]; /* dst = src / nranks */
+    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES];     /* dst = (a + b) / nranks */
+    braid_reduce_div_fn div[BRAID_NUM_DTYPES];     /* dst = src / nranks */
+    braid_reduce_scale_fn scale[BRAID_NUM_DTYPES]; /* dst = src prod scalar (PreMulSum) */
 } braid_reduce_table_t;
 
 extern const braid_reduce_table_t braid_reduce_table_generic;
@@ -121,6 +132,8 @@ typedef int64_t braid_rop_i64_mem BRAID_ROP_MEM;
 typedef uint64_t braid_rop_u64_mem BRAID_ROP_MEM;
 typedef uint16_t braid_rop_f16_mem BRAID_ROP_MEM;
 typedef uint16_t braid_rop_bf16_mem BRAID_ROP_MEM;
+typedef uint8_t braid_rop_e4m3_mem BRAID_ROP_MEM;
+typedef uint8_t braid_rop_e5m2_mem BRAID_ROP_MEM;
 typedef float braid_rop_f32_mem BRAID_ROP_MEM;
 typedef double braid_rop_f64_mem BRAID_ROP_MEM;
 
@@ -214,6 +227,93 @@ BRAID_ROP_FN uint16_t braid_rop_f2bf(float f)
     uint32_t top = u >> 16;
     uint32_t nan = top | ((top & 0x7fu) == 0 ? 0x40u : 0u);
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+/* ---- float8 conversions (OCP FP8 e4m3 "fn" and e5m2) -------------------------------------- */
+
+/* e4m3 -> float32, exact: bias 7, no infinities, S.1111.111 is the only NaN (quiet, sign
+ * kept). Subnormals mant * 2^-9 are normalized with integer operations only: with float
+ * arithmetic in a select GCC does not vectorize the loop (trapping math), with these it
+ * does (AVX2, AVX-512). p is the position of mant's leading bit. */
+BRAID_ROP_FN float braid_rop_e4m32f(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t exp = ((uint32_t)b >> 3) & 0xfu;
+    uint32_t mant = (uint32_t)b & 0x7u;
+    uint32_t normal = ((exp + 120u) << 23) | (mant << 20);
+    uint32_t p = (uint32_t)(mant >= 4u) + (uint32_t)(mant >= 2u);
+    uint32_t sub = mant == 0 ? 0u : ((118u + p) << 23) | ((mant << (23u - p)) & 0x7fffffu);
+    uint32_t r = (b & 0x7fu) == 0x7fu ? 0x7fc00000u : (exp != 0 ? normal : sub);
+    return braid_rop_f32_from(r | sign);
+}
+
+/* float32 -> e4m3, round to nearest even, saturating: |x| >= 448 (inf included) gives +-448
+ * (0x7e), every NaN gives 0x7f with x's sign. */
+BRAID_ROP_FN uint8_t braid_rop_f2e4m3(float f)
+{
+    uint32_t u = braid_rop_f32_bits(f);
+    uint32_t sign = (u >> 24) & 0x80u;
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t e = a >> 23;
+    /* Normal (|x| >= 2^-6, e >= 121): rebias and round on the 20 dropped bits; below the
+     * saturation bound a carry out of the mantissa stays <= 0x7e. */
+    uint32_t nrm = (a >> 20) - (120u << 3);
+    uint32_t nrem = a & 0xfffffu;
+    nrm += (uint32_t)((nrem > 0x80000u) | ((nrem == 0x80000u) & nrm));
+    /* Subnormal or zero (e < 121): value = m * 2^(e-150) = (m >> (141 - e)) units of 2^-9;
+     * shifts clamp to [21, 25] (a shift of 25 leaves only values below half a unit). */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t ec = e < 116u ? 116u : (e > 120u ? 120u : e);
+    uint32_t s = 141u - ec;
+    uint32_t sub = m >> s;
+    uint32_t srem = m & ((1u << s) - 1u);
+    uint32_t half = 1u << (s - 1u);
+    sub += (uint32_t)((srem > half) | ((srem == half) & sub));
+    uint32_t r = a > 0x7f800000u ? 0x7fu : (a >= 0x43e00000u ? 0x7eu : (e >= 121u ? nrm : sub));
+    return (uint8_t)(sign | r);
+}
+
+/* e5m2 -> float32, exact: the top byte of a float16 (bias 15, infinities, NaNs keep sign and
+ * payload, a signaling one stays signaling). Subnormals mant * 2^-16, normalized with integer
+ * operations as in braid_rop_e4m32f. */
+BRAID_ROP_FN float braid_rop_e5m22f(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t exp = ((uint32_t)b >> 2) & 0x1fu;
+    uint32_t mant = (uint32_t)b & 0x3u;
+    uint32_t normal = ((exp + 112u) << 23) | (mant << 21);
+    uint32_t special = 0x7f800000u | (mant << 21);
+    uint32_t p = (uint32_t)(mant >= 2u);
+    uint32_t sub = mant == 0 ? 0u : ((111u + p) << 23) | ((mant << (23u - p)) & 0x7fffffu);
+    uint32_t r = exp == 0x1fu ? special : (exp != 0 ? normal : sub);
+    return braid_rop_f32_from(r | sign);
+}
+
+/* float32 -> e5m2, round to nearest even, saturating: |x| >= 57344 (inf included) gives
+ * +-57344 (0x7b); a NaN keeps its sign and top 2 payload bits (quiet stays quiet) and becomes
+ * quiet if those bits are zero. */
+BRAID_ROP_FN uint8_t braid_rop_f2e5m2(float f)
+{
+    uint32_t u = braid_rop_f32_bits(f);
+    uint32_t sign = (u >> 24) & 0x80u;
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t e = a >> 23;
+    uint32_t payload = (a >> 21) & 0x3u;
+    uint32_t nan = 0x7cu | payload | (payload == 0 ? 0x2u : 0u);
+    /* Normal (|x| >= 2^-14, e >= 113): round on the 21 dropped bits. */
+    uint32_t nrm = (a >> 21) - (112u << 2);
+    uint32_t nrem = a & 0x1fffffu;
+    nrm += (uint32_t)((nrem > 0x100000u) | ((nrem == 0x100000u) & nrm));
+    /* Subnormal or zero (e < 113): (m >> (134 - e)) units of 2^-16, shifts in [22, 25]. */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t ec = e < 109u ? 109u : (e > 112u ? 112u : e);
+    uint32_t s = 134u - ec;
+    uint32_t sub = m >> s;
+    uint32_t srem = m & ((1u << s) - 1u);
+    uint32_t half = 1u << (s - 1u);
+    sub += (uint32_t)((srem > half) | ((srem == half) & sub));
+    uint32_t r = a > 0x7f800000u ? nan : (a >= 0x47600000u ? 0x7bu : (e >= 113u ? nrm : sub));
+    return (uint8_t)(sign | r);
 }
 
 /* ---- floating-point element ops ---------------------------------------------------------- */
@@ -331,6 +431,46 @@ BRAID_ROP_FN uint16_t braid_rop_bf16_div(uint16_t x, float dn)
 {
     return braid_rop_f2bf(braid_rop_bf2f(x) / dn);
 }
+
+/* ---- float8 element ops: float32 arithmetic, one saturating rounding ------------------------ */
+
+#define BRAID_ROP_FP8(tag)                                                                         \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_sum(uint8_t x, uint8_t y)                               \
+    {                                                                                              \
+        return braid_rop_f2##tag(                                                                  \
+            braid_rop_f32_sum(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
+    }                                                                                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_prod(uint8_t x, uint8_t y)                              \
+    {                                                                                              \
+        return braid_rop_f2##tag(                                                                  \
+            braid_rop_f32_prod(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                   \
+    }                                                                                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_min(uint8_t x, uint8_t y)                               \
+    {                                                                                              \
+        return braid_rop_f2##tag(                                                                  \
+            braid_rop_f32_min(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
+    }                                                                                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_max(uint8_t x, uint8_t y)                               \
+    {                                                                                              \
+        return braid_rop_f2##tag(                                                                  \
+            braid_rop_f32_max(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y)));                    \
+    }                                                                                              \
+    typedef float braid_rop_##tag##_dn_t;                                                          \
+    BRAID_ROP_FN float braid_rop_##tag##_dn(int nranks)                                            \
+    {                                                                                              \
+        return (float)nranks;                                                                      \
+    }                                                                                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_avg(uint8_t x, uint8_t y, float dn)                     \
+    {                                                                                              \
+        return braid_rop_f2##tag(                                                                  \
+            braid_rop_f32_avg(braid_rop_##tag##2f(x), braid_rop_##tag##2f(y), dn));                \
+    }                                                                                              \
+    BRAID_ROP_FN uint8_t braid_rop_##tag##_div(uint8_t x, float dn)                                \
+    {                                                                                              \
+        return braid_rop_f2##tag(braid_rop_##tag##2f(x) / dn);                                     \
+    }
+BRAID_ROP_FP8(e4m3)
+BRAID_ROP_FP8(e5m2)
 
 /* ---- integer element ops ----------------------------------------------------------------- */
 

@@ -10,7 +10,12 @@
 static int is_float(braid_datatype_t dt)
 {
     return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT32 ||
-           dt == BRAID_FLOAT64;
+           dt == BRAID_FLOAT64 || dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
+}
+
+static int is_fp8(braid_datatype_t dt)
+{
+    return dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
 }
 
 static int is_signed(braid_datatype_t dt)
@@ -29,6 +34,18 @@ double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int
         static const double uv[] = {1, 2, 1, 3, 1, 1, 2};
         if (is_float(dt)) return fv[h % 7];
         return is_signed(dt) ? sv[h % 7] : uv[h % 7];
+    }
+    if (is_fp8(dt)) {
+        /* float8 holds few integers: min/max pick any finite code below 2^6 (exact selections);
+         * sum/avg use multiples of 1/4 (e4m3) or integers (e5m2) whose partial sums over up
+         * to 8 ranks stay exact (|sum| <= 4, resp. 8). */
+        if (op == BRAID_MIN || op == BRAID_MAX) {
+            uint8_t code = (uint8_t)(h % (dt == BRAID_FLOAT8_E4M3 ? 0x68 : 0x58));
+            if (code) code |= (uint8_t)((h & 0x100) >> 1); /* no -0: the reference orders zeros */
+            return dt == BRAID_FLOAT8_E4M3 ? braid_e4m3_to_float(code) : braid_e5m2_to_float(code);
+        }
+        if (dt == BRAID_FLOAT8_E4M3) return ((int)(h % 5) - 2) * 0.25;
+        return (int)(h % 3) - 1;
     }
     if (op == BRAID_MIN || op == BRAID_MAX) {
         int v = (int)(h % 201);
@@ -49,6 +66,7 @@ static void store(void *buf, size_t k, braid_datatype_t dt, double v)
         int64_t i64;
         uint64_t u64;
         uint16_t h;
+        uint8_t f8;
         float f;
         double d;
     } t;
@@ -82,6 +100,12 @@ static void store(void *buf, size_t k, braid_datatype_t dt, double v)
         break;
     case BRAID_FLOAT64:
         t.d = v;
+        break;
+    case BRAID_FLOAT8_E4M3:
+        t.f8 = braid_float_to_e4m3((float)v);
+        break;
+    case BRAID_FLOAT8_E5M2:
+        t.f8 = braid_float_to_e5m2((float)v);
         break;
     default:
         return;
@@ -122,7 +146,7 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
             }
         }
         if (op == BRAID_AVG) acc /= n;
-        if (dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16) acc = (float)acc;
+        if (dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64) acc = (float)acc; /* float32-computed */
         store(out, 0, dt, acc);
         return;
     }

@@ -111,6 +111,10 @@ static inline int bits_isnan(braid_datatype_t dt, uint64_t b)
         return (b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu);
     case BRAID_FLOAT64:
         return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (b & 0xfffffffffffffull);
+    case BRAID_FLOAT8_E4M3:
+        return (b & 0x7f) == 0x7f;
+    case BRAID_FLOAT8_E5M2:
+        return (b & 0x7c) == 0x7c && (b & 3);
     default:
         return 0;
     }

@@ -30,8 +30,9 @@ TestSuite(reduce, .timeout = 60);
 /* ---- dtype helpers (independent of the library) ------------------------------------------ */
 
 static const braid_datatype_t all_dtypes[] = {
-    BRAID_INT8,   BRAID_UINT8,   BRAID_INT32,    BRAID_UINT32,  BRAID_INT64,
-    BRAID_UINT64, BRAID_FLOAT16, BRAID_BFLOAT16, BRAID_FLOAT32, BRAID_FLOAT64,
+    BRAID_INT8,    BRAID_UINT8,   BRAID_INT32,       BRAID_UINT32,
+    BRAID_INT64,   BRAID_UINT64,  BRAID_FLOAT16,     BRAID_BFLOAT16,
+    BRAID_FLOAT32, BRAID_FLOAT64, BRAID_FLOAT8_E4M3, BRAID_FLOAT8_E5M2,
 };
 #define NDTYPES (sizeof(all_dtypes) / sizeof(all_dtypes[0]))
 static const braid_redop_t all_ops[] = {BRAID_SUM, BRAID_PROD, BRAID_MIN, BRAID_MAX, BRAID_AVG};
@@ -42,6 +43,8 @@ static size_t esize(braid_datatype_t dt)
     switch (dt) {
     case BRAID_INT8:
     case BRAID_UINT8:
+    case BRAID_FLOAT8_E4M3:
+    case BRAID_FLOAT8_E5M2:
         return 1;
     case BRAID_FLOAT16:
     case BRAID_BFLOAT16:
@@ -57,8 +60,9 @@ static size_t esize(braid_datatype_t dt)
 
 static const char *dtname(braid_datatype_t dt)
 {
-    static const char *const n[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                    "uint64", "float16", "bfloat16", "float32", "float64"};
+    static const char *const n[] = {"int8",    "uint8",   "int32",       "uint32",
+                                    "int64",   "uint64",  "float16",     "bfloat16",
+                                    "float32", "float64", "float8_e4m3", "float8_e5m2"};
     return n[dt];
 }
 
@@ -105,7 +109,13 @@ static void put_elem(braid_datatype_t dt, void *buf, size_t i, uint64_t bits)
     memcpy((char *)buf + i * esize(dt), &bits, esize(dt));
 }
 
+#include "ref_fp8.h"
 #include "ref_half.h"
+
+static int is_fp8(braid_datatype_t dt)
+{
+    return dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
+}
 
 /* ---- reference element ops ---------------------------------------------------------------- */
 
@@ -118,6 +128,10 @@ static uint64_t quiet_bit(braid_datatype_t dt)
         return 0x40;
     case BRAID_FLOAT32:
         return 0x400000;
+    case BRAID_FLOAT8_E4M3:
+        return 0x7f; /* its one NaN (per sign): x | 0x7f == x */
+    case BRAID_FLOAT8_E5M2:
+        return 0x2;
     default:
         return 1ull << 51;
     }
@@ -132,6 +146,10 @@ static double decode(braid_datatype_t dt, uint64_t b)
         return ref_bf2d((uint16_t)b);
     case BRAID_FLOAT32:
         return bits2f((uint32_t)b);
+    case BRAID_FLOAT8_E4M3:
+        return ref_e4m3_to_d((uint8_t)b);
+    case BRAID_FLOAT8_E5M2:
+        return ref_e5m2_to_d((uint8_t)b);
     default:
         return bits2d(b);
     }
@@ -147,6 +165,10 @@ static uint64_t encode(braid_datatype_t dt, double v)
         return ref_d2bf(v);
     case BRAID_FLOAT32:
         return f2bits((float)v);
+    case BRAID_FLOAT8_E4M3:
+        return ref_d_to_e4m3(v);
+    case BRAID_FLOAT8_E5M2:
+        return ref_d_to_e5m2(v);
     default:
         return d2bits(v);
     }
@@ -209,6 +231,8 @@ static want_t ref_elem(braid_datatype_t dt, braid_redop_t op, int mode, uint64_t
             w.bits = x;
         else
             w.bits = (!!signbit(X) == (op == BRAID_MIN)) ? x : y; /* +0 vs -0 */
+        /* float8 results go through the saturating conversion (an e5m2 inf becomes the max). */
+        if (is_fp8(dt)) w.bits = encode(dt, decode(dt, w.bits));
         return w;
     }
     if (mode == M_DIV) {
@@ -256,6 +280,10 @@ static uint64_t gen_bits(braid_datatype_t dt, uint64_t idx, uint64_t seed, int w
     case BRAID_FLOAT32:
         return wild ? (h >> 16) & 0xffffffffu
                     : s << 31 | (107 + (h >> 20) % 40) << 23 | (h >> 32 & 0x7fffff);
+    case BRAID_FLOAT8_E4M3: /* exponents 1..14 (2^-6 .. 2^7): sums and products saturate */
+        return wild ? (h >> 16) & 0xff : s << 7 | (1 + (h >> 20) % 14) << 3 | (h >> 32 & 0x7);
+    case BRAID_FLOAT8_E5M2:
+        return wild ? (h >> 16) & 0xff : s << 7 | (3 + (h >> 20) % 26) << 2 | (h >> 32 & 0x3);
     default:
         return wild ? mix64(h) : s << 63 | (1003 + (h >> 20) % 40) << 52 | (mix64(h) >> 12);
     }
@@ -364,6 +392,8 @@ DTYPE_TEST(float16, BRAID_FLOAT16)
 DTYPE_TEST(bfloat16, BRAID_BFLOAT16)
 DTYPE_TEST(float32, BRAID_FLOAT32)
 DTYPE_TEST(float64, BRAID_FLOAT64)
+DTYPE_TEST(float8_e4m3, BRAID_FLOAT8_E4M3)
+DTYPE_TEST(float8_e5m2, BRAID_FLOAT8_E5M2)
 
 Test(reduce, count_zero_touches_nothing)
 {
@@ -661,7 +691,8 @@ static void bi_run(unsigned char *out)
         for (size_t i = 0; i < BI_N; i++) {
             uint64_t x = gen_bits(dt, i, 5, i & 1), y = gen_bits(dt, i, 6, (i >> 1) & 1);
             if (es == 2) x = i & 0xffff; /* every pattern against random partners */
-            if (i % 13 == 0) y = x ^ 1;  /* NaN with NaN of another payload, near ties */
+            if (is_fp8(dt)) x = i & 0xff;
+            if (i % 13 == 0) y = x ^ 1; /* NaN with NaN of another payload, near ties */
             put_elem(dt, a + 1, i, x);
             put_elem(dt, b + 1, i, y);
         }
