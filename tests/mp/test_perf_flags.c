@@ -113,8 +113,8 @@ Test(perftools, root_minus_one_runs_every_root)
     int st;
     char *out = run_tool("", 3, "reduce_perf", "-b 64 -e 4K -f 8 -n 2 -w 0 -r -1 -o all", &st);
     cr_assert_eq(st, 0, "%s", out);
-    /* 3 sizes x 5 ops x 3 roots; every root appears in the root column. */
-    cr_assert_eq(count_rows(out, NULL), 3 * 5 * 3, "%s", out);
+    /* 3 sizes x 6 ops (sum prod max min avg mulsum) x 3 roots; every root in the root column. */
+    cr_assert_eq(count_rows(out, NULL), 3 * 6 * 3, "%s", out);
     for (int r = 0; r < 3; r++) { /* the root column follows the redop column */
         char col[64];
         snprintf(col, sizeof(col), "     float  %6s  %6d  ", "sum", r);
