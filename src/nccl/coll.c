@@ -228,7 +228,6 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
                          "%s: ncclScalarDevice is not supported (braid reads the scalar at "
                          "creation: pass a host scalar with ncclScalarHostImmediate)",
                          call);
-#if SHIM_HAVE_BRAID_PREMULSUM
     pthread_mutex_lock(&comm->lock);
     int slot = -1;
     for (int i = 0; i < SHIM_MAX_REDOPS && slot < 0; i++)
@@ -252,12 +251,6 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     *op = (ncclRedOp_t)(ncclNumOps + slot);
     return ncclSuccess;
-#else
-    return shim_fail(comm, ncclInvalidUsage,
-                     "%s: not implemented: this braid build has no PreMulSum op "
-                     "(braid_redop_create_premulsum)",
-                     call);
-#endif
 }
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
@@ -278,12 +271,8 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: op=%d was not created on this communicator (or destroyed already)",
                          call, (int)op);
-#if SHIM_HAVE_BRAID_PREMULSUM
     braid_result_t r = braid_redop_destroy(b, comm->bc);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-#else
-    (void)b;
-#endif
     return ncclSuccess;
 }
 

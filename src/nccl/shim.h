@@ -18,11 +18,6 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-/* Parts of braid's API that other work adds: 1 once they exist in braid.h. */
-#ifndef SHIM_HAVE_BRAID_PREMULSUM
-#define SHIM_HAVE_BRAID_PREMULSUM 0 /* braid_redop_create_premulsum/destroy */
-#endif
-
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
 #define SHIM_MSG_BYTES 768

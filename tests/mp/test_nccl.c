@@ -65,10 +65,12 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
-/* What the linked braid has, so the client knows what must work. */
+/* What must work: PreMulSum, and float8 (as ncclFloat8e4m3/e5m2) since braid has them. */
 static const char *requirements(void)
 {
-    return braid_dtype_size((braid_datatype_t)10) ? "--require-fp8" : "";
+    return braid_dtype_size(BRAID_FLOAT8_E4M3) && braid_dtype_size(BRAID_FLOAT8_E5M2)
+               ? "--require-fp8 --require-premulsum"
+               : "--require-premulsum";
 }
 
 static void client(int n, const char *tests)

@@ -90,7 +90,7 @@ double in_value(ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t i, int s
 /* v exactly representable: sign, exponent field, mantissa of a binary minifloat. */
 static uint32_t minifloat(double v, int ebits, int mbits)
 {
-    if (v == 0) return 0;
+    if (v == 0) return signbit(v) ? 1u << (ebits + mbits) : 0; /* -0 keeps its sign */
     uint32_t sign = v < 0 ? 1u : 0u;
     int e;
     double m = frexp(fabs(v), &e); /* v = m * 2^e, m in [0.5, 1) */
