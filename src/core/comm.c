@@ -694,6 +694,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();
     me.rank = rank;
+    me.cuda_dev = c->cuda_dev;
     c->peers = calloc((size_t)nranks, sizeof(*c->peers));
     if (!c->peers) {
         res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", nranks);

@@ -51,6 +51,8 @@ typedef struct {
     cpu_set_t cpus; /* the cpus it may run on (its binding) */
     int32_t pid;
     int32_t rank;
+    int32_t cuda_dev; /* the communicator's CUDA device, -1 for none (cuda/executor.c) */
+    int32_t pad;
     braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
     braid_topo_addrs_t addrs; /* its host's interface addresses (NIC choice, core/netaddr.c) */
 } braid_peer_info_t;

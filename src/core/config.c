@@ -66,6 +66,18 @@ static const braid_param_t params[] = {
      "CPU reduction kernels: auto, avx512, avx2, generic (for testing)"},
     {"CUDA", "1", BRAID_PARAM_STR,
      "0: never touch CUDA (every buffer is host memory); 1: use a CUDA device if present"},
+    {"DEV_ENGINE", "auto", BRAID_PARAM_STR,
+     "device buffers: auto (the device engine when every rank has a GPU on one host, else "
+     "staged through host memory), device (the device engine or an error), stage"},
+    {"DEV_NCHANNELS", "4", BRAID_PARAM_INT, "device engine: channels (rings over disjoint slices)"},
+    {"DEV_BLOCKS", "2", BRAID_PARAM_INT, "device engine: thread blocks per channel"},
+    {"DEV_CHUNK_SIZE", "131072", BRAID_PARAM_SIZE,
+     "device engine: bytes per slot (one block's part of a chunk; a multiple of 16)"},
+    {"DEV_NSLOTS", "8", BRAID_PARAM_INT, "device engine: slots per FIFO (chunks in flight)"},
+    {"DEV_THREADS", "512", BRAID_PARAM_INT, "device engine: threads per block (32 to 512)"},
+    {"DEV_SPINS", "16384", BRAID_PARAM_INT,
+     "device engine: polls of a flag before a kernel returns to the host loop, which relaunches "
+     "it (processes time-sliced on one GPU progress)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -153,6 +165,12 @@ static const struct {
     {"NSOCKS_PERPEER", NULL, 1, 8},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},
+    {"DEV_ENGINE", "auto,device,stage", 0, 0},
+    {"DEV_NCHANNELS", NULL, 1, 16},
+    {"DEV_BLOCKS", NULL, 1, 8},
+    {"DEV_NSLOTS", NULL, 1, 64},
+    {"DEV_THREADS", NULL, 32, 512},
+    {"DEV_SPINS", NULL, 1, 1 << 30},
 };
 
 /* Edit distance of a and b, case-insensitive, '_' ignored (CHUNKSIZE ~ CHUNK_SIZE). */
