@@ -60,7 +60,8 @@ struct braid_cuda_engine {
     cudaStream_t stream;
     cudaEvent_t ev;
     struct braid_comm *comm;
-    int nlanes; /* lanes of the call in progress */
+    int nlanes;                      /* lanes of the call in progress */
+    uint64_t calls, launches, idles; /* statistics */
     uint64_t next_check_ns;
 };
 
@@ -290,6 +291,21 @@ static braid_result_t launch(void *ctx, uint64_t budget)
     }
 }
 
+/* 0 when pid is gone or a zombie (killed, not reaped yet), else 1. */
+static int pid_alive(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return errno == ENOENT ? 0 : 1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !(rp && rp[1] && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
 static braid_result_t check(void *ctx)
 {
     struct braid_cuda_engine *e = ctx;
@@ -302,7 +318,7 @@ static braid_result_t check(void *ctx)
     e->next_check_ns = now + 50000000ull;
     for (int r = 0; r < comm->nranks; r++) {
         pid_t pid = (pid_t)comm->peers[r].pid;
-        if (r != comm->rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        if (r != comm->rank && pid > 0 && !pid_alive(pid))
             return braid_set_error(
                 BRAID_ERR_REMOTE, "device engine: rank %d (pid %d on this host) died", r, (int)pid);
     }
@@ -404,6 +420,8 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
                            .seq = seq,
                            .reports = e->rep_h};
     res = braid_dev_drive(&d, &ops, e);
+    e->launches += d.runs;
+    e->idles += d.idles;
     if (res == BRAID_SUCCESS) {
         /* The counters the next call continues from. */
         size_t cb = (size_t)img.nlanes * sizeof(braid_dev_chan_t);
@@ -415,6 +433,7 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
             braid_dev_image_save(&img, e->img_pin, &e->ctr);
         braid_trace(COLL, "%s: %llu launches, %llu idle", what, (unsigned long long)d.runs,
                     (unsigned long long)d.idles);
+        e->calls++;
     } else if (res != BRAID_ERR_TIMEOUT || d.runs) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", braid_last_error());
@@ -464,4 +483,19 @@ int braid_cuda_engine_try(struct braid_comm *comm, const braid_op_args_t *a)
         braid_comm_fail_peers(comm, res, why);
     }
     return res;
+}
+
+void braid_cuda_engine_stats(struct braid_comm *comm, uint64_t *calls_p, uint64_t *launches_p,
+                             uint64_t *idle_p, const char **why_p)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    struct braid_cuda_engine *e = cc ? cc->eng : NULL;
+    *calls_p = e ? e->calls : 0;
+    *launches_p = e ? e->launches : 0;
+    *idle_p = e ? e->idles : 0;
+    if (why_p)
+        *why_p = e                    ? NULL
+                 : !cc                ? "no CUDA device"
+                 : cc->eng_state == 0 ? "not tried yet (no collective on device buffers)"
+                                      : cc->eng_why;
 }
