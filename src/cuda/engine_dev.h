@@ -190,9 +190,14 @@ static inline uint64_t bde_bcast(uint64_t v)
 /* The data movement the includer defines (engine.cu: reduce_dev.cuh's ranges over the lanes;
  * twin.c: the CPU kernels of src/reduce, which use the same element functions). */
 BDE_FN void bde_copy(void *dst, const void *src, size_t bytes);
+/* dst = src and dst2 = src from one read (dst == src: only dst2 is written) */
+BDE_FN void bde_copy2(void *dst, void *dst2, const void *src, size_t bytes);
 /* dst = x op y over count elements (final: avg divides by nranks) */
 BDE_FN void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void *x, const void *y,
                        size_t count, int final);
+/* dst = dst2 = final(x op y) (the result written twice from one computation) */
+BDE_FN void bde_reduce2(const braid_dev_chan_t *ch, void *dst, void *dst2, const void *x,
+                        const void *y, size_t count);
 /* dst = final(src) (avg: src / nranks, else a copy) */
 BDE_FN void bde_finalize(const braid_dev_chan_t *ch, void *dst, const void *src, size_t count);
 
@@ -240,11 +245,12 @@ BDE_FN int32_t bde_stop(braid_dev_chan_t *ch, int32_t st, uint32_t link)
 }
 
 /* Whether this lane must stop waiting on ctl's FIFO: 1 when the FIFO's in-band abort word is
- * set (a peer failed), 2 for the rank's own abort word, else 0. */
-BDE_FN int bde_aborted(const braid_dev_chan_t *ch, const braid_dev_fifo_ctl_t *ctl)
+ * set (a peer failed), 2 for the rank's own abort word (host memory on the GPU: read every 64th
+ * poll), else 0. */
+BDE_FN int bde_aborted(const braid_dev_chan_t *ch, const braid_dev_fifo_ctl_t *ctl, uint64_t polls)
 {
     uint64_t a = bde_load_acquire(&ctl->abort) ? 1 : 0;
-    if (!a && ch->abort && bde_load_acquire(ch->abort)) a = 2;
+    if (!a && ch->abort && (polls & 63) == 0 && bde_load_acquire(ch->abort)) a = 2;
     return (int)bde_bcast(a);
 }
 
@@ -272,7 +278,7 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
         if (recvs) {
             uint64_t k = ch->consumed[s.recv_link];
             while (bde_bcast(bde_load_acquire(&rf->ctl->head)) <= k) {
-                int ab = bde_aborted(ch, rf->ctl);
+                int ab = bde_aborted(ch, rf->ctl, polls);
                 if (ab)
                     return bde_stop(ch, BRAID_DEV_ERR_ABORTED,
                                     ab == 2 ? BRAID_DEV_WAIT_OWN : s.recv_link);
@@ -287,7 +293,7 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
         if (sends) {
             uint64_t k = ch->posted[s.send_link];
             while (k - bde_bcast(bde_load_acquire(&sf->ctl->tail)) >= sf->nslots) {
-                int ab = bde_aborted(ch, sf->ctl);
+                int ab = bde_aborted(ch, sf->ctl, polls);
                 if (ab)
                     return bde_stop(ch, BRAID_DEV_ERR_ABORTED,
                                     ab == 2 ? BRAID_DEV_WAIT_OWN
@@ -322,8 +328,7 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
                 bde_copy(out, in, bytes);
             break;
         case BRAID_DEV_PRIM_COPY_SEND:
-            bde_copy(out, in, bytes);
-            bde_copy(S, in, bytes);
+            bde_copy2(out, S, in, bytes);
             break;
         case BRAID_DEV_PRIM_RECV_REDUCE_SEND:
             bde_reduce(ch, S, x, y, s.count, 0);
@@ -332,13 +337,10 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
             bde_reduce(ch, out, x, y, s.count, !(s.flags & BRAID_DEV_STEP_NOFINAL));
             break;
         case BRAID_DEV_PRIM_RECV_REDUCE_COPY_SEND:
-            bde_reduce(ch, out, x, y, s.count, 1);
-            BDE_SYNC(); /* every lane's part of out is written before S copies it */
-            bde_copy(S, out, bytes);
+            bde_reduce2(ch, out, S, x, y, s.count);
             break;
         case BRAID_DEV_PRIM_RECV_COPY_SEND:
-            bde_copy(out, R, bytes);
-            bde_copy(S, R, bytes);
+            bde_copy2(out, S, R, bytes);
             break;
         default:
             return bde_status(ch, BRAID_DEV_ERR_INTERNAL, 0);

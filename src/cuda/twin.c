@@ -22,6 +22,12 @@ static inline void bde_copy(void *dst, const void *src, size_t bytes)
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
 
+static inline void bde_copy2(void *dst, void *dst2, const void *src, size_t bytes)
+{
+    bde_copy(dst, src, bytes);
+    bde_copy(dst2, src, bytes);
+}
+
 static inline void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void *x, const void *y,
                               size_t count, int final)
 {
@@ -29,6 +35,13 @@ static inline void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void 
         braid_reduce_pair_final(ch->dtype, ch->op, dst, x, y, count, ch->nranks);
     else
         braid_reduce_pair(ch->dtype, ch->op, dst, x, y, count);
+}
+
+static inline void bde_reduce2(const braid_dev_chan_t *ch, void *dst, void *dst2, const void *x,
+                               const void *y, size_t count)
+{
+    bde_reduce(ch, dst, x, y, count, 1);
+    bde_copy(dst2, dst, count * ch->es);
 }
 
 static inline void bde_finalize(const braid_dev_chan_t *ch, void *dst, const void *src,
