@@ -35,7 +35,8 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     uint32_t seq = ++comm->seq;
     const char *name = braid_coll_name(pc->coll);
     if (atomic_load(&comm->aborted))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
+        return braid_set_error(BRAID_ERR_ABORTED, "%s #%u: %s", name, seq,
+                               braid_comm_abort_reason(comm));
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     int n = comm->nranks;
@@ -83,7 +84,6 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 /* Checks one call's arguments; the message names the argument. */
 static braid_result_t validate(struct braid_comm *comm, const braid_pcoll_t *pc)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(pc->coll);
     int n = comm->nranks, me = comm->rank;
     if ((unsigned)pc->dtype >= BRAID_NUM_DTYPES)
@@ -224,10 +224,9 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
     return BRAID_SUCCESS;
 }
 
-static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
-                                 braid_request_t *req_p)
+static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int iform,
+                                    braid_request_t *req_p)
 {
-    braid_clear_error();
     const char *name = braid_coll_name(pc.coll);
     braid_result_t res = BRAID_SUCCESS;
     if (iform && !req_p) res = ARG_ERR("%s: req_p is NULL", name);
@@ -266,6 +265,17 @@ static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
         return BRAID_SUCCESS;
     }
     return braid_wait(req);
+}
+
+/* As every collective entry: the communicator is entered by one thread at a time. */
+static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
+                                 braid_request_t *req_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, braid_coll_name(pc.coll)));
+    braid_result_t res = pcoll_call_in(pc, comm, iform, req_p);
+    braid_comm_leave_call(comm);
+    return res;
 }
 
 #define PC(c, s, r, n, d, o, rt)                                                                   \

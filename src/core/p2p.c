@@ -572,7 +572,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         int moved = 0;
         BRAID_CHECK(pass(r, &moved));
         if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
-            return braid_set_error(BRAID_ERR_ABORTED, "aborted by braid_comm_abort");
+            return braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
         if (moved) {
             idle_since = 0;
             next_check = check_gap = 0;
