@@ -224,6 +224,117 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
     return BRAID_SUCCESS;
 }
 
+/* "rejected its alltoall #4 (count 6, float32) (the reason)" for messages. */
+static void rejected_str(const braid_msg_hdr_t *desc, const char *reason, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s #%u (count %llu, %s) (%.200s)", braid_coll_name(desc->coll), desc->seq,
+             (unsigned long long)desc->count, braid_dtype_name(desc->dtype), reason);
+}
+
+/* One peer's message of the rejected call's number (or anything else: a mismatch). */
+static braid_result_t reject_take(struct braid_comm *comm, int p, const braid_msg_hdr_t *desc,
+                                  const char *mine, int *got)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, p, 0);
+    if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+    const braid_msg_hdr_t *h;
+    const void *buf;
+    braid_result_t res = c->ops->recv_get(c, &h, &buf);
+    if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
+    BRAID_CHECK(res);
+    if (h->seq == desc->seq && (h->flags & BRAID_MSG_REJECTED)) { /* rejected there too */
+        BRAID_CHECK(c->ops->recv_release(c));
+        *got = 1;
+        return BRAID_SUCCESS;
+    }
+    char theirs[200], why[201];
+    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+    if (h->flags & BRAID_MSG_REJECTED) {
+        braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d rejected its %s (%s) but rank %d rejected its %s", p,
+                               theirs, why, comm->rank, mine);
+    }
+    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d rejected its %s", p,
+                           theirs, comm->rank, mine);
+}
+
+/* Posts the REJECTED header-only message (payload: the reason) to peer p when a slot is free. */
+static braid_result_t reject_give(struct braid_comm *comm, int p, const braid_msg_hdr_t *desc,
+                                  const char *reason, int *sent)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, p, 1);
+    if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+    void *slot;
+    braid_result_t res = c->ops->send_get(c, &slot);
+    if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
+    BRAID_CHECK(res);
+    size_t n = strlen(reason);
+    if (n > 200) n = 200;
+    if (n > c->slot_size) n = c->slot_size;
+    memcpy(slot, reason, n);
+    braid_msg_hdr_t h = *desc;
+    h.bytes = (uint32_t)n;
+    h.flags = BRAID_MSG_REJECTED;
+    BRAID_CHECK(c->ops->send_post(c, &h));
+    *sent = 1;
+    return BRAID_SUCCESS;
+}
+
+/* The rejected call's exchange on the send/recv connections (braid_call_reject): a REJECTED
+ * message to every peer, then one message of that number from every peer. Every rank of these
+ * collectives sends to or receives from the root or every other rank, so a peer that called
+ * the collective finds the rejection in its own call (or this rank finds the peer's data), and
+ * the one that finds it fails the communicator and tells the others. All REJECTED: nothing
+ * ran anywhere, BRAID_SUCCESS. A peer in a ring/tree collective of that number is seen on the
+ * engine's connections. */
+braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                           const char *reason, const void *arg)
+{
+    (void)arg;
+    int n = comm->nranks, me = comm->rank;
+    int *sent = calloc((size_t)n * 2, sizeof(int)), *got = sent + n;
+    if (!sent) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
+    sent[me] = got[me] = 1;
+    char mine[300];
+    rejected_str(desc, reason, mine, sizeof(mine));
+    uint64_t start = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    braid_result_t res = BRAID_SUCCESS;
+    for (unsigned turn = 0; res >= 0; turn++) {
+        int left = 0, wp = -1, wsend = 0;
+        for (int p = 0; p < n && res >= 0; p++) {
+            if (!sent[p]) res = reject_give(comm, p, desc, reason, &sent[p]);
+            if (res >= 0 && !got[p]) res = reject_take(comm, p, desc, mine, &got[p]);
+            if (res >= 0 && (!sent[p] || !got[p])) {
+                if (wp < 0 || (turn + (unsigned)p) % 2) {
+                    wp = p;
+                    wsend = !sent[p];
+                }
+                left++;
+            }
+        }
+        if (res < 0 || !left) break;
+        res = braid_p2p_coll_foreign(comm, desc->seq, "rejected its", mine);
+        if (res < 0) break;
+        if (atomic_load(&comm->aborted)) {
+            res = braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
+            break;
+        }
+        uint64_t now = braid_now_ns();
+        if (now - start > timeout_ns) {
+            res = braid_set_error(BRAID_ERR_TIMEOUT,
+                                  "timed out after %.1f s waiting for rank %d in %s #%u, which "
+                                  "this rank rejected",
+                                  comm->timeout_s, wp, braid_coll_name(desc->coll), desc->seq);
+            break;
+        }
+        braid_conn_t *c = braid_p2p_conn(comm, wp, wsend);
+        res = c->ops->wait(c, wsend ? BRAID_WAIT_SEND : BRAID_WAIT_RECV, now + 1000000ull);
+    }
+    free(sent);
+    return res;
+}
+
 static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int iform,
                                     braid_request_t *req_p)
 {
@@ -232,8 +343,18 @@ static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int ifo
     if (iform && !req_p) res = ARG_ERR("%s: req_p is NULL", name);
     if (res >= 0) res = validate(comm, &pc);
     if (res >= 0) res = check_same_buffer(comm, &pc);
-    if (braid_group_depth() > 0) braid_group_note(res, name);
-    if (res < 0) return res;
+    if (braid_group_depth() > 0) {
+        braid_group_note(res, name);
+        if (res < 0) return res; /* group end reports it; nothing of the group runs */
+    }
+    if (res < 0) {
+        braid_msg_hdr_t desc = {.coll = (uint8_t)pc.coll,
+                                .dtype = (uint8_t)pc.dtype,
+                                .op = (uint8_t)pc.op,
+                                .root = pc.root,
+                                .count = pc.count};
+        return braid_call_reject(comm, desc, res, braid_pcoll_reject_exchange, NULL);
+    }
     BRAID_CHECK(copy_arrays(comm, &pc));
     if (braid_group_depth() > 0) return braid_group_add_pcoll(comm, &pc, iform ? req_p : NULL);
     if (!iform && !braid_worker_pending(comm)) {

@@ -105,7 +105,7 @@ void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const ch
 }
 
 /* ---- descriptions and header checks ----------------------------------------------------- */
-static void hdr_str(const braid_msg_hdr_t *h, int from, int to, char *buf, size_t len)
+void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
 {
     if (h->coll == BRAID_COLL_SEND)
         snprintf(buf, len, "send #%u to rank %d (count %llu, %s)", h->seq, to,
@@ -118,7 +118,6 @@ static void hdr_str(const braid_msg_hdr_t *h, int from, int to, char *buf, size_
         snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
                  (unsigned long long)h->count, braid_dtype_name(h->dtype), braid_op_name(h->op),
                  h->root);
-    (void)from;
 }
 
 void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
@@ -140,6 +139,23 @@ void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
                  braid_dtype_name(op->dtype), braid_op_name(op->op), op->root);
 }
 
+void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
+                      size_t len)
+{
+    size_t n = h->bytes;
+    if (n > slot_size) n = slot_size;
+    if (n > len - 1) n = len - 1;
+    memcpy(out, buf, n);
+    out[n] = '\0';
+}
+
+braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (!st || !st->send || peer < 0 || peer >= comm->nranks) return NULL;
+    return is_send ? st->send[peer] : st->recv[peer];
+}
+
 /* The header a sender of op puts on its messages (bytes filled per message). */
 static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
 {
@@ -154,16 +170,24 @@ static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
 /* A received header against what op expects next; `expect` is the exact payload size when
  * known (reduce), else 0 (any size up to what is left, non-empty while something is). */
 static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
-                                const braid_msg_hdr_t *h, size_t expect)
+                                const braid_msg_hdr_t *h, const void *buf, size_t expect)
 {
     braid_msg_hdr_t e = op_hdr(op);
     size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
+    if (h->flags & BRAID_MSG_REJECTED) {
+        char why[201] = "", mine[200];
+        braid_p2p_reason(h, buf, comm->p2p->recv[from]->slot_size, why, sizeof(why));
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d rejected its %s #%u (%s) but rank %d called %s", from,
+                               braid_coll_name(h->coll), h->seq, why, comm->rank, mine);
+    }
     int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
                h->op == e.op && h->root == e.root;
     if (same && (expect ? h->bytes == expect : (h->bytes <= left && (h->bytes > 0 || !left))))
         return BRAID_SUCCESS;
     char theirs[200], mine[200];
-    hdr_str(h, from, comm->rank, theirs, sizeof(theirs));
+    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
     braid_p2p_op_str(op, mine, sizeof(mine));
     if (same)
         return braid_set_error(BRAID_ERR_INTERNAL,
@@ -183,9 +207,15 @@ braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
             h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
             continue;
-        char theirs[200], me[200];
-        hdr_str(h, p, comm->rank, theirs, sizeof(theirs));
-        hdr_str(mine, comm->rank, p, me, sizeof(me));
+        char theirs[200], me[200], why[201] = "";
+        braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+        braid_p2p_hdr_str(mine, p, me, sizeof(me));
+        if (h->flags & BRAID_MSG_REJECTED) {
+            braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+            return braid_set_error(BRAID_ERR_MISMATCH,
+                                   "rank %d rejected its %s (%s) but rank %d called %s", p, theirs,
+                                   why, comm->rank, me);
+        }
         return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", p,
                                theirs, comm->rank, me);
     }
@@ -419,7 +449,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 return BRAID_SUCCESS;
             }
             BRAID_CHECK(res);
-            BRAID_CHECK(check_msg(r->comm, op, peer, h, 0));
+            BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, 0));
             if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
             op->nmsgs++;
@@ -458,7 +488,7 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
                 continue;
             }
             BRAID_CHECK(res);
-            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], nb ? nb : 0));
+            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], nb ? nb : 0));
             if (!nb && r->rr_hdr[p]->bytes)
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
                                        r->rr_hdr[p]->bytes);
@@ -523,29 +553,42 @@ static braid_result_t pass(runner_t *r, int *moved)
     return BRAID_SUCCESS;
 }
 
-/* A collective on these connections whose peers run a ring/tree collective with the same
- * sequence number: look at the collective engine's connections (without consuming). */
-static braid_result_t check_coll_foreign(runner_t *r)
+/* Looks (without consuming) at the collective engine's connections (rings, latency plans)
+ * for a message of collective seq: a peer that runs a ring/tree collective with that number
+ * while this rank runs `mine` (verb: "called", "rejected its") is BRAID_ERR_MISMATCH. */
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, const char *verb,
+                                      const char *mine)
 {
-    struct braid_comm *comm = r->comm;
-    braid_p2p_op_t *op = &r->b->ops[r->b->nops - 1];
-    if (op->coll == BRAID_COLL_SEND) return BRAID_SUCCESS;
     for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
         braid_conn_t *c = i < comm->nchannels ? comm->ring[i].recv
                           : comm->p2p_recv    ? comm->p2p_recv[i - comm->nchannels]
                                               : NULL;
         const braid_msg_hdr_t *h;
         const void *buf;
-        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != op->seq ||
+        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != seq ||
             (h->flags & BRAID_MSG_ABORT))
             continue;
-        char theirs[200], mine[200];
-        hdr_str(h, c->peer, comm->rank, theirs, sizeof(theirs));
-        braid_p2p_op_str(op, mine, sizeof(mine));
-        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s",
-                               c->peer, theirs, comm->rank, mine);
+        char theirs[200], why[201] = "";
+        braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+        if (h->flags & BRAID_MSG_REJECTED) {
+            braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+            return braid_set_error(BRAID_ERR_MISMATCH,
+                                   "rank %d rejected its %s (%s) but rank %d %s %s", c->peer,
+                                   theirs, why, comm->rank, verb, mine);
+        }
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d %s %s", c->peer,
+                               theirs, comm->rank, verb, mine);
     }
     return BRAID_SUCCESS;
+}
+
+static braid_result_t check_coll_foreign(runner_t *r)
+{
+    braid_p2p_op_t *op = &r->b->ops[r->b->nops - 1];
+    if (op->coll == BRAID_COLL_SEND) return BRAID_SUCCESS;
+    char mine[200];
+    braid_p2p_op_str(op, mine, sizeof(mine));
+    return braid_p2p_coll_foreign(r->comm, op->seq, "called", mine);
 }
 
 static inline void cpu_relax(void)

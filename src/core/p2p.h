@@ -98,6 +98,19 @@ void braid_p2p_close(struct braid_comm *comm);
 int braid_p2p_self_pending(struct braid_comm *comm);
 /* braid_comm_fail_peers for these connections. */
 void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* "alltoall #3 (count 10 to rank 2, float32, sum, root -1)" for a message header (to: the
+ * receiving rank, named for the collectives of coll_p2p.c). */
+void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len);
+/* The reason a REJECTED message carries (payload buf), as a string. */
+void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
+                      size_t len);
+/* This rank's send/recv connection to / from peer (NULL for itself). */
+braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send);
+/* A message of collective seq on the collective engine's connections (a peer in a ring, tree
+ * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
+ * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. */
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, const char *verb,
+                                      const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
@@ -120,6 +133,9 @@ typedef struct braid_pcoll {
  * its place in a group (0 = none). Does not free pc's arrays. */
 braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t *pc, int call);
 void braid_pcoll_free(braid_pcoll_t *pc);
+/* The exchange of a p2p collective that argument checks refused (braid_call_reject). */
+braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                           const char *reason, const void *arg);
 
 /* One deferred call of a group on one communicator. */
 typedef enum { BRAID_ITEM_COLL = 0, BRAID_ITEM_PCOLL = 1, BRAID_ITEM_P2P = 2 } braid_item_kind_t;
