@@ -242,6 +242,7 @@ static braid_result_t reject_take(struct braid_comm *comm, int p, const braid_ms
     braid_result_t res = c->ops->recv_get(c, &h, &buf);
     if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
     BRAID_CHECK(res);
+    if (h->flags & BRAID_MSG_NOTICE) return braid_p2p_take_notice(comm, p, h, desc->seq, mine);
     if (h->seq == desc->seq && (h->flags & BRAID_MSG_REJECTED)) { /* rejected there too */
         BRAID_CHECK(c->ops->recv_release(c));
         *got = 1;
@@ -314,7 +315,7 @@ braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_
             }
         }
         if (res < 0 || !left) break;
-        res = braid_p2p_coll_foreign(comm, desc->seq, "rejected its", mine);
+        res = braid_p2p_coll_foreign(comm, desc->seq, -1, "rejected its", mine);
         if (res < 0) break;
         if (atomic_load(&comm->aborted)) {
             res = braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));

@@ -197,6 +197,20 @@ static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *o
                            theirs, comm->rank, mine);
 }
 
+braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
+                                     uint32_t seq, const char *mine)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    uint32_t q = h->seq, k = (uint32_t)h->root;
+    if (seq && (int32_t)(st->send_seq[p] - q) < 0 && (int32_t)(seq - k) > 0)
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d called recv #%u from rank %d (count %llu, %s) but rank %d "
+                               "called %s (rank %d's send #%u to rank %d can only come after it)",
+                               p, q, comm->rank, (unsigned long long)h->count,
+                               braid_dtype_name(h->dtype), comm->rank, mine, comm->rank, q, p);
+    return st->recv[p]->ops->recv_release(st->recv[p]);
+}
+
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine)
 {
     struct braid_p2p_state *st = comm->p2p;
@@ -204,12 +218,14 @@ braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_
         braid_conn_t *c = st->recv[p];
         const braid_msg_hdr_t *h;
         const void *buf;
+        char theirs[200], me[200], why[201] = "";
+        braid_p2p_hdr_str(mine, p, me, sizeof(me));
+        while (c && c->ops->recv_get(c, &h, &buf) == BRAID_SUCCESS && (h->flags & BRAID_MSG_NOTICE))
+            BRAID_CHECK(braid_p2p_take_notice(comm, p, h, mine->seq, me));
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
             h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
             continue;
-        char theirs[200], me[200], why[201] = "";
         braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
-        braid_p2p_hdr_str(mine, p, me, sizeof(me));
         if (h->flags & BRAID_MSG_REJECTED) {
             braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
             return braid_set_error(BRAID_ERR_MISMATCH,
@@ -237,6 +253,7 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].nmsgs = 0;
     b->ops[b->nops].done = 0;
     b->ops[b->nops].next = -1;
+    b->ops[b->nops].noticed = 0;
     b->nops++;
     return BRAID_SUCCESS;
 }
@@ -449,6 +466,14 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 return BRAID_SUCCESS;
             }
             BRAID_CHECK(res);
+            if (h->flags & BRAID_MSG_NOTICE) {
+                char mine[200];
+                braid_p2p_op_str(op, mine, sizeof(mine));
+                BRAID_CHECK(braid_p2p_take_notice(r->comm, peer, h,
+                                                  op->coll == BRAID_COLL_SEND ? 0 : op->seq, mine));
+                *moved = 1;
+                continue;
+            }
             BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, 0));
             if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
@@ -488,6 +513,15 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
                 continue;
             }
             BRAID_CHECK(res);
+            if (r->rr_hdr[p]->flags & BRAID_MSG_NOTICE) {
+                char mine[200];
+                braid_p2p_op_str(op, mine, sizeof(mine));
+                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, mine));
+                r->rr_buf[p] = NULL;
+                *moved = 1;
+                missing++; /* its chunk comes next */
+                continue;
+            }
             BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], nb ? nb : 0));
             if (!nb && r->rr_hdr[p]->bytes)
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
@@ -556,8 +590,8 @@ static braid_result_t pass(runner_t *r, int *moved)
 /* Looks (without consuming) at the collective engine's connections (rings, latency plans)
  * for a message of collective seq: a peer that runs a ring/tree collective with that number
  * while this rank runs `mine` (verb: "called", "rejected its") is BRAID_ERR_MISMATCH. */
-braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, const char *verb,
-                                      const char *mine)
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
+                                      const char *verb, const char *mine)
 {
     for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
         braid_conn_t *c = i < comm->nchannels ? comm->ring[i].recv
@@ -565,9 +599,10 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, con
                                               : NULL;
         const braid_msg_hdr_t *h;
         const void *buf;
-        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != seq ||
-            (h->flags & BRAID_MSG_ABORT))
+        if (!c || (from >= 0 && c->peer != from) ||
+            c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || (h->flags & BRAID_MSG_ABORT))
             continue;
+        if (from < 0 ? h->seq != seq : (int32_t)(h->seq - seq) < 0) continue;
         char theirs[200], why[201] = "";
         braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
         if (h->flags & BRAID_MSG_REJECTED) {
@@ -582,13 +617,51 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, con
     return BRAID_SUCCESS;
 }
 
+/* While blocked. A collective of these connections: a peer in a ring/tree collective of its
+ * number. Sends and receives: the peer an operation waits on has entered a later collective
+ * (a message of a number above this rank's count of collectives on the engine's connections
+ * from it). Calls on a communicator run in order, so that peer's matching receive or send
+ * comes after its collective, which needs this rank, whose collective comes after this
+ * operation: they can never meet (a mismatch, however large the message). */
 static braid_result_t check_coll_foreign(runner_t *r)
 {
-    braid_p2p_op_t *op = &r->b->ops[r->b->nops - 1];
-    if (op->coll == BRAID_COLL_SEND) return BRAID_SUCCESS;
     char mine[200];
-    braid_p2p_op_str(op, mine, sizeof(mine));
-    return braid_p2p_coll_foreign(r->comm, op->seq, "called", mine);
+    braid_p2p_op_t *last = &r->b->ops[r->b->nops - 1];
+    if (last->coll != BRAID_COLL_SEND) {
+        braid_p2p_op_str(last, mine, sizeof(mine));
+        return braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine);
+    }
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        BRAID_CHECK(braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine));
+    }
+    return BRAID_SUCCESS;
+}
+
+/* A blocked receive from a peer tells that peer, once (BRAID_MSG_NOTICE, see p2p.h), so a
+ * peer in a collective can see that the two can never meet. Only when nothing else of this
+ * batch is in flight to the peer (a notice never sits between a send's chunks), and only
+ * where a slot is free (best effort: it is only a diagnosis). */
+static void give_notices(runner_t *r)
+{
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->kind != BRAID_P2P_RECV || op->coll != BRAID_COLL_SEND || op->noticed ||
+            op->peer == r->comm->rank || r->shead[op->peer] >= 0 || r->used_ref[op->peer])
+            continue;
+        braid_conn_t *c = r->st->send[op->peer];
+        void *slot;
+        if (c->ops->send_get(c, &slot) != BRAID_SUCCESS) continue;
+        braid_msg_hdr_t h = {.seq = op->seq,
+                             .coll = BRAID_COLL_RECV,
+                             .dtype = (uint8_t)op->dtype,
+                             .flags = BRAID_MSG_NOTICE,
+                             .root = (int32_t)r->comm->seq,
+                             .count = op->count};
+        if (c->ops->send_post(c, &h) == BRAID_SUCCESS) op->noticed = 1;
+    }
 }
 
 static inline void cpu_relax(void)
@@ -651,6 +724,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
                                    wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
                                    wop->peer);
         if (now >= next_check) {
+            give_notices(r);
             BRAID_CHECK(check_coll_foreign(r));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;

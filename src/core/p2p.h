@@ -17,6 +17,15 @@
  * and the count of this message. A receiver that finds anything else reports
  * BRAID_ERR_MISMATCH naming both calls.
  *
+ * Point-to-point against a collective (calls on a communicator run in order, so a send or
+ * receive and a peer's later collective can never meet): a blocked receive tells its peer
+ * once (a BRAID_MSG_NOTICE header-only message, skipped by receivers), and a peer inside a
+ * collective that has not sent that message reports BRAID_ERR_MISMATCH naming both calls; a
+ * blocked send (or receive) that sees a message of a later collective from the peer it waits
+ * on (its ring predecessor, a latency plan's partner, or any rank of a p2p collective) does
+ * the same. Not found (a timeout instead): a blocked send to a rank of a ring/tree collective
+ * that never sends this rank anything in it (e.g. with 3 ranks, a send to the ring successor).
+ *
  * Batches. A batch is a list of operations that progress at the same time: each (peer,
  * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
  * as its slots allow; when nothing moves the runner spins, yields and sleeps in the transports'
@@ -56,10 +65,11 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off; /* bytes moved */
-    int nmsgs;  /* messages moved */
-    int done;   /* 1 when complete */
-    int next;   /* next operation on the same connection, -1 = none */
+    size_t off;  /* bytes moved */
+    int nmsgs;   /* messages moved */
+    int done;    /* 1 when complete */
+    int next;    /* next operation on the same connection, -1 = none */
+    int noticed; /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -108,9 +118,16 @@ void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_siz
 braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
- * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. */
-braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, const char *verb,
-                                      const char *mine);
+ * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With
+ * from >= 0: only rank from's messages, of number seq or later. */
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
+                                      const char *verb, const char *mine);
+/* A BRAID_MSG_NOTICE message h at the head of the connection from peer p: rank p is blocked
+ * in a receive from this rank. When this rank runs collective seq (mine describes it; 0 = not
+ * in a collective) that p has not reached and has not sent p that message, the two can never
+ * meet: BRAID_ERR_MISMATCH naming both calls. Else the notice is released (BRAID_SUCCESS). */
+braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
+                                     uint32_t seq, const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);

@@ -34,7 +34,15 @@ typedef enum {
     P_REJECTED_GATHER,   /* gather with root = nranks (the others' root 0) */
     P_REJECTED_SCATTER,  /* scatter with root = nranks */
     P_REJECTED_RSV,      /* reduce_scatterv with op 99 */
-    P_REJECTED_AGV       /* allgatherv with recvcounts NULL */
+    P_REJECTED_AGV,      /* allgatherv with recvcounts NULL */
+    /* Point-to-point against a collective: rank n-1 calls send / recv with rank n-2 (its ring
+     * predecessor) while the others call the collective. */
+    SEND_VS_ALLREDUCE,
+    RECV_VS_ALLREDUCE,
+    SEND_VS_BCAST,
+    SEND_VS_ALLTOALL,
+    RECV_VS_ALLTOALL,
+    ALLTOALL_VS_ALLREDUCE /* rank n-1 calls alltoall, the others all-reduce */
 } kind_t;
 
 typedef struct {
@@ -87,6 +95,24 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
         return braid_allgatherv(buf, counts[rank], buf + 4 * c->count, odd ? NULL : counts, displs,
                                 BRAID_FLOAT32, comm);
     }
+    case SEND_VS_ALLREDUCE:
+    case SEND_VS_BCAST:
+    case SEND_VS_ALLTOALL:
+        if (odd) return braid_send(buf, 4 * c->count, BRAID_FLOAT32, n - 2, comm);
+        if (c->kind == SEND_VS_BCAST)
+            return braid_broadcast(buf, buf, c->count, BRAID_FLOAT32, 0, comm);
+        if (c->kind == SEND_VS_ALLTOALL)
+            return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case RECV_VS_ALLREDUCE:
+    case RECV_VS_ALLTOALL:
+        if (odd) return braid_recv(buf, c->count, BRAID_FLOAT32, n - 2, comm);
+        if (c->kind == RECV_VS_ALLTOALL)
+            return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case ALLTOALL_VS_ALLREDUCE:
+        if (odd) return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
     case REJECTED_SPLIT: {
         braid_comm_t nc = NULL;
         braid_result_t r = braid_comm_split(comm, 0, rank, odd ? NULL : &nc);
@@ -112,7 +138,7 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     char first_msg[600];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
     int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT ||
-                    c->kind >= P_REJECTED_ALLTOALL) &&
+                    (c->kind >= P_REJECTED_ALLTOALL && c->kind <= P_REJECTED_AGV)) &&
                    rank == n - 1;
     if (rejecter)
         MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "the rejected call returned %s: %s",
@@ -261,4 +287,28 @@ Test(mismatch, p2p_collective_rejected_everywhere_leaves_the_communicator_usable
     }
     unsetenv("BRAID_TRANSPORT");
     unsetenv("BRAID_TIMEOUT");
+}
+
+Test(mismatch, p2p_call_against_a_collective)
+{
+    /* sends of 4 * count elements: 16 KiB (buffered) and 16 MiB (more than the FIFOs and tcp's
+     * socket buffers: the send blocks) */
+    const size_t counts[] = {1024, (size_t)1 << 22};
+    for (int k = 0; k < 2; k++) {
+        case_t sa = {SEND_VS_ALLREDUCE, counts[k], "called send", "called allreduce"};
+        if (k == 1) run_all(&sa); /* a buffered send is followed by a barrier: tested below */
+        case_t ra = {RECV_VS_ALLREDUCE, counts[k], "called recv", "called allreduce"};
+        run_all(&ra);
+        case_t sb = {SEND_VS_BCAST, counts[k], "send", "broadcast"};
+        if (k == 1) run_all(&sb);
+        case_t st = {SEND_VS_ALLTOALL, counts[k], "called send", "called alltoall"};
+        if (k == 1) run_all(&st);
+        case_t rt = {RECV_VS_ALLTOALL, counts[k], "called recv", "called alltoall"};
+        run_all(&rt);
+        case_t ta = {ALLTOALL_VS_ALLREDUCE, counts[k], "alltoall", "allreduce"};
+        run_all(&ta);
+    }
+    /* A buffered send returns; the sender's next call (the barrier) meets the collective. */
+    case_t small = {SEND_VS_ALLREDUCE, 16, "barrier", "allreduce"};
+    run_all(&small);
 }
