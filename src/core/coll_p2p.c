@@ -5,7 +5,9 @@
  * count and displacement arrays are copied at the call (the i-forms may free them at once). */
 #include "core/log.h"
 #include "core/p2p.h"
+#include "core/redop.h"
 #include "core/worker.h"
+#include "reduce/reduce.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -53,7 +55,23 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             if (!tmp)
                 return braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",
                                        name, seq, elems);
-            memcpy(tmp, pc->sendbuf, elems * es);
+            braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
+            p.sendbuf = tmp;
+        }
+    }
+    /* PreMulSum: the input scaled by this rank's scalar into a copy, then summed. */
+    if (pc->premul && pc->coll == BRAID_COLL_REDUCE_SCATTERV) {
+        size_t elems = 0;
+        for (int i = 0; i < n; i++)
+            elems += pc->recvcounts[i];
+        if (elems) {
+            tmp = malloc(elems * es);
+            if (!tmp)
+                return braid_set_error(BRAID_ERR_NOMEM,
+                                       "%s #%u: out of memory for the premulsum input (%zu "
+                                       "elements)",
+                                       name, seq, elems);
+            braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
             p.sendbuf = tmp;
         }
     }
@@ -81,15 +99,20 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 
 #define ARG_ERR(...) braid_set_error(BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
-/* Checks one call's arguments; the message names the argument. */
-static braid_result_t validate(struct braid_comm *comm, const braid_pcoll_t *pc)
+/* Checks one call's arguments (and resolves a created op); the message names the argument. */
+static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
 {
     const char *name = braid_coll_name(pc->coll);
     int n = comm->nranks, me = comm->rank;
     if ((unsigned)pc->dtype >= BRAID_NUM_DTYPES)
         return ARG_ERR("%s: dtype=%d is not a braid_datatype_t", name, (int)pc->dtype);
-    if (pc->coll == BRAID_COLL_REDUCE_SCATTERV && (unsigned)pc->op >= BRAID_NUM_OPS)
-        return ARG_ERR("%s: op=%d is not a braid_redop_t", name, (int)pc->op);
+    if (pc->coll == BRAID_COLL_REDUCE_SCATTERV && (unsigned)pc->op >= BRAID_NUM_OPS) {
+        braid_op_args_t a = {.coll = pc->coll, .dtype = pc->dtype, .op = pc->op};
+        BRAID_CHECK(braid_redop_resolve(comm, &a, name)); /* a PreMulSum op of comm */
+        pc->premul = 1;
+        pc->scalar = a.scalar;
+        pc->op = (braid_redop_t)BRAID_OP_WIRE_PREMULSUM;
+    }
     int rooted = pc->coll == BRAID_COLL_GATHER || pc->coll == BRAID_COLL_SCATTER;
     if (rooted && (pc->root < 0 || pc->root >= n))
         return ARG_ERR("%s: root=%d is outside [0, nranks=%d)", name, pc->root, n);

@@ -12,6 +12,7 @@
  * blocked connection's wait(), the next one at the next sleep. */
 #include "core/p2p.h"
 #include "core/log.h"
+#include "core/redop.h"
 #include "reduce/reduce.h"
 
 #include <sched.h>
@@ -113,11 +114,11 @@ void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
     else if (h->coll >= BRAID_COLL_ALLTOALL)
         snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
                  braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
-                 braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
+                 braid_dtype_name(h->dtype), braid_redop_wire_name(h->op), h->root);
     else
         snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
-                 (unsigned long long)h->count, braid_dtype_name(h->dtype), braid_op_name(h->op),
-                 h->root);
+                 (unsigned long long)h->count, braid_dtype_name(h->dtype),
+                 braid_redop_wire_name(h->op), h->root);
 }
 
 void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
@@ -132,11 +133,11 @@ void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
     else if (op->kind == BRAID_P2P_RECV_REDUCE)
         snprintf(buf, len, "%s%s #%u (count %zu from every rank, %s, %s)", where,
                  braid_coll_name(op->coll), op->seq, op->count, braid_dtype_name(op->dtype),
-                 braid_op_name(op->op));
+                 braid_redop_wire_name(op->op));
     else
         snprintf(buf, len, "%s%s #%u (count %zu %s rank %d, %s, %s, root %d)", where,
                  braid_coll_name(op->coll), op->seq, op->count, dir, op->peer,
-                 braid_dtype_name(op->dtype), braid_op_name(op->op), op->root);
+                 braid_dtype_name(op->dtype), braid_redop_wire_name(op->op), op->root);
 }
 
 void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
@@ -366,7 +367,9 @@ static braid_result_t link_new(runner_t *r)
             r->rr = i;
             if (r->comm->nranks == 1) {
                 if (op->count)
-                    braid_reduce_finalize(op->dtype, op->op, op->rbuf, op->sbuf, op->count, 1);
+                    braid_reduce_finalize(op->dtype,
+                                          op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op,
+                                          op->rbuf, op->sbuf, op->count, 1);
                 op_complete(r, op, BRAID_SUCCESS);
             }
             continue;
@@ -536,13 +539,14 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             memcpy(r->rr_own, own, nb); /* in place: the fold overwrites it before its turn */
             own = r->rr_own;
         }
+        braid_redop_t kop = op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op; /* scaled */
         for (int i = 1; cnt && i < n; i++) {
             const void *left = i == 1 ? (me == 0 ? own : r->rr_buf[0]) : out;
             const void *right = i == me ? own : r->rr_buf[i];
             if (i == n - 1)
-                braid_reduce_pair_final(op->dtype, op->op, out, left, right, cnt, n);
+                braid_reduce_pair_final(op->dtype, kop, out, left, right, cnt, n);
             else
-                braid_reduce_pair(op->dtype, op->op, out, left, right, cnt);
+                braid_reduce_pair(op->dtype, kop, out, left, right, cnt);
         }
         for (int p = 0; p < n; p++) {
             if (p == me) continue;

@@ -143,6 +143,10 @@ typedef struct braid_pcoll {
     braid_redop_t op;
     int root;
     size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* one allocation at sendcounts */
+    /* reduce_scatterv with a created PreMulSum op (resolved by the checks): op is then
+     * BRAID_OP_WIRE_PREMULSUM on the messages and sum in the kernels, scalar its value. */
+    int premul;
+    uint64_t scalar;
 } braid_pcoll_t;
 
 /* Runs a validated p2p collective on the calling thread: takes the next sequence number and,
