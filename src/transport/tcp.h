@@ -43,6 +43,10 @@ extern const braid_transport_t braid_transport_tcp;
 #define BRAID_TCP_HELLO_BYTES 40
 #define BRAID_TCP_INFO_BYTES 40
 #define BRAID_TCP_ABORT_MAX 480 /* payload bytes of an ABORT frame (error text) */
+/* The result code of the ABORT frame a clean braid_comm_destroy sends on each connection
+ * (after the data): the peer reports "rank R ... destroyed its communicator", not a closed
+ * connection. Not a braid_result_t. */
+#define BRAID_TCP_GOODBYE (-100)
 #define BRAID_TCP_MAX_SOCKS 8
 #define BRAID_TCP_BOUNCE 8192 /* receive bounce buffer per socket (headers, small payloads) */
 

@@ -26,51 +26,68 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Rank 1 destroys its communicator and stays alive; rank 0's next collective must fail within
- * a second with an error that says so. */
+/* Rank 1 destroys its communicator and stays alive; rank 0's next call (an all-reduce on the
+ * ring connections, a receive on the send/recv ones, a send of more than they buffer, an
+ * all-to-all) must fail within a second with an error that says so, on shm and on tcp (a
+ * goodbye frame). */
+typedef struct {
+    const char *transport;
+    int call; /* 0 allreduce, 1 recv, 2 send, 3 alltoall */
+} destroy_case_t;
+
 static int peer_destroys(braid_comm_t comm, int rank, int n, void *arg)
 {
-    const char *transport = arg;
-    float x[64];
+    const destroy_case_t *dc = arg;
+    enum { BIG = 1 << 22 };
+    float *x = calloc(BIG, sizeof(float));
+    MP_CHECK(rank, x, "out of memory");
     for (int i = 0; i < 64; i++)
         x[i] = (float)(rank * 64 + i);
     MP_OK(rank, braid_allreduce(x, x, 64, BRAID_FLOAT32, BRAID_SUM, comm));
     if (rank == 1) {
         MP_OK(rank, braid_comm_destroy(comm));
         usleep(1500 * 1000); /* alive, but done with the communicator */
+        free(x);
         return 0;
     }
     usleep(100 * 1000);
     double t0 = now_s();
-    braid_result_t r = braid_allreduce(x, x, 64, BRAID_FLOAT32, BRAID_SUM, comm);
+    braid_result_t r = dc->call == 0   ? braid_allreduce(x, x, 64, BRAID_FLOAT32, BRAID_SUM, comm)
+                       : dc->call == 1 ? braid_recv(x, 64, BRAID_FLOAT32, 1, comm)
+                       : dc->call == 2 ? braid_send(x, BIG, BRAID_FLOAT32, 1, comm)
+                                       : braid_alltoall(x, x + 1024, 64, BRAID_FLOAT32, comm);
     double dt = now_s() - t0;
     const char *msg = braid_last_error();
-    MP_CHECK(rank, r == BRAID_ERR_REMOTE, "%s: %s", braid_strerror(r), msg);
+    free(x);
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE, "call %d: %s: %s", dc->call, braid_strerror(r), msg);
     MP_CHECK(rank, dt < 1.0, "took %.2f s", dt);
-    MP_CHECK(rank, !strstr(msg, "died"), "%s", msg);
-    if (!strcmp(transport, "shm"))
-        MP_CHECK(rank, strstr(msg, "rank 1") && strstr(msg, "destroyed its communicator"), "%s",
-                 msg);
-    else
-        MP_CHECK(rank, strstr(msg, "rank 1") && strstr(msg, "closed the connection"), "%s", msg);
+    MP_CHECK(rank, !strstr(msg, "died") && !strstr(msg, "closed the connection"), "%s", msg);
+    MP_CHECK(rank, strstr(msg, "rank 1") && strstr(msg, "destroyed its communicator"),
+             "call %d: %s", dc->call, msg);
     (void)n;
     return 0;
 }
 
 TestSuite(diagnostics, .timeout = 60);
 
+static void destroy_cases(const char *transport)
+{
+    setenv("BRAID_TRANSPORT", transport, 1);
+    setenv("BRAID_TIMEOUT", "20", 1);
+    for (int call = 0; call < 4; call++) {
+        destroy_case_t dc = {transport, call};
+        cr_expect_eq(mp_run(2, peer_destroys, &dc, 30), 0, "%s, call %d", transport, call);
+    }
+}
+
 Test(diagnostics, peer_destroyed_is_not_died_shm)
 {
-    setenv("BRAID_TRANSPORT", "shm", 1);
-    setenv("BRAID_TIMEOUT", "20", 1);
-    cr_assert_eq(mp_run(2, peer_destroys, "shm", 30), 0);
+    destroy_cases("shm");
 }
 
 Test(diagnostics, peer_destroyed_is_not_died_tcp)
 {
-    setenv("BRAID_TRANSPORT", "tcp", 1);
-    setenv("BRAID_TIMEOUT", "20", 1);
-    cr_assert_eq(mp_run(2, peer_destroys, "tcp", 30), 0);
+    destroy_cases("tcp");
 }
 
 /* A server that answers every connection with 'reply' and then closes (or keeps it open). */
