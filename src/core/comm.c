@@ -185,40 +185,45 @@ braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p)
 }
 
 /* ---- host identity ---------------------------------------------------------------------- */
-static void read_boot_id(char *boot, size_t len)
+/* 0, or errno when the process is out of file descriptors (the id would be wrong). */
+static int read_boot_id(char *boot, size_t len)
 {
     boot[0] = '\0';
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f) return;
+    if (!f) return errno == EMFILE || errno == ENFILE ? errno : 0;
     if (!fgets(boot, (int)len, f)) boot[0] = '\0';
     fclose(f);
     boot[strcspn(boot, "\n")] = '\0';
+    return 0;
 }
 
-void braid_host_id(char out[BRAID_HOST_ID_BYTES])
+int braid_host_id(char out[BRAID_HOST_ID_BYTES])
 {
     const char *forced = braid_param_str("HOSTNAME");
     if (*forced) {
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
-        return;
+        return 0;
     }
     char host[64] = "", boot[40], ns[40] = "";
     gethostname(host, sizeof(host) - 1);
-    read_boot_id(boot, sizeof(boot));
+    int err = read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
     ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
     ns[n > 0 ? n : 0] = '\0';
     snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
+    return err;
 }
 
-void braid_machine_id(char out[BRAID_HOST_ID_BYTES])
+int braid_machine_id(char out[BRAID_HOST_ID_BYTES])
 {
     char boot[40];
-    read_boot_id(boot, sizeof(boot));
-    if (boot[0])
+    int err = read_boot_id(boot, sizeof(boot));
+    if (boot[0]) {
         snprintf(out, BRAID_HOST_ID_BYTES, "boot:%s", boot);
-    else
-        braid_host_id(out);
+        return 0;
+    }
+    int h = braid_host_id(out);
+    return h ? h : err;
 }
 
 /* ---- roots hosted by this process --------------------------------------------------------
@@ -685,11 +690,20 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
     const char *inherited = braid_split_parent_host();
+    int id_err = 0;
     if (inherited)
         snprintf(me.host, sizeof(me.host), "%s", inherited);
     else
-        braid_host_id(me.host);
-    braid_machine_id(me.machine);
+        id_err = braid_host_id(me.host);
+    int m_err = braid_machine_id(me.machine);
+    if (m_err) id_err = m_err;
+    if (id_err) {
+        res = braid_set_error(BRAID_ERR_SYSTEM,
+                              "rank %d: reading the host identity "
+                              "(/proc/sys/kernel/random/boot_id) failed: %s%s",
+                              rank, strerror(id_err), braid_errno_hint(id_err));
+        goto fail;
+    }
     if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_ZERO(&me.cpus);
     braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();

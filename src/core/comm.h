@@ -241,9 +241,11 @@ braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid
 /* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
 void braid_comm_reg_cleanup(struct braid_comm *comm);
 
-/* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
-void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
-/* The machine (kernel boot id; the host id where it cannot be read). */
-void braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
+/* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace.
+ * Returns 0, or errno (EMFILE / ENFILE) when the boot id could not be read for lack of file
+ * descriptors (the id is then wrong: init fails instead of splitting the host). */
+int braid_host_id(char out[BRAID_HOST_ID_BYTES]);
+/* The machine (kernel boot id; the host id where it cannot be read); returns as above. */
+int braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
 
 #endif

@@ -169,6 +169,10 @@ typedef struct tcp_state {
     tcp_pending_t *pending;
     int npending;
     uint64_t accept_paused_until; /* after EMFILE and the like (0 = accepting) */
+    /* errno of the listener's failing accept (0 = none) and since when (braid_now_ns): a
+     * receive connection still waiting for its sockets reports it (braid_tcp_recv_accept). */
+    _Atomic int accept_err;
+    _Atomic uint64_t accept_err_since;
 } tcp_state_t;
 
 /* tcp_conn.c */
