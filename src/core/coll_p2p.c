@@ -55,7 +55,7 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             if (!tmp)
                 return braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",
                                        name, seq, elems);
-            braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
+            memcpy(tmp, pc->sendbuf, elems * es);
             p.sendbuf = tmp;
         }
     }

@@ -114,8 +114,10 @@ void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len);
 /* The reason a REJECTED message carries (payload buf), as a string. */
 void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
                       size_t len);
-/* This rank's send/recv connection to / from peer (NULL for itself). */
+/* This rank's send/recv connection to / from peer (NULL for itself), and how many sends to
+ * peer it has started (the pair's sequence number). */
 braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send);
+uint32_t braid_p2p_sent(struct braid_comm *comm, int peer);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
  * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With
