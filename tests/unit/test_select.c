@@ -31,9 +31,9 @@ Test(select, parse_algo_names)
     int a = 99;
     cr_assert_eq(braid_algo_parse("", &a), BRAID_SUCCESS);
     cr_assert_eq(a, BRAID_ALGO_AUTO);
-    const char *names[] = {"ring", "HIER", "recdbl", "Tree"};
-    const char *canon[] = {"ring", "hier", "recdbl", "tree"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"ring", "HIER", "recdbl", "Tree", "Direct"};
+    const char *canon[] = {"ring", "hier", "recdbl", "tree", "direct"};
+    for (int i = 0; i < 5; i++) {
         cr_assert_eq(braid_algo_parse(names[i], &a), BRAID_SUCCESS);
         cr_assert_eq(a, i);
         cr_assert_str_eq(braid_algo_name(a), canon[i]);
@@ -42,7 +42,7 @@ Test(select, parse_algo_names)
     cr_assert_eq(braid_algo_parse("rings", &a), BRAID_ERR_INVALID_ARG);
     cr_assert_eq(a, 7, "output set on failure");
     cr_assert(strstr(braid_last_error(), "'rings'") &&
-                  strstr(braid_last_error(), "ring, hier, recdbl, tree"),
+                  strstr(braid_last_error(), "ring, hier, recdbl, tree, direct"),
               "%s", braid_last_error());
 }
 
