@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-/* All-reduces up to this many bytes take the one-synchronisation path (every rank reduces
- * all n inputs itself). */
-#define BRAID_DIRECT_SMALL_MAX ((size_t)8192)
+/* All-reduces up to this many bytes over n take the one-synchronisation path (every rank
+ * reduces all n inputs itself: it reads n times the bytes). */
+#define BRAID_DIRECT_SMALL_BYTES ((size_t)16384)
 
 /* Rank r's slice of a block of len elements of es bytes over n ranks (pure): elements
  * [*off_p, *off_p + *cnt_p), q = ceil(len / n) rounded up to a cache line of elements from

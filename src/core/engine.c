@@ -258,7 +258,17 @@ static braid_result_t check_foreign(run_t *r, int algo)
     }
     /* Peers that run this number on the direct shared-memory segments (when this rank does
      * not), or a collective of core/p2p.h (alltoall, gather...). */
-    if (algo != BRAID_PLAN_DIRECT) BRAID_CHECK(braid_direct_check_foreign(comm, &r->hdr));
+    int peer;
+    braid_msg_hdr_t h;
+    if (algo != BRAID_PLAN_DIRECT && braid_direct_peek(comm, r->hdr.seq, &peer, &h)) {
+        braid_conn_t from = {.peer = peer, .comm = comm};
+        if (r->rejected || !same_call(&h, &r->hdr))
+            return check_header(r, &from, &h, NULL, 0, 0); /* names both calls */
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d runs %s #%u on the direct shared-memory path but rank %d "
+                               "runs it with another algorithm",
+                               peer, braid_coll_name(h.coll), h.seq, comm->rank);
+    }
     return braid_p2p_check_foreign(comm, &r->hdr);
 }
 

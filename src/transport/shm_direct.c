@@ -35,6 +35,13 @@ typedef struct {
     char msg[200];
 } ctrl_t;
 
+typedef struct {
+    int rank;
+    uint32_t id;
+    char *base;
+    uint64_t bytes;
+} peer_map_t;
+
 struct braid_direct {
     int n, me;
     size_t block, slot_bytes, map_len;
@@ -45,6 +52,8 @@ struct braid_direct {
     uint64_t blocks;         /* the block counter */
     uint64_t synced;         /* blocks below it were published by every peer (algos/direct.c) */
     char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
+    peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
+    int nmaps, next_evict;
 };
 
 static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)
@@ -194,6 +203,8 @@ void braid_direct_fail(struct braid_comm *comm, braid_result_t code, const char 
 
 static void release(braid_direct_t *d)
 {
+    for (int i = 0; i < d->nmaps; i++)
+        munmap(d->maps[i].base, d->maps[i].bytes);
     for (int r = 0; r < d->n; r++) {
         if (d->seg[r]) munmap(d->seg[r], d->map_len);
         if (d->pidfd[r] >= 0) close(d->pidfd[r]);
@@ -352,23 +363,75 @@ braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
     return res;
 }
 
-braid_result_t braid_direct_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine)
+int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_msg_hdr_t *h_p)
 {
     braid_direct_t *d = comm->direct;
     for (int r = 0; d && r < d->n; r++) {
         if (r == d->me) continue;
         for (int s = 0; s < 2; s++) {
             braid_direct_line_t *l = braid_direct_line(d, r, s);
-            if (!atomic_load_explicit(&l->tag, memory_order_acquire) || l->seq != mine->seq)
-                continue;
-            return braid_set_error(
-                BRAID_ERR_MISMATCH,
-                "rank %d runs %s #%u (count %llu) on the direct shared-memory "
-                "path but rank %d runs %s #%u (count %llu) with another "
-                "algorithm",
-                r, braid_coll_name(l->coll), l->seq, (unsigned long long)l->count, comm->rank,
-                braid_coll_name(mine->coll), mine->seq, (unsigned long long)mine->count);
+            if (!atomic_load_explicit(&l->tag, memory_order_acquire) || l->seq != seq) continue;
+            *peer_p = r;
+            *h_p = (braid_msg_hdr_t){.seq = l->seq,
+                                     .coll = l->coll,
+                                     .dtype = l->dtype,
+                                     .op = l->op,
+                                     .root = l->root,
+                                     .count = l->count};
+            return 1;
         }
     }
-    return BRAID_SUCCESS;
+    return 0;
+}
+
+/* ---- peers' buffers from braid_mem_alloc ---------------------------------------------------- */
+typedef struct {
+    int32_t fd;
+    uint32_t id;
+    uint64_t bytes, off;
+} ref_t;
+
+_Static_assert(sizeof(ref_t) <= BRAID_DIRECT_INLINE, "a reference fits the line");
+
+void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes, uint64_t off)
+{
+    ref_t r = {.fd = fd, .id = id, .bytes = bytes, .off = off};
+    memcpy(l->data, &r, sizeof(r));
+}
+
+const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)
+{
+    ref_t ref;
+    memcpy(&ref, l->data, sizeof(ref));
+    for (int i = 0; i < d->nmaps; i++) {
+        peer_map_t *m = &d->maps[i];
+        if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) return m->base + ref.off;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", d->pid[r], (int)ref.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    void *base = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
+        base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (base == MAP_FAILED) {
+        braid_set_error(BRAID_ERR_SYSTEM,
+                        "direct: cannot map rank %d's buffer from braid_mem_alloc (%s, %llu "
+                        "bytes): %m",
+                        r, path, (unsigned long long)ref.bytes);
+        return NULL;
+    }
+    /* A bounded cache: the oldest mapping makes room (peers' regions may be freed and others
+     * allocated over a long run). */
+    if (d->nmaps == BRAID_DIRECT_MAPS) {
+        munmap(d->maps[d->next_evict].base, d->maps[d->next_evict].bytes);
+        d->maps[d->next_evict] =
+            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
+        d->next_evict = (d->next_evict + 1) % BRAID_DIRECT_MAPS;
+    } else {
+        d->maps[d->nmaps++] =
+            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
+    }
+    return (const char *)base + ref.off;
 }

@@ -30,11 +30,15 @@
 struct braid_comm;
 
 #define BRAID_DIRECT_INLINE 40
+/* The block is not in the slot: the owner's buffer from braid_mem_alloc holds it, at the
+ * reference in the line's data (braid_direct_put_ref). */
+#define BRAID_DIRECT_MAPPED 1
 
 typedef struct {
     _Atomic uint32_t tag;
     uint32_t seq;                   /* the call's sequence number */
-    uint8_t coll, dtype, op, pad;   /* as braid_msg_hdr_t */
+    uint8_t coll, dtype, op;        /* as braid_msg_hdr_t */
+    uint8_t flags;                  /* BRAID_DIRECT_MAPPED */
     int32_t root;                   /* root rank or -1 */
     uint64_t count;                 /* the call's count argument */
     char data[BRAID_DIRECT_INLINE]; /* the payload starts here (and runs into the slot) */
@@ -78,9 +82,18 @@ void braid_direct_sleep(braid_direct_t *d, int r, int s, uint32_t want, uint64_t
 /* BRAID_ERR_REMOTE (or the peer's MISMATCH) if rank r failed, closed or died; the pid check
  * runs at most every 20 ms unless force. */
 braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force);
-/* While this rank runs call `mine` with another algorithm (core/engine.c): BRAID_ERR_MISMATCH
- * when a peer published a block of that call number on its segment. */
-braid_result_t braid_direct_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
+/* Whether some peer published a block of call number seq on its segment: then 1 with that
+ * rank and the call's descriptor (core/engine.c: a rank that runs the call otherwise). */
+int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_msg_hdr_t *h_p);
+/* Writes a reference to the owner's memfd region (this process's fd and id, its size, the
+ * block's offset in it) into the line's data. */
+void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes,
+                          uint64_t off);
+/* Rank r's block in place, from the reference in its line (mapped once through
+ * /proc/<pid>/fd, read-only, cached for the communicator's life); NULL with an error naming
+ * the rank when it cannot be mapped. */
+#define BRAID_DIRECT_MAPS 128
+const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l);
 /* The block counter (blocks this rank ran on the communicator). */
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */

@@ -1,12 +1,13 @@
 /* The direct (single-copy) shared-memory all-reduce as real processes: forced with
  * BRAID_ALGO=direct on a communicator split from the job's, n = 1..8, every dtype x op, counts
  * 0, 1, primes, not divisible by n, on both paths (one synchronisation up to
- * BRAID_DIRECT_SMALL_MAX bytes, blocks above, several blocks), in place and not, unaligned,
+ * 16 KiB / n, blocks above, several blocks), in place and not, unaligned,
  * bit-exact against the reference data; order-sensitive random floats bit-identical on every
  * rank; a rank killed mid-collective (BRAID_ERR_REMOTE naming it, nothing left in /dev/shm);
  * mismatched calls (another count, another collective) fail naming both; abort from another
  * thread ends a wait; the cost model takes the path by itself on one host; BRAID_DIRECT_BLOCK=0
- * turns it off. */
+ * turns it off; buffers from braid_mem_alloc (all ranks, or some) are read in place, and the
+ * allocator checks its arguments. */
 #include "algos/algo.h"
 #include "algos/direct.h"
 #include "core/comm.h"
@@ -99,6 +100,24 @@ Test(direct, forced_n_1_to_8_every_dtype_and_op)
 /* ---- reduce-scatter, all-gather, broadcast, reduce ------------------------------------------- */
 /* One call of coll (count per rank for reduce-scatter / all-gather) checked against the
  * reference: in place or not, buffers shifted by off bytes. */
+static int mapped_bufs; /* 1: buffers from braid_mem_alloc (2: on odd ranks only) */
+
+static void *buf_alloc(int rank, size_t bytes)
+{
+    void *p = NULL;
+    if (mapped_bufs == 1 || (mapped_bufs == 2 && rank % 2))
+        return braid_mem_alloc(&p, bytes) == BRAID_SUCCESS ? p : NULL;
+    return malloc(bytes);
+}
+
+static void buf_free(int rank, void *p)
+{
+    if (mapped_bufs == 1 || (mapped_bufs == 2 && rank % 2))
+        braid_mem_free(p);
+    else
+        free(p);
+}
+
 static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_t dt,
                       braid_redop_t op, size_t count, int in_place, size_t off, int root, int seed)
 {
@@ -106,21 +125,27 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     size_t in_n = coll == BRAID_COLL_REDUCE_SCATTER ? count * N : count;
     size_t out_n = coll == BRAID_COLL_ALLGATHER ? count * N : count;
     size_t big = (in_n > out_n ? in_n : out_n) * es + off + 8;
-    char *sb = malloc(big), *rb = malloc(big);
-    MP_CHECK(rank, sb && rb, "malloc");
+    char *sb = buf_alloc(rank, big), *rb = buf_alloc(rank, big);
+    MP_CHECK(rank, sb && rb, "allocating %zu bytes: %s", big, braid_last_error());
     char *s = sb + off, *r = rb + off;
     memset(r, 0xEE, out_n * es);
-    const char *name = coll == BRAID_COLL_REDUCE_SCATTER ? "reduce_scatter"
-                       : coll == BRAID_COLL_ALLGATHER    ? "allgather"
-                       : coll == BRAID_COLL_BROADCAST    ? "broadcast"
-                                                         : "reduce";
+    const char *name = coll == BRAID_COLL_ALLREDUCE        ? "allreduce"
+                       : coll == BRAID_COLL_REDUCE_SCATTER ? "reduce_scatter"
+                       : coll == BRAID_COLL_ALLGATHER      ? "allgather"
+                       : coll == BRAID_COLL_BROADCAST      ? "broadcast"
+                                                           : "reduce";
     char what[160];
-    snprintf(what, sizeof(what), "direct %s n=%d %s %s count=%zu %s off=%zu root %d", name, n,
+    snprintf(what, sizeof(what), "direct %s n=%d %s %s count=%zu %s off=%zu root %d%s", name, n,
              braid_dtype_name(dt), braid_op_name(op), count, in_place ? "in place" : "oop", off,
-             root);
+             root, mapped_bufs ? " mapped" : "");
     braid_result_t res;
     size_t bad = 0;
-    if (coll == BRAID_COLL_REDUCE_SCATTER) {
+    if (coll == BRAID_COLL_ALLREDUCE) {
+        data_fill(s, dt, op, rank, 0, count, seed);
+        char *o = in_place ? s : r;
+        res = braid_allreduce(s, o, count, dt, op, c);
+        if (!res) bad = data_check_reduced(o, dt, op, n, 0, count, seed, what);
+    } else if (coll == BRAID_COLL_REDUCE_SCATTER) {
         data_fill(s, dt, op, rank, 0, in_n, seed);
         char *o = in_place ? s + (size_t)rank * count * es : r;
         res = braid_reduce_scatter(s, o, count, dt, op, c);
@@ -142,26 +167,28 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
         res = braid_reduce(s, rank == root ? o : NULL, count, dt, op, root, c);
         if (!res && rank == root) bad = data_check_reduced(o, dt, op, n, 0, count, seed, what);
     }
-    free(sb);
-    free(rb);
-    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s", what, braid_last_error());
+    char err[600];
+    snprintf(err, sizeof(err), "%s", braid_last_error()); /* braid_mem_free clears it */
+    buf_free(rank, sb);
+    buf_free(rank, rb);
+    MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s (%s)", what, braid_strerror(res), err);
     MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
     return 0;
 }
 
 static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
 {
-    (void)arg;
+    mapped_bufs = arg ? *(int *)arg : 0;
     braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
     MP_CHECK(rank, c != NULL, "no communicator");
     size_t counts[] = {0, 1, 7, 1009, 70001};
     int colls[] = {BRAID_COLL_REDUCE_SCATTER, BRAID_COLL_ALLGATHER, BRAID_COLL_BROADCAST,
-                   BRAID_COLL_REDUCE};
+                   BRAID_COLL_REDUCE, BRAID_COLL_ALLREDUCE};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MIN, BRAID_PROD, BRAID_MAX};
     int seed = 100;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < (mapped_bufs ? 5 : 4); k++) {
                 if (counts[ci] > 1009 && dt % 4 != 0 && dt < BRAID_FLOAT8_E4M3) continue;
                 braid_redop_t op = ops[(ci + (size_t)dt) % 5];
                 if (op == BRAID_PROD && dt != BRAID_FLOAT32 && dt != BRAID_INT64) op = BRAID_SUM;
@@ -193,6 +220,41 @@ Test(direct, reduce_scatter_allgather_broadcast_reduce_n_1_to_8)
     for (int n = 1; n <= 8; n++)
         cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0,
                      "n=%d: some rank failed (see stderr)", n);
+}
+
+/* Buffers from braid_mem_alloc: the peers read them in place (no copy into the segments), on
+ * every rank or on odd ranks only (mixed in one call). */
+Test(direct, mapped_buffers_every_collective_n_1_to_8)
+{
+    int all = 1, odd = 2;
+    for (int n = 1; n <= 8; n++) {
+        cr_assert_eq(mp_run(n, other_collectives, &all, 300), 0,
+                     "n=%d mapped: some rank failed (see stderr)", n);
+        if (n > 1)
+            cr_assert_eq(mp_run(n, other_collectives, &odd, 300), 0,
+                         "n=%d odd ranks mapped: some rank failed (see stderr)", n);
+    }
+}
+
+Test(direct, mem_alloc_and_free_check_their_arguments)
+{
+    void *p = (void *)0x1;
+    cr_assert_eq(braid_mem_alloc(NULL, 64), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "ptr_p"), "%s", braid_last_error());
+    cr_assert_eq(braid_mem_alloc(&p, 0), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "bytes"), "%s", braid_last_error());
+    cr_assert_eq(p, (void *)0x1, "output set on failure");
+    cr_assert_eq(braid_mem_alloc(&p, 100000), BRAID_SUCCESS, "%s", braid_last_error());
+    for (size_t i = 0; i < 100000; i++)
+        cr_assert_eq(((unsigned char *)p)[i], 0, "byte %zu not zero", i);
+    memset(p, 0x5a, 100000);
+    char local[16];
+    cr_assert_eq(braid_mem_free(local), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "ptr="), "%s", braid_last_error());
+    cr_assert_eq(braid_mem_free((char *)p + 1), BRAID_ERR_INVALID_ARG, "an interior pointer");
+    cr_assert_eq(braid_mem_free(p), BRAID_SUCCESS);
+    cr_assert_eq(braid_mem_free(p), BRAID_ERR_INVALID_ARG, "freed twice");
+    cr_assert_eq(braid_mem_free(NULL), BRAID_SUCCESS);
 }
 
 /* ---- bit-identical results ---------------------------------------------------------------------
@@ -315,8 +377,13 @@ static int loop_until_error(braid_comm_t comm, int rank, int n, void *arg)
     float *buf = calloc(count, sizeof(float));
     MP_CHECK(rank, buf != NULL, "calloc");
     braid_result_t res = BRAID_SUCCESS;
-    for (int it = 0; it < 100000000 && res == BRAID_SUCCESS; it++)
+    for (int it = 0; it < 100000000 && res == BRAID_SUCCESS; it++) {
         res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
+        if (rank == 1 && it == 20) { /* mid-loop: the parent may kill this rank now */
+            FILE *f = fopen(getenv("DIRECT_KILL_MARK"), "w");
+            if (f) fclose(f);
+        }
+    }
     free(buf);
     MP_CHECK(rank, res == BRAID_ERR_REMOTE, "got %s (%s)", braid_strerror(res), braid_last_error());
     MP_CHECK(rank, strstr(braid_last_error(), "rank 1"), "message '%s' does not name rank 1",
@@ -333,10 +400,17 @@ Test(direct, killed_rank_gives_remote_error_naming_it_and_leaves_no_shm)
     for (size_t ci = 0; ci < 2; ci++)
         for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
             int n = ns[i];
+            char mark[64];
+            snprintf(mark, sizeof(mark), "/tmp/braid-direct-kill-%d", (int)getpid());
+            unlink(mark);
+            setenv("DIRECT_KILL_MARK", mark, 1);
             mp_job_t job;
             mp_start(&job, n, loop_until_error, &counts[ci]);
-            usleep(700 * 1000);
+            for (int w = 0; w < 3000 && access(mark, F_OK) != 0; w++)
+                usleep(10 * 1000);
+            cr_assert_eq(access(mark, F_OK), 0, "n=%d: rank 1 never got to its 20th call", n);
             kill(job.pids[1], SIGKILL);
+            unlink(mark);
             mp_wait(&job, 60);
             for (int r = 0; r < n; r++) {
                 if (r == 1) continue;
