@@ -90,6 +90,35 @@ static void reap_locked(int all)
     }
 }
 
+/* The end of a service thread: it takes itself out of the table and detaches, so that a thread
+ * that ended leaves nothing behind even if the process then leaves by _exit (no destructor runs:
+ * a finished, never-joined thread is what ThreadSanitizer calls a leak). If the exit destructor
+ * holds the table (stop_all), it joins this thread: then only raise the flag. */
+static void forget_self(atomic_int *done)
+{
+    while (pthread_mutex_trylock(&threads_mu) != 0) {
+        if (atomic_load(&stop_all)) {
+            atomic_store(done, 1);
+            return;
+        }
+        usleep(1000);
+    }
+    pthread_t self = pthread_self();
+    int found = 0;
+    for (int i = 0; i < nthreads && !found; i++) {
+        if (!pthread_equal(threads[i].tid, self)) continue;
+        threads[i] = threads[--nthreads];
+        found = 1;
+    }
+    if (found) {
+        pthread_detach(self);
+        free(done);
+    } else {
+        atomic_store(done, 1); /* not in the table (cannot happen): reap_locked frees it */
+    }
+    pthread_mutex_unlock(&threads_mu);
+}
+
 static void roots_child_after_fork(void)
 {
     /* The child has none of the parent's threads: forget them (their memory is the parent's
@@ -765,7 +794,7 @@ static void *root_main(void *arg)
     atomic_int *done = r->done;
     free(r);
     atomic_fetch_sub(&live_roots, 1);
-    atomic_store(done, 1); /* last: the flag outlives the thread, reap_locked frees it */
+    forget_self(done);
     return NULL;
 }
 
