@@ -26,6 +26,23 @@
 
 TestSuite(direct, .timeout = 400);
 
+/* BRAID_TEST_QUICK (the sanitizer pass): blocks of 4 KiB, so small counts still span several
+ * blocks, fewer and smaller counts, n = 1, 2, 3, 5, 8. */
+static int quick(void)
+{
+    return getenv("BRAID_TEST_QUICK") != NULL;
+}
+
+static void quick_blocks(void)
+{
+    if (quick()) setenv("BRAID_DIRECT_BLOCK", "4096", 1);
+}
+
+static int skip_n(int n)
+{
+    return quick() && (n == 4 || n == 6 || n == 7);
+}
+
 static uint64_t runs(braid_comm_t c, int algo)
 {
     braid_algo_state_t *st = ((struct braid_comm *)c)->algo_state;
@@ -63,6 +80,7 @@ static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
     /* 0, 1, primes (not divisible by n), around the inline line and the small limit, one
      * block and several */
     size_t counts[] = {0, 1, 5, 41, 1009, 2053, 65537, 300007};
+    size_t ncounts = quick() ? 6 : sizeof(counts) / sizeof(counts[0]);
     braid_redop_t ops[] = {BRAID_SUM, BRAID_MAX, BRAID_AVG, BRAID_PROD, BRAID_MIN};
     int seed = 11;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
@@ -70,7 +88,7 @@ static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
             if (ops[oi] == BRAID_PROD && dt != BRAID_FLOAT32 && dt != BRAID_INT64 &&
                 dt != BRAID_FLOAT16)
                 continue;
-            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+            for (size_t ci = 0; ci < ncounts; ci++) {
                 if (counts[ci] > 65537 && oi > 1 && dt % 3) continue; /* keep the run short */
                 size_t off = ci % 3 == 2 ? 3 : 0;                     /* unaligned */
                 if (data_check_allreduce(c, rank, n, (braid_datatype_t)dt, ops[oi], counts[ci],
@@ -92,9 +110,11 @@ static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(direct, forced_n_1_to_8_every_dtype_and_op)
 {
+    quick_blocks();
     for (int n = 1; n <= 8; n++)
-        cr_assert_eq(mp_run(n, every_dtype, NULL, 300), 0, "n=%d: some rank failed (see stderr)",
-                     n);
+        if (!skip_n(n))
+            cr_assert_eq(mp_run(n, every_dtype, NULL, 300), 0,
+                         "n=%d: some rank failed (see stderr)", n);
 }
 
 /* ---- reduce-scatter, all-gather, broadcast, reduce ------------------------------------------- */
@@ -182,12 +202,13 @@ static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
     braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
     MP_CHECK(rank, c != NULL, "no communicator");
     size_t counts[] = {0, 1, 7, 1009, 70001};
+    size_t ncounts = quick() ? 4 : 5, big = quick() ? 3001 : 100000;
     int colls[] = {BRAID_COLL_REDUCE_SCATTER, BRAID_COLL_ALLGATHER, BRAID_COLL_BROADCAST,
                    BRAID_COLL_REDUCE, BRAID_COLL_ALLREDUCE};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MIN, BRAID_PROD, BRAID_MAX};
     int seed = 100;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
-        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+        for (size_t ci = 0; ci < ncounts; ci++)
             for (int k = 0; k < (mapped_bufs ? 5 : 4); k++) {
                 if (counts[ci] > 1009 && dt % 4 != 0 && dt < BRAID_FLOAT8_E4M3) continue;
                 braid_redop_t op = ops[(ci + (size_t)dt) % 5];
@@ -199,14 +220,14 @@ static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
             }
     /* Mixed in one stream: a non-root of a broadcast writes its slot in the next all-reduce
      * only once every peer is past the blocks it may still read (the write rule). */
-    for (int it = 0; it < 30; it++) {
+    for (int it = 0; it < (quick() ? 10 : 30); it++) {
         int root = it % n;
-        if (check_coll(c, rank, n, BRAID_COLL_BROADCAST, BRAID_INT32, BRAID_SUM,
-                       it % 3 ? 3 : 100000, 0, 0, root, seed++) ||
-            data_check_allreduce(c, rank, n, BRAID_INT32, BRAID_SUM, it % 2 ? 5 : 90001, 0, 0,
+        if (check_coll(c, rank, n, BRAID_COLL_BROADCAST, BRAID_INT32, BRAID_SUM, it % 3 ? 3 : big,
+                       0, 0, root, seed++) ||
+            data_check_allreduce(c, rank, n, BRAID_INT32, BRAID_SUM, it % 2 ? 5 : big - 9, 0, 0,
                                  seed++, "mixed") ||
-            check_coll(c, rank, n, BRAID_COLL_REDUCE, BRAID_FLOAT32, BRAID_SUM, 70000, 0, 0, root,
-                       seed++))
+            check_coll(c, rank, n, BRAID_COLL_REDUCE, BRAID_FLOAT32, BRAID_SUM, big - 30, 0, 0,
+                       root, seed++))
             return 1;
     }
     MP_CHECK(rank, (runs(c, BRAID_ALGO_DIRECT) > 0) == (n > 1), "direct ran %llu times",
@@ -217,9 +238,11 @@ static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(direct, reduce_scatter_allgather_broadcast_reduce_n_1_to_8)
 {
+    quick_blocks();
     for (int n = 1; n <= 8; n++)
-        cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0,
-                     "n=%d: some rank failed (see stderr)", n);
+        if (!skip_n(n))
+            cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0,
+                         "n=%d: some rank failed (see stderr)", n);
 }
 
 /* Buffers from braid_mem_alloc: the peers read them in place (no copy into the segments), on
@@ -227,7 +250,9 @@ Test(direct, reduce_scatter_allgather_broadcast_reduce_n_1_to_8)
 Test(direct, mapped_buffers_every_collective_n_1_to_8)
 {
     int all = 1, odd = 2;
+    quick_blocks();
     for (int n = 1; n <= 8; n++) {
+        if (skip_n(n)) continue;
         cr_assert_eq(mp_run(n, other_collectives, &all, 300), 0,
                      "n=%d mapped: some rank failed (see stderr)", n);
         if (n > 1)
@@ -281,10 +306,11 @@ static int bit_identical(braid_comm_t comm, int rank, int n, void *arg)
     braid_datatype_t dts[] = {BRAID_FLOAT32, BRAID_FLOAT64, BRAID_FLOAT16, BRAID_BFLOAT16};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MAX};
     size_t counts[] = {1, 3, 257, 3001, 100003};
+    size_t ncounts = quick() ? 4 : 5;
     int seed = 7;
     for (size_t di = 0; di < 4; di++)
         for (size_t oi = 0; oi < 3; oi++)
-            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, seed++) {
+            for (size_t ci = 0; ci < ncounts; ci++, seed++) {
                 braid_datatype_t dt = dts[di];
                 size_t count = counts[ci], bytes = count * braid_dtype_size(dt);
                 char *buf = malloc(bytes), *ref = malloc(bytes);
@@ -331,6 +357,7 @@ static int bit_identical(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(direct, order_sensitive_floats_bit_identical_on_every_rank)
 {
+    quick_blocks();
     int ns[] = {2, 3, 5, 8};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
         cr_assert_eq(mp_run(ns[i], bit_identical, NULL, 200), 0,
