@@ -1,8 +1,10 @@
-# Sourced by perf/compare.sh and perf/compare_tcp.sh: parses their shared flags (see their
-# headers) into dir build ranks minb maxb fac iters warm check dtype op, checks the binaries and
-# builds the Open MPI peer harness when missing; defines median_csv. The caller sets here, repo, name and the
-# defaults (maxb, iters, warm) first; sets OPTIND past the flags.
-dir="" build="$repo/build" ranks="2 4" minb=8 fac=2 check=1 dtype=float op=sum rounds=1
+# Sourced by perf/compare.sh, perf/compare_tcp.sh and perf/compare_p2p.sh: parses their shared
+# flags (see their headers) into dir build ranks minb maxb fac iters warm check dtype op, checks
+# the binaries and builds the Open MPI peer harness when missing; defines median_csv. The caller
+# sets here, repo, name and the defaults (maxb, iters, warm; optionally fac, rounds, and tools:
+# the braid perf tools it runs, default all_reduce_perf) first; sets OPTIND past the flags.
+dir="" build="$repo/build" ranks="2 4" minb=8 check=1 dtype=float op=sum
+fac=${fac:-2} rounds=${rounds:-1} tools=${tools:-all_reduce_perf}
 while getopts "o:B:N:R:b:e:f:n:w:c:d:O:h" opt; do
     case $opt in
     o) dir=$OPTARG ;;
@@ -27,10 +29,12 @@ esac
 bin="$build/bin"
 [ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y%m%d-%H%M%S)-$(hostname)-$name"
 mkdir -p "$dir"
-for f in braid-run all_reduce_perf; do
+for f in braid-run $tools; do
     [ -x "$bin/$f" ] || { echo "$name: $bin/$f missing (cmake --build $build)" >&2; exit 1; }
+    case $f in
+    *_perf) [ -x "$bin/ompi_${f%_perf}_perf" ] || "$here/peers/build.sh" "$bin" ;;
+    esac
 done
-[ -x "$bin/ompi_allreduce_perf" ] || "$here/peers/build.sh" "$bin"
 
 # median_csv OUT IN...: OUT gets the header of the first IN and, for every size, the row
 # (a real measurement, whole) whose out-of-place time is the median of the INs' rows of that

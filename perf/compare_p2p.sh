@@ -5,7 +5,7 @@
 # TCP loopback (BRAID_TRANSPORT=tcp, --mca btl self,tcp), all in one session with the same flags.
 #
 #   perf/compare_p2p.sh [-o DIR] [-B BUILD] [-N "2 4"] [-R 3] [-b 8] [-e 64M] [-f 4] [-n 20]
-#                       [-w 3] [-c 1] [-d float]
+#                       [-w 3] [-c 1] [-d float]   (flags parsed by perf/compare_args.sh)
 #
 # Every (collective, transport, N) runs both tools R times, the tool order alternating from one
 # round to the next. Raw output: DIR/<coll>_<transport>_n<N>_<tool>.r<K>.{csv,log}. DIR/summary.txt
@@ -15,31 +15,8 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-dir="" build="$repo/build" ranks="2 4" rounds=3 minb=8 maxb=64M fac=4 iters=20 warm=3 check=1
-dtype=float
-while getopts "o:B:N:R:b:e:f:n:w:c:d:h" opt; do
-    case $opt in
-    o) dir=$OPTARG ;;
-    B) build=$OPTARG ;;
-    N) ranks=$OPTARG ;;
-    R) rounds=$OPTARG ;;
-    b) minb=$OPTARG ;;
-    e) maxb=$OPTARG ;;
-    f) fac=$OPTARG ;;
-    n) iters=$OPTARG ;;
-    w) warm=$OPTARG ;;
-    c) check=$OPTARG ;;
-    d) dtype=$OPTARG ;;
-    h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) exit 2 ;;
-    esac
-done
-bin="$build/bin"
-[ -n "$dir" ] || dir="$repo/perf/results/$(date +%Y-%m-%d)-p2p"
-mkdir -p "$dir"
-for t in ompi_sendrecv_perf ompi_alltoall_perf; do
-    [ -x "$bin/$t" ] || "$here/peers/build.sh" "$bin"
-done
+name=compare_p2p maxb=64M fac=4 iters=20 warm=3 rounds=3 tools="sendrecv_perf alltoall_perf"
+. "$here/compare_args.sh"
 flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype"
 sum="$dir/summary.txt"
 {
@@ -108,7 +85,7 @@ for c in sendrecv alltoall; do
                 }
                 END {
                     printf "%12s %10s %10s %8s\n", "size", "braid", "ompi", "ratio"
-                    ns = 0; for (k in sizes) s[++ns] = k
+                    ns = 0; for (k in sizes) s[++ns] = k + 0
                     for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (s[j] < s[i]) { t = s[i]; s[i] = s[j]; s[j] = t }
                     for (i = 1; i <= ns; i++) {
                         k = s[i]; b = med("braid", k); o = med("ompi", k)

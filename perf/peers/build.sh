@@ -14,13 +14,9 @@ command -v "$mpicc" >/dev/null 2>&1 || {
     exit 1
 }
 mkdir -p "$out"
-"$mpicc" -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$repo/include" -I"$repo/perf" \
-    "$here/ompi_allreduce_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
-    "$repo/perf/report.c" "$repo/perf/json.c" -lm -o "$out/ompi_allreduce_perf"
-echo "built $out/ompi_allreduce_perf"
-for t in alltoall sendrecv; do
+for t in allreduce alltoall sendrecv; do
     "$mpicc" -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I"$repo/include" -I"$repo/perf" \
-        "$here/ompi_p2p_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
-        "$repo/perf/report.c" -lm -o "$out/ompi_${t}_perf"
+        "$here/ompi_perf.c" "$repo/perf/bench.c" "$repo/perf/data.c" \
+        "$repo/perf/report.c" "$repo/perf/json.c" -lm -o "$out/ompi_${t}_perf"
     echo "built $out/ompi_${t}_perf"
 done

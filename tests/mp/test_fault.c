@@ -6,7 +6,9 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@ typedef struct {
     braid_result_t expected;  /* error the survivors must see */
     const char *must_mention; /* substring of the message */
     double max_s;             /* bound on the time from the first failure to the error */
+    atomic_int *running;      /* shared: set by the victim once collectives run (or NULL) */
 } fault_t;
 
 /* Loops large allreduces until one fails; the victim is killed by the parent (or stops
@@ -40,6 +43,7 @@ static int loop_until_error(braid_comm_t comm, int rank, int n, void *arg)
         double t0 = now_s();
         res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
         t_fail = now_s() - t0;
+        if (f->running && rank == f->victim && it == 3) atomic_store(f->running, 1);
     }
     free(buf);
     MP_CHECK(rank, res == f->expected, "got %s (%s), expected %s", braid_strerror(res),
@@ -63,12 +67,25 @@ Test(fault, killed_rank_gives_remote_error_naming_it_and_leaves_no_shm)
     int ns[] = {2, 3, 5};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         int n = ns[i];
-        fault_t f = {
-            .victim = 1, .expected = BRAID_ERR_REMOTE, .must_mention = "rank 1", .max_s = 5};
+        atomic_int *running =
+            mmap(NULL, sizeof(*running), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        cr_assert(running != MAP_FAILED);
+        atomic_init(running, 0);
+        fault_t f = {.victim = 1,
+                     .expected = BRAID_ERR_REMOTE,
+                     .must_mention = "rank 1",
+                     .max_s = 5,
+                     .running = running};
         mp_job_t job;
         mp_start(&job, n, loop_until_error, &f);
-        usleep(700 * 1000);
+        /* Kill in the middle of the collectives, never during init (a loaded machine may take
+         * seconds to get there): wait until the victim has finished a few all-reduces. */
+        double t0 = now_s();
+        while (!atomic_load(running) && now_s() - t0 < 60)
+            usleep(10 * 1000);
+        usleep(200 * 1000);
         kill(job.pids[1], SIGKILL);
+        munmap(running, sizeof(*running));
         mp_wait(&job, 60);
         for (int r = 0; r < n; r++) {
             if (r == 1) {

@@ -42,7 +42,7 @@ ${CC:-cc} -O2 -Wall -Wextra $san_flags -I include tests/net/net_check.c -L "$bui
     -Wl,-rpath,"$build/lib" -o "$build/rdma-test/net_check" ||
     echo "rdma: building net_check failed; its cases are left out" >&2
 t0=$(date +%s)
-tests/rdma/vm.sh --share "$build" --lib-of "$perf" --lib-of "$build/bin/braid_conformance" --lib-of "$build/rdma-test/net_check" --timeout "${BRAID_RDMA_VM_TIMEOUT:-900}" -- \
+tests/rdma/vm.sh --share "$build" --lib-of "$perf" --lib-of "$build/bin/braid_conformance" --lib-of "$build/rdma-test/net_check" --timeout "${BRAID_RDMA_VM_TIMEOUT:-1500}" -- \
     env $san_env VERBOSE="${VERBOSE:-}" ONLY="${BRAID_RDMA_ONLY:-}" dash "$build/rdma-test/inner.sh" "$build" | tee "$build/rdma-test/log"
 rc=${PIPESTATUS[0]}
 echo "rdma: total $(($(date +%s) - t0)) s (VM status $rc)"

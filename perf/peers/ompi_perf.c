@@ -1,15 +1,18 @@
-/* ompi_alltoall_perf / ompi_sendrecv_perf: the alltoall_perf / sendrecv_perf loop
- * (perf/bench.c) on MPI_Alltoall and MPI_Sendrecv, so braid and Open MPI are compared with the
- * same flags, output columns, checks and --csv rows. One source, built twice by
- * perf/peers/build.sh (the collective is chosen by the program's name):
+/* ompi_allreduce_perf / ompi_alltoall_perf / ompi_sendrecv_perf: the all_reduce_perf,
+ * alltoall_perf and sendrecv_perf loops (perf/bench.c) on MPI_Allreduce, MPI_Alltoall and
+ * MPI_Sendrecv, so braid and Open MPI are compared with the same flags, output columns, checks
+ * and --csv rows. One source, built three times by perf/peers/build.sh (the collective is chosen
+ * by the program's name):
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl self,vader \
- *       build/bin/ompi_sendrecv_perf -b 64K -e 64M -f 2 --csv ompi.csv
+ *       build/bin/ompi_allreduce_perf -b 8 -e 256M -f 2 --csv ompi.csv
  *
- * sendrecv: MPI_Sendrecv to rank+1 from rank-1 (in place: MPI_Sendrecv_replace), as nccl-tests'
- * grouped ncclSend/ncclRecv; alltoall: MPI_Alltoall (in place: MPI_IN_PLACE). -m > 1 uses
- * MPI_Ialltoall / MPI_Isend+MPI_Irecv and MPI_Waitall. float16/bfloat16 are moved as 2-byte
- * integers (no arithmetic is involved). braid.h is included for its enums only. */
+ * allreduce: default float sum, like all_reduce_perf; MPI has no float16/bfloat16 arithmetic or
+ * avg: those are skipped with a note; in place is MPI_IN_PLACE. sendrecv: MPI_Sendrecv to rank+1
+ * from rank-1 (in place: MPI_Sendrecv_replace), as nccl-tests' grouped ncclSend/ncclRecv;
+ * alltoall: MPI_Alltoall (in place: MPI_IN_PLACE); there float16/bfloat16 move as 2-byte integers
+ * (no arithmetic is involved). -m > 1 uses the nonblocking calls and MPI_Waitall. braid.h is
+ * included for its enums only, nothing links braid. */
 #include "../common.h"
 
 #include <mpi.h>
@@ -23,14 +26,15 @@ typedef struct {
 
 static int mpi_fail(perf_backend_t *b, const char *call, int err)
 {
-    char msg[MPI_MAX_ERROR_STRING];
+    char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
-    MPI_Error_string(err, msg, &len);
+    if (err) MPI_Error_string(err, msg, &len);
     fprintf(stderr, "rank %d: %s failed: %s\n", b->rank, call, msg);
     return -1;
 }
 
-static MPI_Datatype mpi_type(int dtype)
+/* The MPI type of dtype; 2-byte floats only where nothing is computed (moved). */
+static MPI_Datatype mpi_type(int dtype, int moved)
 {
     switch (dtype) {
     case BRAID_INT8:
@@ -47,13 +51,29 @@ static MPI_Datatype mpi_type(int dtype)
         return MPI_UINT64_T;
     case BRAID_FLOAT16:
     case BRAID_BFLOAT16:
-        return MPI_UINT16_T;
+        return moved ? MPI_UINT16_T : MPI_DATATYPE_NULL;
     case BRAID_FLOAT32:
         return MPI_FLOAT;
     case BRAID_FLOAT64:
         return MPI_DOUBLE;
     default:
         return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op(int op)
+{
+    switch (op) {
+    case BRAID_SUM:
+        return MPI_SUM;
+    case BRAID_PROD:
+        return MPI_PROD;
+    case BRAID_MIN:
+        return MPI_MIN;
+    case BRAID_MAX:
+        return MPI_MAX;
+    default:
+        return MPI_OP_NULL;
     }
 }
 
@@ -70,26 +90,10 @@ static MPI_Request *new_req(perf_backend_t *b)
     return &c->reqs[c->nreqs++];
 }
 
-static int m_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
-                   size_t count, int dtype, int op, int root, int nonblocking)
+static int sendrecv(perf_backend_t *b, const void *send, void *recv, int n, MPI_Datatype t,
+                    int nonblocking)
 {
-    (void)op;
-    (void)root;
-    if (count > (size_t)INT32_MAX) return mpi_fail(b, "count > INT_MAX", 0);
-    MPI_Datatype t = mpi_type(dtype);
-    int n = (int)count, err, next = (b->rank + 1) % b->nranks,
-        prev = (b->rank + b->nranks - 1) % b->nranks;
-    if (coll->kind == PERF_ALLTOALL) {
-        const void *s = send == recv ? MPI_IN_PLACE : send;
-        if (!nonblocking) {
-            err = MPI_Alltoall(s, n, t, recv, n, t, MPI_COMM_WORLD);
-            return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Alltoall", err);
-        }
-        MPI_Request *r = new_req(b);
-        if (!r) return mpi_fail(b, "realloc", 0);
-        err = MPI_Ialltoall(s, n, t, recv, n, t, MPI_COMM_WORLD, r);
-        return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Ialltoall", err);
-    }
+    int err, next = (b->rank + 1) % b->nranks, prev = (b->rank + b->nranks - 1) % b->nranks;
     if (!nonblocking) {
         if (send == recv)
             err = MPI_Sendrecv_replace(recv, n, t, next, 0, prev, 0, MPI_COMM_WORLD,
@@ -106,6 +110,27 @@ static int m_start(perf_backend_t *b, const perf_coll_t *coll, const void *send,
     return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Isend/Irecv", err);
 }
 
+static int m_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
+                   size_t count, int dtype, int op, int root, int nonblocking)
+{
+    (void)root;
+    if (count > (size_t)INT32_MAX) return mpi_fail(b, "count > INT_MAX", 0);
+    int n = (int)count, err;
+    MPI_Datatype t = mpi_type(dtype, coll->kind != PERF_ALLREDUCE);
+    const void *s = send == recv ? MPI_IN_PLACE : send;
+    if (coll->kind == PERF_SENDRECV) return sendrecv(b, send, recv, n, t, nonblocking);
+    MPI_Request *r = nonblocking ? new_req(b) : NULL;
+    if (nonblocking && !r) return mpi_fail(b, "realloc", 0);
+    if (coll->kind == PERF_ALLTOALL) {
+        err = r ? MPI_Ialltoall(s, n, t, recv, n, t, MPI_COMM_WORLD, r)
+                : MPI_Alltoall(s, n, t, recv, n, t, MPI_COMM_WORLD);
+        return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Alltoall", err);
+    }
+    err = r ? MPI_Iallreduce(s, recv, n, t, mpi_op(op), MPI_COMM_WORLD, r)
+            : MPI_Allreduce(s, recv, n, t, mpi_op(op), MPI_COMM_WORLD);
+    return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Allreduce", err);
+}
+
 static int m_complete(perf_backend_t *b)
 {
     mpi_ctx_t *c = b->ctx;
@@ -118,11 +143,6 @@ static int m_barrier(perf_backend_t *b)
 {
     int err = MPI_Barrier(MPI_COMM_WORLD);
     return err == MPI_SUCCESS ? 0 : mpi_fail(b, "MPI_Barrier", err);
-}
-
-static MPI_Op mpi_op(int op)
-{
-    return op == BRAID_MIN ? MPI_MIN : op == BRAID_MAX ? MPI_MAX : MPI_SUM;
 }
 
 static int m_allreduce_f64(perf_backend_t *b, double *v, int op)
@@ -146,15 +166,21 @@ static int m_allgather_bytes(perf_backend_t *b, const void *mine, void *all, siz
 static int m_supports(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op)
 {
     (void)b;
-    (void)op;
+    if (coll->kind == PERF_ALLREDUCE)
+        return mpi_type(dtype, 0) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL;
     return (coll->kind == PERF_ALLTOALL || coll->kind == PERF_SENDRECV) &&
-           mpi_type(dtype) != MPI_DATATYPE_NULL;
+           mpi_type(dtype, 1) != MPI_DATATYPE_NULL;
 }
 
 int main(int argc, char **argv)
 {
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-    const perf_coll_t *coll = strstr(prog, "alltoall") ? &perf_coll_alltoall : &perf_coll_sendrecv;
+    const perf_coll_t *coll = strstr(prog, "alltoall")   ? &perf_coll_alltoall
+                              : strstr(prog, "sendrecv") ? &perf_coll_sendrecv
+                                                         : &perf_coll_allreduce;
+    const char *call = coll->kind == PERF_ALLTOALL   ? "MPI_Alltoall"
+                       : coll->kind == PERF_SENDRECV ? "MPI_Sendrecv"
+                                                     : "MPI_Allreduce";
     perf_opts_t opts;
     setlinebuf(stdout);
     int prc = perf_parse_args(argc, argv, coll, &opts);
@@ -180,9 +206,8 @@ int main(int argc, char **argv)
     char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "", desc[160];
     int len = 0;
     MPI_Get_library_version(lib, &len);
-    lib[strcspn(lib, ",\n")] = '\0';
-    snprintf(desc, sizeof(desc), "%s (%s)", lib,
-             coll->kind == PERF_ALLTOALL ? "MPI_Alltoall" : "MPI_Sendrecv");
+    lib[strcspn(lib, ",\n")] = '\0'; /* "Open MPI v4.1.4" */
+    snprintf(desc, sizeof(desc), "%s (%s)", lib, call);
     b.device_desc = desc;
 
     int rc = perf_bench_run(&b, coll, &opts);
