@@ -95,7 +95,7 @@ static void print_info(void)
     printf("build: hwloc %s, verbs %s, cuda %s\n", BRAID_HAVE_HWLOC ? "yes" : "no",
            BRAID_HAVE_VERBS ? "yes" : "no", BRAID_HAVE_CUDA ? "yes" : "no");
     char host[BRAID_HOST_ID_BYTES];
-    braid_host_id(host);
+    (void)braid_host_id(host);
     printf("host identity: %s\n", host);
     cpu_set_t set;
     int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : -1;

@@ -393,10 +393,7 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
         if (fd < 0) {
             int err = errno;
             return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: rank %d: socket failed: %s%s", bs->rank,
-                        strerror(err),
-                        err == EMFILE || err == ENFILE
-                            ? " (out of file descriptors: raise the open-files limit, ulimit -n)"
-                            : "");
+                        strerror(err), braid_errno_hint(err));
         }
         int rc = connect(fd, (const struct sockaddr *)&root->addr, root->addrlen);
         int err = rc == 0 ? 0 : errno;

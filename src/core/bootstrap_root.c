@@ -10,6 +10,7 @@
  * timeout) is sent to every rank as BOOT_MSG_FAIL, after which the service only answers
  * with that failure until its ranks closed (or timeout_s passed), then exits. */
 #include "core/bootstrap.h"
+#include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
 #include "core/log.h"
 
@@ -28,122 +29,6 @@
 
 #define HELLO_TIMEOUT_S 5.0
 #define MAX_UNAUTH 256 /* connections that have not sent their hello yet */
-
-static atomic_int live_roots;
-
-/* Shared by the service thread and the braid_boot_root_start_handle caller. */
-struct braid_boot_root {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs, exited, quiet;
-};
-
-static void handle_unref(braid_boot_root_t *h)
-{
-    pthread_mutex_lock(&h->mu);
-    int left = --h->refs;
-    pthread_mutex_unlock(&h->mu);
-    if (left) return;
-    pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->cv);
-    free(h);
-}
-
-static void handle_set(braid_boot_root_t *h, int exited, int quiet)
-{
-    if (!h) return;
-    pthread_mutex_lock(&h->mu);
-    if (h->exited != exited || h->quiet != quiet) {
-        h->exited = exited;
-        h->quiet = quiet;
-        pthread_cond_broadcast(&h->cv);
-    }
-    pthread_mutex_unlock(&h->mu);
-}
-
-int braid_boot_root_count(void)
-{
-    return atomic_load(&live_roots);
-}
-
-/* ---- the service threads of this process ---------------------------------------------------
- * Joinable, so that nothing of theirs is left at exit: a thread that ended is joined by the
- * next start (or at exit); at exit (a library destructor) the ones still serving ranks are
- * told to stop (within one 100 ms poll) and joined, as the process's end would cut their
- * connections anyway. Valgrind then sees no thread, and no "possibly lost" thread memory. */
-static pthread_mutex_t threads_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct root_thread {
-    pthread_t tid;
-    atomic_int *done;
-} * threads;
-static int nthreads, capthreads;
-static atomic_int stop_all;
-
-/* Joins the threads that ended; with 'all', every one (after stop_all). Call with threads_mu. */
-static void reap_locked(int all)
-{
-    for (int i = 0; i < nthreads; i++) {
-        if (!all && !atomic_load(threads[i].done)) continue;
-        pthread_join(threads[i].tid, NULL);
-        free(threads[i].done);
-        threads[i--] = threads[--nthreads];
-    }
-}
-
-/* The end of a service thread: it takes itself out of the table and detaches, so that a thread
- * that ended leaves nothing behind even if the process then leaves by _exit (no destructor runs:
- * a finished, never-joined thread is what ThreadSanitizer calls a leak). If the exit destructor
- * holds the table (stop_all), it joins this thread: then only raise the flag. */
-static void forget_self(atomic_int *done)
-{
-    while (pthread_mutex_trylock(&threads_mu) != 0) {
-        if (atomic_load(&stop_all)) {
-            atomic_store(done, 1);
-            return;
-        }
-        usleep(1000);
-    }
-    pthread_t self = pthread_self();
-    int found = 0;
-    for (int i = 0; i < nthreads && !found; i++) {
-        if (!pthread_equal(threads[i].tid, self)) continue;
-        threads[i] = threads[--nthreads];
-        found = 1;
-    }
-    if (found) {
-        pthread_detach(self);
-        free(done);
-    } else {
-        atomic_store(done, 1); /* not in the table (cannot happen): reap_locked frees it */
-    }
-    pthread_mutex_unlock(&threads_mu);
-}
-
-static void roots_child_after_fork(void)
-{
-    /* The child has none of the parent's threads: forget them (their memory is the parent's
-     * copy; freeing the flags is all there is to do). */
-    for (int i = 0; i < nthreads; i++)
-        free(threads[i].done);
-    nthreads = 0;
-    pthread_mutex_init(&threads_mu, NULL); /* the parent may have held it while forking */
-}
-
-static void roots_register_atfork(void)
-{
-    pthread_atfork(NULL, NULL, roots_child_after_fork);
-}
-
-__attribute__((destructor)) static void roots_at_exit(void)
-{
-    atomic_store(&stop_all, 1);
-    if (pthread_mutex_trylock(&threads_mu) != 0) return; /* exit from inside a start */
-    reap_locked(1);
-    free(threads);
-    threads = NULL;
-    capthreads = 0;
-    pthread_mutex_unlock(&threads_mu);
-}
 
 /* A message queued to one or more connections; data holds header + payload. */
 typedef struct {
@@ -731,12 +616,12 @@ static void *root_main(void *arg)
     for (;;) {
         double now = boot_now();
         check_timeouts(r, now);
-        if (finished(r, now) || atomic_load(&stop_all)) break;
+        if (finished(r, now) || braid_boot_roots_stopping()) break;
         if (r->handle) {
             int quiet = !r->round && (r->all_in || r->failed);
             for (int i = 0; i < r->nconns && quiet; i++)
                 quiet = !r->conns[i]->out;
-            handle_set(r->handle, 0, quiet);
+            braid_boot_handle_set(r->handle, 0, quiet);
         }
         if (cap < r->nconns + 1) {
             struct pollfd *np = realloc(pfds, (size_t)(r->nconns + 16) * sizeof(*np));
@@ -788,54 +673,18 @@ static void *root_main(void *arg)
     msg_unref(r->fail_msg);
     close(r->lfd);
     if (r->handle) {
-        handle_set(r->handle, 1, 1);
-        handle_unref(r->handle);
+        braid_boot_handle_set(r->handle, 1, 1);
+        braid_boot_handle_unref(r->handle);
     }
     atomic_int *done = r->done;
     free(r);
-    atomic_fetch_sub(&live_roots, 1);
-    forget_self(done);
+    braid_boot_thread_end(done);
     return NULL;
-}
-
-braid_result_t braid_boot_root_wait(braid_boot_root_t *h, double timeout_s)
-{
-    if (!h) return BRAID_SUCCESS;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
-    ts.tv_sec = (time_t)end;
-    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
-    pthread_mutex_lock(&h->mu);
-    int rc = 0;
-    while (!h->exited && !h->quiet && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-    int settled = h->exited || h->quiet;
-    pthread_mutex_unlock(&h->mu);
-    handle_unref(h);
-    if (!settled)
-        return braid_set_error(BRAID_ERR_TIMEOUT,
-                               "bootstrap root: replies still undelivered after %g s", timeout_s);
-    return BRAID_SUCCESS;
 }
 
 braid_result_t braid_boot_root_start(braid_boot_addr_t *addr, double timeout_s)
 {
     return braid_boot_root_start_handle(addr, timeout_s, NULL);
-}
-
-static braid_boot_root_t *handle_new(void)
-{
-    braid_boot_root_t *h = calloc(1, sizeof(*h));
-    pthread_condattr_t ca;
-    if (!h) return NULL;
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    h->refs = 2;
-    return h;
 }
 
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
@@ -877,7 +726,7 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
     uint16_t port = bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                : ((struct sockaddr_in6 *)&bound)->sin6_port;
     root_t *r = calloc(1, sizeof(*r));
-    if (r && root_p && !(r->handle = handle_new())) {
+    if (r && root_p && !(r->handle = braid_boot_handle_new())) {
         free(r);
         r = NULL;
     }
@@ -897,44 +746,15 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
     braid_boot_addr_str(&a.addr, r->where, sizeof(r->where));
     braid_boot_root_t *handle = r->handle; /* r belongs to the thread once it runs */
 
-    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-    pthread_once(&atfork_once, roots_register_atfork);
-    pthread_t tid;
-    sigset_t all, old;
-    sigfillset(&all);
     atomic_int *done = calloc(1, sizeof(*done));
     r->done = done;
-    pthread_mutex_lock(&threads_mu);
-    reap_locked(0);
-    if (nthreads == capthreads) {
-        int cap = capthreads ? 2 * capthreads : 8;
-        struct root_thread *t = realloc(threads, (size_t)cap * sizeof(*t));
-        if (t) {
-            threads = t;
-            capthreads = cap;
-        }
-    }
-    rc = !done || nthreads == capthreads ? ENOMEM : 0;
-    if (!rc) {
-        pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread inherits a mask that blocks all */
-        atomic_fetch_add(&live_roots, 1);
-        rc = pthread_create(&tid, NULL, root_main, r);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (!rc) {
-            threads[nthreads].tid = tid; /* r may be gone already: done was saved */
-            threads[nthreads].done = done;
-            nthreads++;
-        } else {
-            atomic_fetch_sub(&live_roots, 1);
-        }
-    }
-    pthread_mutex_unlock(&threads_mu);
+    rc = done ? braid_boot_thread_spawn(root_main, r, done) : ENOMEM;
     if (rc) {
         free(done);
         close(fd);
         if (r->handle) {
-            handle_unref(r->handle);
-            handle_unref(r->handle);
+            braid_boot_handle_unref(r->handle);
+            braid_boot_handle_unref(r->handle);
         }
         free(r);
         return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: pthread_create failed: %s",

@@ -138,13 +138,14 @@ braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a)
 }
 
 /* A call that validation refused (res, with its message) on a communicator of several ranks
- * takes its sequence number anyway and tells the ring's next rank (braid_engine_reject), so
- * the peers' call of that number fails naming it instead of pairing with this rank's next
- * call. When every rank refused its call of that number, nothing ran and the communicator
- * stays usable; else the communicator fails (sticky error, peers told, as for any mismatch)
- * and the caller still gets the validation error. */
-braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
-                                 braid_result_t res)
+ * takes its sequence number anyway and tells its peers (exchange: braid_engine_reject for the
+ * ring's collectives, braid_pcoll_reject_exchange for those of coll_p2p.c), so the peers'
+ * call of that number fails naming it instead of pairing with this rank's next call. When
+ * every rank refused its call of that number, nothing ran and the communicator stays usable;
+ * else the communicator fails (sticky error, peers told, as for any mismatch) and the caller
+ * still gets the validation error. desc describes the call (its seq is set here). */
+braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, braid_result_t res,
+                                 braid_reject_fn exchange, const void *arg)
 {
     char reason[512];
     snprintf(reason, sizeof(reason), "%s", braid_last_error());
@@ -155,10 +156,10 @@ braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t 
         usleep(100);
     }
     uint32_t seq = ++comm->seq;
-    braid_msg_hdr_t desc = braid_engine_desc(a, seq);
+    desc.seq = seq;
     desc.flags = BRAID_MSG_REJECTED;
     braid_engine_record(comm, &desc);
-    braid_result_t r = braid_engine_reject(comm, a, seq, reason);
+    braid_result_t r = exchange(comm, &desc, reason, arg);
     if (r < 0) {
         char why[600];
         snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
@@ -168,6 +169,18 @@ braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t 
                                comm->errmsg);
     }
     return braid_set_error(res, "%s", reason);
+}
+
+static braid_result_t engine_reject(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                    const char *reason, const void *arg)
+{
+    return braid_engine_reject(comm, arg, desc->seq, reason);
+}
+
+braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
+                                 braid_result_t res)
+{
+    return braid_call_reject(comm, braid_engine_desc(a, 0), res, engine_reject, a);
 }
 
 static braid_result_t submit(struct braid_comm *comm, const braid_op_args_t *a,

@@ -5,7 +5,9 @@
  * count and displacement arrays are copied at the call (the i-forms may free them at once). */
 #include "core/log.h"
 #include "core/p2p.h"
+#include "core/redop.h"
 #include "core/worker.h"
+#include "reduce/reduce.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +37,8 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     uint32_t seq = ++comm->seq;
     const char *name = braid_coll_name(pc->coll);
     if (atomic_load(&comm->aborted))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
+        return braid_set_error(BRAID_ERR_ABORTED, "%s #%u: %s", name, seq,
+                               braid_comm_abort_reason(comm));
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     int n = comm->nranks;
@@ -53,6 +56,22 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
                 return braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",
                                        name, seq, elems);
             memcpy(tmp, pc->sendbuf, elems * es);
+            p.sendbuf = tmp;
+        }
+    }
+    /* PreMulSum: the input scaled by this rank's scalar into a copy, then summed. */
+    if (pc->premul && pc->coll == BRAID_COLL_REDUCE_SCATTERV) {
+        size_t elems = 0;
+        for (int i = 0; i < n; i++)
+            elems += pc->recvcounts[i];
+        if (elems) {
+            tmp = malloc(elems * es);
+            if (!tmp)
+                return braid_set_error(BRAID_ERR_NOMEM,
+                                       "%s #%u: out of memory for the premulsum input (%zu "
+                                       "elements)",
+                                       name, seq, elems);
+            braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
             p.sendbuf = tmp;
         }
     }
@@ -80,16 +99,20 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 
 #define ARG_ERR(...) braid_set_error(BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
-/* Checks one call's arguments; the message names the argument. */
-static braid_result_t validate(struct braid_comm *comm, const braid_pcoll_t *pc)
+/* Checks one call's arguments (and resolves a created op); the message names the argument. */
+static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     const char *name = braid_coll_name(pc->coll);
     int n = comm->nranks, me = comm->rank;
     if ((unsigned)pc->dtype >= BRAID_NUM_DTYPES)
         return ARG_ERR("%s: dtype=%d is not a braid_datatype_t", name, (int)pc->dtype);
-    if (pc->coll == BRAID_COLL_REDUCE_SCATTERV && (unsigned)pc->op >= BRAID_NUM_OPS)
-        return ARG_ERR("%s: op=%d is not a braid_redop_t", name, (int)pc->op);
+    if (pc->coll == BRAID_COLL_REDUCE_SCATTERV && (unsigned)pc->op >= BRAID_NUM_OPS) {
+        braid_op_args_t a = {.coll = pc->coll, .dtype = pc->dtype, .op = pc->op};
+        BRAID_CHECK(braid_redop_resolve(comm, &a, name)); /* a PreMulSum op of comm */
+        pc->premul = 1;
+        pc->scalar = a.scalar;
+        pc->op = (braid_redop_t)BRAID_OP_WIRE_PREMULSUM;
+    }
     int rooted = pc->coll == BRAID_COLL_GATHER || pc->coll == BRAID_COLL_SCATTER;
     if (rooted && (pc->root < 0 || pc->root >= n))
         return ARG_ERR("%s: root=%d is outside [0, nranks=%d)", name, pc->root, n);
@@ -224,17 +247,138 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
     return BRAID_SUCCESS;
 }
 
-static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
-                                 braid_request_t *req_p)
+/* "rejected its alltoall #4 (count 6, float32) (the reason)" for messages. */
+static void rejected_str(const braid_msg_hdr_t *desc, const char *reason, char *buf, size_t len)
 {
-    braid_clear_error();
+    snprintf(buf, len, "%s #%u (count %llu, %s) (%.200s)", braid_coll_name(desc->coll), desc->seq,
+             (unsigned long long)desc->count, braid_dtype_name(desc->dtype), reason);
+}
+
+/* One peer's message of the rejected call's number (or anything else: a mismatch). */
+static braid_result_t reject_take(struct braid_comm *comm, int p, const braid_msg_hdr_t *desc,
+                                  const char *mine, int *got)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, p, 0);
+    if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+    const braid_msg_hdr_t *h;
+    const void *buf;
+    braid_result_t res = c->ops->recv_get(c, &h, &buf);
+    if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
+    BRAID_CHECK(res);
+    if (h->flags & BRAID_MSG_NOTICE) return braid_p2p_take_notice(comm, p, h, desc->seq, mine);
+    if (h->seq == desc->seq && (h->flags & BRAID_MSG_REJECTED)) { /* rejected there too */
+        BRAID_CHECK(c->ops->recv_release(c));
+        *got = 1;
+        return BRAID_SUCCESS;
+    }
+    char theirs[200], why[201];
+    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+    if (h->flags & BRAID_MSG_REJECTED) {
+        braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d rejected its %s (%s) but rank %d rejected its %s", p,
+                               theirs, why, comm->rank, mine);
+    }
+    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d rejected its %s", p,
+                           theirs, comm->rank, mine);
+}
+
+/* Posts the REJECTED header-only message (payload: the reason) to peer p when a slot is free. */
+static braid_result_t reject_give(struct braid_comm *comm, int p, const braid_msg_hdr_t *desc,
+                                  const char *reason, int *sent)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, p, 1);
+    if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+    void *slot;
+    braid_result_t res = c->ops->send_get(c, &slot);
+    if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
+    BRAID_CHECK(res);
+    size_t n = strlen(reason);
+    if (n > 200) n = 200;
+    if (n > c->slot_size) n = c->slot_size;
+    memcpy(slot, reason, n);
+    braid_msg_hdr_t h = *desc;
+    h.bytes = (uint32_t)n;
+    h.flags = BRAID_MSG_REJECTED;
+    BRAID_CHECK(c->ops->send_post(c, &h));
+    *sent = 1;
+    return BRAID_SUCCESS;
+}
+
+/* The rejected call's exchange on the send/recv connections (braid_call_reject): a REJECTED
+ * message to every peer, then one message of that number from every peer. Every rank of these
+ * collectives sends to or receives from the root or every other rank, so a peer that called
+ * the collective finds the rejection in its own call (or this rank finds the peer's data), and
+ * the one that finds it fails the communicator and tells the others. All REJECTED: nothing
+ * ran anywhere, BRAID_SUCCESS. A peer in a ring/tree collective of that number is seen on the
+ * engine's connections. */
+braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                           const char *reason, const void *arg)
+{
+    (void)arg;
+    int n = comm->nranks, me = comm->rank;
+    int *sent = calloc((size_t)n * 2, sizeof(int)), *got = sent + n;
+    if (!sent) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
+    sent[me] = got[me] = 1;
+    char mine[300];
+    rejected_str(desc, reason, mine, sizeof(mine));
+    uint64_t start = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    braid_result_t res = BRAID_SUCCESS;
+    for (unsigned turn = 0; res >= 0; turn++) {
+        int left = 0, wp = -1, wsend = 0;
+        for (int p = 0; p < n && res >= 0; p++) {
+            if (!sent[p]) res = reject_give(comm, p, desc, reason, &sent[p]);
+            if (res >= 0 && !got[p]) res = reject_take(comm, p, desc, mine, &got[p]);
+            if (res >= 0 && (!sent[p] || !got[p])) {
+                if (wp < 0 || (turn + (unsigned)p) % 2) {
+                    wp = p;
+                    wsend = !sent[p];
+                }
+                left++;
+            }
+        }
+        if (res < 0 || !left) break;
+        res = braid_p2p_coll_foreign(comm, desc->seq, -1, "rejected its", mine);
+        if (res < 0) break;
+        if (atomic_load(&comm->aborted)) {
+            res = braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
+            break;
+        }
+        uint64_t now = braid_now_ns();
+        if (now - start > timeout_ns) {
+            res = braid_set_error(BRAID_ERR_TIMEOUT,
+                                  "timed out after %.1f s waiting for rank %d in %s #%u, which "
+                                  "this rank rejected",
+                                  comm->timeout_s, wp, braid_coll_name(desc->coll), desc->seq);
+            break;
+        }
+        braid_conn_t *c = braid_p2p_conn(comm, wp, wsend);
+        res = c->ops->wait(c, wsend ? BRAID_WAIT_SEND : BRAID_WAIT_RECV, now + 1000000ull);
+    }
+    free(sent);
+    return res;
+}
+
+static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int iform,
+                                    braid_request_t *req_p)
+{
     const char *name = braid_coll_name(pc.coll);
     braid_result_t res = BRAID_SUCCESS;
     if (iform && !req_p) res = ARG_ERR("%s: req_p is NULL", name);
     if (res >= 0) res = validate(comm, &pc);
     if (res >= 0) res = check_same_buffer(comm, &pc);
-    if (braid_group_depth() > 0) braid_group_note(res, name);
-    if (res < 0) return res;
+    if (braid_group_depth() > 0) {
+        braid_group_note(res, name);
+        if (res < 0) return res; /* group end reports it; nothing of the group runs */
+    }
+    if (res < 0) {
+        braid_msg_hdr_t desc = {.coll = (uint8_t)pc.coll,
+                                .dtype = (uint8_t)pc.dtype,
+                                .op = (uint8_t)pc.op,
+                                .root = pc.root,
+                                .count = pc.count};
+        return braid_call_reject(comm, desc, res, braid_pcoll_reject_exchange, NULL);
+    }
     BRAID_CHECK(copy_arrays(comm, &pc));
     if (braid_group_depth() > 0) return braid_group_add_pcoll(comm, &pc, iform ? req_p : NULL);
     if (!iform && !braid_worker_pending(comm)) {
@@ -266,6 +410,17 @@ static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
         return BRAID_SUCCESS;
     }
     return braid_wait(req);
+}
+
+/* As every collective entry: the communicator is entered by one thread at a time. */
+static braid_result_t pcoll_call(braid_pcoll_t pc, braid_comm_t comm, int iform,
+                                 braid_request_t *req_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, braid_coll_name(pc.coll)));
+    braid_result_t res = pcoll_call_in(pc, comm, iform, req_p);
+    braid_comm_leave_call(comm);
+    return res;
 }
 
 #define PC(c, s, r, n, d, o, rt)                                                                   \

@@ -187,40 +187,45 @@ braid_result_t braid_comm_get_timeout(braid_comm_t comm, double *timeout_s_p)
 }
 
 /* ---- host identity ---------------------------------------------------------------------- */
-static void read_boot_id(char *boot, size_t len)
+/* 0, or errno when the process is out of file descriptors (the id would be wrong). */
+static int read_boot_id(char *boot, size_t len)
 {
     boot[0] = '\0';
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f) return;
+    if (!f) return errno == EMFILE || errno == ENFILE ? errno : 0;
     if (!fgets(boot, (int)len, f)) boot[0] = '\0';
     fclose(f);
     boot[strcspn(boot, "\n")] = '\0';
+    return 0;
 }
 
-void braid_host_id(char out[BRAID_HOST_ID_BYTES])
+int braid_host_id(char out[BRAID_HOST_ID_BYTES])
 {
     const char *forced = braid_param_str("HOSTNAME");
     if (*forced) {
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
-        return;
+        return 0;
     }
     char host[64] = "", boot[40], ns[40] = "";
     gethostname(host, sizeof(host) - 1);
-    read_boot_id(boot, sizeof(boot));
+    int err = read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
     ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
     ns[n > 0 ? n : 0] = '\0';
     snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
+    return err;
 }
 
-void braid_machine_id(char out[BRAID_HOST_ID_BYTES])
+int braid_machine_id(char out[BRAID_HOST_ID_BYTES])
 {
     char boot[40];
-    read_boot_id(boot, sizeof(boot));
-    if (boot[0])
+    int err = read_boot_id(boot, sizeof(boot));
+    if (boot[0]) {
         snprintf(out, BRAID_HOST_ID_BYTES, "boot:%s", boot);
-    else
-        braid_host_id(out);
+        return 0;
+    }
+    int h = braid_host_id(out);
+    return h ? h : err;
 }
 
 /* ---- roots hosted by this process --------------------------------------------------------
@@ -367,11 +372,6 @@ braid_result_t braid_comm_pick_transport(struct braid_comm *c, int peer,
     return BRAID_SUCCESS;
 }
 
-typedef struct {
-    uint32_t len;
-    uint8_t info[BRAID_CONN_INFO_BYTES];
-} conn_blob_t;
-
 /* Where this rank runs (published in its peer info) and where braid's own threads will run:
  * the rank's cpuset now, at init (taskset, numactl, mpirun --bind-to set it), or the NUMA
  * nodes it touches, or wherever the thread that starts them runs. */
@@ -430,206 +430,6 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
     if (rc) braid_warn(INIT, "cannot pin the %s thread: %s", what, strerror(rc));
 }
 
-/* The ring visits hosts one after the other (whatever order the launcher numbered ranks in),
- * so it crosses each host boundary once per direction, and within a host NUMA nodes one after
- * the other (each NUMA boundary once). */
-static braid_result_t order_ring(struct braid_comm *c)
-{
-    braid_topo_t t;
-    c->ring_order = malloc((size_t)c->nranks * sizeof(int));
-    int *numa = malloc((size_t)c->nranks * sizeof(int));
-    if (!c->ring_order || !numa) {
-        free(numa);
-        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the ring");
-    }
-    for (int r = 0; r < c->nranks; r++)
-        numa[r] = c->peers[r].place.numa;
-    braid_result_t res =
-        braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &t);
-    if (res != BRAID_SUCCESS) {
-        free(numa);
-        return res;
-    }
-    res = braid_topo_ring_order(c->nranks, t.host, numa, c->ring_order);
-    if (res == BRAID_SUCCESS)
-        braid_debug(INIT, "ring crosses hosts %d times, NUMA nodes within hosts %d times",
-                    braid_topo_ring_crossings(c->nranks, t.host, c->ring_order),
-                    braid_topo_ring_numa_crossings(c->nranks, t.host, numa, c->ring_order));
-    braid_topo_free(&t);
-    free(numa);
-    BRAID_CHECK(res);
-    for (int q = 0; q < c->nranks; q++)
-        if (c->ring_order[q] == c->rank) c->ring_pos = q;
-    return BRAID_SUCCESS;
-}
-
-/* Every channel uses the same ring order. Reversing every other channel (so both directions of
- * each link carry data) was tried and measured no gain: through a switch (netns bridge, 3 hosts
- * at 1 Gbit/s) a ring already sends and receives one stream per NIC and channel, and a
- * reversed ring only swaps which peer each NIC's streams go to. */
-static braid_result_t connect_rings(struct braid_comm *c)
-{
-    int n = c->nranks, nch = c->nchannels;
-    if (n == 1) return BRAID_SUCCESS;
-    braid_result_t res = BRAID_SUCCESS;
-    conn_blob_t *mine = calloc((size_t)nch, sizeof(*mine));
-    conn_blob_t *all = calloc((size_t)nch * (size_t)n, sizeof(*all));
-    if (!mine || !all) {
-        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory connecting rings");
-        goto out;
-    }
-    for (int ch = 0; ch < nch; ch++) {
-        braid_ring_t *r = &c->ring[ch];
-        r->prev = c->ring_order[(c->ring_pos + n - 1) % n];
-        r->next = c->ring_order[(c->ring_pos + 1) % n];
-        const braid_transport_t *t;
-        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, r->prev, &t), res, out);
-        size_t len = BRAID_CONN_INFO_BYTES;
-        BRAID_CHECK_GOTO(t->recv_setup(c, r->prev, ch, &r->recv, mine[ch].info, &len), res, out);
-        mine[ch].len = (uint32_t)len;
-    }
-    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)nch * sizeof(*mine)), res,
-                     out);
-    for (int ch = 0; ch < nch; ch++) {
-        braid_ring_t *r = &c->ring[ch];
-        const braid_transport_t *t;
-        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, r->next, &t), res, out);
-        conn_blob_t *b = &all[(size_t)r->next * (size_t)nch + (size_t)ch];
-        BRAID_CHECK_GOTO(t->send_connect(c, r->next, ch, b->info, b->len, &r->send), res, out);
-    }
-    BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, out);
-    for (int ch = 0; ch < nch; ch++)
-        BRAID_CHECK_GOTO(c->ring[ch].recv->ops->recv_accept(c->ring[ch].recv), res, out);
-    for (int ch = 0; ch < nch; ch++)
-        braid_info(INIT, "rank %d channel %d: send to %d via %s, receive from %d via %s", c->rank,
-                   ch, c->ring[ch].next, c->ring[ch].send->ops->name, c->ring[ch].prev,
-                   c->ring[ch].recv->ops->name);
-out:
-    free(mine);
-    free(all);
-    return res;
-}
-
-/* Connections for arbitrary pairs (declared in comm.h). The receivers' blobs go through one
- * bootstrap allgather of max_in entries per rank; transports as for the rings. */
-typedef struct {
-    int32_t from; /* -1 = unused entry */
-    conn_blob_t b;
-} pair_blob_t;
-
-braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid_conn_t **send_arr,
-                                        braid_conn_t **recv_arr, size_t slot_bytes, int max_slots,
-                                        const int *send_to, int nsend, const int *recv_from,
-                                        int nrecv, int max_in)
-{
-    int n = c->nranks;
-    braid_result_t res = BRAID_SUCCESS;
-    size_t saved_chunk = c->chunk_bytes;
-    int saved_slots = c->nslots;
-    pair_blob_t *mine = calloc((size_t)max_in, sizeof(*mine));
-    pair_blob_t *all = calloc((size_t)max_in * (size_t)n, sizeof(*all));
-    if (!mine || !all) {
-        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory connecting peers");
-        goto out;
-    }
-    if (nrecv > max_in) {
-        res =
-            braid_set_error(BRAID_ERR_INTERNAL, "connect_pairs: %d receivers > %d", nrecv, max_in);
-        goto out;
-    }
-    /* The transports size a connection's slots from the communicator at setup (both ends):
-     * smaller ones for these, restored below. */
-    c->chunk_bytes = slot_bytes;
-    if (c->nslots > max_slots) c->nslots = max_slots;
-    for (int i = 0; i < max_in; i++)
-        mine[i].from = -1;
-    for (int i = 0; i < nrecv; i++) {
-        int from = recv_from[i];
-        const braid_transport_t *t;
-        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, from, &t), res, out);
-        size_t len = BRAID_CONN_INFO_BYTES;
-        BRAID_CHECK_GOTO(t->recv_setup(c, from, channel, &recv_arr[from], mine[i].b.info, &len),
-                         res, out);
-        mine[i].from = from;
-        mine[i].b.len = (uint32_t)len;
-    }
-    BRAID_CHECK_GOTO(braid_boot_allgather(c->boot, mine, all, (size_t)max_in * sizeof(*mine)), res,
-                     out);
-    for (int i = 0; i < nsend; i++) {
-        int to = send_to[i];
-        const pair_blob_t *b = NULL;
-        for (int j = 0; j < max_in && !b; j++)
-            if (all[(size_t)to * (size_t)max_in + (size_t)j].from == c->rank)
-                b = &all[(size_t)to * (size_t)max_in + (size_t)j];
-        if (!b || b->b.len > BRAID_CONN_INFO_BYTES) {
-            res = braid_set_error(BRAID_ERR_INTERNAL, "rank %d published no connection for rank %d",
-                                  to, c->rank);
-            goto out;
-        }
-        const braid_transport_t *t;
-        BRAID_CHECK_GOTO(braid_comm_pick_transport(c, to, &t), res, out);
-        BRAID_CHECK_GOTO(t->send_connect(c, to, channel, b->b.info, b->b.len, &send_arr[to]), res,
-                         out);
-    }
-    c->chunk_bytes = saved_chunk;
-    c->nslots = saved_slots;
-    BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, out);
-    for (int i = 0; i < nrecv; i++)
-        BRAID_CHECK_GOTO(recv_arr[recv_from[i]]->ops->recv_accept(recv_arr[recv_from[i]]), res,
-                         out);
-out:
-    c->chunk_bytes = saved_chunk;
-    c->nslots = saved_slots;
-    free(mine);
-    free(all);
-    return res;
-}
-
-/* The pairs of the latency algorithms (recursive doubling, and the binomial trees of every
- * root up to BRAID_TREE_MAX_RANKS ranks: each partner both ways). */
-static braid_result_t connect_p2p(struct braid_comm *c)
-{
-    int n = c->nranks;
-    c->p2p_chunk_bytes =
-        c->chunk_bytes < BRAID_P2P_MAX_CHUNK ? c->chunk_bytes : BRAID_P2P_MAX_CHUNK;
-    if (n == 1) return BRAID_SUCCESS;
-    c->p2p_send = calloc((size_t)n, sizeof(*c->p2p_send));
-    c->p2p_recv = calloc((size_t)n, sizeof(*c->p2p_recv));
-    if (!c->p2p_send || !c->p2p_recv)
-        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peer connections", n);
-    int peers[128], max_in = 0;
-    for (int r = 0; r < n; r++) {
-        int k = braid_p2p_peers(n, r, peers, 0);
-        if (k > max_in) max_in = k;
-    }
-    int np = braid_p2p_peers(n, c->rank, peers, 128);
-    BRAID_CHECK(braid_comm_connect_pairs(c, BRAID_P2P_CHANNEL, c->p2p_send, c->p2p_recv,
-                                         c->p2p_chunk_bytes, BRAID_P2P_MAX_SLOTS, peers, np, peers,
-                                         np, max_in));
-    for (int i = 0; i < np; i++)
-        braid_debug(INIT, "rank %d: point-to-point with %d via %s", c->rank, peers[i],
-                    c->p2p_send[peers[i]]->ops->name);
-    return BRAID_SUCCESS;
-}
-
-static void close_rings(struct braid_comm *c)
-{
-    braid_p2p_close(c);
-    for (int ch = 0; ch < BRAID_MAX_CHANNELS; ch++) {
-        braid_ring_t *r = &c->ring[ch];
-        if (r->send) r->send->ops->close(r->send);
-        if (r->recv) r->recv->ops->close(r->recv);
-        r->send = r->recv = NULL;
-    }
-    for (int p = 0; c->p2p_send && p < c->nranks; p++) {
-        if (c->p2p_send[p]) c->p2p_send[p]->ops->close(c->p2p_send[p]);
-        if (c->p2p_recv[p]) c->p2p_recv[p]->ops->close(c->p2p_recv[p]);
-    }
-    free(c->p2p_send);
-    free(c->p2p_recv);
-    c->p2p_send = c->p2p_recv = NULL;
-}
-
 static void comm_free(struct braid_comm *c)
 {
     braid_comm_reg_cleanup(c);
@@ -637,7 +437,7 @@ static void comm_free(struct braid_comm *c)
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
     braid_direct_free(c);
-    close_rings(c);
+    braid_comm_close_conns(c);
     braid_transport_comm_cleanup(c);
     int joined = c->boot != NULL;
     if (c->boot) braid_boot_close(c->boot);
@@ -717,11 +517,20 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
     const char *inherited = braid_split_parent_host();
+    int id_err = 0;
     if (inherited)
         snprintf(me.host, sizeof(me.host), "%s", inherited);
     else
-        braid_host_id(me.host);
-    braid_machine_id(me.machine);
+        id_err = braid_host_id(me.host);
+    int m_err = braid_machine_id(me.machine);
+    if (m_err) id_err = m_err;
+    if (id_err) {
+        res = braid_set_error(BRAID_ERR_SYSTEM,
+                              "rank %d: reading the host identity "
+                              "(/proc/sys/kernel/random/boot_id) failed: %s%s",
+                              rank, strerror(id_err), braid_errno_hint(id_err));
+        goto fail;
+    }
     if (sched_getaffinity(0, sizeof(me.cpus), &me.cpus) != 0) CPU_ZERO(&me.cpus);
     braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();
@@ -747,9 +556,9 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
             CPU_OR(&all_cpus, &all_cpus, &c->peers[i].cpus);
     c->machine_ncpus = CPU_COUNT(&all_cpus) > c->ncpus ? CPU_COUNT(&all_cpus) : c->ncpus;
     if (c->spin_us == 0) c->spin_us = c->machine_nranks > c->machine_ncpus ? 1 : 5;
-    BRAID_CHECK_GOTO(order_ring(c), res, fail);
-    BRAID_CHECK_GOTO(connect_rings(c), res, fail);
-    BRAID_CHECK_GOTO(connect_p2p(c), res, fail);
+    BRAID_CHECK_GOTO(braid_comm_order_ring(c), res, fail);
+    BRAID_CHECK_GOTO(braid_comm_connect_rings(c), res, fail);
+    BRAID_CHECK_GOTO(braid_comm_connect_latency(c), res, fail);
     BRAID_CHECK_GOTO(braid_p2p_connect(c), res, fail);
     BRAID_CHECK_GOTO(setup_direct(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);

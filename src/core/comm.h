@@ -242,12 +242,21 @@ braid_result_t braid_comm_connect_pairs(struct braid_comm *c, int channel, braid
                                         braid_conn_t **recv_arr, size_t slot_bytes, int max_slots,
                                         const int *send_to, int nsend, const int *recv_from,
                                         int nrecv, int max_in);
+/* Init's connection steps (comm_connect.c), in this order: the ring order (ring_order,
+ * ring_pos), the channels' rings, the latency algorithms' pairs (p2p_send / p2p_recv); and
+ * closing every connection of comm (the send/recv ones of core/p2p.h too) at destroy. */
+braid_result_t braid_comm_order_ring(struct braid_comm *c);
+braid_result_t braid_comm_connect_rings(struct braid_comm *c);
+braid_result_t braid_comm_connect_latency(struct braid_comm *c);
+void braid_comm_close_conns(struct braid_comm *c);
 /* Deregisters the user registrations still on comm (braid_comm_destroy; register.c). */
 void braid_comm_reg_cleanup(struct braid_comm *comm);
 
-/* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace. */
-void braid_host_id(char out[BRAID_HOST_ID_BYTES]);
-/* The machine (kernel boot id; the host id where it cannot be read). */
-void braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
+/* Host identity of this process: BRAID_HOSTNAME, or hostname + boot id + network namespace.
+ * Returns 0, or errno (EMFILE / ENFILE) when the boot id could not be read for lack of file
+ * descriptors (the id is then wrong: init fails instead of splitting the host). */
+int braid_host_id(char out[BRAID_HOST_ID_BYTES]);
+/* The machine (kernel boot id; the host id where it cannot be read); returns as above. */
+int braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
 
 #endif

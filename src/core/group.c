@@ -153,7 +153,7 @@ static void child_done(struct braid_comm *comm, braid_p2p_op_t *op, braid_result
 static braid_result_t check_comm_ok(struct braid_comm *comm)
 {
     if (atomic_load(&comm->aborted))
-        return braid_set_error(BRAID_ERR_ABORTED, "communicator was aborted");
+        return braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     return BRAID_SUCCESS;
@@ -220,51 +220,27 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
     return res;
 }
 
-braid_result_t braid_group_end(void)
+/* Completes the requests of a part that does not run with res and frees its items. */
+static void drop_part(group_part_t *part, braid_result_t res, const char *msg)
 {
-    braid_clear_error();
-    if (group.depth <= 0)
-        return braid_set_error(BRAID_ERR_INVALID_USAGE,
-                               "braid_group_end without a matching braid_group_start");
-    if (--group.depth > 0) return BRAID_SUCCESS;
-    braid_result_t res = group.err;
-    char msg[600];
-    snprintf(msg, sizeof(msg), "%s", group.errmsg);
-    int nparts = group.nparts;
-    group_part_t *parts = group.parts;
-    group.parts = NULL;
-    group.nparts = group.cap = 0;
-    /* A communicator destroyed inside the group. */
-    for (int i = 0; i < nparts && res >= 0; i++)
-        if (braid_comm_check(parts[i].comm) < 0) {
-            res = braid_comm_check(parts[i].comm);
-            snprintf(msg, sizeof(msg), "group: %s", braid_last_error());
-            parts[i].comm = NULL;
-        }
-    if (res < 0) { /* nothing runs */
-        for (int i = 0; i < nparts; i++) {
-            for (int j = 0; j < parts[i].n; j++) {
-                if (parts[i].items[j].req) {
-                    if (parts[i].comm)
-                        braid_request_complete(parts[i].comm, parts[i].items[j].req, res, msg);
-                    else /* no lock to complete it under: it is freed by wait as usual */
-                        parts[i].items[j].req->result = res;
-                    atomic_store(&parts[i].items[j].req->done, 1);
-                }
-                item_free(&parts[i].items[j]);
-            }
-            free(parts[i].items);
-        }
-        free(parts);
-        return braid_set_error(res, "%s", msg);
+    for (int j = 0; j < part->n; j++) {
+        if (part->items[j].req) braid_request_complete(part->comm, part->items[j].req, res, msg);
+        item_free(&part->items[j]);
     }
+    free(part->items);
+}
+
+/* Runs the parts (every communicator entered): on the caller's thread when there is one part
+ * and its worker is idle, else each part as one task of its worker, waited for. */
+static braid_result_t run_parts(group_part_t *parts, int nparts)
+{
+    braid_result_t res = BRAID_SUCCESS;
+    char msg[600] = "";
     if (nparts == 1 && !braid_worker_pending(parts[0].comm)) {
         res = run_items(parts[0].comm, parts[0].items, parts[0].n);
         free(parts[0].items);
-        free(parts);
         return res;
     }
-    /* Several communicators (or queued work): each part to its worker. */
     struct braid_request **reqs = calloc((size_t)(nparts ? nparts : 1), sizeof(*reqs));
     if (!reqs) res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for a group");
     for (int i = 0; i < nparts; i++) {
@@ -288,12 +264,7 @@ braid_result_t braid_group_end(void)
             free(req);
             free(t);
             snprintf(msg, sizeof(msg), "%s", braid_last_error());
-            for (int j = 0; j < parts[i].n; j++) {
-                if (parts[i].items[j].req)
-                    braid_request_complete(parts[i].comm, parts[i].items[j].req, res, msg);
-                item_free(&parts[i].items[j]);
-            }
-            free(parts[i].items);
+            drop_part(&parts[i], res, msg);
             continue;
         }
         reqs[i] = req;
@@ -310,8 +281,62 @@ braid_result_t braid_group_end(void)
         }
     }
     free(reqs);
-    free(parts);
     if (first < 0) return braid_set_error(first, "%s", first_msg);
+    return BRAID_SUCCESS;
+}
+
+/* The outermost group end enters every communicator of the group (as every entry that runs
+ * communication: a destroy from another thread aborts the group's work and waits for it, one
+ * thread at a time per communicator); one that is not live (destroyed inside the group) or
+ * busy fails the whole group before anything runs. */
+braid_result_t braid_group_end(void)
+{
+    braid_clear_error();
+    if (group.depth <= 0)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                               "braid_group_end without a matching braid_group_start");
+    if (--group.depth > 0) return BRAID_SUCCESS;
+    braid_result_t res = group.err;
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s", group.errmsg);
+    int nparts = group.nparts;
+    group_part_t *parts = group.parts;
+    group.parts = NULL;
+    group.nparts = group.cap = 0;
+    struct braid_comm **comms = calloc((size_t)(nparts ? nparts : 1), sizeof(*comms));
+    if (!comms && res >= 0) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for a group");
+        snprintf(msg, sizeof(msg), "%s", braid_last_error());
+    }
+    int entered = 0;
+    for (; comms && entered < nparts; entered++) {
+        braid_result_t r = braid_comm_enter_call(parts[entered].comm, "group_end");
+        if (r >= 0) {
+            comms[entered] = parts[entered].comm;
+            continue;
+        }
+        if (res >= 0) {
+            res = r;
+            snprintf(msg, sizeof(msg), "group: %s", braid_last_error());
+        }
+        break;
+    }
+    if (res >= 0) {
+        res = run_parts(parts, nparts);
+        if (res < 0) snprintf(msg, sizeof(msg), "%s", braid_last_error());
+        free(parts);
+        parts = NULL;
+        nparts = 0;
+    }
+    if (res < 0 && parts) { /* nothing ran: the requests complete with the error */
+        for (int i = 0; i < nparts; i++)
+            drop_part(&parts[i], res, msg);
+        free(parts);
+    }
+    for (int i = 0; i < entered; i++)
+        braid_comm_leave_call(comms[i]);
+    free(comms);
+    if (res < 0) return braid_set_error(res, "%s", msg);
     braid_clear_error();
     return BRAID_SUCCESS;
 }
@@ -402,7 +427,6 @@ void braid_task_free(struct braid_task *t)
 static braid_result_t p2p_check(struct braid_comm *comm, const char *name, const void *buf,
                                 const char *bufname, size_t count, braid_datatype_t dtype, int peer)
 {
-    BRAID_CHECK(braid_comm_check(comm));
     if ((unsigned)dtype >= BRAID_NUM_DTYPES)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: dtype=%d is not a braid_datatype_t",
                                name, (int)dtype);
@@ -418,13 +442,16 @@ static braid_result_t p2p_check(struct braid_comm *comm, const char *name, const
     return BRAID_SUCCESS;
 }
 
-static braid_result_t p2p_call(int kind, const void *sbuf, void *rbuf, size_t count,
-                               braid_datatype_t dtype, int peer, struct braid_comm *comm, int iform,
-                               braid_request_t *req_p)
+static const char *p2p_name(int kind, int iform)
 {
-    braid_clear_error();
-    const char *name =
-        kind == BRAID_P2P_SEND ? (iform ? "isend" : "send") : (iform ? "irecv" : "recv");
+    return kind == BRAID_P2P_SEND ? (iform ? "isend" : "send") : (iform ? "irecv" : "recv");
+}
+
+static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t count,
+                                  braid_datatype_t dtype, int peer, struct braid_comm *comm,
+                                  int iform, braid_request_t *req_p)
+{
+    const char *name = p2p_name(kind, iform);
     braid_result_t res = BRAID_SUCCESS;
     if (iform && !req_p) res = braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL", name);
     if (res >= 0)
@@ -484,6 +511,19 @@ static braid_result_t p2p_call(int kind, const void *sbuf, void *rbuf, size_t co
         return BRAID_SUCCESS;
     }
     return braid_wait(req);
+}
+
+/* As every entry that runs communication: the communicator is entered (a destroy from another
+ * thread aborts the call and waits for it to leave) by one thread at a time. */
+static braid_result_t p2p_call(int kind, const void *sbuf, void *rbuf, size_t count,
+                               braid_datatype_t dtype, int peer, struct braid_comm *comm, int iform,
+                               braid_request_t *req_p)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, p2p_name(kind, iform)));
+    braid_result_t res = p2p_call_in(kind, sbuf, rbuf, count, dtype, peer, comm, iform, req_p);
+    braid_comm_leave_call(comm);
+    return res;
 }
 
 braid_result_t braid_send(const void *sendbuf, size_t count, braid_datatype_t dtype, int peer,

@@ -210,6 +210,15 @@ void braid_clear_error(void)
     last_error[0] = '\0';
 }
 
+const char *braid_errno_hint(int err)
+{
+    if (err == EMFILE)
+        return " (EMFILE: this process is out of file descriptors; raise the open-files limit: "
+               "ulimit -n, or LimitNOFILE= in systemd)";
+    if (err == ENFILE) return " (ENFILE: the system is out of file descriptors; raise fs.file-max)";
+    return "";
+}
+
 const char *braid_last_error(void)
 {
     return last_error;

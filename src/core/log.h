@@ -57,6 +57,9 @@ braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
 void braid_clear_error(void);
 /* Puts back a message saved from braid_last_error() (no logging). */
 void braid_restore_error(const char *msg);
+/* What to add to a system call's error text for err: for EMFILE / ENFILE (out of file
+ * descriptors) the name and what to do about it, else "". */
+const char *braid_errno_hint(int err);
 
 /* Call trail: on failure, log "file:line -> error" at DEBUG and return it. */
 #define BRAID_CHECK(call)                                                                          \

@@ -12,6 +12,7 @@
  * blocked connection's wait(), the next one at the next sleep. */
 #include "core/p2p.h"
 #include "core/log.h"
+#include "core/redop.h"
 #include "reduce/reduce.h"
 
 #include <sched.h>
@@ -104,40 +105,17 @@ void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const ch
     }
 }
 
-/* ---- descriptions and header checks ----------------------------------------------------- */
-static void hdr_str(const braid_msg_hdr_t *h, int from, int to, char *buf, size_t len)
+/* ---- header checks --------------------------------------------------------------------- */
+braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send)
 {
-    if (h->coll == BRAID_COLL_SEND)
-        snprintf(buf, len, "send #%u to rank %d (count %llu, %s)", h->seq, to,
-                 (unsigned long long)h->count, braid_dtype_name(h->dtype));
-    else if (h->coll >= BRAID_COLL_ALLTOALL)
-        snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
-                 braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
-                 braid_dtype_name(h->dtype), braid_op_name(h->op), h->root);
-    else
-        snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
-                 (unsigned long long)h->count, braid_dtype_name(h->dtype), braid_op_name(h->op),
-                 h->root);
-    (void)from;
+    struct braid_p2p_state *st = comm->p2p;
+    if (!st || !st->send || peer < 0 || peer >= comm->nranks) return NULL;
+    return is_send ? st->send[peer] : st->recv[peer];
 }
 
-void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
+uint32_t braid_p2p_sent(struct braid_comm *comm, int peer)
 {
-    char where[40] = "";
-    if (op->call) snprintf(where, sizeof(where), "group call %d: ", op->call);
-    const char *dir = op->kind == BRAID_P2P_SEND ? "to" : "from";
-    if (op->coll == BRAID_COLL_SEND)
-        snprintf(buf, len, "%s%s #%u %s rank %d (count %zu, %s)", where,
-                 op->kind == BRAID_P2P_SEND ? "send" : "recv", op->seq, dir, op->peer, op->count,
-                 braid_dtype_name(op->dtype));
-    else if (op->kind == BRAID_P2P_RECV_REDUCE)
-        snprintf(buf, len, "%s%s #%u (count %zu from every rank, %s, %s)", where,
-                 braid_coll_name(op->coll), op->seq, op->count, braid_dtype_name(op->dtype),
-                 braid_op_name(op->op));
-    else
-        snprintf(buf, len, "%s%s #%u (count %zu %s rank %d, %s, %s, root %d)", where,
-                 braid_coll_name(op->coll), op->seq, op->count, dir, op->peer,
-                 braid_dtype_name(op->dtype), braid_op_name(op->op), op->root);
+    return comm->p2p->send_seq[peer];
 }
 
 /* The header a sender of op puts on its messages (bytes filled per message). */
@@ -154,16 +132,24 @@ static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
 /* A received header against what op expects next; `expect` is the exact payload size when
  * known (reduce), else 0 (any size up to what is left, non-empty while something is). */
 static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
-                                const braid_msg_hdr_t *h, size_t expect)
+                                const braid_msg_hdr_t *h, const void *buf, size_t expect)
 {
     braid_msg_hdr_t e = op_hdr(op);
     size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
+    if (h->flags & BRAID_MSG_REJECTED) {
+        char why[201] = "", mine[200];
+        braid_p2p_reason(h, buf, comm->p2p->recv[from]->slot_size, why, sizeof(why));
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d rejected its %s #%u (%s) but rank %d called %s", from,
+                               braid_coll_name(h->coll), h->seq, why, comm->rank, mine);
+    }
     int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
                h->op == e.op && h->root == e.root;
     if (same && (expect ? h->bytes == expect : (h->bytes <= left && (h->bytes > 0 || !left))))
         return BRAID_SUCCESS;
     char theirs[200], mine[200];
-    hdr_str(h, from, comm->rank, theirs, sizeof(theirs));
+    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
     braid_p2p_op_str(op, mine, sizeof(mine));
     if (same)
         return braid_set_error(BRAID_ERR_INTERNAL,
@@ -171,25 +157,6 @@ static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *o
                                from, h->bytes, comm->rank, expect ? expect : left, mine);
     return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
                            theirs, comm->rank, mine);
-}
-
-braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    for (int p = 0; st && st->recv && p < comm->nranks; p++) {
-        braid_conn_t *c = st->recv[p];
-        const braid_msg_hdr_t *h;
-        const void *buf;
-        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
-            h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
-            continue;
-        char theirs[200], me[200];
-        hdr_str(h, p, comm->rank, theirs, sizeof(theirs));
-        hdr_str(mine, comm->rank, p, me, sizeof(me));
-        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", p,
-                               theirs, comm->rank, me);
-    }
-    return BRAID_SUCCESS;
 }
 
 /* ---- batches ---------------------------------------------------------------------------- */
@@ -207,6 +174,7 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].nmsgs = 0;
     b->ops[b->nops].done = 0;
     b->ops[b->nops].next = -1;
+    b->ops[b->nops].noticed = 0;
     b->nops++;
     return BRAID_SUCCESS;
 }
@@ -319,7 +287,9 @@ static braid_result_t link_new(runner_t *r)
             r->rr = i;
             if (r->comm->nranks == 1) {
                 if (op->count)
-                    braid_reduce_finalize(op->dtype, op->op, op->rbuf, op->sbuf, op->count, 1);
+                    braid_reduce_finalize(op->dtype,
+                                          op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op,
+                                          op->rbuf, op->sbuf, op->count, 1);
                 op_complete(r, op, BRAID_SUCCESS);
             }
             continue;
@@ -419,7 +389,15 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 return BRAID_SUCCESS;
             }
             BRAID_CHECK(res);
-            BRAID_CHECK(check_msg(r->comm, op, peer, h, 0));
+            if (h->flags & BRAID_MSG_NOTICE) {
+                char mine[200];
+                braid_p2p_op_str(op, mine, sizeof(mine));
+                BRAID_CHECK(braid_p2p_take_notice(r->comm, peer, h,
+                                                  op->coll == BRAID_COLL_SEND ? 0 : op->seq, mine));
+                *moved = 1;
+                continue;
+            }
+            BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, 0));
             if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
             op->nmsgs++;
@@ -458,7 +436,16 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
                 continue;
             }
             BRAID_CHECK(res);
-            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], nb ? nb : 0));
+            if (r->rr_hdr[p]->flags & BRAID_MSG_NOTICE) {
+                char mine[200];
+                braid_p2p_op_str(op, mine, sizeof(mine));
+                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, mine));
+                r->rr_buf[p] = NULL;
+                *moved = 1;
+                missing++; /* its chunk comes next */
+                continue;
+            }
+            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], nb ? nb : 0));
             if (!nb && r->rr_hdr[p]->bytes)
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
                                        r->rr_hdr[p]->bytes);
@@ -472,13 +459,14 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             memcpy(r->rr_own, own, nb); /* in place: the fold overwrites it before its turn */
             own = r->rr_own;
         }
+        braid_redop_t kop = op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op; /* scaled */
         for (int i = 1; cnt && i < n; i++) {
             const void *left = i == 1 ? (me == 0 ? own : r->rr_buf[0]) : out;
             const void *right = i == me ? own : r->rr_buf[i];
             if (i == n - 1)
-                braid_reduce_pair_final(op->dtype, op->op, out, left, right, cnt, n);
+                braid_reduce_pair_final(op->dtype, kop, out, left, right, cnt, n);
             else
-                braid_reduce_pair(op->dtype, op->op, out, left, right, cnt);
+                braid_reduce_pair(op->dtype, kop, out, left, right, cnt);
         }
         for (int p = 0; p < n; p++) {
             if (p == me) continue;
@@ -523,29 +511,45 @@ static braid_result_t pass(runner_t *r, int *moved)
     return BRAID_SUCCESS;
 }
 
-/* A collective on these connections whose peers run a ring/tree collective with the same
- * sequence number: look at the collective engine's connections (without consuming). */
 static braid_result_t check_coll_foreign(runner_t *r)
 {
-    struct braid_comm *comm = r->comm;
-    braid_p2p_op_t *op = &r->b->ops[r->b->nops - 1];
-    if (op->coll == BRAID_COLL_SEND) return BRAID_SUCCESS;
-    for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
-        braid_conn_t *c = i < comm->nchannels ? comm->ring[i].recv
-                          : comm->p2p_recv    ? comm->p2p_recv[i - comm->nchannels]
-                                              : NULL;
-        const braid_msg_hdr_t *h;
-        const void *buf;
-        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->seq != op->seq ||
-            (h->flags & BRAID_MSG_ABORT))
-            continue;
-        char theirs[200], mine[200];
-        hdr_str(h, c->peer, comm->rank, theirs, sizeof(theirs));
+    char mine[200];
+    braid_p2p_op_t *last = &r->b->ops[r->b->nops - 1];
+    if (last->coll != BRAID_COLL_SEND) {
+        braid_p2p_op_str(last, mine, sizeof(mine));
+        return braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine);
+    }
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
         braid_p2p_op_str(op, mine, sizeof(mine));
-        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s",
-                               c->peer, theirs, comm->rank, mine);
+        BRAID_CHECK(braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine));
     }
     return BRAID_SUCCESS;
+}
+
+/* A blocked receive from a peer tells that peer, once (BRAID_MSG_NOTICE, see p2p.h), so a
+ * peer in a collective can see that the two can never meet. Only when nothing else of this
+ * batch is in flight to the peer (a notice never sits between a send's chunks), and only
+ * where a slot is free (best effort: it is only a diagnosis). */
+static void give_notices(runner_t *r)
+{
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->kind != BRAID_P2P_RECV || op->coll != BRAID_COLL_SEND || op->noticed ||
+            op->peer == r->comm->rank || r->shead[op->peer] >= 0 || r->used_ref[op->peer])
+            continue;
+        braid_conn_t *c = r->st->send[op->peer];
+        void *slot;
+        if (c->ops->send_get(c, &slot) != BRAID_SUCCESS) continue;
+        braid_msg_hdr_t h = {.seq = op->seq,
+                             .coll = BRAID_COLL_RECV,
+                             .dtype = (uint8_t)op->dtype,
+                             .flags = BRAID_MSG_NOTICE,
+                             .root = (int32_t)r->comm->seq,
+                             .count = op->count};
+        if (c->ops->send_post(c, &h) == BRAID_SUCCESS) op->noticed = 1;
+    }
 }
 
 static inline void cpu_relax(void)
@@ -572,7 +576,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         int moved = 0;
         BRAID_CHECK(pass(r, &moved));
         if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
-            return braid_set_error(BRAID_ERR_ABORTED, "aborted by braid_comm_abort");
+            return braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
         if (moved) {
             idle_since = 0;
             next_check = check_gap = 0;
@@ -608,6 +612,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
                                    wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
                                    wop->peer);
         if (now >= next_check) {
+            give_notices(r);
             BRAID_CHECK(check_coll_foreign(r));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;

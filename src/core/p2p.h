@@ -17,6 +17,15 @@
  * and the count of this message. A receiver that finds anything else reports
  * BRAID_ERR_MISMATCH naming both calls.
  *
+ * Point-to-point against a collective (calls on a communicator run in order, so a send or
+ * receive and a peer's later collective can never meet): a blocked receive tells its peer
+ * once (a BRAID_MSG_NOTICE header-only message, skipped by receivers), and a peer inside a
+ * collective that has not sent that message reports BRAID_ERR_MISMATCH naming both calls; a
+ * blocked send (or receive) that sees a message of a later collective from the peer it waits
+ * on (its ring predecessor, a latency plan's partner, or any rank of a p2p collective) does
+ * the same. Not found (a timeout instead): a blocked send to a rank of a ring/tree collective
+ * that never sends this rank anything in it (e.g. with 3 ranks, a send to the ring successor).
+ *
  * Batches. A batch is a list of operations that progress at the same time: each (peer,
  * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
  * as its slots allow; when nothing moves the runner spins, yields and sleeps in the transports'
@@ -56,10 +65,11 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off; /* bytes moved */
-    int nmsgs;  /* messages moved */
-    int done;   /* 1 when complete */
-    int next;   /* next operation on the same connection, -1 = none */
+    size_t off;  /* bytes moved */
+    int nmsgs;   /* messages moved */
+    int done;    /* 1 when complete */
+    int next;    /* next operation on the same connection, -1 = none */
+    int noticed; /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -98,6 +108,28 @@ void braid_p2p_close(struct braid_comm *comm);
 int braid_p2p_self_pending(struct braid_comm *comm);
 /* braid_comm_fail_peers for these connections. */
 void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* "alltoall #3 (count 10 to rank 2, float32, sum, root -1)" for a message header (to: the
+ * receiving rank, named for the collectives of coll_p2p.c). */
+void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len);
+/* The reason a REJECTED message carries (payload buf), as a string. */
+void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
+                      size_t len);
+/* This rank's send/recv connection to / from peer (NULL for itself), and how many sends to
+ * peer it has started (the pair's sequence number). */
+braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send);
+uint32_t braid_p2p_sent(struct braid_comm *comm, int peer);
+/* A message of collective seq on the collective engine's connections (a peer in a ring, tree
+ * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
+ * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With
+ * from >= 0: only rank from's messages, of number seq or later. */
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
+                                      const char *verb, const char *mine);
+/* A BRAID_MSG_NOTICE message h at the head of the connection from peer p: rank p is blocked
+ * in a receive from this rank. When this rank runs collective seq (mine describes it; 0 = not
+ * in a collective) that p has not reached and has not sent p that message, the two can never
+ * meet: BRAID_ERR_MISMATCH naming both calls. Else the notice is released (BRAID_SUCCESS). */
+braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
+                                     uint32_t seq, const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
@@ -113,6 +145,10 @@ typedef struct braid_pcoll {
     braid_redop_t op;
     int root;
     size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* one allocation at sendcounts */
+    /* reduce_scatterv with a created PreMulSum op (resolved by the checks): op is then
+     * BRAID_OP_WIRE_PREMULSUM on the messages and sum in the kernels, scalar its value. */
+    int premul;
+    uint64_t scalar;
 } braid_pcoll_t;
 
 /* Runs a validated p2p collective on the calling thread: takes the next sequence number and,
@@ -120,6 +156,9 @@ typedef struct braid_pcoll {
  * its place in a group (0 = none). Does not free pc's arrays. */
 braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t *pc, int call);
 void braid_pcoll_free(braid_pcoll_t *pc);
+/* The exchange of a p2p collective that argument checks refused (braid_call_reject). */
+braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                           const char *reason, const void *arg);
 
 /* One deferred call of a group on one communicator. */
 typedef enum { BRAID_ITEM_COLL = 0, BRAID_ITEM_PCOLL = 1, BRAID_ITEM_P2P = 2 } braid_item_kind_t;

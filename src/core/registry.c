@@ -3,6 +3,7 @@
  * communicators' memory so that their stale handles stay detectable. */
 #include "core/comm.h"
 #include "core/log.h"
+#include "core/p2p.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -83,9 +84,18 @@ void braid_comm_leave(struct braid_comm *comm)
     atomic_fetch_sub(&comm->inflight, 1);
 }
 
+/* A call refused at the entry inside a group counts as a call of the group, whose end reports
+ * it (as an argument error). */
+static braid_result_t refused(braid_result_t res, const char *what)
+{
+    if (braid_group_depth() > 0) braid_group_note(res, what);
+    return res;
+}
+
 braid_result_t braid_comm_enter_call(struct braid_comm *comm, const char *what)
 {
-    BRAID_CHECK(braid_comm_enter(comm));
+    braid_result_t res = braid_comm_enter(comm);
+    if (res < 0) return refused(res, what);
     const char *other = NULL;
     if (atomic_compare_exchange_strong(&comm->busy, &other, what)) return BRAID_SUCCESS;
     /* Two threads in one communicator: the order of their calls is not defined, so the peers
@@ -100,7 +110,7 @@ braid_result_t braid_comm_enter_call(struct braid_comm *comm, const char *what)
     braid_comm_set_error(comm, BRAID_ERR_INVALID_USAGE, "%s", msg);
     braid_comm_fail_peers(comm, BRAID_ERR_REMOTE, why);
     braid_comm_leave(comm);
-    return braid_set_error(BRAID_ERR_INVALID_USAGE, "%s", msg);
+    return refused(braid_set_error(BRAID_ERR_INVALID_USAGE, "%s", msg), what);
 }
 
 void braid_comm_leave_call(struct braid_comm *comm)

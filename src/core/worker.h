@@ -34,7 +34,13 @@ braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t 
                                        int has_recv);
 
 /* A call that argument checks refused (res, with its message set) on a live communicator:
- * takes its call number anyway and tells the peers (coll.c); returns res. */
+ * takes its call number anyway and tells the peers (coll.c); returns res. The general form
+ * takes the call's descriptor and the exchange that tells the peers (BRAID_SUCCESS when every
+ * peer rejected its call of that number too, else the error naming both calls). */
+typedef braid_result_t (*braid_reject_fn)(struct braid_comm *comm, const braid_msg_hdr_t *desc,
+                                          const char *reason, const void *arg);
+braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, braid_result_t res,
+                                 braid_reject_fn exchange, const void *arg);
 braid_result_t braid_coll_reject(struct braid_comm *comm, const braid_op_args_t *a,
                                  braid_result_t res);
 

@@ -144,6 +144,21 @@ static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
     }
 }
 
+/* The peer's ABORT frame (code, text): its failure, or its goodbye (a clean destroy). */
+static void peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
+{
+    if (code == BRAID_TCP_GOODBYE)
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
+                             "%.150s destroyed its communicator (braid_comm_destroy) while this "
+                             "rank still needed it",
+                             c->desc);
+    else if (code == BRAID_ERR_MISMATCH)
+        braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
+    else
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
+                             text[0] ? text : "no reason given");
+}
+
 /* A send that failed because the peer closed: the peer may have said why first (an ABORT frame
  * back on this socket, as fail() on its receive side writes it). Looks at it without
  * consuming it (the progress thread owns the reading) and takes its reason; 0 if none. */
@@ -159,11 +174,7 @@ static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
     char text[BRAID_TCP_ABORT_MAX + 1];
     memcpy(text, buf + BRAID_TCP_HDR_BYTES, h.bytes);
     text[h.bytes] = '\0';
-    if (code == BRAID_ERR_MISMATCH)
-        braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
-    else
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
-                             text[0] ? text : "no reason given");
+    peer_aborted(c, code, text);
     return 1;
 }
 
@@ -268,11 +279,7 @@ void braid_tcp_rev_read(tcp_sock_t *s)
                 char text[BRAID_TCP_ABORT_MAX + 1];
                 memcpy(text, s->rev + BRAID_TCP_HDR_BYTES, h.bytes);
                 text[h.bytes] = '\0';
-                if (code == BRAID_ERR_MISMATCH)
-                    braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
-                else
-                    braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
-                                         text[0] ? text : "no reason given");
+                peer_aborted(c, code, text);
                 break;
             }
         }
@@ -457,11 +464,7 @@ static braid_result_t rx_pump(tcp_conn_t *c)
         if (s->hdr.flags & BRAID_MSG_ABORT) {
             char *text = c->rx_text;
             text[s->hdr.bytes] = '\0';
-            if (s->code == BRAID_ERR_MISMATCH)
-                braid_tcp_set_failed(c, BRAID_ERR_MISMATCH, "%s", text);
-            else
-                braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
-                                     text[0] ? text : "no reason given");
+            peer_aborted(c, s->code, text);
             break;
         }
         c->rhdr[c->rhead % c->nslots] = s->hdr;
@@ -588,14 +591,23 @@ static void tcp_wake(braid_conn_t *conn)
     wake_engine(c->st);
 }
 
+static void send_abort(tcp_conn_t *c, int32_t code, const char *why);
+
 static void tcp_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
-    tcp_conn_t *c = (tcp_conn_t *)conn;
+    send_abort((tcp_conn_t *)conn, code < 0 ? code : BRAID_ERR_REMOTE, why);
+}
+
+/* The ABORT frame (code, why): after the frames already posted on a send connection,
+ * backwards on a receive connection. Once per connection. */
+static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
+{
+    braid_conn_t *conn = &c->base;
     uint8_t frame[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
     size_t len = strlen(why);
     if (len > BRAID_TCP_ABORT_MAX) len = BRAID_TCP_ABORT_MAX;
     braid_msg_hdr_t h = {.bytes = (uint32_t)len, .flags = BRAID_MSG_ABORT, .root = -1};
-    braid_tcp_hdr_pack(&h, code < 0 ? code : BRAID_ERR_REMOTE, frame);
+    braid_tcp_hdr_pack(&h, code, frame);
     memcpy(frame + BRAID_TCP_HDR_BYTES, why, len);
     pthread_mutex_lock(&c->mu);
     if (conn->is_send) {
@@ -647,6 +659,14 @@ static void tcp_close(braid_conn_t *conn)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     if (!c) return;
+    struct braid_comm *comm = conn->comm;
+    /* A clean braid_comm_destroy says goodbye (after the data on a send connection), so the
+     * peer names it instead of a closed connection. */
+    int clean = comm && atomic_load(&comm->destroying) && !atomic_load(&comm->aborted) &&
+                !atomic_load(&comm->error) && !atomic_load(&c->failed);
+    if (clean)
+        send_abort(c, BRAID_TCP_GOODBYE,
+                   "destroyed its communicator"); /* the peer words it (peer_aborted) */
     if (conn->is_send) flush_sends(c);
     tcp_state_t *st = c->st;
     /* The progress thread holds tlock while it handles events, so after this it never

@@ -43,6 +43,10 @@ extern const braid_transport_t braid_transport_tcp;
 #define BRAID_TCP_HELLO_BYTES 40
 #define BRAID_TCP_INFO_BYTES 40
 #define BRAID_TCP_ABORT_MAX 480 /* payload bytes of an ABORT frame (error text) */
+/* The result code of the ABORT frame a clean braid_comm_destroy sends on each connection
+ * (after the data): the peer reports "rank R ... destroyed its communicator", not a closed
+ * connection. Not a braid_result_t. */
+#define BRAID_TCP_GOODBYE (-100)
 #define BRAID_TCP_MAX_SOCKS 8
 #define BRAID_TCP_BOUNCE 8192 /* receive bounce buffer per socket (headers, small payloads) */
 
@@ -165,6 +169,10 @@ typedef struct tcp_state {
     tcp_pending_t *pending;
     int npending;
     uint64_t accept_paused_until; /* after EMFILE and the like (0 = accepting) */
+    /* errno of the listener's failing accept (0 = none) and since when (braid_now_ns): a
+     * receive connection still waiting for its sockets reports it (braid_tcp_recv_accept). */
+    _Atomic int accept_err;
+    _Atomic uint64_t accept_err_since;
 } tcp_state_t;
 
 /* tcp_conn.c */

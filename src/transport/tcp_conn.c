@@ -327,6 +327,13 @@ braid_result_t braid_tcp_recv_accept(braid_conn_t *conn)
         if (atomic_load(&comm->aborted))
             return braid_set_error(BRAID_ERR_ABORTED, "tcp: aborted waiting for %s", c->desc);
         uint64_t now = braid_now_ns();
+        /* The listener cannot take the peer's connection (out of descriptors) for 0.5 s. */
+        int aerr = atomic_load(&c->st->accept_err);
+        if (aerr && now - atomic_load(&c->st->accept_err_since) > 500000000ull)
+            return braid_set_error(BRAID_ERR_SYSTEM,
+                                   "tcp: rank %d cannot accept the connection of %s: accept "
+                                   "failed: %s%s",
+                                   comm->rank, c->desc, strerror(aerr), braid_errno_hint(aerr));
         if (now >= deadline)
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "tcp: %s connected %d of %d socket(s) to rank %d within %.1f s",
@@ -367,12 +374,16 @@ static void accept_all(tcp_state_t *st)
                 /* Out of fds or memory: stop watching the listener for a while, or the
                  * level-triggered event would spin. */
                 braid_warn(NET, "tcp: accept on the data listener failed: %m");
+                if (!atomic_load(&st->accept_err))
+                    atomic_store(&st->accept_err_since, braid_now_ns());
+                atomic_store(&st->accept_err, errno);
                 struct epoll_event ev = {.events = 0, .data.ptr = &st->tag_listen};
                 epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev);
                 st->accept_paused_until = braid_now_ns() + 100000000ull;
             }
             return;
         }
+        atomic_store(&st->accept_err, 0);
         tcp_pending_t *p = calloc(1, sizeof(*p));
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = p};
         if (!p || epoll_ctl(st->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {

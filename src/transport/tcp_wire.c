@@ -92,7 +92,7 @@ braid_result_t braid_tcp_hdr_parse(const void *buf, size_t len, size_t slot_size
     h.root = (int32_t)get32(b + 16);
     int32_t code = (int32_t)get32(b + 20);
     h.count = get64(b + 24);
-    if (h.flags & ~(BRAID_MSG_ABORT | BRAID_MSG_HELLO | BRAID_MSG_REJECTED))
+    if (h.flags & ~(BRAID_MSG_ABORT | BRAID_MSG_HELLO | BRAID_MSG_REJECTED | BRAID_MSG_NOTICE))
         return braid_set_error(BRAID_ERR_REMOTE, "frame header with unknown flags 0x%02x", h.flags);
     if (h.flags & BRAID_MSG_ABORT) {
         if (code >= 0)

@@ -47,6 +47,9 @@ typedef struct {
  * and the payload is its reason. */
 #define BRAID_MSG_HELLO 0x2
 #define BRAID_MSG_REJECTED 0x4
+/* A header-only message on the send/recv connections (core/p2p.c): the sender is blocked in
+ * receive #seq from the receiver, having started `root` collectives; receivers skip it. */
+#define BRAID_MSG_NOTICE 0x8
 
 typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1 } braid_wait_dir_t;
 

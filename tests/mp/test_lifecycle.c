@@ -203,6 +203,30 @@ static int stale_handles(braid_comm_t comm, int rank, int n, void *arg)
         MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "stale handle %d: %s", k, braid_strerror(r));
         r = braid_barrier(dead[k]);
         MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "stale handle %d: %s", k, braid_strerror(r));
+        /* Every kind of entry: point-to-point, p2p collectives, groups. */
+        float f[4] = {1, 2, 3, 4}, g[4];
+        size_t cnt[1] = {1}, dsp[1] = {0};
+        braid_request_t req = NULL;
+        braid_result_t rs[] = {braid_send(f, 1, BRAID_FLOAT32, 0, dead[k]),
+                               braid_recv(g, 1, BRAID_FLOAT32, 0, dead[k]),
+                               braid_isend(f, 1, BRAID_FLOAT32, 0, dead[k], &req),
+                               braid_irecv(g, 1, BRAID_FLOAT32, 0, dead[k], &req),
+                               braid_alltoall(f, g, 1, BRAID_FLOAT32, dead[k]),
+                               braid_alltoallv(f, cnt, dsp, g, cnt, dsp, BRAID_FLOAT32, dead[k]),
+                               braid_gather(f, g, 1, BRAID_FLOAT32, 0, dead[k]),
+                               braid_scatter(f, g, 1, BRAID_FLOAT32, 0, dead[k]),
+                               braid_allgatherv(f, 1, g, cnt, dsp, BRAID_FLOAT32, dead[k]),
+                               braid_reduce_scatterv(f, g, cnt, BRAID_FLOAT32, BRAID_SUM, dead[k]),
+                               braid_ialltoall(f, g, 1, BRAID_FLOAT32, dead[k], &req)};
+        for (size_t i = 0; i < sizeof(rs) / sizeof(rs[0]); i++)
+            MP_CHECK(rank, rs[i] == BRAID_ERR_INVALID_USAGE, "stale handle %d, call %zu: %s", k, i,
+                     braid_strerror(rs[i]));
+        MP_CHECK(rank, req == NULL, "a request was returned for a stale handle");
+        MP_OK(rank, braid_group_start());
+        braid_send(f, 1, BRAID_FLOAT32, 0, dead[k]);
+        r = braid_group_end();
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "not a live"),
+                 "group on a stale handle: %s: %s", braid_strerror(r), braid_last_error());
         MP_CHECK(rank, braid_comm_destroy(dead[k]) == BRAID_ERR_INVALID_USAGE, "destroyed twice");
     }
     float v = 2.5f;
@@ -344,5 +368,171 @@ Test(lifecycle, abort_in_a_one_element_allreduce_reaches_the_peer)
     }
     unsetenv("BRAID_TRANSPORT");
     unsetenv("BRAID_ALGO");
+    unsetenv("BRAID_TIMEOUT");
+}
+
+/* ---- point-to-point, p2p collectives and groups behind the same entry guard ------------- */
+typedef enum { BLOCK_RECV, BLOCK_ALLTOALL, BLOCK_GROUP_RECV } block_kind_t;
+static const char *block_names[] = {"recv", "alltoall", "group recv"};
+
+/* Rank 0's call that blocks on rank 1 (which is late): a receive, an all-to-all of more than
+ * the FIFOs hold, or a receive inside a group (blocked in braid_group_end). msg gets the
+ * call's message. */
+static braid_result_t blocking_call(block_kind_t k, float *buf, braid_comm_t comm, char *msg,
+                                    size_t len)
+{
+    braid_result_t r = BRAID_ERR_INTERNAL;
+    braid_request_t req = NULL;
+    switch (k) {
+    case BLOCK_RECV:
+        r = braid_recv(buf, COUNT, BRAID_FLOAT32, 1, comm);
+        break;
+    case BLOCK_ALLTOALL:
+        r = braid_alltoall(buf, buf + COUNT, COUNT / 2, BRAID_FLOAT32, comm);
+        break;
+    case BLOCK_GROUP_RECV:
+        braid_group_start();
+        r = braid_irecv(buf, COUNT, BRAID_FLOAT32, 1, comm, &req);
+        if (r == BRAID_SUCCESS) r = braid_group_end();
+        break;
+    }
+    snprintf(msg, len, "%s", braid_last_error());
+    if (req) braid_wait(req);
+    return r;
+}
+
+/* Rank 0 blocks in a point-to-point call or p2p collective and another thread destroys the
+ * communicator: the call returns BRAID_ERR_ABORTED saying it was destroyed, destroy returns
+ * once it left, the handle is dead for every entry, and the late peer gets an error naming
+ * rank 0 instead of a timeout. */
+static int destroy_during_p2p(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    block_kind_t k = *(const block_kind_t *)arg;
+    float *buf = calloc(2 * COUNT, sizeof(float));
+    MP_CHECK(rank, buf, "out of memory");
+    for (size_t i = 0; i < 2 * COUNT; i++)
+        buf[i] = (float)(rank * 5 + (int)(i % 13));
+    if (rank == 0) {
+        later_t l = {.comm = comm, .delay_ms = 300};
+        pthread_t t;
+        pthread_create(&t, NULL, destroy_later, &l);
+        double t0 = now_s();
+        char msg[600];
+        braid_result_t r = blocking_call(k, buf, comm, msg, sizeof(msg));
+        double left = now_s();
+        pthread_join(t, NULL);
+        double done = now_s();
+        MP_CHECK(rank, r == BRAID_ERR_ABORTED, "%s got %s: %s", block_names[k], braid_strerror(r),
+                 msg);
+        MP_CHECK(rank, strstr(msg, "destroyed"), "%s: message: %s", block_names[k], msg);
+        MP_CHECK(rank, l.res == BRAID_SUCCESS, "destroy returned %s", braid_strerror(l.res));
+        MP_CHECK(rank, left - t0 < 2.0, "the call took %.2f s to leave", left - t0);
+        MP_CHECK(rank, done - l.at < 2.0, "destroy took %.2f s", done - l.at);
+        braid_request_t req;
+        braid_result_t rs[4] = {braid_send(buf, 4, BRAID_FLOAT32, 1, comm),
+                                braid_irecv(buf, 4, BRAID_FLOAT32, 1, comm, &req),
+                                braid_alltoall(buf, buf + 8, 2, BRAID_FLOAT32, comm),
+                                braid_gather(buf, buf + 8, 2, BRAID_FLOAT32, 0, comm)};
+        for (int i = 0; i < 4; i++)
+            MP_CHECK(rank, rs[i] == BRAID_ERR_INVALID_USAGE, "call %d on the destroyed comm: %s", i,
+                     braid_strerror(rs[i]));
+        free(buf);
+        return 0;
+    }
+    usleep(1500 * 1000);
+    double t0 = now_s();
+    braid_result_t r = k == BLOCK_ALLTOALL
+                           ? braid_alltoall(buf, buf + COUNT, COUNT / 2, BRAID_FLOAT32, comm)
+                           : braid_send(buf, COUNT, BRAID_FLOAT32, 0, comm);
+    double el = now_s() - t0;
+    free(buf);
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE || r == BRAID_ERR_ABORTED, "peer got %s: %s",
+             braid_strerror(r), braid_last_error());
+    MP_CHECK(rank, strstr(braid_last_error(), "rank 0"), "message: %s", braid_last_error());
+    MP_CHECK(rank, el < 3.0, "the peer's call took %.2f s", el);
+    return 0;
+}
+
+Test(lifecycle, destroy_from_another_thread_aborts_a_blocked_p2p_call)
+{
+    setenv("BRAID_TIMEOUT", "30", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        for (block_kind_t k = BLOCK_RECV; k <= BLOCK_GROUP_RECV; k++)
+            cr_expect_eq(mp_run(2, destroy_during_p2p, &k, 60), 0, "transport %s, %s",
+                         transports[t], block_names[k]);
+    }
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
+
+typedef struct {
+    braid_comm_t comm;
+    const float *buf;
+    braid_result_t res;
+} send_t;
+
+/* More than the FIFOs and tcp's socket buffers hold, so the send blocks until rank 1 receives. */
+#define BIG (COUNT * 16)
+
+static void *send_thread(void *arg)
+{
+    send_t *s = arg;
+    s->res = braid_send(s->buf, BIG, BRAID_FLOAT32, 1, s->comm);
+    return NULL;
+}
+
+/* Two threads of rank 0 send on one communicator at once (the first is blocked: rank 1 is
+ * late): the second send is refused at once naming the rule, the communicator is failed, and
+ * rank 1's receive fails naming it instead of receiving either message. */
+static int two_threads_send(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    float *buf = calloc(BIG, sizeof(float));
+    MP_CHECK(rank, buf, "out of memory");
+    for (size_t i = 0; i < BIG; i++)
+        buf[i] = (float)(rank + (int)(i % 9));
+    if (rank == 0) {
+        send_t s = {.comm = comm, .buf = buf};
+        pthread_t t;
+        pthread_create(&t, NULL, send_thread, &s);
+        usleep(300 * 1000);
+        double t0 = now_s();
+        braid_result_t r = braid_send(buf, 3, BRAID_FLOAT32, 1, comm);
+        double el = now_s() - t0;
+        const char *m = braid_last_error();
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE, "second thread got %s: %s", braid_strerror(r),
+                 m);
+        MP_CHECK(rank, strstr(m, "send called") && strstr(m, "in send") && strstr(m, "one thread"),
+                 "message: %s", m);
+        MP_CHECK(rank, el < 0.5, "the refusal took %.2f s", el);
+        pthread_join(t, NULL);
+        r = braid_recv(buf, 3, BRAID_FLOAT32, 1, comm);
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "one thread"),
+                 "recv after the violation: %s: %s", braid_strerror(r), braid_last_error());
+    } else {
+        usleep(1000 * 1000);
+        double t0 = now_s();
+        braid_result_t r = braid_recv(buf, BIG, BRAID_FLOAT32, 0, comm);
+        if (r == BRAID_SUCCESS) r = braid_recv(buf, 3, BRAID_FLOAT32, 0, comm);
+        double el = now_s() - t0;
+        MP_CHECK(rank, r == BRAID_ERR_REMOTE && strstr(braid_last_error(), "one thread"),
+                 "peer got %s: %s", braid_strerror(r), braid_last_error());
+        MP_CHECK(rank, el < 3.0, "the peer's calls took %.2f s", el);
+    }
+    free(buf);
+    return 0;
+}
+
+Test(lifecycle, two_threads_sending_on_one_communicator_are_refused)
+{
+    setenv("BRAID_TIMEOUT", "30", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        cr_expect_eq(mp_run(2, two_threads_send, NULL, 60), 0, "transport %s", transports[t]);
+    }
+    unsetenv("BRAID_TRANSPORT");
     unsetenv("BRAID_TIMEOUT");
 }

@@ -20,15 +20,29 @@ static double now_s(void)
 }
 
 typedef enum {
-    BCAST_ROOTS,   /* broadcast: rank n-1 names root 1, the others root 0 */
-    REDUCE_ROOTS,  /* reduce: the same */
-    COUNT_ZERO,    /* all-reduce: rank n-1 passes count 0, the others count > 0 */
-    BCAST_ZERO,    /* broadcast from rank 0: rank n-1 passes count 0 */
-    SPLIT,         /* rank n-1 calls braid_comm_split, the others an all-reduce */
-    SPLIT_MOST,    /* the others call braid_comm_split, rank n-1 an all-reduce */
-    REJECTED,      /* rank n-1's all-reduce has a bad op, the others' is valid */
-    REJECTED_ROOT, /* rank n-1's broadcast has root = nranks, the others' root 0 */
-    REJECTED_SPLIT /* rank n-1's braid_comm_split has newcomm_p NULL, the others' is valid */
+    BCAST_ROOTS,    /* broadcast: rank n-1 names root 1, the others root 0 */
+    REDUCE_ROOTS,   /* reduce: the same */
+    COUNT_ZERO,     /* all-reduce: rank n-1 passes count 0, the others count > 0 */
+    BCAST_ZERO,     /* broadcast from rank 0: rank n-1 passes count 0 */
+    SPLIT,          /* rank n-1 calls braid_comm_split, the others an all-reduce */
+    SPLIT_MOST,     /* the others call braid_comm_split, rank n-1 an all-reduce */
+    REJECTED,       /* rank n-1's all-reduce has a bad op, the others' is valid */
+    REJECTED_ROOT,  /* rank n-1's broadcast has root = nranks, the others' root 0 */
+    REJECTED_SPLIT, /* rank n-1's braid_comm_split has newcomm_p NULL, the others' is valid */
+    /* The collectives on the send/recv connections, rejected on rank n-1 only: */
+    P_REJECTED_ALLTOALL, /* alltoall with dtype 99 */
+    P_REJECTED_GATHER,   /* gather with root = nranks (the others' root 0) */
+    P_REJECTED_SCATTER,  /* scatter with root = nranks */
+    P_REJECTED_RSV,      /* reduce_scatterv with op 99 */
+    P_REJECTED_AGV,      /* allgatherv with recvcounts NULL */
+    /* Point-to-point against a collective: rank n-1 calls send / recv with rank n-2 (its ring
+     * predecessor) while the others call the collective. */
+    SEND_VS_ALLREDUCE,
+    RECV_VS_ALLREDUCE,
+    SEND_VS_BCAST,
+    SEND_VS_ALLTOALL,
+    RECV_VS_ALLTOALL,
+    ALLTOALL_VS_ALLREDUCE /* rank n-1 calls alltoall, the others all-reduce */
 } kind_t;
 
 typedef struct {
@@ -63,6 +77,42 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
                                odd ? (braid_redop_t)99 : BRAID_SUM, comm);
     case REJECTED_ROOT:
         return braid_broadcast(buf, buf, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
+    case P_REJECTED_ALLTOALL:
+        return braid_alltoall(buf, buf + 4 * c->count, c->count,
+                              odd ? (braid_datatype_t)99 : BRAID_FLOAT32, comm);
+    case P_REJECTED_GATHER:
+        return braid_gather(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
+    case P_REJECTED_SCATTER:
+        return braid_scatter(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
+    case P_REJECTED_RSV:
+    case P_REJECTED_AGV: {
+        size_t counts[3] = {c->count, c->count + 1, c->count + 2}, displs[3];
+        for (int i = 0; i < 3; i++)
+            displs[i] = (size_t)i * (c->count + 2);
+        if (c->kind == P_REJECTED_RSV)
+            return braid_reduce_scatterv(buf, buf + 4 * c->count, counts, BRAID_FLOAT32,
+                                         odd ? (braid_redop_t)99 : BRAID_SUM, comm);
+        return braid_allgatherv(buf, counts[rank], buf + 4 * c->count, odd ? NULL : counts, displs,
+                                BRAID_FLOAT32, comm);
+    }
+    case SEND_VS_ALLREDUCE:
+    case SEND_VS_BCAST:
+    case SEND_VS_ALLTOALL:
+        if (odd) return braid_send(buf, 4 * c->count, BRAID_FLOAT32, n - 2, comm);
+        if (c->kind == SEND_VS_BCAST)
+            return braid_broadcast(buf, buf, c->count, BRAID_FLOAT32, 0, comm);
+        if (c->kind == SEND_VS_ALLTOALL)
+            return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case RECV_VS_ALLREDUCE:
+    case RECV_VS_ALLTOALL:
+        if (odd) return braid_recv(buf, c->count, BRAID_FLOAT32, n - 2, comm);
+        if (c->kind == RECV_VS_ALLTOALL)
+            return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case ALLTOALL_VS_ALLREDUCE:
+        if (odd) return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
     case REJECTED_SPLIT: {
         braid_comm_t nc = NULL;
         braid_result_t r = braid_comm_split(comm, 0, rank, odd ? NULL : &nc);
@@ -76,9 +126,10 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
 static int run_case(braid_comm_t comm, int rank, int n, void *arg)
 {
     const case_t *c = arg;
-    float *buf = calloc(c->count ? c->count : 1, sizeof(float));
+    /* Room for every call's input and output (n <= 3): 4 * count + 8 elements each. */
+    float *buf = calloc(8 * c->count + 16, sizeof(float));
     MP_CHECK(rank, buf, "out of memory");
-    for (size_t i = 0; i < c->count; i++)
+    for (size_t i = 0; i < 8 * c->count + 16; i++)
         buf[i] = (float)(rank * 3 + (int)(i % 11));
     MP_OK(rank, braid_barrier(comm)); /* start together: the time bound is the detection's */
     double t0 = now_s();
@@ -86,7 +137,8 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     braid_result_t first = r;
     char first_msg[600];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
-    int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT) &&
+    int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT ||
+                    (c->kind >= P_REJECTED_ALLTOALL && c->kind <= P_REJECTED_AGV)) &&
                    rank == n - 1;
     if (rejecter)
         MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "the rejected call returned %s: %s",
@@ -180,4 +232,83 @@ Test(mismatch, split_rejected_on_one_rank_only)
 {
     case_t c = {REJECTED_SPLIT, 0, "rejected its comm_split", "called comm_split"};
     run_all(&c);
+}
+
+Test(mismatch, p2p_collective_rejected_on_one_rank_only)
+{
+    const size_t counts[] = {5, (size_t)1 << 18}; /* within the FIFOs, and beyond */
+    for (int k = 0; k < 2; k++) {
+        case_t a2a = {P_REJECTED_ALLTOALL, counts[k], "rejected its alltoall", "dtype=99"};
+        run_all(&a2a);
+        case_t g = {P_REJECTED_GATHER, counts[k], "rejected its gather", "is outside [0, nranks"};
+        run_all(&g);
+        case_t sc = {P_REJECTED_SCATTER, counts[k], "rejected its scatter", "called scatter"};
+        run_all(&sc);
+        case_t rsv = {P_REJECTED_RSV, counts[k], "rejected its reduce_scatterv", "op=99"};
+        run_all(&rsv);
+        case_t agv = {P_REJECTED_AGV, counts[k], "rejected its allgatherv", "recvcounts is NULL"};
+        run_all(&agv);
+    }
+}
+
+/* Every rank rejects its p2p collective: nothing ran, the communicator stays usable (the next
+ * calls pair with each other and give the right answers). */
+static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float in[8], out[8];
+    for (int i = 0; i < 8; i++)
+        in[i] = (float)(rank * 10 + i);
+    for (int k = 0; k < 2; k++) {
+        braid_result_t r = braid_alltoall(in, out, 1, (braid_datatype_t)99, comm);
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "dtype=99"),
+                 "rejected alltoall: %s: %s", braid_strerror(r), braid_last_error());
+        r = braid_gather(in, out, 1, BRAID_FLOAT32, -1, comm);
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "rejected gather: %s", braid_strerror(r));
+    }
+    MP_OK(rank, braid_alltoall(in, out, 2, BRAID_FLOAT32, comm));
+    for (int src = 0; src < n; src++)
+        for (int j = 0; j < 2; j++)
+            MP_CHECK(rank, out[src * 2 + j] == (float)(src * 10 + rank * 2 + j),
+                     "out[%d] = %g from rank %d", src * 2 + j, out[src * 2 + j], src);
+    MP_OK(rank, braid_barrier(comm));
+    return 0;
+}
+
+Test(mismatch, p2p_collective_rejected_everywhere_leaves_the_communicator_usable)
+{
+    static const char *transports[] = {"shm", "tcp"};
+    setenv("BRAID_TIMEOUT", "20", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        for (int n = 2; n <= 3; n++)
+            cr_expect_eq(mp_run(n, all_reject, NULL, 60), 0, "transport %s, %d ranks",
+                         transports[t], n);
+    }
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
+
+Test(mismatch, p2p_call_against_a_collective)
+{
+    /* sends of 4 * count elements: 16 KiB (buffered) and 16 MiB (more than the FIFOs and tcp's
+     * socket buffers: the send blocks) */
+    const size_t counts[] = {1024, (size_t)1 << 22};
+    for (int k = 0; k < 2; k++) {
+        case_t sa = {SEND_VS_ALLREDUCE, counts[k], "called send", "called allreduce"};
+        if (k == 1) run_all(&sa); /* a buffered send is followed by a barrier: tested below */
+        case_t ra = {RECV_VS_ALLREDUCE, counts[k], "called recv", "called allreduce"};
+        run_all(&ra);
+        case_t sb = {SEND_VS_BCAST, counts[k], "send", "broadcast"};
+        if (k == 1) run_all(&sb);
+        case_t st = {SEND_VS_ALLTOALL, counts[k], "called send", "called alltoall"};
+        if (k == 1) run_all(&st);
+        case_t rt = {RECV_VS_ALLTOALL, counts[k], "called recv", "called alltoall"};
+        run_all(&rt);
+        case_t ta = {ALLTOALL_VS_ALLREDUCE, counts[k], "alltoall", "allreduce"};
+        run_all(&ta);
+    }
+    /* A buffered send returns; the sender's next call (the barrier) meets the collective. */
+    case_t small = {SEND_VS_ALLREDUCE, 16, "barrier", "allreduce"};
+    run_all(&small);
 }

@@ -137,14 +137,30 @@ static uint64_t expected_bits(braid_datatype_t dt, int n, size_t i, int seed)
 
 /* ---- one collective, checked -------------------------------------------------------------- */
 
-enum { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER };
-static const char *const cname[] = {"allreduce", "reduce", "reduce_scatter"};
+enum { C_ALLREDUCE, C_REDUCE, C_REDUCE_SCATTER, C_REDUCE_SCATTERV };
+static const char *const cname[] = {"allreduce", "reduce", "reduce_scatter", "reduce_scatterv"};
+
+/* reduce_scatterv's block sizes: count + (i * 3) % 5 elements for rank i, rank 1's empty. */
+static size_t vcount(size_t count, int i)
+{
+    return i == 1 ? 0 : count + (size_t)(i * 3) % 5;
+}
 
 static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_t dt, size_t count,
                       int in_place, int root, int seed)
 {
     size_t es = braid_dtype_size(dt), off = (size_t)seed % 3; /* unaligned for wide types */
     size_t n_in = coll == C_REDUCE_SCATTER ? count * (size_t)n : count;
+    size_t rc[8], base = coll == C_REDUCE_SCATTER ? (size_t)rank * count : 0;
+    if (coll == C_REDUCE_SCATTERV) {
+        n_in = base = 0;
+        for (int i = 0; i < n; i++) {
+            rc[i] = vcount(count, i);
+            if (i < rank) base += rc[i];
+            n_in += rc[i];
+        }
+        count = rc[rank]; /* this rank's output */
+    }
     char *sb = malloc(n_in * es + off + 1), *rb = malloc(n_in * es + off + 1);
     MP_CHECK(rank, sb && rb, "malloc");
     char *s = sb + off, *r = rb + off;
@@ -155,20 +171,25 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     MP_OK(rank, braid_redop_create_premulsum(&op, &sc, dt, c));
     MP_CHECK(rank, (int)op >= (int)BRAID_NUM_OPS, "created op %d", (int)op);
     char *out = r;
-    if (in_place) out = coll == C_REDUCE_SCATTER ? s + (size_t)rank * count * es : s;
+    if (in_place) out = coll >= C_REDUCE_SCATTER ? s + base * es : s;
     if (!in_place) memset(r, 0xEE, count * es);
     braid_result_t res;
+    braid_request_t req;
     if (coll == C_ALLREDUCE)
         res = braid_allreduce(s, out, count, dt, op, c);
     else if (coll == C_REDUCE)
         res = braid_reduce(s, rank == root ? out : NULL, count, dt, op, root, c);
-    else
+    else if (coll == C_REDUCE_SCATTER)
         res = braid_reduce_scatter(s, out, count, dt, op, c);
+    else if (seed % 2) { /* the i-form */
+        res = braid_ireduce_scatterv(s, out, rc, dt, op, c, &req);
+        if (res == BRAID_SUCCESS) res = braid_wait(req);
+    } else
+        res = braid_reduce_scatterv(s, out, rc, dt, op, c);
     MP_OK(rank, braid_redop_destroy(op, c));
     MP_CHECK(rank, res == BRAID_SUCCESS, "%s %s count=%zu n=%d: %s", cname[coll],
              braid_dtype_name(dt), count, n, braid_last_error());
     int check = coll != C_REDUCE || rank == root;
-    size_t base = coll == C_REDUCE_SCATTER ? (size_t)rank * count : 0;
     for (size_t i = 0; check && i < count; i++) {
         uint64_t want = expected_bits(dt, n, base + i, seed), got = get(dt, out, i);
         MP_CHECK(rank, got == want, "%s %s count=%zu n=%d %s root %d: [%zu] = 0x%llx, want 0x%llx",
@@ -202,6 +223,8 @@ static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
                 check_coll(c, rank, n, C_REDUCE, (braid_datatype_t)dt, counts[ci], !ip,
                            (int)(ci + (size_t)dt) % n, seed++) ||
                 check_coll(c, rank, n, C_REDUCE_SCATTER, (braid_datatype_t)dt, counts[ci], ip, 0,
+                           seed++) ||
+                check_coll(c, rank, n, C_REDUCE_SCATTERV, (braid_datatype_t)dt, counts[ci], !ip, 0,
                            seed++))
                 return 1;
         }
@@ -375,6 +398,9 @@ static int errors(braid_comm_t comm, int rank, int n, void *arg)
     /* Another dtype than the op's. */
     EXPECT_ERR(rank, braid_allreduce(x, y, 4, BRAID_FLOAT64, op, comm), BRAID_ERR_INVALID_ARG,
                "created for dtype float32, called with float64");
+    size_t rcs[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    EXPECT_ERR(rank, braid_reduce_scatterv(x, y, rcs, BRAID_FLOAT64, op, comm),
+               BRAID_ERR_INVALID_ARG, "reduce_scatterv: op=");
     /* An op of another communicator (a split of this one, same ranks). */
     braid_comm_t sub = NULL;
     MP_OK(rank, braid_comm_split(comm, 0, rank, &sub));

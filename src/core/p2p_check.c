@@ -1,0 +1,133 @@
+/* The point-to-point layer's descriptions of messages and operations, and its mismatch
+ * checks against other calls (split from p2p.c): a p2p collective's messages seen by the
+ * collective engine, a collective's messages seen by a blocked p2p operation, and the notices
+ * of blocked receives (see p2p.h). */
+#include "core/log.h"
+#include "core/p2p.h"
+#include "core/redop.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- descriptions ---------------------------------------------------------------------- */
+void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
+{
+    if (h->coll == BRAID_COLL_SEND)
+        snprintf(buf, len, "send #%u to rank %d (count %llu, %s)", h->seq, to,
+                 (unsigned long long)h->count, braid_dtype_name(h->dtype));
+    else if (h->coll >= BRAID_COLL_ALLTOALL)
+        snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
+                 braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
+                 braid_dtype_name(h->dtype), braid_redop_wire_name(h->op), h->root);
+    else
+        snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
+                 (unsigned long long)h->count, braid_dtype_name(h->dtype),
+                 braid_redop_wire_name(h->op), h->root);
+}
+
+void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)
+{
+    char where[40] = "";
+    if (op->call) snprintf(where, sizeof(where), "group call %d: ", op->call);
+    const char *dir = op->kind == BRAID_P2P_SEND ? "to" : "from";
+    if (op->coll == BRAID_COLL_SEND)
+        snprintf(buf, len, "%s%s #%u %s rank %d (count %zu, %s)", where,
+                 op->kind == BRAID_P2P_SEND ? "send" : "recv", op->seq, dir, op->peer, op->count,
+                 braid_dtype_name(op->dtype));
+    else if (op->kind == BRAID_P2P_RECV_REDUCE)
+        snprintf(buf, len, "%s%s #%u (count %zu from every rank, %s, %s)", where,
+                 braid_coll_name(op->coll), op->seq, op->count, braid_dtype_name(op->dtype),
+                 braid_redop_wire_name(op->op));
+    else
+        snprintf(buf, len, "%s%s #%u (count %zu %s rank %d, %s, %s, root %d)", where,
+                 braid_coll_name(op->coll), op->seq, op->count, dir, op->peer,
+                 braid_dtype_name(op->dtype), braid_redop_wire_name(op->op), op->root);
+}
+
+void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_size, char *out,
+                      size_t len)
+{
+    size_t n = h->bytes;
+    if (n > slot_size) n = slot_size;
+    if (n > len - 1) n = len - 1;
+    memcpy(out, buf, n);
+    out[n] = '\0';
+}
+
+/* ---- checks against other calls ------------------------------------------------------- */
+braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
+                                     uint32_t seq, const char *mine)
+{
+    uint32_t q = h->seq, k = (uint32_t)h->root;
+    if (seq && (int32_t)(braid_p2p_sent(comm, p) - q) < 0 && (int32_t)(seq - k) > 0)
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d called recv #%u from rank %d (count %llu, %s) but rank %d "
+                               "called %s (rank %d's send #%u to rank %d can only come after it)",
+                               p, q, comm->rank, (unsigned long long)h->count,
+                               braid_dtype_name(h->dtype), comm->rank, mine, comm->rank, q, p);
+    braid_conn_t *c = braid_p2p_conn(comm, p, 0);
+    return c->ops->recv_release(c);
+}
+
+braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine)
+{
+    for (int p = 0; comm->p2p && p < comm->nranks; p++) {
+        braid_conn_t *c = braid_p2p_conn(comm, p, 0);
+        const braid_msg_hdr_t *h;
+        const void *buf;
+        char theirs[200], me[200], why[201] = "";
+        braid_p2p_hdr_str(mine, p, me, sizeof(me));
+        while (c && c->ops->recv_get(c, &h, &buf) == BRAID_SUCCESS && (h->flags & BRAID_MSG_NOTICE))
+            BRAID_CHECK(braid_p2p_take_notice(comm, p, h, mine->seq, me));
+        if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
+            h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
+            continue;
+        braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+        if (h->flags & BRAID_MSG_REJECTED) {
+            braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+            return braid_set_error(BRAID_ERR_MISMATCH,
+                                   "rank %d rejected its %s (%s) but rank %d called %s", p, theirs,
+                                   why, comm->rank, me);
+        }
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", p,
+                               theirs, comm->rank, me);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* Looks (without consuming) at the collective engine's connections (rings, latency plans)
+ * for a message of collective seq: a peer that runs a ring/tree collective with that number
+ * while this rank runs `mine` (verb: "called", "rejected its") is BRAID_ERR_MISMATCH. */
+braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
+                                      const char *verb, const char *mine)
+{
+    for (int i = 0; i < comm->nchannels + comm->nranks; i++) {
+        braid_conn_t *c = i < comm->nchannels ? comm->ring[i].recv
+                          : comm->p2p_recv    ? comm->p2p_recv[i - comm->nchannels]
+                                              : NULL;
+        const braid_msg_hdr_t *h;
+        const void *buf;
+        if (!c || (from >= 0 && c->peer != from) ||
+            c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || (h->flags & BRAID_MSG_ABORT))
+            continue;
+        if (from < 0 ? h->seq != seq : (int32_t)(h->seq - seq) < 0) continue;
+        char theirs[200], why[201] = "";
+        braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+        if (h->flags & BRAID_MSG_REJECTED) {
+            braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
+            return braid_set_error(BRAID_ERR_MISMATCH,
+                                   "rank %d rejected its %s (%s) but rank %d %s %s", c->peer,
+                                   theirs, why, comm->rank, verb, mine);
+        }
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d %s %s", c->peer,
+                               theirs, comm->rank, verb, mine);
+    }
+    return BRAID_SUCCESS;
+}
+
+/* While blocked. A collective of these connections: a peer in a ring/tree collective of its
+ * number. Sends and receives: the peer an operation waits on has entered a later collective
+ * (a message of a number above this rank's count of collectives on the engine's connections
+ * from it). Calls on a communicator run in order, so that peer's matching receive or send
+ * comes after its collective, which needs this rank, whose collective comes after this
+ * operation: they can never meet (a mismatch, however large the message). */
