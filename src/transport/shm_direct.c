@@ -365,12 +365,19 @@ braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
 
 int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_msg_hdr_t *h_p)
 {
+    return braid_direct_peek_from(comm, seq, -1, peer_p, h_p);
+}
+
+int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int *peer_p,
+                           braid_msg_hdr_t *h_p)
+{
     braid_direct_t *d = comm->direct;
     for (int r = 0; d && r < d->n; r++) {
-        if (r == d->me) continue;
+        if (r == d->me || (from >= 0 && r != from)) continue;
         for (int s = 0; s < 2; s++) {
             braid_direct_line_t *l = braid_direct_line(d, r, s);
-            if (!atomic_load_explicit(&l->tag, memory_order_acquire) || l->seq != seq) continue;
+            if (!atomic_load_explicit(&l->tag, memory_order_acquire)) continue;
+            if (from < 0 ? l->seq != seq : (int32_t)(l->seq - seq) < 0) continue;
             *peer_p = r;
             *h_p = (braid_msg_hdr_t){.seq = l->seq,
                                      .coll = l->coll,

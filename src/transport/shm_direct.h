@@ -85,6 +85,9 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force);
 /* Whether some peer published a block of call number seq on its segment: then 1 with that
  * rank and the call's descriptor (core/engine.c: a rank that runs the call otherwise). */
 int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_msg_hdr_t *h_p);
+/* The same for one peer from (>= 0): a block of call seq or a later one (from < 0: as above). */
+int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int *peer_p,
+                           braid_msg_hdr_t *h_p);
 /* Writes a reference to the owner's memfd region (this process's fd and id, its size, the
  * block's offset in it) into the line's data. */
 void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes,
