@@ -203,7 +203,10 @@ typedef struct {
     braid_p2p_batch_t *b;
     int *shead, *stail, *rhead, *rtail; /* per peer FIFOs of op indices, -1 = empty */
     int *used_ref;                      /* per peer: a send posted by reference */
-    const void **rr_buf;                /* RECV_REDUCE: chunk held from each peer */
+    int *drain;     /* per peer: the head send is posted whole, its frames still going out */
+    int *rx_direct; /* per peer: a receive may have a message going straight to its buffer */
+    int ndrain;
+    const void **rr_buf; /* RECV_REDUCE: chunk held from each peer */
     const braid_msg_hdr_t **rr_hdr;
     char *rr_own; /* RECV_REDUCE in place: this rank's chunk saved */
     int rr;       /* the RECV_REDUCE op, -1 = none */
@@ -355,6 +358,17 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         *moved = 1;
     }
     if (r->used_ref[peer]) {
+        /* The last send on the connection stays open while the batch has other work that is
+         * not draining too, until the transport has taken its frames from the buffer: no
+         * copy. Otherwise what is still queued is copied out (send_detach). */
+        int others = r->remaining - 1 - (r->ndrain - r->drain[peer]);
+        if (op->next < 0 && others > 0 && c->ops->send_inflight && c->ops->send_inflight(c)) {
+            if (!r->drain[peer]) r->ndrain++;
+            r->drain[peer] = 1;
+            return BRAID_SUCCESS;
+        }
+        if (r->drain[peer]) r->ndrain--;
+        r->drain[peer] = 0;
         c->ops->send_detach(c); /* the caller may reuse the buffer once the send completed */
         r->used_ref[peer] = 0;
     }
@@ -378,12 +392,38 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
     } else {
         braid_conn_t *c = r->st->recv[peer];
         size_t bytes = op_bytes(op);
+        int direct = c->ops->recv_peek && c->ops->recv_into && c->ops->recv_undirect;
         for (;;) {
             if (op->nmsgs && op->off >= bytes) break;
             if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
             const braid_msg_hdr_t *h;
             const void *buf;
-            braid_result_t res = c->ops->recv_get(c, &h, &buf);
+            braid_result_t res;
+            if (direct) { /* the payload straight into the buffer, once its header passed */
+                res = c->ops->recv_peek(c, &h);
+                if (res == BRAID_INPROGRESS) {
+                    block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+                    return BRAID_SUCCESS;
+                }
+                BRAID_CHECK(res);
+                if (h->bytes && !h->flags) {
+                    BRAID_CHECK(check_msg(r->comm, op, peer, h, NULL, 0));
+                    uint32_t nb = h->bytes;
+                    r->rx_direct[peer] = 1;
+                    res = c->ops->recv_into(c, (char *)op->rbuf + op->off);
+                    if (res == BRAID_INPROGRESS) {
+                        block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+                        return BRAID_SUCCESS;
+                    }
+                    BRAID_CHECK(res);
+                    r->rx_direct[peer] = 0;
+                    op->off += nb;
+                    op->nmsgs++;
+                    *moved = 1;
+                    continue;
+                }
+            }
+            res = c->ops->recv_get(c, &h, &buf);
             if (res == BRAID_INPROGRESS) {
                 block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
                 return BRAID_SUCCESS;
@@ -523,6 +563,11 @@ static braid_result_t check_coll_foreign(runner_t *r)
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
         braid_p2p_op_str(op, mine, sizeof(mine));
+        /* A receive from a peer whose transport sends asynchronously (tcp): its messages
+         * may still be on their way (in its queue or the kernel's) when its next collective's
+         * have arrived on other connections, so this side cannot tell; the peer can, from
+         * this rank's notice (give_notices, braid_p2p_take_notice). */
+        if (op->kind == BRAID_P2P_RECV && r->st->recv[op->peer]->ops->send_inflight) continue;
         BRAID_CHECK(braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine));
     }
     return BRAID_SUCCESS;
@@ -650,7 +695,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     runner_t r = {
         .comm = comm, .st = comm->p2p, .b = b, .rr = -1, .done = done, .arg = arg, .err_op = -1};
     if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
-    int *ints = malloc((size_t)(9 * n + 2) * sizeof(int));
+    int *ints = malloc((size_t)(11 * n + 2) * sizeof(int));
     const void **ptrs = calloc((size_t)n * 2, sizeof(void *));
     if (!ints || !ptrs) {
         free(ints);
@@ -666,7 +711,11 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     r.blk_dir = ints + 7 * n + 1; /* as many */
     for (int i = 0; i < 4 * n; i++)
         ints[i] = -1;
+    r.drain = ints + 9 * n + 2;
+    r.rx_direct = ints + 10 * n + 2;
     for (int i = 4 * n; i < 5 * n; i++)
+        ints[i] = 0;
+    for (int i = 9 * n + 2; i < 11 * n + 2; i++)
         ints[i] = 0;
     r.rr_buf = ptrs;
     r.rr_hdr = (const braid_msg_hdr_t **)(ptrs + n);
@@ -690,6 +739,8 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
         braid_set_error(res, "%s%s%s", what, *what ? ": " : "", why);
         for (int p = 0; p < n; p++)
             if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
+        for (int p = 0; p < n; p++) /* no transport writes the buffers after the call */
+            if (r.rx_direct[p] && r.st->recv[p]) r.st->recv[p]->ops->recv_undirect(r.st->recv[p]);
         for (int p = 0; p < n; p++) /* chunks held by an unfinished reduce */
             if (r.rr_buf[p]) r.st->recv[p]->ops->recv_release(r.st->recv[p]);
         snprintf(why, sizeof(why), "%s", braid_last_error());

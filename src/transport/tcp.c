@@ -122,6 +122,11 @@ static void sock_arm(tcp_sock_t *s, int want)
 
 /* ---- sender ----------------------------------------------------------------------------- */
 
+static char *slot_at(tcp_conn_t *c, uint32_t frame)
+{
+    return c->slots + (size_t)(frame % c->nslots) * c->base.slot_size;
+}
+
 static size_t frame_size(tcp_conn_t *c, uint32_t f)
 {
     if (c->abort_set && f == c->abort_idx) return c->abort_len;
@@ -377,6 +382,18 @@ static void tcp_send_detach(braid_conn_t *conn)
     pthread_mutex_unlock(&c->mu);
 }
 
+static braid_result_t tcp_progress(braid_conn_t *conn);
+
+/* Frames posted and not yet entirely in the kernel; 0 once the connection failed (nothing
+ * more goes; the failure is reported where the engine needs the connection). */
+static uint32_t tcp_send_inflight(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    tcp_progress(conn);
+    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
+    return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire);
+}
+
 /* ---- receiver ---------------------------------------------------------------------------- */
 
 /* Receive error on s (n = recv's result): sticky BRAID_ERR_REMOTE. */
@@ -390,43 +407,53 @@ static braid_result_t rx_error(tcp_conn_t *c, ssize_t n)
     return failure(c);
 }
 
+/* Reads the header of frame c->rhead from its socket s (through the bounce buffer): 1 when
+ * it is there, 0 when the socket has no more bytes for now, < 0 on error. */
+static braid_result_t rx_hdr(tcp_conn_t *c, tcp_sock_t *s)
+{
+    if (s->have_hdr) return 1;
+    while (s->bb_len - s->bb_off < BRAID_TCP_HDR_BYTES) {
+        if (s->bb_off) {
+            memmove(s->bb, s->bb + s->bb_off, s->bb_len - s->bb_off);
+            s->bb_len -= s->bb_off;
+            s->bb_off = 0;
+        }
+        ssize_t n = recv(s->fd, s->bb + s->bb_len, RX_BOUNCE - s->bb_len, MSG_DONTWAIT);
+        if (n > 0) {
+            s->bb_len += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        return rx_error(c, n);
+    }
+    if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size, &s->hdr,
+                            &s->code) < 0) {
+        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
+                             braid_last_error());
+        return failure(c);
+    }
+    s->bb_off += BRAID_TCP_HDR_BYTES;
+    s->have_hdr = 1;
+    s->got = 0;
+    return 1;
+}
+
 /* Reads frame c->rhead from its socket: 1 when complete, 0 when the socket has no more
- * bytes for now, < 0 on error. */
+ * bytes for now, < 0 on error. The payload goes to the caller's buffer of a direct receive
+ * (recv_into) when this is that frame, else to the frame's slot (an ABORT frame's text to
+ * rx_text). */
 static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
 {
-    if (!s->have_hdr) {
-        while (s->bb_len - s->bb_off < BRAID_TCP_HDR_BYTES) {
-            if (s->bb_off) {
-                memmove(s->bb, s->bb + s->bb_off, s->bb_len - s->bb_off);
-                s->bb_len -= s->bb_off;
-                s->bb_off = 0;
-            }
-            ssize_t n = recv(s->fd, s->bb + s->bb_len, RX_BOUNCE - s->bb_len, MSG_DONTWAIT);
-            if (n > 0) {
-                s->bb_len += (size_t)n;
-                continue;
-            }
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-            return rx_error(c, n);
-        }
-        if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size, &s->hdr,
-                                &s->code) < 0) {
-            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
-                                 braid_last_error());
-            return failure(c);
-        }
-        s->bb_off += BRAID_TCP_HDR_BYTES;
-        s->have_hdr = 1;
-        s->got = 0;
-    }
+    braid_result_t r = rx_hdr(c, s);
+    if (r <= 0) return r;
     size_t bytes = s->hdr.bytes;
-    char *dst = (s->hdr.flags & BRAID_MSG_ABORT)
-                    ? c->rx_text
-                    : c->slots + (size_t)(c->rhead % c->nslots) * c->base.slot_size;
+    char *dst = (s->hdr.flags & BRAID_MSG_ABORT)     ? c->rx_text
+                : (c->rx_user && c->rhead == c->pos) ? c->rx_user
+                                                     : slot_at(c, c->rhead);
     size_t k = s->bb_len - s->bb_off;
     if (k > bytes - s->got) k = bytes - s->got;
-    memcpy(dst + s->got, s->bb + s->bb_off, k);
+    if (k) memcpy(dst + s->got, s->bb + s->bb_off, k);
     s->got += k;
     s->bb_off += k;
     while (s->got < bytes) {
@@ -452,13 +479,24 @@ static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
 }
 
 /* Reads frames into free slots: stops when the socket has nothing, the ring is full, or after
- * one frame when the next one would need another system call. */
+ * one frame when the next one would need another system call. In direct mode (the consumer
+ * takes payloads with recv_into) only headers are read ahead: a payload stays in the socket
+ * until the consumer names its buffer (empty frames and ABORT frames are read whole). */
 static braid_result_t rx_pump(tcp_conn_t *c)
 {
     braid_result_t r = BRAID_SUCCESS;
     while (!atomic_load_explicit(&c->failed, memory_order_relaxed) &&
            c->rhead - c->pos < c->nslots) {
         tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        int into_user = c->rx_user && c->rhead == c->pos;
+        if (c->direct && !into_user) {
+            r = rx_hdr(c, s);
+            if (r <= 0) break;
+            if (s->hdr.bytes && !(s->hdr.flags & BRAID_MSG_ABORT)) {
+                r = 0; /* the payload waits for recv_into */
+                break;
+            }
+        }
         r = rx_frame(c, s);
         if (r <= 0) break;
         if (s->hdr.flags & BRAID_MSG_ABORT) {
@@ -479,10 +517,27 @@ static braid_result_t rx_pump(tcp_conn_t *c)
     return failure(c);
 }
 
+/* Ends a direct receive: what arrived of the frame in the caller's buffer moves to its slot,
+ * the rest of it follows there. */
+static void tcp_recv_undirect(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    c->direct = 0;
+    if (!c->rx_user) return;
+    if (c->rhead == c->pos) {
+        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        if (s->have_hdr && s->got) memcpy(slot_at(c, c->pos), c->rx_user, s->got);
+    } else if (c->rhdr[c->pos % c->nslots].bytes) {
+        memcpy(slot_at(c, c->pos), c->rx_user, c->rhdr[c->pos % c->nslots].bytes);
+    }
+    c->rx_user = NULL;
+}
+
 static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
                                    const void **buf_p)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (c->direct) tcp_recv_undirect(conn); /* whole frames in slots from here on */
     if (c->rhead == c->pos) {
         BRAID_CHECK(rx_pump(c));
         if (c->rhead == c->pos) return BRAID_INPROGRESS;
@@ -490,6 +545,58 @@ static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **h
     uint32_t i = c->pos % c->nslots;
     *hdr_p = &c->rhdr[i];
     *buf_p = c->slots + (size_t)i * conn->slot_size;
+    return BRAID_SUCCESS;
+}
+
+/* Direct receives (transport.h): the next frame's header as soon as it is read. */
+static braid_result_t tcp_recv_peek(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    c->direct = 1;
+    if (c->rhead == c->pos) {
+        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        if (!s->have_hdr) {
+            if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return failure(c);
+            braid_result_t r = rx_hdr(c, s);
+            if (r < 0) return r;
+            if (!r) return BRAID_INPROGRESS;
+        }
+        if (!(s->hdr.flags & BRAID_MSG_ABORT) && s->hdr.bytes) {
+            *hdr_p = &s->hdr;
+            return BRAID_SUCCESS;
+        }
+        /* An empty frame or the peer's ABORT frame: read whole (the ABORT is reported). */
+        BRAID_CHECK(rx_pump(c));
+        if (c->rhead == c->pos) return BRAID_INPROGRESS;
+    }
+    *hdr_p = &c->rhdr[c->pos % c->nslots];
+    return BRAID_SUCCESS;
+}
+
+/* The payload of the frame recv_peek showed goes to dst: straight from the socket, or from
+ * its slot when it had arrived whole before. */
+static braid_result_t tcp_recv_into(braid_conn_t *conn, void *dst)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    c->direct = 1;
+    if (c->rhead == c->pos) {
+        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
+        if (!s->have_hdr || (c->rx_user && c->rx_user != dst))
+            return braid_set_error(BRAID_ERR_INTERNAL,
+                                   "tcp: recv_into from %s without its frame's header", c->desc);
+        if (!c->rx_user) {
+            c->rx_user = dst;
+            if (s->got) memcpy(dst, slot_at(c, c->rhead), s->got);
+        }
+        BRAID_CHECK(rx_pump(c));
+        if (c->rhead == c->pos) return BRAID_INPROGRESS;
+    }
+    uint32_t i = c->pos % c->nslots;
+    if (c->rx_user)
+        c->rx_user = NULL; /* it is there already */
+    else if (c->rhdr[i].bytes)
+        memcpy(dst, slot_at(c, c->pos), c->rhdr[i].bytes);
+    c->pos++;
     return BRAID_SUCCESS;
 }
 
@@ -519,7 +626,9 @@ static braid_result_t tcp_progress(braid_conn_t *conn)
 /* Whether the slot the engine waits for is there (or the connection failed). */
 static int have_slot(tcp_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return c->rhead != c->pos;
+    if (dir == BRAID_WAIT_RECV)
+        return c->rhead != c->pos ||
+               (c->direct && !c->rx_user && c->sock[c->rhead % (uint32_t)c->nsocks].have_hdr);
     return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots;
 }
 
@@ -710,4 +819,8 @@ const braid_transport_t braid_transport_tcp = {
     .comm_cleanup = braid_tcp_comm_cleanup,
     .send_post_ref = tcp_send_post_ref,
     .send_detach = tcp_send_detach,
+    .recv_peek = tcp_recv_peek,
+    .recv_into = tcp_recv_into,
+    .recv_undirect = tcp_recv_undirect,
+    .send_inflight = tcp_send_inflight,
 };

@@ -17,7 +17,9 @@
  *   frame then points there (wsrc) and the kernel copies from there, one copy fewer; before
  *   the collective returns, send_detach copies what is still queued into the frames' slots.
  * - Receiving: only the engine's thread reads data sockets, on demand (recv_get / wait), so
- *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket.
+ *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket. Point-to-point
+ *   receives (core/p2p.c) take the payload straight into the caller's buffer (recv_peek reads
+ *   the header, recv_into the payload): the kernel copies once, into the user's memory.
  * - Failures travel as ABORT frames: forward on a send socket (after the frames already
  *   posted), and backward on a receive socket (the sender never gets other data there; its
  *   progress thread watches for it and for EOF).
@@ -134,7 +136,12 @@ typedef struct tcp_conn {
     braid_msg_hdr_t *rhdr;
     uint32_t rhead;
     char rx_text[BRAID_TCP_ABORT_MAX + 1]; /* receiver: text of an ABORT frame */
-    _Atomic int nconnected;                /* receiver: sockets the progress thread handed over */
+    /* Receiver, direct receives (recv_peek / recv_into): direct says the consumer takes
+     * payloads into its own buffers (only headers are read ahead); rx_user is the buffer
+     * frame pos is being read into (NULL = none). */
+    int direct;
+    char *rx_user;
+    _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
     char fail_msg[600];

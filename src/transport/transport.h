@@ -110,6 +110,24 @@ typedef struct braid_transport {
      * recv_get then returns a pointer into that buffer. */
     void (*recv_expose)(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
     braid_result_t (*send_post_at)(braid_conn_t *conn, const braid_msg_hdr_t *hdr, size_t dst_off);
+    /* Direct receives, optional (all three or none; NULL: not supported). recv_peek: the
+     * header of the next message as soon as it has arrived, before its payload has
+     * (BRAID_INPROGRESS until then; failures as recv_get). A message it returns with a
+     * payload and no flags may then be taken with recv_into: its payload goes to dst (room
+     * for hdr->bytes), BRAID_INPROGRESS while part of it is still to come (call again with
+     * the same dst; wait(RECV) returns when it may be complete), BRAID_SUCCESS once all of
+     * it is in dst: the message is then consumed (no recv_release). Other messages (empty,
+     * flagged) are taken with recv_get as usual, which also ends direct mode. Until
+     * recv_into completes, the transport may write dst; recv_undirect moves what arrived
+     * back into the transport's slot and stops that (call it before giving dst up). */
+    braid_result_t (*recv_peek)(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p);
+    braid_result_t (*recv_into)(braid_conn_t *conn, void *dst);
+    void (*recv_undirect)(braid_conn_t *conn);
+    /* Optional (NULL: a posted message is with the receiver at once, as with shm): how many
+     * posted messages this side still holds (not yet handed to the network; 0 too once the
+     * connection failed), after moving data where it can without blocking. With 0, a
+     * send_post_ref loan is over (send_detach would copy nothing). */
+    uint32_t (*send_inflight)(braid_conn_t *conn);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;

@@ -187,6 +187,53 @@ Test(p2p, ring_over_tcp, .timeout = 240)
         cr_assert_eq(mp_run(ns[i], ring_matrix, NULL, 200), 0, "tcp n=%d", ns[i]);
 }
 
+/* ---- grouped send/recv followed by collectives, over tcp ---------------------------------- */
+/* The perf tools' pattern: a ring exchange of a multi-frame message, then a small all-reduce
+ * and a barrier, many times. A rank whose exchange finished with frames still queued in the
+ * transport (tcp: not yet in the kernel) enters the collective at once; its peer, still
+ * receiving those frames, sees the collective's messages on other sockets: never a mismatch
+ * (braid_p2p_flush, and check_coll_foreign's wait for a receive from an asynchronous
+ * sender). Every exchange's data is checked. */
+static int exchange_then_collective(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    int iters = quick() ? 40 : 120;
+    for (int it = 0; it < iters; it++) {
+        size_t count = (it % 3 == 0 ? 300007 : 70001) + (size_t)it; /* 2.2 MB / 0.5 MB float32 */
+        float *in = xmalloc(count * 4), *out = xmalloc(count * 4);
+        data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_send(in, count, BRAID_FLOAT32, next, comm));
+        MP_OK(rank, braid_recv(out, count, BRAID_FLOAT32, prev, comm));
+        MP_OK(rank, braid_group_end());
+        char what[96];
+        snprintf(what, sizeof(what), "exchange %d (count %zu) from rank %d", it, count, prev);
+        MP_CHECK(rank,
+                 !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, count,
+                                  seed_of(prev, rank, it), what),
+                 "%s", what);
+        int64_t v = rank + it, sum = 0;
+        MP_OK(rank, braid_allreduce(&v, &sum, 1, BRAID_INT64, BRAID_SUM, comm));
+        MP_CHECK(rank, sum == (int64_t)n * (n - 1) / 2 + (int64_t)n * it, "all-reduce %d: %lld", it,
+                 (long long)sum);
+        if (it % 4 == 3) MP_OK(rank, braid_barrier(comm));
+        free(in);
+        free(out);
+    }
+    return 0;
+}
+
+Test(p2p, exchange_then_collectives_over_tcp, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    setenv("BRAID_YIELD_US", "0", 1); /* mismatch checks as soon as a receive waits */
+    int ns[] = {2, 3};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], exchange_then_collective, NULL, 200), 0, "tcp n=%d", ns[i]);
+    unsetenv("BRAID_YIELD_US");
+}
+
 /* ---- order per pair, blocking and non-blocking forms without groups ----------------------- */
 static int in_order(braid_comm_t comm, int rank, int n, void *arg)
 {
