@@ -1,5 +1,6 @@
-/* TCP transport: the data path (see tcp.h for the design, tcp_conn.c for setup and the
- * progress thread, tcp_wire.c for the frame format).
+/* TCP transport: the data path's sending side, waits and failures (see tcp.h for the design,
+ * tcp_rx.c for the receiving side, tcp_conn.c for setup and the progress thread, tcp_wire.c
+ * for the frame format).
  *
  * Sender. The engine fills slot pos % nslots in place and posts it: send_post packs the wire
  * header next to the slot, publishes head (frames posted) and writes whatever the socket
@@ -11,11 +12,9 @@
  * wait() push them too when they get the connection's mutex first. wait(SEND) finally sleeps
  * with futex on `ev`, which the writer bumps when tail moves or the connection fails.
  *
- * Receiver. Only the engine's thread reads data sockets, when it needs the next frame:
- * recv_get reads the header through a small bounce buffer, copies the bytes already there and
- * reads the rest of the payload straight into the slot (a readv whose second vector is the
- * bounce buffer, so the next header usually comes in the same call). wait(RECV) finally
- * sleeps in ppoll on the socket of the next frame and the communicator's wake eventfd.
+ * Receiver (tcp_rx.c). Only the engine's thread reads data sockets, when it needs the next
+ * frame. wait(RECV) finally sleeps in ppoll on the socket of the next frame and the
+ * communicator's wake eventfd.
  *
  * Waiting. The engine spins and then yields (BRAID_SPIN_US, BRAID_YIELD_US) calling
  * recv_get / progress, which move data without sleeping; wait() then sleeps until data or the
@@ -48,7 +47,6 @@
 #include <unistd.h>
 
 #define TX_IOV 64
-#define RX_BOUNCE BRAID_TCP_BOUNCE
 
 static inline int before(uint32_t a, uint32_t b)
 {
@@ -94,8 +92,7 @@ void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, .
     wake_engine(c->st);
 }
 
-/* The connection's sticky failure as this thread's error, or BRAID_SUCCESS. */
-static braid_result_t failure(tcp_conn_t *c)
+braid_result_t braid_tcp_failure(tcp_conn_t *c)
 {
     int code = atomic_load_explicit(&c->failed, memory_order_acquire);
     if (!code) return BRAID_SUCCESS;
@@ -122,11 +119,6 @@ static void sock_arm(tcp_sock_t *s, int want)
 
 /* ---- sender ----------------------------------------------------------------------------- */
 
-static char *slot_at(tcp_conn_t *c, uint32_t frame)
-{
-    return c->slots + (size_t)(frame % c->nslots) * c->base.slot_size;
-}
-
 static size_t frame_size(tcp_conn_t *c, uint32_t f)
 {
     if (c->abort_set && f == c->abort_idx) return c->abort_len;
@@ -149,8 +141,7 @@ static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
     }
 }
 
-/* The peer's ABORT frame (code, text): its failure, or its goodbye (a clean destroy). */
-static void peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
+void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
 {
     if (code == BRAID_TCP_GOODBYE)
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
@@ -179,7 +170,7 @@ static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
     char text[BRAID_TCP_ABORT_MAX + 1];
     memcpy(text, buf + BRAID_TCP_HDR_BYTES, h.bytes);
     text[h.bytes] = '\0';
-    peer_aborted(c, code, text);
+    braid_tcp_peer_aborted(c, code, text);
     return 1;
 }
 
@@ -284,7 +275,7 @@ void braid_tcp_rev_read(tcp_sock_t *s)
                 char text[BRAID_TCP_ABORT_MAX + 1];
                 memcpy(text, s->rev + BRAID_TCP_HDR_BYTES, h.bytes);
                 text[h.bytes] = '\0';
-                peer_aborted(c, code, text);
+                braid_tcp_peer_aborted(c, code, text);
                 break;
             }
         }
@@ -310,7 +301,7 @@ static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
     if (c->pos - c->tail_seen >= c->nslots) {
         c->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
         if (c->pos - c->tail_seen >= c->nslots) {
-            BRAID_CHECK(failure(c));
+            BRAID_CHECK(braid_tcp_failure(c));
             return BRAID_INPROGRESS;
         }
     }
@@ -394,219 +385,6 @@ static uint32_t tcp_send_inflight(braid_conn_t *conn)
     return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire);
 }
 
-/* ---- receiver ---------------------------------------------------------------------------- */
-
-/* Receive error on s (n = recv's result): sticky BRAID_ERR_REMOTE. */
-static braid_result_t rx_error(tcp_conn_t *c, ssize_t n)
-{
-    if (n == 0)
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
-    else
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (receive: %s)", c->desc,
-                             strerror(errno));
-    return failure(c);
-}
-
-/* Reads the header of frame c->rhead from its socket s (through the bounce buffer): 1 when
- * it is there, 0 when the socket has no more bytes for now, < 0 on error. */
-static braid_result_t rx_hdr(tcp_conn_t *c, tcp_sock_t *s)
-{
-    if (s->have_hdr) return 1;
-    while (s->bb_len - s->bb_off < BRAID_TCP_HDR_BYTES) {
-        if (s->bb_off) {
-            memmove(s->bb, s->bb + s->bb_off, s->bb_len - s->bb_off);
-            s->bb_len -= s->bb_off;
-            s->bb_off = 0;
-        }
-        ssize_t n = recv(s->fd, s->bb + s->bb_len, RX_BOUNCE - s->bb_len, MSG_DONTWAIT);
-        if (n > 0) {
-            s->bb_len += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        return rx_error(c, n);
-    }
-    if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size, &s->hdr,
-                            &s->code) < 0) {
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
-                             braid_last_error());
-        return failure(c);
-    }
-    s->bb_off += BRAID_TCP_HDR_BYTES;
-    s->have_hdr = 1;
-    s->got = 0;
-    return 1;
-}
-
-/* Reads frame c->rhead from its socket: 1 when complete, 0 when the socket has no more
- * bytes for now, < 0 on error. The payload goes to the caller's buffer of a direct receive
- * (recv_into) when this is that frame, else to the frame's slot (an ABORT frame's text to
- * rx_text). */
-static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
-{
-    braid_result_t r = rx_hdr(c, s);
-    if (r <= 0) return r;
-    size_t bytes = s->hdr.bytes;
-    char *dst = (s->hdr.flags & BRAID_MSG_ABORT)     ? c->rx_text
-                : (c->rx_user && c->rhead == c->pos) ? c->rx_user
-                                                     : slot_at(c, c->rhead);
-    size_t k = s->bb_len - s->bb_off;
-    if (k > bytes - s->got) k = bytes - s->got;
-    if (k) memcpy(dst + s->got, s->bb + s->bb_off, k);
-    s->got += k;
-    s->bb_off += k;
-    while (s->got < bytes) {
-        size_t rem = bytes - s->got;
-        struct iovec iov[2] = {{dst + s->got, rem}, {s->bb, RX_BOUNCE}};
-        s->bb_off = s->bb_len = 0;
-        ssize_t n = readv(s->fd, iov, 2);
-        if (n > 0) {
-            if ((size_t)n <= rem) {
-                s->got += (size_t)n;
-            } else {
-                s->got = bytes;
-                s->bb_len = (size_t)n - rem;
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        return rx_error(c, n);
-    }
-    s->have_hdr = 0;
-    return 1;
-}
-
-/* Reads frames into free slots: stops when the socket has nothing, the ring is full, or after
- * one frame when the next one would need another system call. In direct mode (the consumer
- * takes payloads with recv_into) only headers are read ahead: a payload stays in the socket
- * until the consumer names its buffer (empty frames and ABORT frames are read whole). */
-static braid_result_t rx_pump(tcp_conn_t *c)
-{
-    braid_result_t r = BRAID_SUCCESS;
-    while (!atomic_load_explicit(&c->failed, memory_order_relaxed) &&
-           c->rhead - c->pos < c->nslots) {
-        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        int into_user = c->rx_user && c->rhead == c->pos;
-        if (c->direct && !into_user) {
-            r = rx_hdr(c, s);
-            if (r <= 0) break;
-            if (s->hdr.bytes && !(s->hdr.flags & BRAID_MSG_ABORT)) {
-                r = 0; /* the payload waits for recv_into */
-                break;
-            }
-        }
-        r = rx_frame(c, s);
-        if (r <= 0) break;
-        if (s->hdr.flags & BRAID_MSG_ABORT) {
-            char *text = c->rx_text;
-            text[s->hdr.bytes] = '\0';
-            peer_aborted(c, s->code, text);
-            break;
-        }
-        c->rhdr[c->rhead % c->nslots] = s->hdr;
-        c->rhead++;
-        tcp_sock_t *n = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        if (n->bb_len - n->bb_off < BRAID_TCP_HDR_BYTES && !n->have_hdr) break;
-    }
-    /* Frames received before a failure are delivered first (the engine's own checks of
-     * them come before the peer's news). */
-    if (c->rhead != c->pos) return BRAID_SUCCESS;
-    if (r < 0) return r;
-    return failure(c);
-}
-
-/* Ends a direct receive: what arrived of the frame in the caller's buffer moves to its slot,
- * the rest of it follows there. */
-static void tcp_recv_undirect(braid_conn_t *conn)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    c->direct = 0;
-    if (!c->rx_user) return;
-    if (c->rhead == c->pos) {
-        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        if (s->have_hdr && s->got) memcpy(slot_at(c, c->pos), c->rx_user, s->got);
-    } else if (c->rhdr[c->pos % c->nslots].bytes) {
-        memcpy(slot_at(c, c->pos), c->rx_user, c->rhdr[c->pos % c->nslots].bytes);
-    }
-    c->rx_user = NULL;
-}
-
-static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
-                                   const void **buf_p)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    if (c->direct) tcp_recv_undirect(conn); /* whole frames in slots from here on */
-    if (c->rhead == c->pos) {
-        BRAID_CHECK(rx_pump(c));
-        if (c->rhead == c->pos) return BRAID_INPROGRESS;
-    }
-    uint32_t i = c->pos % c->nslots;
-    *hdr_p = &c->rhdr[i];
-    *buf_p = c->slots + (size_t)i * conn->slot_size;
-    return BRAID_SUCCESS;
-}
-
-/* Direct receives (transport.h): the next frame's header as soon as it is read. */
-static braid_result_t tcp_recv_peek(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    c->direct = 1;
-    if (c->rhead == c->pos) {
-        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        if (!s->have_hdr) {
-            if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return failure(c);
-            braid_result_t r = rx_hdr(c, s);
-            if (r < 0) return r;
-            if (!r) return BRAID_INPROGRESS;
-        }
-        if (!(s->hdr.flags & BRAID_MSG_ABORT) && s->hdr.bytes) {
-            *hdr_p = &s->hdr;
-            return BRAID_SUCCESS;
-        }
-        /* An empty frame or the peer's ABORT frame: read whole (the ABORT is reported). */
-        BRAID_CHECK(rx_pump(c));
-        if (c->rhead == c->pos) return BRAID_INPROGRESS;
-    }
-    *hdr_p = &c->rhdr[c->pos % c->nslots];
-    return BRAID_SUCCESS;
-}
-
-/* The payload of the frame recv_peek showed goes to dst: straight from the socket, or from
- * its slot when it had arrived whole before. */
-static braid_result_t tcp_recv_into(braid_conn_t *conn, void *dst)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    c->direct = 1;
-    if (c->rhead == c->pos) {
-        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        if (!s->have_hdr || (c->rx_user && c->rx_user != dst))
-            return braid_set_error(BRAID_ERR_INTERNAL,
-                                   "tcp: recv_into from %s without its frame's header", c->desc);
-        if (!c->rx_user) {
-            c->rx_user = dst;
-            if (s->got) memcpy(dst, slot_at(c, c->rhead), s->got);
-        }
-        BRAID_CHECK(rx_pump(c));
-        if (c->rhead == c->pos) return BRAID_INPROGRESS;
-    }
-    uint32_t i = c->pos % c->nslots;
-    if (c->rx_user)
-        c->rx_user = NULL; /* it is there already */
-    else if (c->rhdr[i].bytes)
-        memcpy(dst, slot_at(c, c->pos), c->rhdr[i].bytes);
-    c->pos++;
-    return BRAID_SUCCESS;
-}
-
-static braid_result_t tcp_recv_release(braid_conn_t *conn)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    c->pos++;
-    return BRAID_SUCCESS;
-}
-
 /* ---- progress, wait, wake, fail ----------------------------------------------------------- */
 
 static braid_result_t tcp_progress(braid_conn_t *conn)
@@ -641,7 +419,7 @@ static int wait_ready(tcp_conn_t *c, braid_wait_dir_t dir)
  * frames (when the progress thread does not hold the connection). */
 static braid_result_t wait_poke(tcp_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return rx_pump(c);
+    if (dir == BRAID_WAIT_RECV) return braid_tcp_rx_pump(c);
     return tcp_progress(&c->base);
 }
 
@@ -683,14 +461,14 @@ static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_
     tcp_conn_t *c = (tcp_conn_t *)conn;
     BRAID_CHECK(wait_poke(c, dir));
     if (!have_slot(c, dir)) {
-        BRAID_CHECK(failure(c));
+        BRAID_CHECK(braid_tcp_failure(c));
         if (dir == BRAID_WAIT_RECV)
             BRAID_CHECK(wait_recv(c, deadline_ns));
         else
             BRAID_CHECK(wait_send(c, deadline_ns));
     }
     /* Returns after any event: a wake-up may be an abort the engine must see. */
-    return have_slot(c, dir) ? BRAID_SUCCESS : failure(c);
+    return have_slot(c, dir) ? BRAID_SUCCESS : braid_tcp_failure(c);
 }
 
 static void tcp_wake(braid_conn_t *conn)
@@ -809,8 +587,8 @@ const braid_transport_t braid_transport_tcp = {
     .recv_accept = braid_tcp_recv_accept,
     .send_get = tcp_send_get,
     .send_post = tcp_send_post,
-    .recv_get = tcp_recv_get,
-    .recv_release = tcp_recv_release,
+    .recv_get = braid_tcp_recv_get,
+    .recv_release = braid_tcp_recv_release,
     .progress = tcp_progress,
     .wait = tcp_wait,
     .wake = tcp_wake,
@@ -819,8 +597,8 @@ const braid_transport_t braid_transport_tcp = {
     .comm_cleanup = braid_tcp_comm_cleanup,
     .send_post_ref = tcp_send_post_ref,
     .send_detach = tcp_send_detach,
-    .recv_peek = tcp_recv_peek,
-    .recv_into = tcp_recv_into,
-    .recv_undirect = tcp_recv_undirect,
+    .recv_peek = braid_tcp_recv_peek,
+    .recv_into = braid_tcp_recv_into,
+    .recv_undirect = braid_tcp_recv_undirect,
     .send_inflight = tcp_send_inflight,
 };

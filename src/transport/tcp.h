@@ -1,7 +1,7 @@
-/* TCP transport: internal state shared by tcp.c (data path), tcp_conn.c (setup, listener,
- * progress thread) and tcp_wire.c (wire formats), and the wire parsers the fuzzer drives.
+/* TCP transport: internal state shared by tcp.c and tcp_rx.c (data path), tcp_conn.c (setup,
+ * listener, progress thread) and tcp_wire.c (wire formats), and the wire parsers the fuzzer drives.
  *
- * Design (see tcp.c for the data path and tcp_conn.c for setup):
+ * Design (see tcp.c and tcp_rx.c for the data path, tcp_conn.c for setup):
  * - Every connection has a local FIFO of nslots slots, like shm's: the engine writes a send
  *   slot in place and posts it; a receive slot is filled from the socket and read in place.
  * - Frames: a 32-byte wire header (magic, bytes, seq, coll, dtype, op, flags, root, code,
@@ -187,6 +187,25 @@ braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p);
 braid_result_t braid_tcp_listen(tcp_state_t *st);
 void braid_tcp_conn_describe(tcp_conn_t *c, const struct sockaddr_storage *addr);
 void braid_tcp_sock_options(int fd);
+
+static inline char *braid_tcp_slot(tcp_conn_t *c, uint32_t frame)
+{
+    return c->slots + (size_t)(frame % c->nslots) * c->base.slot_size;
+}
+/* tcp.c: the connection's sticky failure as this thread's error, or BRAID_SUCCESS; a peer's
+ * ABORT frame (code, text): its failure, or its goodbye (a clean destroy). */
+braid_result_t braid_tcp_failure(tcp_conn_t *c);
+void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text);
+
+/* tcp_rx.c: the receiving side (the transport table's entries, and the pump the waits use:
+ * reads what the socket has into free slots or the direct receive's buffer). */
+braid_result_t braid_tcp_rx_pump(tcp_conn_t *c);
+braid_result_t braid_tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
+                                  const void **buf_p);
+braid_result_t braid_tcp_recv_release(braid_conn_t *conn);
+braid_result_t braid_tcp_recv_peek(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p);
+braid_result_t braid_tcp_recv_into(braid_conn_t *conn, void *dst);
+void braid_tcp_recv_undirect(braid_conn_t *conn);
 
 /* tcp.c, used by the progress thread (both with c->mu held). */
 void braid_tcp_tx_push(tcp_conn_t *c);
