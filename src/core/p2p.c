@@ -12,6 +12,7 @@
  * blocked connection's wait(), the next one at the next sleep. */
 #include "core/p2p.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/redop.h"
 #include "reduce/reduce.h"
 
@@ -215,10 +216,31 @@ typedef struct {
     int err_op; /* the operation whose step failed, -1 = none */
 } runner_t;
 
+static void timeline_op(runner_t *r, const braid_p2p_op_t *op)
+{
+    static const char *names[] = {"send", "recv", "copy", "recv_reduce"};
+    int sends = op->kind == BRAID_P2P_SEND,
+        recvs = op->kind != BRAID_P2P_SEND && op->kind != BRAID_P2P_COPY;
+    braid_tl_event_t ev = {.name = op->kind < 4 ? names[op->kind] : "p2p",
+                           .kind = BRAID_TL_P2P,
+                           .t0 = op->tl0,
+                           .t1 = braid_now_ns(),
+                           .seq = op->seq,
+                           .bytes = op->count * braid_dtype_size(op->dtype),
+                           .dtype = -1,
+                           .op = -1,
+                           .algo = -1,
+                           .root = -1,
+                           .send_peer = sends ? op->peer : -1,
+                           .recv_peer = recvs ? op->peer : -1};
+    braid_timeline_add(r->comm, &ev);
+}
+
 static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
     op->done = 1;
+    if (op->tl0 && res == BRAID_SUCCESS) timeline_op(r, op);
     r->remaining--;
     if (op->req && r->done) r->done(r->comm, op, res, r->arg);
 }
@@ -275,6 +297,7 @@ static braid_result_t link_new(runner_t *r)
         int i = r->linked;
         braid_p2p_op_t *op = &r->b->ops[i];
         op->next = -1;
+        op->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         r->remaining++;
         switch ((braid_p2p_kind_t)op->kind) {
         case BRAID_P2P_COPY:
