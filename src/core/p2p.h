@@ -23,13 +23,13 @@
  * collective that has not sent that message reports BRAID_ERR_MISMATCH naming both calls; a
  * blocked send (or receive) that sees a message of a later collective from the peer it waits
  * on (its ring predecessor, a latency plan's partner, or any rank of a p2p collective) does
- * the same; but a receive over a transport that sends asynchronously (tcp, send_inflight)
- * leaves the decision to the peer's notice check, since the peer's messages of that receive
- * may still be on their way (queued, or in the kernel) when its later collective's have come
- * on other connections. Not found (a timeout instead): a blocked send to a rank of a ring/tree
- * collective that never sends this rank anything in it (e.g. with 3 ranks, a send to the ring
- * successor), and over tcp a blocked receive whose notice cannot go out (the send connection
- * to that peer full of messages it never takes).
+ * the same; but a receive over any transport but shm (tcp, rdma) leaves the decision to the
+ * peer's notice check, since the peer's messages of that receive may still be on their way
+ * (queued, or in the kernel) when its later collective's have come on other connections. Not
+ * found (a timeout instead): a blocked send to a rank of a ring/tree collective that never
+ * sends this rank anything in it (e.g. with 3 ranks, a send to the ring successor), and over
+ * tcp/rdma a blocked receive whose notice cannot go out (the send connection to that peer
+ * full of messages it never takes).
  *
  * Batches. A batch is a list of operations that progress at the same time: each (peer,
  * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
@@ -70,11 +70,12 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;  /* bytes moved */
-    int nmsgs;   /* messages moved */
-    int done;    /* 1 when complete */
-    int next;    /* next operation on the same connection, -1 = none */
-    int noticed; /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    size_t off;   /* bytes moved */
+    int nmsgs;    /* messages moved */
+    int done;     /* 1 when complete */
+    int next;     /* next operation on the same connection, -1 = none */
+    int noticed;  /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    uint64_t tl0; /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
