@@ -26,7 +26,7 @@ typedef struct {
     size_t off, count, rows, cols, r;
     int compress;
     size_t poff, qoff; /* P's offset in the wire buffer, Q's in the Q buffer (floats) */
-    float *q;          /* cols x r */
+    float *q;          /* Q transposed: r x cols (row j = column j of Q) */
     float *err;        /* rows x cols (error feedback) */
 } psgd_param_t;
 
@@ -70,7 +70,7 @@ static void fill_q(const psgd_state_t *s, psgd_param_t *p)
     if (!s->o.warm_start) seed += s->iter * 0xD1B54A32D192ED03ull;
     for (size_t k = 0; k < p->cols; k++)
         for (size_t j = 0; j < p->r; j++)
-            p->q[k * p->r + j] = (float)braid_ddp_powersgd_q0(seed, p->index, k, j, p->r);
+            p->q[j * p->cols + k] = (float)braid_ddp_powersgd_q0(seed, p->index, k, j, p->r);
 }
 
 static braid_result_t nomem(void)
@@ -149,6 +149,28 @@ static unsigned long long ring(int n, size_t bytes)
     return 2ull * (unsigned long long)bytes * (unsigned long long)(n - 1) / (unsigned long long)n;
 }
 
+/* In 8 partial sums (vectorizable without reassociation flags). */
+static float dot(const float *a, const float *b, size_t n)
+{
+    float acc[8] = {0};
+    size_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += a[c + u] * b[c + u];
+    float t = 0;
+    for (; c < n; c++)
+        t += a[c] * b[c];
+    for (int u = 0; u < 8; u++)
+        t += acc[u];
+    return t;
+}
+
+static void axpy(float *y, float a, const float *x, size_t n)
+{
+    for (size_t c = 0; c < n; c++)
+        y[c] += a * x[c];
+}
+
 static braid_result_t psgd_launch(void *state, const braid_ddp_bucket_t *b, braid_request_t *req_p)
 {
     psgd_state_t *s = state;
@@ -175,22 +197,10 @@ static braid_result_t psgd_launch(void *state, const braid_ddp_bucket_t *b, brai
         if (s->o.error_feedback)
             for (size_t e = 0; e < p->count; e++)
                 m[e] += p->err[e];
-        /* P = M Q */
-        for (size_t i = 0; i < p->rows; i++) {
-            float acc[64], *pi = w + i * p->r;
-            const float *mi = m + i * p->cols;
-            size_t r0 = 0;
-            for (; r0 < p->r; r0 += 64) { /* r > 64 in chunks */
-                size_t rr = p->r - r0 < 64 ? p->r - r0 : 64;
-                memset(acc, 0, sizeof(acc));
-                for (size_t c = 0; c < p->cols; c++) {
-                    const float mv = mi[c], *qc = p->q + c * p->r + r0;
-                    for (size_t j = 0; j < rr; j++)
-                        acc[j] += mv * qc[j];
-                }
-                memcpy(pi + r0, acc, rr * sizeof(float));
-            }
-        }
+        /* P = M Q: P[i][j] = M's row i . Q's column j (contiguous in q) */
+        for (size_t i = 0; i < p->rows; i++)
+            for (size_t j = 0; j < p->r; j++)
+                w[i * p->r + j] = dot(m + i * p->cols, p->q + j * p->cols, p->cols);
     }
     s->sent += ring(n, bk->nwire * sizeof(float));
     return braid_iallreduce(bk->wire, bk->wire, bk->nwire, BRAID_FLOAT32, BRAID_SUM, b->comm,
@@ -242,16 +252,11 @@ static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
         float *P = bk->wire + p->poff, *Q = bk->qbuf + p->qoff;
         const float *m = data + p->off;
         orthogonalize(P, p->rows, p->r);
+        /* Q transposed: row j = sum over i of P[i][j] * M's row i */
         memset(Q, 0, p->cols * p->r * sizeof(float));
-        for (size_t i = 0; i < p->rows; i++) {
-            const float *mi = m + i * p->cols, *pi = P + i * p->r;
-            for (size_t c = 0; c < p->cols; c++) {
-                const float mv = mi[c];
-                float *qc = Q + c * p->r;
-                for (size_t j = 0; j < p->r; j++)
-                    qc[j] += mv * pi[j];
-            }
-        }
+        for (size_t i = 0; i < p->rows; i++)
+            for (size_t j = 0; j < p->r; j++)
+                axpy(Q + j * p->cols, P[i * p->r + j], m + i * p->cols, p->cols);
     }
     s->sent += ring(n, bk->nq * sizeof(float));
     braid_result_t r =
@@ -264,17 +269,16 @@ static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
         float *Q = bk->qbuf + p->qoff, *m = data + p->off;
         for (size_t e = 0; e < p->cols * p->r; e++)
             Q[e] *= scale;
+        /* approx row i = sum over j of P[i][j] * Q's column j; error = M - approx */
         for (size_t i = 0; i < p->rows; i++) {
-            const float *pi = P + i * p->r;
             float *mi = m + i * p->cols, *ei = p->err + i * p->cols;
-            for (size_t c = 0; c < p->cols; c++) {
-                const float *qc = Q + c * p->r;
-                float a = 0;
-                for (size_t j = 0; j < p->r; j++)
-                    a += pi[j] * qc[j];
-                if (s->o.error_feedback) ei[c] = mi[c] - a;
-                mi[c] = a;
-            }
+            if (s->o.error_feedback) memcpy(ei, mi, p->cols * sizeof(float));
+            memset(mi, 0, p->cols * sizeof(float));
+            for (size_t j = 0; j < p->r; j++)
+                axpy(mi, P[i * p->r + j], Q + j * p->cols, p->cols);
+            if (s->o.error_feedback)
+                for (size_t c = 0; c < p->cols; c++)
+                    ei[c] -= mi[c];
         }
         if (s->o.warm_start) memcpy(p->q, Q, p->cols * p->r * sizeof(float));
     }
