@@ -27,8 +27,7 @@ bin=$(cd "${2:-build}/bin" && pwd) || exit 1
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-# One row per line: name, then the trainer's switches for it. Add rows here (the local SGD
-# and asynchronous rows of issue 16 go below, with their switches).
+# One row per line: name, then the trainer's switches for it. Add rows here.
 ROWS='
 ddp
 zero1       --zero 1
@@ -36,10 +35,10 @@ zero2       --zero 2
 fp16        --compress fp16
 bf16        --compress bf16
 powersgd    --compress powersgd --powersgd-rank 4
+localsgd4   --local-sgd 4
+localsgd16  --local-sgd 16
 '
-# localsgd4   --local-sgd 4
-# localsgd16  --local-sgd 16
-# async       --async ...
+# async       --async ...   (add its row above when the trainer has it)
 
 setups=${SETUPS:-shm2}
 common=(--epochs "${EPOCHS:-5}" --batch "${BATCH:-128}" --bucket-mb "${BUCKET_MB:-0.25}"

@@ -4,7 +4,8 @@
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
  *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16|powersgd]
- *       [--zero 0|1|2] [--powersgd-rank R] [--eval-every K]
+ *       [--zero 0|1|2] [--powersgd-rank R] [--eval-every K] [--local-sgd K [--local-sgd-state]]
+ *       [--async [--servers S] [--staleness B]] [--slow-rank R --slow-factor F]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
  * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
@@ -323,7 +324,7 @@ static double evaluate(mlp_t *m, const dataset_t *test, int rank, int n)
 
 /* The bytes line (rank 0): communication per step and the state kept per rank. */
 static void print_bytes(braid_ddp_t ddp, const braid_ddp_hook_t *hook, const args_t *a, int n,
-                        size_t state_elems)
+                        size_t state_elems, braid_ddp_localsgd_t ls, int steps_run)
 {
     braid_ddp_stats_t st;
     CKD(braid_ddp_stats(ddp, &st), "braid_ddp_stats");
@@ -343,6 +344,9 @@ static void print_bytes(braid_ddp_t ddp, const braid_ddp_hook_t *hook, const arg
             hook_bytes += in.count * 2; /* the hook's wire buffers */
         }
     }
+    if (ls) /* local SGD: the averages, 2(n-1)/n of a ring all-reduce's bytes, per step */
+        comm = 2.0 * (n - 1) / n * (double)braid_ddp_localsgd_bytes(ls, NULL) /
+               (steps_run ? steps_run : 1);
     size_t opt = state_elems * (a->adam ? 2 : 1) * 4;
     if (g_rank == 0)
         printf("comm_bytes_per_step %.0f state_bytes %zu grad_bytes %zu optimizer_bytes %zu "
@@ -354,7 +358,10 @@ static void print_bytes(braid_ddp_t ddp, const braid_ddp_hook_t *hook, const arg
 int main(int argc, char **argv)
 {
     args_t a;
+    variant_args_t va; /* the switches of variants.c, taken out of argv */
+    variant_args(&argc, argv, &va);
     parse(argc, argv, &a);
+    if (va.local_sgd && (a.zero || a.compress != BRAID_FLOAT32)) usage();
     openblas_set_num_threads(1); /* one BLAS thread per rank */
     CK(braid_comm_init_env(&g_comm), "braid_comm_init_env");
     int n;
@@ -405,6 +412,8 @@ int main(int argc, char **argv)
     braid_ddp_t ddp;
     CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
     mlp_use_views(&m, ddp);
+    braid_ddp_localsgd_t ls = NULL;
+    if (va.local_sgd) ls = variant_localsgd(&m, ddp, g_comm, &va);
     /* ZeRO-1: the optimizer's state covers this rank's shard of every bucket only. */
     int nb = braid_ddp_num_buckets(ddp);
     float **zm1 = calloc((size_t)nb, sizeof(float *)), **zm2 = calloc((size_t)nb, sizeof(float *));
@@ -475,6 +484,7 @@ int main(int argc, char **argv)
             double tb = now_s();
             CKD(mlp_backward(&m, xb, yb, per, per, ddp, a.overlap, &ev), "backward (grad_ready)");
             double tf = now_s();
+            variant_slow(&va, g_rank, tf - ts);
             CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
             double te = now_s();
             if (a.zero) {
@@ -488,6 +498,7 @@ int main(int argc, char **argv)
             } else {
                 mlp_step(&m);
             }
+            if (ls) CKD(braid_ddp_localsgd_step(ls, NULL), "braid_ddp_localsgd_step");
             t_step[gstep] = now_s() - ts;
             wall += t_step[gstep];
             if (a.eval_every && (gstep + 1) % a.eval_every == 0) {
@@ -505,6 +516,7 @@ int main(int argc, char **argv)
                 break;
             }
         }
+        if (ls) CKD(braid_ddp_localsgd_sync(ls), "braid_ddp_localsgd_sync");
         double train_s = now_s() - t0;
         /* epoch loss over every rank's samples, test accuracy over the test set's shards */
         int lo = (int)((long)test.n * g_rank / n), hi = (int)((long)test.n * (g_rank + 1) / n);
@@ -544,7 +556,8 @@ int main(int argc, char **argv)
         double mf = median(t_fin + off, k) * 1e3;
         printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
     }
-    print_bytes(ddp, &hook, &a, n, state_elems);
+    print_bytes(ddp, &hook, &a, n, state_elems, ls, gstep);
+    braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);
     if (a.plot && g_rank == 0) plot(a.plot, loss_hist, acc_hist, epochs_run);
     printf("params_hash %016llx\n", (unsigned long long)mlp_hash(&m));
