@@ -38,7 +38,7 @@ powersgd    --compress powersgd --powersgd-rank 4
 localsgd4   --local-sgd 4
 localsgd16  --local-sgd 16
 '
-# async       --async ...   (add its row above when the trainer has it)
+# async       --async   (the async mode prints no `eval` lines yet: add its row above when it does)
 
 setups=${SETUPS:-shm2}
 common=(--epochs "${EPOCHS:-5}" --batch "${BATCH:-128}" --bucket-mb "${BUCKET_MB:-0.25}"
