@@ -32,7 +32,7 @@ typedef struct {
     int32_t code;
     int32_t pid;
     uint32_t block; /* data bytes per slot, for the peers' check */
-    char msg[512]; /* as long as a last-error message */
+    char msg[512];  /* as long as a last-error message */
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
