@@ -125,11 +125,12 @@ uint32_t braid_p2p_sent(struct braid_comm *comm, int peer);
 braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
                                       const char *verb, const char *mine);
 /* A BRAID_MSG_NOTICE message h at the head of the connection from peer p: rank p is blocked
- * in a receive from this rank. When this rank runs collective seq (mine describes it; 0 = not
- * in a collective) that p has not reached and has not sent p that message, the two can never
- * meet: BRAID_ERR_MISMATCH naming both calls. Else the notice is released (BRAID_SUCCESS). */
+ * in a receive from this rank. When this rank runs collective seq (verb: "called" or "rejected
+ * its", and mine describe it; 0 = not in a collective) that p has not reached and has not sent
+ * p that message, the two can never meet: BRAID_ERR_MISMATCH naming both calls. Else the
+ * notice is released (BRAID_SUCCESS). */
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
-                                     uint32_t seq, const char *mine);
+                                     uint32_t seq, const char *verb, const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
@@ -163,8 +164,9 @@ braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_
 /* One deferred call of a group on one communicator. */
 typedef enum { BRAID_ITEM_COLL = 0, BRAID_ITEM_PCOLL = 1, BRAID_ITEM_P2P = 2 } braid_item_kind_t;
 typedef struct {
-    int kind; /* braid_item_kind_t */
-    int call; /* 1-based position in the group */
+    int kind;     /* braid_item_kind_t */
+    int call;     /* 1-based position in the group */
+    int rejected; /* it failed its checks (kept only to tell the peers: group_reject.c) */
     braid_op_args_t args;
     braid_pcoll_t pc;
     braid_p2p_op_t op;
@@ -179,6 +181,8 @@ typedef struct braid_task {
     braid_pcoll_t pc;          /* PCOLL */
     braid_group_item_t *items; /* GROUP: this communicator's calls of the group */
     int nitems;
+    braid_result_t reject_res; /* GROUP: < 0 when a call of the group failed its checks: */
+    const char *reject_msg;    /* nothing is issued, the peers are told (group_reject.c) */
 } braid_task_t;
 
 /* Groups (group.c): the calling thread's group depth (0 = none); entry points that check
@@ -186,6 +190,20 @@ typedef struct braid_task {
  * error for group end), then add the checked call. */
 int braid_group_depth(void);
 braid_result_t braid_group_note(braid_result_t res, const char *what);
+/* Keeps a call that failed its checks (res < 0, returned) in the group, so that group end can
+ * tell the peers (the arrays of a p2p collective are not kept). */
+braid_result_t braid_group_add_rejected(struct braid_comm *comm, const braid_group_item_t *it,
+                                        braid_result_t res);
+/* A group of which a call failed its checks on this rank: none of its calls of communicator
+ * comm is issued, but they take their numbers and tell the peers instead (REJECTED messages,
+ * payload `reason`), in the order group end would have run them: each collective (as
+ * braid_call_reject does outside a group), then for all the sends and receives (to other
+ * ranks) together one REJECTED exchange with every rank (coll BRAID_COLL_GROUP, a collective
+ * number; no pair numbers). BRAID_SUCCESS when every peer rejected its calls of those numbers
+ * too (the communicator stays usable); else the error naming both calls, with the
+ * communicator failed and its peers told (group_reject.c). */
+braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_item_t *items, int n,
+                                        const char *reason);
 braid_result_t braid_group_add_coll(struct braid_comm *comm, const braid_op_args_t *a,
                                     braid_request_t *req_p);
 /* Takes ownership of pc's arrays. */
