@@ -74,4 +74,21 @@ uint64_t mlp_hash(const mlp_t *m);
 
 double now_s(void);
 
+/* ---- local SGD and asynchronous DP switches (variants.c) ---- */
+typedef struct {
+    int local_sgd, local_state;    /* --local-sgd K (0: off), --local-sgd-state */
+    int async, servers, staleness; /* --async, --servers S (1), --staleness B (16) */
+    int slow_rank;                 /* --slow-rank R (-1: none) */
+    double slow_factor;            /* --slow-factor F: rank R sleeps (F-1) x its compute time */
+} variant_args_t;
+
+/* Takes the switches above out of argv (exit 2 with a message on a bad value). */
+void variant_args(int *argc, char **argv, variant_args_t *v);
+/* Local SGD over the registered parameters (and the optimizer's moments with
+ * --local-sgd-state): puts the layer in no_sync; exits on error. */
+braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t comm,
+                                      const variant_args_t *v);
+/* --slow-rank/--slow-factor: on that rank, sleeps (F - 1) * compute_s. */
+void variant_slow(const variant_args_t *v, int rank, double compute_s);
+
 #endif

@@ -4,7 +4,8 @@
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
  *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16]
- *       [--zero 0|1]
+ *       [--zero 0|1] [--local-sgd K [--local-sgd-state]]
+ *       [--async [--servers S] [--staleness B]] [--slow-rank R --slow-factor F]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
  * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
@@ -269,7 +270,10 @@ static void plot(const char *png, const double *loss, const double *acc, int n)
 int main(int argc, char **argv)
 {
     args_t a;
+    variant_args_t va; /* the switches of variants.c, taken out of argv */
+    variant_args(&argc, argv, &va);
     parse(argc, argv, &a);
+    if (va.local_sgd && (a.zero || a.compress != BRAID_FLOAT32)) usage();
     openblas_set_num_threads(1); /* one BLAS thread per rank */
     CK(braid_comm_init_env(&g_comm), "braid_comm_init_env");
     int n;
@@ -313,6 +317,8 @@ int main(int argc, char **argv)
     braid_ddp_t ddp;
     CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
     mlp_use_views(&m, ddp);
+    braid_ddp_localsgd_t ls = NULL;
+    if (va.local_sgd) ls = variant_localsgd(&m, ddp, g_comm, &va);
     /* ZeRO-1: the optimizer's state covers this rank's shard of every bucket only. */
     int nb = braid_ddp_num_buckets(ddp);
     float **zm1 = calloc((size_t)nb, sizeof(float *)), **zm2 = calloc((size_t)nb, sizeof(float *));
@@ -382,6 +388,7 @@ int main(int argc, char **argv)
             double tb = now_s();
             CKD(mlp_backward(&m, xb, yb, per, per, ddp, a.overlap, &ev), "backward (grad_ready)");
             double tf = now_s();
+            variant_slow(&va, g_rank, tf - ts);
             CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
             double te = now_s();
             if (a.zero) {
@@ -395,6 +402,7 @@ int main(int argc, char **argv)
             } else {
                 mlp_step(&m);
             }
+            if (ls) CKD(braid_ddp_localsgd_step(ls, NULL), "braid_ddp_localsgd_step");
             t_step[gstep] = now_s() - ts;
             t_bwd[gstep] = tf - tb;
             t_fin[gstep] = te - tf;
@@ -406,6 +414,7 @@ int main(int argc, char **argv)
                 break;
             }
         }
+        if (ls) CKD(braid_ddp_localsgd_sync(ls), "braid_ddp_localsgd_sync");
         double train_s = now_s() - t0;
         /* epoch loss over every rank's samples, test accuracy over the test set's shards */
         int lo = (int)((long)test.n * g_rank / n), hi = (int)((long)test.n * (g_rank + 1) / n);
@@ -444,6 +453,11 @@ int main(int argc, char **argv)
         double mf = median(t_fin + off, k) * 1e3;
         printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
     }
+    if (ls && g_rank == 0) /* what one rank sends per step: 2(n-1)/n of a ring all-reduce's */
+        printf("comm_bytes_per_step %.0f\n", 2.0 * (n - 1) / n *
+                                                 (double)braid_ddp_localsgd_bytes(ls, NULL) /
+                                                 (gstep ? gstep : 1));
+    braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);
     if (a.plot && g_rank == 0) plot(a.plot, loss_hist, acc_hist, epochs_run);
     printf("params_hash %016llx\n", (unsigned long long)mlp_hash(&m));

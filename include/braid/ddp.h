@@ -198,6 +198,31 @@ BRAID_API void braid_ddp_hook_compress_free(braid_ddp_hook_t *hook);
 BRAID_API braid_result_t braid_ddp_cast(const void *in, braid_datatype_t in_dtype, void *out,
                                         braid_datatype_t out_dtype, size_t count);
 
+/**
+ * Local SGD (periodic model averaging; src/ddp/localsgd.c): every rank steps its optimizer on
+ * its own gradients (run the layer with braid_ddp_no_sync(ddp, 1), or without a layer), and
+ * every period-th call of braid_ddp_localsgd_step all-reduces the buffers with BRAID_AVG in
+ * place: the nbufs buffers (the parameters, and if chosen the optimizer state: momentum, Adam's
+ * moments). Collective: every rank registers the same counts and dtypes and period (else
+ * BRAID_ERR_MISMATCH on every rank); the buffers are not broadcast (create the DDP layer first,
+ * which broadcasts the parameters). With period 1 and SGD (with or without momentum) it follows
+ * plain DDP up to float rounding: the average of p - lr * g_r is p - lr * avg(g_r).
+ * buf->grad is unused.
+ */
+typedef struct braid_ddp_localsgd *braid_ddp_localsgd_t;
+BRAID_API braid_result_t braid_ddp_localsgd_create(braid_ddp_localsgd_t *ls_p, braid_comm_t comm,
+                                                   const braid_ddp_param_t *bufs, int nbufs,
+                                                   int period);
+/** Counts one local step; on every period-th (since the last average) averages the buffers.
+ * *averaged_p (may be NULL) says whether it did. */
+BRAID_API braid_result_t braid_ddp_localsgd_step(braid_ddp_localsgd_t ls, int *averaged_p);
+/** Averages now if any step was taken since the last average (e.g. at the end of an epoch, so
+ * that every rank evaluates the same model); restarts the period. */
+BRAID_API braid_result_t braid_ddp_localsgd_sync(braid_ddp_localsgd_t ls);
+/** Bytes of buffers this rank handed to all-reduces so far, and the averages done. */
+BRAID_API size_t braid_ddp_localsgd_bytes(braid_ddp_localsgd_t ls, long *averages_p);
+BRAID_API void braid_ddp_localsgd_destroy(braid_ddp_localsgd_t ls);
+
 /** The calling thread's message for its last failed braid_ddp call ("" if none). Errors of
  * the communicator carry braid_last_error()'s text. */
 BRAID_API const char *braid_ddp_last_error(void);
