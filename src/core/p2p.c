@@ -524,6 +524,8 @@ static braid_result_t check_coll_foreign(runner_t *r)
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
         braid_p2p_op_str(op, mine, sizeof(mine));
         BRAID_CHECK(braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine));
+        if (op->kind == BRAID_P2P_SEND)
+            BRAID_CHECK(braid_p2p_peek_coll_notice(r->comm, op->peer, mine));
     }
     return BRAID_SUCCESS;
 }

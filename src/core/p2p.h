@@ -23,8 +23,11 @@
  * collective that has not sent that message reports BRAID_ERR_MISMATCH naming both calls; a
  * blocked send (or receive) that sees a message of a later collective from the peer it waits
  * on (its ring predecessor, a latency plan's partner, or any rank of a p2p collective) does
- * the same. Not found (a timeout instead): a blocked send to a rank of a ring/tree collective
- * that never sends this rank anything in it (e.g. with 3 ranks, a send to the ring successor).
+ * the same; and a ring/tree collective blocked on a receive from a peer tells that peer too (a
+ * NOTICE of the collective), so a send blocked on that rank (with 3 ranks, a send to the ring
+ * successor, which sends the sender nothing) finds it. Not found (a timeout instead): a send
+ * blocked on a rank whose collective waits for another rank, or whose notice sits behind
+ * messages of its own that this rank has not received yet.
  *
  * Batches. A batch is a list of operations that progress at the same time: each (peer,
  * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
@@ -131,6 +134,15 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int
  * notice is released (BRAID_SUCCESS). */
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
                                      uint32_t seq, const char *verb, const char *mine);
+/* A ring/tree collective (mine: its descriptor) that waits to receive from peer tells that
+ * peer, once per call (a BRAID_MSG_NOTICE message of the collective's kind and number on the
+ * send/recv connection; best effort: only where a slot is free). braid_p2p_take_notice on a
+ * notice of a collective q that this rank, in a send or receive (seq 0), has not reached is a
+ * mismatch: the peer's part of that operation can only come after q, which needs this rank.
+ * braid_p2p_peek_coll_notice looks for one at the head of the connection from p (a blocked
+ * send to p: mine describes it). */
+void braid_p2p_coll_notice(struct braid_comm *comm, int peer, const braid_msg_hdr_t *mine);
+braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
