@@ -33,6 +33,7 @@
 #include "algos/direct.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/mem.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
@@ -75,7 +76,34 @@ typedef struct {
     const braid_op_args_t *a;
     braid_msg_hdr_t desc;
     uint64_t spin_ns, yield_ns, timeout_ns;
+    uint64_t tl0;    /* BRAID_TRACE: when the open block began, 0 = none */
+    size_t tl_bytes; /* its bytes (this rank's input to it) */
 } dctx_t;
+
+/* BRAID_TRACE: a block runs from its begin_block to the next one's (or the call's end). */
+static void timeline_block(dctx_t *x, size_t next_bytes)
+{
+    uint64_t now = 0;
+    if (x->tl0) {
+        now = braid_now_ns();
+        braid_tl_event_t ev = {.name = "directBlock",
+                               .kind = BRAID_TL_STEP,
+                               .t0 = x->tl0,
+                               .t1 = now,
+                               .seq = x->desc.seq,
+                               .bytes = x->tl_bytes,
+                               .dtype = -1,
+                               .op = -1,
+                               .algo = -1,
+                               .root = -1,
+                               .send_peer = -1,
+                               .recv_peer = -1};
+        braid_timeline_add(x->comm, &ev);
+    }
+    x->tl0 =
+        next_bytes != (size_t)-1 && braid_timeline_enabled() ? (now ? now : braid_now_ns()) : 0;
+    x->tl_bytes = next_bytes;
+}
 
 static braid_result_t check_desc(dctx_t *x, int r, const braid_direct_line_t *l)
 {
@@ -205,6 +233,7 @@ static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_i
 
 static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, uint32_t seq)
 {
+    memset(x, 0, sizeof(*x));
     x->comm = c;
     x->d = c->direct;
     x->a = a;
@@ -219,8 +248,9 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
  * block g - 2, the slot's previous block. The collectives whose every block waits for every
  * peer keep it true by themselves (synced); after a broadcast or reduce, where a rank may have
  * waited for the root only, the first write waits for it here. */
-static braid_result_t begin_block(dctx_t *x, uint64_t g)
+static braid_result_t begin_block(dctx_t *x, uint64_t g, size_t bytes)
 {
+    if (x->tl0 || braid_timeline_enabled()) timeline_block(x, bytes);
     braid_direct_t *d = x->d;
     uint64_t *synced = braid_direct_synced(d); /* blocks below it: every peer published */
     if (g == 0 || *synced >= g) return BRAID_SUCCESS;
@@ -240,7 +270,7 @@ static braid_result_t copy_in(dctx_t *x, uint64_t g, const char *src, size_t byt
 {
     braid_direct_t *d = x->d;
     int me = x->comm->rank, s = (int)(g & 1);
-    BRAID_CHECK(begin_block(x, g));
+    BRAID_CHECK(begin_block(x, g, bytes));
     braid_direct_line_t *l = braid_direct_line(d, me, s);
     put_desc(l, &x->desc);
     if (bytes <= BRAID_DIRECT_INLINE) ref = NULL; /* the line's data holds payload, not refs */
@@ -365,7 +395,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
         int s = (int)(*g & 1);
         uint32_t t = (uint32_t)(2 * *g + 1);
-        BRAID_CHECK(begin_block(x, *g));
+        BRAID_CHECK(begin_block(x, *g, tb));
         braid_direct_line_t *l = braid_direct_line(d, me, s);
         put_desc(l, &x->desc);
         int by_ref = ref && tb > BRAID_DIRECT_INLINE;
@@ -555,5 +585,6 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
                               braid_coll_name(a->coll));
     }
     src_free(&t);
+    if (x.tl0) timeline_block(&x, (size_t)-1);
     return res;
 }

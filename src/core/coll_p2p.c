@@ -4,6 +4,7 @@
  * it, so a rank that calls another collective is BRAID_ERR_MISMATCH naming both calls. The
  * count and displacement arrays are copied at the call (the i-forms may free them at once). */
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/worker.h"
@@ -76,10 +77,35 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
         }
     }
     braid_p2p_batch_t b = {0};
+    uint64_t tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
     braid_result_t res = braid_pcoll_plan(&p, n, comm->rank, seq, &b);
     for (int i = 0; i < b.nops; i++)
         b.ops[i].call = call;
     if (res >= 0) res = braid_p2p_run(comm, &b, NULL, NULL, NULL);
+    if (tl0 && res >= 0) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < b.nops; i++)
+            if (b.ops[i].kind == BRAID_P2P_SEND || b.ops[i].kind == BRAID_P2P_COPY)
+                bytes += b.ops[i].count * es;
+        int reduces = pc->coll == BRAID_COLL_REDUCE_SCATTERV;
+        int rooted = pc->coll == BRAID_COLL_GATHER || pc->coll == BRAID_COLL_SCATTER;
+        braid_tl_event_t ev = {.name = name,
+                               .kind = BRAID_TL_CALL,
+                               .t0 = tl0,
+                               .t1 = braid_now_ns(),
+                               .seq = seq,
+                               .count = es ? bytes / es : 0,
+                               .bytes = bytes,
+                               .dtype = (int16_t)pc->dtype,
+                               .op = !reduces     ? -1
+                                     : pc->premul ? BRAID_NUM_OPS
+                                                  : (int16_t)pc->op,
+                               .algo = -1,
+                               .root = rooted ? pc->root : -1,
+                               .send_peer = -1,
+                               .recv_peer = -1};
+        braid_timeline_add(comm, &ev);
+    }
     braid_p2p_batch_free(&b);
     free(tmp);
     if (res < 0) {

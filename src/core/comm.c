@@ -6,6 +6,7 @@
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/split.h"
@@ -501,6 +502,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     }
     c->root = hosted_root;
     c->magic = BRAID_COMM_MAGIC;
+    c->tl_index = c->tl_algo = -1;
     c->rank = rank;
     c->boot_addr = *root;
     c->nranks = nranks;
@@ -567,6 +569,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(braid_comm_registry_add(c), res, fail);
+    braid_timeline_comm_init(c);
     braid_info(INIT,
                "rank %d/%d ready: %d local ranks (%d on this machine, bound to %d cpus) on %d "
                "cpus, %d channel(s), chunk %zu B, %d slots, spin %d us",
@@ -643,6 +646,8 @@ braid_result_t braid_comm_abort(braid_comm_t comm)
 braid_result_t braid_comm_destroy(braid_comm_t comm)
 {
     if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
+    /* A traced job's owner communicator gathers the timeline first (while it still works). */
+    if (braid_comm_check(comm) == BRAID_SUCCESS) braid_timeline_comm_destroy(comm);
     if (!braid_comm_registry_remove(comm)) return braid_comm_check(comm);
     atomic_store(&comm->destroying, 1);
     if (atomic_load(&comm->inflight) > 0 || braid_worker_pending(comm)) {

@@ -142,6 +142,8 @@ struct braid_comm {
     struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
+    int tl_index; /* its rows in the BRAID_TRACE timeline (core/timeline.c), -1 = none */
+    int tl_algo;  /* the algorithm braid_algo_execute picked for the call, -1 = none */
     struct braid_p2p_state *p2p; /* owned by core/p2p.c (send/recv connections, pair seqs) */
     /* Direct shared-memory segments of a communicator on one host (transport/shm_direct.h),
      * NULL when there are none. */

@@ -34,6 +34,9 @@ static const braid_param_t params[] = {
     {"DIRECT_BLOCK", "262144", BRAID_PARAM_SIZE,
      "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
      "each rank maps every local rank's segment of two such slots; 0 = off (the ring only)"},
+    {"TRACE", "", BRAID_PARAM_STR,
+     "write a Chrome trace (Perfetto JSON) of every call and step on every rank to this file, "
+     "merged by rank 0 at braid_comm_destroy; off when empty"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
     {"SPIN_US", "0", BRAID_PARAM_INT,
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},

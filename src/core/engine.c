@@ -44,6 +44,7 @@
 #include "core/log.h"
 #include "core/p2p.h"
 #include "core/redop.h"
+#include "core/timeline.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
 
@@ -62,6 +63,7 @@ typedef struct {
     braid_conn_t *rconn, *sconn; /* the current step's connections */
     int plan_done; /* the plan has no more steps (channel 0 may still take its hello) */
     int done;
+    uint64_t tl0; /* BRAID_TRACE: when the current step was taken, 0 = not recorded */
 } chan_state_t;
 
 typedef struct {
@@ -454,6 +456,24 @@ static braid_result_t step_conn(run_t *r, int ch, int peer, int send, braid_conn
     return BRAID_SUCCESS;
 }
 
+static void timeline_step(run_t *r, int ch, const chan_state_t *cs, size_t bytes)
+{
+    braid_tl_event_t ev = {.name = braid_prim_name((braid_prim_t)cs->step.prim),
+                           .kind = BRAID_TL_STEP,
+                           .t0 = cs->tl0,
+                           .t1 = braid_now_ns(),
+                           .seq = r->hdr.seq,
+                           .bytes = bytes,
+                           .dtype = -1,
+                           .op = -1,
+                           .algo = -1,
+                           .root = -1,
+                           .channel = (int16_t)ch,
+                           .send_peer = cs->sconn ? cs->sconn->peer : -1,
+                           .recv_peer = cs->rconn ? cs->rconn->peer : -1};
+    braid_timeline_add(r->comm, &ev);
+}
+
 static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
                                braid_wait_dir_t *wait_dir_p)
 {
@@ -480,6 +500,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
             return BRAID_SUCCESS;
         }
         cs->have_step = 1;
+        cs->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         cs->rbuf = NULL;
         cs->sbuf = NULL;
         cs->rconn = cs->sconn = NULL;
@@ -545,6 +566,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     }
     if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
+    if (cs->tl0) timeline_step(r, ch, cs, bytes);
     return BRAID_SUCCESS;
 }
 

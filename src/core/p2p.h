@@ -68,11 +68,12 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;  /* bytes moved */
-    int nmsgs;   /* messages moved */
-    int done;    /* 1 when complete */
-    int next;    /* next operation on the same connection, -1 = none */
-    int noticed; /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    size_t off;   /* bytes moved */
+    int nmsgs;    /* messages moved */
+    int done;     /* 1 when complete */
+    int next;     /* next operation on the same connection, -1 = none */
+    int noticed;  /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    uint64_t tl0; /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
