@@ -88,6 +88,16 @@ void variant_args(int *argc, char **argv, variant_args_t *v);
  * --local-sgd-state): puts the layer in no_sync; exits on error. */
 braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t comm,
                                       const variant_args_t *v);
+/* --async (async.c): trains with braid_ps parameter servers and returns the exit status
+ * (destroys comm). */
+typedef struct {
+    int epochs, batch, max_steps;
+    uint64_t seed;
+} async_run_t;
+int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const async_run_t *run,
+                  const variant_args_t *v, braid_comm_t comm);
+/* The same permutation of [0, n) on every rank, from (seed, epoch) (main.c). */
+void permute(int *perm, int n, uint64_t seed, int epoch);
 /* --slow-rank/--slow-factor: on that rank, sleeps (F - 1) * compute_s. */
 void variant_slow(const variant_args_t *v, int rank, double compute_s);
 

@@ -188,7 +188,7 @@ static uint64_t rng(uint64_t *s)
 }
 
 /* The same permutation of [0, n) on every rank, from (seed, epoch). */
-static void permute(int *perm, int n, uint64_t seed, int epoch)
+void permute(int *perm, int n, uint64_t seed, int epoch)
 {
     uint64_t s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull);
     if (!s) s = 1;
@@ -279,12 +279,14 @@ int main(int argc, char **argv)
     int n;
     CK(braid_comm_rank(g_comm, &g_rank), "braid_comm_rank");
     CK(braid_comm_size(g_comm, &n), "braid_comm_size");
-    if (a.batch % n) {
-        fprintf(stderr, "ddp_mlp: --batch %d is not divisible by the %d ranks\n", a.batch, n);
+    int nw = va.async && n > va.servers ? n - va.servers : n; /* ranks that take samples */
+    if (a.batch % nw) {
+        fprintf(stderr, "ddp_mlp: --batch %d is not divisible by the %d ranks that take samples\n",
+                a.batch, nw);
         braid_comm_destroy(g_comm);
         return 2;
     }
-    int per = a.batch / n;
+    int per = a.batch / nw;
     dataset_t train, test;
     if (dataset_load(&train, a.data, "train", a.train_limit) ||
         dataset_load(&test, a.data, "t10k", a.test_limit)) {
@@ -303,6 +305,10 @@ int main(int argc, char **argv)
     m.beta1 = 0.9f;
     m.beta2 = 0.999f;
     m.eps = 1e-8f;
+    if (va.async) {
+        async_run_t run = {a.epochs, a.batch, a.max_steps, a.seed};
+        return variant_async(&m, &train, &test, &run, &va, g_comm);
+    }
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);
     o.bucket_cap_bytes = (size_t)(a.bucket_mb * 1048576.0);

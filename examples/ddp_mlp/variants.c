@@ -69,10 +69,6 @@ void variant_args(int *argc, char **argv, variant_args_t *v)
         fprintf(stderr, "ddp_mlp: --local-sgd-state needs --local-sgd K\n");
         exit(2);
     }
-    if (v->async) { /* the parameter-server mode lands with its tests */
-        fprintf(stderr, "ddp_mlp: --async is not available in this build yet\n");
-        exit(2);
-    }
     if (v->local_sgd && v->async) {
         fprintf(stderr, "ddp_mlp: --local-sgd and --async exclude each other\n");
         exit(2);

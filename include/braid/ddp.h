@@ -223,6 +223,74 @@ BRAID_API braid_result_t braid_ddp_localsgd_sync(braid_ddp_localsgd_t ls);
 BRAID_API size_t braid_ddp_localsgd_bytes(braid_ddp_localsgd_t ls, long *averages_p);
 BRAID_API void braid_ddp_localsgd_destroy(braid_ddp_localsgd_t ls);
 
+/**
+ * Asynchronous data parallelism with parameter servers (src/ddp/ps.c). The last nservers
+ * ranks of comm are servers, the others workers. The registered parameters (one dtype), taken
+ * back to back as one flat vector, are cut into nservers contiguous shards; server s holds
+ * shard s and applies every gradient pushed to it with the caller's update function (the
+ * optimizer) as soon as it arrives, counting its updates (the shard's version). Workers never
+ * wait for each other: a worker's braid_ps_push_pull sends its gradients (params[i].grad) to
+ * every server, then asks the servers one after the other (0, 1, ...) for their current shards
+ * and receives them into params[i].param, with the version of each. Point-to-point messages
+ * only (braid_isend/braid_irecv), no collective while workers train.
+ *
+ * Bounded staleness B. The staleness of an applied gradient is the number of updates the
+ * server applied between the version the worker read and this one. A server answers a request
+ * for parameters only when that cannot let any worker's gradient become more than B updates
+ * stale: with C the workers that read the shard and have not pushed since, it answers when, for
+ * every w in C, (updates since w read) + |C| <= B (so also |C| <= B). Otherwise the asking
+ * worker waits (a slow worker makes fast ones wait only when they get B updates ahead of it;
+ * B >= 2 * (workers - 1) never makes equally fast workers wait). Asking the servers in one
+ * order keeps several servers from waiting on each other. Every server records the staleness
+ * of every gradient it applies (braid_ps_stats).
+ *
+ * Faults. Every wait has the communicator's timeout (braid_comm_get_timeout): a server waiting
+ * on a worker that stays silent, a dead worker or server, give an error naming that rank (and
+ * the failing rank aborts the communicator, so the others fail too instead of waiting).
+ * Shutdown: each worker calls braid_ps_done (tells every server); braid_ps_serve returns when
+ * every worker is done; then braid_ps_gather (collective) gives every rank the final
+ * parameters.
+ */
+typedef struct braid_ps *braid_ps_t;
+/** The server's optimizer: applies grad to param, count elements of the registered dtype at
+ * element offset of the flat vector; version = this update's number on the shard (1, 2, ...).
+ * A non-zero return stops the server with that error. */
+typedef braid_result_t (*braid_ps_update_fn)(void *state, void *param, const void *grad,
+                                             size_t offset, size_t count, long version);
+typedef struct {
+    int nservers;              /**< the last nservers ranks serve (1 <= nservers < nranks); 1 */
+    int staleness;             /**< B >= 0; 16 */
+    braid_ps_update_fn update; /**< required */
+    void *update_state;
+} braid_ps_options_t;
+BRAID_API void braid_ps_options_init(braid_ps_options_t *opts);
+/** Collective over comm: checks that every rank registered the same list and options
+ * (BRAID_ERR_MISMATCH), broadcasts the parameters from rank 0, servers copy their shard. */
+BRAID_API braid_result_t braid_ps_create(braid_ps_t *ps_p, braid_comm_t comm,
+                                         const braid_ddp_param_t *params, int nparams,
+                                         const braid_ps_options_t *opts);
+/** 1 on server ranks, 0 on workers. */
+BRAID_API int braid_ps_is_server(braid_ps_t ps);
+/** Server: serves until every worker called braid_ps_done, or the first error. */
+BRAID_API braid_result_t braid_ps_serve(braid_ps_t ps);
+/** Worker: the first call only pulls (the starting parameters); later ones push the
+ * gradients, then pull. */
+BRAID_API braid_result_t braid_ps_push_pull(braid_ps_t ps);
+/** Worker: tells every server it is done (no more pushes). */
+BRAID_API braid_result_t braid_ps_done(braid_ps_t ps);
+/** Collective, after serve/done everywhere: every rank's parameters become the servers'. */
+BRAID_API braid_result_t braid_ps_gather(braid_ps_t ps);
+typedef struct {
+    long pushes;                   /**< worker: gradients pushed; server: gradients applied */
+    long max_staleness;            /**< server: largest staleness applied (-1 if none) */
+    long hist[8];                  /**< server: applied with staleness 0..6, and >= 7 */
+    long deferred;                 /**< server: requests that had to wait for the bound */
+    double wait_s;                 /**< worker: time spent waiting for parameters */
+    size_t sent_bytes, recv_bytes; /**< this rank's point-to-point payload, headers included */
+} braid_ps_stats_t;
+BRAID_API braid_result_t braid_ps_stats(braid_ps_t ps, braid_ps_stats_t *st);
+BRAID_API void braid_ps_destroy(braid_ps_t ps);
+
 /** The calling thread's message for its last failed braid_ddp call ("" if none). Errors of
  * the communicator carry braid_last_error()'s text. */
 BRAID_API const char *braid_ddp_last_error(void);

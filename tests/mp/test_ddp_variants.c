@@ -1,0 +1,286 @@
+/* Suite `ddp_variants`: the trainer's local SGD and asynchronous modes (examples/ddp_mlp
+ * --local-sgd, --async) as separate processes on a slice of Fashion-MNIST:
+ * - --local-sgd 4 on 2 ranks trains (accuracy far above chance), ends with identical
+ *   parameters on both ranks, and reports the bytes it all-reduced per step (checked against
+ *   the count computed here from the model size and the number of averages);
+ * - --async with one worker and one server ends bit-identical to synchronous training on one
+ *   rank (the same samples, the same Adam updates, applied on the server);
+ * - --async with 2 workers trains, every rank ends with the servers' parameters, the server's
+ *   staleness stays within --staleness;
+ * - a worker SIGKILLed mid-training: the server exits non-zero within the timeout, naming it.
+ * Skipped when the trainer was not built. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+static char g_bin[PATH_MAX];
+static char g_dir[PATH_MAX];
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void setup(void)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env && *env) {
+        snprintf(g_bin, sizeof(g_bin), "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", g_bin, sizeof(g_bin) - 1);
+        cr_assert(n > 0);
+        g_bin[n] = '\0';
+        *strrchr(g_bin, '/') = '\0';
+    }
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
+    if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
+    cr_assert_eq(access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK), 0,
+                 "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist");
+    snprintf(g_dir, sizeof(g_dir), "/tmp/braid-ddpvar-XXXXXX");
+    cr_assert(mkdtemp(g_dir));
+    unsetenv("BRAID_ROOT");
+}
+
+static void teardown(void)
+{
+    if (!g_dir[0]) return;
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+static char *slurp(const char *name)
+{
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+    FILE *f = fopen(p, "r");
+    if (!f) return strdup("");
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof(p), "%s/%s", g_dir, out);
+        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        snprintf(p, sizeof(p), "%s/%s", g_dir, err);
+        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid, double timeout_s, int *status)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < timeout_s) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 0;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
+}
+
+/* braid-run -n N ddp_mlp on a 2000-image slice, 1 epoch, batch 64, plus extra (NULL-ended);
+ * returns its stdout (exit status 0 asserted). */
+static char *run_trainer(int n, const char *const *extra)
+{
+    char run[PATH_MAX + 16], prog[PATH_MAX + 16], ns[16];
+    snprintf(run, sizeof(run), "%s/braid-run", g_bin);
+    snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
+    snprintf(ns, sizeof(ns), "%d", n);
+    char *argv[32] = {run, "-n", ns, "--timeout", "200", prog};
+    int k = 6;
+    const char *common[] = {"--epochs",     "1",   "--batch", "64", "--train-limit", "2000",
+                            "--test-limit", "500", NULL};
+    for (int i = 0; common[i]; i++)
+        argv[k++] = (char *)common[i];
+    for (int i = 0; extra[i] && k < 31; i++)
+        argv[k++] = (char *)extra[i];
+    argv[k] = NULL;
+    int st;
+    pid_t pid = spawn(argv, "out", "err", NULL);
+    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    char *out = slurp("out"), *err = slurp("err");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d; stdout:\n%s\nstderr:\n%s", st,
+              out, err);
+    free(err);
+    return out;
+}
+
+/* Every params_hash line of out equal; returns the first (count lines in *n_p). */
+static void hashes(const char *out, char *h, size_t len, int *n_p)
+{
+    int n = 0;
+    h[0] = '\0';
+    for (const char *a = strstr(out, "params_hash "); a; a = strstr(a + 1, "params_hash ")) {
+        char x[32];
+        cr_assert_eq(sscanf(a, "params_hash %31s", x), 1);
+        if (!n) snprintf(h, len, "%s", x);
+        cr_assert_str_eq(x, h, "ranks ended with different parameters:\n%s", out);
+        n++;
+    }
+    *n_p = n;
+}
+
+TestSuite(ddp_variants, .init = setup, .fini = teardown, .timeout = 300);
+
+Test(ddp_variants, local_sgd_trains_and_counts_its_bytes)
+{
+    const char *extra[] = {"--local-sgd", "4", NULL};
+    char *out = run_trainer(2, extra);
+    double loss, acc, sps, bytes;
+    int e;
+    const char *l = strstr(out, "epoch 1 ");
+    cr_assert(l, "no epoch line:\n%s", out);
+    cr_assert_eq(
+        sscanf(l, "epoch %d loss %lf test_acc %lf samples_per_s %lf", &e, &loss, &acc, &sps), 4);
+    cr_assert(acc > 0.65, "accuracy %.4f after one epoch of local SGD on 2000 images", acc);
+    l = strstr(out, "comm_bytes_per_step ");
+    cr_assert(l && sscanf(l, "comm_bytes_per_step %lf", &bytes) == 1, "no bytes line:\n%s", out);
+    /* 2000 / 64 = 31 steps: averages after steps 4, 8, ..., 28 and at the epoch's end (31);
+     * each all-reduces the 784*512+512+512*512+512+512*10+10 float32 parameters; a ring sends
+     * 2(n-1)/n of that per rank. */
+    double params = 784.0 * 512 + 512 + 512.0 * 512 + 512 + 512.0 * 10 + 10;
+    double want = 2.0 * (2 - 1) / 2 * params * 4 * (7 + 1) / 31;
+    cr_assert(fabs(bytes - want) <= 1, "comm_bytes_per_step %.0f, expected %.0f", bytes, want);
+    char h[32];
+    int n;
+    hashes(out, h, sizeof(h), &n);
+    cr_assert_eq(n, 2, "%d params_hash lines", n);
+    free(out);
+}
+
+Test(ddp_variants, async_one_worker_is_bit_identical_to_one_rank)
+{
+    const char *none[] = {NULL}, *async[] = {"--async", "--staleness", "3", NULL};
+    char h1[32], h2[32];
+    int n1, n2;
+    char *out = run_trainer(1, none);
+    hashes(out, h1, sizeof(h1), &n1);
+    free(out);
+    out = run_trainer(2, async);
+    hashes(out, h2, sizeof(h2), &n2);
+    cr_assert(n1 == 1 && n2 == 2, "%d and %d params_hash lines", n1, n2);
+    cr_assert_str_eq(h1, h2,
+                     "one async worker + server ended with other parameters than one "
+                     "synchronous rank");
+    cr_assert(strstr(out, "max_staleness 0 "), "one worker, staleness > 0:\n%s", out);
+    free(out);
+}
+
+Test(ddp_variants, async_two_workers_train_within_the_bound)
+{
+    const char *extra[] = {"--async", "--staleness", "3", NULL};
+    char *out = run_trainer(3, extra);
+    double acc, sps;
+    int w, s, b;
+    const char *l = strstr(out, "async workers ");
+    cr_assert(l, "no summary line:\n%s", out);
+    cr_assert_eq(sscanf(l,
+                        "async workers %d servers %d staleness %d samples_per_s %lf test_acc %lf",
+                        &w, &s, &b, &sps, &acc),
+                 5, "%s", l);
+    cr_assert(w == 2 && s == 1 && b == 3, "%s", l);
+    cr_assert(acc > 0.65, "accuracy %.4f after one async epoch on 2000 images", acc);
+    long applied, mx;
+    l = strstr(out, "server 2 applied ");
+    cr_assert(l && sscanf(l, "server 2 applied %ld max_staleness %ld", &applied, &mx) == 2, "%s",
+              out);
+    cr_assert(applied == 2 * 31 && mx >= 0 && mx <= 3, "applied %ld, max staleness %ld", applied,
+              mx);
+    char h[32];
+    int n;
+    hashes(out, h, sizeof(h), &n);
+    cr_assert_eq(n, 3);
+    free(out);
+}
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+Test(ddp_variants, async_killed_worker_makes_the_server_exit_naming_it)
+{
+    const int n = 3;
+    char prog[PATH_MAX + 16];
+    snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
+    char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
+    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", free_port());
+    snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
+    pid_t pids[3];
+    char rk[3][32], outs[3][16], errs[3][16];
+    char *argv[] = {prog,  "--async", "--epochs", "100", "--train-limit", "3000", "--test-limit",
+                    "300", "--batch", "60",       NULL};
+    for (int r = 0; r < n; r++) {
+        snprintf(rk[r], sizeof(rk[r]), "BRAID_RANK=%d", r);
+        snprintf(outs[r], sizeof(outs[r]), "out%d", r);
+        snprintf(errs[r], sizeof(errs[r]), "err%d", r);
+        char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
+        pids[r] = spawn(argv, outs[r], errs[r], env);
+    }
+    double t0 = now_s();
+    int seen = 0;
+    while (!seen && now_s() - t0 < 150) {
+        char *o = slurp("out0");
+        seen = strstr(o, "epoch 2 ") != NULL;
+        free(o);
+        if (!seen) usleep(50000);
+    }
+    cr_assert(seen, "rank 0 never reported epoch 2");
+    kill(pids[1], SIGKILL);
+    double tk = now_s();
+    int st;
+    waitpid(pids[1], &st, 0);
+    for (int r = 0; r < n; r += 2) {
+        int w = wait_for(pids[r], 30, &st);
+        double dt = now_s() - tk;
+        char name[16];
+        snprintf(name, sizeof(name), "err%d", r);
+        char *err = slurp(name);
+        cr_assert_eq(w, 0, "rank %d still running 30 s after worker 1 was killed:\n%s", r, err);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d:\n%s", r, st, err);
+        if (r == 2)
+            cr_assert(strstr(err, "rank 1 ("), "the server does not name worker 1:\n%s", err);
+        cr_assert(dt < 25, "rank %d took %.1f s to fail", r, dt);
+        fprintf(stderr, "async: rank %d exited %d after %.2f s: %s", r, WEXITSTATUS(st), dt, err);
+        free(err);
+    }
+}
