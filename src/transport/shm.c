@@ -68,7 +68,9 @@ typedef struct {
     uint32_t nslots;
     uint32_t slot_size;
     uint64_t data_off;
-    char fail_msg[2][200]; /* [0] written by the sender, [1] by the receiver */
+    /* [0] written by the sender, [1] by the receiver; as long as a last-error message (a
+     * nested cause, "rank 1: alltoall #2 (...): rank 2: recv #1 ...", must keep its end) */
+    char fail_msg[2][512];
     shm_slot_hdr_t hdr[SHM_MAX_SLOTS] __attribute__((aligned(64)));
 } shm_fifo_t;
 
@@ -336,8 +338,8 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & peer_bit) {
         const char *msg = c->f->fail_msg[c->base.is_send ? 1 : 0];
         if (c->f->fail_code[c->base.is_send ? 1 : 0] == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.200s", msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", c->base.peer,
+            return braid_set_error(BRAID_ERR_MISMATCH, "%.511s", msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.511s", c->base.peer,
                                c->peer_pid, msg[0] ? msg : "no reason given");
     }
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & SHM_CLOSED(peer_bit))

@@ -32,8 +32,9 @@ typedef struct {
     int32_t code;
     int32_t pid;
     uint32_t block; /* data bytes per slot, for the peers' check */
-    char msg[200];
+    char msg[512];  /* as long as a last-error message */
 } ctrl_t;
+_Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
 typedef struct {
     int rank;
@@ -151,8 +152,8 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
     int f = atomic_load_explicit(&c->failed, memory_order_acquire);
     if (f & FAIL_SET) {
         if (c->code == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.200s", c->msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", r, d->pid[r],
+            return braid_set_error(BRAID_ERR_MISMATCH, "%.511s", c->msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.511s", r, d->pid[r],
                                c->msg[0] ? c->msg : "no reason given");
     }
     if (f & FAIL_CLOSED)
