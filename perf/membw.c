@@ -62,8 +62,8 @@ static double pass(float *a, float *b, float *c, size_t n, int t, int kind)
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)t);
     for (int i = 0; i < t; i++)
-        parts[i] = (part_t){a, b, c, n * (size_t)i / (size_t)t, n * (size_t)(i + 1) / (size_t)t,
-                            kind, &start};
+        parts[i] = (part_t){
+            a, b, c, n * (size_t)i / (size_t)t, n * (size_t)(i + 1) / (size_t)t, kind, &start};
     for (int i = 1; i < t; i++)
         if (pthread_create(&th[i], NULL, worker, &parts[i]) != 0) {
             fprintf(stderr, "membw: pthread_create failed\n");

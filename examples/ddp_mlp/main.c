@@ -3,8 +3,8 @@
  *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
- *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16]
- *       [--zero 0|1] [--local-sgd K [--local-sgd-state]]
+ *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16|powersgd]
+ *       [--zero 0|1|2] [--powersgd-rank R] [--eval-every K] [--local-sgd K [--local-sgd-state]]
  *       [--async [--servers S] [--staleness B]] [--slow-rank R --slow-factor F]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
@@ -19,7 +19,13 @@
  * ranks together); every rank at the end: `params_hash H` (FNV-1a of the final parameters'
  * bytes; equal on every rank). With --max-steps, rank 0 also prints `step_ms M backward_ms B
  * finish_ms F` (medians over the steps after --warmup). --timeline FILE writes one step's
- * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Errors: a message naming
+ * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Rank 0 also prints
+ * `eval step S wall_s W test_acc A` after every K steps with --eval-every K and at the end of
+ * every epoch (W: the training time so far, evaluations excluded), and at the end
+ * `comm_bytes_per_step B state_bytes S grad_bytes G optimizer_bytes O staging_bytes T
+ * hook_bytes H` (B: bytes one rank sends per step with ring algorithms, 2(n-1)/n of an
+ * all-reduce's bytes; S = G + O + T + H: the gradients the DDP layer keeps, the optimizer
+ * state, ZeRO-2's staging buffers, PowerSGD's error/Q/wire buffers). Errors: a message naming
  * the cause on stderr and exit status 1. */
 #include "ddp_mlp.h"
 
@@ -36,7 +42,9 @@ typedef struct {
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
     braid_datatype_t compress; /* BRAID_FLOAT32 = none */
-    int zero;                  /* ZeRO stage (0 or 1) */
+    int zero;                  /* ZeRO stage (0, 1 or 2) */
+    int powersgd, psgd_rank;   /* --compress powersgd, --powersgd-rank */
+    int eval_every;            /* steps between evaluations (0: per epoch only) */
 } args_t;
 
 static braid_comm_t g_comm;
@@ -66,7 +74,8 @@ static void usage(void)
                     "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
                     "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
                     "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
-                    "[--compress none|fp16|bf16] [--zero 0|1]\n");
+                    "[--compress none|fp16|bf16|powersgd] [--zero 0|1|2] [--powersgd-rank R] "
+                    "[--eval-every K]\n");
     exit(2);
 }
 
@@ -83,15 +92,31 @@ static void parse(int argc, char **argv, args_t *a)
                   .bucket_mb = 25,
                   .seed = 1,
                   .compress = BRAID_FLOAT32,
+                  .psgd_rank = 4,
                   .data = "/usr/share/datasets/fashion-mnist"};
-    static const struct option opts[] = {
-        {"epochs", 1, 0, 'e'},     {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
-        {"bucket-mb", 1, 0, 'm'},  {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
-        {"csv", 1, 0, 'c'},        {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
-        {"momentum", 1, 0, 'u'},   {"w1-blocks", 1, 0, 'k'},  {"train-limit", 1, 0, 'T'},
-        {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},       {"max-steps", 1, 0, 'S'},
-        {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},   {"compress", 1, 0, 'C'},
-        {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+    static const struct option opts[] = {{"epochs", 1, 0, 'e'},
+                                         {"batch", 1, 0, 'b'},
+                                         {"lr", 1, 0, 'l'},
+                                         {"bucket-mb", 1, 0, 'm'},
+                                         {"no-overlap", 0, 0, 'n'},
+                                         {"seed", 1, 0, 's'},
+                                         {"csv", 1, 0, 'c'},
+                                         {"plot", 1, 0, 'p'},
+                                         {"opt", 1, 0, 'o'},
+                                         {"momentum", 1, 0, 'u'},
+                                         {"w1-blocks", 1, 0, 'k'},
+                                         {"train-limit", 1, 0, 'T'},
+                                         {"test-limit", 1, 0, 'V'},
+                                         {"data", 1, 0, 'd'},
+                                         {"max-steps", 1, 0, 'S'},
+                                         {"warmup", 1, 0, 'w'},
+                                         {"timeline", 1, 0, 't'},
+                                         {"compress", 1, 0, 'C'},
+                                         {"zero", 1, 0, 'Z'},
+                                         {"help", 0, 0, 'h'},
+                                         {"powersgd-rank", 1, 0, 'R'},
+                                         {"eval-every", 1, 0, 'E'},
+                                         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end = NULL;
@@ -155,6 +180,12 @@ static void parse(int argc, char **argv, args_t *a)
         case 'Z':
             a->zero = (int)strtol(optarg, &end, 10);
             break;
+        case 'R':
+            a->psgd_rank = (int)strtol(optarg, &end, 10);
+            break;
+        case 'E':
+            a->eval_every = (int)strtol(optarg, &end, 10);
+            break;
         case 'C':
             if (!strcmp(optarg, "fp16"))
                 a->compress = BRAID_FLOAT16;
@@ -162,6 +193,8 @@ static void parse(int argc, char **argv, args_t *a)
                 a->compress = BRAID_BFLOAT16;
             else if (!strcmp(optarg, "none"))
                 a->compress = BRAID_FLOAT32;
+            else if (!strcmp(optarg, "powersgd"))
+                a->powersgd = 1;
             else
                 usage();
             break;
@@ -173,8 +206,9 @@ static void parse(int argc, char **argv, args_t *a)
             exit(2);
         }
     }
-    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0 ||
-        (a->zero != 0 && a->zero != 1) || (a->zero && a->compress != BRAID_FLOAT32))
+    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0 || a->zero < 0 ||
+        a->zero > 2 || (a->zero && (a->compress != BRAID_FLOAT32 || a->powersgd)) ||
+        a->psgd_rank < 1 || a->eval_every < 0)
         usage();
     if (a->lr < 0) a->lr = a->adam ? 1e-3 : 0.05;
 }
@@ -267,6 +301,60 @@ static void plot(const char *png, const double *loss, const double *acc, int n)
     remove(dat);
 }
 
+/* Test accuracy over the test set's shards (collective). */
+static double evaluate(mlp_t *m, const dataset_t *test, int rank, int n)
+{
+    int lo = (int)((long)test->n * rank / n), hi = (int)((long)test->n * (rank + 1) / n);
+    int k = hi - lo > 0 ? hi - lo : 1;
+    int *idx = malloc((size_t)k * sizeof(int));
+    float *x = malloc((size_t)k * 784 * sizeof(float));
+    if (!idx || !x) {
+        fprintf(stderr, "ddp_mlp: out of memory\n");
+        exit(1);
+    }
+    for (int i = lo; i < hi; i++)
+        idx[i - lo] = i;
+    dataset_rows(test, idx, hi - lo, x);
+    double ok = (double)mlp_correct(m, x, test->label + lo, hi - lo);
+    free(idx);
+    free(x);
+    CK(braid_allreduce(&ok, &ok, 1, BRAID_FLOAT64, BRAID_SUM, g_comm), "evaluation");
+    return ok / test->n;
+}
+
+/* The bytes line (rank 0): communication per step and the state kept per rank. */
+static void print_bytes(braid_ddp_t ddp, const braid_ddp_hook_t *hook, const args_t *a, int n,
+                        size_t state_elems, braid_ddp_localsgd_t ls, int steps_run)
+{
+    braid_ddp_stats_t st;
+    CKD(braid_ddp_stats(ddp, &st), "braid_ddp_stats");
+    double steps = st.steps ? (double)st.steps : 1, comm = (double)st.sent_bytes / steps;
+    size_t hook_bytes = 0;
+    if (a->powersgd) {
+        braid_ddp_powersgd_stats_t ps;
+        CKD(braid_ddp_powersgd_stats(hook, &ps), "braid_ddp_powersgd_stats");
+        comm = (double)ps.sent_bytes / (ps.steps ? (double)ps.steps : 1);
+        hook_bytes = ps.state_bytes;
+    } else if (a->compress != BRAID_FLOAT32) {
+        /* every bucket is float32, sent as 2-byte values in one all-reduce */
+        comm = 2.0 * (n - 1) / n * (double)st.padded_count * 2.0;
+        for (int b = 0; b < braid_ddp_num_buckets(ddp); b++) {
+            braid_ddp_bucket_info_t in;
+            CKD(braid_ddp_bucket_info(ddp, b, &in), "braid_ddp_bucket_info");
+            hook_bytes += in.count * 2; /* the hook's wire buffers */
+        }
+    }
+    if (ls) /* local SGD: the averages, 2(n-1)/n of a ring all-reduce's bytes, per step */
+        comm = 2.0 * (n - 1) / n * (double)braid_ddp_localsgd_bytes(ls, NULL) /
+               (steps_run ? steps_run : 1);
+    size_t opt = state_elems * (a->adam ? 2 : 1) * 4;
+    if (g_rank == 0)
+        printf("comm_bytes_per_step %.0f state_bytes %zu grad_bytes %zu optimizer_bytes %zu "
+               "staging_bytes %zu hook_bytes %zu\n",
+               comm, st.grad_bytes + opt + st.staging_bytes + hook_bytes, st.grad_bytes, opt,
+               st.staging_bytes, hook_bytes);
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
@@ -317,6 +405,13 @@ int main(int argc, char **argv)
     braid_ddp_hook_t hook = {0};
     if (a.compress != BRAID_FLOAT32) {
         CKD(braid_ddp_hook_compress(&hook, a.compress), "braid_ddp_hook_compress");
+        o.hook = &hook;
+    }
+    if (a.powersgd) {
+        braid_ddp_powersgd_options_t po;
+        braid_ddp_powersgd_options_init(&po);
+        po.rank = a.psgd_rank;
+        CKD(braid_ddp_hook_powersgd(&hook, &po), "braid_ddp_hook_powersgd");
         o.hook = &hook;
     }
     o.zero_stage = a.zero;
@@ -379,6 +474,7 @@ int main(int argc, char **argv)
     int timeline_step = a.max_steps > 0 ? a.max_steps - 1 : 20;
     mlp_events_t ev;
     int gstep = 0, done = 0, epochs_run = 0;
+    double wall = 0; /* training time so far (rank 0's steps) */
     for (int epoch = 1; epoch <= a.epochs && !done; epoch++) {
         permute(perm, train.n, a.seed, epoch);
         double loss_sum = 0, t0 = now_s();
@@ -410,6 +506,12 @@ int main(int argc, char **argv)
             }
             if (ls) CKD(braid_ddp_localsgd_step(ls, NULL), "braid_ddp_localsgd_step");
             t_step[gstep] = now_s() - ts;
+            wall += t_step[gstep];
+            if (a.eval_every && (gstep + 1) % a.eval_every == 0) {
+                double acc = evaluate(&m, &test, g_rank, n);
+                if (g_rank == 0)
+                    printf("eval step %d wall_s %.3f test_acc %.4f\n", gstep + 1, wall, acc);
+            }
             t_bwd[gstep] = tf - tb;
             t_fin[gstep] = te - tf;
             if (a.timeline && gstep == timeline_step)
@@ -444,6 +546,7 @@ int main(int argc, char **argv)
         acc_hist[epochs_run++] = acc;
         if (g_rank == 0) {
             printf("epoch %d loss %.4f test_acc %.4f samples_per_s %.0f\n", epoch, loss, acc, sps);
+            printf("eval step %d wall_s %.3f test_acc %.4f\n", gstep, wall, acc);
             fflush(stdout);
             if (csv) {
                 fprintf(csv, "%d,%.6f,%.6f,%.1f\n", epoch, loss, acc, sps);
@@ -459,10 +562,7 @@ int main(int argc, char **argv)
         double mf = median(t_fin + off, k) * 1e3;
         printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
     }
-    if (ls && g_rank == 0) /* what one rank sends per step: 2(n-1)/n of a ring all-reduce's */
-        printf("comm_bytes_per_step %.0f\n", 2.0 * (n - 1) / n *
-                                                 (double)braid_ddp_localsgd_bytes(ls, NULL) /
-                                                 (gstep ? gstep : 1));
+    print_bytes(ddp, &hook, &a, n, state_elems, ls, gstep);
     braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);
     if (a.plot && g_rank == 0) plot(a.plot, loss_hist, acc_hist, epochs_run);
@@ -470,6 +570,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     braid_ddp_destroy(ddp);
     braid_ddp_hook_compress_free(&hook);
+    braid_ddp_hook_powersgd_free(&hook);
     for (int b = 0; b < nb; b++) {
         free(zm1[b]);
         free(zm2[b]);

@@ -85,19 +85,21 @@ int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t s
     size_t blk = (size_t)(dims[1] / w1_blocks) * (size_t)dims[0];
     for (int k = 0; k < w1_blocks; k++) {
         snprintf(m->names[k], sizeof(m->names[k]), "W1.%d", k);
-        m->reg[k] = (braid_ddp_param_t){m->W[0] + k * blk, m->gW[0] + k * blk, blk, BRAID_FLOAT32,
-                                        m->names[k]};
+        m->reg[k] =
+            (braid_ddp_param_t){m->W[0] + k * blk, m->gW[0] + k * blk,           blk, BRAID_FLOAT32,
+                                m->names[k],       (size_t)(dims[1] / w1_blocks)};
     }
     for (int l = 0; l < MLP_LAYERS; l++) {
         int ib = idx_b(m, l);
         snprintf(m->names[ib], sizeof(m->names[ib]), "b%d", l + 1);
-        m->reg[ib] = (braid_ddp_param_t){m->b[l], m->gb[l], (size_t)dims[l + 1], BRAID_FLOAT32,
-                                         m->names[ib]};
+        m->reg[ib] = (braid_ddp_param_t){m->b[l],       m->gb[l],     (size_t)dims[l + 1],
+                                         BRAID_FLOAT32, m->names[ib], 0};
         if (l == 0) continue;
         int iw = idx_W(m, l);
         snprintf(m->names[iw], sizeof(m->names[iw]), "W%d", l + 1);
-        m->reg[iw] = (braid_ddp_param_t){m->W[l], m->gW[l], (size_t)dims[l] * (size_t)dims[l + 1],
-                                         BRAID_FLOAT32, m->names[iw]};
+        m->reg[iw] =
+            (braid_ddp_param_t){m->W[l],       m->gW[l],     (size_t)dims[l] * (size_t)dims[l + 1],
+                                BRAID_FLOAT32, m->names[iw], (size_t)dims[l + 1]};
     }
     for (int i = 0; i < m->nparams; i++) {
         m->m1[i] = falloc(m->reg[i].count);
@@ -193,6 +195,15 @@ static void colsum(const float *d, int rows, int cols, float *out)
         }                                                                                          \
     } while (0)
 
+/* Where gradient i goes this step (ZeRO-2: a staging slot, taken just before it is written). */
+#define GRAD(i)                                                                                    \
+    do {                                                                                           \
+        if (ddp) {                                                                                 \
+            braid_result_t r_ = braid_ddp_grad_buffer(ddp, (i), &m->reg[(i)].grad);                \
+            if (r_) return r_;                                                                     \
+        }                                                                                          \
+    } while (0)
+
 braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int count, double norm,
                             braid_ddp_t ddp, int overlap, mlp_events_t *ev)
 {
@@ -219,12 +230,14 @@ braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int
         int ib = idx_b(m, l);
         char nm[16];
         snprintf(nm, sizeof(nm), "b%d", l + 1);
+        GRAD(ib);
         ev_begin(ev, nm);
         colsum(dz, count, dout, m->reg[ib].grad);
         ev_end(ev);
         READY(ib);
         if (l > 0) {
             snprintf(nm, sizeof(nm), "W%d", l + 1);
+            GRAD(idx_W(m, l));
             ev_begin(ev, nm);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, count, 1.0f, dz, dout,
                         ain, din, 0.0f, m->reg[idx_W(m, l)].grad, din);
@@ -246,6 +259,7 @@ braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int
             int rows = dout / m->w1_blocks;
             for (int k = m->w1_blocks - 1; k >= 0; k--) {
                 snprintf(nm, sizeof(nm), "W1.%d", k);
+                GRAD(k);
                 ev_begin(ev, nm);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, din, count, 1.0f,
                             dz + k * rows, dout, ain, din, 0.0f, m->reg[k].grad, din);

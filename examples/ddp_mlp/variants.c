@@ -83,9 +83,11 @@ braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t co
     for (int i = 0; i < m->nparams; i++) {
         bufs[k++] = m->reg[i];
         if (v->local_state)
-            bufs[k++] = (braid_ddp_param_t){m->m1[i], NULL, m->reg[i].count, BRAID_FLOAT32, "m1"};
+            bufs[k++] =
+                (braid_ddp_param_t){m->m1[i], NULL, m->reg[i].count, BRAID_FLOAT32, "m1", 0};
         if (v->local_state && m->adam)
-            bufs[k++] = (braid_ddp_param_t){m->m2[i], NULL, m->reg[i].count, BRAID_FLOAT32, "m2"};
+            bufs[k++] =
+                (braid_ddp_param_t){m->m2[i], NULL, m->reg[i].count, BRAID_FLOAT32, "m2", 0};
     }
     braid_ddp_localsgd_t ls = NULL;
     braid_result_t r = braid_ddp_no_sync(ddp, 1);

@@ -53,6 +53,8 @@ typedef struct {
     size_t count; /**< elements (> 0) */
     braid_datatype_t dtype; /**< element type of both buffers */
     const char *name;       /**< optional, used in error messages ("param 3" if NULL) */
+    size_t rows;            /**< shape for hooks that need it (PowerSGD): 0 or 1 = a vector, else a
+                                 rows x (count / rows) row-major matrix (count % rows must be 0) */
 } braid_ddp_param_t;
 
 /** A flat bucket, as a communication hook sees it. */
@@ -63,6 +65,11 @@ typedef struct {
     braid_datatype_t dtype; /**< the bucket's element type */
     braid_redop_t op;       /**< BRAID_AVG or BRAID_SUM, from the options */
     braid_comm_t comm;      /**< the layer's communicator */
+    int nparams;            /**< parameters in the bucket */
+    const int *params;      /**< their indices, in offset order: data holds their gradients back
+                                 to back (params[0]'s first) */
+    const braid_ddp_param_t *param_defs; /**< every registered parameter (the layer's copy),
+                                              index with params[k]: counts, rows */
 } braid_ddp_bucket_t;
 
 /**
@@ -72,7 +79,9 @@ typedef struct {
  * if not NULL, runs after that request has completed, before the gradients are read (e.g. to
  * decompress). When both return, bucket->data must hold the reduced gradients (averaged if op
  * is BRAID_AVG). Hooks run in bucket order on the thread that drives the layer; an error they
- * return fails the step (with braid_last_error()'s message).
+ * return fails the step (with braid_last_error()'s message). complete() runs only inside
+ * braid_ddp_finish, after every bucket of the step has been launched, so it may itself run
+ * collectives on bucket->comm (every rank then issues them in the same order).
  */
 typedef struct {
     braid_result_t (*launch)(void *state, const braid_ddp_bucket_t *bucket, braid_request_t *req_p);
@@ -90,7 +99,9 @@ typedef struct {
                                        it is an error naming them); default 0 */
     int broadcast_params;         /**< broadcast parameters from rank 0 at creation (default 1) */
     const braid_ddp_hook_t *hook; /**< NULL = the default all-reduce; copied at creation */
-    int zero_stage; /**< 0 (default): plain DDP. 1: ZeRO stage 1, see braid_ddp_shard */
+    int zero_stage;      /**< 0 (default): plain DDP. 1: ZeRO stage 1, see braid_ddp_shard. 2: ZeRO
+                              stage 2, see braid_ddp_grad_buffer */
+    int staging_buffers; /**< ZeRO-2: bucket-sized gradient staging buffers kept (default 2) */
 } braid_ddp_options_t;
 
 /** Sets the defaults listed in braid_ddp_options_t. */
@@ -136,7 +147,8 @@ BRAID_API braid_result_t braid_ddp_finish(braid_ddp_t ddp);
 BRAID_API braid_result_t braid_ddp_no_sync(braid_ddp_t ddp, int enable);
 
 /** Address of parameter i's gradient (the bucket view, or the registered buffer); NULL if
- * i is out of range. */
+ * i is out of range. ZeRO-2 with grad_as_bucket_view: its staging slot while its bucket holds
+ * one in this step (see braid_ddp_grad_buffer), else NULL. */
 BRAID_API void *braid_ddp_grad(braid_ddp_t ddp, int i);
 /** Zeroes every gradient (the buffers grad_ready reads). */
 BRAID_API void braid_ddp_zero_grad(braid_ddp_t ddp);
@@ -179,8 +191,45 @@ typedef struct {
  * shard are not reduced (their buffers hold this rank's own gradients). No hook.
  */
 BRAID_API braid_result_t braid_ddp_shard(braid_ddp_t ddp, int b, braid_ddp_shard_t *shard_p);
-/** ZeRO stage 1: all-gathers the updated shards (collective) into every parameter buffer. */
+/** ZeRO stage 1 or 2: all-gathers the updated shards (collective) into every parameter buffer. */
 BRAID_API braid_result_t braid_ddp_gather_params(braid_ddp_t ddp);
+
+/**
+ * ZeRO stage 2 (zero_stage = 2): as stage 1 (braid_ddp_shard, braid_ddp_gather_params), but the
+ * layer keeps gradients only for the shards this rank owns (shard->grad, 1/nranks of the
+ * buckets plus padding). A bucket's full gradients live in one of staging_buffers buffers of
+ * the size of the largest (padded) bucket only while the bucket fills and its reduce-scatter
+ * (started as it fills, in bucket order, overlapping the rest of backward) is in flight; the
+ * buffer is then reused by a later bucket. Before writing parameter i's gradient in a step,
+ * call braid_ddp_grad_buffer: it gives the address to write (zeroed when the bucket took its
+ * buffer; valid until braid_ddp_finish) and, when every buffer is taken, waits for the
+ * oldest bucket in flight to finish reducing. If no bucket is in flight (gradients produced
+ * out of bucket order, or all readied only at the end) another buffer is allocated instead
+ * (braid_ddp_stats reports the high-water mark). Without grad_as_bucket_view, grad_ready
+ * copies the registered gradient buffer into the staging buffer itself (the registered
+ * buffers are then the caller's full-size gradients). no_sync is not supported (gradient
+ * accumulation would need the full gradients): BRAID_ERR_INVALID_USAGE. No hook.
+ * For plain DDP and stage 1 braid_ddp_grad_buffer gives braid_ddp_grad(ddp, i).
+ */
+BRAID_API braid_result_t braid_ddp_grad_buffer(braid_ddp_t ddp, int i, void **grad_p);
+
+/** Memory and traffic of the layer on this rank. */
+typedef struct {
+    size_t grad_bytes;    /**< gradient memory held across steps: every bucket (plain DDP, ZeRO-1);
+                               the owned shards (ZeRO-2) */
+    size_t staging_bytes; /**< ZeRO-2: staging buffers allocated (high-water mark), else 0 */
+    size_t param_copy_bytes; /**< ZeRO-1/2: the flat parameter copy all-gathered, else 0 */
+    size_t shard_count;      /**< ZeRO: elements this rank owns (the optimizer state needed,
+                                  per state tensor); plain DDP: every parameter's count */
+    size_t padded_count;     /**< every bucket's count padded to a multiple of nranks (ZeRO) */
+    unsigned long long sent_bytes; /**< since creation: bytes this rank sends in the layer's own
+        collectives with a bandwidth-optimal (ring) algorithm: 2(n-1)/n * S for an all-reduce of
+        S bytes (the default hook), (n-1)/n * S for the ZeRO reduce-scatter and all-gather of a
+        padded bucket of S bytes. A custom hook's collectives are not counted */
+    unsigned long long steps;      /**< finish calls that reduced (no_sync ones excluded) */
+} braid_ddp_stats_t;
+
+BRAID_API braid_result_t braid_ddp_stats(braid_ddp_t ddp, braid_ddp_stats_t *stats_p);
 
 /**
  * Gradient compression hook (fills *hook_p; pass it in braid_ddp_options_t.hook): float32
@@ -197,6 +246,57 @@ BRAID_API void braid_ddp_hook_compress_free(braid_ddp_hook_t *hook);
  * kept quiet) and back (exact); BRAID_ERR_UNSUPPORTED for other pairs. */
 BRAID_API braid_result_t braid_ddp_cast(const void *in, braid_datatype_t in_dtype, void *out,
                                         braid_datatype_t out_dtype, size_t count);
+
+/** PowerSGD options; fill with braid_ddp_powersgd_options_init() first. */
+typedef struct {
+    int rank;                    /**< approximation rank r (default 2) */
+    double min_compression_rate; /**< a rows x cols matrix is compressed only if rows * cols >=
+                                      this * (rows + cols) * r (default 2) */
+    int error_feedback;          /**< keep what the approximation dropped, add it next step (1) */
+    int warm_start;              /**< reuse last step's Q (1); 0: a fresh random Q every step */
+    int start_iter;              /**< steps all-reduced uncompressed before compressing (0) */
+    uint64_t seed;               /**< of the initial Q (0) */
+} braid_ddp_powersgd_options_t;
+
+BRAID_API void braid_ddp_powersgd_options_init(braid_ddp_powersgd_options_t *opts);
+
+/**
+ * PowerSGD gradient compression hook (Vogels et al. 2019, as PyTorch's powerSGD_hook; fills
+ * *hook_p, pass it in braid_ddp_options_t.hook). Parameters registered with rows > 1 (a rows x
+ * cols row-major matrix, cols = count / rows) whose size passes min_compression_rate are sent
+ * as a rank-r factorisation; vectors and small matrices are all-reduced raw in the same
+ * all-reduce as the first factor. Per float32 bucket and step, for each compressed M:
+ *   M = grad + error;  P = M Q;  all-reduce P (sum);  orthonormalise P's columns (Gram-Schmidt);
+ *   Q = M^T P;  all-reduce Q (sum, / n for BRAID_AVG);  grad = P Q^T;  error = M - P Q^T.
+ * Bytes per step: (rows + cols) * r * 4 per compressed matrix instead of rows * cols * 4.
+ * Q starts (and without warm_start restarts each step t, seed + t * 0xD1B54A32D192ED03) as
+ * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank. The Q
+ * all-reduce runs in complete() (so in braid_ddp_finish). Buckets of other dtypes, and every
+ * bucket in the first start_iter steps, are all-reduced uncompressed. State: an error buffer
+ * per compressed matrix (its size), Q, and the wire buffers. Free with
+ * braid_ddp_hook_powersgd_free after braid_ddp_destroy.
+ */
+BRAID_API braid_result_t braid_ddp_hook_powersgd(braid_ddp_hook_t *hook_p,
+                                                 const braid_ddp_powersgd_options_t *opts);
+BRAID_API void braid_ddp_hook_powersgd_free(braid_ddp_hook_t *hook);
+/** The initial Q's entry (k, j) of parameter param, in [-1, 1): splitmix64 of seed + (param <<
+ * 40) + k * r + j, its top 53 bits scaled. */
+BRAID_API double braid_ddp_powersgd_q0(uint64_t seed, int param, size_t k, size_t j, size_t r);
+
+typedef struct {
+    unsigned long long sent_bytes;  /**< since creation: bytes this rank sent in the hook's
+                                         all-reduces with a ring algorithm (2(n-1)/n * S) */
+    unsigned long long dense_bytes; /**< the same for the default all-reduce of the buckets */
+    unsigned long long steps;       /**< steps seen (launches of bucket 0) */
+    int compressed_params;          /**< matrices sent compressed */
+    size_t state_bytes;             /**< error buffers, Q's and wire buffers */
+} braid_ddp_powersgd_stats_t;
+
+BRAID_API braid_result_t braid_ddp_powersgd_stats(const braid_ddp_hook_t *hook,
+                                                  braid_ddp_powersgd_stats_t *stats_p);
+/** The error-feedback buffer of parameter param (count floats: M - P Q^T of the last step), or
+ * NULL if it is not compressed (or before the first step). */
+BRAID_API const float *braid_ddp_powersgd_error(const braid_ddp_hook_t *hook, int param);
 
 /**
  * Local SGD (periodic model averaging; src/ddp/localsgd.c): every rank steps its optimizer on

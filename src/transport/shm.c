@@ -68,7 +68,9 @@ typedef struct {
     uint32_t nslots;
     uint32_t slot_size;
     uint64_t data_off;
-    char fail_msg[2][BRAID_FAIL_TEXT]; /* [0] written by the sender, [1] by the receiver */
+    /* [0] written by the sender, [1] by the receiver; a nested cause ("rank 1: alltoall #2
+     * (...): rank 2: recv #1 ...") keeps its end (braid_str_fit) */
+    char fail_msg[2][BRAID_FAIL_TEXT];
     shm_slot_hdr_t hdr[SHM_MAX_SLOTS] __attribute__((aligned(64)));
 } shm_fifo_t;
 

@@ -31,9 +31,10 @@ typedef struct {
     _Atomic int32_t failed; /* FAIL_* bits, written by the owner */
     int32_t code;
     int32_t pid;
-    uint32_t block; /* data bytes per slot, for the peers' check */
-    char msg[BRAID_FAIL_TEXT];
+    uint32_t block;            /* data bytes per slot, for the peers' check */
+    char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
 } ctrl_t;
+_Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
 typedef struct {
     int rank;

@@ -65,9 +65,9 @@ static int localsgd_bufs(const dm_model_t *m, float **mom, int state, braid_ddp_
 {
     int k = 0;
     for (int i = 0; i < m->nparams; i++)
-        out[k++] = (braid_ddp_param_t){m->p[i], NULL, m->count[i], BRAID_FLOAT32, m->names[i]};
+        out[k++] = (braid_ddp_param_t){m->p[i], NULL, m->count[i], BRAID_FLOAT32, m->names[i], 0};
     for (int i = 0; state && i < m->nparams; i++)
-        out[k++] = (braid_ddp_param_t){mom[i], NULL, m->count[i], BRAID_FLOAT32, "momentum"};
+        out[k++] = (braid_ddp_param_t){mom[i], NULL, m->count[i], BRAID_FLOAT32, "momentum", 0};
     return k;
 }
 
@@ -275,7 +275,7 @@ static int bad_fn(braid_comm_t comm, int rank, int n, void *arg)
     (void)n;
     (void)arg;
     float p[5] = {1, 2, 3, 4, (float)rank};
-    braid_ddp_param_t b = {p, NULL, 5, BRAID_FLOAT32, "p"};
+    braid_ddp_param_t b = {p, NULL, 5, BRAID_FLOAT32, "p", 0};
     braid_ddp_localsgd_t ls = NULL;
     braid_result_t r = braid_ddp_localsgd_create(&ls, comm, &b, 1, 0);
     MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_ddp_last_error(), "period"),
@@ -283,7 +283,7 @@ static int bad_fn(braid_comm_t comm, int rank, int n, void *arg)
     r = braid_ddp_localsgd_create(&ls, comm, &b, 0, 2);
     MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_ddp_last_error(), "nbufs"), "%s",
              braid_ddp_last_error());
-    braid_ddp_param_t nul = {NULL, NULL, 5, BRAID_FLOAT32, "p"};
+    braid_ddp_param_t nul = {NULL, NULL, 5, BRAID_FLOAT32, "p", 0};
     r = braid_ddp_localsgd_create(&ls, comm, &nul, 1, 2);
     MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && strstr(braid_ddp_last_error(), "bufs[0].param"),
              "%s", braid_ddp_last_error());

@@ -331,7 +331,8 @@ static int bad_fn(braid_comm_t comm, int rank, int n, void *arg)
     (void)arg;
     float p[6] = {1, 2, 3, 4, 5, (float)rank}, g[6] = {0};
     double pd[2] = {1, 2}, gd[2] = {0};
-    braid_ddp_param_t pr[2] = {{p, g, 6, BRAID_FLOAT32, "p"}, {pd, gd, 2, BRAID_FLOAT64, "d"}};
+    braid_ddp_param_t pr[2] = {{p, g, 6, BRAID_FLOAT32, "p", 0},
+                               {pd, gd, 2, BRAID_FLOAT64, "d", 0}};
     opt_t o = {calloc(8, sizeof(float)), MU};
     braid_ps_options_t po;
     braid_ps_options_init(&po);

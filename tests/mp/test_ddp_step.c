@@ -304,8 +304,8 @@ static int bad_args_fn(braid_comm_t comm, int rank, int n, void *arg)
     (void)n;
     (void)arg;
     float p[4] = {1, 2, 3, 4}, g[4] = {0};
-    braid_ddp_param_t ps[2] = {{p, g, 2, BRAID_FLOAT32, "a"},
-                               {p + 2, g + 2, 2, BRAID_FLOAT32, "b"}};
+    braid_ddp_param_t ps[2] = {{p, g, 2, BRAID_FLOAT32, "a", 0},
+                               {p + 2, g + 2, 2, BRAID_FLOAT32, "b", 0}};
     braid_ddp_t ddp = NULL;
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);
