@@ -100,7 +100,7 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
     }
     if (tl0) timeline_call(comm, a, seq, tl0);
     if (res < 0) {
-        char why[600];
+        char why[1024];
         snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
         braid_comm_set_error(comm, res, "%s", braid_last_error());
         braid_comm_fail_peers(comm, res, why);
@@ -180,7 +180,7 @@ braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a)
 braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, braid_result_t res,
                                  braid_reject_fn exchange, const void *arg)
 {
-    char reason[512];
+    char reason[1024];
     snprintf(reason, sizeof(reason), "%s", braid_last_error());
     if (comm->nranks < 2 || atomic_load(&comm->aborted) || atomic_load(&comm->error)) return res;
     /* In call order: after the operations queued before it. */
@@ -194,7 +194,7 @@ braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, 
     braid_engine_record(comm, &desc);
     braid_result_t r = exchange(comm, &desc, reason, arg);
     if (r < 0) {
-        char why[600];
+        char why[1024];
         snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
         braid_comm_set_error(comm, r, "%s", braid_last_error());
         braid_comm_fail_peers(comm, r, why);
@@ -228,7 +228,11 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
     if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
-        BRAID_CHECK(braid_group_note(vres, braid_coll_name(a->coll)));
+        braid_group_note(vres, braid_coll_name(a->coll));
+        if (vres < 0) { /* kept so that group end can tell the peers */
+            braid_group_item_t it = {.kind = BRAID_ITEM_COLL, .args = v};
+            return braid_group_add_rejected(comm, &it, vres);
+        }
         return braid_group_add_coll(comm, &v, req_p);
     }
     if (vres < 0) return braid_coll_reject(comm, a, vres);

@@ -109,7 +109,7 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     braid_p2p_batch_free(&b);
     free(tmp);
     if (res < 0) {
-        char why[600];
+        char why[1024];
         snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
         braid_comm_set_error(comm, res, "%s", braid_last_error());
         braid_comm_fail_peers(comm, res, why);
@@ -276,6 +276,10 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
 /* "rejected its alltoall #4 (count 6, float32) (the reason)" for messages. */
 static void rejected_str(const braid_msg_hdr_t *desc, const char *reason, char *buf, size_t len)
 {
+    if (desc->coll == BRAID_COLL_GROUP) {
+        snprintf(buf, len, "sends and receives of a group (#%u) (%.200s)", desc->seq, reason);
+        return;
+    }
     snprintf(buf, len, "%s #%u (count %llu, %s) (%.200s)", braid_coll_name(desc->coll), desc->seq,
              (unsigned long long)desc->count, braid_dtype_name(desc->dtype), reason);
 }
@@ -291,8 +295,10 @@ static braid_result_t reject_take(struct braid_comm *comm, int p, const braid_ms
     braid_result_t res = c->ops->recv_get(c, &h, &buf);
     if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
     BRAID_CHECK(res);
-    if (h->flags & BRAID_MSG_NOTICE) return braid_p2p_take_notice(comm, p, h, desc->seq, mine);
-    if (h->seq == desc->seq && (h->flags & BRAID_MSG_REJECTED)) { /* rejected there too */
+    if (h->flags & BRAID_MSG_NOTICE)
+        return braid_p2p_take_notice(comm, p, h, desc->seq, "rejected its", mine);
+    if (h->seq == desc->seq && h->coll == desc->coll && (h->flags & BRAID_MSG_REJECTED)) {
+        /* rejected there too */
         BRAID_CHECK(c->ops->recv_release(c));
         *got = 1;
         return BRAID_SUCCESS;
@@ -395,7 +401,10 @@ static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int ifo
     if (res >= 0) res = check_same_buffer(comm, &pc);
     if (braid_group_depth() > 0) {
         braid_group_note(res, name);
-        if (res < 0) return res; /* group end reports it; nothing of the group runs */
+        if (res < 0) { /* group end reports it, issues nothing of the group, tells the peers */
+            braid_group_item_t it = {.kind = BRAID_ITEM_PCOLL, .pc = pc};
+            return braid_group_add_rejected(comm, &it, res);
+        }
     }
     if (res < 0) {
         braid_msg_hdr_t desc = {.coll = (uint8_t)pc.coll,

@@ -62,6 +62,8 @@ const char *braid_coll_name(int coll)
         return "reduce_scatterv";
     case BRAID_COLL_COMM_SPLIT:
         return "comm_split";
+    case BRAID_COLL_GROUP:
+        return "group";
     }
     return "unknown collective";
 }
@@ -75,14 +77,14 @@ int braid_version(void)
 braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,
                                     ...)
 {
-    char msg[512];
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&comm->err_lock);
     if (!atomic_load(&comm->error)) {
-        snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
+        braid_str_fit(comm->errmsg, sizeof(comm->errmsg), msg);
         atomic_store(&comm->error, res);
         braid_warn(COLL, "rank %d: %s (%s)", comm->rank, msg, braid_strerror(res));
     }

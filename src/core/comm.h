@@ -35,6 +35,9 @@ typedef enum {
     BRAID_COLL_SCATTER = 12,
     BRAID_COLL_ALLGATHERV = 13,
     BRAID_COLL_REDUCE_SCATTERV = 14,
+    /* The sends and receives of a group that argument checks rejected (core/group_reject.c):
+     * one REJECTED message to every rank, numbered as a collective. */
+    BRAID_COLL_GROUP = 15,
     /* braid_comm_split's descriptor exchange on the data connections (core/split.c): a count-0
      * call, so a split against a collective on another rank is a mismatch, not a hang. */
     BRAID_COLL_COMM_SPLIT = 100
@@ -160,7 +163,7 @@ struct braid_comm {
     _Atomic int inflight;
     _Atomic int destroying;
     _Atomic(const char *) busy;
-    char errmsg[512];
+    char errmsg[1024];
     pthread_mutex_t err_lock;
 
     /* Non-blocking operations: run in order by a worker thread started on first use. */

@@ -79,6 +79,7 @@ typedef struct {
     int hello_send, hello_recv; /* descriptor exchange steps still to do (channel 0) */
     int rejected;               /* braid_engine_reject: this rank refused the call */
     const char *reason;         /* why (rejected) */
+    int noticed;                /* 1 + the peer last told that this call waits for it */
 } run_t;
 
 /* Zero-copy where the plan allows: in ring all-gather and chain broadcast every received chunk
@@ -743,6 +744,10 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
                 wconn->peer);
         /* Sleeping: look for a mismatched peer now and then (1 ms, doubling to 64 ms). */
         if (now >= next_check) {
+            if (wdir == BRAID_WAIT_RECV && r.noticed != wconn->peer + 1) {
+                braid_p2p_coll_notice(comm, wconn->peer, &r.hdr); /* see core/p2p.h */
+                r.noticed = wconn->peer + 1;
+            }
             BRAID_CHECK(check_foreign(&r, algo));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;

@@ -455,8 +455,8 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
             if (h->flags & BRAID_MSG_NOTICE) {
                 char mine[200];
                 braid_p2p_op_str(op, mine, sizeof(mine));
-                BRAID_CHECK(braid_p2p_take_notice(r->comm, peer, h,
-                                                  op->coll == BRAID_COLL_SEND ? 0 : op->seq, mine));
+                BRAID_CHECK(braid_p2p_take_notice(
+                    r->comm, peer, h, op->coll == BRAID_COLL_SEND ? 0 : op->seq, "called", mine));
                 *moved = 1;
                 continue;
             }
@@ -502,7 +502,7 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             if (r->rr_hdr[p]->flags & BRAID_MSG_NOTICE) {
                 char mine[200];
                 braid_p2p_op_str(op, mine, sizeof(mine));
-                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, mine));
+                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, "called", mine));
                 r->rr_buf[p] = NULL;
                 *moved = 1;
                 missing++; /* its chunk comes next */
@@ -601,6 +601,10 @@ static braid_result_t check_coll_foreign(runner_t *r)
             if (own->ops->recv_get(own, &h, &buf) == BRAID_SUCCESS) continue; /* it came */
         }
         BRAID_CHECK(res);
+        /* A send: the peer's notice that its collective waits for this rank (same
+         * connection, so in order with what the peer sent before it). */
+        if (op->kind == BRAID_P2P_SEND)
+            BRAID_CHECK(braid_p2p_peek_coll_notice(r->comm, op->peer, mine));
     }
     return BRAID_SUCCESS;
 }
@@ -764,7 +768,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
         }
     braid_result_t res = run_loop(&r, pull);
     if (res < 0) {
-        char why[512], what[200] = "";
+        char why[2048], what[200] = "";
         snprintf(why, sizeof(why), "%s", braid_last_error());
         braid_p2p_op_t *op = failed_op(&r);
         if (op) braid_p2p_op_str(op, what, sizeof(what));

@@ -68,9 +68,9 @@ typedef struct {
     uint32_t nslots;
     uint32_t slot_size;
     uint64_t data_off;
-    /* [0] written by the sender, [1] by the receiver; as long as a last-error message (a
-     * nested cause, "rank 1: alltoall #2 (...): rank 2: recv #1 ...", must keep its end) */
-    char fail_msg[2][512];
+    /* [0] written by the sender, [1] by the receiver; a nested cause ("rank 1: alltoall #2
+     * (...): rank 2: recv #1 ...") keeps its end (braid_str_fit) */
+    char fail_msg[2][BRAID_FAIL_TEXT];
     shm_slot_hdr_t hdr[SHM_MAX_SLOTS] __attribute__((aligned(64)));
 } shm_fifo_t;
 
@@ -338,8 +338,8 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & peer_bit) {
         const char *msg = c->f->fail_msg[c->base.is_send ? 1 : 0];
         if (c->f->fail_code[c->base.is_send ? 1 : 0] == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.511s", msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.511s", c->base.peer,
+            return braid_set_error(BRAID_ERR_MISMATCH, "%s", msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %s", c->base.peer,
                                c->peer_pid, msg[0] ? msg : "no reason given");
     }
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & SHM_CLOSED(peer_bit))
@@ -411,7 +411,7 @@ static void shm_fail(braid_conn_t *conn, braid_result_t code, const char *why)
     if (!(atomic_fetch_or_explicit(&c->f->failed, SHM_FAIL_CLAIMED(bit), memory_order_acquire) &
           SHM_FAIL_CLAIMED(bit))) {
         c->f->fail_code[me] = code;
-        snprintf(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), "%s", why);
+        braid_str_fit(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), why);
         atomic_fetch_or_explicit(&c->f->failed, bit, memory_order_release);
     }
     shm_wake(conn);

@@ -31,8 +31,8 @@ typedef struct {
     _Atomic int32_t failed; /* FAIL_* bits, written by the owner */
     int32_t code;
     int32_t pid;
-    uint32_t block; /* data bytes per slot, for the peers' check */
-    char msg[512];  /* as long as a last-error message */
+    uint32_t block;            /* data bytes per slot, for the peers' check */
+    char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
@@ -151,9 +151,8 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
     ctrl_t *c = ctrl(d, r);
     int f = atomic_load_explicit(&c->failed, memory_order_acquire);
     if (f & FAIL_SET) {
-        if (c->code == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.511s", c->msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.511s", r, d->pid[r],
+        if (c->code == BRAID_ERR_MISMATCH) return braid_set_error(BRAID_ERR_MISMATCH, "%s", c->msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %s", r, d->pid[r],
                                c->msg[0] ? c->msg : "no reason given");
     }
     if (f & FAIL_CLOSED)
@@ -196,7 +195,7 @@ void braid_direct_fail(struct braid_comm *comm, braid_result_t code, const char 
     if (!(atomic_fetch_or_explicit(&c->failed, FAIL_CLAIMED, memory_order_acquire) &
           FAIL_CLAIMED)) {
         c->code = code;
-        snprintf(c->msg, sizeof(c->msg), "%s", why);
+        braid_str_fit(c->msg, sizeof(c->msg), why);
         atomic_fetch_or_explicit(&c->failed, FAIL_SET, memory_order_release);
     }
     wake_all(d);

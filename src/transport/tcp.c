@@ -84,7 +84,9 @@ void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, .
     if (atomic_load_explicit(&c->failed, memory_order_acquire)) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->fail_msg, sizeof(c->fail_msg), fmt, ap);
+    char full[4096];
+    vsnprintf(full, sizeof(full), fmt, ap);
+    braid_str_fit(c->fail_msg, sizeof(c->fail_msg), full);
     va_end(ap);
     braid_info(NET, "tcp: %s", c->fail_msg);
     atomic_store_explicit(&c->failed, code, memory_order_release);
@@ -491,11 +493,12 @@ static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
 {
     braid_conn_t *conn = &c->base;
     uint8_t frame[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
-    size_t len = strlen(why);
-    if (len > BRAID_TCP_ABORT_MAX) len = BRAID_TCP_ABORT_MAX;
+    char text[BRAID_TCP_ABORT_MAX + 1];
+    braid_str_fit(text, sizeof(text), why); /* too long: the start and the innermost cause */
+    size_t len = strlen(text);
     braid_msg_hdr_t h = {.bytes = (uint32_t)len, .flags = BRAID_MSG_ABORT, .root = -1};
     braid_tcp_hdr_pack(&h, code, frame);
-    memcpy(frame + BRAID_TCP_HDR_BYTES, why, len);
+    memcpy(frame + BRAID_TCP_HDR_BYTES, text, len);
     pthread_mutex_lock(&c->mu);
     if (conn->is_send) {
         if (!c->abort_set && !c->closed) {

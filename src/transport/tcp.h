@@ -44,7 +44,7 @@ extern const braid_transport_t braid_transport_tcp;
 #define BRAID_TCP_HDR_BYTES 32
 #define BRAID_TCP_HELLO_BYTES 40
 #define BRAID_TCP_INFO_BYTES 40
-#define BRAID_TCP_ABORT_MAX 480 /* payload bytes of an ABORT frame (error text) */
+#define BRAID_TCP_ABORT_MAX 1000 /* payload bytes of an ABORT frame (error text) */
 /* The result code of the ABORT frame a clean braid_comm_destroy sends on each connection
  * (after the data): the peer reports "rank R ... destroyed its communicator", not a closed
  * connection. Not a braid_result_t. */
@@ -144,7 +144,7 @@ typedef struct tcp_conn {
     _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
-    char fail_msg[600];
+    char fail_msg[BRAID_TCP_ABORT_MAX + 200];
     int closed;
 } tcp_conn_t;
 

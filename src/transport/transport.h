@@ -25,6 +25,8 @@
 #include <stdint.h>
 
 #define BRAID_CONN_INFO_BYTES 192
+/* Room for a failure's text that a transport hands to the peer (fail()). */
+#define BRAID_FAIL_TEXT 1024
 
 struct braid_comm;
 
