@@ -99,12 +99,7 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
         res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */
     }
     if (tl0) timeline_call(comm, a, seq, tl0);
-    if (res < 0) {
-        char why[1024];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
 

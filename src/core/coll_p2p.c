@@ -108,12 +108,7 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     }
     braid_p2p_batch_free(&b);
     free(tmp);
-    if (res < 0) {
-        char why[1024];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
 

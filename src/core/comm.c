@@ -107,6 +107,14 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
     braid_direct_fail(comm, code, why);
 }
 
+void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res)
+{
+    char why[1024];
+    snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
+    braid_comm_set_error(comm, res, "%s", braid_last_error());
+    braid_comm_fail_peers(comm, res, why);
+}
+
 braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
 {
     BRAID_CHECK(braid_comm_enter(comm));

@@ -214,6 +214,9 @@ braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res,
                                     ...) __attribute__((format(printf, 3, 4)));
 /* Tells every peer this rank failed, wakes local waiters. */
 void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* A call of comm failed with res (< 0; the thread's last error says why): the communicator
+ * takes the error (sticky) and every peer is told "rank R: <why>". */
+void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res);
 
 /* The transport this rank uses with peer (BRAID_TRANSPORT, else shm on the same host, else
  * the network transport); an error when none can reach it. */

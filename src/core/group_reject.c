@@ -58,11 +58,6 @@ braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_ite
         braid_engine_record(comm, &desc);
         res = braid_pcoll_reject_exchange(comm, &desc, reason, NULL);
     }
-    if (res < 0) {
-        char why[1024];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }

@@ -476,12 +476,7 @@ int braid_cuda_engine_try(struct braid_comm *comm, const braid_op_args_t *a)
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     if (!a->count) return BRAID_SUCCESS; /* nothing moves; every rank counted the call */
     braid_result_t res = engine_run(comm, cc->eng, a, seq);
-    if (res < 0) {
-        char why[600];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
 
