@@ -4,6 +4,8 @@
  * middle of training (started by hand, without the launcher, which would kill the others
  * itself): every survivor must exit non-zero on its own, within the timeout, naming rank 1.
  * Skipped when the trainer was not built (no OpenBLAS/zlib). */
+#include "proc.h"
+
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -62,49 +64,10 @@ static void teardown(void)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return strdup("");
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Starts argv with stdout/stderr to files in g_dir; extra environment in env (NULL ends). */
 static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        char p[PATH_MAX + 32];
-        snprintf(p, sizeof(p), "%s/%s", g_dir, out);
-        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        snprintf(p, sizeof(p), "%s/%s", g_dir, err);
-        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        for (int i = 0; env && env[i]; i++)
-            putenv(env[i]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid, double timeout_s, int *status)
-{
-    double t0 = now_s();
-    while (now_s() - t0 < timeout_s) {
-        pid_t p = waitpid(pid, status, WNOHANG);
-        if (p == pid) return 0;
-        usleep(20000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, status, 0);
-    return -1;
+    return proc_spawn(g_dir, argv, out, err, env);
 }
 
 TestSuite(ddp_mlp, .init = setup, .fini = teardown, .timeout = 240);
@@ -135,12 +98,12 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
     int st;
     unsetenv("BRAID_ROOT");
     pid_t pid = spawn(argv, "out", "err", NULL);
-    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/out", g_dir);
-    char *out = slurp(p);
+    char *out = proc_slurp(p);
     snprintf(p, sizeof(p), "%s/err", g_dir);
-    char *err = slurp(p);
+    char *err = proc_slurp(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d; stderr:\n%s", st, err);
     int e;
     double loss, acc, sps;
@@ -161,7 +124,7 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
     cr_assert_eq(sscanf(a, "params_hash %31s", h1), 1);
     cr_assert_eq(sscanf(b, "params_hash %31s", h2), 1);
     cr_assert_str_eq(h1, h2, "ranks ended with different parameters");
-    char *c = slurp(csv);
+    char *c = proc_slurp(csv);
     cr_assert(!strncmp(c, "epoch,loss,test_acc,samples_per_s\n1,", 36), "csv:\n%s", c);
     free(c);
     free(out);
@@ -193,10 +156,10 @@ static void run_hash(const char *extra1, const char *extra2, char *hash, size_t 
                     NULL};
     int st;
     pid_t pid = spawn(argv, "zout", "zerr", NULL);
-    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/zout", g_dir);
-    char *out = slurp(p);
+    char *out = proc_slurp(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s %s: status %d:\n%s", extra1, extra2, st,
               out);
     const char *a = strstr(out, "params_hash ");
@@ -256,7 +219,7 @@ Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
     double t0 = now_s();
     int seen = 0;
     while (!seen && now_s() - t0 < 150) {
-        char *o = slurp(p);
+        char *o = proc_slurp(p);
         seen = strstr(o, "epoch 2 ") != NULL;
         free(o);
         if (!seen) usleep(50000);
@@ -268,10 +231,10 @@ Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
     waitpid(pids[1], &st, 0);
     for (int r = 0; r < n; r++) {
         if (r == 1) continue;
-        int w = wait_for(pids[r], 30, &st);
+        int w = proc_wait(pids[r], 30, &st);
         double dt = now_s() - tk;
         snprintf(p, sizeof(p), "%s/err%d", g_dir, r);
-        char *err = slurp(p);
+        char *err = proc_slurp(p);
         cr_assert_eq(w, 0, "rank %d still running 30 s after rank 1 was killed; stderr:\n%s", r,
                      err);
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d; stderr:\n%s", r, st,

@@ -9,6 +9,8 @@
  *   staleness stays within --staleness;
  * - a worker SIGKILLed mid-training: the server exits non-zero within the timeout, naming it.
  * Skipped when the trainer was not built. */
+#include "proc.h"
+
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -70,45 +72,12 @@ static char *slurp(const char *name)
 {
     char p[PATH_MAX + 32];
     snprintf(p, sizeof(p), "%s/%s", g_dir, name);
-    FILE *f = fopen(p, "r");
-    if (!f) return strdup("");
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    return proc_slurp(p);
 }
 
 static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        char p[PATH_MAX + 32];
-        snprintf(p, sizeof(p), "%s/%s", g_dir, out);
-        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        snprintf(p, sizeof(p), "%s/%s", g_dir, err);
-        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        for (int i = 0; env && env[i]; i++)
-            putenv(env[i]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid, double timeout_s, int *status)
-{
-    double t0 = now_s();
-    while (now_s() - t0 < timeout_s) {
-        if (waitpid(pid, status, WNOHANG) == pid) return 0;
-        usleep(20000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, status, 0);
-    return -1;
+    return proc_spawn(g_dir, argv, out, err, env);
 }
 
 /* braid-run -n N ddp_mlp on a 2000-image slice, 1 epoch, batch 64, plus extra (NULL-ended);
@@ -130,7 +99,7 @@ static char *run_trainer(int n, const char *const *extra)
     argv[k] = NULL;
     int st;
     pid_t pid = spawn(argv, "out", "err", NULL);
-    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char *out = slurp("out"), *err = slurp("err");
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d; stdout:\n%s\nstderr:\n%s", st,
               out, err);
@@ -270,7 +239,7 @@ Test(ddp_variants, async_killed_worker_makes_the_server_exit_naming_it)
     int st;
     waitpid(pids[1], &st, 0);
     for (int r = 0; r < n; r += 2) {
-        int w = wait_for(pids[r], 30, &st);
+        int w = proc_wait(pids[r], 30, &st);
         double dt = now_s() - tk;
         char name[16];
         snprintf(name, sizeof(name), "err%d", r);
