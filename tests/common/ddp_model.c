@@ -178,3 +178,23 @@ void dm_copy_params(dm_model_t *dst, const dm_model_t *src)
     for (int i = 0; i < src->nparams; i++)
         memcpy(dst->p[i], src->p[i], src->count[i] * sizeof(float));
 }
+
+int dm_check_shard(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in,
+                   const size_t *counts, float *const *ref, float *const *mag, int n)
+{
+    const float *g = sh->grad;
+    for (size_t e = 0; e < sh->count; e++) {
+        size_t at = sh->offset + e, off = 0;
+        int k = 0; /* the parameter holding bucket element at */
+        while (k < in->nparams && off + counts[in->params[k]] <= at)
+            off += counts[in->params[k++]];
+        float want = ref[in->params[k]][at - off];
+        float bound = 2.0f * (float)n * 0x1p-24f * mag[in->params[k]][at - off];
+        if (!(fabsf(g[e] - want) <= bound)) {
+            fprintf(stderr, "shard elem %zu: %.9g vs DDP %.9g (bound %.3g)\n", at, g[e], want,
+                    bound);
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -43,5 +43,11 @@ uint64_t dm_hash(const dm_model_t *m);
 /* max over parameters of |a - b| / (1 + |b|). */
 double dm_maxdiff(const dm_model_t *a, const dm_model_t *b);
 void dm_copy_params(dm_model_t *dst, const dm_model_t *src);
+/* ZeRO: the reduced gradients of shard sh of a bucket (in: its parameters) against the
+ * reference gradients ref[param][elem] (counts: elements per parameter), each within
+ * 2 n 2^-24 of mag[param][elem] (the summed magnitudes: n float additions round). Returns 0,
+ * or prints the first element out of bound and returns 1. */
+int dm_check_shard(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in,
+                   const size_t *counts, float *const *ref, float *const *mag, int n);
 
 #endif
