@@ -10,11 +10,26 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
+double proc_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int proc_bin_dir(char *out, size_t len)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return 0;
+    }
+    ssize_t n = readlink("/proc/self/exe", out, len - 1);
+    if (n <= 0) return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = '\0';
+    return 0;
 }
 
 pid_t proc_spawn(const char *dir, char *const argv[], const char *out, const char *err,
@@ -40,8 +55,8 @@ pid_t proc_spawn(const char *dir, char *const argv[], const char *out, const cha
 
 int proc_wait(pid_t pid, double timeout_s, int *status)
 {
-    double t0 = now_s();
-    while (now_s() - t0 < timeout_s) {
+    double t0 = proc_now_s();
+    while (proc_now_s() - t0 < timeout_s) {
         if (waitpid(pid, status, WNOHANG) == pid) return 0;
         usleep(20000);
     }

@@ -28,24 +28,9 @@
 static char g_bin[PATH_MAX];
 static char g_dir[PATH_MAX];
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void setup(void)
 {
-    const char *env = getenv("BRAID_BIN_DIR");
-    if (env && *env) {
-        snprintf(g_bin, sizeof(g_bin), "%s", env);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", g_bin, sizeof(g_bin) - 1);
-        cr_assert(n > 0);
-        g_bin[n] = '\0';
-        *strrchr(g_bin, '/') = '\0';
-    }
+    cr_assert_eq(proc_bin_dir(g_bin, sizeof(g_bin)), 0, "cannot find the programs' folder");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
     if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
@@ -216,9 +201,9 @@ Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
     /* Mid-training: after rank 0 has reported its second epoch. */
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/out0", g_dir);
-    double t0 = now_s();
+    double t0 = proc_now_s();
     int seen = 0;
-    while (!seen && now_s() - t0 < 150) {
+    while (!seen && proc_now_s() - t0 < 150) {
         char *o = proc_slurp(p);
         seen = strstr(o, "epoch 2 ") != NULL;
         free(o);
@@ -226,13 +211,13 @@ Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
     }
     cr_assert(seen, "rank 0 never reported epoch 2");
     kill(pids[1], SIGKILL);
-    double tk = now_s();
+    double tk = proc_now_s();
     int st;
     waitpid(pids[1], &st, 0);
     for (int r = 0; r < n; r++) {
         if (r == 1) continue;
         int w = proc_wait(pids[r], 30, &st);
-        double dt = now_s() - tk;
+        double dt = proc_now_s() - tk;
         snprintf(p, sizeof(p), "%s/err%d", g_dir, r);
         char *err = proc_slurp(p);
         cr_assert_eq(w, 0, "rank %d still running 30 s after rank 1 was killed; stderr:\n%s", r,

@@ -32,24 +32,9 @@
 static char g_bin[PATH_MAX];
 static char g_dir[PATH_MAX];
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void setup(void)
 {
-    const char *env = getenv("BRAID_BIN_DIR");
-    if (env && *env) {
-        snprintf(g_bin, sizeof(g_bin), "%s", env);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", g_bin, sizeof(g_bin) - 1);
-        cr_assert(n > 0);
-        g_bin[n] = '\0';
-        *strrchr(g_bin, '/') = '\0';
-    }
+    cr_assert_eq(proc_bin_dir(g_bin, sizeof(g_bin)), 0, "cannot find the programs' folder");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
     if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
@@ -225,9 +210,9 @@ Test(ddp_variants, async_killed_worker_makes_the_server_exit_naming_it)
         char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
         pids[r] = spawn(argv, outs[r], errs[r], env);
     }
-    double t0 = now_s();
+    double t0 = proc_now_s();
     int seen = 0;
-    while (!seen && now_s() - t0 < 150) {
+    while (!seen && proc_now_s() - t0 < 150) {
         char *o = slurp("out0");
         seen = strstr(o, "epoch 2 ") != NULL;
         free(o);
@@ -235,12 +220,12 @@ Test(ddp_variants, async_killed_worker_makes_the_server_exit_naming_it)
     }
     cr_assert(seen, "rank 0 never reported epoch 2");
     kill(pids[1], SIGKILL);
-    double tk = now_s();
+    double tk = proc_now_s();
     int st;
     waitpid(pids[1], &st, 0);
     for (int r = 0; r < n; r += 2) {
         int w = proc_wait(pids[r], 30, &st);
-        double dt = now_s() - tk;
+        double dt = proc_now_s() - tk;
         char name[16];
         snprintf(name, sizeof(name), "err%d", r);
         char *err = slurp(name);
