@@ -395,7 +395,11 @@ int main(int argc, char **argv)
     m.eps = 1e-8f;
     if (va.async) {
         async_run_t run = {a.epochs, a.batch, a.max_steps, a.seed};
-        return variant_async(&m, &train, &test, &run, &va, g_comm);
+        int rc = variant_async(&m, &train, &test, &run, &va, g_comm);
+        mlp_free(&m);
+        dataset_free(&train);
+        dataset_free(&test);
+        return rc;
     }
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);

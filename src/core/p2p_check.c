@@ -120,6 +120,10 @@ braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
             h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
             continue;
+        /* This call's own messages (a latency plan runs on these connections). */
+        if (h->coll == mine->coll && h->dtype == mine->dtype && h->op == mine->op &&
+            h->root == mine->root && h->count == mine->count && !(h->flags & BRAID_MSG_REJECTED))
+            continue;
         braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
         if (h->flags & BRAID_MSG_REJECTED) {
             braid_p2p_reason(h, buf, c->slot_size, why, sizeof(why));
