@@ -149,7 +149,13 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
                                        braid_comm_abort_reason(comm));
             uint64_t now = braid_now_ns(), idle = now - start;
             if (idle < x->spin_ns) continue;
-            BRAID_CHECK(braid_direct_check_peer(x->d, r, 0));
+            braid_result_t pr = braid_direct_check_peer(x->d, r, 0);
+            /* A peer that published the tag and then finished (or destroyed its communicator)
+             * between the look above and the check: the tag counts (published before). */
+            if (pr != BRAID_SUCCESS) {
+                if (braid_direct_ready(l, want)) break;
+                return pr;
+            }
             if (idle < x->spin_ns + x->yield_ns) {
                 sched_yield();
                 continue;

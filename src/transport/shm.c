@@ -365,11 +365,19 @@ static int ready(shm_conn_t *c, braid_wait_dir_t dir)
     return c->pos - atomic_load_explicit(&c->f->tail, memory_order_acquire) < c->f->nslots;
 }
 
+/* check_peer, unless what the waiter needs arrived meanwhile: a peer that posted it and then
+ * destroyed its communicator (or exited) between the look and the check still delivered it. */
+static braid_result_t check_peer_or_ready(shm_conn_t *c, braid_wait_dir_t dir)
+{
+    braid_result_t res = check_peer(c, 0);
+    return res != BRAID_SUCCESS && ready(c, dir) ? BRAID_SUCCESS : res;
+}
+
 static braid_result_t shm_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     shm_conn_t *c = (shm_conn_t *)conn;
     if (ready(c, dir)) return BRAID_SUCCESS;
-    BRAID_CHECK(check_peer(c, 0));
+    BRAID_CHECK(check_peer_or_ready(c, dir));
     _Atomic uint32_t *word, *waiters;
     uint32_t seen;
     if (dir == BRAID_WAIT_RECV) {
@@ -391,7 +399,7 @@ static braid_result_t shm_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_
     }
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     if (ready(c, dir)) return BRAID_SUCCESS;
-    return check_peer(c, 0);
+    return check_peer_or_ready(c, dir);
 }
 
 static void shm_wake(braid_conn_t *conn)
