@@ -34,24 +34,6 @@ static braid_result_t server_update(void *state, void *param, const void *grad, 
     return BRAID_SUCCESS;
 }
 
-static long correct(mlp_t *m, const dataset_t *test, int lo, int hi)
-{
-    int k = hi - lo > 0 ? hi - lo : 1;
-    int *idx = malloc((size_t)k * sizeof(int));
-    float *x = malloc((size_t)k * 784 * sizeof(float));
-    if (!idx || !x) {
-        fprintf(stderr, "ddp_mlp: out of memory\n");
-        exit(1);
-    }
-    for (int i = lo; i < hi; i++)
-        idx[i - lo] = i;
-    dataset_rows(test, idx, hi - lo, x);
-    long ok = mlp_correct(m, x, test->label + lo, hi - lo);
-    free(idx);
-    free(x);
-    return ok;
-}
-
 static int fail(braid_comm_t comm, int rank, const char *what, braid_result_t r)
 {
     fprintf(stderr, "ddp_mlp rank %d: %s failed: %s: %s\n", rank, what, braid_strerror(r),
@@ -131,7 +113,7 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
             double dt = now_s() - t0;
             train_s += dt;
             if (rank == 0) {
-                double acc = (double)correct(m, test, 0, test->n) / test->n;
+                double acc = (double)mlp_correct_range(m, test, 0, test->n) / test->n;
                 printf("epoch %d loss %.4f test_acc %.4f samples_per_s %.0f\n", epoch,
                        loss / ((double)es * per), acc, (double)es * per / dt);
                 fflush(stdout);
@@ -162,7 +144,7 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
     if ((r = braid_ps_gather(ps))) return fail(comm, rank, "braid_ps_gather", r);
     /* samples/s of all workers, and the final parameters' accuracy over the test shards */
     int lo = (int)((long)test->n * rank / n), hi = (int)((long)test->n * (rank + 1) / n);
-    double red[2] = {0, (double)correct(m, test, lo, hi)};
+    double red[2] = {0, (double)mlp_correct_range(m, test, lo, hi)};
     if (!braid_ps_is_server(ps) && train_s > 0) red[0] = (double)steps * per / train_s;
     if ((r = braid_allreduce(red, red, 2, BRAID_FLOAT64, BRAID_SUM, comm)))
         return fail(comm, rank, "final statistics", r);

@@ -70,6 +70,8 @@ void mlp_update(const mlp_t *m, float *p, const float *g, float *m1, float *m2, 
 void mlp_step(mlp_t *m);
 /* Correct predictions over rows [0, count). */
 long mlp_correct(mlp_t *m, const float *x, const uint8_t *labels, int count);
+/* Samples [lo, hi) of d that the model classifies right. */
+long mlp_correct_range(mlp_t *m, const dataset_t *d, int lo, int hi);
 uint64_t mlp_hash(const mlp_t *m);
 
 double now_s(void);

@@ -305,19 +305,7 @@ static void plot(const char *png, const double *loss, const double *acc, int n)
 static double evaluate(mlp_t *m, const dataset_t *test, int rank, int n)
 {
     int lo = (int)((long)test->n * rank / n), hi = (int)((long)test->n * (rank + 1) / n);
-    int k = hi - lo > 0 ? hi - lo : 1;
-    int *idx = malloc((size_t)k * sizeof(int));
-    float *x = malloc((size_t)k * 784 * sizeof(float));
-    if (!idx || !x) {
-        fprintf(stderr, "ddp_mlp: out of memory\n");
-        exit(1);
-    }
-    for (int i = lo; i < hi; i++)
-        idx[i - lo] = i;
-    dataset_rows(test, idx, hi - lo, x);
-    double ok = (double)mlp_correct(m, x, test->label + lo, hi - lo);
-    free(idx);
-    free(x);
+    double ok = (double)mlp_correct_range(m, test, lo, hi);
     CK(braid_allreduce(&ok, &ok, 1, BRAID_FLOAT64, BRAID_SUM, g_comm), "evaluation");
     return ok / test->n;
 }

@@ -333,3 +333,22 @@ uint64_t mlp_hash(const mlp_t *m)
     }
     return h;
 }
+
+/* Samples [lo, hi) of a data set the model classifies right. */
+long mlp_correct_range(mlp_t *m, const dataset_t *test, int lo, int hi)
+{
+    int k = hi - lo > 0 ? hi - lo : 1;
+    int *idx = malloc((size_t)k * sizeof(int));
+    float *x = malloc((size_t)k * 784 * sizeof(float));
+    if (!idx || !x) {
+        fprintf(stderr, "ddp_mlp: out of memory\n");
+        exit(1);
+    }
+    for (int i = lo; i < hi; i++)
+        idx[i - lo] = i;
+    dataset_rows(test, idx, hi - lo, x);
+    long ok = mlp_correct(m, x, test->label + lo, hi - lo);
+    free(idx);
+    free(x);
+    return ok;
+}
