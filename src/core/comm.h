@@ -137,6 +137,11 @@ struct braid_comm {
      * Their own FIFOs (never shared with the ring), p2p_chunk_bytes slots of fewer slots. */
     braid_conn_t **p2p_send, **p2p_recv;
     size_t p2p_chunk_bytes;
+    /* The tcp transport's slot size and sockets per peer for connections made while these
+     * are non-zero (core/p2p.c sets them around the send/recv connections' setup: larger
+     * messages and more sockets there than the rings'); 0 = chunk_bytes, BRAID_NSOCKS_PERPEER. */
+    size_t tcp_conn_slot;
+    int tcp_conn_nsocks;
     void *tcp_state;                     /* owned by transport/tcp*.c (listener, progress thread) */
     struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
     struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */

@@ -45,6 +45,12 @@ static const braid_param_t params[] = {
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},
+    {"P2P_TCP_CHUNK_SIZE", "0", BRAID_PARAM_SIZE,
+     "bytes per message of send/recv and all-to-all over TCP (their connections' slots); "
+     "0 = automatic (512 KiB up to 8 ranks, else BRAID_CHUNK_SIZE's; never below it)"},
+    {"P2P_TCP_NSOCKS", "0", BRAID_PARAM_INT,
+     "TCP sockets per peer of the send/recv and all-to-all connections (1-8); 0 = automatic "
+     "(2 up to 8 ranks, else BRAID_NSOCKS_PERPEER)"},
     {"IB_HCA", "", BRAID_PARAM_STR,
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
      "one on the rank's NUMA node"},
@@ -169,6 +175,7 @@ static const struct {
     {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
     {"TUNE_MEASURE", NULL, 0, 20},
     {"NSOCKS_PERPEER", NULL, 1, 8},
+    {"P2P_TCP_NSOCKS", NULL, 0, 8},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},
     {"DEV_ENGINE", "auto,device,stage", 0, 0},
@@ -334,10 +341,13 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
 braid_result_t braid_config_check_transport(void)
 {
     char why[256];
-    const braid_param_t *p = find("NSOCKS_PERPEER");
-    if (p && !braid_param_valid(p, why, sizeof(why)))
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NSOCKS_PERPEER='%s' is %s",
-                               braid_param_str("NSOCKS_PERPEER"), why);
+    static const char *const socks[] = {"NSOCKS_PERPEER", "P2P_TCP_NSOCKS"};
+    for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++) {
+        const braid_param_t *p = find(socks[i]);
+        if (p && !braid_param_valid(p, why, sizeof(why)))
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_%s='%s' is %s", socks[i],
+                                   braid_param_str(socks[i]), why);
+    }
     if (*braid_param_str("SOCKET_IFNAME")) {
         /* The same lookup TCP and the bootstrap make: it names the interfaces there are. */
         struct sockaddr_storage a;

@@ -11,6 +11,7 @@
  * A pass that moves nothing spins (BRAID_SPIN_US), yields (BRAID_YIELD_US), then sleeps in one
  * blocked connection's wait(), the next one at the next sleep. */
 #include "core/p2p.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "core/timeline.h"
 #include "core/redop.h"
@@ -55,6 +56,20 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
     int slots = n <= 16 ? 4 : BRAID_P2P_MAX_SLOTS;
     if (n == 1) return BRAID_SUCCESS;
+    /* Over tcp larger messages (fewer frames and wakeups per byte) and 2 sockets per peer
+     * up to 8 ranks; the reducing receive keeps the messages of st->chunk (every rank must
+     * agree on them, whatever transport each pair uses), hence never smaller. */
+    int64_t v;
+    BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &v));
+    size_t tslot = v ? (size_t)v : n <= 8 ? (size_t)512 << 10 : st->chunk;
+    if (tslot > ((size_t)64 << 20))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_P2P_TCP_CHUNK_SIZE=%zu is above 64 MiB", tslot);
+    tslot &= ~(size_t)63;
+    if (tslot < st->chunk) tslot = st->chunk;
+    BRAID_CHECK(braid_param_int("P2P_TCP_NSOCKS", &v));
+    comm->tcp_conn_slot = tslot;
+    comm->tcp_conn_nsocks = v ? (int)v : n <= 8 ? 2 : 0;
     int *peers = calloc((size_t)n, sizeof(*peers));
     if (!peers) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
     int np = 0;
@@ -62,6 +77,8 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
         if (p != comm->rank) peers[np++] = p;
     braid_result_t res = braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv,
                                                   st->chunk, slots, peers, np, peers, np, n - 1);
+    comm->tcp_conn_slot = 0;
+    comm->tcp_conn_nsocks = 0;
     free(peers);
     BRAID_CHECK(res);
     for (int p = 0; p < n; p++)
@@ -354,7 +371,10 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
 {
     braid_p2p_op_t *op = &r->b->ops[r->shead[peer]];
     braid_conn_t *c = r->st->send[peer];
-    size_t bytes = op_bytes(op), chunk = r->st->chunk;
+    /* Messages fill the connection's slots, but for reduce_scatterv (whose reducing receive
+     * takes st->chunk from every peer at once). */
+    size_t bytes = op_bytes(op),
+           chunk = op->coll == BRAID_COLL_REDUCE_SCATTERV ? r->st->chunk : c->slot_size;
     for (;;) {
         if (op->nmsgs && op->off >= bytes) break;
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));

@@ -10,7 +10,10 @@
  * queue that receives from self take from, in order.
  *
  * Messages. An operation of `bytes` bytes travels as ceil(bytes / chunk) messages (one empty
- * message when bytes is 0), chunk = the connection's slot size. Each carries a braid_msg_hdr_t:
+ * message when bytes is 0), chunk = the connection's slot size (over tcp 512 KiB up to 8
+ * ranks, BRAID_P2P_TCP_CHUNK_SIZE; reduce_scatterv: the collectives' chunk on every
+ * connection, as its reducing receive folds one message of every peer at a time). Each
+ * carries a braid_msg_hdr_t:
  * for braid_send the pair's sequence number (the sender's count of sends to that peer, which
  * the receiver matches against its count of receives from it), coll BRAID_COLL_SEND, the dtype
  * and count; for a collective its sequence number on the communicator, its coll/dtype/op/root
