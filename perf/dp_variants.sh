@@ -12,7 +12,9 @@
 #         --rate 1gbit --burst 128kb --bind, as perf/ddp_overlap.sh; needs root)
 # Environment: EPOCHS (default 5), BATCH (global, default 128), BUCKET_MB (default 0.25: with
 # the default 25 MiB the 2.7 MB model is 2 buckets and ZeRO-2's 2 staging buffers hold all of
-# it), EVAL_EVERY (steps between evaluations on the test set, default 100), TRAIN_LIMIT /
+# it; the zero2 row registers W2 as 4 row blocks of 0.25 MiB, so that its largest buckets, and
+# so its staging buffers, are 0.25 MiB rather than W2's 1 MiB: the same parameters, bit for
+# bit), EVAL_EVERY (steps between evaluations on the test set, default 100), TRAIN_LIMIT /
 # TEST_LIMIT (0 = all), ONLY (row names to run, default all), TIMEOUT (per run, default 1800).
 # Outputs in OUT_DIR: <setup>-<row>.log (the trainer's output), table.md, accuracy_vs_time.png.
 #
@@ -31,14 +33,14 @@ out=$(cd "$out" && pwd)
 ROWS='
 ddp
 zero1       --zero 1
-zero2       --zero 2
+zero2       --zero 2 --w2-blocks 4
 fp16        --compress fp16
 bf16        --compress bf16
 powersgd    --compress powersgd --powersgd-rank 4
 localsgd4   --local-sgd 4
 localsgd16  --local-sgd 16
+async       --async
 '
-# async       --async   (the async mode prints no `eval` lines yet: add its row above when it does)
 
 setups=${SETUPS:-shm2}
 common=(--epochs "${EPOCHS:-5}" --batch "${BATCH:-128}" --bucket-mb "${BUCKET_MB:-0.25}"

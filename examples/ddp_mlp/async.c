@@ -7,12 +7,15 @@
  *
  * Output: rank 0 (worker 0) prints `epoch E loss L test_acc A samples_per_s S` per epoch (L:
  * its mean training loss, A: accuracy of its parameter view on the test set, S: its own
- * samples/s); every worker at the end `worker R steps N samples_per_s S wait_s W` (W: time
- * waiting for parameters); every server `server R applied N max_staleness M staleness_hist
- * h0,...,h7 deferred D`; then (after the servers' parameters are gathered everywhere) rank 0
- * `async workers W servers S staleness B samples_per_s T test_acc A` (T: all workers together)
- * and `comm_bytes_per_step B` (bytes worker 0 sends per step: its gradients, headers included),
- * and every rank `params_hash H`. */
+ * samples/s), and as the synchronous trainer `eval step S wall_s W test_acc A` after every K of
+ * its steps with --eval-every K and at the end of every epoch (S: worker 0's steps, W: its
+ * training time so far with the evaluations excluded, A: the accuracy on the whole test set of
+ * the parameters it pulled last, at most --staleness updates behind the servers'); every worker at
+ * the end `worker R steps N samples_per_s S wait_s W` (W: time waiting for parameters); every
+ * server `server R applied N max_staleness M staleness_hist h0,...,h7 deferred D`; then (after the
+ * servers' parameters are gathered everywhere) rank 0 `async workers W servers S staleness B
+ * samples_per_s T test_acc A` (T: all workers together) and `comm_bytes_per_step B` (bytes worker 0
+ * sends per step: its gradients, headers included), and every rank `params_hash H`. */
 #include "ddp_mlp.h"
 
 #include <stdio.h>
@@ -32,6 +35,14 @@ static braid_result_t server_update(void *state, void *param, const void *grad, 
     o->m->t = version;
     mlp_update(o->m, param, grad, o->m1 + (offset - o->lo), o->m2 + (offset - o->lo), count);
     return BRAID_SUCCESS;
+}
+
+/* Worker 0's evaluation line: its current parameter view over the whole test set. */
+static void print_eval(mlp_t *m, const dataset_t *test, long step, double wall)
+{
+    double acc = (double)mlp_correct_range(m, test, 0, test->n) / test->n;
+    printf("eval step %ld wall_s %.3f test_acc %.4f\n", step, wall, acc);
+    fflush(stdout);
 }
 
 static int fail(braid_comm_t comm, int rank, const char *what, braid_result_t r)
@@ -71,7 +82,7 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
     braid_result_t r = braid_ps_create(&ps, comm, m->reg, m->nparams, &po);
     if (r) return fail(comm, rank, "braid_ps_create", r);
     long steps = 0;     /* worker: steps done */
-    double train_s = 0; /* worker: training time (worker 0's evaluations excluded) */
+    double train_s = 0; /* worker: training time (evaluations excluded) */
     size_t total = 0;
     for (int i = 0; i < m->nparams; i++)
         total += m->reg[i].count;
@@ -92,7 +103,7 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
         int done = 0;
         for (int epoch = 1; epoch <= run->epochs && !done; epoch++) {
             permute(perm, train->n, run->seed, epoch);
-            double t0 = now_s(), loss = 0;
+            double loss = 0, dt = 0; /* dt: this epoch's training time */
             int es = 0;
             for (int s = 0; s < steps_per_epoch; s++) {
                 double ts = now_s();
@@ -104,18 +115,21 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
                 mlp_backward(m, xb, yb, per, per, NULL, 0, NULL);
                 variant_slow(v, rank, now_s() - ts);
                 if ((r = braid_ps_push_pull(ps))) return fail(comm, rank, "braid_ps_push_pull", r);
+                dt += now_s() - ts;
                 es++;
+                if (rank == 0 && run->eval_every && (steps + 1) % run->eval_every == 0)
+                    print_eval(m, test, steps + 1, train_s + dt);
                 if (++steps >= (run->max_steps > 0 ? run->max_steps : 1L << 40)) {
                     done = 1;
                     break;
                 }
             }
-            double dt = now_s() - t0;
             train_s += dt;
             if (rank == 0) {
                 double acc = (double)mlp_correct_range(m, test, 0, test->n) / test->n;
                 printf("epoch %d loss %.4f test_acc %.4f samples_per_s %.0f\n", epoch,
                        loss / ((double)es * per), acc, (double)es * per / dt);
+                printf("eval step %ld wall_s %.3f test_acc %.4f\n", steps, train_s, acc);
                 fflush(stdout);
             }
         }

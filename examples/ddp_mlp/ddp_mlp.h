@@ -27,8 +27,10 @@ void dataset_free(dataset_t *d);
 #define MLP_MAX_PARAMS 40
 
 typedef struct {
-    int dims[MLP_LAYERS + 1]; /* 784 512 512 10 */
-    int w1_blocks; /* W1 registered as this many row blocks (backward fills them in turn) */
+    int dims[MLP_LAYERS + 1];           /* 784 512 512 10 */
+    int wblocks[MLP_LAYERS];            /* W(l+1) registered as this many row blocks (backward fills
+                                           them in turn): --w1-blocks, --w2-blocks; W3 one */
+    int iw[MLP_LAYERS], ib[MLP_LAYERS]; /* registration index of W(l+1)'s first block, b(l+1) */
     int nparams;
     float *W[MLP_LAYERS], *b[MLP_LAYERS];   /* parameters */
     float *gW[MLP_LAYERS], *gb[MLP_LAYERS]; /* gradients (or bucket views) */
@@ -51,7 +53,8 @@ typedef struct {
     double t0[MLP_MAX_EVENTS], t1[MLP_MAX_EVENTS];
 } mlp_events_t;
 
-int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t seed);
+/* wblocks[l]: row blocks of W(l+1) (each must divide dims[l + 1]). */
+int mlp_init(mlp_t *m, const int *dims, const int *wblocks, int batch_cap, uint64_t seed);
 void mlp_free(mlp_t *m);
 /* Points the gradients at the layer's bucket views (grad_as_bucket_view). */
 void mlp_use_views(mlp_t *m, braid_ddp_t ddp);
@@ -94,6 +97,7 @@ braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t co
  * (destroys comm). */
 typedef struct {
     int epochs, batch, max_steps;
+    int eval_every; /* --eval-every K: worker 0 prints an eval line every K of its steps */
     uint64_t seed;
 } async_run_t;
 int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const async_run_t *run,

@@ -2,8 +2,9 @@
  *
  *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
- *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
- *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16|powersgd]
+ *       [--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] [--test-limit N]
+ *       [--data DIR] [--max-steps N] [--warmup N] [--timeline FILE]
+ *       [--compress none|fp16|bf16|powersgd]
  *       [--zero 0|1|2] [--powersgd-rank R] [--eval-every K] [--local-sgd K [--local-sgd-state]]
  *       [--async [--servers S] [--staleness B]] [--slow-rank R --slow-factor F]
  *
@@ -37,7 +38,8 @@
 void openblas_set_num_threads(int n);
 
 typedef struct {
-    int epochs, batch, overlap, adam, w1_blocks, train_limit, test_limit, max_steps, warmup;
+    int epochs, batch, overlap, adam, w1_blocks, w2_blocks, train_limit, test_limit, max_steps,
+        warmup;
     double lr, momentum, bucket_mb;
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
@@ -72,7 +74,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
                     "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
-                    "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
+                    "[--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] "
+                    "[--test-limit N] "
                     "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
                     "[--compress none|fp16|bf16|powersgd] [--zero 0|1|2] [--powersgd-rank R] "
                     "[--eval-every K]\n");
@@ -86,6 +89,7 @@ static void parse(int argc, char **argv, args_t *a)
                   .overlap = 1,
                   .adam = 1,
                   .w1_blocks = 8,
+                  .w2_blocks = 1,
                   .warmup = 5,
                   .lr = -1,
                   .momentum = 0.9,
@@ -94,29 +98,15 @@ static void parse(int argc, char **argv, args_t *a)
                   .compress = BRAID_FLOAT32,
                   .psgd_rank = 4,
                   .data = "/usr/share/datasets/fashion-mnist"};
-    static const struct option opts[] = {{"epochs", 1, 0, 'e'},
-                                         {"batch", 1, 0, 'b'},
-                                         {"lr", 1, 0, 'l'},
-                                         {"bucket-mb", 1, 0, 'm'},
-                                         {"no-overlap", 0, 0, 'n'},
-                                         {"seed", 1, 0, 's'},
-                                         {"csv", 1, 0, 'c'},
-                                         {"plot", 1, 0, 'p'},
-                                         {"opt", 1, 0, 'o'},
-                                         {"momentum", 1, 0, 'u'},
-                                         {"w1-blocks", 1, 0, 'k'},
-                                         {"train-limit", 1, 0, 'T'},
-                                         {"test-limit", 1, 0, 'V'},
-                                         {"data", 1, 0, 'd'},
-                                         {"max-steps", 1, 0, 'S'},
-                                         {"warmup", 1, 0, 'w'},
-                                         {"timeline", 1, 0, 't'},
-                                         {"compress", 1, 0, 'C'},
-                                         {"zero", 1, 0, 'Z'},
-                                         {"help", 0, 0, 'h'},
-                                         {"powersgd-rank", 1, 0, 'R'},
-                                         {"eval-every", 1, 0, 'E'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"epochs", 1, 0, 'e'},        {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
+        {"bucket-mb", 1, 0, 'm'},     {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
+        {"csv", 1, 0, 'c'},           {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
+        {"momentum", 1, 0, 'u'},      {"w1-blocks", 1, 0, 'k'},  {"w2-blocks", 1, 0, 'K'},
+        {"train-limit", 1, 0, 'T'},   {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},
+        {"max-steps", 1, 0, 'S'},     {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},
+        {"compress", 1, 0, 'C'},      {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},
+        {"powersgd-rank", 1, 0, 'R'}, {"eval-every", 1, 0, 'E'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end = NULL;
@@ -158,6 +148,9 @@ static void parse(int argc, char **argv, args_t *a)
             break;
         case 'k':
             a->w1_blocks = (int)strtol(optarg, &end, 10);
+            break;
+        case 'K':
+            a->w2_blocks = (int)strtol(optarg, &end, 10);
             break;
         case 'T':
             a->train_limit = (int)strtol(optarg, &end, 10);
@@ -371,7 +364,8 @@ int main(int argc, char **argv)
     }
     const int dims[MLP_LAYERS + 1] = {784, 512, 512, 10};
     mlp_t m;
-    if (mlp_init(&m, dims, a.w1_blocks, per > 500 ? per : 500, a.seed)) {
+    const int wblocks[MLP_LAYERS] = {a.w1_blocks, a.w2_blocks, 1};
+    if (mlp_init(&m, dims, wblocks, per > 500 ? per : 500, a.seed)) {
         fprintf(stderr, "ddp_mlp: model initialisation failed\n");
         return 1;
     }
@@ -382,7 +376,7 @@ int main(int argc, char **argv)
     m.beta2 = 0.999f;
     m.eps = 1e-8f;
     if (va.async) {
-        async_run_t run = {a.epochs, a.batch, a.max_steps, a.seed};
+        async_run_t run = {a.epochs, a.batch, a.max_steps, a.eval_every, a.seed};
         int rc = variant_async(&m, &train, &test, &run, &va, g_comm);
         mlp_free(&m);
         dataset_free(&train);

@@ -101,7 +101,8 @@ typedef struct {
     const braid_ddp_hook_t *hook; /**< NULL = the default all-reduce; copied at creation */
     int zero_stage;      /**< 0 (default): plain DDP. 1: ZeRO stage 1, see braid_ddp_shard. 2: ZeRO
                               stage 2, see braid_ddp_grad_buffer */
-    int staging_buffers; /**< ZeRO-2: bucket-sized gradient staging buffers kept (default 2) */
+    int staging_buffers; /**< ZeRO-2: gradient staging buffers kept, each sized for the buckets
+                              that use it (default 2), see braid_ddp_grad_buffer */
 } braid_ddp_options_t;
 
 /** Sets the defaults listed in braid_ddp_options_t. */
@@ -197,18 +198,21 @@ BRAID_API braid_result_t braid_ddp_gather_params(braid_ddp_t ddp);
 /**
  * ZeRO stage 2 (zero_stage = 2): as stage 1 (braid_ddp_shard, braid_ddp_gather_params), but the
  * layer keeps gradients only for the shards this rank owns (shard->grad, 1/nranks of the
- * buckets plus padding). A bucket's full gradients live in one of staging_buffers buffers of
- * the size of the largest (padded) bucket only while the bucket fills and its reduce-scatter
- * (started as it fills, in bucket order, overlapping the rest of backward) is in flight; the
- * buffer is then reused by a later bucket. Before writing parameter i's gradient in a step,
- * call braid_ddp_grad_buffer: it gives the address to write (zeroed when the bucket took its
- * buffer; valid until braid_ddp_finish) and, when every buffer is taken, waits for the
- * oldest bucket in flight to finish reducing. If no bucket is in flight (gradients produced
- * out of bucket order, or all readied only at the end) another buffer is allocated instead
- * (braid_ddp_stats reports the high-water mark). Without grad_as_bucket_view, grad_ready
- * copies the registered gradient buffer into the staging buffer itself (the registered
- * buffers are then the caller's full-size gradients). no_sync is not supported (gradient
- * accumulation would need the full gradients): BRAID_ERR_INVALID_USAGE. No hook.
+ * buckets plus padding). A bucket's full gradients live in a staging buffer only while the
+ * bucket fills and its reduce-scatter (started as it fills, in bucket order, overlapping the
+ * rest of backward) is in flight. With S = staging_buffers, bucket b uses buffer b % S, whose
+ * size is the largest (padded) bucket among b % S, b % S + S, ...: in bucket order at most S
+ * buckets hold staging memory, and a model with one large bucket pays for it once, not S
+ * times. Before writing parameter i's gradient in a step, call braid_ddp_grad_buffer: it gives
+ * the address to write (zeroed when the bucket took its buffer; valid until braid_ddp_finish)
+ * and, when bucket b - S still holds the buffer, waits for its reduce-scatter to finish. If
+ * the holder has not been launched yet (gradients produced out of bucket order, or all taken
+ * before any is ready) an extra buffer of this bucket's size is allocated instead (kept for
+ * later steps; braid_ddp_stats reports every allocated buffer, the high-water mark). Buffers
+ * are allocated at first use. Without grad_as_bucket_view, grad_ready copies the registered
+ * gradient buffer into the staging buffer itself (the registered buffers are then the
+ * caller's full-size gradients). no_sync is not supported (gradient accumulation would need
+ * the full gradients): BRAID_ERR_INVALID_USAGE. No hook.
  * For plain DDP and stage 1 braid_ddp_grad_buffer gives braid_ddp_grad(ddp, i).
  */
 BRAID_API braid_result_t braid_ddp_grad_buffer(braid_ddp_t ddp, int i, void **grad_p);
@@ -217,7 +221,8 @@ BRAID_API braid_result_t braid_ddp_grad_buffer(braid_ddp_t ddp, int i, void **gr
 typedef struct {
     size_t grad_bytes;    /**< gradient memory held across steps: every bucket (plain DDP, ZeRO-1);
                                the owned shards (ZeRO-2) */
-    size_t staging_bytes; /**< ZeRO-2: staging buffers allocated (high-water mark), else 0 */
+    size_t staging_bytes; /**< ZeRO-2: staging buffers allocated (high-water mark; each rounded
+                               up to 64 bytes), else 0 */
     size_t param_copy_bytes; /**< ZeRO-1/2: the flat parameter copy all-gathered, else 0 */
     size_t shard_count;      /**< ZeRO: elements this rank owns (the optimizer state needed,
                                   per state tensor); plain DDP: every parameter's count */

@@ -47,11 +47,14 @@ struct braid_ddp {
     char failmsg[1024];
     int default_hook; /* hook.launch is the default all-reduce (its bytes are counted) */
     unsigned long long sent_bytes, steps;
-    /* ZeRO-2 staging pool: nstaging buffers of staging_size bytes; owner[k] = bucket or -1 */
+    /* ZeRO-2 staging pool: nstaging slots; slot k holds staging[k] (NULL until first used) of
+     * stcap[k] bytes, owner[k] = the bucket holding it this step or -1. Slots 0..nfixed-1:
+     * bucket b's own slot is b % staging_buffers, of the largest size among its buckets;
+     * later slots: extras, each of the size of the bucket that needed it. */
     void **staging;
+    size_t *stcap;
     int *owner;
-    int nstaging;
-    size_t staging_size;
+    int nstaging, nfixed;
 };
 
 /* Bucket assignment (bucket.c): fills pbucket/poff and buckets[].{count,bytes,dtype,nparams,

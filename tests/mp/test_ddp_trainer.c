@@ -116,8 +116,10 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
     free(err);
 }
 
-/* Runs braid-run -n 2 ddp_mlp on a slice with extra arguments; returns the params_hash. */
-static void run_hash(const char *extra1, const char *extra2, char *hash, size_t len)
+/* Runs braid-run -n 2 ddp_mlp on a slice with extra arguments (extra3 may be NULL, then
+ * extra4 too); returns the params_hash, and the state_bytes it reports. */
+static size_t run_hash(const char *extra1, const char *extra2, const char *extra3,
+                       const char *extra4, char *hash, size_t len)
 {
     char run[PATH_MAX + 16], prog[PATH_MAX + 16];
     snprintf(run, sizeof(run), "%s/braid-run", g_bin);
@@ -136,8 +138,12 @@ static void run_hash(const char *extra1, const char *extra2, char *hash, size_t 
                     "200",
                     "--batch",
                     "64",
+                    "--bucket-mb",
+                    "0.25",
                     (char *)extra1,
                     (char *)extra2,
+                    (char *)extra3,
+                    (char *)extra4,
                     NULL};
     int st;
     pid_t pid = spawn(argv, "zout", "zerr", NULL);
@@ -151,21 +157,37 @@ static void run_hash(const char *extra1, const char *extra2, char *hash, size_t 
     cr_assert(a, "no params_hash in:\n%s", out);
     cr_assert_eq(sscanf(a, "params_hash %31s", hash), 1);
     (void)len;
+    size_t state = 0;
+    const char *b = strstr(out, " state_bytes ");
+    cr_assert(b && sscanf(b, " state_bytes %zu", &state) == 1, "no state_bytes in:\n%s", out);
     free(out);
+    return state;
 }
 
 /* On 2 ranks a reduce-scatter + all-gather adds the same two values as the all-reduce, so
- * ZeRO-1 and ZeRO-2 (Adam on the shards) must end with exactly plain DDP's parameters. */
+ * ZeRO-1 and ZeRO-2 (Adam on the shards) must end with exactly plain DDP's parameters (also
+ * with W2 registered as 4 row blocks: each element's gradient is the same dot product). Per
+ * rank state (gradients + optimizer + staging): DDP 3 x the 2678824 parameter bytes; ZeRO-1
+ * the full gradients + half the moments; ZeRO-2 half the gradients + half the moments + its 2
+ * staging buffers, each sized for its buckets: with W2 in 4 blocks of 0.25 MiB (the largest
+ * buckets), 2 x 0.25 MiB, clearly below ZeRO-1. */
 Test(ddp_mlp, zero1_and_zero2_end_bit_identical_to_plain_ddp_on_two_ranks)
 {
-    char h0[32], h1[32];
+    char h0[32], h1[32], h2[32], h3[32];
     unsetenv("BRAID_ROOT");
-    run_hash("--zero", "0", h0, sizeof(h0));
-    run_hash("--zero", "1", h1, sizeof(h1));
+    const size_t bytes = 2678824; /* 784*512 + 512 + 512*512 + 512 + 512*10 + 10 floats */
+    size_t s0 = run_hash("--zero", "0", NULL, NULL, h0, sizeof(h0));
+    size_t s1 = run_hash("--zero", "1", NULL, NULL, h1, sizeof(h1));
     cr_assert_str_eq(h0, h1, "ZeRO-1 and plain DDP ended with different parameters");
-    char h2[32];
-    run_hash("--zero", "2", h2, sizeof(h2)); /* the same reductions, from staging buffers */
+    size_t s2 = run_hash("--zero", "2", NULL, NULL, h2, sizeof(h2));
     cr_assert_str_eq(h0, h2, "ZeRO-2 and plain DDP ended with different parameters");
+    size_t s3 = run_hash("--zero", "2", "--w2-blocks", "4", h3, sizeof(h3));
+    cr_assert_str_eq(h0, h3, "ZeRO-2 with W2 in 4 blocks and plain DDP ended differently");
+    cr_assert_eq(s0, 3 * bytes, "DDP state %zu", s0);
+    cr_assert_eq(s1, bytes + bytes / 2 * 2, "ZeRO-1 state %zu", s1);
+    cr_assert_eq(s3, bytes / 2 + bytes / 2 * 2 + 2 * ((size_t)1 << 18), "ZeRO-2 state %zu", s3);
+    cr_assert(s2 < s1 && s3 < s1 && s1 < s0, "state bytes: DDP %zu ZeRO-1 %zu ZeRO-2 %zu / %zu", s0,
+              s1, s2, s3);
 }
 
 static int free_port(void)

@@ -135,21 +135,53 @@ Test(ddp_variants, local_sgd_trains_and_counts_its_bytes)
     free(out);
 }
 
+/* The `eval step S wall_s W test_acc A` lines of out: steps and accuracies (as printed), and
+ * the training times strictly increasing; returns how many. */
+static int evals(const char *out, int *step, char (*acc)[16], int cap)
+{
+    int k = 0;
+    double prev = -1;
+    for (const char *a = strstr(out, "eval step "); a && k < cap; a = strstr(a + 1, "eval step ")) {
+        double w;
+        cr_assert_eq(sscanf(a, "eval step %d wall_s %lf test_acc %15s", &step[k], &w, acc[k]), 3,
+                     "bad eval line in:\n%s", out);
+        cr_assert(w > prev, "eval %d: wall_s %.3f after %.3f:\n%s", k, w, prev, out);
+        prev = w;
+        k++;
+    }
+    return k;
+}
+
+/* One worker (+ a server) computes what one synchronous rank does, bit for bit; with
+ * --eval-every both print their evaluations at the same steps with the same accuracies (the
+ * worker's pulled view is the server's current parameters: staleness 0). */
 Test(ddp_variants, async_one_worker_is_bit_identical_to_one_rank)
 {
-    const char *none[] = {NULL}, *async[] = {"--async", "--staleness", "3", NULL};
+    const char *sync[] = {"--eval-every", "10", NULL},
+               *async[] = {"--async", "--staleness", "3", "--eval-every", "10", NULL};
     char h1[32], h2[32];
     int n1, n2;
-    char *out = run_trainer(1, none);
+    char *out = run_trainer(1, sync);
     hashes(out, h1, sizeof(h1), &n1);
+    int s1[8], s2[8];
+    char a1[8][16], a2[8][16];
+    int e1 = evals(out, s1, a1, 8);
     free(out);
     out = run_trainer(2, async);
     hashes(out, h2, sizeof(h2), &n2);
+    int e2 = evals(out, s2, a2, 8);
     cr_assert(n1 == 1 && n2 == 2, "%d and %d params_hash lines", n1, n2);
     cr_assert_str_eq(h1, h2,
                      "one async worker + server ended with other parameters than one "
                      "synchronous rank");
     cr_assert(strstr(out, "max_staleness 0 "), "one worker, staleness > 0:\n%s", out);
+    /* 31 steps: every 10, and the epoch's end */
+    cr_assert(e1 == 4 && e2 == 4, "%d sync and %d async eval lines:\n%s", e1, e2, out);
+    for (int k = 0; k < 4; k++) {
+        cr_assert(s1[k] == (k < 3 ? 10 * (k + 1) : 31) && s2[k] == s1[k], "eval %d: steps %d %d", k,
+                  s1[k], s2[k]);
+        cr_assert_str_eq(a1[k], a2[k], "step %d: sync accuracy %s, async %s", s1[k], a1[k], a2[k]);
+    }
     free(out);
 }
 
