@@ -233,7 +233,8 @@ typedef struct {
     void *arg;
     /* What the last pass waits for (a peer and direction per blocked head). */
     int *blk_op, *blk_dir, nblk;
-    int err_op; /* the operation whose step failed, -1 = none */
+    struct pollfd *pfd; /* as many: wait_all's */
+    int err_op;         /* the operation whose step failed, -1 = none */
 } runner_t;
 
 static void timeline_op(runner_t *r, const braid_p2p_op_t *op)
@@ -653,6 +654,31 @@ static void give_notices(runner_t *r)
     }
 }
 
+/* Sleeps until any connection the last pass blocked on may move, or deadline: one poll over
+ * all of them where each offers a descriptor (tcp), so data arriving from one peer is taken
+ * at once while others are still silent. 0 when one offers none (or waits on itself): the
+ * caller then sleeps in one connection's wait(), turn by turn. */
+static int wait_all(runner_t *r, uint64_t deadline)
+{
+    int k = 0;
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->peer == r->comm->rank) return 0;
+        braid_conn_t *c =
+            r->blk_dir[i] == BRAID_WAIT_SEND ? r->st->send[op->peer] : r->st->recv[op->peer];
+        if (!c->ops->wait_fd || !c->ops->wait_fd(c, (braid_wait_dir_t)r->blk_dir[i], &r->pfd[k]))
+            return 0;
+        k++;
+    }
+    uint64_t now = braid_now_ns();
+    if (now >= deadline) return 1;
+    uint64_t ns = deadline - now;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    ppoll(r->pfd, (nfds_t)k, &ts, NULL);
+    return 1;
+}
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -724,6 +750,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if ((r->nblk > 1 || pull || wop->peer == comm->rank) && deadline > now + 1000000ull)
             deadline = now + 1000000ull;
         turn++;
+        if (r->nblk > 1 && wait_all(r, deadline)) continue;
         if (wop->peer == comm->rank) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
@@ -753,9 +780,11 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
     int *ints = malloc((size_t)(11 * n + 2) * sizeof(int));
     const void **ptrs = calloc((size_t)n * 2, sizeof(void *));
-    if (!ints || !ptrs) {
+    r.pfd = malloc((size_t)(2 * n + 1) * sizeof(*r.pfd));
+    if (!ints || !ptrs || !r.pfd) {
         free(ints);
         free(ptrs);
+        free(r.pfd);
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a batch over %d ranks", n);
     }
     r.shead = ints;
@@ -782,6 +811,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             if (!r.rr_own) {
                 free(ints);
                 free(ptrs);
+                free(r.pfd);
                 return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a %zu B chunk",
                                        r.st->chunk);
             }
@@ -809,6 +839,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     }
     free(ints);
     free(ptrs);
+    free(r.pfd);
     free(r.rr_own);
     return res;
 }

@@ -458,6 +458,19 @@ static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
     return BRAID_SUCCESS;
 }
 
+/* The socket the next frame comes from (receive), or that holds the oldest frame not yet
+ * in the kernel (send: the engine pushes on POLLOUT, as the progress thread does). */
+static int tcp_wait_fd(braid_conn_t *conn, braid_wait_dir_t dir, struct pollfd *pfd)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (atomic_load_explicit(&c->failed, memory_order_acquire) || c->closed) return 0;
+    uint32_t f = dir == BRAID_WAIT_RECV ? c->rhead : atomic_load(&c->tail);
+    int fd = c->sock[f % (uint32_t)c->nsocks].fd;
+    if (fd < 0) return 0;
+    *pfd = (struct pollfd){.fd = fd, .events = dir == BRAID_WAIT_RECV ? POLLIN : POLLOUT};
+    return 1;
+}
+
 static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
@@ -604,4 +617,5 @@ const braid_transport_t braid_transport_tcp = {
     .recv_into = braid_tcp_recv_into,
     .recv_undirect = braid_tcp_recv_undirect,
     .send_inflight = tcp_send_inflight,
+    .wait_fd = tcp_wait_fd,
 };

@@ -21,6 +21,7 @@
 
 #include "braid/braid.h"
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -130,6 +131,11 @@ typedef struct braid_transport {
      * connection failed), after moving data where it can without blocking. With 0, a
      * send_post_ref loan is over (send_detach would copy nothing). */
     uint32_t (*send_inflight)(braid_conn_t *conn);
+    /* Optional (NULL: not supported): a descriptor whose readiness (pfd->events) may make the
+     * slot in direction dir available, so that a runner blocked on several connections polls
+     * them all at once (and then moves the data itself) instead of sleeping in one wait() at a
+     * time. 1 when it filled pfd, 0 when it has none now (use wait()). */
+    int (*wait_fd)(braid_conn_t *conn, braid_wait_dir_t dir, struct pollfd *pfd);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;
