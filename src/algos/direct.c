@@ -302,10 +302,12 @@ static braid_result_t wait_all(dctx_t *x, uint64_t g, uint32_t tag)
 }
 
 /* The call's input region: ref set and returned when [in, in + bytes) lies in a region of
- * braid_mem_alloc (then the peers read it in place), else NULL. */
-static const braid_mem_ref_t *mapped_input(const void *in, size_t bytes, braid_mem_ref_t *ref)
+ * braid_mem_alloc and every peer can open this process's descriptors (then the peers read it
+ * in place), else NULL (the blocks are copied in). */
+static const braid_mem_ref_t *mapped_input(const braid_direct_t *d, const void *in, size_t bytes,
+                                           braid_mem_ref_t *ref)
 {
-    return in && bytes && braid_mem_find(in, bytes, ref) ? ref : NULL;
+    return in && bytes && braid_direct_refs_ok(d) && braid_mem_find(in, bytes, ref) ? ref : NULL;
 }
 
 /* Sources of at most SRC_STACK ranks live on the stack, more in the heap. */
@@ -349,7 +351,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         return BRAID_SUCCESS;
     }
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, bytes, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
     size_t blk = block / es;
     for (size_t off = 0; off < a->count; off += blk, ++*g) {
         size_t len = a->count - off < blk ? a->count - off : blk, lb = len * es;
@@ -395,7 +397,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * (size_t)n * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * (size_t)n * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
@@ -442,7 +444,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -483,7 +485,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = me == root ? mapped_input(in, count * es, &rb) : NULL;
+    const braid_mem_ref_t *ref = me == root ? mapped_input(x->d, in, count * es, &rb) : NULL;
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -531,7 +533,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
