@@ -75,18 +75,31 @@ typedef struct {
 /**
  * A per-bucket communication hook (default: braid_iallreduce of the bucket in place with
  * bucket->op). launch() starts the reduction and sets *req_p to a request on bucket->comm that
- * the layer waits for in braid_ddp_finish (or NULL if it completed synchronously). complete(),
- * if not NULL, runs after that request has completed, before the gradients are read (e.g. to
- * decompress). When both return, bucket->data must hold the reduced gradients (averaged if op
- * is BRAID_AVG). Hooks run in bucket order on the thread that drives the layer; an error they
- * return fails the step (with braid_last_error()'s message). complete() runs only inside
- * braid_ddp_finish, after every bucket of the step has been launched, so it may itself run
- * collectives on bucket->comm (every rank then issues them in the same order).
+ * the layer waits for (or NULL if it completed synchronously). complete(), if not NULL, runs
+ * after the last request has completed, before the gradients are read (e.g. to decompress).
+ * When it returns, bucket->data must hold the reduced gradients (averaged if op is BRAID_AVG).
+ * Hooks run in bucket order on the thread that drives the layer; an error they return fails
+ * the step (with braid_last_error()'s message).
+ *
+ * Two kinds of hook. Without next() (NULL), complete() runs only inside braid_ddp_finish, after
+ * every bucket of the step has been launched, so it may itself run collectives on bucket->comm
+ * (every rank then issues them in the same order), but they do not overlap backward.
+ *
+ * With next() (a second collective per bucket, e.g. PowerSGD's Q all-reduce): next() runs
+ * after launch()'s request has completed, at a point of the step that is the same on every
+ * rank: just before the layer launches bucket index + 1 (in the grad_ready that completes it;
+ * the layer waits there for launch()'s request if it has not completed yet), or in
+ * braid_ddp_finish for the last bucket. It may start one more collective on bucket->comm and
+ * set *req_p to its request (or NULL), so the collectives of a step are issued in the order
+ * launch(0), next(0), launch(1), next(1), ... on every rank. complete() then runs as soon as the
+ * layer observes that request completed (in grad_ready, braid_ddp_poll or finish) and must not
+ * run collectives.
  */
 typedef struct {
     braid_result_t (*launch)(void *state, const braid_ddp_bucket_t *bucket, braid_request_t *req_p);
     braid_result_t (*complete)(void *state, const braid_ddp_bucket_t *bucket);
     void *state;
+    braid_result_t (*next)(void *state, const braid_ddp_bucket_t *bucket, braid_request_t *req_p);
 } braid_ddp_hook_t;
 
 /** Options; fill with braid_ddp_options_init() first, then change fields. */
@@ -139,6 +152,14 @@ BRAID_API braid_result_t braid_ddp_grad_ready(braid_ddp_t ddp, int i);
  * Inside no_sync it only resets the step (no communication).
  */
 BRAID_API braid_result_t braid_ddp_finish(braid_ddp_t ddp);
+
+/**
+ * Non-blocking: notes the reductions of this step that have completed (as grad_ready does) and
+ * runs what follows them that needs no collective (a hook's complete() when it has next()), so
+ * a caller with long stretches of computation between grad_ready calls can keep them moving.
+ * Does nothing between steps or inside no_sync. Errors as grad_ready's (the layer is failed).
+ */
+BRAID_API braid_result_t braid_ddp_poll(braid_ddp_t ddp);
 
 /**
  * no_sync: while enabled (1), steps do not communicate: grad_ready only records readiness and
@@ -275,9 +296,12 @@ BRAID_API void braid_ddp_powersgd_options_init(braid_ddp_powersgd_options_t *opt
  *   Q = M^T P;  all-reduce Q (sum, / n for BRAID_AVG);  grad = P Q^T;  error = M - P Q^T.
  * Bytes per step: (rows + cols) * r * 4 per compressed matrix instead of rows * cols * 4.
  * Q starts (and without warm_start restarts each step t, seed + t * 0xD1B54A32D192ED03) as
- * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank. The Q
- * all-reduce runs in complete() (so in braid_ddp_finish). Buckets of other dtypes, and every
- * bucket in the first start_iter steps, are all-reduced uncompressed. State: an error buffer
+ * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank. The P
+ * all-reduce (with the raw gradients) starts when the bucket is ready (launch()); the
+ * orthonormalisation, Q = M^T P and the Q all-reduce in next(), when the layer launches the next
+ * bucket (or in finish for the last), so they overlap the rest of backward; P Q^T and the error
+ * feedback in complete(), as soon as the Q all-reduce is seen done. Buckets of other dtypes, and
+ * every bucket in the first start_iter steps, are all-reduced uncompressed. State: an error buffer
  * per compressed matrix (its size), Q, and the wire buffers. Free with
  * braid_ddp_hook_powersgd_free after braid_ddp_destroy.
  */

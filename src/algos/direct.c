@@ -41,6 +41,9 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 /* Bytes reduced per pass over the n inputs (the accumulator stays in L1). */
 #define SUB_BYTES BRAID_DIRECT_SCRATCH
@@ -78,7 +81,45 @@ typedef struct {
     uint64_t spin_ns, yield_ns, timeout_ns;
     uint64_t tl0;    /* BRAID_TRACE: when the open block began, 0 = none */
     size_t tl_bytes; /* its bytes (this rank's input to it) */
+    int nt;          /* the output copies use non-temporal stores (BRAID_NT_MIN) */
 } dctx_t;
+
+#if defined(__x86_64__)
+/* dst <- src with streaming stores (no read for ownership of dst's lines, none left in the
+ * cache): for outputs larger than the last-level cache, which braid writes once and does not
+ * read again. An sfence at the end of the call orders them (braid_direct_run). */
+static void copy_nt(char *dst, const char *src, size_t n)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), e);
+    }
+    memcpy(dst, src, n);
+}
+#endif
+
+/* A copy into the call's output. */
+static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
+{
+#if defined(__x86_64__)
+    if (x->nt) {
+        copy_nt(dst, src, n);
+        return;
+    }
+#endif
+    (void)x;
+    memcpy(dst, src, n);
+}
 
 /* BRAID_TRACE: a block runs from its begin_block to the next one's (or the call's end). */
 static void timeline_block(dctx_t *x, size_t next_bytes)
@@ -247,6 +288,11 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
     x->spin_ns = (uint64_t)c->spin_us * 1000ull;
     x->yield_ns = (uint64_t)c->yield_us * 1000ull;
     x->timeout_ns = (uint64_t)(c->timeout_s * 1e9);
+    /* The bytes the call writes into its output (reduce-scatter's go through the reduction) */
+    size_t es = braid_dtype_size(a->dtype), out_bytes = a->count * es;
+    if (a->coll == BRAID_COLL_ALLGATHER) out_bytes *= (size_t)c->nranks;
+    if (a->coll == BRAID_COLL_REDUCE_SCATTER) out_bytes = 0;
+    x->nt = c->direct_nt_min && out_bytes >= c->direct_nt_min;
 }
 
 /* The rule for writing this rank's slot (line or data) for block g: every peer published
@@ -372,7 +418,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
             BRAID_CHECK(wait_peer(x, j, s, t2));
             size_t jo, jl;
             braid_direct_slice(len, n, j, es, &jo, &jl);
-            memcpy(out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
+            out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
     /* The peers are done with this rank's buffer: each read it before its 2g+2 of the last
@@ -452,7 +498,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
         uint32_t t = (uint32_t)(2 * *g + 1);
         BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
         char *own = out + ((size_t)me * count + off) * es;
-        if (own != in + off * es) memcpy(own, in + off * es, lb);
+        if (own != in + off * es) out_copy(x, own, in + off * es, lb);
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n;
             BRAID_CHECK(wait_peer(x, j, s, t));
@@ -460,7 +506,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
             const char *p = braid_direct_data(d, j, s, lb);
             if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, j, l)))
                 return BRAID_ERR_SYSTEM;
-            memcpy(out + ((size_t)j * count + off) * es, p, lb);
+            out_copy(x, out + ((size_t)j * count + off) * es, p, lb);
         }
         uint64_t *synced = braid_direct_synced(d);
         if (*synced < *g + 1) *synced = *g + 1;
@@ -494,7 +540,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         last = t;
         if (me == root) {
             BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
-            if (out && out != in) memcpy(out + off * es, in + off * es, lb);
+            if (out && out != in) out_copy(x, out + off * es, in + off * es, lb);
             continue;
         }
         BRAID_CHECK(wait_peer(x, root, s, t));
@@ -502,7 +548,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         const char *p = braid_direct_data(d, root, s, lb);
         if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, root, l)))
             return BRAID_ERR_SYSTEM;
-        memcpy(out + off * es, p, lb);
+        out_copy(x, out + off * es, p, lb);
         BRAID_CHECK(copy_in(x, *g, NULL, 0, t, NULL));
     }
     /* The root returns once every rank copied the last block: then a rank that called
@@ -558,7 +604,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
             BRAID_CHECK(wait_peer(x, j, s, t2));
             size_t jo, jl;
             braid_direct_slice(len, n, j, es, &jo, &jl);
-            memcpy(out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
+            out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
     if (ref && last && me != root) BRAID_CHECK(wait_all(x, *g - 1, last));
@@ -593,6 +639,9 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
                               braid_coll_name(a->coll));
     }
     src_free(&t);
+#if defined(__x86_64__)
+    if (x.nt) _mm_sfence();
+#endif
     if (x.tl0) timeline_block(&x, (size_t)-1);
     return res;
 }

@@ -481,6 +481,11 @@ static braid_result_t setup_direct(struct braid_comm *c)
                                "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
                                (long long)v);
     size_t block = (size_t)v & ~(size_t)63;
+    BRAID_CHECK(braid_param_int("NT_MIN", &v));
+    if (v < 0)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
+                               (long long)v);
+    c->direct_nt_min = (size_t)v;
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");

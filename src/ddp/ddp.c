@@ -100,12 +100,38 @@ static void bucket_desc(const struct braid_ddp *d, int b, braid_ddp_bucket_t *de
     desc->param_defs = d->params;
 }
 
+/* A hook with next(): bucket b's second stage, at a point of the step that is the same on every
+ * rank (just before bucket b + 1 is launched, or in finish): waits for launch()'s request,
+ * then next() may start another collective (its request becomes the bucket's). */
+static braid_result_t advance(struct braid_ddp *d, int b)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    if (!d->hook.next || bk->stage) return BRAID_SUCCESS;
+    if (bk->req) {
+        braid_result_t r = braid_wait(bk->req);
+        bk->req = NULL;
+        if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
+    }
+    braid_ddp_bucket_t desc;
+    bucket_desc(d, b, &desc);
+    braid_request_t req = NULL;
+    braid_result_t r = d->hook.next(d->hook.state, &desc, &req);
+    bk->stage = 1;
+    if (r) return ddp_fail(d, r, "bucket %d next hook", b);
+    bk->req = req;
+    return BRAID_SUCCESS;
+}
+
 /* Starts every bucket that is complete and whose predecessors have all been started. */
 static braid_result_t launch_ready(struct braid_ddp *d)
 {
     while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
         int b = d->next_launch;
         ddp_bucket_t *bk = &d->buckets[b];
+        if (b > 0) {
+            braid_result_t r = advance(d, b - 1);
+            if (r) return r;
+        }
         braid_ddp_bucket_t desc;
         bucket_desc(d, b, &desc);
         braid_request_t req = NULL;
@@ -153,23 +179,26 @@ static braid_result_t bucket_completed(struct braid_ddp *d, int b)
 }
 
 /* Non-blocking: notes the buckets that have completed (in order; they complete in order).
- * A hook's complete() is left to finish (it may run collectives: their order must not depend
- * on when each rank happened to observe a completion). */
+ * A hook's next() waits for its fixed point (advance), and without next() its complete() is
+ * left to finish (both may run collectives: their order must not depend on when each rank
+ * happened to observe a completion). */
 static braid_result_t poll_done(struct braid_ddp *d)
 {
     for (int b = d->next_done; b < d->next_launch; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
+        int last = !d->hook.next || bk->stage; /* no further collective for this bucket */
         if (bk->req) {
             int done = 0;
             braid_result_t r = braid_test(bk->req, &done);
             if (done) {
                 bk->req = NULL; /* freed by braid_test */
-                bk->t_done = ddp_now();
+                if (last) bk->t_done = ddp_now();
             }
             if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
             if (!done) break;
         }
-        if (d->hook.complete) continue;
+        if (!last) break;
+        if (d->hook.complete && !d->hook.next) continue;
         braid_result_t r = bucket_completed(d, b);
         if (r) return r;
     }
@@ -180,6 +209,8 @@ braid_result_t ddp_wait_next(struct braid_ddp *d)
 {
     int b = d->next_done;
     ddp_bucket_t *bk = &d->buckets[b];
+    braid_result_t ra = advance(d, b); /* in finish (in bucket order), or zero2 (no hook) */
+    if (ra) return ra;
     if (bk->req) {
         braid_result_t r = braid_wait(bk->req);
         bk->req = NULL;
@@ -202,7 +233,7 @@ static void reset_step(struct braid_ddp *d)
     memset(d->ready, 0, (size_t)d->nparams * sizeof(int));
     for (int b = 0; b < d->nbuckets; b++) {
         d->buckets[b].pending = d->buckets[b].nparams;
-        d->buckets[b].launched = d->buckets[b].done = 0;
+        d->buckets[b].launched = d->buckets[b].done = d->buckets[b].stage = 0;
     }
     d->next_launch = d->next_done = d->nready = 0;
 }
@@ -499,6 +530,14 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
     reset_step(d);
     d->steps++;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_ddp_poll(braid_ddp_t d)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->failed) return ddp_failed(d);
+    if (d->no_sync) return BRAID_SUCCESS;
+    return poll_done(d);
 }
 
 braid_result_t braid_ddp_no_sync(braid_ddp_t d, int enable)

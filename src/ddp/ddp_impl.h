@@ -16,6 +16,7 @@ typedef struct {
     void *data;  /* bytes, 64-byte aligned */
     int pending; /* this step: parameters not ready yet */
     int launched, done;
+    int stage;           /* hooks with next(): 1 once next() ran this step (req is then next's) */
     braid_request_t req; /* in flight when launched && !done (NULL: completed in launch) */
     double t_ready, t_launch, t_done;
     /* ZeRO-1: count padded to nranks * shard; pdata holds the parameters, flat like data */

@@ -4,17 +4,20 @@
  * that is worth compressing (rows * cols >= min_compression_rate * (rows + cols) * r):
  *
  *   launch:   M = grad + error;  P = M Q  (Q: cols x r, kept from the last step: warm start)
- *             all-reduce (sum) [P of every compressed matrix | the other gradients, raw]
- *   complete: other gradients = their sum (/ n for BRAID_AVG)
+ *             start all-reduce (sum) [P of every compressed matrix | the other gradients, raw]
+ *   next:     other gradients = their sum (/ n for BRAID_AVG)
  *             P = Gram-Schmidt(P)  (orthonormal columns; the sum needs no division)
- *             Q = M^T P;  all-reduce (sum) [Q of every compressed matrix], / n for BRAID_AVG
- *             approx = P Q^T;  error = M - approx (error feedback);  grad = approx
+ *             Q = M^T P;  start all-reduce (sum) [Q of every compressed matrix]
+ *   complete: Q /= n for BRAID_AVG;  approx = P Q^T;  error = M - approx (error feedback);
+ *             grad = approx
  *
- * complete() runs in braid_ddp_finish in bucket order (ddp.h), so the Q all-reduces are issued
- * in the same order on every rank. The initial Q is pseudo-random and the same on every rank
- * (see ddp.h for the formula). Other buckets, and every bucket in the first start_iter steps,
- * are all-reduced uncompressed with the layer's op. Matrix products in plain loops over M's
- * rows (row-major), accumulating in float; dot products of Gram-Schmidt in double. */
+ * The layer runs next() at fixed points of the step (just before it launches the next bucket,
+ * or in finish: ddp.h), so every rank issues the P and Q all-reduces in the same order, and the
+ * Q all-reduce overlaps the rest of backward; complete() as soon as Q's is seen done. The initial Q
+ * is pseudo-random and the same on every rank (see ddp.h for the formula). Other buckets, and every
+ * bucket in the first start_iter steps, are all-reduced uncompressed with the layer's op. Matrix
+ * products in plain loops over M's rows (row-major), accumulating in float; dot products of
+ * Gram-Schmidt in double. */
 #include "ddp_impl.h"
 
 #include <math.h>
@@ -229,10 +232,13 @@ static void orthogonalize(float *P, size_t rows, size_t r)
     }
 }
 
-static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
+/* Second stage (at the layer's fixed point after P's all-reduce): the raw gradients' sums
+ * scaled, P orthonormalised, Q = M^T P, and Q's all-reduce started. */
+static braid_result_t psgd_next(void *state, const braid_ddp_bucket_t *b, braid_request_t *req_p)
 {
     psgd_state_t *s = state;
     psgd_bucket_t *bk = &s->b[b->index];
+    *req_p = NULL;
     if (bk->plain) return BRAID_SUCCESS;
     int n = nranks(b);
     const float scale = b->op == BRAID_AVG ? 1.0f / (float)n : 1.0f;
@@ -259,9 +265,18 @@ static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
                 axpy(Q + j * p->cols, P[i * p->r + j], m + i * p->cols, p->cols);
     }
     s->sent += ring(n, bk->nq * sizeof(float));
-    braid_result_t r =
-        braid_allreduce(bk->qbuf, bk->qbuf, bk->nq, BRAID_FLOAT32, BRAID_SUM, b->comm);
-    if (r) return r;
+    return braid_iallreduce(bk->qbuf, bk->qbuf, bk->nq, BRAID_FLOAT32, BRAID_SUM, b->comm, req_p);
+}
+
+/* After Q's all-reduce: approx = P Q^T into the gradients, the error feedback, warm start. */
+static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
+{
+    psgd_state_t *s = state;
+    psgd_bucket_t *bk = &s->b[b->index];
+    if (bk->plain || !bk->nq) return BRAID_SUCCESS;
+    int n = nranks(b);
+    const float scale = b->op == BRAID_AVG ? 1.0f / (float)n : 1.0f;
+    float *data = b->data;
     for (int k = 0; k < bk->np; k++) {
         psgd_param_t *p = &bk->p[k];
         if (!p->compress) continue;
@@ -308,6 +323,7 @@ braid_result_t braid_ddp_hook_powersgd(braid_ddp_hook_t *hook_p,
     s->o = o;
     hook_p->launch = psgd_launch;
     hook_p->complete = psgd_complete;
+    hook_p->next = psgd_next;
     hook_p->state = s;
     return BRAID_SUCCESS;
 }

@@ -15,7 +15,14 @@
  * 3. Error feedback accumulates what was dropped: sum over steps of the hook's output plus the
  *    ranks' average error equals the sum of the average gradients (all-reduced error buffers).
  * 4. Bytes per step: the hook's count equals 2(n-1)/n * 4 * (sum over compressed matrices of
- *    (rows + cols) * r + the raw counts), against (rows * cols) for the default all-reduce. */
+ *    (rows + cols) * r + the raw counts), against (rows * cols) for the default all-reduce.
+ * 5. Overlap (overlap_*): the Q all-reduce of bucket b is started when bucket b + 1 is launched,
+ *    and its result (P Q^T, the error) applied as soon as it is seen done: after the gradients
+ *    of bucket 1 are ready, braid_ddp_poll alone must bring bucket 0 to done before finish,
+ *    with its final gradients already in place; ranks observe completions at different times
+ *    (rank-dependent pauses) without the collectives' order differing; and the results are
+ *    bit-identical, step after step (error feedback and warm start carried), to a second layer
+ *    whose gradients are all readied at the end (nothing overlapped). */
 #include "braid/ddp.h"
 #include "mp.h"
 
@@ -23,6 +30,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NP 5
 #define R 2
@@ -298,4 +307,151 @@ Test(ddp_powersgd, bad_options_are_rejected)
     braid_ddp_hook_t other = {0};
     cr_assert_eq(braid_ddp_powersgd_stats(&other, &st), BRAID_ERR_INVALID_ARG);
     cr_assert_null(braid_ddp_powersgd_error(&other, 0));
+}
+
+/* registration: X 24x40, v 50, Y 32x48, Z 20x36; buckets (2048 first, then 4096 bytes):
+ * {Z}, {Y}, {v, X}; all three matrices compressed at r = 2 */
+#define NO 4
+static const size_t o_rows[NO] = {24, 1, 32, 20}, o_cols[NO] = {40, 50, 48, 36};
+
+static double o_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int overlap_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float *pa[NO], *pb[NO], *gb[NO];
+    braid_ddp_param_t psa[NO], psb[NO];
+    for (int p = 0; p < NO; p++) {
+        size_t cnt = o_rows[p] * o_cols[p];
+        pa[p] = calloc(cnt, sizeof(float));
+        pb[p] = calloc(cnt, sizeof(float));
+        gb[p] = calloc(cnt, sizeof(float));
+        psa[p] = (braid_ddp_param_t){pa[p], NULL, cnt, BRAID_FLOAT32, NULL, o_rows[p]};
+        psb[p] = (braid_ddp_param_t){pb[p], gb[p], cnt, BRAID_FLOAT32, NULL, o_rows[p]};
+    }
+    braid_ddp_powersgd_options_t po;
+    braid_ddp_powersgd_options_init(&po);
+    po.rank = R;
+    po.seed = 7;
+    braid_ddp_hook_t ha, hb;
+    MP_OK(rank, braid_ddp_hook_powersgd(&ha, &po));
+    MP_OK(rank, braid_ddp_hook_powersgd(&hb, &po));
+    braid_ddp_options_t oa, ob;
+    braid_ddp_options_init(&oa);
+    oa.first_bucket_bytes = 2048;
+    oa.bucket_cap_bytes = 4096;
+    ob = oa;
+    oa.hook = &ha;
+    oa.grad_as_bucket_view = 1;
+    ob.hook = &hb;
+    braid_ddp_t da, db;
+    MP_CHECK(rank, !braid_ddp_create(&da, comm, psa, NO, &oa), "create: %s",
+             braid_ddp_last_error());
+    MP_CHECK(rank, !braid_ddp_create(&db, comm, psb, NO, &ob), "create: %s",
+             braid_ddp_last_error());
+    MP_CHECK(rank, braid_ddp_num_buckets(da) == 3, "%d buckets", braid_ddp_num_buckets(da));
+    MP_CHECK(rank,
+             braid_ddp_param_bucket(da, 3, NULL) == 0 && braid_ddp_param_bucket(da, 2, NULL) == 1,
+             "bucket layout");
+    float *early = calloc(o_rows[3] * o_cols[3], sizeof(float));
+    for (int step = 1; step <= 4; step++) {
+        for (int p = 0; p < NO; p++) {
+            float *g = braid_ddp_grad(da, p);
+            for (size_t e = 0; e < o_rows[p] * o_cols[p]; e++)
+                g[e] = gb[p][e] =
+                    (float)(sin(0.29 * (double)e + 0.9 * p + 0.53 * step) * (1 + 0.3 * rank) +
+                            0.02 * cos((double)e * (rank + 1)));
+        }
+        /* A: bucket 0 (Z), pause, bucket 1 (Y): that launch starts bucket 0's Q all-reduce */
+        MP_CHECK(rank, !braid_ddp_grad_ready(da, 3), "ready: %s", braid_ddp_last_error());
+        usleep(rank % 2 ? 3000 : 0);
+        MP_CHECK(rank, !braid_ddp_grad_ready(da, 2), "ready: %s", braid_ddp_last_error());
+        braid_ddp_bucket_info_t in;
+        double t0 = o_now();
+        do {
+            MP_CHECK(rank, !braid_ddp_poll(da), "poll: %s", braid_ddp_last_error());
+            MP_OK(rank, braid_ddp_bucket_info(da, 0, &in));
+            if (in.t_done == 0) usleep(200);
+        } while (in.t_done == 0 && o_now() - t0 < 20);
+        MP_CHECK(rank, in.t_done != 0,
+                 "step %d: bucket 0 not done 20 s after bucket 1 was launched (its Q all-reduce "
+                 "waits for finish?)",
+                 step);
+        memcpy(early, braid_ddp_grad(da, 3), o_rows[3] * o_cols[3] * sizeof(float));
+        usleep(rank % 2 ? 0 : 2000);
+        MP_CHECK(rank, !braid_ddp_grad_ready(da, 1), "ready: %s", braid_ddp_last_error());
+        MP_CHECK(rank, !braid_ddp_grad_ready(da, 0), "ready: %s", braid_ddp_last_error());
+        double tf = o_now();
+        MP_CHECK(rank, !braid_ddp_finish(da), "finish: %s", braid_ddp_last_error());
+        MP_OK(rank, braid_ddp_bucket_info(da, 0, &in));
+        MP_CHECK(rank, in.t_done < tf, "step %d: bucket 0 done at %.6f, finish called at %.6f",
+                 step, in.t_done, tf);
+        MP_CHECK(rank, !memcmp(early, braid_ddp_grad(da, 3), o_rows[3] * o_cols[3] * sizeof(float)),
+                 "step %d: bucket 0's gradient changed after it was reported done", step);
+        /* B: first-registered first, so no bucket can launch before the last grad_ready,
+         * which launches all three (P0, Q0, P1, Q1, P2) back to back */
+        for (int p = 0; p < NO; p++)
+            MP_CHECK(rank, !braid_ddp_grad_ready(db, p), "ready: %s", braid_ddp_last_error());
+        MP_CHECK(rank, !braid_ddp_finish(db), "finish: %s", braid_ddp_last_error());
+        for (int p = 0; p < NO; p++) {
+            size_t cnt = o_rows[p] * o_cols[p];
+            const float *ga = braid_ddp_grad(da, p);
+            for (size_t e = 0; e < cnt; e++)
+                MP_CHECK(rank, ga[e] == gb[p][e] || (isnan(ga[e]) && isnan(gb[p][e])),
+                         "step %d param %d elem %zu: overlapped %.9g, at the end %.9g", step, p, e,
+                         ga[e], gb[p][e]);
+            const float *ea = braid_ddp_powersgd_error(&ha, p),
+                        *eb = braid_ddp_powersgd_error(&hb, p);
+            MP_CHECK(rank, (ea == NULL) == (p == 1) && (eb == NULL) == (p == 1),
+                     "param %d: error buffers %p %p", p, (const void *)ea, (const void *)eb);
+            if (ea)
+                MP_CHECK(rank, !memcmp(ea, eb, cnt * sizeof(float)),
+                         "step %d param %d: error feedback differs", step, p);
+        }
+        /* the vector's gradient is the plain average (a check of the data, not only A = B) */
+        const float *gv = braid_ddp_grad(da, 1);
+        for (size_t e = 0; e < o_cols[1]; e++) {
+            double avg = 0;
+            for (int q = 0; q < n; q++)
+                avg += (float)(sin(0.29 * (double)e + 0.9 + 0.53 * step) * (1 + 0.3 * q) +
+                               0.02 * cos((double)e * (q + 1)));
+            avg /= n;
+            MP_CHECK(rank, fabs(gv[e] - avg) <= 1e-6 * (1 + fabs(avg)),
+                     "step %d: v[%zu] = %.9g, average %.9g", step, e, gv[e], avg);
+        }
+    }
+    braid_ddp_powersgd_stats_t sa, sb;
+    MP_OK(rank, braid_ddp_powersgd_stats(&ha, &sa));
+    MP_OK(rank, braid_ddp_powersgd_stats(&hb, &sb));
+    MP_CHECK(rank, sa.sent_bytes == sb.sent_bytes && sa.compressed_params == 3,
+             "sent %llu vs %llu, %d compressed", sa.sent_bytes, sb.sent_bytes,
+             sa.compressed_params);
+    braid_ddp_destroy(da);
+    braid_ddp_destroy(db);
+    braid_ddp_hook_powersgd_free(&ha);
+    braid_ddp_hook_powersgd_free(&hb);
+    for (int p = 0; p < NO; p++) {
+        free(pa[p]);
+        free(pb[p]);
+        free(gb[p]);
+    }
+    free(early);
+    return 0;
+}
+
+Test(ddp_powersgd, overlap_q_all_reduce_before_finish_same_results, .timeout = 120)
+{
+    for (int n = 1; n <= 4; n++)
+        cr_assert_eq(mp_run(n, overlap_fn, NULL, 60), 0, "n=%d (see stderr)", n);
+}
+
+Test(ddp_powersgd, poll_rejects_null)
+{
+    cr_assert_eq(braid_ddp_poll(NULL), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_ddp_last_error(), "ddp"), "%s", braid_ddp_last_error());
 }

@@ -67,6 +67,21 @@ static void zero_grads(dm_model_t *m)
         memset(m->g[i], 0, m->count[i] * sizeof(float));
 }
 
+/* braid_ps_create over m's parameters (registered in pr) with servers and staleness, the
+ * servers applying mom_update with o's momentum. */
+static braid_result_t ps_start(braid_ps_t *ps, braid_comm_t comm, const dm_model_t *m,
+                               braid_ddp_param_t *pr, int servers, int staleness, opt_t *o)
+{
+    dm_params(m, pr);
+    braid_ps_options_t po;
+    braid_ps_options_init(&po);
+    po.nservers = servers;
+    po.staleness = staleness;
+    po.update = update;
+    po.update_state = o;
+    return braid_ps_create(ps, comm, pr, m->nparams, &po);
+}
+
 typedef struct {
     int servers, staleness;
 } one_arg_t;
@@ -83,15 +98,9 @@ static int one_worker_fn(braid_comm_t comm, int rank, int n, void *arg)
     for (int i = 0; i < ref.nparams; i++)
         rmom[i] = calloc(ref.count[i], sizeof(float));
     braid_ddp_param_t pr[8];
-    dm_params(&m, pr);
-    braid_ps_options_t po;
-    braid_ps_options_init(&po);
-    po.nservers = a->servers;
-    po.staleness = a->staleness;
-    po.update = update;
-    po.update_state = &o;
     braid_ps_t ps;
-    MP_CHECK(rank, !braid_ps_create(&ps, comm, pr, m.nparams, &po), "%s", braid_ddp_last_error());
+    MP_CHECK(rank, !ps_start(&ps, comm, &m, pr, a->servers, a->staleness, &o), "%s",
+             braid_ddp_last_error());
     MP_CHECK(rank, braid_ps_is_server(ps) == (rank >= n - a->servers), "role");
     if (braid_ps_is_server(ps)) {
         MP_CHECK(rank, !braid_ps_serve(ps), "serve: %s", braid_ddp_last_error());
@@ -163,15 +172,9 @@ static int stale_fn(braid_comm_t comm, int rank, int n, void *arg)
     size_t total = total_count(&m);
     opt_t o = {calloc(total, sizeof(float)), 0.0f}; /* plain SGD: the sum check below */
     braid_ddp_param_t pr[8];
-    dm_params(&m, pr);
-    braid_ps_options_t po;
-    braid_ps_options_init(&po);
-    po.nservers = a->servers;
-    po.staleness = a->staleness;
-    po.update = update;
-    po.update_state = &o;
     braid_ps_t ps;
-    MP_CHECK(rank, !braid_ps_create(&ps, comm, pr, m.nparams, &po), "%s", braid_ddp_last_error());
+    MP_CHECK(rank, !ps_start(&ps, comm, &m, pr, a->servers, a->staleness, &o), "%s",
+             braid_ddp_last_error());
     double *gsum = calloc(total, sizeof(double));
     long stale_max = -1, deferred = 0;
     if (braid_ps_is_server(ps)) {
@@ -260,13 +263,8 @@ static int kill_fn(braid_comm_t comm, int rank, int n, void *arg)
     dm_init(&m, 3, g_dims, 51);
     opt_t o = {calloc(total_count(&m), sizeof(float)), MU};
     braid_ddp_param_t pr[8];
-    dm_params(&m, pr);
-    braid_ps_options_t po;
-    braid_ps_options_init(&po);
-    po.update = update;
-    po.update_state = &o;
-    braid_ps_t ps;
-    MP_CHECK(rank, !braid_ps_create(&ps, comm, pr, m.nparams, &po), "%s", braid_ddp_last_error());
+    braid_ps_t ps; /* the defaults: 1 server, staleness 16 */
+    MP_CHECK(rank, !ps_start(&ps, comm, &m, pr, 1, 16, &o), "%s", braid_ddp_last_error());
     char want[32];
     snprintf(want, sizeof(want), "rank %d (", victim); /* braid's naming of a failed peer */
     double t0 = now_s();

@@ -248,7 +248,7 @@ static int hook_fn(braid_comm_t comm, int rank, int n, void *arg)
     dm_params(&a, pa);
     dm_params(&b, pb);
     hook_state_t st = {0, 0, 1, n, 4};
-    braid_ddp_hook_t hook = {sum_launch, avg_complete, &st};
+    braid_ddp_hook_t hook = {sum_launch, avg_complete, &st, NULL};
     braid_ddp_options_t oa = small_buckets(), ob = small_buckets();
     ob.hook = &hook;
     braid_ddp_t da, db;
@@ -276,7 +276,7 @@ static int hook_fn(braid_comm_t comm, int rank, int n, void *arg)
     braid_ddp_destroy(da);
     braid_ddp_destroy(db);
     /* A hook's error fails the step with its code, and the layer stays failed. */
-    braid_ddp_hook_t bad = {failing_launch, NULL, NULL};
+    braid_ddp_hook_t bad = {failing_launch, NULL, NULL, NULL};
     braid_ddp_options_t oc = small_buckets();
     oc.hook = &bad;
     DDP_OK(rank, braid_ddp_create(&da, comm, pa, a.nparams, &oc));

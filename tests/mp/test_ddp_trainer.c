@@ -5,48 +5,27 @@
  * itself): every survivor must exit non-zero on its own, within the timeout, naming rank 1.
  * Skipped when the trainer was not built (no OpenBLAS/zlib). */
 #include "proc.h"
+#include "trainer.h"
 
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#define DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 static char g_bin[PATH_MAX];
 static char g_dir[PATH_MAX];
 
 static void setup(void)
 {
-    cr_assert_eq(proc_bin_dir(g_bin, sizeof(g_bin)), 0, "cannot find the programs' folder");
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
-    if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
-    cr_assert_eq(access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK), 0,
-                 "ddp_mlp is built but Fashion-MNIST is missing: apt-get install "
-                 "dataset-fashion-mnist");
-    snprintf(g_dir, sizeof(g_dir), "/tmp/braid-ddpmlp-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
+    tr_setup(g_bin, sizeof(g_bin), g_dir, sizeof(g_dir), "/tmp/braid-ddpmlp-XXXXXX");
 }
 
 static void teardown(void)
 {
-    if (!g_dir[0]) return;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    tr_teardown(g_dir);
 }
 
 /* Starts argv with stdout/stderr to files in g_dir; extra environment in env (NULL ends). */
@@ -81,7 +60,6 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
                     csv,
                     NULL};
     int st;
-    unsetenv("BRAID_ROOT");
     pid_t pid = spawn(argv, "out", "err", NULL);
     cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char p[PATH_MAX + 16];
@@ -174,7 +152,6 @@ static size_t run_hash(const char *extra1, const char *extra2, const char *extra
 Test(ddp_mlp, zero1_and_zero2_end_bit_identical_to_plain_ddp_on_two_ranks)
 {
     char h0[32], h1[32], h2[32], h3[32];
-    unsetenv("BRAID_ROOT");
     const size_t bytes = 2678824; /* 784*512 + 512 + 512*512 + 512 + 512*10 + 10 floats */
     size_t s0 = run_hash("--zero", "0", NULL, NULL, h0, sizeof(h0));
     size_t s1 = run_hash("--zero", "1", NULL, NULL, h1, sizeof(h1));
@@ -190,65 +167,12 @@ Test(ddp_mlp, zero1_and_zero2_end_bit_identical_to_plain_ddp_on_two_ranks)
               s1, s2, s3);
 }
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
 {
-    const int n = 3;
     char prog[PATH_MAX + 16];
     snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
-    char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
-    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", free_port());
-    snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
-    pid_t pids[3];
-    char rk[3][32], outs[3][16], errs[3][16];
     char *argv[] = {prog,      "--epochs", "100", "--train-limit", "3000", "--test-limit", "300",
                     "--batch", "60",       NULL};
-    for (int r = 0; r < n; r++) {
-        snprintf(rk[r], sizeof(rk[r]), "BRAID_RANK=%d", r);
-        snprintf(outs[r], sizeof(outs[r]), "out%d", r);
-        snprintf(errs[r], sizeof(errs[r]), "err%d", r);
-        char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
-        pids[r] = spawn(argv, outs[r], errs[r], env);
-    }
-    /* Mid-training: after rank 0 has reported its second epoch. */
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/out0", g_dir);
-    double t0 = proc_now_s();
-    int seen = 0;
-    while (!seen && proc_now_s() - t0 < 150) {
-        char *o = proc_slurp(p);
-        seen = strstr(o, "epoch 2 ") != NULL;
-        free(o);
-        if (!seen) usleep(50000);
-    }
-    cr_assert(seen, "rank 0 never reported epoch 2");
-    kill(pids[1], SIGKILL);
-    double tk = proc_now_s();
-    int st;
-    waitpid(pids[1], &st, 0);
-    for (int r = 0; r < n; r++) {
-        if (r == 1) continue;
-        int w = proc_wait(pids[r], 30, &st);
-        double dt = proc_now_s() - tk;
-        snprintf(p, sizeof(p), "%s/err%d", g_dir, r);
-        char *err = proc_slurp(p);
-        cr_assert_eq(w, 0, "rank %d still running 30 s after rank 1 was killed; stderr:\n%s", r,
-                     err);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d; stderr:\n%s", r, st,
-                  err);
-        cr_assert(strstr(err, "rank 1"), "rank %d's error does not name rank 1:\n%s", r, err);
-        cr_assert(dt < 25, "rank %d took %.1f s to fail", r, dt);
-        fprintf(stderr, "ddp_mlp rank %d exited %d after %.2f s: %s", r, WEXITSTATUS(st), dt, err);
-        free(err);
-    }
+    const char *name[] = {"rank 1", NULL, "rank 1"};
+    tr_kill_mid_training(g_dir, argv, 3, 1, name);
 }

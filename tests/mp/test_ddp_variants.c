@@ -10,54 +10,33 @@
  * - a worker SIGKILLed mid-training: the server exits non-zero within the timeout, naming it.
  * Skipped when the trainer was not built. */
 #include "proc.h"
+#include "trainer.h"
 
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#define DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 static char g_bin[PATH_MAX];
 static char g_dir[PATH_MAX];
 
 static void setup(void)
 {
-    cr_assert_eq(proc_bin_dir(g_bin, sizeof(g_bin)), 0, "cannot find the programs' folder");
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
-    if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
-    cr_assert_eq(access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK), 0,
-                 "Fashion-MNIST is missing: apt-get install dataset-fashion-mnist");
-    snprintf(g_dir, sizeof(g_dir), "/tmp/braid-ddpvar-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
-    unsetenv("BRAID_ROOT");
+    tr_setup(g_bin, sizeof(g_bin), g_dir, sizeof(g_dir), "/tmp/braid-ddpvar-XXXXXX");
 }
 
 static void teardown(void)
 {
-    if (!g_dir[0]) return;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    tr_teardown(g_dir);
 }
 
 static char *slurp(const char *name)
 {
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof(p), "%s/%s", g_dir, name);
-    return proc_slurp(p);
+    return tr_slurp(g_dir, name);
 }
 
 static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
@@ -212,61 +191,12 @@ Test(ddp_variants, async_two_workers_train_within_the_bound)
     free(out);
 }
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 Test(ddp_variants, async_killed_worker_makes_the_server_exit_naming_it)
 {
-    const int n = 3;
     char prog[PATH_MAX + 16];
     snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
-    char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
-    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", free_port());
-    snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
-    pid_t pids[3];
-    char rk[3][32], outs[3][16], errs[3][16];
     char *argv[] = {prog,  "--async", "--epochs", "100", "--train-limit", "3000", "--test-limit",
                     "300", "--batch", "60",       NULL};
-    for (int r = 0; r < n; r++) {
-        snprintf(rk[r], sizeof(rk[r]), "BRAID_RANK=%d", r);
-        snprintf(outs[r], sizeof(outs[r]), "out%d", r);
-        snprintf(errs[r], sizeof(errs[r]), "err%d", r);
-        char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
-        pids[r] = spawn(argv, outs[r], errs[r], env);
-    }
-    double t0 = proc_now_s();
-    int seen = 0;
-    while (!seen && proc_now_s() - t0 < 150) {
-        char *o = slurp("out0");
-        seen = strstr(o, "epoch 2 ") != NULL;
-        free(o);
-        if (!seen) usleep(50000);
-    }
-    cr_assert(seen, "rank 0 never reported epoch 2");
-    kill(pids[1], SIGKILL);
-    double tk = proc_now_s();
-    int st;
-    waitpid(pids[1], &st, 0);
-    for (int r = 0; r < n; r += 2) {
-        int w = proc_wait(pids[r], 30, &st);
-        double dt = proc_now_s() - tk;
-        char name[16];
-        snprintf(name, sizeof(name), "err%d", r);
-        char *err = slurp(name);
-        cr_assert_eq(w, 0, "rank %d still running 30 s after worker 1 was killed:\n%s", r, err);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d:\n%s", r, st, err);
-        if (r == 2)
-            cr_assert(strstr(err, "rank 1 ("), "the server does not name worker 1:\n%s", err);
-        cr_assert(dt < 25, "rank %d took %.1f s to fail", r, dt);
-        fprintf(stderr, "async: rank %d exited %d after %.2f s: %s", r, WEXITSTATUS(st), dt, err);
-        free(err);
-    }
+    const char *name[] = {NULL, NULL, "rank 1 ("}; /* the server names worker 1 */
+    tr_kill_mid_training(g_dir, argv, 3, 1, name);
 }

@@ -38,13 +38,7 @@ static const int g_dims[4] = {7, 11, 9, 5};
 
 static void adam(float *p, const float *g, float *m, float *v, size_t n, int t)
 {
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    for (size_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        p[i] -= LR * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
-    }
+    dm_adam(p, g, m, v, n, t, LR);
 }
 
 static size_t round64(size_t n)
@@ -90,11 +84,7 @@ static int zero2_fn(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank, braid_ddp_shard(dz, b, &sh));
         MP_OK(rank, braid_ddp_bucket_info(dz, b, &in));
         size_t per = (in.count + (size_t)n - 1) / (size_t)n;
-        size_t want = in.count > (size_t)rank * per ? in.count - (size_t)rank * per : 0;
-        if (want > per) want = per;
-        MP_CHECK(rank, sh.offset == (size_t)rank * per && sh.count == want,
-                 "bucket %d (%zu): shard at %zu of %zu, expected %zu of %zu", b, in.count,
-                 sh.offset, sh.count, (size_t)rank * per, want);
+        MP_CHECK(rank, !dm_check_shard_layout(&sh, &in, rank, n), "bucket %d", b);
         uneven += in.count % (size_t)n != 0;
         sz_m[b] = calloc(sh.count + 1, sizeof(float));
         sz_v[b] = calloc(sh.count + 1, sizeof(float));
@@ -125,13 +115,9 @@ static int zero2_fn(braid_comm_t comm, int rank, int n, void *arg)
         for (int i = np - 1; i >= 0; i--)
             MP_CHECK(rank, !braid_ddp_grad_ready(da, i), "ready: %s", braid_ddp_last_error());
         MP_CHECK(rank, !braid_ddp_finish(da), "finish: %s", braid_ddp_last_error());
-        for (int i = 0; i < np; i++) {
+        for (int i = 0; i < np; i++)
             adam(a.p[i], a.g[i], sa_m[i], sa_v[i], a.count[i], step);
-            for (size_t e = 0; e < z.count[i]; e++)
-                mag[i][e] = fabsf(z.g[i][e]);
-            MP_OK(rank,
-                  braid_allreduce(mag[i], mag[i], z.count[i], BRAID_FLOAT32, BRAID_SUM, comm));
-        }
+        MP_OK(rank, dm_grad_magnitudes(&z, mag, comm));
         if (mode == 2)
             for (int i = np - 1; i >= 0; i--) {
                 void *slot = NULL;
@@ -165,14 +151,9 @@ static int zero2_fn(braid_comm_t comm, int rank, int n, void *arg)
         }
         MP_CHECK(rank, !braid_ddp_gather_params(dz), "gather: %s", braid_ddp_last_error());
         dm_sgd(&a, 0); /* zero a's gradients */
-        uint64_t h = dm_hash(&z), all[8];
-        MP_OK(rank, braid_allgather(&h, all, 1, BRAID_UINT64, comm));
-        for (int q = 0; q < n; q++)
-            MP_CHECK(rank, all[q] == all[0], "step %d: rank %d's parameters differ", step, q);
-        double d = 0;
-        for (int i = 0; i < np; i++)
-            for (size_t e = 0; e < a.count[i]; e++)
-                d = fmax(d, fabs((double)a.p[i][e] - (double)z.p[i][e]));
+        int q = dm_first_differing_rank(&z, comm);
+        MP_CHECK(rank, q == -1, "step %d: rank %d's parameters differ", step, q);
+        double d = dm_maxabsdiff(&a, &z);
         MP_CHECK(rank, d <= LR * 1e-3, "step %d: ZeRO-2 parameters differ from DDP by %.3g", step,
                  d);
         maxd = fmax(maxd, d);

@@ -8,7 +8,8 @@
  * thread ends a wait; the cost model takes the path by itself on one host; BRAID_DIRECT_BLOCK=0
  * turns it off; buffers from braid_mem_alloc (all ranks, or some) are read in place, and the
  * allocator checks its arguments; when no peer can open a rank's descriptors through /proc
- * (every rank non-dumpable, without CAP_SYS_PTRACE) such buffers are copied in instead. */
+ * (every rank non-dumpable, without CAP_SYS_PTRACE) such buffers are copied in instead;
+ * streaming stores for the output (BRAID_NT_MIN) give the same results. */
 #include "algos/algo.h"
 #include "algos/direct.h"
 #include "core/comm.h"
@@ -310,6 +311,19 @@ Test(direct, mapped_buffers_copied_when_peers_cannot_open_them)
     for (int n = 2; n <= 5; n += quick() ? 3 : 1)
         cr_assert_eq(mp_run(n, other_collectives, &sealed, 300), 0,
                      "n=%d sealed: some rank failed (see stderr)", n);
+}
+
+/* BRAID_NT_MIN=1: every output copy with streaming stores (unaligned, in place, every size):
+ * the same results. */
+Test(direct, streaming_stores_give_the_same_results)
+{
+    int all = 1;
+    quick_blocks();
+    setenv("BRAID_NT_MIN", "1", 1);
+    for (int n = 2; n <= 3; n++) {
+        cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0, "n=%d: some rank failed", n);
+        cr_assert_eq(mp_run(n, other_collectives, &all, 300), 0, "n=%d mapped: failed", n);
+    }
 }
 
 Test(direct, mem_alloc_and_free_check_their_arguments)
