@@ -52,8 +52,8 @@ static const braid_param_t params[] = {
      "bytes per message of send/recv and all-to-all over TCP (their connections' slots); "
      "0 = automatic (512 KiB up to 8 ranks, else BRAID_CHUNK_SIZE's; never below it)"},
     {"P2P_TCP_NSOCKS", "0", BRAID_PARAM_INT,
-     "TCP sockets per peer of the send/recv and all-to-all connections (1-8); 0 = automatic "
-     "(2 up to 8 ranks, else BRAID_NSOCKS_PERPEER)"},
+     "TCP sockets per peer of the send/recv and all-to-all connections (1-8); 0 = "
+     "BRAID_NSOCKS_PERPEER's"},
     {"IB_HCA", "", BRAID_PARAM_STR,
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
      "one on the rank's NUMA node"},

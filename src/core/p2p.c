@@ -56,9 +56,11 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
     int slots = n <= 16 ? 4 : BRAID_P2P_MAX_SLOTS;
     if (n == 1) return BRAID_SUCCESS;
-    /* Over tcp larger messages (fewer frames and wakeups per byte) and 2 sockets per peer
-     * up to 8 ranks; the reducing receive keeps the messages of st->chunk (every rank must
-     * agree on them, whatever transport each pair uses), hence never smaller. */
+    /* Over tcp larger messages (fewer frames and wakeups per byte) up to 8 ranks (2 sockets
+     * per peer were faster at n = 2 too, but not the default: a peer's ABORT comes back on
+     * socket 0 only, so a send failing on another socket may report a closed connection
+     * instead of the peer's reason); the reducing receive keeps the messages of st->chunk (every
+     * rank must agree on them, whatever transport each pair uses), hence never smaller. */
     int64_t v;
     BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &v));
     size_t tslot = v ? (size_t)v : n <= 8 ? (size_t)512 << 10 : st->chunk;
@@ -69,7 +71,7 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     if (tslot < st->chunk) tslot = st->chunk;
     BRAID_CHECK(braid_param_int("P2P_TCP_NSOCKS", &v));
     comm->tcp_conn_slot = tslot;
-    comm->tcp_conn_nsocks = v ? (int)v : n <= 8 ? 2 : 0;
+    comm->tcp_conn_nsocks = (int)v; /* 0: BRAID_NSOCKS_PERPEER's */
     int *peers = calloc((size_t)n, sizeof(*peers));
     if (!peers) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
     int np = 0;

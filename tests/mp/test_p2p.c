@@ -188,8 +188,8 @@ Test(p2p, ring_over_tcp, .timeout = 240)
 }
 
 /* ---- tcp: the send/recv connections' own message size and sockets ------------------------ */
-/* Sends, receives and an all-to-all move in messages of the connections' slots (512 KiB and 2
- * sockets per peer by default over tcp, BRAID_P2P_TCP_CHUNK_SIZE / _NSOCKS), but a
+/* Sends, receives and an all-to-all move in messages of the connections' slots (over tcp 512
+ * KiB by default, BRAID_P2P_TCP_CHUNK_SIZE; sockets per peer BRAID_P2P_TCP_NSOCKS), but a
  * reduce_scatterv's in messages of the collectives' chunk (its reducing receive takes the same
  * chunk from every peer): both checked with blocks of several messages either way. */
 static int tcp_sizes(braid_comm_t comm, int rank, int n, void *arg)
