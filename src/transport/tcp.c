@@ -533,18 +533,24 @@ static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
 }
 
 /* Finishes queued frames before the connection closes (the receiver still needs them), up to
- * the communicator's timeout; skipped after a failure or an abort. */
+ * the communicator's timeout; skipped after braid_comm_abort or when this connection failed.
+ * After the communicator failed, only to deliver a queued ABORT frame (behind the frames
+ * posted before it), for at most 2 s: without it the peer would see a closed connection
+ * instead of the cause (a mismatch this rank found). */
 static void flush_sends(tcp_conn_t *c)
 {
     struct braid_comm *comm = c->base.comm;
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    double limit_s = comm->timeout_s;
+    if (atomic_load(&comm->error) && limit_s > 2.0) limit_s = 2.0;
+    uint64_t deadline = braid_now_ns() + (uint64_t)(limit_s * 1e9);
     for (;;) {
-        if (atomic_load(&c->failed) || atomic_load(&comm->aborted) || atomic_load(&comm->error))
-            return;
+        if (atomic_load(&c->failed) || atomic_load(&comm->aborted)) return;
+        if (atomic_load(&comm->error) && !c->abort_set) return;
         pthread_mutex_lock(&c->mu);
         braid_tcp_tx_push(c);
         uint32_t head = atomic_load(&c->head);
-        int done = atomic_load(&c->tail) == head && (!c->abort_set || c->abort_done);
+        /* Nothing goes after an ABORT frame, which goes after every frame posted before it. */
+        int done = c->abort_set ? c->abort_done : atomic_load(&c->tail) == head;
         int fd = c->sock[atomic_load(&c->tail) % (uint32_t)c->nsocks].fd;
         pthread_mutex_unlock(&c->mu);
         if (done || fd < 0) return;
