@@ -158,10 +158,13 @@ void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
 }
 
 /* A send that failed because the peer closed: the peer may have said why first (an ABORT frame
- * back on this socket, as fail() on its receive side writes it). Looks at it without
- * consuming it (the progress thread owns the reading) and takes its reason; 0 if none. */
-static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
+ * back on socket 0, the only one fail() on its receive side writes to, whichever socket
+ * failed here). Looks at it without consuming it (the progress thread owns the reading) and
+ * takes its reason; 0 if none. */
+static int peek_abort(tcp_conn_t *c)
 {
+    tcp_sock_t *s = &c->sock[0];
+    if (s->fd < 0) return 0;
     uint8_t buf[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
     ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
     braid_msg_hdr_t h;
@@ -215,7 +218,7 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
                                      "sending to %s: a buffer of the collective is not readable "
                                      "(freed during the call?)",
                                      c->desc);
-            else if (!peek_abort(c, s))
+            else if (!peek_abort(c))
                 braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
                                      c->desc, strerror(errno));
             return -1;
@@ -289,8 +292,10 @@ void braid_tcp_rev_read(tcp_sock_t *s)
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         /* EOF or reset: an error only if this side still has to send (checked by the engine
-         * through the sticky failure, so a peer that finished and closed is fine). */
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
+         * through the sticky failure, so a peer that finished and closed is fine). Another
+         * socket's EOF may come before socket 0's ABORT frame is read: the reason, if there. */
+        if (s == &c->sock[0] || !peek_abort(c))
+            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
         break;
     }
     for (int i = 0; i < c->nsocks; i++)
