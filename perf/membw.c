@@ -79,15 +79,34 @@ static double pass(float *a, float *b, float *c, size_t n, int t, int kind)
     return el;
 }
 
+/* "256M" -> 268435456 (K, M, G: powers of 1024); 0 when it is not a size. Before this,
+ * strtoull read "256M" as 256 bytes, and every figure compare.sh printed was of 256 bytes. */
+static size_t parse_bytes(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    if (*end == 'M' || *end == 'm') shift = 20;
+    if (*end == 'G' || *end == 'g') shift = 30;
+    if (shift) end++;
+    if (end == s || *end || v > (SIZE_MAX >> shift)) return 0;
+    return (size_t)v << shift;
+}
+
 int main(int argc, char **argv)
 {
     size_t bytes = 256u << 20;
     int threads = 0, reps = 5;
     const char *csv = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-s") && i + 1 < argc)
-            bytes = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+        if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+            bytes = parse_bytes(argv[++i]);
+            if (!bytes) {
+                fprintf(stderr, "membw: -s %s is not a size (bytes, or with K, M, G)\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-t") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc)
             reps = atoi(argv[++i]);

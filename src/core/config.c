@@ -34,7 +34,7 @@ static const braid_param_t params[] = {
     {"DIRECT_BLOCK", "262144", BRAID_PARAM_SIZE,
      "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
      "each rank maps every local rank's segment of two such slots; 0 = off (the ring only)"},
-    {"NT_MIN", "0", BRAID_PARAM_SIZE,
+    {"NT_MIN", "16777216", BRAID_PARAM_SIZE,
      "output bytes from which the direct shared-memory collectives write their output with "
      "non-temporal (streaming) stores, x86-64; 0 = never"},
     {"TRACE", "", BRAID_PARAM_STR,
