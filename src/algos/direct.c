@@ -34,11 +34,11 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/timeline.h"
+#include "core/yield.h"
 #include "core/mem.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -197,10 +197,8 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
                 if (braid_direct_ready(l, want)) break;
                 return pr;
             }
-            if (idle < x->spin_ns + x->yield_ns) {
-                sched_yield();
+            if (idle < x->spin_ns + x->yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
                 continue;
-            }
             if (idle > x->timeout_ns)
                 return braid_set_error(
                     BRAID_ERR_TIMEOUT,

@@ -340,6 +340,12 @@ static braid_result_t read_tuning(struct braid_comm *c)
     c->spin_us = (int)v;
     BRAID_CHECK(braid_param_int("YIELD_US", &v));
     c->yield_us = (int)v;
+    BRAID_CHECK(braid_param_int("YIELD_SLOW_US", &v));
+    if (v < 0)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_YIELD_SLOW_US=%lld is negative (0 turns the hold-off off)",
+                               (long long)v);
+    c->yield_slow_ns = (uint64_t)v * 1000ull;
     BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
     const char *t = braid_param_str("TRANSPORT");
     if (!*t)

@@ -126,6 +126,7 @@ struct braid_comm {
     int nslots;
     int spin_us;
     int yield_us;                       /* then sched_yield() for this long before sleeping */
+    uint64_t yield_slow_ns;             /* a longer yield starts a hold-off (core/yield.h) */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */
     int algo; /* forced by BRAID_ALGO (braid_algo_t in algos/algo.h), -1 = automatic */
 

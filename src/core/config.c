@@ -45,6 +45,10 @@ static const braid_param_t params[] = {
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},
     {"YIELD_US", "2000", BRAID_PARAM_INT,
      "after spinning, microseconds to call sched_yield() before sleeping in a wait"},
+    {"YIELD_SLOW_US", "250", BRAID_PARAM_INT,
+     "a sched_yield() in a wait that returns after more than this (a CPU-bound thread held the "
+     "core for its time slice) makes the thread's waits sleep without yielding for 10 ms, "
+     "doubling while it recurs, up to 1 s; 0 = always yield for BRAID_YIELD_US"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},

@@ -45,10 +45,10 @@
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/timeline.h"
+#include "core/yield.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -730,10 +730,8 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
         }
         /* Then yield: a peer that needs this core (more ranks than cores) runs at once, and
          * the ring moves at context-switch speed instead of futex wake-up speed. */
-        if (now - idle_since < spin_ns + yield_ns) {
-            sched_yield();
+        if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
             continue;
-        }
         if (now - idle_since > timeout_ns)
             return braid_set_error(
                 BRAID_ERR_TIMEOUT,

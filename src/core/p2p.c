@@ -14,10 +14,10 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/timeline.h"
+#include "core/yield.h"
 #include "core/redop.h"
 #include "reduce/reduce.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -729,10 +729,8 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
                 cpu_relax();
             continue;
         }
-        if (now - idle_since < spin_ns + yield_ns) {
-            sched_yield();
+        if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
             continue;
-        }
         if (now - idle_since > timeout_ns)
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "timed out after %.1f s waiting to %s rank %d; rank %d may be "

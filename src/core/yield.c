@@ -1,0 +1,40 @@
+/* The yield phase of waits and its hold-off (see yield.h). */
+#include "core/yield.h"
+#include "transport/transport.h"
+
+#include <sched.h>
+
+static _Thread_local braid_yield_state_t g_self;
+
+void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t slow_ns)
+{
+    s->yields++;
+    if (!slow_ns || d <= slow_ns) {
+        s->hold_ns = 0; /* yields are fast here again: a later hold-off starts short */
+        return;
+    }
+    s->slow++;
+    uint64_t h = s->hold_ns ? s->hold_ns * 2 : BRAID_YIELD_HOLD_MIN_NS;
+    if (h > BRAID_YIELD_HOLD_MAX_NS) h = BRAID_YIELD_HOLD_MAX_NS;
+    s->hold_ns = h;
+    s->hold_until = t0 + d + h;
+}
+
+int braid_wait_yield(uint64_t slow_ns, uint64_t now)
+{
+    braid_yield_state_t *s = &g_self;
+    if (!slow_ns) { /* BRAID_YIELD_SLOW_US=0: yield for BRAID_YIELD_US, whatever the state */
+        s->yields++;
+        sched_yield();
+        return 1;
+    }
+    if (!braid_yield_allowed(s, now)) return 0;
+    sched_yield();
+    braid_yield_note(s, now, braid_now_ns() - now, slow_ns);
+    return 1;
+}
+
+braid_yield_state_t *braid_yield_self(void)
+{
+    return &g_self;
+}

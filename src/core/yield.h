@@ -1,0 +1,55 @@
+/* The yield phase of braid's waits (spin, then yield, then sleep: core/engine.c, core/p2p.c,
+ * algos/direct.c), and when to skip it.
+ *
+ * sched_yield() hands the core to another runnable thread. With more ranks than cores and
+ * every rank inside the collective, that thread is a peer's wait or step: it runs briefly and
+ * yields back, and the ring moves at context-switch speed (8 B all-reduce, 4 ranks on 2
+ * cores: 3.7 us per call against 155 us with futex sleeps; perf/RESULTS.md). But a thread
+ * that yields stays runnable, so nothing wakes it when its data arrives. When the other
+ * thread is CPU-bound (a trainer's backward pass while a DDP bucket's all-reduce runs on the
+ * worker thread, a rank sharing the core, another job), each yield gives it a whole time
+ * slice (1-4 ms measured on the 6.18 kernel here, HZ 250), and every step of the collective
+ * waits that long: on 2 netns hosts x 2 ranks the buckets started during backward crawled
+ * (a 22 KB all-reduce took 18 ms) and nothing of the communication was hidden. A thread that
+ * sleeps instead is woken by its data (futex, poll) and runs at once.
+ *
+ * So a yield that returns after more than BRAID_YIELD_SLOW_US (another thread held the core
+ * for its slice) starts a hold-off during which this thread's waits skip the yield phase and
+ * sleep right after spinning: 10 ms, doubled each time the first yield after a hold-off is
+ * slow again, at most 1 s; a fast yield ends the doubling. The state is per thread (the
+ * worker thread of non-blocking calls and the application's thread see different
+ * competitors). BRAID_YIELD_SLOW_US=0: always yield for BRAID_YIELD_US. */
+#ifndef BRAID_CORE_YIELD_H
+#define BRAID_CORE_YIELD_H
+
+#include <stdint.h>
+
+#define BRAID_YIELD_HOLD_MIN_NS 10000000ull   /* first hold-off: 10 ms */
+#define BRAID_YIELD_HOLD_MAX_NS 1000000000ull /* longest: 1 s */
+
+typedef struct {
+    uint64_t hold_until;       /* no yield before this time (braid_now_ns) */
+    uint64_t hold_ns;          /* length of the current / last hold-off; 0 = none */
+    unsigned long long yields; /* yields made */
+    unsigned long long slow;   /* of which slow */
+} braid_yield_state_t;
+
+/* Pure: updates s after a yield that began at t0 and took d ns, with threshold slow_ns
+ * (0 = never slow). */
+void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t slow_ns);
+
+/* Whether s allows a yield at time now (not in a hold-off). */
+static inline int braid_yield_allowed(const braid_yield_state_t *s, uint64_t now)
+{
+    return now >= s->hold_until;
+}
+
+/* For a wait loop in its yield phase, at time now: yields once and returns 1 (look again),
+ * or returns 0 without yielding while the calling thread is in a hold-off (sleep now).
+ * slow_ns = BRAID_YIELD_SLOW_US in ns (comm->yield_slow_ns). */
+int braid_wait_yield(uint64_t slow_ns, uint64_t now);
+
+/* The calling thread's state (tests, diagnostics). */
+braid_yield_state_t *braid_yield_self(void);
+
+#endif

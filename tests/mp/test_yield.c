@@ -1,0 +1,211 @@
+/* The yield phase of waits and its hold-off (core/yield.h): the state machine (pure: a slow
+ * yield starts a 10 ms hold-off, doubling while slow yields recur, at most 1 s, a fast one ends
+ * the doubling, threshold 0 = never), braid_wait_yield in and out of a hold-off, and, as real
+ * processes (4 ranks, more than this machine's cores, so waits happen), that a thread in a
+ * hold-off makes no sched_yield in any of the three wait loops (engine: ring and recursive
+ * doubling; algos/direct.c; core/p2p.c) and still gets every result right, over shared memory
+ * and TCP; with BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking
+ * calls stay right; a negative BRAID_YIELD_SLOW_US fails the init naming it. */
+#include "core/yield.h"
+#include "data.h"
+#include "mp.h"
+#include "transport/transport.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+TestSuite(yield, .timeout = 240);
+
+#define MS 1000000ull
+
+Test(yield, fast_yields_never_hold)
+{
+    braid_yield_state_t s = {0};
+    for (uint64_t t = 0; t < 100; t++)
+        braid_yield_note(&s, t * 1000, 249000, 250000);
+    cr_assert_eq(s.yields, 100);
+    cr_assert_eq(s.slow, 0);
+    cr_assert_eq(s.hold_ns, 0);
+    cr_assert(braid_yield_allowed(&s, 100000));
+}
+
+Test(yield, slow_yield_holds_10ms_from_its_end)
+{
+    braid_yield_state_t s = {0};
+    braid_yield_note(&s, 5 * MS, 3 * MS, 250000);
+    cr_assert_eq(s.slow, 1);
+    cr_assert_eq(s.hold_ns, 10 * MS);
+    cr_assert_eq(s.hold_until, 18 * MS);
+    cr_assert(!braid_yield_allowed(&s, 8 * MS));
+    cr_assert(!braid_yield_allowed(&s, 18 * MS - 1));
+    cr_assert(braid_yield_allowed(&s, 18 * MS));
+}
+
+Test(yield, recurring_slow_yields_double_up_to_1s)
+{
+    braid_yield_state_t s = {0};
+    uint64_t t = 0, want = 10 * MS;
+    for (int k = 0; k < 12; k++) {
+        braid_yield_note(&s, t, 2 * MS, 250000);
+        cr_assert_eq(s.hold_ns, want, "slow yield %d: hold %llu ns, want %llu", k,
+                     (unsigned long long)s.hold_ns, (unsigned long long)want);
+        cr_assert_eq(s.hold_until, t + 2 * MS + want);
+        t = s.hold_until; /* the first yield after the hold-off, slow again */
+        want = want * 2 > BRAID_YIELD_HOLD_MAX_NS ? BRAID_YIELD_HOLD_MAX_NS : want * 2;
+    }
+    cr_assert_eq(s.hold_ns, BRAID_YIELD_HOLD_MAX_NS);
+    cr_assert_eq(s.slow, 12);
+}
+
+Test(yield, fast_yield_ends_the_doubling)
+{
+    braid_yield_state_t s = {0};
+    braid_yield_note(&s, 0, 2 * MS, 250000);
+    braid_yield_note(&s, 12 * MS, 2 * MS, 250000);
+    cr_assert_eq(s.hold_ns, 20 * MS);
+    braid_yield_note(&s, 40 * MS, 1000, 250000); /* fast: only waiters share the core now */
+    cr_assert_eq(s.hold_ns, 0);
+    cr_assert(braid_yield_allowed(&s, 40 * MS + 1000));
+    braid_yield_note(&s, 50 * MS, 1 * MS, 250000);
+    cr_assert_eq(s.hold_ns, 10 * MS, "a new hold-off starts short again");
+    cr_assert_eq(s.hold_until, 61 * MS);
+}
+
+Test(yield, threshold_zero_never_holds)
+{
+    braid_yield_state_t s = {0};
+    braid_yield_note(&s, 0, 500 * MS, 0);
+    cr_assert_eq(s.slow, 0);
+    cr_assert_eq(s.hold_ns, 0);
+    cr_assert(braid_yield_allowed(&s, 1));
+}
+
+Test(yield, wait_yield_in_and_out_of_a_hold_off)
+{
+    braid_yield_state_t *s = braid_yield_self();
+    memset(s, 0, sizeof(*s));
+    uint64_t now = braid_now_ns();
+    s->hold_until = now + 1000 * MS;
+    cr_assert_eq(braid_wait_yield(250000, now), 0, "in a hold-off: sleep, do not yield");
+    cr_assert_eq(s->yields, 0);
+    cr_assert_eq(braid_wait_yield(0, now), 1, "threshold 0: always yield");
+    cr_assert_eq(s->yields, 1);
+    s->hold_until = 0;
+    /* Out of a hold-off: one yield; with a threshold of 100 s it is never slow. */
+    cr_assert_eq(braid_wait_yield(100000 * MS, braid_now_ns()), 1);
+    cr_assert_eq(s->yields, 2);
+    cr_assert_eq(s->slow, 0);
+    cr_assert(braid_yield_allowed(s, braid_now_ns()));
+}
+
+/* ---- as real processes -------------------------------------------------------------------- */
+
+typedef struct {
+    int hold;     /* put the thread in a permanent hold-off and check that it never yields */
+    int nonblock; /* also non-blocking all-reduces (worker thread) */
+} yopts_t;
+
+/* All-reduces of several sizes (recursive doubling, ring or the direct path, whatever
+ * BRAID_ALGO / the model takes), a ring exchange of send/recv, checked against the
+ * reference. */
+static int calls(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const yopts_t *o = arg;
+    braid_yield_state_t *s = braid_yield_self();
+    memset(s, 0, sizeof(*s));
+    if (o->hold) s->hold_until = UINT64_MAX;
+    size_t counts[] = {1, 7, 1009, 65537, 300007};
+    for (int it = 0; it < 3; it++)
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+            if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, counts[ci], it & 1,
+                                     0, 11 + it, "yield"))
+                return 1;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    size_t cnt = 100003;
+    float *in = malloc(cnt * sizeof(float)), *out = malloc(cnt * sizeof(float));
+    MP_CHECK(rank, in && out, "out of memory");
+    for (int it = 0; it < 4; it++) {
+        data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, cnt, 70 + it);
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_send(in, cnt, BRAID_FLOAT32, next, comm));
+        MP_OK(rank, braid_recv(out, cnt, BRAID_FLOAT32, prev, comm));
+        MP_OK(rank, braid_group_end());
+        MP_CHECK(rank, !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, cnt, 70 + it, "p2p"),
+                 "send/recv round %d", it);
+    }
+    if (o->nonblock) {
+        enum { K = 4 };
+        braid_request_t req[K];
+        float *b[K];
+        for (int k = 0; k < K; k++) {
+            b[k] = malloc(cnt * sizeof(float));
+            MP_CHECK(rank, b[k], "out of memory");
+            data_fill(b[k], BRAID_FLOAT32, BRAID_SUM, rank, 0, cnt, 90 + k);
+            MP_OK(rank, braid_iallreduce(b[k], b[k], cnt, BRAID_FLOAT32, BRAID_SUM, comm, &req[k]));
+        }
+        for (int k = 0; k < K; k++) {
+            MP_OK(rank, braid_wait(req[k]));
+            MP_CHECK(rank,
+                     !data_check_reduced(b[k], BRAID_FLOAT32, BRAID_SUM, n, 0, cnt, 90 + k,
+                                         "iallreduce"),
+                     "iallreduce %d", k);
+            free(b[k]);
+        }
+    }
+    free(in);
+    free(out);
+    if (o->hold)
+        MP_CHECK(rank, s->yields == 0, "%llu sched_yield calls in a hold-off",
+                 (unsigned long long)s->yields);
+    return 0;
+}
+
+static void run_with(const char *transport, const char *algo, int hold, int nonblock)
+{
+    if (transport) setenv("BRAID_TRANSPORT", transport, 1);
+    if (algo) setenv("BRAID_ALGO", algo, 1);
+    yopts_t o = {.hold = hold, .nonblock = nonblock};
+    cr_assert_eq(mp_run(4, calls, &o, 200), 0, "transport %s algo %s hold %d: a rank failed",
+                 transport ? transport : "auto", algo ? algo : "auto", hold);
+}
+
+Test(yield, hold_off_never_yields_ring_shm)
+{
+    run_with(NULL, "ring", 1, 0);
+}
+
+Test(yield, hold_off_never_yields_recdbl_shm)
+{
+    run_with(NULL, "recdbl", 1, 0);
+}
+
+Test(yield, hold_off_never_yields_direct)
+{
+    run_with(NULL, "direct", 1, 0);
+}
+
+Test(yield, hold_off_never_yields_tcp)
+{
+    run_with("tcp", NULL, 1, 0);
+}
+
+Test(yield, every_yield_slow_blocking_and_nonblocking_right)
+{
+    setenv("BRAID_YIELD_SLOW_US", "1", 1);
+    run_with(NULL, NULL, 0, 1);
+    run_with("tcp", NULL, 0, 1);
+}
+
+Test(yield, negative_threshold_is_an_error)
+{
+    setenv("BRAID_YIELD_SLOW_US", "-5", 1);
+    braid_unique_id_t id;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    braid_comm_t c = NULL;
+    braid_result_t r = braid_comm_init_rank(&c, 1, id, 0);
+    cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "init: %s", braid_strerror(r));
+    cr_assert(strstr(braid_last_error(), "BRAID_YIELD_SLOW_US"), "message: %s",
+              braid_last_error());
+}
