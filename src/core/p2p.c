@@ -172,10 +172,9 @@ static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *o
     braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
     braid_p2p_op_str(op, mine, sizeof(mine));
     if (same)
-        return braid_set_error(BRAID_ERR_INTERNAL,
-                               "rank %d sent a %llu-byte message where rank %d expected %zu in %s",
-                               from, (unsigned long long)got, comm->rank, expect ? expect : left,
-                               mine);
+        return braid_set_error(
+            BRAID_ERR_INTERNAL, "rank %d sent a %llu-byte message where rank %d expected %zu in %s",
+            from, (unsigned long long)got, comm->rank, expect ? expect : left, mine);
     return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
                            theirs, comm->rank, mine);
 }
@@ -527,8 +526,8 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], r->rr_hdr[p]->bytes,
                                   nb ? nb : 0));
             if (r->rr_hdr[p]->flags & BRAID_MSG_CMA) /* never sent to a reducing receive */
-                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a CMA descriptor to %s",
-                                       p, "a reduce_scatterv");
+                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a CMA descriptor to %s", p,
+                                       "a reduce_scatterv");
             if (!nb && r->rr_hdr[p]->bytes)
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
                                        r->rr_hdr[p]->bytes);

@@ -73,7 +73,8 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     uint8_t *ok = calloc((size_t)n * (size_t)n, 1);
     braid_result_t res = BRAID_SUCCESS;
     if (!cma || !all || !ok || !(cma->send_ok = calloc((size_t)n, 1)) ||
-        !(cma->recv_ok = calloc((size_t)n, 1)) || !(cma->pid = calloc((size_t)n, sizeof(int32_t)))) {
+        !(cma->recv_ok = calloc((size_t)n, 1)) ||
+        !(cma->pid = calloc((size_t)n, sizeof(int32_t)))) {
         res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for the CMA probe of %d ranks", n);
         goto out;
     }
@@ -130,16 +131,16 @@ void braid_p2p_cma_free(braid_p2p_cma_t *cma)
     free(cma);
 }
 
-int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c,
-                      const braid_p2p_op_t *op, size_t bytes)
+int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const braid_p2p_op_t *op,
+                      size_t bytes)
 {
     /* reduce_scatterv's receiver folds chunk by chunk (step_reduce): it keeps the slots. */
-    return cma && bytes >= cma->min_bytes && cma->send_ok[op->peer] && c->slot_size >=
-           sizeof(braid_cma_desc_t) && op->coll != BRAID_COLL_REDUCE_SCATTERV;
+    return cma && bytes >= cma->min_bytes && cma->send_ok[op->peer] &&
+           c->slot_size >= sizeof(braid_cma_desc_t) && op->coll != BRAID_COLL_REDUCE_SCATTERV;
 }
 
-braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h,
-                                  const void *src, size_t bytes)
+braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,
+                                  size_t bytes)
 {
     braid_cma_desc_t d = {.addr = (uint64_t)(uintptr_t)src,
                           .bytes = bytes,
@@ -168,8 +169,8 @@ braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const br
     return BRAID_SUCCESS;
 }
 
-braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf,
-                                  char *dst, size_t *off_p)
+braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
+                                  size_t *off_p)
 {
     braid_cma_desc_t d;
     memcpy(&d, buf, sizeof(d));

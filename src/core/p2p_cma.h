@@ -34,8 +34,8 @@ typedef struct braid_p2p_cma {
     uint8_t *recv_ok; /* per peer: this rank's probe read that peer's memory */
     int32_t *pid;     /* per peer: its pid as exchanged */
     size_t min_bytes;
-    uint64_t probe;   /* the word peers read in the probe */
-    uint64_t pulls;   /* messages this rank pulled (tests) */
+    uint64_t probe;          /* the word peers read in the probe */
+    uint64_t pulls;          /* messages this rank pulled (tests) */
     _Atomic uint64_t pulled; /* bytes this rank pulled (read by tests from another thread) */
 } braid_p2p_cma_t;
 
@@ -48,12 +48,12 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
 void braid_p2p_cma_free(braid_p2p_cma_t *cma);
 
 /* Whether a send of op (bytes > 0) to peer over c goes by CMA. */
-int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c,
-                      const braid_p2p_op_t *op, size_t bytes);
+int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const braid_p2p_op_t *op,
+                      size_t bytes);
 /* Writes the descriptor of [src, src + bytes) into slot and posts it with header h (whose
  * bytes and flags it sets). */
-braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h,
-                                  const void *src, size_t bytes);
+braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,
+                                  size_t bytes);
 /* The descriptor of a BRAID_MSG_CMA message from peer (buf: its payload): its byte count in
  * *bytes_p, or BRAID_ERR_INTERNAL if malformed. */
 braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
@@ -61,7 +61,7 @@ braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const br
 /* Reads the next piece (at most BRAID_CMA_PIECE bytes) of that message into dst + *off_p,
  * advancing *off_p; once all of it is there, checks the sender over c (peer_check).
  * BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read. */
-braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf,
-                                  char *dst, size_t *off_p);
+braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
+                                  size_t *off_p);
 
 #endif

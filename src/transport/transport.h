@@ -57,11 +57,7 @@ typedef struct {
 
 /* BRAID_WAIT_RELEASED (only on transports with send_released): until every slot posted on a
  * send connection has been released by the receiver. */
-typedef enum {
-    BRAID_WAIT_SEND = 0,
-    BRAID_WAIT_RECV = 1,
-    BRAID_WAIT_RELEASED = 2
-} braid_wait_dir_t;
+typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1, BRAID_WAIT_RELEASED = 2 } braid_wait_dir_t;
 
 typedef struct braid_conn {
     const struct braid_transport *ops;

@@ -80,8 +80,7 @@ static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
                      "%s", what);
             for (size_t k = 0; k < off; k++)
                 MP_CHECK(rank, (unsigned char)out[k] == 0xEE, "%s: wrote before the start", what);
-            MP_CHECK(rank, (unsigned char)out[off + bytes] == 0xEE, "%s: wrote past the end",
-                     what);
+            MP_CHECK(rank, (unsigned char)out[off + bytes] == 0xEE, "%s: wrote past the end", what);
             free(in);
             free(out);
         }
