@@ -468,7 +468,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                     BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, got, bytes));
                     op->cma = 1;
                 }
-                BRAID_CHECK(braid_p2p_cma_pull(r->st->cma, c, buf, op->rbuf, &op->off));
+                BRAID_CHECK(braid_p2p_cma_pull(r->st->cma, c, buf, op->rbuf, bytes, &op->off));
                 *moved = 1;
                 if (op->off < bytes) return BRAID_SUCCESS; /* the next piece at the next pass */
                 op->nmsgs++;

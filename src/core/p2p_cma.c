@@ -170,10 +170,14 @@ braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const br
 }
 
 braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
-                                  size_t *off_p)
+                                  size_t total, size_t *off_p)
 {
     braid_cma_desc_t d;
-    memcpy(&d, buf, sizeof(d));
+    memcpy(&d, buf, sizeof(d)); /* read again from the slot: checked against total again */
+    if (d.bytes != total || *off_p > total)
+        return braid_set_error(BRAID_ERR_INTERNAL,
+                               "rank %d changed its CMA descriptor (%llu bytes, expected %zu)",
+                               c->peer, (unsigned long long)d.bytes, total);
     size_t off = *off_p, nb = (size_t)d.bytes - off;
     if (nb > BRAID_CMA_PIECE) nb = BRAID_CMA_PIECE;
     if (nb) {

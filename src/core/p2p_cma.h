@@ -58,10 +58,11 @@ braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *
  * *bytes_p, or BRAID_ERR_INTERNAL if malformed. */
 braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
                                   const void *buf, uint64_t *bytes_p);
-/* Reads the next piece (at most BRAID_CMA_PIECE bytes) of that message into dst + *off_p,
- * advancing *off_p; once all of it is there, checks the sender over c (peer_check).
- * BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read. */
+/* Reads the next piece (at most BRAID_CMA_PIECE bytes) of that message (of total bytes, as
+ * checked) into dst + *off_p, advancing *off_p; once all of it is there, checks the sender over c
+ * (peer_check). BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read.
+ */
 braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
-                                  size_t *off_p);
+                                  size_t total, size_t *off_p);
 
 #endif
