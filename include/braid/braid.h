@@ -201,6 +201,17 @@ BRAID_API braid_result_t braid_comm_register(braid_comm_t comm, void *buf, size_
 /** Drops a registration made on comm; the handle is invalid afterwards (BRAID_ERR_INVALID_ARG
  * for a handle that is not registered on comm, e.g. deregistered twice). */
 BRAID_API braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t handle);
+/** Allocates bytes (> 0) of host memory that every rank of this host can map (as
+ * ncclMemAlloc): a shared region (a memfd, page-aligned, zero-filled) that the direct
+ * shared-memory collectives read in place when a call's send buffer lies inside one, instead
+ * of first copying it into braid's segments (any other buffer works too, with that copy).
+ * Not tied to a communicator; thread-safe. *ptr_p is set only on success. A peer that read a
+ * region keeps it mapped (read-only) until its communicator is destroyed, so its pages are
+ * returned to the system only then. */
+BRAID_API braid_result_t braid_mem_alloc(void **ptr_p, size_t bytes);
+/** Frees memory from braid_mem_alloc (NULL is a no-op); any other pointer, or one freed
+ * already, is BRAID_ERR_INVALID_ARG. Not during a collective that uses it. */
+BRAID_API braid_result_t braid_mem_free(void *ptr);
 /** The communicator's sticky asynchronous error (BRAID_SUCCESS if none). */
 BRAID_API braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p,
                                               const char **msg_p);

@@ -21,11 +21,12 @@ typedef enum {
     BRAID_ALGO_HIER = 1,
     BRAID_ALGO_RECDBL = 2,
     BRAID_ALGO_TREE = 3,
-    BRAID_ALGO_COUNT = 4
+    BRAID_ALGO_DIRECT = 4, /* single-copy shared memory on one host (direct.c) */
+    BRAID_ALGO_COUNT = 5
 } braid_algo_t;
 
 const char *braid_algo_name(int algo);
-/* "" = automatic; otherwise one of ring, hier, recdbl, tree (any case); an unknown name is
+/* "" = automatic; otherwise one of ring, hier, recdbl, tree, direct (any case); an unknown name is
  * BRAID_ERR_INVALID_ARG with a message listing the valid ones. */
 braid_result_t braid_algo_parse(const char *name, int *algo_p);
 
@@ -54,6 +55,9 @@ typedef struct {
     int nic_share;           /* ranks of the busiest host that use its NIC at once */
     double net_overlap;      /* 1: the network's queue absorbs a call's bytes (token-bucket shaped
                               * links), so they overlap the latency path instead of adding to it */
+    int direct;              /* the direct shared-memory segments are mapped (one host) */
+    size_t direct_block;     /* their block bytes */
+    braid_link_model_t direct_link; /* one synchronisation (alpha, per peer) and busbw */
 } braid_model_t;
 
 /* Default link parameters: shm from perf/results/2026-11-29-shm (2 ranks: ~0.4 us per ring
@@ -66,6 +70,11 @@ typedef struct {
 #define BRAID_MODEL_OVERSUB_US 1.0
 #define BRAID_MODEL_NSLOTS 8
 #define BRAID_MODEL_COPY_GBPS 9.0 /* one-thread memcpy, shared/notes/machine-facts.md */
+/* Direct shared memory (algos/direct.c): a synchronisation costs about one cache-line transfer
+ * per peer; its bus bandwidth (bytes per rank x 2(n-1)/n over time) at the ring's when
+ * calibrated on the recorded shm runs, see select.c. */
+#define BRAID_MODEL_DIRECT_ALPHA_US 0.15
+#define BRAID_MODEL_DIRECT_GBPS 8.0
 
 /* Recomputes the model's ring crossings for the ring order actually used (NULL = rank order). */
 void braid_model_set_ring(braid_model_t *m, const braid_topo_t *t, const int *order);

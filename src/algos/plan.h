@@ -70,6 +70,7 @@ typedef struct {
 #define BRAID_PLAN_RING 0
 #define BRAID_PLAN_RECDBL 2
 #define BRAID_PLAN_TREE 3
+#define BRAID_PLAN_DIRECT 4 /* not a step plan: algos/direct.c (named in mismatch messages) */
 
 typedef struct {
     int coll;         /* braid_coll_t */

@@ -52,11 +52,13 @@
  * BRAID_ALGO=tree forces the tree for broadcast and reduce only; every other collective (and
  * communicators over BRAID_TREE_MAX_RANKS ranks) keeps to the ring. */
 #include "algos/algo.h"
+#include "algos/direct.h"
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/split.h"
+#include "transport/shm_direct.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +68,7 @@ _Static_assert(BRAID_PLAN_RING == BRAID_ALGO_RING && BRAID_PLAN_RECDBL == BRAID_
                    BRAID_PLAN_TREE == BRAID_ALGO_TREE,
                "plan families are algorithm ids");
 
-static const char *algo_names[BRAID_ALGO_COUNT] = {"ring", "hier", "recdbl", "tree"};
+static const char *algo_names[BRAID_ALGO_COUNT] = {"ring", "hier", "recdbl", "tree", "direct"};
 
 const char *braid_algo_name(int algo)
 {
@@ -85,10 +87,11 @@ braid_result_t braid_algo_parse(const char *name, int *algo_p)
             *algo_p = i;
             return BRAID_SUCCESS;
         }
-    return braid_set_error(BRAID_ERR_INVALID_ARG,
-                           "BRAID_ALGO='%s' is not one of the algorithms: ring, hier, recdbl, tree "
-                           "(or empty for automatic)",
-                           name);
+    return braid_set_error(
+        BRAID_ERR_INVALID_ARG,
+        "BRAID_ALGO='%s' is not one of the algorithms: ring, hier, recdbl, tree, direct "
+        "(or empty for automatic)",
+        name);
 }
 
 /* ---- the model ------------------------------------------------------------------------------ */
@@ -148,6 +151,7 @@ void braid_model_init(braid_model_t *m, const braid_topo_t *t)
     m->p2p_chunk = BRAID_P2P_MAX_CHUNK;
     m->nic_share = t->max_local;
     m->recdbl_intra_rounds = recdbl_intra_rounds(t);
+    m->direct_link = (braid_link_model_t){BRAID_MODEL_DIRECT_ALPHA_US, BRAID_MODEL_DIRECT_GBPS};
 }
 
 int braid_model_force_transport(braid_model_t *m, const char *name)
@@ -173,6 +177,13 @@ int braid_algo_applies(int algo, int coll, size_t count, const braid_model_t *m)
     case BRAID_ALGO_TREE:
         return (coll == BRAID_COLL_BROADCAST || coll == BRAID_COLL_REDUCE) && m->nranks >= 2 &&
                m->nranks <= BRAID_TREE_MAX_RANKS;
+    case BRAID_ALGO_DIRECT:
+        if (!m->direct || m->nhosts != 1 || m->nranks < 2) return 0;
+        if (coll == BRAID_COLL_REDUCE_SCATTER) /* a block holds n parts of an element at least */
+            return (size_t)m->nranks * 8 <=
+                   (m->direct_block ? m->direct_block : BRAID_DIRECT_BLOCK_DEFAULT);
+        return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_ALLGATHER ||
+               coll == BRAID_COLL_BROADCAST || coll == BRAID_COLL_REDUCE;
     default:
         return 0;
     }
@@ -241,6 +252,7 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.ring_host_out = hh > 1 ? share : 0;
     s.recdbl_intra_rounds = 0;
     s.nic_share = hh > 1 ? share : 1;
+    s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
     return s;
 }
 
@@ -333,6 +345,32 @@ static cost_t rounds_cost(int algo, double S, size_t bytes, const braid_model_t 
     return (cost_t){lat, rn * us_for(S * share, &m->inter)};
 }
 
+/* Direct shared memory (direct.c), in blocks of the slot size: all-reduce up to the small
+ * limit one synchronisation and every rank reads all n inputs, above it (and reduce) two
+ * synchronisations per block; reduce-scatter and all-gather one per block (the block holds n
+ * parts of reduce-scatter's), broadcast two (the root waits for the others' previous block).
+ * Bytes at the path's bus bandwidth, as the ring's per-edge bytes. A synchronisation reads one
+ * line per peer; with more ranks than cores it waits for every rank to be scheduled (n step
+ * penalties). */
+static cost_t direct_cost(int coll, double S, const braid_model_t *m)
+{
+    int n = m->nranks;
+    double sync = m->direct_link.alpha_us * (n - 1) + n * braid_model_step_penalty_us(m);
+    size_t block = m->direct_block ? m->direct_block : BRAID_DIRECT_BLOCK_DEFAULT;
+    double f = (double)(n - 1) / n, per = (double)block, syncs = 2, moved = 2 * f * S;
+    if (coll == BRAID_COLL_ALLREDUCE && S <= (double)braid_direct_small_max(block, n))
+        return (cost_t){m->launch_us + sync + us_for(S * n, &m->copy), 0.0};
+    if (coll == BRAID_COLL_REDUCE_SCATTER || coll == BRAID_COLL_ALLGATHER) {
+        syncs = 1;
+        moved = S * (n - 1); /* S is per rank */
+        if (coll == BRAID_COLL_REDUCE_SCATTER) per = (double)(block / ((size_t)n * 8) * 8);
+    } else if (coll == BRAID_COLL_BROADCAST) {
+        moved = S;
+    }
+    double nb = S > 0 ? (double)(size_t)((S + per - 1) / per) : 1.0;
+    return (cost_t){m->launch_us + syncs * nb * sync + us_for(moved, &m->direct_link), 0.0};
+}
+
 static int model_cost(int algo, int coll, size_t bytes, size_t count, const braid_model_t *m,
                       cost_t *c)
 {
@@ -351,6 +389,8 @@ static int model_cost(int algo, int coll, size_t bytes, size_t count, const brai
         *c = chain_cost(S, m); /* broadcast / reduce: a pipelined chain */
     else if (algo == BRAID_ALGO_RECDBL || algo == BRAID_ALGO_TREE)
         *c = rounds_cost(algo, S, bytes, m);
+    else if (algo == BRAID_ALGO_DIRECT)
+        *c = direct_cost(coll, S, m);
     else
         *c = hier_cost(coll, bytes, count, m);
     return 1;
@@ -557,6 +597,8 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     braid_model_set_ring(&st->model, &st->topo, c->ring_order);
     st->model.host_ranks = busiest_machine(c);
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
+    st->model.direct = c->direct != NULL;
+    st->model.direct_block = c->direct_block;
     if (c->nslots > 0) st->model.nslots = c->nslots;
     if (c->transport && braid_model_force_transport(&st->model, c->transport->name))
         braid_info(TUNING, "BRAID_TRANSPORT=%s: links within a host cost as network links",
@@ -646,5 +688,6 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     }
     if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     if (algo == BRAID_ALGO_TREE) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_TREE);
+    if (algo == BRAID_ALGO_DIRECT) return braid_direct_run(c, a, seq);
     return braid_engine_run(c, a, seq);
 }

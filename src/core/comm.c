@@ -13,6 +13,7 @@
 #include "cuda/cuda.h"
 #include "topo/topo.h"
 #include "transport/rdma.h"
+#include "transport/shm_direct.h"
 
 #include <errno.h>
 #include <math.h>
@@ -100,6 +101,7 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
         if (comm->p2p_recv[p]) comm->p2p_recv[p]->ops->fail(comm->p2p_recv[p], code, why);
     }
     braid_p2p_fail_peers(comm, code, why);
+    braid_direct_fail(comm, code, why);
 }
 
 braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
@@ -434,6 +436,7 @@ static void comm_free(struct braid_comm *c)
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
+    braid_direct_free(c);
     braid_comm_close_conns(c);
     braid_transport_comm_cleanup(c);
     int joined = c->boot != NULL;
@@ -454,6 +457,35 @@ static void comm_free(struct braid_comm *c)
     pthread_mutex_destroy(&c->q_lock);
     pthread_cond_destroy(&c->q_cond);
     c->magic = 0;
+}
+
+/* The direct shared-memory segments (transport/shm_direct.h) of BRAID_DIRECT_BLOCK bytes per
+ * slot; 0 = none. Every rank must agree (a rank without them would run other algorithms). */
+static braid_result_t setup_direct(struct braid_comm *c)
+{
+    int64_t v;
+    BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
+    if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
+                               (long long)v);
+    size_t block = (size_t)v & ~(size_t)63;
+    if (c->nranks > 1) {
+        uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
+        if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");
+        uint64_t mine = block;
+        braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(mine));
+        for (int r = 1; res == BRAID_SUCCESS && r < c->nranks; r++)
+            if (all[r] != all[0])
+                res = braid_set_error(BRAID_ERR_INVALID_USAGE,
+                                      "rank %d has BRAID_DIRECT_BLOCK=%llu but rank 0 %llu: set "
+                                      "the same on every rank",
+                                      r, (unsigned long long)all[r], (unsigned long long)all[0]);
+        free(all);
+        BRAID_CHECK(res);
+    }
+    c->direct_block = block;
+    return block ? braid_direct_setup(c, block) : BRAID_SUCCESS;
 }
 
 static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
@@ -528,6 +560,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_comm_connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_connect_latency(c), res, fail);
     BRAID_CHECK_GOTO(braid_p2p_connect(c), res, fail);
+    BRAID_CHECK_GOTO(setup_direct(c), res, fail);
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(braid_comm_registry_add(c), res, fail);

@@ -138,6 +138,10 @@ struct braid_comm {
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
     struct braid_p2p_state *p2p; /* owned by core/p2p.c (send/recv connections, pair seqs) */
+    /* Direct shared-memory segments of a communicator on one host (transport/shm_direct.h),
+     * NULL when there are none. */
+    struct braid_direct *direct;
+    size_t direct_block; /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
      * over from an earlier call names both sides of that call (engine.c). */
 #define BRAID_HIST 8

@@ -22,8 +22,8 @@ static const braid_param_t params[] = {
      "force a transport: shm, tcp, rdma (default: shm within a host, else rdma when a verbs "
      "device is up, else tcp)"},
     {"ALGO", "", BRAID_PARAM_STR,
-     "force an algorithm: ring, hier, recdbl, tree (default: the cost model chooses; under "
-     "hier the stages within and between hosts still choose theirs)"},
+     "force an algorithm: ring, hier, recdbl, tree, direct (default: the cost model chooses; "
+     "under hier the stages within and between hosts still choose theirs)"},
     {"TUNING_FILE", "", BRAID_PARAM_STR,
      "cost-model constants (braid-info --tune --measure writes them), read by rank 0 at init"},
     {"TUNE_MEASURE", "0", BRAID_PARAM_INT,
@@ -31,6 +31,9 @@ static const braid_param_t params[] = {
      "scales the calls per median; rank 0's setting and numbers count)"},
     {"NCHANNELS", "0", BRAID_PARAM_INT, "channels (independent rings); 0 = automatic"},
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
+    {"DIRECT_BLOCK", "262144", BRAID_PARAM_SIZE,
+     "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
+     "each rank maps every local rank's segment of two such slots; 0 = off (the ring only)"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
     {"SPIN_US", "0", BRAID_PARAM_INT,
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},
@@ -153,7 +156,7 @@ static const struct {
 } checks[] = {
     {"DEBUG", "NONE,WARN,INFO,DEBUG,TRACE", 0, 0},
     {"TRANSPORT", "shm,tcp,rdma", 0, 0},
-    {"ALGO", "auto,ring,hier,recdbl,tree", 0, 0},
+    {"ALGO", "auto,ring,hier,recdbl,tree,direct", 0, 0},
     {"THREAD_AFFINITY", "rank,numa,none", 0, 0},
     {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
     {"TUNE_MEASURE", NULL, 0, 20},

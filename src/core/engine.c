@@ -45,6 +45,7 @@
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "reduce/reduce.h"
+#include "transport/shm_direct.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -106,7 +107,7 @@ static void copy_bytes(void *dst, const void *src, size_t n)
     if (dst != src && n) memcpy(dst, src, n);
 }
 
-static void describe(char *buf, size_t len, const braid_msg_hdr_t *h)
+void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
 {
     char dt[16], op[24] = "", root[24] = "";
     if (braid_dtype_size(h->dtype))
@@ -183,8 +184,8 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
     const braid_msg_hdr_t *old = &comm->hist[h->seq % BRAID_HIST];
     if (h->seq != e->seq && (int32_t)(e->seq - h->seq) > 0 && old->seq == h->seq) m = old;
     char theirs[160], mine[160];
-    describe(theirs, sizeof(theirs), h);
-    describe(mine, sizeof(mine), m);
+    braid_engine_describe(theirs, sizeof(theirs), h);
+    braid_engine_describe(mine, sizeof(mine), m);
     const char *mine_verb = m == e && r->rejected ? "rejected its" : "called";
     char mine_why[240] = "";
     if (m == e && r->rejected) snprintf(mine_why, sizeof(mine_why), " (%.200s)", r->reason);
@@ -236,7 +237,7 @@ static braid_result_t check_foreign(run_t *r, int algo)
         } else {
             if (!comm->p2p_recv) break;
             c = comm->p2p_recv[i - comm->nchannels];
-            used = algo != BRAID_PLAN_RING && !r->rejected;
+            used = algo != BRAID_PLAN_RING && algo != BRAID_PLAN_DIRECT && !r->rejected;
         }
         const braid_msg_hdr_t *h;
         const void *buf;
@@ -250,12 +251,33 @@ static braid_result_t check_foreign(run_t *r, int algo)
         return braid_set_error(BRAID_ERR_MISMATCH,
                                "rank %d runs %s #%u with another algorithm than rank %d (%s)",
                                c->peer, braid_coll_name(r->a->coll), r->hdr.seq, comm->rank,
-                               algo == BRAID_PLAN_RING   ? "ring"
-                               : algo == BRAID_PLAN_TREE ? "binomial tree"
-                                                         : "recursive doubling");
+                               algo == BRAID_PLAN_RING     ? "ring"
+                               : algo == BRAID_PLAN_TREE   ? "binomial tree"
+                               : algo == BRAID_PLAN_DIRECT ? "direct shared memory"
+                                                           : "recursive doubling");
     }
-    /* Peers that run a collective of core/p2p.h (alltoall, gather...) with this number. */
+    /* Peers that run this number on the direct shared-memory segments (when this rank does
+     * not), or a collective of core/p2p.h (alltoall, gather...). */
+    int peer;
+    braid_msg_hdr_t h;
+    if (algo != BRAID_PLAN_DIRECT && braid_direct_peek(comm, r->hdr.seq, &peer, &h)) {
+        braid_conn_t from = {.peer = peer, .comm = comm};
+        if (r->rejected || !same_call(&h, &r->hdr))
+            return check_header(r, &from, &h, NULL, 0, 0); /* names both calls */
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d runs %s #%u on the direct shared-memory path but rank %d "
+                               "runs it with another algorithm",
+                               peer, braid_coll_name(h.coll), h.seq, comm->rank);
+    }
     return braid_p2p_check_foreign(comm, &r->hdr);
+}
+
+braid_result_t braid_engine_check_foreign(struct braid_comm *comm, const braid_op_args_t *a,
+                                          uint32_t seq)
+{
+    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
+    r.hdr = braid_engine_desc(a, seq);
+    return check_foreign(&r, BRAID_PLAN_DIRECT);
 }
 
 /* The descriptor exchange: post this call's header-only message to the ring successor

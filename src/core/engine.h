@@ -19,6 +19,13 @@ void braid_engine_record(struct braid_comm *comm, const braid_msg_hdr_t *desc);
 /* Whether call a exchanges its descriptor with the ring neighbours (engine.c, "descriptor
  * exchange"): rooted collectives and count-0 calls, which otherwise leave some rank that
  * receives nothing, so nothing to check. */
+/* "allreduce #12 (count 4, float32, sum)": the call a header describes, for messages. */
+void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h);
+/* For an executor that is not the engine (algos/direct.c), while it waits in call a (number
+ * seq): BRAID_ERR_MISMATCH when some peer's message on the ring or point-to-point connections
+ * shows that it runs another call, or this call with another algorithm. */
+braid_result_t braid_engine_check_foreign(struct braid_comm *comm, const braid_op_args_t *a,
+                                          uint32_t seq);
 int braid_engine_needs_hello(const struct braid_comm *comm, const braid_op_args_t *a);
 /* A call that this rank rejected (argument validation; reason = the message) still takes its
  * sequence number: tells the ring's next rank (REJECTED, with the reason) and waits for the

@@ -4,6 +4,7 @@
  * of blocked receives (see p2p.h). */
 #include "core/log.h"
 #include "core/p2p.h"
+#include "transport/shm_direct.h"
 #include "core/redop.h"
 
 #include <stdio.h>
@@ -120,6 +121,15 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int
                                    theirs, why, comm->rank, verb, mine);
         }
         return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d %s %s", c->peer,
+                               theirs, comm->rank, verb, mine);
+    }
+    /* A peer in a collective on the direct shared-memory segments sends nothing here. */
+    int peer;
+    braid_msg_hdr_t h;
+    if (braid_direct_peek_from(comm, seq, from, &peer, &h)) {
+        char theirs[200];
+        braid_p2p_hdr_str(&h, comm->rank, theirs, sizeof(theirs));
+        return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d %s %s", peer,
                                theirs, comm->rank, verb, mine);
     }
     return BRAID_SUCCESS;

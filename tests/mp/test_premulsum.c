@@ -256,6 +256,15 @@ Test(premulsum, recdbl_tree_hier_and_auto)
                          "BRAID_ALGO=%s n=%d failed (see stderr)", cfgs[k].algo, ns[j]);
 }
 
+/* The direct shared-memory path (all-reduce, reduce, reduce-scatter on one host). */
+Test(premulsum, direct_n2_to_n8)
+{
+    static const cfg_t cfg = {"direct", 1, BRAID_ALGO_DIRECT};
+    for (int n = 2; n <= 8; n++)
+        cr_assert_eq(mp_run(n, every_dtype, (void *)&cfg, 200), 0,
+                     "BRAID_ALGO=direct n=%d failed (see stderr)", n);
+}
+
 /* ---- rounding of the product: scalar 1/3 on rank 0, 0 on rank 1 ------------------------- */
 
 static double dec(braid_datatype_t dt, uint64_t b)

@@ -31,9 +31,9 @@ Test(select, parse_algo_names)
     int a = 99;
     cr_assert_eq(braid_algo_parse("", &a), BRAID_SUCCESS);
     cr_assert_eq(a, BRAID_ALGO_AUTO);
-    const char *names[] = {"ring", "HIER", "recdbl", "Tree"};
-    const char *canon[] = {"ring", "hier", "recdbl", "tree"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"ring", "HIER", "recdbl", "Tree", "Direct"};
+    const char *canon[] = {"ring", "hier", "recdbl", "tree", "direct"};
+    for (int i = 0; i < 5; i++) {
         cr_assert_eq(braid_algo_parse(names[i], &a), BRAID_SUCCESS);
         cr_assert_eq(a, i);
         cr_assert_str_eq(braid_algo_name(a), canon[i]);
@@ -42,7 +42,7 @@ Test(select, parse_algo_names)
     cr_assert_eq(braid_algo_parse("rings", &a), BRAID_ERR_INVALID_ARG);
     cr_assert_eq(a, 7, "output set on failure");
     cr_assert(strstr(braid_last_error(), "'rings'") &&
-                  strstr(braid_last_error(), "ring, hier, recdbl, tree"),
+                  strstr(braid_last_error(), "ring, hier, recdbl, tree, direct"),
               "%s", braid_last_error());
 }
 
@@ -562,5 +562,49 @@ Test(model, link_bound_tie_goes_to_the_lower_latency)
         cr_assert_eq(braid_model_choose(BRAID_COLL_ALLREDUCE, S, S / 4, &m), BRAID_ALGO_RECDBL,
                      "%zu B: the tie went to %s", S,
                      braid_algo_name(braid_model_choose(BRAID_COLL_ALLREDUCE, S, S / 4, &m)));
+    }
+}
+
+/* The direct shared-memory path: only where the segments are mapped (one host), for the five
+ * collectives it serves; there the model takes it for all-reduce (two synchronisations per
+ * block against the ring's 2(n-1) steps and fewer bytes moved). */
+Test(select, direct_applies_on_one_host_with_segments_only)
+{
+    int one[8] = {0}, two[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    braid_model_t m = model_for(4, one);
+    cr_assert(!braid_algo_applies(BRAID_ALGO_DIRECT, BRAID_COLL_ALLREDUCE, 100, &m),
+              "applies without segments");
+    m.direct = 1;
+    int colls[] = {BRAID_COLL_ALLREDUCE, BRAID_COLL_REDUCE_SCATTER, BRAID_COLL_ALLGATHER,
+                   BRAID_COLL_BROADCAST, BRAID_COLL_REDUCE};
+    for (int i = 0; i < 5; i++)
+        cr_assert(braid_algo_applies(BRAID_ALGO_DIRECT, colls[i], 100, &m), "coll %d", colls[i]);
+    cr_assert(!braid_algo_applies(BRAID_ALGO_DIRECT, BRAID_COLL_BARRIER, 100, &m));
+    braid_model_t h = model_for(8, two);
+    h.direct = 1; /* never over several hosts, whatever the flag says */
+    cr_assert(!braid_algo_applies(BRAID_ALGO_DIRECT, BRAID_COLL_ALLREDUCE, 100, &h));
+    cr_assert_lt(braid_model_time(BRAID_ALGO_DIRECT, BRAID_COLL_ALLREDUCE, 100, 25, &h), 0.0);
+}
+
+Test(select, direct_chosen_for_allreduce_at_every_size_on_one_host)
+{
+    int one[8] = {0};
+    for (int n = 2; n <= 8; n *= 2) {
+        braid_model_t m = model_for(n, one);
+        m.direct = 1;
+        m.direct_block = (size_t)256 << 10;
+        /* every size at n = 2 and 4 (the targets of perf/RESULTS.md); at 8 ranks recursive
+         * doubling's 3 rounds may still be estimated cheaper for a few KiB */
+        for (size_t b = n < 8 ? 8 : 65536; b <= ((size_t)256 << 20); b *= 2) {
+            int a = braid_model_choose(BRAID_COLL_ALLREDUCE, b, b / 4, &m);
+            cr_assert_eq(a, BRAID_ALGO_DIRECT, "n=%d %zu bytes: %s", n, b, braid_algo_name(a));
+        }
+        /* and its estimate grows with the size */
+        double prev = 0;
+        for (size_t b = 8; b <= ((size_t)256 << 20); b *= 2) {
+            double t = braid_model_time(BRAID_ALGO_DIRECT, BRAID_COLL_ALLREDUCE, b, b / 4, &m);
+            cr_assert_geq(t, prev, "n=%d %zu bytes: %.2f us after %.2f", n, b, t, prev);
+            prev = t;
+        }
     }
 }

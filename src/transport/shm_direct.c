@@ -1,0 +1,444 @@
+/* Direct shared-memory segments: creation, mapping, failure notices and waits (see
+ * shm_direct.h for the layout and the tag protocol). */
+#include "transport/shm_direct.h"
+#include "core/comm.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CTRL_BYTES 4096
+#define FAIL_SET 1
+#define FAIL_CLAIMED 2
+#define FAIL_CLOSED 4
+
+typedef struct {
+    _Atomic uint32_t sleepers; /* peers in a futex sleep on one of this segment's tags */
+    char pad0[60];
+    _Atomic int32_t failed; /* FAIL_* bits, written by the owner */
+    int32_t code;
+    int32_t pid;
+    uint32_t block; /* data bytes per slot, for the peers' check */
+    char msg[200];
+} ctrl_t;
+
+typedef struct {
+    int rank;
+    uint32_t id;
+    char *base;
+    uint64_t bytes;
+} peer_map_t;
+
+struct braid_direct {
+    int n, me;
+    size_t block, slot_bytes, map_len;
+    char **seg; /* n mappings, seg[me] this rank's own */
+    int *pidfd; /* per peer, -1 when pidfds are missing */
+    int *pid;
+    uint64_t *next_check_ns; /* per peer: the next pid check */
+    uint64_t blocks;         /* the block counter */
+    uint64_t synced;         /* blocks below it were published by every peer (algos/direct.c) */
+    char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
+    peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
+    int nmaps, next_evict;
+};
+
+static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000ull),
+                          .tv_nsec = (long)(timeout_ns % 1000000000ull)};
+    return (int)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static ctrl_t *ctrl(const braid_direct_t *d, int r)
+{
+    return (ctrl_t *)d->seg[r];
+}
+
+size_t braid_direct_block(const braid_direct_t *d)
+{
+    return d->block;
+}
+
+braid_direct_line_t *braid_direct_line(const braid_direct_t *d, int r, int s)
+{
+    return (braid_direct_line_t *)(d->seg[r] + CTRL_BYTES + (size_t)s * d->slot_bytes);
+}
+
+char *braid_direct_data(const braid_direct_t *d, int r, int s, size_t bytes)
+{
+    braid_direct_line_t *l = braid_direct_line(d, r, s);
+    return bytes <= BRAID_DIRECT_INLINE ? l->data : (char *)l + sizeof(*l);
+}
+
+uint64_t *braid_direct_counter(braid_direct_t *d)
+{
+    return &d->blocks;
+}
+
+uint64_t *braid_direct_synced(braid_direct_t *d)
+{
+    return &d->synced;
+}
+
+char *braid_direct_scratch(braid_direct_t *d)
+{
+    return d->scratch;
+}
+
+void braid_direct_publish(braid_direct_t *d, int s, uint32_t tag)
+{
+    braid_direct_line_t *l = braid_direct_line(d, d->me, s);
+    atomic_store_explicit(&l->tag, tag, memory_order_release);
+    /* A peer announces itself in sleepers, then re-checks the tag (a full fence between on
+     * both sides): either it sees this tag or this load sees it. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ctrl(d, d->me)->sleepers, memory_order_relaxed)) futex_wake(&l->tag);
+}
+
+void braid_direct_sleep(braid_direct_t *d, int r, int s, uint32_t want, uint64_t deadline_ns)
+{
+    braid_direct_line_t *l = braid_direct_line(d, r, s);
+    ctrl_t *c = ctrl(d, r);
+    atomic_fetch_add_explicit(&c->sleepers, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t seen = atomic_load_explicit(&l->tag, memory_order_acquire);
+    uint64_t now = braid_now_ns();
+    if ((int32_t)(seen - want) < 0 && now < deadline_ns) {
+        uint64_t slice = deadline_ns - now;
+        if (slice > 20000000ull) slice = 20000000ull;
+        futex_wait(&l->tag, seen, slice);
+    }
+    atomic_fetch_sub_explicit(&c->sleepers, 1, memory_order_relaxed);
+}
+
+static int pid_gone(int pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT;
+    ssize_t k = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (k <= 0) return 0;
+    buf[k] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && (rp[2] == 'Z' || rp[2] == 'X'); /* killed, not reaped yet */
+}
+
+braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
+{
+    ctrl_t *c = ctrl(d, r);
+    int f = atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (f & FAIL_SET) {
+        if (c->code == BRAID_ERR_MISMATCH)
+            return braid_set_error(BRAID_ERR_MISMATCH, "%.200s", c->msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", r, d->pid[r],
+                               c->msg[0] ? c->msg : "no reason given");
+    }
+    if (f & FAIL_CLOSED)
+        return braid_set_error(BRAID_ERR_REMOTE,
+                               "rank %d (pid %d, same host) destroyed its communicator "
+                               "(braid_comm_destroy) while this rank still needed it",
+                               r, d->pid[r]);
+    uint64_t now = braid_now_ns();
+    if (!force && now < d->next_check_ns[r]) return BRAID_SUCCESS;
+    d->next_check_ns[r] = now + 20000000ull;
+    int gone;
+    if (d->pidfd[r] >= 0) {
+        struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
+        gone = poll(&p, 1, 0) > 0;
+    } else {
+        gone = pid_gone(d->pid[r]);
+    }
+    if (gone)
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died", r, d->pid[r]);
+    return BRAID_SUCCESS;
+}
+
+static void wake_all(braid_direct_t *d)
+{
+    for (int r = 0; r < d->n; r++)
+        for (int s = 0; s < 2; s++)
+            if (d->seg[r]) futex_wake(&braid_direct_line(d, r, s)->tag);
+}
+
+void braid_direct_wake(struct braid_comm *comm)
+{
+    if (comm->direct) wake_all(comm->direct);
+}
+
+void braid_direct_fail(struct braid_comm *comm, braid_result_t code, const char *why)
+{
+    braid_direct_t *d = comm->direct;
+    if (!d) return;
+    ctrl_t *c = ctrl(d, d->me);
+    if (!(atomic_fetch_or_explicit(&c->failed, FAIL_CLAIMED, memory_order_acquire) &
+          FAIL_CLAIMED)) {
+        c->code = code;
+        snprintf(c->msg, sizeof(c->msg), "%s", why);
+        atomic_fetch_or_explicit(&c->failed, FAIL_SET, memory_order_release);
+    }
+    wake_all(d);
+}
+
+static void release(braid_direct_t *d)
+{
+    for (int i = 0; i < d->nmaps; i++)
+        munmap(d->maps[i].base, d->maps[i].bytes);
+    for (int r = 0; r < d->n; r++) {
+        if (d->seg[r]) munmap(d->seg[r], d->map_len);
+        if (d->pidfd[r] >= 0) close(d->pidfd[r]);
+    }
+    free(d->seg);
+    free(d->pidfd);
+    free(d->pid);
+    free(d->next_check_ns);
+    free(d->scratch);
+    free(d);
+}
+
+void braid_direct_free(struct braid_comm *comm)
+{
+    braid_direct_t *d = comm->direct;
+    if (!d) return;
+    comm->direct = NULL;
+    atomic_fetch_or_explicit(&ctrl(d, d->me)->failed, FAIL_CLOSED, memory_order_release);
+    wake_all(d);
+    release(d);
+}
+
+typedef struct {
+    int32_t ok;
+    char name[60];
+} seg_info_t;
+
+static braid_result_t direct_setup(struct braid_comm *comm, size_t block, braid_direct_t *d,
+                                   seg_info_t *all, char *name)
+{
+    static _Atomic uint32_t counter;
+    int n = comm->nranks;
+    seg_info_t mine;
+    memset(&mine, 0, sizeof(mine));
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = (uint32_t)braid_now_ns();
+    snprintf(name, sizeof(mine.name), "/braid-%d-d%u-%08x", (int)getpid(),
+             atomic_fetch_add(&counter, 1), rnd);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t)d->map_len) == 0) {
+            void *m = mmap(NULL, d->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (m != MAP_FAILED) {
+                d->seg[d->me] = m;
+                mine.ok = 1;
+                ctrl_t *c = m;
+                c->pid = (int32_t)getpid();
+                c->block = (uint32_t)block;
+            } else {
+                braid_info(SHM, "direct: mmap of %zu bytes failed: %m", d->map_len);
+            }
+        } else {
+            braid_info(SHM, "direct: ftruncate(%s, %zu) failed: %m", name, d->map_len);
+        }
+        close(fd);
+        if (!mine.ok) shm_unlink(name);
+    } else {
+        braid_info(SHM, "direct: shm_open(%s) failed: %m", name);
+    }
+    if (mine.ok) snprintf(mine.name, sizeof(mine.name), "%s", name);
+    BRAID_CHECK(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)));
+    /* Map every peer's; the second allgather says whether every rank mapped every one. */
+    int32_t ok = 1;
+    for (int r = 0; r < n; r++)
+        if (!all[r].ok) ok = 0;
+    for (int r = 0; ok && r < n; r++) {
+        if (r == d->me) continue;
+        all[r].name[sizeof(all[r].name) - 1] = '\0';
+        int pfd = shm_open(all[r].name, O_RDWR | O_CLOEXEC, 0600);
+        struct stat st;
+        void *m = MAP_FAILED;
+        if (pfd >= 0 && fstat(pfd, &st) == 0 && (size_t)st.st_size == d->map_len)
+            m = mmap(NULL, d->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+        if (pfd >= 0) close(pfd);
+        if (m == MAP_FAILED || ((ctrl_t *)m)->block != (uint32_t)block) {
+            braid_info(SHM, "direct: cannot map rank %d's segment %s: %m", r, all[r].name);
+            if (m != MAP_FAILED) munmap(m, d->map_len);
+            ok = 0;
+            break;
+        }
+        d->seg[r] = m;
+        d->pid[r] = comm->peers[r].pid;
+#ifdef SYS_pidfd_open
+        d->pidfd[r] = (int)syscall(SYS_pidfd_open, d->pid[r], 0);
+#endif
+    }
+    int32_t *oks = malloc((size_t)n * sizeof(int32_t));
+    if (!oks) ok = 0;
+    braid_result_t res =
+        braid_boot_allgather(comm->boot, &ok, oks ? (void *)oks : (void *)all, sizeof(ok));
+    if (res == BRAID_SUCCESS && oks)
+        for (int r = 0; r < n; r++)
+            if (!oks[r]) ok = 0;
+    free(oks);
+    if (res == BRAID_SUCCESS && !ok) res = BRAID_ERR_UNSUPPORTED;
+    return res;
+}
+
+braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
+{
+    int n = comm->nranks;
+    if (n < 2 || comm->local_nranks != n) return BRAID_SUCCESS;
+    if (comm->transport && comm->transport != &braid_transport_shm) return BRAID_SUCCESS;
+    braid_direct_t *d = calloc(1, sizeof(*d));
+    seg_info_t *all = calloc((size_t)n, sizeof(seg_info_t));
+    if (d) {
+        d->seg = calloc((size_t)n, sizeof(char *));
+        d->pidfd = malloc((size_t)n * sizeof(int));
+        d->pid = calloc((size_t)n, sizeof(int));
+        d->next_check_ns = calloc((size_t)n, sizeof(uint64_t));
+        d->scratch = malloc(BRAID_DIRECT_SCRATCH);
+    }
+    if (!d || !all || !d->seg || !d->pidfd || !d->pid || !d->next_check_ns || !d->scratch) {
+        if (d) {
+            for (int r = 0; d->pidfd && r < n; r++)
+                d->pidfd[r] = -1;
+            if (d->seg && d->pidfd) {
+                d->n = n;
+                release(d);
+                d = NULL;
+            } else {
+                free(d->seg);
+                free(d->pidfd);
+                free(d->pid);
+                free(d->next_check_ns);
+                free(d->scratch);
+            }
+        }
+        free(d);
+        free(all);
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the direct segments");
+    }
+    for (int r = 0; r < n; r++)
+        d->pidfd[r] = -1;
+    d->n = n;
+    d->me = comm->rank;
+    d->block = block;
+    d->slot_bytes = sizeof(braid_direct_line_t) + ((block + 63) & ~(size_t)63);
+    d->map_len = CTRL_BYTES + 2 * d->slot_bytes;
+    char name[64] = "";
+    braid_result_t res = direct_setup(comm, block, d, all, name);
+    /* Every rank mapped (or gave up on) every segment: unlink ours now. */
+    if (name[0] && d->seg[d->me]) shm_unlink(name);
+    free(all);
+    if (res == BRAID_SUCCESS) {
+        comm->direct = d;
+        braid_info(SHM, "direct: %d segments of %zu bytes mapped (blocks of %zu bytes)", n,
+                   d->map_len, block);
+        return BRAID_SUCCESS;
+    }
+    release(d);
+    if (res == BRAID_ERR_UNSUPPORTED) {
+        braid_info(SHM, "direct: not every rank could map every segment: the ring runs");
+        return BRAID_SUCCESS;
+    }
+    return res;
+}
+
+int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_msg_hdr_t *h_p)
+{
+    return braid_direct_peek_from(comm, seq, -1, peer_p, h_p);
+}
+
+int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int *peer_p,
+                           braid_msg_hdr_t *h_p)
+{
+    braid_direct_t *d = comm->direct;
+    for (int r = 0; d && r < d->n; r++) {
+        if (r == d->me || (from >= 0 && r != from)) continue;
+        for (int s = 0; s < 2; s++) {
+            braid_direct_line_t *l = braid_direct_line(d, r, s);
+            if (!atomic_load_explicit(&l->tag, memory_order_acquire)) continue;
+            if (from < 0 ? l->seq != seq : (int32_t)(l->seq - seq) < 0) continue;
+            *peer_p = r;
+            *h_p = (braid_msg_hdr_t){.seq = l->seq,
+                                     .coll = l->coll,
+                                     .dtype = l->dtype,
+                                     .op = l->op,
+                                     .root = l->root,
+                                     .count = l->count};
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- peers' buffers from braid_mem_alloc ---------------------------------------------------- */
+typedef struct {
+    int32_t fd;
+    uint32_t id;
+    uint64_t bytes, off;
+} ref_t;
+
+_Static_assert(sizeof(ref_t) <= BRAID_DIRECT_INLINE, "a reference fits the line");
+
+void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes, uint64_t off)
+{
+    ref_t r = {.fd = fd, .id = id, .bytes = bytes, .off = off};
+    memcpy(l->data, &r, sizeof(r));
+}
+
+const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)
+{
+    ref_t ref;
+    memcpy(&ref, l->data, sizeof(ref));
+    for (int i = 0; i < d->nmaps; i++) {
+        peer_map_t *m = &d->maps[i];
+        if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) return m->base + ref.off;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", d->pid[r], (int)ref.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    void *base = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
+        base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (base == MAP_FAILED) {
+        braid_set_error(BRAID_ERR_SYSTEM,
+                        "direct: cannot map rank %d's buffer from braid_mem_alloc (%s, %llu "
+                        "bytes): %m",
+                        r, path, (unsigned long long)ref.bytes);
+        return NULL;
+    }
+    /* A bounded cache: the oldest mapping makes room (peers' regions may be freed and others
+     * allocated over a long run). */
+    if (d->nmaps == BRAID_DIRECT_MAPS) {
+        munmap(d->maps[d->next_evict].base, d->maps[d->next_evict].bytes);
+        d->maps[d->next_evict] =
+            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
+        d->next_evict = (d->next_evict + 1) % BRAID_DIRECT_MAPS;
+    } else {
+        d->maps[d->nmaps++] =
+            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
+    }
+    return (const char *)base + ref.off;
+}
