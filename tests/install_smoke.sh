@@ -26,7 +26,7 @@ nh="$prefix/lib/braid/nccl"
 test -f "$nh/include/nccl.h" && test -L "$nh/lib/libnccl.so"
 cc -Wall -Wextra -o "$prefix/ex_nccl" examples/nccl_allreduce.c -I"$nh/include" -L"$nh/lib" \
   -Wl,-rpath,"$nh/lib" -lnccl
-ldd "$prefix/ex_nccl" | grep -q "libnccl.so.2 => $nh/lib/libnccl.so.2"
+ldd "$prefix/ex_nccl" | grep "libnccl.so.2 => $nh/lib/libnccl.so.2" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_nccl"
 # The PyTorch backend, when built: importable from the prefix's Python directory (on
 # sys.path for /usr/local and /usr; here a temporary prefix, so PYTHONPATH names it), finding

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds braid twice (release with -Werror, and ASan+UBSan), runs the
 # whole suite under the sanitizers, then the fuzzers and the multi-host (netns) tests when
-# available, and finally the whole Criterion suite on the release build (its synthesis line is
-# the last line printed). Exit status is non-zero if anything failed.
+# available, and finally the whole Criterion suite on the release build (then a summary
+# naming the steps that failed, the last lines printed). Exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/deps.sh || exit 1
@@ -20,44 +20,57 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DBRAID_TSAN=ON -DBRAID_WERROR
 cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 
 status=0
+failed=""
+# fail NAME: records a failed step; the summary after the last suite names every one of them
+# (CI shows only the tail of the log).
+fail() {
+  status=1
+  failed="$failed
+  - $1"
+}
 if command -v nvcc >/dev/null; then
   echo "== CUDA kernels use 128-bit loads and stores (PTX)"
-  bash tests/gpu/ptx_check.sh || status=1
+  bash tests/gpu/ptx_check.sh || fail "PTX check"
 fi
 echo "== clang-format (the tree is formatted)"
-bash tests/format_check.sh || status=1
+bash tests/format_check.sh || fail "clang-format"
 echo "== ThreadSanitizer: worker thread, polling, abort; pipelined hier all-reduce, a rank killed in it"
-TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || status=1
+TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || fail "TSan thread stress"
 echo "== ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1 || status=1
+  build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1 || fail "ASan+UBSan suite (build-asan/tests.log)"
 grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |runtime error|check failed" build-asan/tests.log | tail -n 60
 echo "== valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
-bash tests/valgrind.sh build/bin || status=1
+bash tests/valgrind.sh build/bin || fail "valgrind gate"
 echo "== install smoke (pkg-config, find_package)"
-bash tests/install_smoke.sh || status=1
+bash tests/install_smoke.sh || fail "install smoke"
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_tests.sh; do
   if [ -x "$extra" ] || [ -f "$extra" ]; then
     echo "== $extra"
-    bash "$extra" || status=1
+    bash "$extra" || fail "$extra"
   fi
 done
 echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
 BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll\|zero-copy ring' bash tests/rdma/run_rdma_tests.sh build-asan ||
-  status=1
+  fail "RDMA VM under ASan"
 echo "== PyTorch backend (pytest tests/torch: collectives at 1..4 ranks vs Gloo, DDP, faults)"
 # pytest exits 0 when every test passed (skips are listed by -rs), 1 on failures, 2-4 on
 # interruption or usage/internal errors, 5 when it collected nothing: all but 0 fail the run.
 if [ -f build/python/braid_torch/__init__.py ]; then
   PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/torch
   rc=$?
-  [ $rc -eq 0 ] || { echo "pytest exited $rc"; status=1; }
+  [ $rc -eq 0 ] || { echo "pytest exited $rc"; fail "pytest tests/torch (exit $rc)"; }
 else
   echo "braid_torch was not built (the configure summary says why)"
-  status=1
+  fail "braid_torch not built"
 fi
 echo "== braid test suite"
-build/bin/braid_tests --jobs "$jobs" || status=1
+build/bin/braid_tests --jobs "$jobs" || fail "braid test suite"
+if [ $status -eq 0 ]; then
+  echo "== tests/run.sh: every step passed"
+else
+  echo "== tests/run.sh: these steps failed:$failed"
+fi
 exit $status

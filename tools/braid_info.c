@@ -66,6 +66,7 @@ static int print_params(void)
     params_problems = 0;
     braid_config_lint(params_lint);
     int problems = invalid + params_problems;
+    fflush(stdout); /* the table first: stderr is unbuffered, and both may be one pipe */
     if (problems)
         fprintf(stderr, "braid-info: %d invalid value%s, %d unknown BRAID_* variable%s\n", invalid,
                 invalid == 1 ? "" : "s", params_problems, params_problems == 1 ? "" : "s");

@@ -27,8 +27,10 @@ void dataset_free(dataset_t *d);
 #define MLP_MAX_PARAMS 40
 
 typedef struct {
-    int dims[MLP_LAYERS + 1]; /* 784 512 512 10 */
-    int w1_blocks; /* W1 registered as this many row blocks (backward fills them in turn) */
+    int dims[MLP_LAYERS + 1];           /* 784 512 512 10 */
+    int wblocks[MLP_LAYERS];            /* W(l+1) registered as this many row blocks (backward fills
+                                           them in turn): --w1-blocks, --w2-blocks; W3 one */
+    int iw[MLP_LAYERS], ib[MLP_LAYERS]; /* registration index of W(l+1)'s first block, b(l+1) */
     int nparams;
     float *W[MLP_LAYERS], *b[MLP_LAYERS];   /* parameters */
     float *gW[MLP_LAYERS], *gb[MLP_LAYERS]; /* gradients (or bucket views) */
@@ -51,7 +53,8 @@ typedef struct {
     double t0[MLP_MAX_EVENTS], t1[MLP_MAX_EVENTS];
 } mlp_events_t;
 
-int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t seed);
+/* wblocks[l]: row blocks of W(l+1) (each must divide dims[l + 1]). */
+int mlp_init(mlp_t *m, const int *dims, const int *wblocks, int batch_cap, uint64_t seed);
 void mlp_free(mlp_t *m);
 /* Points the gradients at the layer's bucket views (grad_as_bucket_view). */
 void mlp_use_views(mlp_t *m, braid_ddp_t ddp);
@@ -70,8 +73,38 @@ void mlp_update(const mlp_t *m, float *p, const float *g, float *m1, float *m2, 
 void mlp_step(mlp_t *m);
 /* Correct predictions over rows [0, count). */
 long mlp_correct(mlp_t *m, const float *x, const uint8_t *labels, int count);
+/* Samples [lo, hi) of d that the model classifies right. */
+long mlp_correct_range(mlp_t *m, const dataset_t *d, int lo, int hi);
 uint64_t mlp_hash(const mlp_t *m);
 
 double now_s(void);
+
+/* ---- local SGD and asynchronous DP switches (variants.c) ---- */
+typedef struct {
+    int local_sgd, local_state;    /* --local-sgd K (0: off), --local-sgd-state */
+    int async, servers, staleness; /* --async, --servers S (1), --staleness B (16) */
+    int slow_rank;                 /* --slow-rank R (-1: none) */
+    double slow_factor;            /* --slow-factor F: rank R sleeps (F-1) x its compute time */
+} variant_args_t;
+
+/* Takes the switches above out of argv (exit 2 with a message on a bad value). */
+void variant_args(int *argc, char **argv, variant_args_t *v);
+/* Local SGD over the registered parameters (and the optimizer's moments with
+ * --local-sgd-state): puts the layer in no_sync; exits on error. */
+braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t comm,
+                                      const variant_args_t *v);
+/* --async (async.c): trains with braid_ps parameter servers and returns the exit status
+ * (destroys comm). */
+typedef struct {
+    int epochs, batch, max_steps;
+    int eval_every; /* --eval-every K: worker 0 prints an eval line every K of its steps */
+    uint64_t seed;
+} async_run_t;
+int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const async_run_t *run,
+                  const variant_args_t *v, braid_comm_t comm);
+/* The same permutation of [0, n) on every rank, from (seed, epoch) (main.c). */
+void permute(int *perm, int n, uint64_t seed, int epoch);
+/* --slow-rank/--slow-factor: on that rank, sleeps (F - 1) * compute_s. */
+void variant_slow(const variant_args_t *v, int rank, double compute_s);
 
 #endif

@@ -2,9 +2,11 @@
  *
  *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
  *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
- *       [--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] [--data DIR]
- *       [--max-steps N] [--warmup N] [--timeline FILE] [--compress none|fp16|bf16]
- *       [--zero 0|1]
+ *       [--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] [--test-limit N]
+ *       [--data DIR] [--max-steps N] [--warmup N] [--timeline FILE]
+ *       [--compress none|fp16|bf16|powersgd]
+ *       [--zero 0|1|2] [--powersgd-rank R] [--eval-every K] [--local-sgd K [--local-sgd-state]]
+ *       [--async [--servers S] [--staleness B]] [--slow-rank R --slow-factor F]
  *
  * Ranks come from the environment (braid-run, mpirun, torchrun-style: braid_comm_init_env).
  * B is the global batch: each rank takes B/N samples of it (B must be divisible by N). Every
@@ -18,7 +20,13 @@
  * ranks together); every rank at the end: `params_hash H` (FNV-1a of the final parameters'
  * bytes; equal on every rank). With --max-steps, rank 0 also prints `step_ms M backward_ms B
  * finish_ms F` (medians over the steps after --warmup). --timeline FILE writes one step's
- * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Errors: a message naming
+ * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Rank 0 also prints
+ * `eval step S wall_s W test_acc A` after every K steps with --eval-every K and at the end of
+ * every epoch (W: the training time so far, evaluations excluded), and at the end
+ * `comm_bytes_per_step B state_bytes S grad_bytes G optimizer_bytes O staging_bytes T
+ * hook_bytes H` (B: bytes one rank sends per step with ring algorithms, 2(n-1)/n of an
+ * all-reduce's bytes; S = G + O + T + H: the gradients the DDP layer keeps, the optimizer
+ * state, ZeRO-2's staging buffers, PowerSGD's error/Q/wire buffers). Errors: a message naming
  * the cause on stderr and exit status 1. */
 #include "ddp_mlp.h"
 
@@ -30,12 +38,15 @@
 void openblas_set_num_threads(int n);
 
 typedef struct {
-    int epochs, batch, overlap, adam, w1_blocks, train_limit, test_limit, max_steps, warmup;
+    int epochs, batch, overlap, adam, w1_blocks, w2_blocks, train_limit, test_limit, max_steps,
+        warmup;
     double lr, momentum, bucket_mb;
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
     braid_datatype_t compress; /* BRAID_FLOAT32 = none */
-    int zero;                  /* ZeRO stage (0 or 1) */
+    int zero;                  /* ZeRO stage (0, 1 or 2) */
+    int powersgd, psgd_rank;   /* --compress powersgd, --powersgd-rank */
+    int eval_every;            /* steps between evaluations (0: per epoch only) */
 } args_t;
 
 static braid_comm_t g_comm;
@@ -63,9 +74,11 @@ static void usage(void)
 {
     fprintf(stderr, "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
                     "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
-                    "[--momentum MU] [--w1-blocks K] [--train-limit N] [--test-limit N] "
+                    "[--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] "
+                    "[--test-limit N] "
                     "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
-                    "[--compress none|fp16|bf16] [--zero 0|1]\n");
+                    "[--compress none|fp16|bf16|powersgd] [--zero 0|1|2] [--powersgd-rank R] "
+                    "[--eval-every K]\n");
     exit(2);
 }
 
@@ -76,21 +89,24 @@ static void parse(int argc, char **argv, args_t *a)
                   .overlap = 1,
                   .adam = 1,
                   .w1_blocks = 8,
+                  .w2_blocks = 1,
                   .warmup = 5,
                   .lr = -1,
                   .momentum = 0.9,
                   .bucket_mb = 25,
                   .seed = 1,
                   .compress = BRAID_FLOAT32,
+                  .psgd_rank = 4,
                   .data = "/usr/share/datasets/fashion-mnist"};
     static const struct option opts[] = {
-        {"epochs", 1, 0, 'e'},     {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
-        {"bucket-mb", 1, 0, 'm'},  {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
-        {"csv", 1, 0, 'c'},        {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
-        {"momentum", 1, 0, 'u'},   {"w1-blocks", 1, 0, 'k'},  {"train-limit", 1, 0, 'T'},
-        {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},       {"max-steps", 1, 0, 'S'},
-        {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},   {"compress", 1, 0, 'C'},
-        {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"epochs", 1, 0, 'e'},        {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
+        {"bucket-mb", 1, 0, 'm'},     {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
+        {"csv", 1, 0, 'c'},           {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
+        {"momentum", 1, 0, 'u'},      {"w1-blocks", 1, 0, 'k'},  {"w2-blocks", 1, 0, 'K'},
+        {"train-limit", 1, 0, 'T'},   {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},
+        {"max-steps", 1, 0, 'S'},     {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},
+        {"compress", 1, 0, 'C'},      {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},
+        {"powersgd-rank", 1, 0, 'R'}, {"eval-every", 1, 0, 'E'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end = NULL;
@@ -133,6 +149,9 @@ static void parse(int argc, char **argv, args_t *a)
         case 'k':
             a->w1_blocks = (int)strtol(optarg, &end, 10);
             break;
+        case 'K':
+            a->w2_blocks = (int)strtol(optarg, &end, 10);
+            break;
         case 'T':
             a->train_limit = (int)strtol(optarg, &end, 10);
             break;
@@ -154,6 +173,12 @@ static void parse(int argc, char **argv, args_t *a)
         case 'Z':
             a->zero = (int)strtol(optarg, &end, 10);
             break;
+        case 'R':
+            a->psgd_rank = (int)strtol(optarg, &end, 10);
+            break;
+        case 'E':
+            a->eval_every = (int)strtol(optarg, &end, 10);
+            break;
         case 'C':
             if (!strcmp(optarg, "fp16"))
                 a->compress = BRAID_FLOAT16;
@@ -161,6 +186,8 @@ static void parse(int argc, char **argv, args_t *a)
                 a->compress = BRAID_BFLOAT16;
             else if (!strcmp(optarg, "none"))
                 a->compress = BRAID_FLOAT32;
+            else if (!strcmp(optarg, "powersgd"))
+                a->powersgd = 1;
             else
                 usage();
             break;
@@ -172,8 +199,9 @@ static void parse(int argc, char **argv, args_t *a)
             exit(2);
         }
     }
-    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0 ||
-        (a->zero != 0 && a->zero != 1) || (a->zero && a->compress != BRAID_FLOAT32))
+    if (optind != argc || a->epochs < 1 || a->batch < 1 || a->bucket_mb <= 0 || a->zero < 0 ||
+        a->zero > 2 || (a->zero && (a->compress != BRAID_FLOAT32 || a->powersgd)) ||
+        a->psgd_rank < 1 || a->eval_every < 0)
         usage();
     if (a->lr < 0) a->lr = a->adam ? 1e-3 : 0.05;
 }
@@ -187,7 +215,7 @@ static uint64_t rng(uint64_t *s)
 }
 
 /* The same permutation of [0, n) on every rank, from (seed, epoch). */
-static void permute(int *perm, int n, uint64_t seed, int epoch)
+void permute(int *perm, int n, uint64_t seed, int epoch)
 {
     uint64_t s = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull);
     if (!s) s = 1;
@@ -266,21 +294,68 @@ static void plot(const char *png, const double *loss, const double *acc, int n)
     remove(dat);
 }
 
+/* Test accuracy over the test set's shards (collective). */
+static double evaluate(mlp_t *m, const dataset_t *test, int rank, int n)
+{
+    int lo = (int)((long)test->n * rank / n), hi = (int)((long)test->n * (rank + 1) / n);
+    double ok = (double)mlp_correct_range(m, test, lo, hi);
+    CK(braid_allreduce(&ok, &ok, 1, BRAID_FLOAT64, BRAID_SUM, g_comm), "evaluation");
+    return ok / test->n;
+}
+
+/* The bytes line (rank 0): communication per step and the state kept per rank. */
+static void print_bytes(braid_ddp_t ddp, const braid_ddp_hook_t *hook, const args_t *a, int n,
+                        size_t state_elems, braid_ddp_localsgd_t ls, int steps_run)
+{
+    braid_ddp_stats_t st;
+    CKD(braid_ddp_stats(ddp, &st), "braid_ddp_stats");
+    double steps = st.steps ? (double)st.steps : 1, comm = (double)st.sent_bytes / steps;
+    size_t hook_bytes = 0;
+    if (a->powersgd) {
+        braid_ddp_powersgd_stats_t ps;
+        CKD(braid_ddp_powersgd_stats(hook, &ps), "braid_ddp_powersgd_stats");
+        comm = (double)ps.sent_bytes / (ps.steps ? (double)ps.steps : 1);
+        hook_bytes = ps.state_bytes;
+    } else if (a->compress != BRAID_FLOAT32) {
+        /* every bucket is float32, sent as 2-byte values in one all-reduce */
+        comm = 2.0 * (n - 1) / n * (double)st.padded_count * 2.0;
+        for (int b = 0; b < braid_ddp_num_buckets(ddp); b++) {
+            braid_ddp_bucket_info_t in;
+            CKD(braid_ddp_bucket_info(ddp, b, &in), "braid_ddp_bucket_info");
+            hook_bytes += in.count * 2; /* the hook's wire buffers */
+        }
+    }
+    if (ls) /* local SGD: the averages, 2(n-1)/n of a ring all-reduce's bytes, per step */
+        comm = 2.0 * (n - 1) / n * (double)braid_ddp_localsgd_bytes(ls, NULL) /
+               (steps_run ? steps_run : 1);
+    size_t opt = state_elems * (a->adam ? 2 : 1) * 4;
+    if (g_rank == 0)
+        printf("comm_bytes_per_step %.0f state_bytes %zu grad_bytes %zu optimizer_bytes %zu "
+               "staging_bytes %zu hook_bytes %zu\n",
+               comm, st.grad_bytes + opt + st.staging_bytes + hook_bytes, st.grad_bytes, opt,
+               st.staging_bytes, hook_bytes);
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
+    variant_args_t va; /* the switches of variants.c, taken out of argv */
+    variant_args(&argc, argv, &va);
     parse(argc, argv, &a);
+    if (va.local_sgd && (a.zero || a.compress != BRAID_FLOAT32)) usage();
     openblas_set_num_threads(1); /* one BLAS thread per rank */
     CK(braid_comm_init_env(&g_comm), "braid_comm_init_env");
     int n;
     CK(braid_comm_rank(g_comm, &g_rank), "braid_comm_rank");
     CK(braid_comm_size(g_comm, &n), "braid_comm_size");
-    if (a.batch % n) {
-        fprintf(stderr, "ddp_mlp: --batch %d is not divisible by the %d ranks\n", a.batch, n);
+    int nw = va.async && n > va.servers ? n - va.servers : n; /* ranks that take samples */
+    if (a.batch % nw) {
+        fprintf(stderr, "ddp_mlp: --batch %d is not divisible by the %d ranks that take samples\n",
+                a.batch, nw);
         braid_comm_destroy(g_comm);
         return 2;
     }
-    int per = a.batch / n;
+    int per = a.batch / nw;
     dataset_t train, test;
     if (dataset_load(&train, a.data, "train", a.train_limit) ||
         dataset_load(&test, a.data, "t10k", a.test_limit)) {
@@ -289,7 +364,8 @@ int main(int argc, char **argv)
     }
     const int dims[MLP_LAYERS + 1] = {784, 512, 512, 10};
     mlp_t m;
-    if (mlp_init(&m, dims, a.w1_blocks, per > 500 ? per : 500, a.seed)) {
+    const int wblocks[MLP_LAYERS] = {a.w1_blocks, a.w2_blocks, 1};
+    if (mlp_init(&m, dims, wblocks, per > 500 ? per : 500, a.seed)) {
         fprintf(stderr, "ddp_mlp: model initialisation failed\n");
         return 1;
     }
@@ -299,6 +375,14 @@ int main(int argc, char **argv)
     m.beta1 = 0.9f;
     m.beta2 = 0.999f;
     m.eps = 1e-8f;
+    if (va.async) {
+        async_run_t run = {a.epochs, a.batch, a.max_steps, a.eval_every, a.seed};
+        int rc = variant_async(&m, &train, &test, &run, &va, g_comm);
+        mlp_free(&m);
+        dataset_free(&train);
+        dataset_free(&test);
+        return rc;
+    }
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);
     o.bucket_cap_bytes = (size_t)(a.bucket_mb * 1048576.0);
@@ -309,10 +393,19 @@ int main(int argc, char **argv)
         CKD(braid_ddp_hook_compress(&hook, a.compress), "braid_ddp_hook_compress");
         o.hook = &hook;
     }
+    if (a.powersgd) {
+        braid_ddp_powersgd_options_t po;
+        braid_ddp_powersgd_options_init(&po);
+        po.rank = a.psgd_rank;
+        CKD(braid_ddp_hook_powersgd(&hook, &po), "braid_ddp_hook_powersgd");
+        o.hook = &hook;
+    }
     o.zero_stage = a.zero;
     braid_ddp_t ddp;
     CKD(braid_ddp_create(&ddp, g_comm, m.reg, m.nparams, &o), "braid_ddp_create");
     mlp_use_views(&m, ddp);
+    braid_ddp_localsgd_t ls = NULL;
+    if (va.local_sgd) ls = variant_localsgd(&m, ddp, g_comm, &va);
     /* ZeRO-1: the optimizer's state covers this rank's shard of every bucket only. */
     int nb = braid_ddp_num_buckets(ddp);
     float **zm1 = calloc((size_t)nb, sizeof(float *)), **zm2 = calloc((size_t)nb, sizeof(float *));
@@ -367,6 +460,7 @@ int main(int argc, char **argv)
     int timeline_step = a.max_steps > 0 ? a.max_steps - 1 : 20;
     mlp_events_t ev;
     int gstep = 0, done = 0, epochs_run = 0;
+    double wall = 0; /* training time so far (rank 0's steps) */
     for (int epoch = 1; epoch <= a.epochs && !done; epoch++) {
         permute(perm, train.n, a.seed, epoch);
         double loss_sum = 0, t0 = now_s();
@@ -382,6 +476,7 @@ int main(int argc, char **argv)
             double tb = now_s();
             CKD(mlp_backward(&m, xb, yb, per, per, ddp, a.overlap, &ev), "backward (grad_ready)");
             double tf = now_s();
+            variant_slow(&va, g_rank, tf - ts);
             CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
             double te = now_s();
             if (a.zero) {
@@ -395,7 +490,14 @@ int main(int argc, char **argv)
             } else {
                 mlp_step(&m);
             }
+            if (ls) CKD(braid_ddp_localsgd_step(ls, NULL), "braid_ddp_localsgd_step");
             t_step[gstep] = now_s() - ts;
+            wall += t_step[gstep];
+            if (a.eval_every && (gstep + 1) % a.eval_every == 0) {
+                double acc = evaluate(&m, &test, g_rank, n);
+                if (g_rank == 0)
+                    printf("eval step %d wall_s %.3f test_acc %.4f\n", gstep + 1, wall, acc);
+            }
             t_bwd[gstep] = tf - tb;
             t_fin[gstep] = te - tf;
             if (a.timeline && gstep == timeline_step)
@@ -406,6 +508,7 @@ int main(int argc, char **argv)
                 break;
             }
         }
+        if (ls) CKD(braid_ddp_localsgd_sync(ls), "braid_ddp_localsgd_sync");
         double train_s = now_s() - t0;
         /* epoch loss over every rank's samples, test accuracy over the test set's shards */
         int lo = (int)((long)test.n * g_rank / n), hi = (int)((long)test.n * (g_rank + 1) / n);
@@ -429,6 +532,7 @@ int main(int argc, char **argv)
         acc_hist[epochs_run++] = acc;
         if (g_rank == 0) {
             printf("epoch %d loss %.4f test_acc %.4f samples_per_s %.0f\n", epoch, loss, acc, sps);
+            printf("eval step %d wall_s %.3f test_acc %.4f\n", gstep, wall, acc);
             fflush(stdout);
             if (csv) {
                 fprintf(csv, "%d,%.6f,%.6f,%.1f\n", epoch, loss, acc, sps);
@@ -444,12 +548,15 @@ int main(int argc, char **argv)
         double mf = median(t_fin + off, k) * 1e3;
         printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
     }
+    print_bytes(ddp, &hook, &a, n, state_elems, ls, gstep);
+    braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);
     if (a.plot && g_rank == 0) plot(a.plot, loss_hist, acc_hist, epochs_run);
     printf("params_hash %016llx\n", (unsigned long long)mlp_hash(&m));
     fflush(stdout);
     braid_ddp_destroy(ddp);
     braid_ddp_hook_compress_free(&hook);
+    braid_ddp_hook_powersgd_free(&hook);
     for (int b = 0; b < nb; b++) {
         free(zm1[b]);
         free(zm2[b]);

@@ -2,10 +2,11 @@
  * (cblas_sgemm; one thread per rank, set in main.c), and the optimizers (SGD with momentum,
  * Adam). Weights are out x in, row-major; activations are batch x features.
  *
- * Parameter registration order: W1 as w1_blocks row blocks, b1, W2, b2, W3, b3. Backward
- * produces gradients in the reverse order: b3 W3 | b2 W2 | b1 W1[last block] ... W1[0], and
- * marks each ready as soon as it is final, so the DDP layer's buckets (reverse registration
- * order) fill in the order backward completes them. W1 holds 60% of the parameters; computing
+ * Parameter registration order: W1 as w1_blocks row blocks, b1, W2 as w2_blocks row blocks,
+ * b2, W3, b3. Backward produces gradients in the reverse order: b3 W3 | b2 W2[last block] ...
+ * W2[0] | b1 W1[last block] ... W1[0], and marks each ready as soon as it is final, so the DDP
+ * layer's buckets (reverse registration order) fill in the order backward completes them. W1
+ * holds 60% of the parameters; computing
  * its gradient block by block lets the first blocks' all-reduce overlap the later blocks. */
 #include "ddp_mlp.h"
 
@@ -38,28 +39,25 @@ static float *falloc(size_t n)
     return p;
 }
 
-/* Index of parameters in the registration list. */
-static int idx_b(const mlp_t *m, int l)
-{
-    return l == 0 ? m->w1_blocks : m->w1_blocks + 2 * l;
-}
-static int idx_W(const mlp_t *m, int l)
-{
-    return l == 0 ? 0 : m->w1_blocks + 2 * l - 1;
-}
-
-int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t seed)
+int mlp_init(mlp_t *m, const int *dims, const int *wblocks, int batch_cap, uint64_t seed)
 {
     memset(m, 0, sizeof(*m));
     for (int l = 0; l <= MLP_LAYERS; l++)
         m->dims[l] = dims[l];
-    if (w1_blocks < 1 || w1_blocks > MLP_MAX_PARAMS - 6 || dims[1] % w1_blocks) {
-        fprintf(stderr, "ddp_mlp: --w1-blocks %d must divide %d (1..%d)\n", w1_blocks, dims[1],
-                MLP_MAX_PARAMS - 6);
-        return -1;
+    int np = 0;
+    for (int l = 0; l < MLP_LAYERS; l++) {
+        int k = l < MLP_LAYERS - 1 ? wblocks[l] : 1;
+        if (k < 1 || dims[l + 1] % k || np + k + 1 > MLP_MAX_PARAMS) {
+            fprintf(stderr, "ddp_mlp: --w%d-blocks %d must divide %d (and all blocks <= %d)\n",
+                    l + 1, k, dims[l + 1], MLP_MAX_PARAMS - 2 * MLP_LAYERS + 2);
+            return -1;
+        }
+        m->wblocks[l] = k;
+        m->iw[l] = np;
+        m->ib[l] = np + k;
+        np += k + 1;
     }
-    m->w1_blocks = w1_blocks;
-    m->nparams = w1_blocks + 2 * MLP_LAYERS - 1;
+    m->nparams = np;
     m->batch_cap = batch_cap;
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 12345;
     for (int l = 0; l < MLP_LAYERS; l++) {
@@ -82,22 +80,22 @@ int mlp_init(mlp_t *m, const int *dims, int w1_blocks, int batch_cap, uint64_t s
     m->d1 = falloc((size_t)batch_cap * (size_t)maxd);
     m->d2 = falloc((size_t)batch_cap * (size_t)maxd);
     if (!m->d1 || !m->d2) return -1;
-    size_t blk = (size_t)(dims[1] / w1_blocks) * (size_t)dims[0];
-    for (int k = 0; k < w1_blocks; k++) {
-        snprintf(m->names[k], sizeof(m->names[k]), "W1.%d", k);
-        m->reg[k] = (braid_ddp_param_t){m->W[0] + k * blk, m->gW[0] + k * blk, blk, BRAID_FLOAT32,
-                                        m->names[k]};
-    }
     for (int l = 0; l < MLP_LAYERS; l++) {
-        int ib = idx_b(m, l);
+        int nb = m->wblocks[l], rows = dims[l + 1] / nb;
+        size_t blk = (size_t)rows * (size_t)dims[l];
+        for (int k = 0; k < nb; k++) {
+            int iw = m->iw[l] + k;
+            if (nb > 1)
+                snprintf(m->names[iw], sizeof(m->names[iw]), "W%d.%d", l + 1, k);
+            else
+                snprintf(m->names[iw], sizeof(m->names[iw]), "W%d", l + 1);
+            m->reg[iw] = (braid_ddp_param_t){m->W[l] + k * blk, m->gW[l] + k * blk, blk,
+                                             BRAID_FLOAT32,     m->names[iw],       (size_t)rows};
+        }
+        int ib = m->ib[l];
         snprintf(m->names[ib], sizeof(m->names[ib]), "b%d", l + 1);
-        m->reg[ib] = (braid_ddp_param_t){m->b[l], m->gb[l], (size_t)dims[l + 1], BRAID_FLOAT32,
-                                         m->names[ib]};
-        if (l == 0) continue;
-        int iw = idx_W(m, l);
-        snprintf(m->names[iw], sizeof(m->names[iw]), "W%d", l + 1);
-        m->reg[iw] = (braid_ddp_param_t){m->W[l], m->gW[l], (size_t)dims[l] * (size_t)dims[l + 1],
-                                         BRAID_FLOAT32, m->names[iw]};
+        m->reg[ib] = (braid_ddp_param_t){m->b[l],       m->gb[l],     (size_t)dims[l + 1],
+                                         BRAID_FLOAT32, m->names[ib], 0};
     }
     for (int i = 0; i < m->nparams; i++) {
         m->m1[i] = falloc(m->reg[i].count);
@@ -193,6 +191,15 @@ static void colsum(const float *d, int rows, int cols, float *out)
         }                                                                                          \
     } while (0)
 
+/* Where gradient i goes this step (ZeRO-2: a staging slot, taken just before it is written). */
+#define GRAD(i)                                                                                    \
+    do {                                                                                           \
+        if (ddp) {                                                                                 \
+            braid_result_t r_ = braid_ddp_grad_buffer(ddp, (i), &m->reg[(i)].grad);                \
+            if (r_) return r_;                                                                     \
+        }                                                                                          \
+    } while (0)
+
 braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int count, double norm,
                             braid_ddp_t ddp, int overlap, mlp_events_t *ev)
 {
@@ -216,20 +223,25 @@ braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int
     for (int l = MLP_LAYERS - 1; l >= 0; l--) {
         int din = m->dims[l], dout = m->dims[l + 1];
         const float *ain = l == 0 ? x : m->a[l - 1];
-        int ib = idx_b(m, l);
+        int ib = m->ib[l];
         char nm[16];
         snprintf(nm, sizeof(nm), "b%d", l + 1);
+        GRAD(ib);
         ev_begin(ev, nm);
         colsum(dz, count, dout, m->reg[ib].grad);
         ev_end(ev);
         READY(ib);
-        if (l > 0) {
-            snprintf(nm, sizeof(nm), "W%d", l + 1);
-            ev_begin(ev, nm);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dout, din, count, 1.0f, dz, dout,
-                        ain, din, 0.0f, m->reg[idx_W(m, l)].grad, din);
+        int rows = dout / m->wblocks[l];
+        for (int k = m->wblocks[l] - 1; k >= 0; k--) {
+            int iw = m->iw[l] + k;
+            GRAD(iw);
+            ev_begin(ev, m->names[iw]);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, din, count, 1.0f,
+                        dz + k * rows, dout, ain, din, 0.0f, m->reg[iw].grad, din);
             ev_end(ev);
-            READY(idx_W(m, l));
+            READY(iw);
+        }
+        if (l > 0) {
             /* dA(l-1) = dz W, masked by ReLU'(z(l-1)) */
             snprintf(nm, sizeof(nm), "dA%d", l);
             ev_begin(ev, nm);
@@ -242,16 +254,6 @@ braid_result_t mlp_backward(mlp_t *m, const float *x, const uint8_t *labels, int
             float *t = dz;
             dz = dn;
             dn = t;
-        } else {
-            int rows = dout / m->w1_blocks;
-            for (int k = m->w1_blocks - 1; k >= 0; k--) {
-                snprintf(nm, sizeof(nm), "W1.%d", k);
-                ev_begin(ev, nm);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, din, count, 1.0f,
-                            dz + k * rows, dout, ain, din, 0.0f, m->reg[k].grad, din);
-                ev_end(ev);
-                READY(k);
-            }
         }
     }
     if (ddp && !overlap)
@@ -318,4 +320,23 @@ uint64_t mlp_hash(const mlp_t *m)
             h = (h ^ p[i]) * 1099511628211ull;
     }
     return h;
+}
+
+/* Samples [lo, hi) of a data set the model classifies right. */
+long mlp_correct_range(mlp_t *m, const dataset_t *test, int lo, int hi)
+{
+    int k = hi - lo > 0 ? hi - lo : 1;
+    int *idx = malloc((size_t)k * sizeof(int));
+    float *x = malloc((size_t)k * 784 * sizeof(float));
+    if (!idx || !x) {
+        fprintf(stderr, "ddp_mlp: out of memory\n");
+        exit(1);
+    }
+    for (int i = lo; i < hi; i++)
+        idx[i - lo] = i;
+    dataset_rows(test, idx, hi - lo, x);
+    long ok = mlp_correct(m, x, test->label + lo, hi - lo);
+    free(idx);
+    free(x);
+    return ok;
 }

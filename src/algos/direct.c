@@ -33,6 +33,7 @@
 #include "algos/direct.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/mem.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
@@ -40,6 +41,9 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 /* Bytes reduced per pass over the n inputs (the accumulator stays in L1). */
 #define SUB_BYTES BRAID_DIRECT_SCRATCH
@@ -75,7 +79,72 @@ typedef struct {
     const braid_op_args_t *a;
     braid_msg_hdr_t desc;
     uint64_t spin_ns, yield_ns, timeout_ns;
+    uint64_t tl0;    /* BRAID_TRACE: when the open block began, 0 = none */
+    size_t tl_bytes; /* its bytes (this rank's input to it) */
+    int nt;          /* the output copies use non-temporal stores (BRAID_NT_MIN) */
 } dctx_t;
+
+#if defined(__x86_64__)
+/* dst <- src with streaming stores (no read for ownership of dst's lines, none left in the
+ * cache): for outputs larger than the last-level cache, which braid writes once and does not
+ * read again. An sfence at the end of the call orders them (braid_direct_run). */
+static void copy_nt(char *dst, const char *src, size_t n)
+{
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), e);
+    }
+    memcpy(dst, src, n);
+}
+#endif
+
+/* A copy into the call's output. */
+static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
+{
+#if defined(__x86_64__)
+    if (x->nt) {
+        copy_nt(dst, src, n);
+        return;
+    }
+#endif
+    (void)x;
+    memcpy(dst, src, n);
+}
+
+/* BRAID_TRACE: a block runs from its begin_block to the next one's (or the call's end). */
+static void timeline_block(dctx_t *x, size_t next_bytes)
+{
+    uint64_t now = 0;
+    if (x->tl0) {
+        now = braid_now_ns();
+        braid_tl_event_t ev = {.name = "directBlock",
+                               .kind = BRAID_TL_STEP,
+                               .t0 = x->tl0,
+                               .t1 = now,
+                               .seq = x->desc.seq,
+                               .bytes = x->tl_bytes,
+                               .dtype = -1,
+                               .op = -1,
+                               .algo = -1,
+                               .root = -1,
+                               .send_peer = -1,
+                               .recv_peer = -1};
+        braid_timeline_add(x->comm, &ev);
+    }
+    x->tl0 =
+        next_bytes != (size_t)-1 && braid_timeline_enabled() ? (now ? now : braid_now_ns()) : 0;
+    x->tl_bytes = next_bytes;
+}
 
 static braid_result_t check_desc(dctx_t *x, int r, const braid_direct_line_t *l)
 {
@@ -121,7 +190,13 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
                                        braid_comm_abort_reason(comm));
             uint64_t now = braid_now_ns(), idle = now - start;
             if (idle < x->spin_ns) continue;
-            BRAID_CHECK(braid_direct_check_peer(x->d, r, 0));
+            braid_result_t pr = braid_direct_check_peer(x->d, r, 0);
+            /* A peer that published the tag and then finished (or destroyed its communicator)
+             * between the look above and the check: the tag counts (published before). */
+            if (pr != BRAID_SUCCESS) {
+                if (braid_direct_ready(l, want)) break;
+                return pr;
+            }
             if (idle < x->spin_ns + x->yield_ns) {
                 sched_yield();
                 continue;
@@ -205,6 +280,7 @@ static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_i
 
 static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, uint32_t seq)
 {
+    memset(x, 0, sizeof(*x));
     x->comm = c;
     x->d = c->direct;
     x->a = a;
@@ -212,6 +288,11 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
     x->spin_ns = (uint64_t)c->spin_us * 1000ull;
     x->yield_ns = (uint64_t)c->yield_us * 1000ull;
     x->timeout_ns = (uint64_t)(c->timeout_s * 1e9);
+    /* The bytes the call writes into its output (reduce-scatter's go through the reduction) */
+    size_t es = braid_dtype_size(a->dtype), out_bytes = a->count * es;
+    if (a->coll == BRAID_COLL_ALLGATHER) out_bytes *= (size_t)c->nranks;
+    if (a->coll == BRAID_COLL_REDUCE_SCATTER) out_bytes = 0;
+    x->nt = c->direct_nt_min && out_bytes >= c->direct_nt_min;
 }
 
 /* The rule for writing this rank's slot (line or data) for block g: every peer published
@@ -219,8 +300,9 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
  * block g - 2, the slot's previous block. The collectives whose every block waits for every
  * peer keep it true by themselves (synced); after a broadcast or reduce, where a rank may have
  * waited for the root only, the first write waits for it here. */
-static braid_result_t begin_block(dctx_t *x, uint64_t g)
+static braid_result_t begin_block(dctx_t *x, uint64_t g, size_t bytes)
 {
+    if (x->tl0 || braid_timeline_enabled()) timeline_block(x, bytes);
     braid_direct_t *d = x->d;
     uint64_t *synced = braid_direct_synced(d); /* blocks below it: every peer published */
     if (g == 0 || *synced >= g) return BRAID_SUCCESS;
@@ -240,7 +322,7 @@ static braid_result_t copy_in(dctx_t *x, uint64_t g, const char *src, size_t byt
 {
     braid_direct_t *d = x->d;
     int me = x->comm->rank, s = (int)(g & 1);
-    BRAID_CHECK(begin_block(x, g));
+    BRAID_CHECK(begin_block(x, g, bytes));
     braid_direct_line_t *l = braid_direct_line(d, me, s);
     put_desc(l, &x->desc);
     if (bytes <= BRAID_DIRECT_INLINE) ref = NULL; /* the line's data holds payload, not refs */
@@ -266,10 +348,12 @@ static braid_result_t wait_all(dctx_t *x, uint64_t g, uint32_t tag)
 }
 
 /* The call's input region: ref set and returned when [in, in + bytes) lies in a region of
- * braid_mem_alloc (then the peers read it in place), else NULL. */
-static const braid_mem_ref_t *mapped_input(const void *in, size_t bytes, braid_mem_ref_t *ref)
+ * braid_mem_alloc and every peer can open this process's descriptors (then the peers read it
+ * in place), else NULL (the blocks are copied in). */
+static const braid_mem_ref_t *mapped_input(const braid_direct_t *d, const void *in, size_t bytes,
+                                           braid_mem_ref_t *ref)
 {
-    return in && bytes && braid_mem_find(in, bytes, ref) ? ref : NULL;
+    return in && bytes && braid_direct_refs_ok(d) && braid_mem_find(in, bytes, ref) ? ref : NULL;
 }
 
 /* Sources of at most SRC_STACK ranks live on the stack, more in the heap. */
@@ -313,7 +397,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         return BRAID_SUCCESS;
     }
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, bytes, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
     size_t blk = block / es;
     for (size_t off = 0; off < a->count; off += blk, ++*g) {
         size_t len = a->count - off < blk ? a->count - off : blk, lb = len * es;
@@ -334,7 +418,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
             BRAID_CHECK(wait_peer(x, j, s, t2));
             size_t jo, jl;
             braid_direct_slice(len, n, j, es, &jo, &jl);
-            memcpy(out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
+            out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
     /* The peers are done with this rank's buffer: each read it before its 2g+2 of the last
@@ -359,13 +443,13 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * (size_t)n * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * (size_t)n * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
         int s = (int)(*g & 1);
         uint32_t t = (uint32_t)(2 * *g + 1);
-        BRAID_CHECK(begin_block(x, *g));
+        BRAID_CHECK(begin_block(x, *g, tb));
         braid_direct_line_t *l = braid_direct_line(d, me, s);
         put_desc(l, &x->desc);
         int by_ref = ref && tb > BRAID_DIRECT_INLINE;
@@ -406,7 +490,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -414,7 +498,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
         uint32_t t = (uint32_t)(2 * *g + 1);
         BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
         char *own = out + ((size_t)me * count + off) * es;
-        if (own != in + off * es) memcpy(own, in + off * es, lb);
+        if (own != in + off * es) out_copy(x, own, in + off * es, lb);
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n;
             BRAID_CHECK(wait_peer(x, j, s, t));
@@ -422,7 +506,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
             const char *p = braid_direct_data(d, j, s, lb);
             if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, j, l)))
                 return BRAID_ERR_SYSTEM;
-            memcpy(out + ((size_t)j * count + off) * es, p, lb);
+            out_copy(x, out + ((size_t)j * count + off) * es, p, lb);
         }
         uint64_t *synced = braid_direct_synced(d);
         if (*synced < *g + 1) *synced = *g + 1;
@@ -447,7 +531,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = me == root ? mapped_input(in, count * es, &rb) : NULL;
+    const braid_mem_ref_t *ref = me == root ? mapped_input(x->d, in, count * es, &rb) : NULL;
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -456,7 +540,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         last = t;
         if (me == root) {
             BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
-            if (out && out != in) memcpy(out + off * es, in + off * es, lb);
+            if (out && out != in) out_copy(x, out + off * es, in + off * es, lb);
             continue;
         }
         BRAID_CHECK(wait_peer(x, root, s, t));
@@ -464,7 +548,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         const char *p = braid_direct_data(d, root, s, lb);
         if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, root, l)))
             return BRAID_ERR_SYSTEM;
-        memcpy(out + off * es, p, lb);
+        out_copy(x, out + off * es, p, lb);
         BRAID_CHECK(copy_in(x, *g, NULL, 0, t, NULL));
     }
     /* The root returns once every rank copied the last block: then a rank that called
@@ -495,7 +579,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -520,7 +604,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
             BRAID_CHECK(wait_peer(x, j, s, t2));
             size_t jo, jl;
             braid_direct_slice(len, n, j, es, &jo, &jl);
-            memcpy(out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
+            out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
     if (ref && last && me != root) BRAID_CHECK(wait_all(x, *g - 1, last));
@@ -555,5 +639,9 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
                               braid_coll_name(a->coll));
     }
     src_free(&t);
+#if defined(__x86_64__)
+    if (x.nt) _mm_sfence();
+#endif
+    if (x.tl0) timeline_block(&x, (size_t)-1);
     return res;
 }

@@ -142,7 +142,7 @@ size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, si
  * ones the user knows) and marked, so a message forwarded between ranks is renamed once. */
 static void hier_fail(struct braid_comm *c, braid_algo_state_t *st, braid_result_t res)
 {
-    char why[600];
+    char why[1024];
     const braid_topo_t *t = &st->topo;
     int *map = st->failed_in ? malloc((size_t)t->nranks * sizeof(int)) : NULL;
     if (map) {

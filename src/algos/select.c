@@ -680,6 +680,7 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
     braid_trace(TUNING, "%s #%u count %zu: %s", braid_coll_name(a->coll), seq, a->count,
                 braid_algo_name(algo));
     st->runs[algo]++;
+    c->tl_algo = algo;
     if (algo == BRAID_ALGO_HIER) {
         if (a->coll == BRAID_COLL_BROADCAST) return braid_hier_broadcast(c, st, a, seq);
         if (a->coll == BRAID_COLL_REDUCE) return braid_hier_reduce(c, st, a, seq);

@@ -154,8 +154,9 @@ struct braid_bootstrap {
     uint32_t seq;       /* collectives completed */
     braid_result_t err; /* sticky */
     char errmsg[512];
-    int quiet;  /* braid_boot_report_error: leave the caller's last-error message alone */
-    int joined; /* the root acknowledged the hello */
+    int quiet;       /* braid_boot_report_error: leave the caller's last-error message alone */
+    int joined;      /* the root acknowledged the hello */
+    int reserve_err; /* errno of the socket() that failed; the connection used the reserve */
     char root[96];
 };
 
@@ -390,6 +391,13 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
     for (;;) {
         if (aborted(bs)) return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
         int fd = socket(root->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !bs->reserve_err &&
+            braid_fd_reserve_release()) {
+            /* Out of descriptors: the reserve's number lets this rank tell the root. */
+            bs->reserve_err = errno;
+            fd = socket(root->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (fd < 0) errno = bs->reserve_err;
+        }
         if (fd < 0) {
             int err = errno;
             return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: rank %d: socket failed: %s%s", bs->rank,
@@ -468,6 +476,14 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     uint8_t hello[BRAID_BOOT_HELLO_BYTES];
     braid_boot_hello_pack(&h, hello);
     BRAID_CHECK_GOTO(send_all(bs, hello, sizeof(hello), deadline, 1), res, out);
+    if (bs->reserve_err) { /* the root learns why this rank cannot go on, and fails the job */
+        char text[256];
+        snprintf(text, sizeof(text), "bootstrap: rank %d: socket failed: %s%s", rank,
+                 strerror(bs->reserve_err), braid_errno_hint(bs->reserve_err));
+        braid_boot_report_code(bs, BRAID_ERR_SYSTEM, text);
+        res = fail(bs, BRAID_ERR_SYSTEM, "%s", text);
+        goto out;
+    }
     char what[64];
     snprintf(what, sizeof(what), "all %d ranks to join", nranks);
     BRAID_CHECK_GOTO(recv_reply(bs, BOOT_MSG_ACK, 0, NULL, deadline, what), res, out);
@@ -476,6 +492,11 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     *bs_p = bs;
     return BRAID_SUCCESS;
 out:
+    if (bs->reserve_err) {
+        close(bs->fd);
+        bs->fd = -1;
+        braid_fd_reserve_restore();
+    }
     braid_boot_close(bs);
     return res;
 }

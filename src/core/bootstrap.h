@@ -90,6 +90,13 @@ braid_result_t braid_boot_root_wait(braid_boot_root_t *root, double timeout_s);
  * After any error (including BRAID_ERR_ABORTED and BRAID_ERR_TIMEOUT) bs is unusable: every
  * later call returns the same error; only braid_boot_report_error and braid_boot_close
  * remain useful. Not thread-safe: one thread at a time per bs. */
+/* The process keeps one descriptor in reserve from library load on (core/fd_reserve.c): a
+ * rank whose bootstrap socket() fails with EMFILE/ENFILE releases it (1: released; 0: none
+ * held, or the program closed it), connects, tells the root the error (so the job fails at
+ * once, not at BRAID_TIMEOUT) and takes the reserve back. */
+int braid_fd_reserve_release(void);
+void braid_fd_reserve_restore(void);
+
 braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t *root, int rank,
                                int nranks, double timeout_s, const volatile int *abort_flag);
 /* all must hold nranks * bytes; this rank's bytes are copied to all + rank * bytes (mine

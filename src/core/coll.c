@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/worker.h"
@@ -38,6 +39,32 @@ size_t braid_dtype_size(braid_datatype_t dtype)
     return (unsigned)dtype < BRAID_NUM_DTYPES ? dtype_sizes[dtype] : 0;
 }
 
+static void timeline_call(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
+                          uint64_t t0)
+{
+    int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
+    int reduces = a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
+                  a->coll == BRAID_COLL_REDUCE_SCATTER;
+    size_t count =
+        a->coll == BRAID_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+    braid_tl_event_t ev = {.name = braid_coll_name(a->coll),
+                           .kind = BRAID_TL_CALL,
+                           .t0 = t0,
+                           .t1 = braid_now_ns(),
+                           .seq = seq,
+                           .count = count,
+                           .bytes = count * braid_dtype_size(a->dtype),
+                           .dtype = a->coll == BRAID_COLL_BARRIER ? -1 : (int16_t)a->dtype,
+                           .op = !reduces    ? -1
+                                 : a->premul ? BRAID_NUM_OPS
+                                             : (int16_t)a->op,
+                           .algo = (int16_t)comm->tl_algo,
+                           .root = rooted ? a->root : -1,
+                           .send_peer = -1,
+                           .recv_peer = -1};
+    braid_timeline_add(comm, &ev);
+}
+
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
     if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
@@ -50,6 +77,11 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     braid_result_t res;
+    uint64_t tl0 = 0;
+    if (braid_timeline_enabled()) {
+        tl0 = braid_now_ns();
+        comm->tl_algo = -1;
+    }
     if (a->coll == BRAID_COLL_BARRIER) {
         /* One byte per rank of scratch, reduced with max. */
         uint8_t *scratch = calloc((size_t)comm->nranks, 1);
@@ -66,12 +98,8 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
     } else {
         res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */
     }
-    if (res < 0) {
-        char why[600];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (tl0) timeline_call(comm, a, seq, tl0);
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
 
@@ -147,7 +175,7 @@ braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a)
 braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, braid_result_t res,
                                  braid_reject_fn exchange, const void *arg)
 {
-    char reason[512];
+    char reason[1024];
     snprintf(reason, sizeof(reason), "%s", braid_last_error());
     if (comm->nranks < 2 || atomic_load(&comm->aborted) || atomic_load(&comm->error)) return res;
     /* In call order: after the operations queued before it. */
@@ -161,7 +189,7 @@ braid_result_t braid_call_reject(struct braid_comm *comm, braid_msg_hdr_t desc, 
     braid_engine_record(comm, &desc);
     braid_result_t r = exchange(comm, &desc, reason, arg);
     if (r < 0) {
-        char why[600];
+        char why[1024];
         snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
         braid_comm_set_error(comm, r, "%s", braid_last_error());
         braid_comm_fail_peers(comm, r, why);
@@ -195,7 +223,11 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
     if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
-        BRAID_CHECK(braid_group_note(vres, braid_coll_name(a->coll)));
+        braid_group_note(vres, braid_coll_name(a->coll));
+        if (vres < 0) { /* kept so that group end can tell the peers */
+            braid_group_item_t it = {.kind = BRAID_ITEM_COLL, .args = v};
+            return braid_group_add_rejected(comm, &it, vres);
+        }
         return braid_group_add_coll(comm, &v, req_p);
     }
     if (vres < 0) return braid_coll_reject(comm, a, vres);

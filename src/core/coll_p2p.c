@@ -4,6 +4,7 @@
  * it, so a rank that calls another collective is BRAID_ERR_MISMATCH naming both calls. The
  * count and displacement arrays are copied at the call (the i-forms may free them at once). */
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/worker.h"
@@ -76,18 +77,38 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
         }
     }
     braid_p2p_batch_t b = {0};
+    uint64_t tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
     braid_result_t res = braid_pcoll_plan(&p, n, comm->rank, seq, &b);
     for (int i = 0; i < b.nops; i++)
         b.ops[i].call = call;
     if (res >= 0) res = braid_p2p_run(comm, &b, NULL, NULL, NULL);
+    if (tl0 && res >= 0) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < b.nops; i++)
+            if (b.ops[i].kind == BRAID_P2P_SEND || b.ops[i].kind == BRAID_P2P_COPY)
+                bytes += b.ops[i].count * es;
+        int reduces = pc->coll == BRAID_COLL_REDUCE_SCATTERV;
+        int rooted = pc->coll == BRAID_COLL_GATHER || pc->coll == BRAID_COLL_SCATTER;
+        braid_tl_event_t ev = {.name = name,
+                               .kind = BRAID_TL_CALL,
+                               .t0 = tl0,
+                               .t1 = braid_now_ns(),
+                               .seq = seq,
+                               .count = es ? bytes / es : 0,
+                               .bytes = bytes,
+                               .dtype = (int16_t)pc->dtype,
+                               .op = !reduces     ? -1
+                                     : pc->premul ? BRAID_NUM_OPS
+                                                  : (int16_t)pc->op,
+                               .algo = -1,
+                               .root = rooted ? pc->root : -1,
+                               .send_peer = -1,
+                               .recv_peer = -1};
+        braid_timeline_add(comm, &ev);
+    }
     braid_p2p_batch_free(&b);
     free(tmp);
-    if (res < 0) {
-        char why[600];
-        snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-        braid_comm_set_error(comm, res, "%s", braid_last_error());
-        braid_comm_fail_peers(comm, res, why);
-    }
+    if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
 
@@ -250,6 +271,10 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
 /* "rejected its alltoall #4 (count 6, float32) (the reason)" for messages. */
 static void rejected_str(const braid_msg_hdr_t *desc, const char *reason, char *buf, size_t len)
 {
+    if (desc->coll == BRAID_COLL_GROUP) {
+        snprintf(buf, len, "sends and receives of a group (#%u) (%.200s)", desc->seq, reason);
+        return;
+    }
     snprintf(buf, len, "%s #%u (count %llu, %s) (%.200s)", braid_coll_name(desc->coll), desc->seq,
              (unsigned long long)desc->count, braid_dtype_name(desc->dtype), reason);
 }
@@ -265,8 +290,10 @@ static braid_result_t reject_take(struct braid_comm *comm, int p, const braid_ms
     braid_result_t res = c->ops->recv_get(c, &h, &buf);
     if (res == BRAID_INPROGRESS) return BRAID_SUCCESS;
     BRAID_CHECK(res);
-    if (h->flags & BRAID_MSG_NOTICE) return braid_p2p_take_notice(comm, p, h, desc->seq, mine);
-    if (h->seq == desc->seq && (h->flags & BRAID_MSG_REJECTED)) { /* rejected there too */
+    if (h->flags & BRAID_MSG_NOTICE)
+        return braid_p2p_take_notice(comm, p, h, desc->seq, "rejected its", mine);
+    if (h->seq == desc->seq && h->coll == desc->coll && (h->flags & BRAID_MSG_REJECTED)) {
+        /* rejected there too */
         BRAID_CHECK(c->ops->recv_release(c));
         *got = 1;
         return BRAID_SUCCESS;
@@ -369,7 +396,10 @@ static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int ifo
     if (res >= 0) res = check_same_buffer(comm, &pc);
     if (braid_group_depth() > 0) {
         braid_group_note(res, name);
-        if (res < 0) return res; /* group end reports it; nothing of the group runs */
+        if (res < 0) { /* group end reports it, issues nothing of the group, tells the peers */
+            braid_group_item_t it = {.kind = BRAID_ITEM_PCOLL, .pc = pc};
+            return braid_group_add_rejected(comm, &it, res);
+        }
     }
     if (res < 0) {
         braid_msg_hdr_t desc = {.coll = (uint8_t)pc.coll,

@@ -6,6 +6,7 @@
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
 #include "core/split.h"
@@ -61,6 +62,8 @@ const char *braid_coll_name(int coll)
         return "reduce_scatterv";
     case BRAID_COLL_COMM_SPLIT:
         return "comm_split";
+    case BRAID_COLL_GROUP:
+        return "group";
     }
     return "unknown collective";
 }
@@ -74,14 +77,14 @@ int braid_version(void)
 braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,
                                     ...)
 {
-    char msg[512];
+    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&comm->err_lock);
     if (!atomic_load(&comm->error)) {
-        snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
+        braid_str_fit(comm->errmsg, sizeof(comm->errmsg), msg);
         atomic_store(&comm->error, res);
         braid_warn(COLL, "rank %d: %s (%s)", comm->rank, msg, braid_strerror(res));
     }
@@ -102,6 +105,14 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
     }
     braid_p2p_fail_peers(comm, code, why);
     braid_direct_fail(comm, code, why);
+}
+
+void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res)
+{
+    char why[1024];
+    snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
+    braid_comm_set_error(comm, res, "%s", braid_last_error());
+    braid_comm_fail_peers(comm, res, why);
 }
 
 braid_result_t braid_comm_get_error(braid_comm_t comm, braid_result_t *err_p, const char **msg_p)
@@ -470,6 +481,11 @@ static braid_result_t setup_direct(struct braid_comm *c)
                                "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
                                (long long)v);
     size_t block = (size_t)v & ~(size_t)63;
+    BRAID_CHECK(braid_param_int("NT_MIN", &v));
+    if (v < 0)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
+                               (long long)v);
+    c->direct_nt_min = (size_t)v;
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");
@@ -499,6 +515,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     }
     c->root = hosted_root;
     c->magic = BRAID_COMM_MAGIC;
+    c->tl_index = c->tl_algo = -1;
     c->rank = rank;
     c->boot_addr = *root;
     c->nranks = nranks;
@@ -535,6 +552,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     braid_topo_addrs_collect(&me.addrs);
     me.pid = (int32_t)getpid();
     me.rank = rank;
+    me.cuda_dev = c->cuda_dev;
     c->peers = calloc((size_t)nranks, sizeof(*c->peers));
     if (!c->peers) {
         res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", nranks);
@@ -564,6 +582,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_algo_comm_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_boot_barrier(c->boot), res, fail);
     BRAID_CHECK_GOTO(braid_comm_registry_add(c), res, fail);
+    braid_timeline_comm_init(c);
     braid_info(INIT,
                "rank %d/%d ready: %d local ranks (%d on this machine, bound to %d cpus) on %d "
                "cpus, %d channel(s), chunk %zu B, %d slots, spin %d us",
@@ -640,6 +659,8 @@ braid_result_t braid_comm_abort(braid_comm_t comm)
 braid_result_t braid_comm_destroy(braid_comm_t comm)
 {
     if (!comm) return braid_set_error(BRAID_ERR_INVALID_ARG, "comm is NULL");
+    /* A traced job's owner communicator gathers the timeline first (while it still works). */
+    if (braid_comm_check(comm) == BRAID_SUCCESS) braid_timeline_comm_destroy(comm);
     if (!braid_comm_registry_remove(comm)) return braid_comm_check(comm);
     atomic_store(&comm->destroying, 1);
     if (atomic_load(&comm->inflight) > 0 || braid_worker_pending(comm)) {

@@ -35,6 +35,9 @@ typedef enum {
     BRAID_COLL_SCATTER = 12,
     BRAID_COLL_ALLGATHERV = 13,
     BRAID_COLL_REDUCE_SCATTERV = 14,
+    /* The sends and receives of a group that argument checks rejected (core/group_reject.c):
+     * one REJECTED message to every rank, numbered as a collective. */
+    BRAID_COLL_GROUP = 15,
     /* braid_comm_split's descriptor exchange on the data connections (core/split.c): a count-0
      * call, so a split against a collective on another rank is a mismatch, not a hang. */
     BRAID_COLL_COMM_SPLIT = 100
@@ -51,6 +54,8 @@ typedef struct {
     cpu_set_t cpus; /* the cpus it may run on (its binding) */
     int32_t pid;
     int32_t rank;
+    int32_t cuda_dev; /* the communicator's CUDA device, -1 for none (cuda/executor.c) */
+    int32_t pad;
     braid_topo_place_t place; /* NUMA node of its cpus, local NICs and GPUs */
     braid_topo_addrs_t addrs; /* its host's interface addresses (NIC choice, core/netaddr.c) */
 } braid_peer_info_t;
@@ -132,16 +137,24 @@ struct braid_comm {
      * Their own FIFOs (never shared with the ring), p2p_chunk_bytes slots of fewer slots. */
     braid_conn_t **p2p_send, **p2p_recv;
     size_t p2p_chunk_bytes;
+    /* The tcp transport's slot size and sockets per peer for connections made while these
+     * are non-zero (core/p2p.c sets them around the send/recv connections' setup: larger
+     * messages and more sockets there than the rings'); 0 = chunk_bytes, BRAID_NSOCKS_PERPEER. */
+    size_t tcp_conn_slot;
+    int tcp_conn_nsocks;
     void *tcp_state;                     /* owned by transport/tcp*.c (listener, progress thread) */
     struct braid_algo_state *algo_state; /* owned by algos/select.c (topology, model, sub-comms) */
     struct braid_redop_table *redops;    /* owned by core/redop.c (created ops) */
     braid_boot_addr_t boot_addr; /* root address and job secret (tcp authenticates with it) */
     uint32_t seq;                /* collectives started */
+    int tl_index; /* its rows in the BRAID_TRACE timeline (core/timeline.c), -1 = none */
+    int tl_algo;  /* the algorithm braid_algo_execute picked for the call, -1 = none */
     struct braid_p2p_state *p2p; /* owned by core/p2p.c (send/recv connections, pair seqs) */
     /* Direct shared-memory segments of a communicator on one host (transport/shm_direct.h),
      * NULL when there are none. */
     struct braid_direct *direct;
-    size_t direct_block; /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
+    size_t direct_block;  /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
+    size_t direct_nt_min; /* BRAID_NT_MIN: outputs from this size use streaming stores, 0 = never */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
      * over from an earlier call names both sides of that call (engine.c). */
 #define BRAID_HIST 8
@@ -156,7 +169,7 @@ struct braid_comm {
     _Atomic int inflight;
     _Atomic int destroying;
     _Atomic(const char *) busy;
-    char errmsg[512];
+    char errmsg[1024];
     pthread_mutex_t err_lock;
 
     /* Non-blocking operations: run in order by a worker thread started on first use. */
@@ -207,6 +220,9 @@ braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res,
                                     ...) __attribute__((format(printf, 3, 4)));
 /* Tells every peer this rank failed, wakes local waiters. */
 void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* A call of comm failed with res (< 0; the thread's last error says why): the communicator
+ * takes the error (sticky) and every peer is told "rank R: <why>". */
+void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res);
 
 /* The transport this rank uses with peer (BRAID_TRANSPORT, else shm on the same host, else
  * the network transport); an error when none can reach it. */

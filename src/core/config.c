@@ -34,6 +34,12 @@ static const braid_param_t params[] = {
     {"DIRECT_BLOCK", "262144", BRAID_PARAM_SIZE,
      "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
      "each rank maps every local rank's segment of two such slots; 0 = off (the ring only)"},
+    {"NT_MIN", "16777216", BRAID_PARAM_SIZE,
+     "output bytes from which the direct shared-memory collectives write their output with "
+     "non-temporal (streaming) stores, x86-64; 0 = never"},
+    {"TRACE", "", BRAID_PARAM_STR,
+     "write a Chrome trace (Perfetto JSON) of every call and step on every rank to this file, "
+     "merged by rank 0 at braid_comm_destroy; off when empty"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
     {"SPIN_US", "0", BRAID_PARAM_INT,
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},
@@ -49,6 +55,12 @@ static const braid_param_t params[] = {
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},
+    {"P2P_TCP_CHUNK_SIZE", "0", BRAID_PARAM_SIZE,
+     "bytes per message of send/recv and all-to-all over TCP (their connections' slots); "
+     "0 = automatic (512 KiB up to 8 ranks, else BRAID_CHUNK_SIZE's; never below it)"},
+    {"P2P_TCP_NSOCKS", "0", BRAID_PARAM_INT,
+     "TCP sockets per peer of the send/recv and all-to-all connections (1-8); 0 = "
+     "BRAID_NSOCKS_PERPEER's"},
     {"IB_HCA", "", BRAID_PARAM_STR,
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
      "one on the rank's NUMA node"},
@@ -76,6 +88,18 @@ static const braid_param_t params[] = {
      "CPU reduction kernels: auto, avx512, avx2, generic (for testing)"},
     {"CUDA", "1", BRAID_PARAM_STR,
      "0: never touch CUDA (every buffer is host memory); 1: use a CUDA device if present"},
+    {"DEV_ENGINE", "auto", BRAID_PARAM_STR,
+     "device buffers: auto (the device engine when every rank has a GPU on one host, else "
+     "staged through host memory), device (the device engine or an error), stage"},
+    {"DEV_NCHANNELS", "4", BRAID_PARAM_INT, "device engine: channels (rings over disjoint slices)"},
+    {"DEV_BLOCKS", "2", BRAID_PARAM_INT, "device engine: thread blocks per channel"},
+    {"DEV_CHUNK_SIZE", "131072", BRAID_PARAM_SIZE,
+     "device engine: bytes per slot (one block's part of a chunk; a multiple of 16)"},
+    {"DEV_NSLOTS", "8", BRAID_PARAM_INT, "device engine: slots per FIFO (chunks in flight)"},
+    {"DEV_THREADS", "512", BRAID_PARAM_INT, "device engine: threads per block (32 to 512)"},
+    {"DEV_SPINS", "16384", BRAID_PARAM_INT,
+     "device engine: polls of a flag before a kernel returns to the host loop, which relaunches "
+     "it (processes time-sliced on one GPU progress)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -161,8 +185,15 @@ static const struct {
     {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
     {"TUNE_MEASURE", NULL, 0, 20},
     {"NSOCKS_PERPEER", NULL, 1, 8},
+    {"P2P_TCP_NSOCKS", NULL, 0, 8},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},
+    {"DEV_ENGINE", "auto,device,stage", 0, 0},
+    {"DEV_NCHANNELS", NULL, 1, 16},
+    {"DEV_BLOCKS", NULL, 1, 8},
+    {"DEV_NSLOTS", NULL, 1, 64},
+    {"DEV_THREADS", NULL, 32, 512},
+    {"DEV_SPINS", NULL, 1, 1 << 30},
 };
 
 /* Edit distance of a and b, case-insensitive, '_' ignored (CHUNKSIZE ~ CHUNK_SIZE). */
@@ -320,10 +351,13 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
 braid_result_t braid_config_check_transport(void)
 {
     char why[256];
-    const braid_param_t *p = find("NSOCKS_PERPEER");
-    if (p && !braid_param_valid(p, why, sizeof(why)))
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NSOCKS_PERPEER='%s' is %s",
-                               braid_param_str("NSOCKS_PERPEER"), why);
+    static const char *const socks[] = {"NSOCKS_PERPEER", "P2P_TCP_NSOCKS"};
+    for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++) {
+        const braid_param_t *p = find(socks[i]);
+        if (p && !braid_param_valid(p, why, sizeof(why)))
+            return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_%s='%s' is %s", socks[i],
+                                   braid_param_str(socks[i]), why);
+    }
     if (*braid_param_str("SOCKET_IFNAME")) {
         /* The same lookup TCP and the bootstrap make: it names the interfaces there are. */
         struct sockaddr_storage a;

@@ -44,6 +44,7 @@
 #include "core/log.h"
 #include "core/p2p.h"
 #include "core/redop.h"
+#include "core/timeline.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
 
@@ -62,6 +63,7 @@ typedef struct {
     braid_conn_t *rconn, *sconn; /* the current step's connections */
     int plan_done; /* the plan has no more steps (channel 0 may still take its hello) */
     int done;
+    uint64_t tl0; /* BRAID_TRACE: when the current step was taken, 0 = not recorded */
 } chan_state_t;
 
 typedef struct {
@@ -77,6 +79,7 @@ typedef struct {
     int hello_send, hello_recv; /* descriptor exchange steps still to do (channel 0) */
     int rejected;               /* braid_engine_reject: this rank refused the call */
     const char *reason;         /* why (rejected) */
+    int noticed;                /* 1 + the peer last told that this call waits for it */
 } run_t;
 
 /* Zero-copy where the plan allows: in ring all-gather and chain broadcast every received chunk
@@ -453,6 +456,24 @@ static braid_result_t step_conn(run_t *r, int ch, int peer, int send, braid_conn
     return BRAID_SUCCESS;
 }
 
+static void timeline_step(run_t *r, int ch, const chan_state_t *cs, size_t bytes)
+{
+    braid_tl_event_t ev = {.name = braid_prim_name((braid_prim_t)cs->step.prim),
+                           .kind = BRAID_TL_STEP,
+                           .t0 = cs->tl0,
+                           .t1 = braid_now_ns(),
+                           .seq = r->hdr.seq,
+                           .bytes = bytes,
+                           .dtype = -1,
+                           .op = -1,
+                           .algo = -1,
+                           .root = -1,
+                           .channel = (int16_t)ch,
+                           .send_peer = cs->sconn ? cs->sconn->peer : -1,
+                           .recv_peer = cs->rconn ? cs->rconn->peer : -1};
+    braid_timeline_add(r->comm, &ev);
+}
+
 static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
                                braid_wait_dir_t *wait_dir_p)
 {
@@ -479,6 +500,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
             return BRAID_SUCCESS;
         }
         cs->have_step = 1;
+        cs->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         cs->rbuf = NULL;
         cs->sbuf = NULL;
         cs->rconn = cs->sconn = NULL;
@@ -544,6 +566,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     }
     if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
     cs->have_step = 0;
+    if (cs->tl0) timeline_step(r, ch, cs, bytes);
     return BRAID_SUCCESS;
 }
 
@@ -721,6 +744,10 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
                 wconn->peer);
         /* Sleeping: look for a mismatched peer now and then (1 ms, doubling to 64 ms). */
         if (now >= next_check) {
+            if (wdir == BRAID_WAIT_RECV && r.noticed != wconn->peer + 1) {
+                braid_p2p_coll_notice(comm, wconn->peer, &r.hdr); /* see core/p2p.h */
+                r.noticed = wconn->peer + 1;
+            }
             BRAID_CHECK(check_foreign(&r, algo));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;

@@ -34,7 +34,7 @@ static __thread struct {
     int depth;
     int ncalls;
     braid_result_t err; /* the first call that failed its checks */
-    char errmsg[512];
+    char errmsg[1024];
     group_part_t *parts;
     int nparts, cap;
 } group;
@@ -121,6 +121,20 @@ braid_result_t braid_group_add_pcoll(struct braid_comm *comm, const braid_pcoll_
     return res < 0 ? group_fail(res, braid_coll_name(pc->coll)) : res;
 }
 
+braid_result_t braid_group_add_rejected(struct braid_comm *comm, const braid_group_item_t *it,
+                                        braid_result_t res)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", braid_last_error());
+    braid_group_item_t r = *it;
+    r.rejected = 1;
+    if (r.kind == BRAID_ITEM_PCOLL) /* only its descriptor is told: no arrays */
+        r.pc.sendcounts = r.pc.sdispls = r.pc.recvcounts = r.pc.rdispls = NULL;
+    (void)group_add(comm, &r, NULL); /* out of memory: its peers are not told */
+    braid_restore_error(msg);
+    return res;
+}
+
 /* Called by every entry point that checks its arguments inside a group: counts the call and
  * records its error for group end. */
 braid_result_t braid_group_note(braid_result_t res, const char *what)
@@ -162,16 +176,36 @@ static braid_result_t check_comm_ok(struct braid_comm *comm)
 /* Records a point-to-point failure as the communicator's error and tells the peers. */
 static void p2p_failed(struct braid_comm *comm, braid_result_t res)
 {
-    char why[600];
+    char why[1024];
     snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
     braid_comm_set_error(comm, res, "%s", braid_last_error());
     braid_comm_fail_peers(comm, res, why);
 }
 
-static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *items, int n)
+/* A group that a call's checks rejected (reject_res < 0, reject_msg its message): nothing is
+ * issued, the peers are told (group_reject.c); the requests complete with the rejection.
+ * Returns BRAID_SUCCESS, or the error of a peer whose calls did not match. */
+static braid_result_t reject_items(struct braid_comm *comm, braid_group_item_t *items, int n,
+                                   braid_result_t reject_res, const char *reject_msg)
 {
+    braid_result_t res = braid_group_reject_items(comm, items, n, reject_msg);
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "not issued: %s", reject_msg);
+    for (int i = 0; i < n; i++) {
+        if (items[i].req) braid_request_complete(comm, items[i].req, reject_res, msg);
+        items[i].req = NULL;
+        item_free(&items[i]);
+    }
+    if (res < 0) braid_set_error(res, "%s", comm->errmsg);
+    return res;
+}
+
+static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *items, int n,
+                                braid_result_t reject_res, const char *reject_msg)
+{
+    if (reject_res < 0) return reject_items(comm, items, n, reject_res, reject_msg);
     braid_result_t res = BRAID_SUCCESS;
-    char msg[600] = "";
+    char msg[1024] = "";
     braid_p2p_batch_t b = {0};
     /* The collectives in call order. */
     for (int i = 0; i < n && res >= 0; i++) {
@@ -232,12 +266,13 @@ static void drop_part(group_part_t *part, braid_result_t res, const char *msg)
 
 /* Runs the parts (every communicator entered): on the caller's thread when there is one part
  * and its worker is idle, else each part as one task of its worker, waited for. */
-static braid_result_t run_parts(group_part_t *parts, int nparts)
+static braid_result_t run_parts(group_part_t *parts, int nparts, braid_result_t reject_res,
+                                const char *reject_msg)
 {
     braid_result_t res = BRAID_SUCCESS;
-    char msg[600] = "";
+    char msg[1024] = "";
     if (nparts == 1 && !braid_worker_pending(parts[0].comm)) {
-        res = run_items(parts[0].comm, parts[0].items, parts[0].n);
+        res = run_items(parts[0].comm, parts[0].items, parts[0].n, reject_res, reject_msg);
         free(parts[0].items);
         return res;
     }
@@ -256,6 +291,8 @@ static braid_result_t run_parts(group_part_t *parts, int nparts)
             t->kind = BRAID_TASK_GROUP;
             t->items = parts[i].items;
             t->nitems = parts[i].n;
+            t->reject_res = reject_res;
+            t->reject_msg = reject_msg;
             req->comm = parts[i].comm;
             req->task = t;
             res = braid_worker_submit(parts[i].comm, req);
@@ -270,7 +307,7 @@ static braid_result_t run_parts(group_part_t *parts, int nparts)
         reqs[i] = req;
     }
     braid_result_t first = res;
-    char first_msg[600];
+    char first_msg[1024];
     snprintf(first_msg, sizeof(first_msg), "%s", res < 0 ? msg : "");
     for (int i = 0; reqs && i < nparts; i++) {
         if (!reqs[i]) continue;
@@ -296,8 +333,8 @@ braid_result_t braid_group_end(void)
         return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                "braid_group_end without a matching braid_group_start");
     if (--group.depth > 0) return BRAID_SUCCESS;
-    braid_result_t res = group.err;
-    char msg[600];
+    braid_result_t res = group.err, rejected = group.err;
+    char msg[1024];
     snprintf(msg, sizeof(msg), "%s", group.errmsg);
     int nparts = group.nparts;
     group_part_t *parts = group.parts;
@@ -322,8 +359,21 @@ braid_result_t braid_group_end(void)
         break;
     }
     if (res >= 0) {
-        res = run_parts(parts, nparts);
+        res = run_parts(parts, nparts, BRAID_SUCCESS, NULL);
         if (res < 0) snprintf(msg, sizeof(msg), "%s", braid_last_error());
+        free(parts);
+        parts = NULL;
+        nparts = 0;
+    } else if (rejected < 0 && res == rejected && comms && entered == nparts) {
+        /* A call failed its checks: nothing is issued, but the peers are told. */
+        char why[1024];
+        snprintf(why, sizeof(why), "%s", group.errmsg);
+        if (run_parts(parts, nparts, rejected, why) < 0) {
+            char all[4096];
+            snprintf(all, sizeof(all), "%s (and the peers' calls did not match: %s)", why,
+                     braid_last_error());
+            braid_str_fit(msg, sizeof(msg), all);
+        }
         free(parts);
         parts = NULL;
         nparts = 0;
@@ -399,9 +449,9 @@ void braid_task_execute(struct braid_comm *comm, struct braid_request *req)
         break;
     case BRAID_TASK_GROUP:
         if (res >= 0) {
-            res = run_items(comm, t->items, t->nitems);
+            res = run_items(comm, t->items, t->nitems, t->reject_res, t->reject_msg);
         } else {
-            char msg[512];
+            char msg[1024];
             snprintf(msg, sizeof(msg), "%s", braid_last_error());
             for (int i = 0; i < t->nitems; i++) {
                 if (t->items[i].req) braid_request_complete(comm, t->items[i].req, res, msg);
@@ -457,8 +507,6 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
     if (res >= 0)
         res = p2p_check(comm, name, kind == BRAID_P2P_SEND ? sbuf : rbuf,
                         kind == BRAID_P2P_SEND ? "sendbuf" : "recvbuf", count, dtype, peer);
-    if (group.depth > 0) braid_group_note(res, name);
-    if (res < 0) return res;
     braid_p2p_op_t op = {.kind = (uint8_t)kind,
                          .peer = peer,
                          .sbuf = sbuf,
@@ -468,6 +516,13 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
                          .coll = BRAID_COLL_SEND,
                          .op = BRAID_SUM,
                          .root = -1};
+    if (group.depth > 0 && res < 0) { /* kept so that group end can tell the peer */
+        braid_group_note(res, name);
+        braid_group_item_t it = {.kind = BRAID_ITEM_P2P, .op = op};
+        return braid_group_add_rejected(comm, &it, res);
+    }
+    if (res < 0) return res;
+    if (group.depth > 0) braid_group_note(res, name);
     if (group.depth > 0) {
         braid_group_item_t it = {.kind = BRAID_ITEM_P2P, .op = op};
         res = group_add(comm, &it, iform ? req_p : NULL);

@@ -22,7 +22,7 @@ static FILE *log_file;
 static _Thread_local int log_thread_rank = -1;
 static _Atomic int log_first_rank = -1;
 static char log_host[64];
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[2048];
 
 static const struct {
     const char *name;
@@ -191,10 +191,12 @@ void braid_log_msg(braid_log_level_t level, braid_subsys_t subsys, const char *f
 braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
 {
     int saved = errno;
+    char full[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    vsnprintf(full, sizeof(full), fmt, ap);
     va_end(ap);
+    braid_str_fit(last_error, sizeof(last_error), full);
     braid_info(ALL, "error %s: %s", braid_strerror(res), last_error);
     errno = saved;
     return res;
@@ -202,7 +204,28 @@ braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
 
 void braid_restore_error(const char *msg)
 {
-    snprintf(last_error, sizeof(last_error), "%s", msg);
+    braid_str_fit(last_error, sizeof(last_error), msg);
+}
+
+void braid_str_fit(char *dst, size_t len, const char *src)
+{
+    static const char cut[] = " [...] ";
+    if (!len) return;
+    size_t n = strlen(src);
+    if (n < len) {
+        memmove(dst, src, n + 1);
+        return;
+    }
+    if (len < 2 * sizeof(cut)) {
+        memmove(dst, src, len - 1);
+        dst[len - 1] = '\0';
+        return;
+    }
+    size_t room = len - 1 - (sizeof(cut) - 1), head = room / 3, tail = room - head;
+    memmove(dst, src, head);
+    memcpy(dst + head, cut, sizeof(cut) - 1);
+    memmove(dst + head + sizeof(cut) - 1, src + n - tail, tail);
+    dst[len - 1] = '\0';
 }
 
 void braid_clear_error(void)

@@ -57,6 +57,9 @@ braid_result_t braid_set_error(braid_result_t res, const char *fmt, ...)
 void braid_clear_error(void);
 /* Puts back a message saved from braid_last_error() (no logging). */
 void braid_restore_error(const char *msg);
+/* Copies src into dst[len] (always terminated). Too long, it keeps the start and the end
+ * (joined by " [...] "): a nested message ends in its innermost cause, which stays. */
+void braid_str_fit(char *dst, size_t len, const char *src);
 /* What to add to a system call's error text for err: for EMFILE / ENFILE (out of file
  * descriptors) the name and what to do about it, else "". */
 const char *braid_errno_hint(int err);

@@ -11,8 +11,10 @@
  * A pass that moves nothing spins (BRAID_SPIN_US), yields (BRAID_YIELD_US), then sleeps in one
  * blocked connection's wait(), the next one at the next sleep. */
 #include "core/p2p.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "core/p2p_cma.h"
+#include "core/timeline.h"
 #include "core/redop.h"
 #include "reduce/reduce.h"
 
@@ -56,6 +58,22 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
     int slots = n <= 16 ? 4 : BRAID_P2P_MAX_SLOTS;
     if (n == 1) return BRAID_SUCCESS;
+    /* Over tcp larger messages (fewer frames and wakeups per byte) up to 8 ranks (2 sockets
+     * per peer were faster at n = 2 too, but not the default: a peer's ABORT comes back on
+     * socket 0 only, so a send failing on another socket may report a closed connection
+     * instead of the peer's reason); the reducing receive keeps the messages of st->chunk (every
+     * rank must agree on them, whatever transport each pair uses), hence never smaller. */
+    int64_t v;
+    BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &v));
+    size_t tslot = v ? (size_t)v : n <= 8 ? (size_t)512 << 10 : st->chunk;
+    if (tslot > ((size_t)64 << 20))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_P2P_TCP_CHUNK_SIZE=%zu is above 64 MiB", tslot);
+    tslot &= ~(size_t)63;
+    if (tslot < st->chunk) tslot = st->chunk;
+    BRAID_CHECK(braid_param_int("P2P_TCP_NSOCKS", &v));
+    comm->tcp_conn_slot = tslot;
+    comm->tcp_conn_nsocks = (int)v; /* 0: BRAID_NSOCKS_PERPEER's */
     int *peers = calloc((size_t)n, sizeof(*peers));
     if (!peers) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
     int np = 0;
@@ -63,6 +81,8 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
         if (p != comm->rank) peers[np++] = p;
     braid_result_t res = braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv,
                                                   st->chunk, slots, peers, np, peers, np, n - 1);
+    comm->tcp_conn_slot = 0;
+    comm->tcp_conn_nsocks = 0;
     free(peers);
     BRAID_CHECK(res);
     for (int p = 0; p < n; p++)
@@ -224,7 +244,10 @@ typedef struct {
     braid_p2p_batch_t *b;
     int *shead, *stail, *rhead, *rtail; /* per peer FIFOs of op indices, -1 = empty */
     int *used_ref;                      /* per peer: a send posted by reference */
-    const void **rr_buf;                /* RECV_REDUCE: chunk held from each peer */
+    int *drain;     /* per peer: the head send is posted whole, its frames still going out */
+    int *rx_direct; /* per peer: a receive may have a message going straight to its buffer */
+    int ndrain;
+    const void **rr_buf; /* RECV_REDUCE: chunk held from each peer */
     const braid_msg_hdr_t **rr_hdr;
     char *rr_own; /* RECV_REDUCE in place: this rank's chunk saved */
     int rr;       /* the RECV_REDUCE op, -1 = none */
@@ -233,13 +256,35 @@ typedef struct {
     void *arg;
     /* What the last pass waits for (a peer and direction per blocked head). */
     int *blk_op, *blk_dir, nblk;
-    int err_op; /* the operation whose step failed, -1 = none */
+    struct pollfd *pfd; /* as many: wait_all's */
+    int err_op;         /* the operation whose step failed, -1 = none */
 } runner_t;
+
+static void timeline_op(runner_t *r, const braid_p2p_op_t *op)
+{
+    static const char *names[] = {"send", "recv", "copy", "recv_reduce"};
+    int sends = op->kind == BRAID_P2P_SEND,
+        recvs = op->kind != BRAID_P2P_SEND && op->kind != BRAID_P2P_COPY;
+    braid_tl_event_t ev = {.name = op->kind < 4 ? names[op->kind] : "p2p",
+                           .kind = BRAID_TL_P2P,
+                           .t0 = op->tl0,
+                           .t1 = braid_now_ns(),
+                           .seq = op->seq,
+                           .bytes = op->count * braid_dtype_size(op->dtype),
+                           .dtype = -1,
+                           .op = -1,
+                           .algo = -1,
+                           .root = -1,
+                           .send_peer = sends ? op->peer : -1,
+                           .recv_peer = recvs ? op->peer : -1};
+    braid_timeline_add(r->comm, &ev);
+}
 
 static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
     op->done = 1;
+    if (op->tl0 && res == BRAID_SUCCESS) timeline_op(r, op);
     r->remaining--;
     if (op->req && r->done) r->done(r->comm, op, res, r->arg);
 }
@@ -296,6 +341,7 @@ static braid_result_t link_new(runner_t *r)
         int i = r->linked;
         braid_p2p_op_t *op = &r->b->ops[i];
         op->next = -1;
+        op->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         r->remaining++;
         switch ((braid_p2p_kind_t)op->kind) {
         case BRAID_P2P_COPY:
@@ -387,7 +433,10 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         if (op->next < 0) r->stail[peer] = -1;
         return BRAID_SUCCESS;
     }
-    size_t bytes = op_bytes(op), chunk = r->st->chunk;
+    /* Messages fill the connection's slots, but for reduce_scatterv (whose reducing receive
+     * takes st->chunk from every peer at once). */
+    size_t bytes = op_bytes(op),
+           chunk = op->coll == BRAID_COLL_REDUCE_SCATTERV ? r->st->chunk : c->slot_size;
     for (;;) {
         if (op->nmsgs && op->off >= bytes) break;
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
@@ -414,6 +463,17 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         *moved = 1;
     }
     if (r->used_ref[peer]) {
+        /* The last send on the connection stays open while the batch has other work that is
+         * not draining too, until the transport has taken its frames from the buffer: no
+         * copy. Otherwise what is still queued is copied out (send_detach). */
+        int others = r->remaining - 1 - (r->ndrain - r->drain[peer]);
+        if (op->next < 0 && others > 0 && c->ops->send_inflight && c->ops->send_inflight(c)) {
+            if (!r->drain[peer]) r->ndrain++;
+            r->drain[peer] = 1;
+            return BRAID_SUCCESS;
+        }
+        if (r->drain[peer]) r->ndrain--;
+        r->drain[peer] = 0;
         c->ops->send_detach(c); /* the caller may reuse the buffer once the send completed */
         r->used_ref[peer] = 0;
     }
@@ -437,12 +497,38 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
     } else {
         braid_conn_t *c = r->st->recv[peer];
         size_t bytes = op_bytes(op);
+        int direct = c->ops->recv_peek && c->ops->recv_into && c->ops->recv_undirect;
         for (;;) {
             if (op->nmsgs && op->off >= bytes) break;
             if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
             const braid_msg_hdr_t *h;
             const void *buf;
-            braid_result_t res = c->ops->recv_get(c, &h, &buf);
+            braid_result_t res;
+            if (direct) { /* the payload straight into the buffer, once its header passed */
+                res = c->ops->recv_peek(c, &h);
+                if (res == BRAID_INPROGRESS) {
+                    block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+                    return BRAID_SUCCESS;
+                }
+                BRAID_CHECK(res);
+                if (h->bytes && !h->flags) {
+                    BRAID_CHECK(check_msg(r->comm, op, peer, h, NULL, h->bytes, 0));
+                    uint32_t nb = h->bytes;
+                    r->rx_direct[peer] = 1;
+                    res = c->ops->recv_into(c, (char *)op->rbuf + op->off);
+                    if (res == BRAID_INPROGRESS) {
+                        block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
+                        return BRAID_SUCCESS;
+                    }
+                    BRAID_CHECK(res);
+                    r->rx_direct[peer] = 0;
+                    op->off += nb;
+                    op->nmsgs++;
+                    *moved = 1;
+                    continue;
+                }
+            }
+            res = c->ops->recv_get(c, &h, &buf);
             if (res == BRAID_INPROGRESS) {
                 block_on(r, r->rhead[peer], BRAID_WAIT_RECV);
                 return BRAID_SUCCESS;
@@ -451,8 +537,8 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
             if (h->flags & BRAID_MSG_NOTICE) {
                 char mine[200];
                 braid_p2p_op_str(op, mine, sizeof(mine));
-                BRAID_CHECK(braid_p2p_take_notice(r->comm, peer, h,
-                                                  op->coll == BRAID_COLL_SEND ? 0 : op->seq, mine));
+                BRAID_CHECK(braid_p2p_take_notice(
+                    r->comm, peer, h, op->coll == BRAID_COLL_SEND ? 0 : op->seq, "called", mine));
                 *moved = 1;
                 continue;
             }
@@ -517,7 +603,7 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             if (r->rr_hdr[p]->flags & BRAID_MSG_NOTICE) {
                 char mine[200];
                 braid_p2p_op_str(op, mine, sizeof(mine));
-                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, mine));
+                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, "called", mine));
                 r->rr_buf[p] = NULL;
                 *moved = 1;
                 missing++; /* its chunk comes next */
@@ -604,8 +690,26 @@ static braid_result_t check_coll_foreign(runner_t *r)
     for (int i = 0; i < r->nblk; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
+        /* A receive's evidence is only sound where what the peer posted before its collective
+         * is visible here once its collective's message is: shared memory (checked again
+         * below). Over sockets and verbs the peer's completed send may still be in flight on
+         * its own connection when its collective's message arrives on another one; there
+         * the peer finds the mismatch instead (the notice this receive sent it). */
+        braid_conn_t *own = op->kind == BRAID_P2P_RECV ? r->st->recv[op->peer] : NULL;
+        if (own && strcmp(own->ops->name, "shm") != 0) continue;
         braid_p2p_op_str(op, mine, sizeof(mine));
-        BRAID_CHECK(braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine));
+        braid_result_t res =
+            braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine);
+        if (res == BRAID_ERR_MISMATCH && own) {
+            const braid_msg_hdr_t *h;
+            const void *buf;
+            if (own->ops->recv_get(own, &h, &buf) == BRAID_SUCCESS) continue; /* it came */
+        }
+        BRAID_CHECK(res);
+        /* A send: the peer's notice that its collective waits for this rank (same
+         * connection, so in order with what the peer sent before it). */
+        if (op->kind == BRAID_P2P_SEND)
+            BRAID_CHECK(braid_p2p_peek_coll_notice(r->comm, op->peer, mine));
     }
     return BRAID_SUCCESS;
 }
@@ -632,6 +736,31 @@ static void give_notices(runner_t *r)
                              .count = op->count};
         if (c->ops->send_post(c, &h) == BRAID_SUCCESS) op->noticed = 1;
     }
+}
+
+/* Sleeps until any connection the last pass blocked on may move, or deadline: one poll over
+ * all of them where each offers a descriptor (tcp), so data arriving from one peer is taken
+ * at once while others are still silent. 0 when one offers none (or waits on itself): the
+ * caller then sleeps in one connection's wait(), turn by turn. */
+static int wait_all(runner_t *r, uint64_t deadline)
+{
+    int k = 0;
+    for (int i = 0; i < r->nblk; i++) {
+        braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
+        if (op->peer == r->comm->rank) return 0;
+        braid_conn_t *c =
+            r->blk_dir[i] == BRAID_WAIT_SEND ? r->st->send[op->peer] : r->st->recv[op->peer];
+        if (!c->ops->wait_fd || !c->ops->wait_fd(c, (braid_wait_dir_t)r->blk_dir[i], &r->pfd[k]))
+            return 0;
+        k++;
+    }
+    uint64_t now = braid_now_ns();
+    if (now >= deadline) return 1;
+    uint64_t ns = deadline - now;
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    ppoll(r->pfd, (nfds_t)k, &ts, NULL);
+    return 1;
 }
 
 static inline void cpu_relax(void)
@@ -705,6 +834,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if ((r->nblk > 1 || pull || wop->peer == comm->rank) && deadline > now + 1000000ull)
             deadline = now + 1000000ull;
         turn++;
+        if (r->nblk > 1 && wait_all(r, deadline)) continue;
         if (wop->peer == comm->rank) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
@@ -732,11 +862,13 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     runner_t r = {
         .comm = comm, .st = comm->p2p, .b = b, .rr = -1, .done = done, .arg = arg, .err_op = -1};
     if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
-    int *ints = malloc((size_t)(9 * n + 2) * sizeof(int));
+    int *ints = malloc((size_t)(11 * n + 2) * sizeof(int));
     const void **ptrs = calloc((size_t)n * 2, sizeof(void *));
-    if (!ints || !ptrs) {
+    r.pfd = malloc((size_t)(2 * n + 1) * sizeof(*r.pfd));
+    if (!ints || !ptrs || !r.pfd) {
         free(ints);
         free(ptrs);
+        free(r.pfd);
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a batch over %d ranks", n);
     }
     r.shead = ints;
@@ -748,7 +880,11 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     r.blk_dir = ints + 7 * n + 1; /* as many */
     for (int i = 0; i < 4 * n; i++)
         ints[i] = -1;
+    r.drain = ints + 9 * n + 2;
+    r.rx_direct = ints + 10 * n + 2;
     for (int i = 4 * n; i < 5 * n; i++)
+        ints[i] = 0;
+    for (int i = 9 * n + 2; i < 11 * n + 2; i++)
         ints[i] = 0;
     r.rr_buf = ptrs;
     r.rr_hdr = (const braid_msg_hdr_t **)(ptrs + n);
@@ -759,19 +895,22 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             if (!r.rr_own) {
                 free(ints);
                 free(ptrs);
+                free(r.pfd);
                 return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a %zu B chunk",
                                        r.st->chunk);
             }
         }
     braid_result_t res = run_loop(&r, pull);
     if (res < 0) {
-        char why[512], what[200] = "";
+        char why[2048], what[200] = "";
         snprintf(why, sizeof(why), "%s", braid_last_error());
         braid_p2p_op_t *op = failed_op(&r);
         if (op) braid_p2p_op_str(op, what, sizeof(what));
         braid_set_error(res, "%s%s%s", what, *what ? ": " : "", why);
         for (int p = 0; p < n; p++)
             if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
+        for (int p = 0; p < n; p++) /* no transport writes the buffers after the call */
+            if (r.rx_direct[p] && r.st->recv[p]) r.st->recv[p]->ops->recv_undirect(r.st->recv[p]);
         for (int p = 0; p < n; p++) /* chunks held by an unfinished reduce */
             if (r.rr_buf[p]) r.st->recv[p]->ops->recv_release(r.st->recv[p]);
         snprintf(why, sizeof(why), "%s", braid_last_error());
@@ -784,6 +923,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     }
     free(ints);
     free(ptrs);
+    free(r.pfd);
     free(r.rr_own);
     return res;
 }

@@ -10,7 +10,10 @@
  * queue that receives from self take from, in order.
  *
  * Messages. An operation of `bytes` bytes travels as ceil(bytes / chunk) messages (one empty
- * message when bytes is 0), chunk = the connection's slot size. Each carries a braid_msg_hdr_t:
+ * message when bytes is 0), chunk = the connection's slot size (over tcp 512 KiB up to 8
+ * ranks, BRAID_P2P_TCP_CHUNK_SIZE; reduce_scatterv: the collectives' chunk on every
+ * connection, as its reducing receive folds one message of every peer at a time). Each
+ * carries a braid_msg_hdr_t:
  * for braid_send the pair's sequence number (the sender's count of sends to that peer, which
  * the receiver matches against its count of receives from it), coll BRAID_COLL_SEND, the dtype
  * and count; for a collective its sequence number on the communicator, its coll/dtype/op/root
@@ -23,8 +26,15 @@
  * collective that has not sent that message reports BRAID_ERR_MISMATCH naming both calls; a
  * blocked send (or receive) that sees a message of a later collective from the peer it waits
  * on (its ring predecessor, a latency plan's partner, or any rank of a p2p collective) does
- * the same. Not found (a timeout instead): a blocked send to a rank of a ring/tree collective
- * that never sends this rank anything in it (e.g. with 3 ranks, a send to the ring successor).
+ * the same; but a receive over any transport but shm (tcp, rdma) leaves the decision to the
+ * peer's notice check, since the peer's messages of that receive may still be on their way
+ * (queued, or in the kernel) when its later collective's have come on other connections. A
+ * ring/tree collective blocked on a receive from a peer tells that peer too (a NOTICE of the
+ * collective), so a send blocked on that rank (with 3 ranks, a send to the ring successor,
+ * which sends the sender nothing) finds it. Not found (a timeout instead): a send blocked on a
+ * rank whose collective waits for another rank, or whose notice sits behind messages of its
+ * own that this rank has not received yet (over tcp/rdma also a blocked receive whose notice
+ * cannot go out: the send connection to that peer full of messages it never takes).
  *
  * Batches. A batch is a list of operations that progress at the same time: each (peer,
  * direction) has a FIFO of the batch's operations on that connection, whose head moves as far
@@ -65,12 +75,13 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;  /* bytes moved */
-    int nmsgs;   /* messages moved */
-    int done;    /* 1 when complete */
-    int next;    /* next operation on the same connection, -1 = none */
-    int noticed; /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
-    int cma;     /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
+    size_t off;   /* bytes moved */
+    int nmsgs;    /* messages moved */
+    int done;     /* 1 when complete */
+    int next;     /* next operation on the same connection, -1 = none */
+    int noticed;  /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    int cma;      /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
+    uint64_t tl0; /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -131,11 +142,21 @@ uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p);
 braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int from,
                                       const char *verb, const char *mine);
 /* A BRAID_MSG_NOTICE message h at the head of the connection from peer p: rank p is blocked
- * in a receive from this rank. When this rank runs collective seq (mine describes it; 0 = not
- * in a collective) that p has not reached and has not sent p that message, the two can never
- * meet: BRAID_ERR_MISMATCH naming both calls. Else the notice is released (BRAID_SUCCESS). */
+ * in a receive from this rank. When this rank runs collective seq (verb: "called" or "rejected
+ * its", and mine describe it; 0 = not in a collective) that p has not reached and has not sent
+ * p that message, the two can never meet: BRAID_ERR_MISMATCH naming both calls. Else the
+ * notice is released (BRAID_SUCCESS). */
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
-                                     uint32_t seq, const char *mine);
+                                     uint32_t seq, const char *verb, const char *mine);
+/* A ring/tree collective (mine: its descriptor) that waits to receive from peer tells that
+ * peer, once per call (a BRAID_MSG_NOTICE message of the collective's kind and number on the
+ * send/recv connection; best effort: only where a slot is free). braid_p2p_take_notice on a
+ * notice of a collective q that this rank, in a send or receive (seq 0), has not reached is a
+ * mismatch: the peer's part of that operation can only come after q, which needs this rank.
+ * braid_p2p_peek_coll_notice looks for one at the head of the connection from p (a blocked
+ * send to p: mine describes it). */
+void braid_p2p_coll_notice(struct braid_comm *comm, int peer, const braid_msg_hdr_t *mine);
+braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const char *mine);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
@@ -169,8 +190,9 @@ braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_
 /* One deferred call of a group on one communicator. */
 typedef enum { BRAID_ITEM_COLL = 0, BRAID_ITEM_PCOLL = 1, BRAID_ITEM_P2P = 2 } braid_item_kind_t;
 typedef struct {
-    int kind; /* braid_item_kind_t */
-    int call; /* 1-based position in the group */
+    int kind;     /* braid_item_kind_t */
+    int call;     /* 1-based position in the group */
+    int rejected; /* it failed its checks (kept only to tell the peers: group_reject.c) */
     braid_op_args_t args;
     braid_pcoll_t pc;
     braid_p2p_op_t op;
@@ -185,6 +207,8 @@ typedef struct braid_task {
     braid_pcoll_t pc;          /* PCOLL */
     braid_group_item_t *items; /* GROUP: this communicator's calls of the group */
     int nitems;
+    braid_result_t reject_res; /* GROUP: < 0 when a call of the group failed its checks: */
+    const char *reject_msg;    /* nothing is issued, the peers are told (group_reject.c) */
 } braid_task_t;
 
 /* Groups (group.c): the calling thread's group depth (0 = none); entry points that check
@@ -192,6 +216,20 @@ typedef struct braid_task {
  * error for group end), then add the checked call. */
 int braid_group_depth(void);
 braid_result_t braid_group_note(braid_result_t res, const char *what);
+/* Keeps a call that failed its checks (res < 0, returned) in the group, so that group end can
+ * tell the peers (the arrays of a p2p collective are not kept). */
+braid_result_t braid_group_add_rejected(struct braid_comm *comm, const braid_group_item_t *it,
+                                        braid_result_t res);
+/* A group of which a call failed its checks on this rank: none of its calls of communicator
+ * comm is issued, but they take their numbers and tell the peers instead (REJECTED messages,
+ * payload `reason`), in the order group end would have run them: each collective (as
+ * braid_call_reject does outside a group), then for all the sends and receives (to other
+ * ranks) together one REJECTED exchange with every rank (coll BRAID_COLL_GROUP, a collective
+ * number; no pair numbers). BRAID_SUCCESS when every peer rejected its calls of those numbers
+ * too (the communicator stays usable); else the error naming both calls, with the
+ * communicator failed and its peers told (group_reject.c). */
+braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_item_t *items, int n,
+                                        const char *reason);
 braid_result_t braid_group_add_coll(struct braid_comm *comm, const braid_op_args_t *a,
                                     braid_request_t *req_p);
 /* Takes ownership of pc's arrays. */

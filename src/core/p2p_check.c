@@ -16,6 +16,8 @@ void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
     if (h->coll == BRAID_COLL_SEND)
         snprintf(buf, len, "send #%u to rank %d (count %llu, %s)", h->seq, to,
                  (unsigned long long)h->count, braid_dtype_name(h->dtype));
+    else if (h->coll == BRAID_COLL_GROUP)
+        snprintf(buf, len, "sends and receives of a group (#%u)", h->seq);
     else if (h->coll >= BRAID_COLL_ALLTOALL)
         snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
                  braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
@@ -56,16 +58,51 @@ void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_siz
 }
 
 /* ---- checks against other calls ------------------------------------------------------- */
+void braid_p2p_coll_notice(struct braid_comm *comm, int peer, const braid_msg_hdr_t *mine)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, peer, 1);
+    void *slot;
+    if (!c || c->ops->send_get(c, &slot) != BRAID_SUCCESS) return; /* best effort */
+    braid_msg_hdr_t h = *mine;
+    h.bytes = 0;
+    h.flags = BRAID_MSG_NOTICE;
+    (void)c->ops->send_post(c, &h);
+}
+
+braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const char *mine)
+{
+    braid_conn_t *c = braid_p2p_conn(comm, p, 0);
+    const braid_msg_hdr_t *h;
+    const void *buf;
+    if (!c || (c->ops->progress && c->ops->progress(c) < 0) ||
+        c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || !(h->flags & BRAID_MSG_NOTICE) ||
+        h->coll == BRAID_COLL_RECV)
+        return BRAID_SUCCESS; /* errors are left to the waits */
+    return braid_p2p_take_notice(comm, p, h, 0, "called", mine);
+}
+
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
-                                     uint32_t seq, const char *mine)
+                                     uint32_t seq, const char *verb, const char *mine)
 {
     uint32_t q = h->seq, k = (uint32_t)h->root;
-    if (seq && (int32_t)(braid_p2p_sent(comm, p) - q) < 0 && (int32_t)(seq - k) > 0)
+    if (h->coll != BRAID_COLL_RECV && !seq && (int32_t)(q - comm->seq) > 0) {
+        /* p waits for this rank in collective q, which this rank, in a send or receive with
+         * p, has not reached: p's part of this operation comes after that collective. */
+        char theirs[200];
+        braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d called %s and waits for rank %d in it, but rank %d %s %s "
+                               "(which rank %d can only match after that collective)",
+                               p, theirs, comm->rank, comm->rank, verb, mine, p);
+    }
+    if (h->coll == BRAID_COLL_RECV && seq && (int32_t)(braid_p2p_sent(comm, p) - q) < 0 &&
+        (int32_t)(seq - k) > 0)
         return braid_set_error(BRAID_ERR_MISMATCH,
                                "rank %d called recv #%u from rank %d (count %llu, %s) but rank %d "
-                               "called %s (rank %d's send #%u to rank %d can only come after it)",
+                               "%s %s (rank %d's send #%u to rank %d can only come after it)",
                                p, q, comm->rank, (unsigned long long)h->count,
-                               braid_dtype_name(h->dtype), comm->rank, mine, comm->rank, q, p);
+                               braid_dtype_name(h->dtype), comm->rank, verb, mine, comm->rank, q,
+                               p);
     braid_conn_t *c = braid_p2p_conn(comm, p, 0);
     return c->ops->recv_release(c);
 }
@@ -79,9 +116,13 @@ braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_
         char theirs[200], me[200], why[201] = "";
         braid_p2p_hdr_str(mine, p, me, sizeof(me));
         while (c && c->ops->recv_get(c, &h, &buf) == BRAID_SUCCESS && (h->flags & BRAID_MSG_NOTICE))
-            BRAID_CHECK(braid_p2p_take_notice(comm, p, h, mine->seq, me));
+            BRAID_CHECK(braid_p2p_take_notice(comm, p, h, mine->seq, "called", me));
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||
             h->seq != mine->seq || (h->flags & BRAID_MSG_ABORT))
+            continue;
+        /* This call's own messages (a latency plan runs on these connections). */
+        if (h->coll == mine->coll && h->dtype == mine->dtype && h->op == mine->op &&
+            h->root == mine->root && h->count == mine->count && !(h->flags & BRAID_MSG_REJECTED))
             continue;
         braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
         if (h->flags & BRAID_MSG_REJECTED) {

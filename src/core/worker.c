@@ -73,7 +73,7 @@ static void *worker_main(void *arg)
                                   braid_coll_name(req->args.coll));
         else
             res = braid_coll_execute(comm, &req->args);
-        snprintf(req->errmsg, sizeof(req->errmsg), "%s", braid_last_error());
+        braid_str_fit(req->errmsg, sizeof(req->errmsg), braid_last_error());
 
         pthread_mutex_lock(&comm->q_lock);
         comm->q_pending--;
@@ -92,7 +92,7 @@ static void *worker_main(void *arg)
 void braid_worker_complete(struct braid_comm *comm, struct braid_request *req, braid_result_t res,
                            const char *msg)
 {
-    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    braid_str_fit(req->errmsg, sizeof(req->errmsg), msg ? msg : "");
     pthread_mutex_lock(&comm->q_lock);
     comm->q_pending--;
     pthread_cond_broadcast(&comm->q_cond);
@@ -104,7 +104,7 @@ void braid_request_complete(struct braid_comm *comm, struct braid_request *req, 
                             const char *msg)
 {
     (void)comm; /* completion never needs the communicator (it may be being destroyed) */
-    snprintf(req->errmsg, sizeof(req->errmsg), "%s", msg ? msg : "");
+    braid_str_fit(req->errmsg, sizeof(req->errmsg), msg ? msg : "");
     req_complete(req, res);
 }
 

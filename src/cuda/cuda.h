@@ -58,4 +58,10 @@ braid_result_t braid_cuda_run_queued(struct braid_comm *comm, struct braid_reque
  * pending work: the stream-ordered form with host buffers. */
 braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream);
 
+/* The device engine's statistics on comm (executor.c): collectives it ran, kernel launches,
+ * launches after which no lane had moved; zeros while it is not used, and then *why_p says
+ * why ("not tried yet", "the ranks span several hosts", ...; NULL when it is used). */
+void braid_cuda_engine_stats(struct braid_comm *comm, uint64_t *calls_p, uint64_t *launches_p,
+                             uint64_t *idle_p, const char **why_p);
+
 #endif

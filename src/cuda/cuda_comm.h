@@ -17,6 +17,18 @@ struct braid_cuda_comm {
     volatile uint64_t *flag;
     uint64_t flag_dev; /* its device address (CUdeviceptr) */
     uint64_t next_ticket;
+    /* The device engine (executor.c): NULL until the first collective on device buffers. */
+    struct braid_cuda_engine *eng;
+    int eng_state; /* 0 not tried, 1 ready, -1 unavailable (staged), see executor.c */
+    char eng_why[200];
 };
+
+struct braid_comm;
+struct braid_op_args;
+/* executor.c: runs a validated collective on device buffers on the device engine. Returns
+ * BRAID_INPROGRESS (1) when the engine does not apply (the caller stages it through the host),
+ * else the result (the result is in place on success). */
+int braid_cuda_engine_try(struct braid_comm *comm, const struct braid_op_args *a);
+void braid_cuda_engine_free(struct braid_comm *comm);
 
 #endif

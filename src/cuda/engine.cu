@@ -15,41 +15,53 @@ static __device__ __forceinline__ void bde_copy(void *dst, const void *src, size
     braid_dev::copy_range(dst, src, bytes, threadIdx.x, blockDim.x);
 }
 
+static __device__ __forceinline__ void bde_copy2(void *dst, void *dst2, const void *src,
+                                                 size_t bytes)
+{
+    braid_dev::copy_range2<true>(dst, dst2, src, bytes, threadIdx.x, blockDim.x);
+}
+
+/* dst (and dst2 unless NULL) = x OP y */
 template <class OP>
-static __device__ __forceinline__ void bde_red(void *dst, const void *x, const void *y, size_t n,
-                                               int nranks)
+static __device__ __forceinline__ void bde_red(void *dst, void *dst2, const void *x, const void *y,
+                                               size_t n, int nranks)
 {
     typedef typename OP::type T;
-    braid_dev::reduce_range<OP>((T *)dst, (const T *)x, (const T *)y, n, (typename OP::dn_t)nranks,
-                                threadIdx.x, blockDim.x);
+    typedef typename OP::dn_t D;
+    if (dst2)
+        braid_dev::reduce_range2<OP, true>((T *)dst, (T *)dst2, (const T *)x, (const T *)y, n,
+                                           (D)nranks, threadIdx.x, blockDim.x);
+    else
+        braid_dev::reduce_range2<OP, false>((T *)dst, (T *)dst, (const T *)x, (const T *)y, n,
+                                            (D)nranks, threadIdx.x, blockDim.x);
 }
 
 #define BDE_CASE(dt, tag)                                                                          \
     case dt:                                                                                       \
         switch (kind) {                                                                            \
         case 0:                                                                                    \
-            bde_red<braid_dev::tag##_sum>(dst, x, y, n, nr);                                       \
+            bde_red<braid_dev::tag##_sum>(dst, dst2, x, y, n, nr);                                 \
             return;                                                                                \
         case 1:                                                                                    \
-            bde_red<braid_dev::tag##_prod>(dst, x, y, n, nr);                                      \
+            bde_red<braid_dev::tag##_prod>(dst, dst2, x, y, n, nr);                                \
             return;                                                                                \
         case 2:                                                                                    \
-            bde_red<braid_dev::tag##_min>(dst, x, y, n, nr);                                       \
+            bde_red<braid_dev::tag##_min>(dst, dst2, x, y, n, nr);                                 \
             return;                                                                                \
         case 3:                                                                                    \
-            bde_red<braid_dev::tag##_max>(dst, x, y, n, nr);                                       \
+            bde_red<braid_dev::tag##_max>(dst, dst2, x, y, n, nr);                                 \
             return;                                                                                \
         case 4:                                                                                    \
-            bde_red<braid_dev::tag##_avg>(dst, x, y, n, nr);                                       \
+            bde_red<braid_dev::tag##_avg>(dst, dst2, x, y, n, nr);                                 \
             return;                                                                                \
         default:                                                                                   \
-            bde_red<braid_dev::tag##_div>(dst, x, y, n, nr);                                       \
+            bde_red<braid_dev::tag##_div>(dst, dst2, x, y, n, nr);                                 \
             return;                                                                                \
         }
 
 /* kind: 0..3 sum, prod, min, max; 4 avg (final); 5 div (dst = x / nranks) */
-static __device__ void bde_kernel_op(int dtype, int kind, void *dst, const void *x, const void *y,
-                                     size_t n, int nr)
+static __device__ void bde_kernel_op(int dtype, int kind, void *dst, void *dst2, const void *x,
+                                     const void *y, size_t n, int nr)
 {
     switch (dtype) {
         BDE_CASE(0, i8)
@@ -72,14 +84,22 @@ static __device__ __forceinline__ void bde_reduce(const braid_dev_chan_t *ch, vo
                                                   int final)
 {
     int kind = ch->op == 4 /* BRAID_AVG */ ? (final ? 4 : 0) : ch->op;
-    bde_kernel_op(ch->dtype, kind, dst, x, y, count, ch->nranks);
+    bde_kernel_op(ch->dtype, kind, dst, NULL, x, y, count, ch->nranks);
+}
+
+static __device__ __forceinline__ void bde_reduce2(const braid_dev_chan_t *ch, void *dst,
+                                                   void *dst2, const void *x, const void *y,
+                                                   size_t count)
+{
+    int kind = ch->op == 4 /* BRAID_AVG */ ? 4 : ch->op;
+    bde_kernel_op(ch->dtype, kind, dst, dst2, x, y, count, ch->nranks);
 }
 
 static __device__ __forceinline__ void bde_finalize(const braid_dev_chan_t *ch, void *dst,
                                                     const void *src, size_t count)
 {
     if (ch->op == 4)
-        bde_kernel_op(ch->dtype, 5, dst, src, src, count, ch->nranks);
+        bde_kernel_op(ch->dtype, 5, dst, NULL, src, src, count, ch->nranks);
     else
         bde_copy(dst, src, count * ch->es);
 }

@@ -13,6 +13,10 @@
  * rank that runs another collective is a clear mismatch error, not corrupt data. Several
  * messages are in flight per FIFO (up to nslots): the pipelining the CPU engine has.
  *
+ * Lanes. A channel of the plan runs on a group of lanes (devplan.h: each one thread block on
+ * the GPU, with its own FIFOs and its 16-byte-aligned part of every step), so the blocks of a
+ * group never synchronise with each other; below, "channel" is one lane.
+ *
  * Steps. A channel runs its plan's steps (algos/plan.h, expanded into braid_dev_step_t arrays by
  * the host: plans are data, no algorithm is written for the device) in order, each one primitive
  * over one chunk, with the CPU engine's semantics (core/engine.c apply()): send,
@@ -22,10 +26,15 @@
  * without MPS. So no wait here is unbounded: braid_dev_chan_run polls a flag at most `budget`
  * times and then returns BRAID_DEV_BLOCKED with its state saved (the next step index and its
  * counters, in the channel struct); the step it was blocked on has had no side effect. The
- * host side relaunches the channel later (the twin's driver loop; on the GPU the proxy thread
- * launches the kernel again), so a rank whose peer is not scheduled gives its time slice back
- * instead of spinning on it, and any interleaving of the ranks' runs makes progress: the twin
- * suite proves it by running every rank's channels one after another on a single thread. */
+ * host loop (devdrive.h, shared by the twin and the GPU executor) relaunches the channel
+ * later, so a rank whose peer is not scheduled gives its time slice back instead of spinning
+ * on it, and any interleaving of the ranks' runs makes progress: the twin suite proves it by
+ * running every rank's channels one after another on a single thread. Each return publishes
+ * the lane's report (status, step, the link it waited on) to host-visible memory.
+ *
+ * Aborts. A wait also returns (ERR_ABORTED) when the rank's own abort word is set (the host's
+ * braid_comm_abort) or the FIFO's in-band one (a failing peer sets it in every FIFO it
+ * shares), so a failure reaches the peers' kernels without a timeout. */
 #ifndef BRAID_CUDA_ENGINE_DEV_H
 #define BRAID_CUDA_ENGINE_DEV_H
 
@@ -70,7 +79,20 @@ typedef struct {
     uint64_t in_off, out_off, count;
 } braid_dev_step_t;
 
-/* A channel's run: what it runs on and where it is (resumable). */
+/* What a lane's last run reports to the host (host-visible memory: mapped pinned memory on
+ * the GPU), written by its leader whenever the run returns: the host loop that relaunches
+ * blocked lanes reads only this. */
+typedef struct {
+    int32_t status;    /* BRAID_DEV_* */
+    uint32_t pc;       /* next step */
+    uint32_t bad_link; /* error detail: the link */
+    uint32_t pad;
+    uint64_t bad_tag; /* and the tag found there */
+    uint64_t waits;   /* runs that returned BLOCKED */
+} braid_dev_report_t;
+
+/* A channel's run (a lane: one thread block, or one block of a channel's group): what it runs
+ * on and where it is (resumable). */
 typedef struct {
     const braid_dev_step_t *steps;
     uint32_t nsteps;
@@ -89,6 +111,10 @@ typedef struct {
     uint32_t bad_link; /* error detail: the link */
     uint64_t bad_tag;  /* and the tag found */
     uint64_t waits;    /* runs that returned BLOCKED (statistics) */
+    /* This rank's abort word (host-visible; nonzero: every wait returns ERR_ABORTED), NULL for
+     * none; every FIFO's ctl->abort is the in-band one a failing peer sets. */
+    const uint64_t *abort;
+    braid_dev_report_t *report; /* NULL: no report */
 } braid_dev_chan_t;
 
 /* Primitive and flag values are algos/plan.h's (BRAID_PRIM_*, BRAID_STEP_*). */
@@ -103,6 +129,9 @@ typedef struct {
 #define BRAID_DEV_STEP_IN_OUT 0x1
 #define BRAID_DEV_STEP_SWAP 0x2
 #define BRAID_DEV_STEP_NOFINAL 0x4
+/* bad_link of a lane that stopped waiting: the link, with these bits */
+#define BRAID_DEV_WAIT_SEND 0x100 /* waited for a free slot (else for a message) */
+#define BRAID_DEV_WAIT_OWN 0x200  /* stopped by the rank's own abort word */
 
 #endif /* BRAID_CUDA_ENGINE_DEV_H: the types */
 
@@ -161,9 +190,14 @@ static inline uint64_t bde_bcast(uint64_t v)
 /* The data movement the includer defines (engine.cu: reduce_dev.cuh's ranges over the lanes;
  * twin.c: the CPU kernels of src/reduce, which use the same element functions). */
 BDE_FN void bde_copy(void *dst, const void *src, size_t bytes);
+/* dst = src and dst2 = src from one read (dst == src: only dst2 is written) */
+BDE_FN void bde_copy2(void *dst, void *dst2, const void *src, size_t bytes);
 /* dst = x op y over count elements (final: avg divides by nranks) */
 BDE_FN void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void *x, const void *y,
                        size_t count, int final);
+/* dst = dst2 = final(x op y) (the result written twice from one computation) */
+BDE_FN void bde_reduce2(const braid_dev_chan_t *ch, void *dst, void *dst2, const void *x,
+                        const void *y, size_t count);
 /* dst = final(src) (avg: src / nranks, else a copy) */
 BDE_FN void bde_finalize(const braid_dev_chan_t *ch, void *dst, const void *src, size_t count);
 
@@ -183,10 +217,41 @@ BDE_FN uint64_t bde_tag(uint32_t seq, uint64_t bytes)
         BDE_SYNC();                                                                                \
     } while (0)
 
+BDE_FN void bde_report(braid_dev_chan_t *ch)
+{
+    braid_dev_report_t *r = ch->report;
+    if (!r) return;
+    r->pc = ch->pc;
+    r->bad_link = ch->bad_link;
+    r->bad_tag = ch->bad_tag;
+    r->waits = ch->waits;
+    /* the status last: a host that sees it sees the rest */
+    bde_store_release((uint64_t *)(void *)r,
+                      (uint64_t)(uint32_t)ch->status | ((uint64_t)ch->pc << 32));
+}
+
 BDE_FN int32_t bde_status(braid_dev_chan_t *ch, int32_t st, int waited)
 {
-    BDE_LEADER_DO(ch->status = st; ch->waits += (uint64_t)waited);
+    BDE_LEADER_DO(ch->status = st; ch->waits += (uint64_t)waited; bde_report(ch));
     return st;
+}
+
+/* A wait that returns: the link it waited on (BRAID_DEV_WAIT_SEND set: for a free slot there;
+ * BRAID_DEV_WAIT_OWN: the rank's own abort word) goes into bad_link for the host's message. */
+BDE_FN int32_t bde_stop(braid_dev_chan_t *ch, int32_t st, uint32_t link)
+{
+    BDE_LEADER_DO(ch->bad_link = link);
+    return bde_status(ch, st, st == BRAID_DEV_BLOCKED);
+}
+
+/* Whether this lane must stop waiting on ctl's FIFO: 1 when the FIFO's in-band abort word is
+ * set (a peer failed), 2 for the rank's own abort word (host memory on the GPU: read every 64th
+ * poll), else 0. */
+BDE_FN int bde_aborted(const braid_dev_chan_t *ch, const braid_dev_fifo_ctl_t *ctl, uint64_t polls)
+{
+    uint64_t a = bde_load_acquire(&ctl->abort) ? 1 : 0;
+    if (!a && ch->abort && (polls & 63) == 0 && bde_load_acquire(ch->abort)) a = 2;
+    return (int)bde_bcast(a);
 }
 
 /* Runs ch's steps from ch->pc until done, an error, or a wait that polled `budget` times.
@@ -213,9 +278,11 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
         if (recvs) {
             uint64_t k = ch->consumed[s.recv_link];
             while (bde_bcast(bde_load_acquire(&rf->ctl->head)) <= k) {
-                if (bde_bcast(bde_load_acquire(&rf->ctl->abort)))
-                    return bde_status(ch, BRAID_DEV_ERR_ABORTED, 0);
-                if (++polls >= budget) return bde_status(ch, BRAID_DEV_BLOCKED, 1);
+                int ab = bde_aborted(ch, rf->ctl, polls);
+                if (ab)
+                    return bde_stop(ch, BRAID_DEV_ERR_ABORTED,
+                                    ab == 2 ? BRAID_DEV_WAIT_OWN : s.recv_link);
+                if (++polls >= budget) return bde_stop(ch, BRAID_DEV_BLOCKED, s.recv_link);
             }
             uint64_t tag = bde_bcast(bde_load_acquire(&rf->ctl->tag[k % rf->nslots]));
             if (tag != bde_tag(ch->seq, bytes)) {
@@ -226,9 +293,14 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
         if (sends) {
             uint64_t k = ch->posted[s.send_link];
             while (k - bde_bcast(bde_load_acquire(&sf->ctl->tail)) >= sf->nslots) {
-                if (bde_bcast(bde_load_acquire(&sf->ctl->abort)))
-                    return bde_status(ch, BRAID_DEV_ERR_ABORTED, 0);
-                if (++polls >= budget) return bde_status(ch, BRAID_DEV_BLOCKED, 1);
+                int ab = bde_aborted(ch, sf->ctl, polls);
+                if (ab)
+                    return bde_stop(ch, BRAID_DEV_ERR_ABORTED,
+                                    ab == 2 ? BRAID_DEV_WAIT_OWN
+                                            : (uint32_t)s.send_link | BRAID_DEV_WAIT_SEND);
+                if (++polls >= budget)
+                    return bde_stop(ch, BRAID_DEV_BLOCKED,
+                                    (uint32_t)s.send_link | BRAID_DEV_WAIT_SEND);
             }
         }
         /* Both acquired: apply the primitive (R = received slot, S = send slot). */
@@ -256,8 +328,7 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
                 bde_copy(out, in, bytes);
             break;
         case BRAID_DEV_PRIM_COPY_SEND:
-            bde_copy(out, in, bytes);
-            bde_copy(S, in, bytes);
+            bde_copy2(out, S, in, bytes);
             break;
         case BRAID_DEV_PRIM_RECV_REDUCE_SEND:
             bde_reduce(ch, S, x, y, s.count, 0);
@@ -266,13 +337,10 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
             bde_reduce(ch, out, x, y, s.count, !(s.flags & BRAID_DEV_STEP_NOFINAL));
             break;
         case BRAID_DEV_PRIM_RECV_REDUCE_COPY_SEND:
-            bde_reduce(ch, out, x, y, s.count, 1);
-            BDE_SYNC(); /* every lane's part of out is written before S copies it */
-            bde_copy(S, out, bytes);
+            bde_reduce2(ch, out, S, x, y, s.count);
             break;
         case BRAID_DEV_PRIM_RECV_COPY_SEND:
-            bde_copy(out, R, bytes);
-            bde_copy(S, R, bytes);
+            bde_copy2(out, S, R, bytes);
             break;
         default:
             return bde_status(ch, BRAID_DEV_ERR_INTERNAL, 0);

@@ -94,3 +94,11 @@ braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream)
     (void)stream;
     return braid_set_error(BRAID_ERR_UNSUPPORTED, "stream-ordered call: built without CUDA");
 }
+
+void braid_cuda_engine_stats(struct braid_comm *comm, uint64_t *calls_p, uint64_t *launches_p,
+                             uint64_t *idle_p, const char **why_p)
+{
+    (void)comm;
+    *calls_p = *launches_p = *idle_p = 0;
+    if (why_p) *why_p = "braid was built without CUDA";
+}

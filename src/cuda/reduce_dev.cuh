@@ -103,25 +103,33 @@ template <typename T> union vec16 {
     T e[16 / sizeof(T)];
 };
 
-/* dst[i] = OP(a[i], b[i]) for i < n, threads lane..n step nlanes. */
-template <class OP>
-__device__ __forceinline__ void reduce_range(typename OP::type *dst, const typename OP::type *a,
-                                             const typename OP::type *b, size_t n,
-                                             typename OP::dn_t dn, size_t lane, size_t nlanes)
+/* dst[i] = OP(a[i], b[i]) for i < n, and with TWO the same into dst2[i] (one read, two writes:
+ * the engine's recvReduceCopySend), threads lane..n step nlanes. Vector accesses where every
+ * pointer has the same alignment modulo 16. */
+template <class OP, bool TWO>
+__device__ __forceinline__ void reduce_range2(typename OP::type *dst, typename OP::type *dst2,
+                                              const typename OP::type *a,
+                                              const typename OP::type *b, size_t n,
+                                              typename OP::dn_t dn, size_t lane, size_t nlanes)
 {
     typedef typename OP::type T;
     const size_t V = 16 / sizeof(T);
     uintptr_t mis = (uintptr_t)dst & 15;
     size_t head = n;
-    if (((uintptr_t)a & 15) == mis && ((uintptr_t)b & 15) == mis && mis % sizeof(T) == 0) {
+    if (((uintptr_t)a & 15) == mis && ((uintptr_t)b & 15) == mis &&
+        (!TWO || ((uintptr_t)dst2 & 15) == mis) && mis % sizeof(T) == 0) {
         head = ((16 - mis) & 15) / sizeof(T);
         if (head > n) head = n;
     }
-    for (size_t i = lane; i < head; i += nlanes)
-        dst[i] = OP::apply(a[i], b[i], dn);
+    for (size_t i = lane; i < head; i += nlanes) {
+        T r = OP::apply(a[i], b[i], dn);
+        dst[i] = r;
+        if (TWO) dst2[i] = r;
+    }
     if (head == n) return;
     size_t nvec = (n - head) / V;
     uint4 *vd = (uint4 *)(dst + head);
+    uint4 *vd2 = (uint4 *)(dst2 + head);
     const uint4 *va = (const uint4 *)(a + head);
     const uint4 *vb = (const uint4 *)(b + head);
     for (size_t i = lane; i < nvec; i += nlanes) {
@@ -132,31 +140,65 @@ __device__ __forceinline__ void reduce_range(typename OP::type *dst, const typen
         for (size_t j = 0; j < V; j++)
             r.e[j] = OP::apply(x.e[j], y.e[j], dn);
         __stcg(vd + i, r.v);
+        if (TWO) __stcg(vd2 + i, r.v);
     }
-    for (size_t i = head + nvec * V + lane; i < n; i += nlanes)
-        dst[i] = OP::apply(a[i], b[i], dn);
+    for (size_t i = head + nvec * V + lane; i < n; i += nlanes) {
+        T r = OP::apply(a[i], b[i], dn);
+        dst[i] = r;
+        if (TWO) dst2[i] = r;
+    }
+}
+
+/* dst[i] = OP(a[i], b[i]) for i < n, threads lane..n step nlanes. */
+template <class OP>
+__device__ __forceinline__ void reduce_range(typename OP::type *dst, const typename OP::type *a,
+                                             const typename OP::type *b, size_t n,
+                                             typename OP::dn_t dn, size_t lane, size_t nlanes)
+{
+    reduce_range2<OP, false>(dst, dst, a, b, n, dn, lane, nlanes);
+}
+
+/* Byte copy to dst (skipped where dst == src) and, with TWO, to dst2 too from one read, with
+ * 16-byte accesses where the pointers allow (same alignment modulo 16). */
+template <bool TWO>
+__device__ __forceinline__ void copy_range2(void *dst_, void *dst2_, const void *src_, size_t bytes,
+                                            size_t lane, size_t nlanes)
+{
+    char *dst = (char *)dst_, *dst2 = (char *)dst2_;
+    const char *src = (const char *)src_;
+    const bool one = dst != src; /* in place: only dst2 needs the bytes */
+    if (!one && !TWO) return;
+    uintptr_t mis = (uintptr_t)src & 15;
+    bool vec = (!one || ((uintptr_t)dst & 15) == mis) && (!TWO || ((uintptr_t)dst2 & 15) == mis);
+    size_t head = vec ? ((16 - mis) & 15) : bytes;
+    if (head > bytes) head = bytes;
+    for (size_t i = lane; i < head; i += nlanes) {
+        char c = src[i];
+        if (one) dst[i] = c;
+        if (TWO) dst2[i] = c;
+    }
+    if (head == bytes) return;
+    size_t nvec = (bytes - head) / 16;
+    uint4 *vd = (uint4 *)(dst + head);
+    uint4 *vd2 = (uint4 *)(dst2 + head);
+    const uint4 *vs = (const uint4 *)(src + head);
+    for (size_t i = lane; i < nvec; i += nlanes) {
+        uint4 v = __ldcg(vs + i);
+        if (one) __stcg(vd + i, v);
+        if (TWO) __stcg(vd2 + i, v);
+    }
+    for (size_t i = head + nvec * 16 + lane; i < bytes; i += nlanes) {
+        char c = src[i];
+        if (one) dst[i] = c;
+        if (TWO) dst2[i] = c;
+    }
 }
 
 /* Byte copy with 16-byte accesses where the pointers allow (same alignment modulo 16). */
 __device__ __forceinline__ void copy_range(void *dst_, const void *src_, size_t bytes, size_t lane,
                                            size_t nlanes)
 {
-    char *dst = (char *)dst_;
-    const char *src = (const char *)src_;
-    if (dst == src) return;
-    uintptr_t mis = (uintptr_t)dst & 15;
-    size_t head = ((uintptr_t)src & 15) == mis ? ((16 - mis) & 15) : bytes;
-    if (head > bytes) head = bytes;
-    for (size_t i = lane; i < head; i += nlanes)
-        dst[i] = src[i];
-    if (head == bytes) return;
-    size_t nvec = (bytes - head) / 16;
-    uint4 *vd = (uint4 *)(dst + head);
-    const uint4 *vs = (const uint4 *)(src + head);
-    for (size_t i = lane; i < nvec; i += nlanes)
-        __stcg(vd + i, __ldcg(vs + i));
-    for (size_t i = head + nvec * 16 + lane; i < bytes; i += nlanes)
-        dst[i] = src[i];
+    copy_range2<false>(dst_, dst_, src_, bytes, lane, nlanes);
 }
 
 } // namespace braid_dev

@@ -1,8 +1,9 @@
-/* Device buffers through the CPU engine: a blocking collective on CUDA memory copies its input
- * to pinned host memory, runs the host collective (any algorithm, any transport) and copies the
- * result back. This is the executor for device buffers until the device engine runs plans on
- * the GPU (engine_dev.h, the kernels in src/cuda, *.cu); it is correct for every collective,
- * in place or not, and needs nothing from peers but the ordinary host protocol.
+/* Device buffers: the device engine (executor.c) when it applies, else through the CPU engine:
+ * a blocking collective on CUDA memory copies its input to pinned host memory, runs the host
+ * collective (any algorithm, any transport) and copies the result back. Staging is what runs
+ * for communicators that span hosts (no proxy thread feeds the network from device slots yet),
+ * float8 dtypes and PreMulSum ops; it is correct for every collective, in place or not, and
+ * needs nothing from peers but the ordinary host protocol.
  *
  * The communicator keeps one pinned staging area (grown on demand), used by one collective at
  * a time (collectives on a communicator run one at a time, in order). */
@@ -34,6 +35,7 @@ void braid_cuda_comm_free(struct braid_comm *comm)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     if (!cc) return;
+    braid_cuda_engine_free(comm);
     braid_cuda_host_free(cc->stage);
     if (cc->flag) cudaFreeHost((void *)cc->flag);
     pthread_mutex_destroy(&cc->lock);
@@ -66,6 +68,9 @@ braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const braid_op_a
         return braid_set_error(BRAID_ERR_SYSTEM, "%s: cannot select CUDA device %d",
                                braid_coll_name(a->coll), cc->dev);
     }
+    /* The device engine when it applies (executor.c), else staged here. */
+    int eng = braid_cuda_engine_try(comm, a);
+    if (eng != BRAID_INPROGRESS) return eng;
     size_t es = braid_dtype_size(a->dtype), n = (size_t)comm->nranks;
     size_t bytes = a->count * es;
     size_t in_bytes = a->coll == BRAID_COLL_REDUCE_SCATTER ? bytes * n : bytes;

@@ -157,6 +157,7 @@ braid_result_t braid_ddp_hook_compress(braid_ddp_hook_t *hook_p, braid_datatype_
     s->wire = wire_dtype;
     hook_p->launch = compress_launch;
     hook_p->complete = compress_complete;
+    hook_p->next = NULL;
     hook_p->state = s;
     return BRAID_SUCCESS;
 }

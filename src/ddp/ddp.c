@@ -40,6 +40,13 @@ void braid_ddp_options_init(braid_ddp_options_t *opts)
     opts->first_bucket_bytes = (size_t)1 << 20;
     opts->op = BRAID_AVG;
     opts->broadcast_params = 1;
+    opts->staging_buffers = 2;
+}
+
+unsigned long long ddp_ring_bytes(const struct braid_ddp *d, size_t bytes, int mult)
+{
+    return (unsigned long long)bytes * (unsigned long long)mult *
+           (unsigned long long)(d->nranks - 1) / (unsigned long long)d->nranks;
 }
 
 static braid_result_t default_launch(void *state, const braid_ddp_bucket_t *b,
@@ -88,6 +95,31 @@ static void bucket_desc(const struct braid_ddp *d, int b, braid_ddp_bucket_t *de
     desc->dtype = bk->dtype;
     desc->op = d->opts.op;
     desc->comm = d->comm;
+    desc->nparams = bk->nparams;
+    desc->params = bk->params;
+    desc->param_defs = d->params;
+}
+
+/* A hook with next(): bucket b's second stage, at a point of the step that is the same on every
+ * rank (just before bucket b + 1 is launched, or in finish): waits for launch()'s request,
+ * then next() may start another collective (its request becomes the bucket's). */
+static braid_result_t advance(struct braid_ddp *d, int b)
+{
+    ddp_bucket_t *bk = &d->buckets[b];
+    if (!d->hook.next || bk->stage) return BRAID_SUCCESS;
+    if (bk->req) {
+        braid_result_t r = braid_wait(bk->req);
+        bk->req = NULL;
+        if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
+    }
+    braid_ddp_bucket_t desc;
+    bucket_desc(d, b, &desc);
+    braid_request_t req = NULL;
+    braid_result_t r = d->hook.next(d->hook.state, &desc, &req);
+    bk->stage = 1;
+    if (r) return ddp_fail(d, r, "bucket %d next hook", b);
+    bk->req = req;
+    return BRAID_SUCCESS;
 }
 
 /* Starts every bucket that is complete and whose predecessors have all been started. */
@@ -96,18 +128,28 @@ static braid_result_t launch_ready(struct braid_ddp *d)
     while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
         int b = d->next_launch;
         ddp_bucket_t *bk = &d->buckets[b];
+        if (b > 0) {
+            braid_result_t r = advance(d, b - 1);
+            if (r) return r;
+        }
         braid_ddp_bucket_t desc;
         bucket_desc(d, b, &desc);
         braid_request_t req = NULL;
         bk->t_launch = ddp_now();
+        bk->t_done = 0;
         braid_result_t r;
-        if (d->opts.zero_stage)
-            r = braid_ireduce_scatter(bk->data,
-                                      (char *)bk->data +
-                                          (size_t)d->rank * bk->shard * braid_dtype_size(bk->dtype),
-                                      bk->shard, bk->dtype, d->opts.op, d->comm, &req);
-        else
+        size_t es = braid_dtype_size(bk->dtype);
+        if (d->opts.zero_stage) {
+            void *recv = d->opts.zero_stage == 2
+                             ? bk->sgrad
+                             : (char *)bk->data + (size_t)d->rank * bk->shard * es;
+            r = braid_ireduce_scatter(bk->data, recv, bk->shard, bk->dtype, d->opts.op, d->comm,
+                                      &req);
+            d->sent_bytes += ddp_ring_bytes(d, bk->padded * es, 1);
+        } else {
             r = d->hook.launch(d->hook.state, &desc, &req);
+            if (d->default_hook) d->sent_bytes += ddp_ring_bytes(d, bk->bytes, 2);
+        }
         if (r)
             return ddp_fail(d, r, "bucket %d (%zu x %s) launch", b, bk->count,
                             braid_dtype_name(bk->dtype));
@@ -124,8 +166,9 @@ static braid_result_t bucket_completed(struct braid_ddp *d, int b)
     ddp_bucket_t *bk = &d->buckets[b];
     bk->req = NULL;
     bk->done = 1;
-    bk->t_done = ddp_now();
+    if (bk->t_done == 0) bk->t_done = ddp_now();
     d->next_done = b + 1;
+    if (d->opts.zero_stage == 2) ddp_zero2_release(d, b);
     if (d->hook.complete) {
         braid_ddp_bucket_t desc;
         bucket_desc(d, b, &desc);
@@ -135,36 +178,51 @@ static braid_result_t bucket_completed(struct braid_ddp *d, int b)
     return BRAID_SUCCESS;
 }
 
-/* Non-blocking: notes the buckets that have completed (in order; they complete in order). */
+/* Non-blocking: notes the buckets that have completed (in order; they complete in order).
+ * A hook's next() waits for its fixed point (advance), and without next() its complete() is
+ * left to finish (both may run collectives: their order must not depend on when each rank
+ * happened to observe a completion). */
 static braid_result_t poll_done(struct braid_ddp *d)
 {
-    while (d->next_done < d->next_launch) {
-        int b = d->next_done;
+    for (int b = d->next_done; b < d->next_launch; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
+        int last = !d->hook.next || bk->stage; /* no further collective for this bucket */
         if (bk->req) {
             int done = 0;
             braid_result_t r = braid_test(bk->req, &done);
-            if (done) bk->req = NULL; /* freed by braid_test */
+            if (done) {
+                bk->req = NULL; /* freed by braid_test */
+                if (last) bk->t_done = ddp_now();
+            }
             if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
             if (!done) break;
         }
+        if (!last) break;
+        if (d->hook.complete && !d->hook.next) continue;
         braid_result_t r = bucket_completed(d, b);
         if (r) return r;
     }
     return BRAID_SUCCESS;
 }
 
+braid_result_t ddp_wait_next(struct braid_ddp *d)
+{
+    int b = d->next_done;
+    ddp_bucket_t *bk = &d->buckets[b];
+    braid_result_t ra = advance(d, b); /* in finish (in bucket order), or zero2 (no hook) */
+    if (ra) return ra;
+    if (bk->req) {
+        braid_result_t r = braid_wait(bk->req);
+        bk->req = NULL;
+        if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
+    }
+    return bucket_completed(d, b);
+}
+
 static braid_result_t wait_launched(struct braid_ddp *d)
 {
     while (d->next_done < d->next_launch) {
-        int b = d->next_done;
-        ddp_bucket_t *bk = &d->buckets[b];
-        if (bk->req) {
-            braid_result_t r = braid_wait(bk->req);
-            bk->req = NULL;
-            if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
-        }
-        braid_result_t r = bucket_completed(d, b);
+        braid_result_t r = ddp_wait_next(d);
         if (r) return r;
     }
     return BRAID_SUCCESS;
@@ -175,7 +233,7 @@ static void reset_step(struct braid_ddp *d)
     memset(d->ready, 0, (size_t)d->nparams * sizeof(int));
     for (int b = 0; b < d->nbuckets; b++) {
         d->buckets[b].pending = d->buckets[b].nparams;
-        d->buckets[b].launched = d->buckets[b].done = 0;
+        d->buckets[b].launched = d->buckets[b].done = d->buckets[b].stage = 0;
     }
     d->next_launch = d->next_done = d->nready = 0;
 }
@@ -208,17 +266,25 @@ static braid_result_t check_args(braid_ddp_t *ddp_p, braid_comm_t comm,
                              (int)o->op);
     if (o->hook && !o->hook->launch)
         return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: hook->launch is NULL");
-    if (o->zero_stage != 0 && o->zero_stage != 1)
-        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: zero_stage %d (0 or 1)", o->zero_stage);
+    if (o->zero_stage < 0 || o->zero_stage > 2)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: zero_stage %d (0, 1 or 2)",
+                             o->zero_stage);
     if (o->zero_stage && o->hook)
         return ddp_set_error(BRAID_ERR_INVALID_ARG,
-                             "opts: a hook cannot be combined with zero_stage 1");
+                             "opts: a hook cannot be combined with zero_stage %d", o->zero_stage);
+    if (o->zero_stage == 2 && o->staging_buffers < 1)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG, "opts: staging_buffers %d (must be >= 1)",
+                             o->staging_buffers);
     for (int i = 0; i < nparams; i++) {
         const braid_ddp_param_t *p = &params[i];
         if (braid_dtype_size(p->dtype) == 0)
             return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d]: invalid dtype %d", i,
                                  (int)p->dtype);
         if (p->count == 0) return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d]: count is 0", i);
+        if (p->rows > 1 && p->count % p->rows)
+            return ddp_set_error(BRAID_ERR_INVALID_ARG,
+                                 "params[%d]: count %zu is not a multiple of rows %zu", i, p->count,
+                                 p->rows);
         if (!p->param) return ddp_set_error(BRAID_ERR_INVALID_ARG, "params[%d].param is NULL", i);
         if (!p->grad && !o->grad_as_bucket_view)
             return ddp_set_error(BRAID_ERR_INVALID_ARG,
@@ -242,13 +308,14 @@ static braid_result_t check_same_everywhere(struct braid_ddp *d)
     uint64_t h = 1469598103934665603ull;
     h = fnv(h, &d->nparams, sizeof(d->nparams));
     for (int i = 0; i < d->nparams; i++) {
-        uint64_t c = d->params[i].count;
+        uint64_t c = d->params[i].count, rows = d->params[i].rows;
         int dt = (int)d->params[i].dtype;
         h = fnv(h, &c, sizeof(c));
+        h = fnv(h, &rows, sizeof(rows));
         h = fnv(h, &dt, sizeof(dt));
     }
-    uint64_t o[4] = {d->opts.bucket_cap_bytes, d->opts.first_bucket_bytes, (uint64_t)d->opts.op,
-                     (uint64_t) !!d->opts.find_unused_parameters};
+    uint64_t o[5] = {d->opts.bucket_cap_bytes, d->opts.first_bucket_bytes, (uint64_t)d->opts.op,
+                     (uint64_t) !!d->opts.find_unused_parameters, (uint64_t)d->opts.zero_stage};
     h = fnv(h, o, sizeof(o));
     uint64_t *all = malloc((size_t)d->nranks * sizeof(uint64_t));
     if (!all) return ddp_set_error(BRAID_ERR_NOMEM, "out of memory");
@@ -275,10 +342,11 @@ void braid_ddp_destroy(braid_ddp_t d)
     if (!d) return;
     for (int b = 0; b < d->nbuckets; b++) {
         if (d->buckets[b].req) braid_wait(d->buckets[b].req);
-        free(d->buckets[b].data);
+        if (d->opts.zero_stage != 2) free(d->buckets[b].data);
         free(d->buckets[b].pdata);
         free(d->buckets[b].params);
     }
+    ddp_zero2_free(d);
     free(d->buckets);
     free(d->params);
     free(d->ready);
@@ -304,6 +372,7 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
     d->opts = o;
     d->hook.launch = default_launch;
     if (o.hook) d->hook = *o.hook;
+    d->default_hook = d->hook.launch == default_launch;
     d->opts.hook = NULL;
     d->nparams = nparams;
     if ((r = braid_comm_rank(comm, &d->rank)) || (r = braid_comm_size(comm, &d->nranks))) {
@@ -322,7 +391,7 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
         d->nbuckets = 0;
         goto nomem;
     }
-    for (int b = 0; b < d->nbuckets; b++) {
+    for (int b = 0; b < d->nbuckets && o.zero_stage != 2; b++) {
         ddp_bucket_t *bk = &d->buckets[b];
         bk->shard = (bk->count + (size_t)d->nranks - 1) / (size_t)d->nranks;
         bk->padded = o.zero_stage ? bk->shard * (size_t)d->nranks : bk->count;
@@ -336,9 +405,10 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
             memset(bk->pdata, 0, sz);
         }
     }
+    if (o.zero_stage == 2 && ddp_zero2_alloc(d)) goto nomem;
     if (o.grad_as_bucket_view)
         for (int i = 0; i < nparams; i++)
-            d->params[i].grad = bucket_slot(d, i);
+            d->params[i].grad = o.zero_stage == 2 ? NULL : bucket_slot(d, i);
     reset_step(d);
     if ((r = check_same_everywhere(d))) goto fail;
     if (o.broadcast_params)
@@ -374,12 +444,21 @@ braid_result_t braid_ddp_grad_ready(braid_ddp_t d, int i)
         return ddp_set_error(BRAID_ERR_INVALID_USAGE,
                              "grad_ready: %s was already marked ready in this step",
                              pname(d, i, nb, sizeof(nb)));
+    ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
+    if (d->opts.zero_stage == 2) {
+        if (d->opts.grad_as_bucket_view && !bk->data)
+            return ddp_set_error(BRAID_ERR_INVALID_USAGE,
+                                 "grad_ready: %s: with zero_stage 2 its gradient must be written "
+                                 "where braid_ddp_grad_buffer says, in this step",
+                                 pname(d, i, nb, sizeof(nb)));
+        braid_result_t r = ddp_zero2_acquire(d, d->pbucket[i]);
+        if (r) return r;
+    }
     d->ready[i] = 1;
     d->nready++;
     if (d->no_sync) return BRAID_SUCCESS;
     if (!d->opts.grad_as_bucket_view)
         memcpy(bucket_slot(d, i), d->params[i].grad, param_bytes(d, i));
-    ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
     if (--bk->pending == 0) bk->t_ready = ddp_now();
     braid_result_t r = launch_ready(d);
     if (r) return r;
@@ -434,6 +513,7 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
         }
         for (int i = d->nparams - 1; i >= 0; i--) {
             if (d->ready[i]) continue;
+            if (d->opts.zero_stage == 2 && (r = ddp_zero2_acquire(d, d->pbucket[i]))) return r;
             memset(bucket_slot(d, i), 0, param_bytes(d, i));
             if (!d->opts.grad_as_bucket_view) memset(d->params[i].grad, 0, param_bytes(d, i));
             d->ready[i] = 1;
@@ -448,12 +528,25 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
         for (int i = 0; i < d->nparams; i++)
             memcpy(d->params[i].grad, bucket_slot(d, i), param_bytes(d, i));
     reset_step(d);
+    d->steps++;
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_ddp_poll(braid_ddp_t d)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->failed) return ddp_failed(d);
+    if (d->no_sync) return BRAID_SUCCESS;
+    return poll_done(d);
 }
 
 braid_result_t braid_ddp_no_sync(braid_ddp_t d, int enable)
 {
     if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (d->opts.zero_stage == 2 && enable)
+        return ddp_set_error(BRAID_ERR_INVALID_USAGE,
+                             "no_sync: not supported with zero_stage 2 (only the owned shard's "
+                             "gradients are kept)");
     if (d->nready)
         return ddp_set_error(BRAID_ERR_INVALID_USAGE,
                              "no_sync: called in the middle of a step (%d gradients ready); "
@@ -466,12 +559,33 @@ braid_result_t braid_ddp_no_sync(braid_ddp_t d, int enable)
 void *braid_ddp_grad(braid_ddp_t d, int i)
 {
     if (!d || i < 0 || i >= d->nparams) return NULL;
+    if (d->opts.zero_stage == 2 && d->opts.grad_as_bucket_view)
+        return d->buckets[d->pbucket[i]].data ? bucket_slot(d, i) : NULL;
     return d->params[i].grad;
+}
+
+braid_result_t braid_ddp_grad_buffer(braid_ddp_t d, int i, void **grad_p)
+{
+    if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
+    if (!grad_p) return ddp_set_error(BRAID_ERR_INVALID_ARG, "grad_p is NULL");
+    if (i < 0 || i >= d->nparams)
+        return ddp_set_error(BRAID_ERR_INVALID_ARG,
+                             "grad_buffer: parameter index %d out of [0, %d)", i, d->nparams);
+    if (d->failed) return ddp_failed(d);
+    if (d->opts.zero_stage == 2 && d->opts.grad_as_bucket_view) {
+        braid_result_t r = ddp_zero2_acquire(d, d->pbucket[i]);
+        if (r) return r;
+        *grad_p = bucket_slot(d, i);
+        return BRAID_SUCCESS;
+    }
+    *grad_p = d->params[i].grad;
+    return BRAID_SUCCESS;
 }
 
 void braid_ddp_zero_grad(braid_ddp_t d)
 {
     if (!d) return;
+    if (d->opts.zero_stage == 2 && d->opts.grad_as_bucket_view) return; /* zeroed when taken */
     for (int i = 0; i < d->nparams; i++)
         memset(d->params[i].grad, 0, param_bytes(d, i));
 }

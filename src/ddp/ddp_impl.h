@@ -16,11 +16,16 @@ typedef struct {
     void *data;  /* bytes, 64-byte aligned */
     int pending; /* this step: parameters not ready yet */
     int launched, done;
+    int stage;           /* hooks with next(): 1 once next() ran this step (req is then next's) */
     braid_request_t req; /* in flight when launched && !done (NULL: completed in launch) */
     double t_ready, t_launch, t_done;
     /* ZeRO-1: count padded to nranks * shard; pdata holds the parameters, flat like data */
     size_t shard, padded;
     void *pdata;
+    /* ZeRO-2: data is the staging buffer held this step (NULL when none), slot its index;
+     * sgrad holds the owned shard's reduced gradients */
+    int slot;
+    void *sgrad;
 } ddp_bucket_t;
 
 struct braid_ddp {
@@ -41,6 +46,16 @@ struct braid_ddp {
     int no_sync;
     braid_result_t failed; /* sticky: the first communicator/hook error */
     char failmsg[1024];
+    int default_hook; /* hook.launch is the default all-reduce (its bytes are counted) */
+    unsigned long long sent_bytes, steps;
+    /* ZeRO-2 staging pool: nstaging slots; slot k holds staging[k] (NULL until first used) of
+     * stcap[k] bytes, owner[k] = the bucket holding it this step or -1. Slots 0..nfixed-1:
+     * bucket b's own slot is b % staging_buffers, of the largest size among its buckets;
+     * later slots: extras, each of the size of the bucket that needed it. */
+    void **staging;
+    size_t *stcap;
+    int *owner;
+    int nstaging, nfixed;
 };
 
 /* Bucket assignment (bucket.c): fills pbucket/poff and buckets[].{count,bytes,dtype,nparams,
@@ -56,5 +71,20 @@ double ddp_now(void);
 
 /* ZeRO-1 (zero.c): copies the registered parameters into the buckets' flat copies. */
 void ddp_zero_load_params(struct braid_ddp *d);
+
+/* Ring-algorithm bytes a rank sends: all-reduce of bytes (mult 2) or reduce-scatter /
+ * all-gather (mult 1). */
+unsigned long long ddp_ring_bytes(const struct braid_ddp *d, size_t bytes, int mult);
+
+/* Waits for bucket next_done (launched) and completes it (ddp.c). */
+braid_result_t ddp_wait_next(struct braid_ddp *d);
+
+/* ZeRO-2 (zero2.c): allocation of the shard gradients at creation; the staging buffer for
+ * bucket b this step (taking one, waiting or growing the pool); its release on completion;
+ * freeing. */
+int ddp_zero2_alloc(struct braid_ddp *d);
+braid_result_t ddp_zero2_acquire(struct braid_ddp *d, int b);
+void ddp_zero2_release(struct braid_ddp *d, int b);
+void ddp_zero2_free(struct braid_ddp *d);
 
 #endif

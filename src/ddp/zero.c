@@ -37,7 +37,7 @@ braid_result_t braid_ddp_shard(braid_ddp_t d, int b, braid_ddp_shard_t *shard_p)
     size_t hi = lo + bk->shard < bk->count ? lo + bk->shard : bk->count;
     shard_p->offset = lo;
     shard_p->count = hi > lo ? hi - lo : 0;
-    shard_p->grad = (char *)bk->data + lo * es;
+    shard_p->grad = d->opts.zero_stage == 2 ? bk->sgrad : (char *)bk->data + lo * es;
     shard_p->param = (char *)bk->pdata + lo * es;
     shard_p->dtype = bk->dtype;
     return BRAID_SUCCESS;
@@ -70,6 +70,7 @@ braid_result_t braid_ddp_gather_params(braid_ddp_t d)
                 break;
             }
             started++;
+            d->sent_bytes += ddp_ring_bytes(d, bk->padded * es, 1);
         }
         for (int k = 0; k < started; k++) {
             braid_result_t r = braid_wait(reqs[k]);

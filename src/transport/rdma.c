@@ -381,6 +381,8 @@ static braid_result_t rdma_recv_release(braid_conn_t *conn)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
     c->pos++;
+    /* A disconnected peer takes no more credits; a wait for its next message reports it. */
+    if (atomic_load_explicit(&c->disconnected, memory_order_acquire)) return BRAID_SUCCESS;
     BRAID_CHECK(sq_room(c, 0, 1));
     struct ibv_send_wr wr = {.wr_id = RDMA_WR_ID(RDMA_WR_CREDIT, 0),
                              .sg_list = NULL,
@@ -404,6 +406,20 @@ static int ready(rdma_conn_t *c, braid_wait_dir_t dir)
     return c->pos - c->tail < c->nslots;
 }
 
+/* The connection's failure for a wait, unless what a receive waits for arrived before it: a
+ * peer that completed its last write and then destroyed its communicator (its close lets the
+ * writes complete first) leaves that message readable, and braid_rdma_failure polled the
+ * completion queue once more after the disconnect. */
+static braid_result_t wait_failure(rdma_conn_t *c, braid_wait_dir_t dir)
+{
+    braid_result_t f = braid_rdma_failure(c);
+    if (f != BRAID_SUCCESS && dir == BRAID_WAIT_RECV && arrived(c)) {
+        braid_clear_error();
+        return BRAID_SUCCESS;
+    }
+    return f;
+}
+
 /* Handles the sender's own rdma_cm events (a DISCONNECTED). */
 static void sender_events(rdma_conn_t *c)
 {
@@ -422,7 +438,7 @@ static braid_result_t rdma_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64
     braid_rdma_poll_cq(c);
     if (ready(c, dir)) return BRAID_SUCCESS;
     if (conn->is_send) sender_events(c);
-    BRAID_CHECK(braid_rdma_failure(c));
+    BRAID_CHECK(wait_failure(c, dir));
     uint64_t now = braid_now_ns();
     if (now >= deadline_ns) return BRAID_SUCCESS;
     ibv_req_notify_cq(c->cq, 0);
@@ -447,7 +463,7 @@ static braid_result_t rdma_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64
     braid_rdma_poll_cq(c);
     if (ready(c, dir)) return BRAID_SUCCESS;
     if (conn->is_send) sender_events(c);
-    return braid_rdma_failure(c);
+    return wait_failure(c, dir);
 }
 
 static void rdma_wake(braid_conn_t *conn)

@@ -68,7 +68,9 @@ typedef struct {
     uint32_t nslots;
     uint32_t slot_size;
     uint64_t data_off;
-    char fail_msg[2][200]; /* [0] written by the sender, [1] by the receiver */
+    /* [0] written by the sender, [1] by the receiver; a nested cause ("rank 1: alltoall #2
+     * (...): rank 2: recv #1 ...") keeps its end (braid_str_fit) */
+    char fail_msg[2][BRAID_FAIL_TEXT];
     shm_slot_hdr_t hdr[SHM_MAX_SLOTS] __attribute__((aligned(64)));
 } shm_fifo_t;
 
@@ -336,8 +338,8 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & peer_bit) {
         const char *msg = c->f->fail_msg[c->base.is_send ? 1 : 0];
         if (c->f->fail_code[c->base.is_send ? 1 : 0] == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.200s", msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", c->base.peer,
+            return braid_set_error(BRAID_ERR_MISMATCH, "%s", msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %s", c->base.peer,
                                c->peer_pid, msg[0] ? msg : "no reason given");
     }
     if (atomic_load_explicit(&c->f->failed, memory_order_acquire) & SHM_CLOSED(peer_bit))
@@ -365,11 +367,19 @@ static int ready(shm_conn_t *c, braid_wait_dir_t dir)
     return c->pos - atomic_load_explicit(&c->f->tail, memory_order_acquire) < c->f->nslots;
 }
 
+/* check_peer, unless what the waiter needs arrived meanwhile: a peer that posted it and then
+ * destroyed its communicator (or exited) between the look and the check still delivered it. */
+static braid_result_t check_peer_or_ready(shm_conn_t *c, braid_wait_dir_t dir)
+{
+    braid_result_t res = check_peer(c, 0);
+    return res != BRAID_SUCCESS && ready(c, dir) ? BRAID_SUCCESS : res;
+}
+
 static braid_result_t shm_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     shm_conn_t *c = (shm_conn_t *)conn;
     if (ready(c, dir)) return BRAID_SUCCESS;
-    BRAID_CHECK(check_peer(c, 0));
+    BRAID_CHECK(check_peer_or_ready(c, dir));
     _Atomic uint32_t *word, *waiters;
     uint32_t seen;
     if (dir == BRAID_WAIT_RECV) {
@@ -391,7 +401,7 @@ static braid_result_t shm_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_
     }
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     if (ready(c, dir)) return BRAID_SUCCESS;
-    return check_peer(c, 0);
+    return check_peer_or_ready(c, dir);
 }
 
 static braid_result_t shm_send_released(braid_conn_t *conn)
@@ -423,7 +433,7 @@ static void shm_fail(braid_conn_t *conn, braid_result_t code, const char *why)
     if (!(atomic_fetch_or_explicit(&c->f->failed, SHM_FAIL_CLAIMED(bit), memory_order_acquire) &
           SHM_FAIL_CLAIMED(bit))) {
         c->f->fail_code[me] = code;
-        snprintf(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), "%s", why);
+        braid_str_fit(c->f->fail_msg[me], sizeof(c->f->fail_msg[me]), why);
         atomic_fetch_or_explicit(&c->f->failed, bit, memory_order_release);
     }
     shm_wake(conn);

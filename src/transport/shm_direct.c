@@ -31,9 +31,10 @@ typedef struct {
     _Atomic int32_t failed; /* FAIL_* bits, written by the owner */
     int32_t code;
     int32_t pid;
-    uint32_t block; /* data bytes per slot, for the peers' check */
-    char msg[200];
+    uint32_t block;            /* data bytes per slot, for the peers' check */
+    char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
 } ctrl_t;
+_Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
 typedef struct {
     int rank;
@@ -54,6 +55,7 @@ struct braid_direct {
     char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
     peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
     int nmaps, next_evict;
+    int refs_ok; /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
 };
 
 static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)
@@ -150,9 +152,8 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
     ctrl_t *c = ctrl(d, r);
     int f = atomic_load_explicit(&c->failed, memory_order_acquire);
     if (f & FAIL_SET) {
-        if (c->code == BRAID_ERR_MISMATCH)
-            return braid_set_error(BRAID_ERR_MISMATCH, "%.200s", c->msg);
-        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %.200s", r, d->pid[r],
+        if (c->code == BRAID_ERR_MISMATCH) return braid_set_error(BRAID_ERR_MISMATCH, "%s", c->msg);
+        return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d) failed: %s", r, d->pid[r],
                                c->msg[0] ? c->msg : "no reason given");
     }
     if (f & FAIL_CLOSED)
@@ -195,7 +196,7 @@ void braid_direct_fail(struct braid_comm *comm, braid_result_t code, const char 
     if (!(atomic_fetch_or_explicit(&c->failed, FAIL_CLAIMED, memory_order_acquire) &
           FAIL_CLAIMED)) {
         c->code = code;
-        snprintf(c->msg, sizeof(c->msg), "%s", why);
+        braid_str_fit(c->msg, sizeof(c->msg), why);
         atomic_fetch_or_explicit(&c->failed, FAIL_SET, memory_order_release);
     }
     wake_all(d);
@@ -229,8 +230,34 @@ void braid_direct_free(struct braid_comm *comm)
 
 typedef struct {
     int32_t ok;
-    char name[60];
+    int32_t probe_fd; /* a memfd of PROBE_BYTES the peers open through /proc, -1 if none */
+    char name[56];
 } seg_info_t;
+
+/* Bits of the second allgather: every segment mapped; every peer's probe opened. */
+#define OK_SEGS 1
+#define OK_REFS 2
+#define PROBE_BYTES 4096
+
+/* Whether this process can open rank r's probe memfd the way braid_direct_peer_buffer opens
+ * its braid_mem_alloc regions (a non-dumpable peer, or a reader without CAP_SYS_PTRACE in
+ * another user namespace, cannot: the direct path then copies such buffers in). */
+static int probe_peer(int pid, int fd)
+{
+    if (fd < 0) return 0;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+    int pfd = open(path, O_RDWR | O_CLOEXEC);
+    if (pfd < 0) {
+        braid_info(SHM, "direct: cannot open %s (%m): buffers from braid_mem_alloc are copied",
+                   path);
+        return 0;
+    }
+    struct stat st;
+    int ok = fstat(pfd, &st) == 0 && st.st_size == PROBE_BYTES;
+    close(pfd);
+    return ok;
+}
 
 static braid_result_t direct_setup(struct braid_comm *comm, size_t block, braid_direct_t *d,
                                    seg_info_t *all, char *name)
@@ -265,9 +292,18 @@ static braid_result_t direct_setup(struct braid_comm *comm, size_t block, braid_
         braid_info(SHM, "direct: shm_open(%s) failed: %m", name);
     }
     if (mine.ok) snprintf(mine.name, sizeof(mine.name), "%s", name);
-    BRAID_CHECK(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)));
+    mine.probe_fd = (int32_t)syscall(SYS_memfd_create, "braid-probe", 1u /* MFD_CLOEXEC */);
+    if (mine.probe_fd >= 0 && ftruncate(mine.probe_fd, PROBE_BYTES) != 0) {
+        close(mine.probe_fd);
+        mine.probe_fd = -1;
+    }
+    braid_result_t res = braid_boot_allgather(comm->boot, &mine, all, sizeof(mine));
+    if (res != BRAID_SUCCESS) {
+        if (mine.probe_fd >= 0) close(mine.probe_fd);
+        return res;
+    }
     /* Map every peer's; the second allgather says whether every rank mapped every one. */
-    int32_t ok = 1;
+    int32_t ok = OK_SEGS | OK_REFS;
     for (int r = 0; r < n; r++)
         if (!all[r].ok) ok = 0;
     for (int r = 0; ok && r < n; r++) {
@@ -287,19 +323,22 @@ static braid_result_t direct_setup(struct braid_comm *comm, size_t block, braid_
         }
         d->seg[r] = m;
         d->pid[r] = comm->peers[r].pid;
+        if (!probe_peer(d->pid[r], all[r].probe_fd)) ok &= ~OK_REFS;
 #ifdef SYS_pidfd_open
         d->pidfd[r] = (int)syscall(SYS_pidfd_open, d->pid[r], 0);
 #endif
     }
     int32_t *oks = malloc((size_t)n * sizeof(int32_t));
     if (!oks) ok = 0;
-    braid_result_t res =
-        braid_boot_allgather(comm->boot, &ok, oks ? (void *)oks : (void *)all, sizeof(ok));
+    res = braid_boot_allgather(comm->boot, &ok, oks ? (void *)oks : (void *)all, sizeof(ok));
+    /* Every peer has opened (or failed to open) the probe: it can go. */
+    if (mine.probe_fd >= 0) close(mine.probe_fd);
     if (res == BRAID_SUCCESS && oks)
         for (int r = 0; r < n; r++)
-            if (!oks[r]) ok = 0;
+            ok &= oks[r];
     free(oks);
-    if (res == BRAID_SUCCESS && !ok) res = BRAID_ERR_UNSUPPORTED;
+    if (res == BRAID_SUCCESS && !(ok & OK_SEGS)) res = BRAID_ERR_UNSUPPORTED;
+    d->refs_ok = (ok & OK_REFS) != 0;
     return res;
 }
 
@@ -351,8 +390,9 @@ braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
     free(all);
     if (res == BRAID_SUCCESS) {
         comm->direct = d;
-        braid_info(SHM, "direct: %d segments of %zu bytes mapped (blocks of %zu bytes)", n,
-                   d->map_len, block);
+        braid_info(SHM, "direct: %d segments of %zu bytes mapped (blocks of %zu bytes)%s", n,
+                   d->map_len, block,
+                   d->refs_ok ? "" : "; peers' braid_mem_alloc buffers cannot be opened: copied");
         return BRAID_SUCCESS;
     }
     release(d);
@@ -404,6 +444,11 @@ void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t 
 {
     ref_t r = {.fd = fd, .id = id, .bytes = bytes, .off = off};
     memcpy(l->data, &r, sizeof(r));
+}
+
+int braid_direct_refs_ok(const braid_direct_t *d)
+{
+    return d->refs_ok;
 }
 
 const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)

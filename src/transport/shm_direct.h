@@ -88,6 +88,9 @@ int braid_direct_peek(struct braid_comm *comm, uint32_t seq, int *peer_p, braid_
 /* The same for one peer from (>= 0): a block of call seq or a later one (from < 0: as above). */
 int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int *peer_p,
                            braid_msg_hdr_t *h_p);
+/* 1 when every rank of the communicator could open every peer's descriptors through /proc at
+ * setup (probed with a memfd): only then may a block be published by reference. */
+int braid_direct_refs_ok(const braid_direct_t *d);
 /* Writes a reference to the owner's memfd region (this process's fd and id, its size, the
  * block's offset in it) into the line's data. */
 void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes,

@@ -1,5 +1,6 @@
-/* TCP transport: the data path (see tcp.h for the design, tcp_conn.c for setup and the
- * progress thread, tcp_wire.c for the frame format).
+/* TCP transport: the data path's sending side, waits and failures (see tcp.h for the design,
+ * tcp_rx.c for the receiving side, tcp_conn.c for setup and the progress thread, tcp_wire.c
+ * for the frame format).
  *
  * Sender. The engine fills slot pos % nslots in place and posts it: send_post packs the wire
  * header next to the slot, publishes head (frames posted) and writes whatever the socket
@@ -11,11 +12,9 @@
  * wait() push them too when they get the connection's mutex first. wait(SEND) finally sleeps
  * with futex on `ev`, which the writer bumps when tail moves or the connection fails.
  *
- * Receiver. Only the engine's thread reads data sockets, when it needs the next frame:
- * recv_get reads the header through a small bounce buffer, copies the bytes already there and
- * reads the rest of the payload straight into the slot (a readv whose second vector is the
- * bounce buffer, so the next header usually comes in the same call). wait(RECV) finally
- * sleeps in ppoll on the socket of the next frame and the communicator's wake eventfd.
+ * Receiver (tcp_rx.c). Only the engine's thread reads data sockets, when it needs the next
+ * frame. wait(RECV) finally sleeps in ppoll on the socket of the next frame and the
+ * communicator's wake eventfd.
  *
  * Waiting. The engine spins and then yields (BRAID_SPIN_US, BRAID_YIELD_US) calling
  * recv_get / progress, which move data without sleeping; wait() then sleeps until data or the
@@ -48,7 +47,6 @@
 #include <unistd.h>
 
 #define TX_IOV 64
-#define RX_BOUNCE BRAID_TCP_BOUNCE
 
 static inline int before(uint32_t a, uint32_t b)
 {
@@ -86,7 +84,9 @@ void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, .
     if (atomic_load_explicit(&c->failed, memory_order_acquire)) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->fail_msg, sizeof(c->fail_msg), fmt, ap);
+    char full[4096];
+    vsnprintf(full, sizeof(full), fmt, ap);
+    braid_str_fit(c->fail_msg, sizeof(c->fail_msg), full);
     va_end(ap);
     braid_info(NET, "tcp: %s", c->fail_msg);
     atomic_store_explicit(&c->failed, code, memory_order_release);
@@ -94,8 +94,7 @@ void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, .
     wake_engine(c->st);
 }
 
-/* The connection's sticky failure as this thread's error, or BRAID_SUCCESS. */
-static braid_result_t failure(tcp_conn_t *c)
+braid_result_t braid_tcp_failure(tcp_conn_t *c)
 {
     int code = atomic_load_explicit(&c->failed, memory_order_acquire);
     if (!code) return BRAID_SUCCESS;
@@ -144,8 +143,7 @@ static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
     }
 }
 
-/* The peer's ABORT frame (code, text): its failure, or its goodbye (a clean destroy). */
-static void peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
+void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
 {
     if (code == BRAID_TCP_GOODBYE)
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
@@ -160,10 +158,13 @@ static void peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
 }
 
 /* A send that failed because the peer closed: the peer may have said why first (an ABORT frame
- * back on this socket, as fail() on its receive side writes it). Looks at it without
- * consuming it (the progress thread owns the reading) and takes its reason; 0 if none. */
-static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
+ * back on socket 0, the only one fail() on its receive side writes to, whichever socket
+ * failed here). Looks at it without consuming it (the progress thread owns the reading) and
+ * takes its reason; 0 if none. */
+static int peek_abort(tcp_conn_t *c)
 {
+    tcp_sock_t *s = &c->sock[0];
+    if (s->fd < 0) return 0;
     uint8_t buf[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
     ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
     braid_msg_hdr_t h;
@@ -174,7 +175,7 @@ static int peek_abort(tcp_conn_t *c, tcp_sock_t *s)
     char text[BRAID_TCP_ABORT_MAX + 1];
     memcpy(text, buf + BRAID_TCP_HDR_BYTES, h.bytes);
     text[h.bytes] = '\0';
-    peer_aborted(c, code, text);
+    braid_tcp_peer_aborted(c, code, text);
     return 1;
 }
 
@@ -217,7 +218,7 @@ static int tx_sock(tcp_conn_t *c, tcp_sock_t *s, uint32_t limit)
                                      "sending to %s: a buffer of the collective is not readable "
                                      "(freed during the call?)",
                                      c->desc);
-            else if (!peek_abort(c, s))
+            else if (!peek_abort(c))
                 braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (send: %s)",
                                      c->desc, strerror(errno));
             return -1;
@@ -279,7 +280,7 @@ void braid_tcp_rev_read(tcp_sock_t *s)
                 char text[BRAID_TCP_ABORT_MAX + 1];
                 memcpy(text, s->rev + BRAID_TCP_HDR_BYTES, h.bytes);
                 text[h.bytes] = '\0';
-                peer_aborted(c, code, text);
+                braid_tcp_peer_aborted(c, code, text);
                 break;
             }
         }
@@ -291,8 +292,10 @@ void braid_tcp_rev_read(tcp_sock_t *s)
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         /* EOF or reset: an error only if this side still has to send (checked by the engine
-         * through the sticky failure, so a peer that finished and closed is fine). */
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
+         * through the sticky failure, so a peer that finished and closed is fine). Another
+         * socket's EOF may come before socket 0's ABORT frame is read: the reason, if there. */
+        if (s == &c->sock[0] || !peek_abort(c))
+            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
         break;
     }
     for (int i = 0; i < c->nsocks; i++)
@@ -305,7 +308,7 @@ static braid_result_t tcp_send_get(braid_conn_t *conn, void **buf_p)
     if (c->pos - c->tail_seen >= c->nslots) {
         c->tail_seen = atomic_load_explicit(&c->tail, memory_order_acquire);
         if (c->pos - c->tail_seen >= c->nslots) {
-            BRAID_CHECK(failure(c));
+            BRAID_CHECK(braid_tcp_failure(c));
             return BRAID_INPROGRESS;
         }
     }
@@ -377,127 +380,16 @@ static void tcp_send_detach(braid_conn_t *conn)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* ---- receiver ---------------------------------------------------------------------------- */
+static braid_result_t tcp_progress(braid_conn_t *conn);
 
-/* Receive error on s (n = recv's result): sticky BRAID_ERR_REMOTE. */
-static braid_result_t rx_error(tcp_conn_t *c, ssize_t n)
-{
-    if (n == 0)
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection", c->desc);
-    else
-        braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s closed the connection (receive: %s)", c->desc,
-                             strerror(errno));
-    return failure(c);
-}
-
-/* Reads frame c->rhead from its socket: 1 when complete, 0 when the socket has no more
- * bytes for now, < 0 on error. */
-static braid_result_t rx_frame(tcp_conn_t *c, tcp_sock_t *s)
-{
-    if (!s->have_hdr) {
-        while (s->bb_len - s->bb_off < BRAID_TCP_HDR_BYTES) {
-            if (s->bb_off) {
-                memmove(s->bb, s->bb + s->bb_off, s->bb_len - s->bb_off);
-                s->bb_len -= s->bb_off;
-                s->bb_off = 0;
-            }
-            ssize_t n = recv(s->fd, s->bb + s->bb_len, RX_BOUNCE - s->bb_len, MSG_DONTWAIT);
-            if (n > 0) {
-                s->bb_len += (size_t)n;
-                continue;
-            }
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-            return rx_error(c, n);
-        }
-        if (braid_tcp_hdr_parse(s->bb + s->bb_off, BRAID_TCP_HDR_BYTES, c->base.slot_size, &s->hdr,
-                                &s->code) < 0) {
-            braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%s sent a malformed frame: %s", c->desc,
-                                 braid_last_error());
-            return failure(c);
-        }
-        s->bb_off += BRAID_TCP_HDR_BYTES;
-        s->have_hdr = 1;
-        s->got = 0;
-    }
-    size_t bytes = s->hdr.bytes;
-    char *dst = (s->hdr.flags & BRAID_MSG_ABORT)
-                    ? c->rx_text
-                    : c->slots + (size_t)(c->rhead % c->nslots) * c->base.slot_size;
-    size_t k = s->bb_len - s->bb_off;
-    if (k > bytes - s->got) k = bytes - s->got;
-    memcpy(dst + s->got, s->bb + s->bb_off, k);
-    s->got += k;
-    s->bb_off += k;
-    while (s->got < bytes) {
-        size_t rem = bytes - s->got;
-        struct iovec iov[2] = {{dst + s->got, rem}, {s->bb, RX_BOUNCE}};
-        s->bb_off = s->bb_len = 0;
-        ssize_t n = readv(s->fd, iov, 2);
-        if (n > 0) {
-            if ((size_t)n <= rem) {
-                s->got += (size_t)n;
-            } else {
-                s->got = bytes;
-                s->bb_len = (size_t)n - rem;
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        return rx_error(c, n);
-    }
-    s->have_hdr = 0;
-    return 1;
-}
-
-/* Reads frames into free slots: stops when the socket has nothing, the ring is full, or after
- * one frame when the next one would need another system call. */
-static braid_result_t rx_pump(tcp_conn_t *c)
-{
-    braid_result_t r = BRAID_SUCCESS;
-    while (!atomic_load_explicit(&c->failed, memory_order_relaxed) &&
-           c->rhead - c->pos < c->nslots) {
-        tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        r = rx_frame(c, s);
-        if (r <= 0) break;
-        if (s->hdr.flags & BRAID_MSG_ABORT) {
-            char *text = c->rx_text;
-            text[s->hdr.bytes] = '\0';
-            peer_aborted(c, s->code, text);
-            break;
-        }
-        c->rhdr[c->rhead % c->nslots] = s->hdr;
-        c->rhead++;
-        tcp_sock_t *n = &c->sock[c->rhead % (uint32_t)c->nsocks];
-        if (n->bb_len - n->bb_off < BRAID_TCP_HDR_BYTES && !n->have_hdr) break;
-    }
-    /* Frames received before a failure are delivered first (the engine's own checks of
-     * them come before the peer's news). */
-    if (c->rhead != c->pos) return BRAID_SUCCESS;
-    if (r < 0) return r;
-    return failure(c);
-}
-
-static braid_result_t tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
-                                   const void **buf_p)
+/* Frames posted and not yet entirely in the kernel; 0 once the connection failed (nothing
+ * more goes; the failure is reported where the engine needs the connection). */
+static uint32_t tcp_send_inflight(braid_conn_t *conn)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
-    if (c->rhead == c->pos) {
-        BRAID_CHECK(rx_pump(c));
-        if (c->rhead == c->pos) return BRAID_INPROGRESS;
-    }
-    uint32_t i = c->pos % c->nslots;
-    *hdr_p = &c->rhdr[i];
-    *buf_p = c->slots + (size_t)i * conn->slot_size;
-    return BRAID_SUCCESS;
-}
-
-static braid_result_t tcp_recv_release(braid_conn_t *conn)
-{
-    tcp_conn_t *c = (tcp_conn_t *)conn;
-    c->pos++;
-    return BRAID_SUCCESS;
+    tcp_progress(conn);
+    if (atomic_load_explicit(&c->failed, memory_order_acquire)) return 0;
+    return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire);
 }
 
 /* ---- progress, wait, wake, fail ----------------------------------------------------------- */
@@ -519,7 +411,9 @@ static braid_result_t tcp_progress(braid_conn_t *conn)
 /* Whether the slot the engine waits for is there (or the connection failed). */
 static int have_slot(tcp_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return c->rhead != c->pos;
+    if (dir == BRAID_WAIT_RECV)
+        return c->rhead != c->pos ||
+               (c->direct && !c->rx_user && c->sock[c->rhead % (uint32_t)c->nsocks].have_hdr);
     return c->pos - atomic_load_explicit(&c->tail, memory_order_acquire) < c->nslots;
 }
 
@@ -532,7 +426,7 @@ static int wait_ready(tcp_conn_t *c, braid_wait_dir_t dir)
  * frames (when the progress thread does not hold the connection). */
 static braid_result_t wait_poke(tcp_conn_t *c, braid_wait_dir_t dir)
 {
-    if (dir == BRAID_WAIT_RECV) return rx_pump(c);
+    if (dir == BRAID_WAIT_RECV) return braid_tcp_rx_pump(c);
     return tcp_progress(&c->base);
 }
 
@@ -569,19 +463,32 @@ static braid_result_t wait_send(tcp_conn_t *c, uint64_t deadline_ns)
     return BRAID_SUCCESS;
 }
 
+/* The socket the next frame comes from (receive), or that holds the oldest frame not yet
+ * in the kernel (send: the engine pushes on POLLOUT, as the progress thread does). */
+static int tcp_wait_fd(braid_conn_t *conn, braid_wait_dir_t dir, struct pollfd *pfd)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (atomic_load_explicit(&c->failed, memory_order_acquire) || c->closed) return 0;
+    uint32_t f = dir == BRAID_WAIT_RECV ? c->rhead : atomic_load(&c->tail);
+    int fd = c->sock[f % (uint32_t)c->nsocks].fd;
+    if (fd < 0) return 0;
+    *pfd = (struct pollfd){.fd = fd, .events = dir == BRAID_WAIT_RECV ? POLLIN : POLLOUT};
+    return 1;
+}
+
 static braid_result_t tcp_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_t deadline_ns)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     BRAID_CHECK(wait_poke(c, dir));
     if (!have_slot(c, dir)) {
-        BRAID_CHECK(failure(c));
+        BRAID_CHECK(braid_tcp_failure(c));
         if (dir == BRAID_WAIT_RECV)
             BRAID_CHECK(wait_recv(c, deadline_ns));
         else
             BRAID_CHECK(wait_send(c, deadline_ns));
     }
     /* Returns after any event: a wake-up may be an abort the engine must see. */
-    return have_slot(c, dir) ? BRAID_SUCCESS : failure(c);
+    return have_slot(c, dir) ? BRAID_SUCCESS : braid_tcp_failure(c);
 }
 
 static void tcp_wake(braid_conn_t *conn)
@@ -604,11 +511,12 @@ static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
 {
     braid_conn_t *conn = &c->base;
     uint8_t frame[BRAID_TCP_HDR_BYTES + BRAID_TCP_ABORT_MAX];
-    size_t len = strlen(why);
-    if (len > BRAID_TCP_ABORT_MAX) len = BRAID_TCP_ABORT_MAX;
+    char text[BRAID_TCP_ABORT_MAX + 1];
+    braid_str_fit(text, sizeof(text), why); /* too long: the start and the innermost cause */
+    size_t len = strlen(text);
     braid_msg_hdr_t h = {.bytes = (uint32_t)len, .flags = BRAID_MSG_ABORT, .root = -1};
     braid_tcp_hdr_pack(&h, code, frame);
-    memcpy(frame + BRAID_TCP_HDR_BYTES, why, len);
+    memcpy(frame + BRAID_TCP_HDR_BYTES, text, len);
     pthread_mutex_lock(&c->mu);
     if (conn->is_send) {
         if (!c->abort_set && !c->closed) {
@@ -630,18 +538,24 @@ static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
 }
 
 /* Finishes queued frames before the connection closes (the receiver still needs them), up to
- * the communicator's timeout; skipped after a failure or an abort. */
+ * the communicator's timeout; skipped after braid_comm_abort or when this connection failed.
+ * After the communicator failed, only to deliver a queued ABORT frame (behind the frames
+ * posted before it), for at most 2 s: without it the peer would see a closed connection
+ * instead of the cause (a mismatch this rank found). */
 static void flush_sends(tcp_conn_t *c)
 {
     struct braid_comm *comm = c->base.comm;
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    double limit_s = comm->timeout_s;
+    if (atomic_load(&comm->error) && limit_s > 2.0) limit_s = 2.0;
+    uint64_t deadline = braid_now_ns() + (uint64_t)(limit_s * 1e9);
     for (;;) {
-        if (atomic_load(&c->failed) || atomic_load(&comm->aborted) || atomic_load(&comm->error))
-            return;
+        if (atomic_load(&c->failed) || atomic_load(&comm->aborted)) return;
+        if (atomic_load(&comm->error) && !c->abort_set) return;
         pthread_mutex_lock(&c->mu);
         braid_tcp_tx_push(c);
         uint32_t head = atomic_load(&c->head);
-        int done = atomic_load(&c->tail) == head && (!c->abort_set || c->abort_done);
+        /* Nothing goes after an ABORT frame, which goes after every frame posted before it. */
+        int done = c->abort_set ? c->abort_done : atomic_load(&c->tail) == head;
         int fd = c->sock[atomic_load(&c->tail) % (uint32_t)c->nsocks].fd;
         pthread_mutex_unlock(&c->mu);
         if (done || fd < 0) return;
@@ -700,8 +614,8 @@ const braid_transport_t braid_transport_tcp = {
     .recv_accept = braid_tcp_recv_accept,
     .send_get = tcp_send_get,
     .send_post = tcp_send_post,
-    .recv_get = tcp_recv_get,
-    .recv_release = tcp_recv_release,
+    .recv_get = braid_tcp_recv_get,
+    .recv_release = braid_tcp_recv_release,
     .progress = tcp_progress,
     .wait = tcp_wait,
     .wake = tcp_wake,
@@ -710,4 +624,9 @@ const braid_transport_t braid_transport_tcp = {
     .comm_cleanup = braid_tcp_comm_cleanup,
     .send_post_ref = tcp_send_post_ref,
     .send_detach = tcp_send_detach,
+    .recv_peek = braid_tcp_recv_peek,
+    .recv_into = braid_tcp_recv_into,
+    .recv_undirect = braid_tcp_recv_undirect,
+    .send_inflight = tcp_send_inflight,
+    .wait_fd = tcp_wait_fd,
 };

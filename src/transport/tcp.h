@@ -1,7 +1,7 @@
-/* TCP transport: internal state shared by tcp.c (data path), tcp_conn.c (setup, listener,
- * progress thread) and tcp_wire.c (wire formats), and the wire parsers the fuzzer drives.
+/* TCP transport: internal state shared by tcp.c and tcp_rx.c (data path), tcp_conn.c (setup,
+ * listener, progress thread) and tcp_wire.c (wire formats), and the wire parsers the fuzzer drives.
  *
- * Design (see tcp.c for the data path and tcp_conn.c for setup):
+ * Design (see tcp.c and tcp_rx.c for the data path, tcp_conn.c for setup):
  * - Every connection has a local FIFO of nslots slots, like shm's: the engine writes a send
  *   slot in place and posts it; a receive slot is filled from the socket and read in place.
  * - Frames: a 32-byte wire header (magic, bytes, seq, coll, dtype, op, flags, root, code,
@@ -17,7 +17,9 @@
  *   frame then points there (wsrc) and the kernel copies from there, one copy fewer; before
  *   the collective returns, send_detach copies what is still queued into the frames' slots.
  * - Receiving: only the engine's thread reads data sockets, on demand (recv_get / wait), so
- *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket.
+ *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket. Point-to-point
+ *   receives (core/p2p.c) take the payload straight into the caller's buffer (recv_peek reads
+ *   the header, recv_into the payload): the kernel copies once, into the user's memory.
  * - Failures travel as ABORT frames: forward on a send socket (after the frames already
  *   posted), and backward on a receive socket (the sender never gets other data there; its
  *   progress thread watches for it and for EOF).
@@ -42,7 +44,7 @@ extern const braid_transport_t braid_transport_tcp;
 #define BRAID_TCP_HDR_BYTES 32
 #define BRAID_TCP_HELLO_BYTES 40
 #define BRAID_TCP_INFO_BYTES 40
-#define BRAID_TCP_ABORT_MAX 480 /* payload bytes of an ABORT frame (error text) */
+#define BRAID_TCP_ABORT_MAX 1000 /* payload bytes of an ABORT frame (error text) */
 /* The result code of the ABORT frame a clean braid_comm_destroy sends on each connection
  * (after the data): the peer reports "rank R ... destroyed its communicator", not a closed
  * connection. Not a braid_result_t. */
@@ -134,10 +136,15 @@ typedef struct tcp_conn {
     braid_msg_hdr_t *rhdr;
     uint32_t rhead;
     char rx_text[BRAID_TCP_ABORT_MAX + 1]; /* receiver: text of an ABORT frame */
-    _Atomic int nconnected;                /* receiver: sockets the progress thread handed over */
+    /* Receiver, direct receives (recv_peek / recv_into): direct says the consumer takes
+     * payloads into its own buffers (only headers are read ahead); rx_user is the buffer
+     * frame pos is being read into (NULL = none). */
+    int direct;
+    char *rx_user;
+    _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
-    char fail_msg[600];
+    char fail_msg[BRAID_TCP_ABORT_MAX + 200];
     int closed;
 } tcp_conn_t;
 
@@ -180,6 +187,25 @@ braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p);
 braid_result_t braid_tcp_listen(tcp_state_t *st);
 void braid_tcp_conn_describe(tcp_conn_t *c, const struct sockaddr_storage *addr);
 void braid_tcp_sock_options(int fd);
+
+static inline char *braid_tcp_slot(tcp_conn_t *c, uint32_t frame)
+{
+    return c->slots + (size_t)(frame % c->nslots) * c->base.slot_size;
+}
+/* tcp.c: the connection's sticky failure as this thread's error, or BRAID_SUCCESS; a peer's
+ * ABORT frame (code, text): its failure, or its goodbye (a clean destroy). */
+braid_result_t braid_tcp_failure(tcp_conn_t *c);
+void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text);
+
+/* tcp_rx.c: the receiving side (the transport table's entries, and the pump the waits use:
+ * reads what the socket has into free slots or the direct receive's buffer). */
+braid_result_t braid_tcp_rx_pump(tcp_conn_t *c);
+braid_result_t braid_tcp_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p,
+                                  const void **buf_p);
+braid_result_t braid_tcp_recv_release(braid_conn_t *conn);
+braid_result_t braid_tcp_recv_peek(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p);
+braid_result_t braid_tcp_recv_into(braid_conn_t *conn, void *dst);
+void braid_tcp_recv_undirect(braid_conn_t *conn);
 
 /* tcp.c, used by the progress thread (both with c->mu held). */
 void braid_tcp_tx_push(tcp_conn_t *c);

@@ -212,11 +212,11 @@ braid_result_t braid_tcp_recv_setup(struct braid_comm *comm, int peer, int chann
     BRAID_CHECK(braid_tcp_state_get(comm, &st));
     if (st->listen_fd < 0) BRAID_CHECK(braid_tcp_listen(st));
     tcp_conn_t *c;
-    BRAID_CHECK(conn_new(st, peer, channel, 0, st->nsocks, comm->chunk_bytes, &c));
-    braid_tcp_info_t in = {.addr = st->laddr,
-                           .addrlen = st->laddrlen,
-                           .nsocks = (uint32_t)st->nsocks,
-                           .slot_size = comm->chunk_bytes};
+    size_t slot = comm->tcp_conn_slot ? comm->tcp_conn_slot : comm->chunk_bytes;
+    int nsocks = comm->tcp_conn_nsocks ? comm->tcp_conn_nsocks : st->nsocks;
+    BRAID_CHECK(conn_new(st, peer, channel, 0, nsocks, slot, &c));
+    braid_tcp_info_t in = {
+        .addr = st->laddr, .addrlen = st->laddrlen, .nsocks = (uint32_t)nsocks, .slot_size = slot};
     braid_tcp_info_pack(&in, info);
     *info_len_p = BRAID_TCP_INFO_BYTES;
     *conn_p = &c->base;
@@ -285,16 +285,17 @@ braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int cha
 {
     braid_tcp_info_t in;
     BRAID_CHECK(braid_tcp_info_parse(info, info_len, &in));
-    if (in.slot_size != comm->chunk_bytes)
+    size_t slot = comm->tcp_conn_slot ? comm->tcp_conn_slot : comm->chunk_bytes;
+    if (in.slot_size != slot)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "tcp: rank %d uses %llu-byte chunks but rank %d uses %zu "
-                               "(BRAID_CHUNK_SIZE must be the same on every rank)",
-                               peer, (unsigned long long)in.slot_size, comm->rank,
-                               comm->chunk_bytes);
+                               "(BRAID_CHUNK_SIZE and BRAID_P2P_TCP_CHUNK_SIZE must be the "
+                               "same on every rank)",
+                               peer, (unsigned long long)in.slot_size, comm->rank, slot);
     tcp_state_t *st;
     BRAID_CHECK(braid_tcp_state_get(comm, &st));
     tcp_conn_t *c;
-    BRAID_CHECK(conn_new(st, peer, channel, 1, (int)in.nsocks, comm->chunk_bytes, &c));
+    BRAID_CHECK(conn_new(st, peer, channel, 1, (int)in.nsocks, slot, &c));
     braid_tcp_conn_describe(c, &in.addr);
     uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
     for (int i = 0; i < c->nsocks; i++) {

@@ -21,10 +21,13 @@
 
 #include "braid/braid.h"
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define BRAID_CONN_INFO_BYTES 192
+/* Room for a failure's text that a transport hands to the peer (fail()). */
+#define BRAID_FAIL_TEXT 1024
 
 struct braid_comm;
 
@@ -116,6 +119,29 @@ typedef struct braid_transport {
      * recv_get then returns a pointer into that buffer. */
     void (*recv_expose)(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
     braid_result_t (*send_post_at)(braid_conn_t *conn, const braid_msg_hdr_t *hdr, size_t dst_off);
+    /* Direct receives, optional (all three or none; NULL: not supported). recv_peek: the
+     * header of the next message as soon as it has arrived, before its payload has
+     * (BRAID_INPROGRESS until then; failures as recv_get). A message it returns with a
+     * payload and no flags may then be taken with recv_into: its payload goes to dst (room
+     * for hdr->bytes), BRAID_INPROGRESS while part of it is still to come (call again with
+     * the same dst; wait(RECV) returns when it may be complete), BRAID_SUCCESS once all of
+     * it is in dst: the message is then consumed (no recv_release). Other messages (empty,
+     * flagged) are taken with recv_get as usual, which also ends direct mode. Until
+     * recv_into completes, the transport may write dst; recv_undirect moves what arrived
+     * back into the transport's slot and stops that (call it before giving dst up). */
+    braid_result_t (*recv_peek)(braid_conn_t *conn, const braid_msg_hdr_t **hdr_p);
+    braid_result_t (*recv_into)(braid_conn_t *conn, void *dst);
+    void (*recv_undirect)(braid_conn_t *conn);
+    /* Optional (NULL: a posted message is with the receiver at once, as with shm): how many
+     * posted messages this side still holds (not yet handed to the network; 0 too once the
+     * connection failed), after moving data where it can without blocking. With 0, a
+     * send_post_ref loan is over (send_detach would copy nothing). */
+    uint32_t (*send_inflight)(braid_conn_t *conn);
+    /* Optional (NULL: not supported): a descriptor whose readiness (pfd->events) may make the
+     * slot in direction dir available, so that a runner blocked on several connections polls
+     * them all at once (and then moves the data itself) instead of sleeping in one wait() at a
+     * time. 1 when it filled pfd, 0 when it has none now (use wait()). */
+    int (*wait_fd)(braid_conn_t *conn, braid_wait_dir_t dir, struct pollfd *pfd);
     /* Optional pair for single-copy messages between processes of one host (core/p2p_cma.c;
      * NULL where the sender cannot see the receiver's releases). send_released: BRAID_SUCCESS
      * once the receiver has released every slot posted on this send connection, else

@@ -123,14 +123,93 @@ static void fill_hdr(braid_msg_hdr_t *h, int rank, uint32_t idx, size_t slot)
     h->count = (uint64_t)idx * 1000003u + (uint64_t)rank;
 }
 
+/* Checks a received header against message idx of the peer. */
+static int check_hdr(pair_t *p, const braid_msg_hdr_t *h, uint32_t idx, size_t slot)
+{
+    braid_msg_hdr_t want;
+    fill_hdr(&want, p->peer, idx, slot);
+    CHECK(p->rank,
+          h->bytes == want.bytes && h->seq == want.seq && h->coll == want.coll &&
+              h->dtype == want.dtype && h->op == want.op && h->root == want.root &&
+              h->count == want.count && h->flags == 0,
+          "message %u from rank %d: header bytes %u seq %u count %llu, expected %u %u %llu", idx,
+          p->peer, h->bytes, h->seq, (unsigned long long)h->count, want.bytes, want.seq,
+          (unsigned long long)want.count);
+    return 0;
+}
+
+static int check_payload(pair_t *p, const uint8_t *b, uint32_t bytes, uint32_t idx)
+{
+    for (size_t j = 0; j < bytes; j++)
+        CHECK(p->rank, b[j] == pattern(p->peer, idx, j),
+              "message %u (%u bytes) byte %zu is %u, expected %u", idx, bytes, j, b[j],
+              pattern(p->peer, idx, j));
+    return 0;
+}
+
+/* A direct receive in progress (exchange with direct set): the caller's buffer, 8 guard
+ * bytes on each side, the payload at an odd address. */
+typedef struct {
+    int on;
+    uint32_t bytes;
+    uint8_t *mem;
+} direct_t;
+
+/* Takes message `got` with recv_peek / recv_into where the transport has them (every
+ * message with a payload; every fifth that is still arriving is given back with
+ * recv_undirect and read from its slot): 1 when taken, 0 when not there yet (or to be taken
+ * with recv_get: *use_get), -1 on failure. */
+static int recv_direct(pair_t *p, direct_t *d, uint32_t got, size_t slot, int *use_get)
+{
+    *use_get = 0;
+    if (!d->on) {
+        const braid_msg_hdr_t *h;
+        braid_result_t r = p->t->recv_peek(p->recv, &h);
+        if (r == BRAID_INPROGRESS) return 0;
+        if (r < 0) FAILF(p->rank, "recv_peek: %s", braid_last_error());
+        if (check_hdr(p, h, got, slot)) return -1;
+        if (!h->bytes) {
+            *use_get = 1; /* empty messages are taken whole */
+            return 0;
+        }
+        d->on = 1;
+        d->bytes = h->bytes;
+        memset(d->mem, 0xA5, slot + 17);
+    }
+    braid_result_t r = p->t->recv_into(p->recv, d->mem + 9);
+    if (r == BRAID_INPROGRESS && got % 5 == 4) {
+        p->t->recv_undirect(p->recv); /* the rest goes to the slot; the buffer is left alone */
+        uint8_t before[8];
+        memcpy(before, d->mem + 9, 8);
+        d->on = 0;
+        *use_get = 1;
+        CHECK(p->rank, memcmp(before, d->mem + 9, 8) == 0, "buffer written after undirect");
+        return 0;
+    }
+    if (r == BRAID_INPROGRESS) return 0;
+    if (r < 0) FAILF(p->rank, "recv_into: %s", braid_last_error());
+    d->on = 0;
+    if (check_payload(p, d->mem + 9, d->bytes, got)) return -1;
+    for (size_t j = 0; j < 9; j++)
+        CHECK(p->rank, d->mem[j] == 0xA5, "message %u: recv_into wrote before the buffer", got);
+    for (size_t j = 9 + d->bytes; j < slot + 17; j++)
+        CHECK(p->rank, d->mem[j] == 0xA5, "message %u: recv_into wrote past %u bytes", got,
+              d->bytes);
+    return 1;
+}
+
 /* nmsg messages each way, interleaved: each rank sends what its FIFO takes, reads what has
- * arrived, and sleeps in wait() only when neither moved. */
-static int exchange(pair_t *p, uint32_t nmsg, double budget_s)
+ * arrived, and sleeps in wait() only when neither moved. With direct (and a transport that
+ * has them), messages are received with recv_peek / recv_into (recv_direct). */
+static int exchange(pair_t *p, uint32_t nmsg, double budget_s, int direct)
 {
     size_t slot = p->send->slot_size;
     uint32_t sent = 0, got = 0;
     int turn = 0;
     double t_end = now_s() + budget_s;
+    direct_t d = {0};
+    direct = direct && p->t->recv_peek;
+    if (direct && !(d.mem = malloc(slot + 17))) FAILF(p->rank, "out of memory");
     while (sent < nmsg || got < nmsg) {
         int moved = 0;
         while (sent < nmsg) {
@@ -147,26 +226,24 @@ static int exchange(pair_t *p, uint32_t nmsg, double budget_s)
             moved = 1;
         }
         while (got < nmsg) {
+            int use_get = 0;
+            if (direct) {
+                int k = recv_direct(p, &d, got, slot, &use_get);
+                if (k < 0) return 1;
+                if (k > 0) {
+                    got++;
+                    moved = 1;
+                    continue;
+                }
+                if (!use_get) break;
+            }
             const braid_msg_hdr_t *h;
             const void *buf;
             braid_result_t r = p->t->recv_get(p->recv, &h, &buf);
+            if (r == BRAID_INPROGRESS && use_get) continue; /* its payload is still arriving */
             if (r == BRAID_INPROGRESS) break;
             OK(p->rank, r);
-            braid_msg_hdr_t want;
-            fill_hdr(&want, p->peer, got, slot);
-            CHECK(p->rank,
-                  h->bytes == want.bytes && h->seq == want.seq && h->coll == want.coll &&
-                      h->dtype == want.dtype && h->op == want.op && h->root == want.root &&
-                      h->count == want.count && h->flags == 0,
-                  "message %u from rank %d: header bytes %u seq %u count %llu, expected %u %u "
-                  "%llu",
-                  got, p->peer, h->bytes, h->seq, (unsigned long long)h->count, want.bytes,
-                  want.seq, (unsigned long long)want.count);
-            const uint8_t *b = buf;
-            for (size_t j = 0; j < h->bytes; j++)
-                CHECK(p->rank, b[j] == pattern(p->peer, got, j),
-                      "message %u (%u bytes) byte %zu is %u, expected %u", got, h->bytes, j, b[j],
-                      pattern(p->peer, got, j));
+            if (check_hdr(p, h, got, slot) || check_payload(p, buf, h->bytes, got)) return 1;
             OK(p->rank, p->t->recv_release(p->recv));
             got++;
             moved = 1;
@@ -185,6 +262,12 @@ static int exchange(pair_t *p, uint32_t nmsg, double budget_s)
         else
             OK(p->rank, p->t->wait(p->recv, BRAID_WAIT_RECV, braid_now_ns() + 2000000ull));
     }
+    free(d.mem);
+    /* Everything arrived both ways: nothing is held on this side any more. */
+    OK(p->rank, braid_boot_barrier(p->comm->boot));
+    CHECK(p->rank, !p->t->send_inflight || p->t->send_inflight(p->send) == 0,
+          "send_inflight: %u messages still held after the peer received all",
+          p->t->send_inflight(p->send));
     return 0;
 }
 
@@ -194,12 +277,17 @@ static int case_data(braid_comm_t comm, const char *tname)
     int rank = comm->rank;
     /* Small slots: 600 messages wrap the 4-slot FIFO 150 times. */
     if (pair_open(&p, comm, tname, 40, 4096, 4)) return 1;
-    int rc = exchange(&p, 600, 120);
+    int rc = exchange(&p, 600, 120, 0);
     pair_close(&p);
     if (rc) return rc;
     /* Bigger slots, 2 of them. */
     if (pair_open(&p, comm, tname, 41, 64 << 10, 2)) return 1;
-    rc = exchange(&p, 48, 120);
+    rc = exchange(&p, 48, 120, 0);
+    pair_close(&p);
+    if (rc) return rc;
+    /* Direct receives into the caller's buffer, where the transport has them. */
+    if (pair_open(&p, comm, tname, 42, 64 << 10, 4)) return 1;
+    rc = exchange(&p, 96, 120, 1);
     pair_close(&p);
     if (rc) return rc;
     OK(rank, braid_boot_barrier(comm->boot));

@@ -7,7 +7,10 @@
  *   data      connection setup; messages of 0, 1, odd, slot-1 and exactly slot bytes, many
  *             times around the slot FIFO (credit flow), both directions interleaved, headers
  *             and payloads checked against a (rank, index, byte)-dependent pattern; twice,
- *             small slots x 4 and 64 KiB slots x 2
+ *             small slots x 4 and 64 KiB slots x 2; then where the transport has direct
+ *             receives (recv_peek / recv_into), 64 KiB x 4 with every payload taken into an
+ *             odd-aligned caller buffer (guard bytes checked), every fifth message still
+ *             arriving given back with recv_undirect; at the end send_inflight is 0
  *   fail      each rank fail()s its send connection with a text; the peer's receive wait
  *             returns BRAID_ERR_REMOTE carrying that text
  *   failrecv  rank 1 fills its FIFO; rank 0 fail()s its receive connection; rank 1's send wait

@@ -178,3 +178,78 @@ void dm_copy_params(dm_model_t *dst, const dm_model_t *src)
     for (int i = 0; i < src->nparams; i++)
         memcpy(dst->p[i], src->p[i], src->count[i] * sizeof(float));
 }
+
+int dm_check_shard(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in,
+                   const size_t *counts, float *const *ref, float *const *mag, int n)
+{
+    const float *g = sh->grad;
+    for (size_t e = 0; e < sh->count; e++) {
+        size_t at = sh->offset + e, off = 0;
+        int k = 0; /* the parameter holding bucket element at */
+        while (k < in->nparams && off + counts[in->params[k]] <= at)
+            off += counts[in->params[k++]];
+        float want = ref[in->params[k]][at - off];
+        float bound = 2.0f * (float)n * 0x1p-24f * mag[in->params[k]][at - off];
+        if (!(fabsf(g[e] - want) <= bound)) {
+            fprintf(stderr, "shard elem %zu: %.9g vs DDP %.9g (bound %.3g)\n", at, g[e], want,
+                    bound);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int dm_check_shard_layout(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in, int rank,
+                          int n)
+{
+    size_t per = (in->count + (size_t)n - 1) / (size_t)n, lo = (size_t)rank * per;
+    size_t want = in->count > lo ? in->count - lo : 0;
+    if (want > per) want = per;
+    if (sh->offset == lo && sh->count == want) return 0;
+    fprintf(stderr, "bucket of %zu: shard at %zu of %zu elements, expected %zu of %zu\n", in->count,
+            sh->offset, sh->count, lo, want);
+    return 1;
+}
+
+void dm_adam(float *p, const float *g, float *m, float *v, size_t n, int t, float lr)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+    }
+}
+
+braid_result_t dm_grad_magnitudes(const dm_model_t *m, float *const *mag, braid_comm_t comm)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        for (size_t e = 0; e < m->count[i]; e++)
+            mag[i][e] = fabsf(m->g[i][e]);
+        braid_result_t r =
+            braid_allreduce(mag[i], mag[i], m->count[i], BRAID_FLOAT32, BRAID_SUM, comm);
+        if (r) return r;
+    }
+    return BRAID_SUCCESS;
+}
+
+int dm_first_differing_rank(const dm_model_t *m, braid_comm_t comm)
+{
+    int n = 0;
+    uint64_t h = dm_hash(m), all[64];
+    if (braid_comm_size(comm, &n) || n > 64 || braid_allgather(&h, all, 1, BRAID_UINT64, comm))
+        return -2;
+    for (int q = 0; q < n; q++)
+        if (all[q] != all[0]) return q;
+    return -1;
+}
+
+double dm_maxabsdiff(const dm_model_t *a, const dm_model_t *b)
+{
+    double d = 0;
+    for (int i = 0; i < a->nparams; i++)
+        for (size_t e = 0; e < a->count[i]; e++)
+            d = fmax(d, fabs((double)a->p[i][e] - (double)b->p[i][e]));
+    return d;
+}

@@ -43,5 +43,24 @@ uint64_t dm_hash(const dm_model_t *m);
 /* max over parameters of |a - b| / (1 + |b|). */
 double dm_maxdiff(const dm_model_t *a, const dm_model_t *b);
 void dm_copy_params(dm_model_t *dst, const dm_model_t *src);
+/* ZeRO: the reduced gradients of shard sh of a bucket (in: its parameters) against the
+ * reference gradients ref[param][elem] (counts: elements per parameter), each within
+ * 2 n 2^-24 of mag[param][elem] (the summed magnitudes: n float additions round). Returns 0,
+ * or prints the first element out of bound and returns 1. */
+int dm_check_shard(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in,
+                   const size_t *counts, float *const *ref, float *const *mag, int n);
+/* ZeRO: shard sh of bucket in (rank of n) is the rank-th of n equal parts of ceil(count / n)
+ * elements, clipped to the bucket. 0, or prints the difference and returns 1. */
+int dm_check_shard_layout(const braid_ddp_shard_t *sh, const braid_ddp_bucket_info_t *in, int rank,
+                          int n);
+/* Adam (beta1 0.9, beta2 0.999, eps 1e-8) at step t >= 1 over n elements, moments m and v. */
+void dm_adam(float *p, const float *g, float *m, float *v, size_t n, int t, float lr);
+/* mag[i][e] = sum over the ranks of |m->g[i][e]| (all-reduced on comm). */
+braid_result_t dm_grad_magnitudes(const dm_model_t *m, float *const *mag, braid_comm_t comm);
+/* Collective: -1 if every rank's parameters hash alike, else the first rank that differs from
+ * rank 0 (-2 if the all-gather failed). At most 64 ranks. */
+int dm_first_differing_rank(const dm_model_t *m, braid_comm_t comm);
+/* max over parameters of |a - b|. */
+double dm_maxabsdiff(const dm_model_t *a, const dm_model_t *b);
 
 #endif

@@ -1,17 +1,25 @@
 /* The GPU half of braid's tests, run by tests/gpu/run.sh on a machine with a CUDA device (it
  * is only compiled elsewhere). Subcommands, each printing "RESULT <name> PASS|FAIL <detail>"
  * lines that run.sh collects into its table:
+ *   probe           a CUDA device is visible (exit 1 if not)
  *   reduce          every dtype x kernel (sum prod min max avg div) on random bit patterns (NaN,
  *                   inf, subnormals included), aligned and shifted by one element: the CUDA
  *                   kernels against the CPU kernels, bit for bit
  *   bw [MiB]        reduction kernel bandwidth (bytes read + written) vs cudaMemcpy D2D
  *   coll N          N ranks as processes on one GPU (device 0): every collective x dtype x op
  *                   on device buffers, blocking and stream-ordered, in place and not
- *   threads N       N communicators in one process (a thread each) on one GPU, stream-ordered
+ *   threads N       N communicators in one process (a thread each) on one GPU, blocking and
+ *                   stream-ordered (gpu_engine.c)
+ *   ringbw N [MiB]  all-reduce bus bandwidth of N communicators of one process (concurrent
+ *                   kernels) against the memory-traffic model of the ring (gpu_engine.c)
  *   kill N          N ranks, one killed mid-collective: the others get an error, not a hang
+ * After each coll/threads sweep every rank reports whether the device engine ran its calls
+ * ("RESULT engine/..."): with BRAID_DEV_ENGINE=device (run.sh sets it) a call the engine
+ * could not take is an error, so a silent fallback to staging cannot pass.
  *   nodev           BRAID_CUDA=0: the stream forms are refused (BRAID_ERR_UNSUPPORTED) */
 #include "braid/braid.h"
 #include "cuda/reduce_dev.h"
+#include "gpu_check.h"
 #include "data.h"
 #include "mp.h"
 #include "reduce/reduce.h"
@@ -150,11 +158,6 @@ static int cmd_bw(size_t mib)
 
 /* ---- collectives on device buffers -------------------------------------------------------- */
 
-typedef struct {
-    int stream_mode; /* 0 blocking, 1 stream-ordered */
-    int kill_rank;   /* kill: this rank dies mid-collective */
-} coll_arg_t;
-
 static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype_t dt,
                     braid_redop_t op, size_t count, int in_place, int use_stream, cudaStream_t s)
 {
@@ -164,7 +167,9 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
     char *h = calloc(1, tot), *hout = calloc(1, out_e * es + 64);
     char *d;
     CK(cudaMalloc((void **)&d, tot));
-    char *din = d, *dout = d + in_e * es;
+    /* prime counts start one element past a 16-byte boundary (unaligned to the vector width) */
+    size_t off = count == 97 ? es : 0;
+    char *din = d + off, *dout = d + off + in_e * es;
     int root = n - 1;
     /* host image of the input */
     if (coll == 5)
@@ -243,17 +248,23 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
     return bad ? 1 : 0;
 }
 
-static int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
+int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
 {
     coll_arg_t *ca = argp;
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     static const size_t counts[] = {0, 1, 97, 1 << 16};
     int fails = 0;
+    /* GPU_CHECK_QUICK=1: float32, float16, bfloat16, int8, uint64 only (every op still) */
+    const char *q = getenv("GPU_CHECK_QUICK");
+    int quick = q && *q == '1';
     for (int coll = 1; coll <= 5; coll++)
         for (int dt = 0; dt < 10; dt++)
             for (int op = 0; op < (coll == 2 || coll == 5 ? 1 : BRAID_NUM_OPS); op++)
                 for (size_t ci = 0; ci < 4; ci++) {
+                    if (quick && dt != BRAID_FLOAT32 && dt != BRAID_FLOAT16 &&
+                        dt != BRAID_BFLOAT16 && dt != BRAID_INT8 && dt != BRAID_UINT64)
+                        continue;
                     int ip = (int)((ci + (size_t)op) & 1);
                     fails += one_coll(comm, rank, n, coll, (braid_datatype_t)dt, (braid_redop_t)op,
                                       counts[ci], ip, ca->stream_mode, s);
@@ -268,28 +279,8 @@ static int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
         return 1;
     }
     cudaStreamDestroy(s);
+    fails += engine_report(comm, rank, n, ca->stream_mode ? "stream" : "blocking");
     return fails ? 1 : 0;
-}
-
-typedef struct {
-    braid_unique_id_t id;
-    int rank, n, rc;
-} thr_t;
-
-static void *thread_rank(void *p)
-{
-    thr_t *t = p;
-    braid_comm_t c;
-    CK(cudaSetDevice(0));
-    if (braid_comm_init_rank(&c, t->n, t->id, t->rank) != BRAID_SUCCESS) {
-        fprintf(stderr, "thread %d: init: %s\n", t->rank, braid_last_error());
-        t->rc = 1;
-        return NULL;
-    }
-    coll_arg_t ca = {.stream_mode = 1, .kill_rank = -1};
-    t->rc = coll_rank(c, t->rank, t->n, &ca);
-    braid_comm_destroy(c);
-    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -297,6 +288,21 @@ int main(int argc, char **argv)
     setlinebuf(stdout);
     const char *cmd = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 2;
+    if (!strcmp(cmd, "probe")) {
+        int nd = 0;
+        cudaError_t e = cudaGetDeviceCount(&nd);
+        struct cudaDeviceProp pr;
+        if (e == cudaSuccess && nd > 0) e = cudaGetDeviceProperties(&pr, 0);
+        if (e != cudaSuccess || nd < 1) {
+            printf("RESULT probe FAIL no CUDA device (%s)\n",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+            return 1;
+        }
+        printf("RESULT probe PASS %d device(s); device 0: %s, %.0f GiB, %d SMs, cc %d.%d\n", nd,
+               pr.name, (double)pr.totalGlobalMem / (1 << 30), pr.multiProcessorCount, pr.major,
+               pr.minor);
+        return 0;
+    }
     if (!strcmp(cmd, "reduce")) return cmd_reduce();
     if (!strcmp(cmd, "bw")) return cmd_bw(argc > 2 ? (size_t)atol(argv[2]) : 256);
     if (!strcmp(cmd, "coll") || !strcmp(cmd, "kill")) {
@@ -314,24 +320,8 @@ int main(int argc, char **argv)
         }
         return rc;
     }
-    if (!strcmp(cmd, "threads")) {
-        thr_t t[8];
-        pthread_t th[8];
-        braid_unique_id_t id;
-        if (n > 8 || braid_get_unique_id(&id) != BRAID_SUCCESS) return 2;
-        for (int i = 0; i < n; i++) {
-            t[i] = (thr_t){.id = id, .rank = i, .n = n};
-            pthread_create(&th[i], NULL, thread_rank, &t[i]);
-        }
-        int bad = 0;
-        for (int i = 0; i < n; i++) {
-            pthread_join(th[i], NULL);
-            bad += t[i].rc != 0;
-        }
-        printf("RESULT threads/n=%d/stream %s %d thread rank(s) failed\n", n, bad ? "FAIL" : "PASS",
-               bad);
-        return bad != 0;
-    }
+    if (!strcmp(cmd, "threads")) return cmd_threads(n);
+    if (!strcmp(cmd, "ringbw")) return cmd_ringbw(n, argc > 3 ? (size_t)atol(argv[3]) : 256);
     if (!strcmp(cmd, "nodev")) {
         setenv("BRAID_CUDA", "0", 1);
         void *d;
@@ -349,6 +339,8 @@ int main(int argc, char **argv)
         braid_comm_destroy(c);
         return !ok;
     }
-    fprintf(stderr, "usage: %s reduce | bw [MiB] | coll N | threads N | kill N | nodev\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s reduce | bw [MiB] | coll N | threads N | ringbw N [MiB] | kill N | nodev\n",
+            argv[0]);
     return 2;
 }

@@ -1,31 +1,66 @@
 #!/usr/bin/env bash
 # The device run: one prepared script for a machine with a CUDA GPU (the lent H200), under
-# 8 minutes. Writes logs to $OUT/logs/ and a result table to $OUT/results.md (also printed).
-#   bash tests/gpu/run.sh            (OUT defaults to ./gpu-out)
-# Steps (each bounded by `timeout`, a failure never stops the later ones):
-#   build        CUDA build with -Werror (BRAID_WITH_CUDA=ON, sm_90), all targets
+# 8 minutes in all (a global deadline: a step that no longer fits is reported NOT RUN, and the
+# run fails). Writes logs to $OUT/logs/ and a result table to $OUT/results.md (also printed).
+#   bash tests/gpu/run.sh [--dry-run] [--build DIR] [--budget SECONDS]
+#     --dry-run    for a machine without a GPU: runs the host steps (build, ptx, unit suites),
+#                  and for every GPU step checks that its program exists and logs the command
+#                  instead of running it (DRY in the table); proves the script's own logic
+#     --build DIR  use an existing CUDA build (its bin/) instead of building build-gpu
+#     --budget S   the global deadline (default 460 s)
+# Fails loudly: no GPU (outside --dry-run), a missing program, a build without CUDA, a step
+# that fails or times out, the device engine not used where it must be (BRAID_DEV_ENGINE=device
+# makes every fallback to host staging an error) all make the run FAIL (exit 1).
+# Steps (each bounded by `timeout` and the deadline; a failure never stops the later ones):
+#   build        CUDA build with -Werror (BRAID_WITH_CUDA=ON, sm_90), the targets used here
+#   probe        a CUDA device is visible (name, memory)
 #   ptx          every kernel's PTX has 128-bit loads/stores (tests/gpu/ptx_check.sh)
-#   unit         the cuda and twin suites on this machine (the no-device cases skip here)
+#   unit         the cuda suite (and, in a dry run, the twin suite) of braid_tests
 #   reduce       CUDA reduction kernels vs the CPU kernels, bit for bit, every dtype x op
+#   coll N       device buffers, N = 1..8 ranks as processes on the one GPU (time-sliced),
+#                every collective x dtype x op x count (0, 1, 97 unaligned, 65536), blocking
+#                and stream-ordered, in place and not, on the device engine (n = 5..7: fewer
+#                dtypes, GPU_CHECK_QUICK=1)
+#   threads N    N communicators in one process (concurrent kernels), N = 1..8, the same sweep
+#   kill 3       a rank SIGKILLed mid-collective: the others get an error, not a hang
+#   ringbw N     all-reduce busbw of N communicators of one process vs the ring's memory model
 #   bw           reduction kernel bandwidth vs device-to-device copy, 64 and 256 MiB
-#   coll N       device buffers, N = 1..8 ranks as processes on the one GPU, every collective x
-#                dtype x op, blocking and stream-ordered, in place and not
-#   threads N    N communicators in one process on the GPU (stream-ordered)
-#   kill 3       a rank SIGKILLed mid-collective: the others get an error
-#   nodev        BRAID_CUDA=0
-#   perf         all_reduce_perf on device buffers (--device 1 and 2), n = 1, 2, 4, 8
+#   perf         all_reduce_perf on device buffers (--device 1 blocking, 2 stream), n = 1,2,4,8
+#   nodev        BRAID_CUDA=0: the stream forms are refused
 #   sanitizer    compute-sanitizer memcheck on the kernels (when installed)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+DRY=0
+BUILD=""
+BUDGET=460
+while [ $# -gt 0 ]; do
+  case $1 in
+  --dry-run) DRY=1 ;;
+  --build)
+    BUILD=$2
+    shift
+    ;;
+  --budget)
+    BUDGET=$2
+    shift
+    ;;
+  *)
+    echo "usage: $0 [--dry-run] [--build DIR] [--budget SECONDS]" >&2
+    exit 2
+    ;;
+  esac
+  shift
+done
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
 T0=$(date +%s)
+DEADLINE=$((T0 + BUDGET))
 table="$OUT/results.md"
 {
-  echo "# braid GPU run, $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "# braid GPU run, $(date -u '+%Y-%m-%d %H:%M UTC')$([ $DRY = 1 ] && echo ' (DRY RUN: no GPU step ran)')"
   echo
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
-    sed 's/^/GPU: /'
+    sed 's/^/GPU: /' || true
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -n1)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null)"
   echo
@@ -33,55 +68,123 @@ table="$OUT/results.md"
   echo "|---|---|---|---|"
 } >"$table"
 status=0
+nfail=0
 
-# step NAME LIMIT CMD...: runs CMD under timeout, logs to logs/NAME.log, adds a table row (and
-# the RESULT lines the command printed, one row each).
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t=$(date +%s) log="$OUT/logs/${name//\//_}.log"
+row() { echo "| $1 | $2 | $3 | ${4:-} |" >>"$table"; }
+
+# run NAME LIMIT KIND CMD...: runs CMD under timeout (LIMIT, cut to the deadline), logs to
+# logs/NAME.log, adds a table row (and one row per "RESULT <name> <verdict> <detail>" line the
+# command printed). KIND gpu: a dry run only checks that CMD's program exists.
+run() {
+  local name=$1 limit=$2 kind=$3
+  shift 3
+  local log="$OUT/logs/${name//\//_}.log" t left
+  t=$(date +%s)
+  left=$((DEADLINE - t))
+  if [ "$left" -lt 5 ]; then
+    row "**$name**" "NOT RUN" "the ${BUDGET} s budget was spent"
+    echo "== $name: NOT RUN (budget)"
+    status=1
+    nfail=$((nfail + 1))
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local prog=$1
+  [ "$prog" = env ] && prog=$(for a in "${@:2}"; do case $a in *=*) ;; *) echo "$a"; break ;; esac; done)
+  if ! command -v "$prog" >/dev/null 2>&1; then
+    echo "missing program: $prog" >"$log"
+    row "**$name**" "FAIL" "missing program \`$prog\`" 0
+    echo "== $name: FAIL (missing $prog)"
+    status=1
+    nfail=$((nfail + 1))
+    return
+  fi
+  if [ "$DRY" = 1 ] && [ "$kind" = gpu ]; then
+    printf 'DRY RUN, not run: timeout %s' "$limit" >"$log"
+    printf ' %q' "$@" >>"$log"
+    echo >>"$log"
+    row "$name" "DRY" "would run \`$*\` (limit ${limit} s)" 0
+    echo "== $name: DRY"
+    return
+  fi
   timeout -k 10 "$limit" "$@" >"$log" 2>&1
-  local rc=$? dt=$(($(date +%s) - t))
-  local res=PASS
+  local rc=$? dt=$(($(date +%s) - t)) res=PASS
   [ $rc -eq 0 ] || res=FAIL
   [ $rc -eq 124 ] && res="FAIL (timeout ${limit}s)"
-  [ $rc -eq 0 ] || status=1
+  if [ $rc -ne 0 ]; then
+    status=1
+    nfail=$((nfail + 1))
+  fi
   grep '^RESULT ' "$log" | while read -r _ what r detail; do
-    echo "| $what | $r | $detail | |" >>"$table"
+    row "$what" "$r" "$detail"
   done
-  echo "| **$name** | $res | exit $rc, log logs/$(basename "$log") | $dt |" >>"$table"
+  row "**$name**" "$res" "exit $rc, log logs/$(basename "$log")" "$dt"
   echo "== $name: $res ($dt s)"
 }
 
 JOBS=$(nproc)
-step build 240 bash -c "cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WERROR=ON \
-  -DBRAID_WITH_CUDA=ON && cmake --build build-gpu -j$JOBS"
-B=build-gpu/bin
-step ptx 60 bash tests/gpu/ptx_check.sh
-step unit/cuda 60 "$B/braid_tests" --filter 'cuda/*' --jobs "$JOBS"
-step unit/twin 120 "$B/braid_tests" --filter 'twin/*' --jobs "$JOBS"
-step reduce 60 "$B/braid_gpu_check" reduce
-step bw/64MiB 60 "$B/braid_gpu_check" bw 64
-step bw/256MiB 60 "$B/braid_gpu_check" bw 256
-for n in 1 2 3 4 8; do
-  step "coll/n=$n" 150 "$B/braid_gpu_check" coll "$n"
+if [ -z "$BUILD" ]; then
+  BUILD=build-gpu
+  run build 240 host bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DBRAID_WERROR=ON -DBRAID_WITH_CUDA=ON >/dev/null && cmake --build $BUILD -j$JOBS \
+    --target braid_gpu_check all_reduce_perf braid-run braid_tests"
+fi
+B=$BUILD/bin
+# A build without CUDA has no braid_gpu_check: every GPU step below then fails as missing.
+if ! grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=/' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  row "**build**" "FAIL" "$BUILD/CMakeCache.txt names no CUDA compiler: not a CUDA build"
+  status=1
+  nfail=$((nfail + 1))
+fi
+run probe 30 gpu "$B/braid_gpu_check" probe
+if [ "$DRY" = 0 ] && ! grep -q '^RESULT probe PASS' "$OUT/logs/probe.log" 2>/dev/null; then
+  echo "== no CUDA device: the GPU steps below fail" | tee -a "$OUT/logs/probe.log"
+fi
+run ptx 90 host bash tests/gpu/ptx_check.sh
+run unit/cuda 60 host "$B/braid_tests" --filter 'cuda/*' --jobs "$JOBS"
+[ "$DRY" = 1 ] && run unit/twin 300 host "$B/braid_tests" --filter 'twin/*' --jobs "$JOBS"
+run reduce 40 gpu "$B/braid_gpu_check" reduce
+export BRAID_DEV_ENGINE=device BRAID_TIMEOUT=60
+run coll/n=2 45 gpu "$B/braid_gpu_check" coll 2
+run threads/n=2 30 gpu "$B/braid_gpu_check" threads 2
+run kill/n=3 40 gpu "$B/braid_gpu_check" kill 3
+run coll/n=1 30 gpu "$B/braid_gpu_check" coll 1
+run threads/n=8 45 gpu "$B/braid_gpu_check" threads 8
+run coll/n=4 60 gpu "$B/braid_gpu_check" coll 4
+run coll/n=8 60 gpu env GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 8
+for n in 2 4 8; do
+  run "ringbw/n=$n" 30 gpu "$B/braid_gpu_check" ringbw "$n" 256
 done
-step threads/n=4 120 "$B/braid_gpu_check" threads 4
-step kill/n=3 150 "$B/braid_gpu_check" kill 3
-step nodev 30 "$B/braid_gpu_check" nodev
 for mode in 1 2; do
   for n in 1 2 4 8; do
-    step "perf/device=$mode/n=$n" 90 "$B/braid-run" -n "$n" -- "$B/all_reduce_perf" -b 8 -e 64M -f 8 \
-      -c 1 -n 20 -w 5 --device "$mode" --csv "$OUT/all_reduce_perf.csv"
-    # busbw at the largest size into the table
-    last=$(grep -E '^ +[0-9]+ ' "$OUT/logs/perf_device=${mode}_n=${n}.log" | tail -n1)
-    [ -n "$last" ] && echo "| perf/device=$mode/n=$n 64MiB | row | \`$last\` | |" >>"$table"
+    run "perf/device=$mode/n=$n" 40 gpu "$B/braid-run" -n "$n" -- "$B/all_reduce_perf" -b 8 -e 256M \
+      -f 4 -c 1 -n 10 -w 3 --device "$mode" --csv "$OUT/all_reduce_perf.csv"
+    log="$OUT/logs/perf_device=${mode}_n=${n}.log"
+    last=$(grep -E '^ +[0-9]+ ' "$log" 2>/dev/null | tail -n1)
+    [ -n "$last" ] && row "perf/device=$mode/n=$n largest" "row" "\`$last\`"
+    if [ "$DRY" = 0 ] && ! grep -q 'Out of bounds values : 0 OK' "$log" 2>/dev/null; then
+      row "perf/device=$mode/n=$n check" "FAIL" "no '# Out of bounds values : 0 OK' line"
+      status=1
+    fi
   done
 done
+for n in 3 5 6 7; do
+  run "coll/n=$n" 50 gpu env GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll "$n"
+done
+for n in 1 3 4 5 6 7; do
+  run "threads/n=$n" 30 gpu "$B/braid_gpu_check" threads "$n"
+done
+unset BRAID_DEV_ENGINE
+run bw/64MiB 30 gpu "$B/braid_gpu_check" bw 64
+run bw/256MiB 30 gpu "$B/braid_gpu_check" bw 256
+run stage/n=2 45 gpu env BRAID_DEV_ENGINE=stage GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 2
+run nodev 30 gpu "$B/braid_gpu_check" nodev
 if command -v compute-sanitizer >/dev/null; then
-  step sanitizer 90 compute-sanitizer --tool memcheck --error-exitcode 1 "$B/braid_gpu_check" bw 16
+  run sanitizer 60 gpu compute-sanitizer --tool memcheck --error-exitcode 1 "$B/braid_gpu_check" bw 16
+else
+  row "sanitizer" "SKIP" "compute-sanitizer is not installed here"
 fi
 echo >>"$table"
-echo "total: $(($(date +%s) - T0)) s, status $status" >>"$table"
+echo "total: $(($(date +%s) - T0)) s of ${BUDGET}, status $status ($nfail step(s) failed)$([ $DRY = 1 ] && echo ', DRY RUN')" >>"$table"
 cat "$table"
 exit $status

@@ -229,7 +229,7 @@ static int buckets_fn(braid_comm_t comm, int rank, int n, void *arg)
         size_t bytes = counts[i] * braid_dtype_size(dts[i]);
         bufs[2 * i] = calloc(1, bytes);
         bufs[2 * i + 1] = calloc(1, bytes);
-        ps[i] = (braid_ddp_param_t){bufs[2 * i], bufs[2 * i + 1], counts[i], dts[i], NULL};
+        ps[i] = (braid_ddp_param_t){bufs[2 * i], bufs[2 * i + 1], counts[i], dts[i], NULL, 0};
     }
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);
@@ -281,7 +281,7 @@ static int buckets_fn(braid_comm_t comm, int rank, int n, void *arg)
     size_t mc[] = {784 * 512, 512, 512 * 512, 512, 512 * 10, 10};
     float *big = calloc(784 * 512, sizeof(float));
     for (int i = 0; i < 6; i++)
-        ps[i] = (braid_ddp_param_t){big, big, mc[i], BRAID_FLOAT32, NULL};
+        ps[i] = (braid_ddp_param_t){big, big, mc[i], BRAID_FLOAT32, NULL, 0};
     o.bucket_cap_bytes = 25u << 20;
     o.first_bucket_bytes = 1u << 20;
     o.broadcast_params = 0; /* the buffers alias */

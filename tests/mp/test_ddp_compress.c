@@ -90,7 +90,7 @@ static int compress_fn(braid_comm_t comm, int rank, int n, void *arg)
     for (int i = 0; i < NP; i++) {
         p[i] = calloc(counts[i], sizeof(float));
         g[i] = calloc(counts[i], sizeof(float));
-        ps[i] = (braid_ddp_param_t){p[i], g[i], counts[i], BRAID_FLOAT32, NULL};
+        ps[i] = (braid_ddp_param_t){p[i], g[i], counts[i], BRAID_FLOAT32, NULL, 0};
     }
     braid_ddp_hook_t hook;
     MP_OK(rank, braid_ddp_hook_compress(&hook, wire));

@@ -248,7 +248,7 @@ static int hook_fn(braid_comm_t comm, int rank, int n, void *arg)
     dm_params(&a, pa);
     dm_params(&b, pb);
     hook_state_t st = {0, 0, 1, n, 4};
-    braid_ddp_hook_t hook = {sum_launch, avg_complete, &st};
+    braid_ddp_hook_t hook = {sum_launch, avg_complete, &st, NULL};
     braid_ddp_options_t oa = small_buckets(), ob = small_buckets();
     ob.hook = &hook;
     braid_ddp_t da, db;
@@ -276,7 +276,7 @@ static int hook_fn(braid_comm_t comm, int rank, int n, void *arg)
     braid_ddp_destroy(da);
     braid_ddp_destroy(db);
     /* A hook's error fails the step with its code, and the layer stays failed. */
-    braid_ddp_hook_t bad = {failing_launch, NULL, NULL};
+    braid_ddp_hook_t bad = {failing_launch, NULL, NULL, NULL};
     braid_ddp_options_t oc = small_buckets();
     oc.hook = &bad;
     DDP_OK(rank, braid_ddp_create(&da, comm, pa, a.nparams, &oc));
@@ -304,8 +304,8 @@ static int bad_args_fn(braid_comm_t comm, int rank, int n, void *arg)
     (void)n;
     (void)arg;
     float p[4] = {1, 2, 3, 4}, g[4] = {0};
-    braid_ddp_param_t ps[2] = {{p, g, 2, BRAID_FLOAT32, "a"},
-                               {p + 2, g + 2, 2, BRAID_FLOAT32, "b"}};
+    braid_ddp_param_t ps[2] = {{p, g, 2, BRAID_FLOAT32, "a", 0},
+                               {p + 2, g + 2, 2, BRAID_FLOAT32, "b", 0}};
     braid_ddp_t ddp = NULL;
     braid_ddp_options_t o;
     braid_ddp_options_init(&o);

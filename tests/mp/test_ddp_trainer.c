@@ -4,107 +4,34 @@
  * middle of training (started by hand, without the launcher, which would kill the others
  * itself): every survivor must exit non-zero on its own, within the timeout, naming rank 1.
  * Skipped when the trainer was not built (no OpenBLAS/zlib). */
+#include "proc.h"
+#include "trainer.h"
+
 #include <criterion/criterion.h>
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#define DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 static char g_bin[PATH_MAX];
 static char g_dir[PATH_MAX];
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void setup(void)
 {
-    const char *env = getenv("BRAID_BIN_DIR");
-    if (env && *env) {
-        snprintf(g_bin, sizeof(g_bin), "%s", env);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", g_bin, sizeof(g_bin) - 1);
-        cr_assert(n > 0);
-        g_bin[n] = '\0';
-        *strrchr(g_bin, '/') = '\0';
-    }
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/ddp_mlp", g_bin);
-    if (access(p, X_OK) != 0) cr_skip_test("ddp_mlp not built (OpenBLAS or zlib missing)");
-    cr_assert_eq(access(DATA_DIR "/train-images-idx3-ubyte.gz", R_OK), 0,
-                 "ddp_mlp is built but Fashion-MNIST is missing: apt-get install "
-                 "dataset-fashion-mnist");
-    snprintf(g_dir, sizeof(g_dir), "/tmp/braid-ddpmlp-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
+    tr_setup(g_bin, sizeof(g_bin), g_dir, sizeof(g_dir), "/tmp/braid-ddpmlp-XXXXXX");
 }
 
 static void teardown(void)
 {
-    if (!g_dir[0]) return;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return strdup("");
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    tr_teardown(g_dir);
 }
 
 /* Starts argv with stdout/stderr to files in g_dir; extra environment in env (NULL ends). */
 static pid_t spawn(char *const argv[], const char *out, const char *err, char *const *env)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        char p[PATH_MAX + 32];
-        snprintf(p, sizeof(p), "%s/%s", g_dir, out);
-        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        snprintf(p, sizeof(p), "%s/%s", g_dir, err);
-        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        for (int i = 0; env && env[i]; i++)
-            putenv(env[i]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid, double timeout_s, int *status)
-{
-    double t0 = now_s();
-    while (now_s() - t0 < timeout_s) {
-        pid_t p = waitpid(pid, status, WNOHANG);
-        if (p == pid) return 0;
-        usleep(20000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, status, 0);
-    return -1;
+    return proc_spawn(g_dir, argv, out, err, env);
 }
 
 TestSuite(ddp_mlp, .init = setup, .fini = teardown, .timeout = 240);
@@ -133,14 +60,13 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
                     csv,
                     NULL};
     int st;
-    unsetenv("BRAID_ROOT");
     pid_t pid = spawn(argv, "out", "err", NULL);
-    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/out", g_dir);
-    char *out = slurp(p);
+    char *out = proc_slurp(p);
     snprintf(p, sizeof(p), "%s/err", g_dir);
-    char *err = slurp(p);
+    char *err = proc_slurp(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d; stderr:\n%s", st, err);
     int e;
     double loss, acc, sps;
@@ -161,15 +87,17 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
     cr_assert_eq(sscanf(a, "params_hash %31s", h1), 1);
     cr_assert_eq(sscanf(b, "params_hash %31s", h2), 1);
     cr_assert_str_eq(h1, h2, "ranks ended with different parameters");
-    char *c = slurp(csv);
+    char *c = proc_slurp(csv);
     cr_assert(!strncmp(c, "epoch,loss,test_acc,samples_per_s\n1,", 36), "csv:\n%s", c);
     free(c);
     free(out);
     free(err);
 }
 
-/* Runs braid-run -n 2 ddp_mlp on a slice with extra arguments; returns the params_hash. */
-static void run_hash(const char *extra1, const char *extra2, char *hash, size_t len)
+/* Runs braid-run -n 2 ddp_mlp on a slice with extra arguments (extra3 may be NULL, then
+ * extra4 too); returns the params_hash, and the state_bytes it reports. */
+static size_t run_hash(const char *extra1, const char *extra2, const char *extra3,
+                       const char *extra4, char *hash, size_t len)
 {
     char run[PATH_MAX + 16], prog[PATH_MAX + 16];
     snprintf(run, sizeof(run), "%s/braid-run", g_bin);
@@ -188,94 +116,63 @@ static void run_hash(const char *extra1, const char *extra2, char *hash, size_t 
                     "200",
                     "--batch",
                     "64",
+                    "--bucket-mb",
+                    "0.25",
                     (char *)extra1,
                     (char *)extra2,
+                    (char *)extra3,
+                    (char *)extra4,
                     NULL};
     int st;
     pid_t pid = spawn(argv, "zout", "zerr", NULL);
-    cr_assert_eq(wait_for(pid, 200, &st), 0, "the trainer did not finish in 200 s");
+    cr_assert_eq(proc_wait(pid, 200, &st), 0, "the trainer did not finish in 200 s");
     char p[PATH_MAX + 16];
     snprintf(p, sizeof(p), "%s/zout", g_dir);
-    char *out = slurp(p);
+    char *out = proc_slurp(p);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s %s: status %d:\n%s", extra1, extra2, st,
               out);
     const char *a = strstr(out, "params_hash ");
     cr_assert(a, "no params_hash in:\n%s", out);
     cr_assert_eq(sscanf(a, "params_hash %31s", hash), 1);
     (void)len;
+    size_t state = 0;
+    const char *b = strstr(out, " state_bytes ");
+    cr_assert(b && sscanf(b, " state_bytes %zu", &state) == 1, "no state_bytes in:\n%s", out);
     free(out);
+    return state;
 }
 
 /* On 2 ranks a reduce-scatter + all-gather adds the same two values as the all-reduce, so
- * ZeRO-1 (Adam on the shards) must end with exactly plain DDP's parameters. */
-Test(ddp_mlp, zero1_ends_bit_identical_to_plain_ddp_on_two_ranks)
+ * ZeRO-1 and ZeRO-2 (Adam on the shards) must end with exactly plain DDP's parameters (also
+ * with W2 registered as 4 row blocks: each element's gradient is the same dot product). Per
+ * rank state (gradients + optimizer + staging): DDP 3 x the 2678824 parameter bytes; ZeRO-1
+ * the full gradients + half the moments; ZeRO-2 half the gradients + half the moments + its 2
+ * staging buffers, each sized for its buckets: with W2 in 4 blocks of 0.25 MiB (the largest
+ * buckets), 2 x 0.25 MiB, clearly below ZeRO-1. */
+Test(ddp_mlp, zero1_and_zero2_end_bit_identical_to_plain_ddp_on_two_ranks)
 {
-    char h0[32], h1[32];
-    unsetenv("BRAID_ROOT");
-    run_hash("--zero", "0", h0, sizeof(h0));
-    run_hash("--zero", "1", h1, sizeof(h1));
+    char h0[32], h1[32], h2[32], h3[32];
+    const size_t bytes = 2678824; /* 784*512 + 512 + 512*512 + 512 + 512*10 + 10 floats */
+    size_t s0 = run_hash("--zero", "0", NULL, NULL, h0, sizeof(h0));
+    size_t s1 = run_hash("--zero", "1", NULL, NULL, h1, sizeof(h1));
     cr_assert_str_eq(h0, h1, "ZeRO-1 and plain DDP ended with different parameters");
-}
-
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-    close(s);
-    return ntohs(a.sin_port);
+    size_t s2 = run_hash("--zero", "2", NULL, NULL, h2, sizeof(h2));
+    cr_assert_str_eq(h0, h2, "ZeRO-2 and plain DDP ended with different parameters");
+    size_t s3 = run_hash("--zero", "2", "--w2-blocks", "4", h3, sizeof(h3));
+    cr_assert_str_eq(h0, h3, "ZeRO-2 with W2 in 4 blocks and plain DDP ended differently");
+    cr_assert_eq(s0, 3 * bytes, "DDP state %zu", s0);
+    cr_assert_eq(s1, bytes + bytes / 2 * 2, "ZeRO-1 state %zu", s1);
+    cr_assert_eq(s3, bytes / 2 + bytes / 2 * 2 + 2 * ((size_t)1 << 18), "ZeRO-2 state %zu", s3);
+    cr_assert(s2 < s1 && s3 < s1 && s1 < s0, "state bytes: DDP %zu ZeRO-1 %zu ZeRO-2 %zu / %zu", s0,
+              s1, s2, s3);
 }
 
 Test(ddp_mlp, rank_killed_mid_training_every_survivor_exits_nonzero_naming_it)
 {
-    const int n = 3;
     char prog[PATH_MAX + 16];
     snprintf(prog, sizeof(prog), "%s/ddp_mlp", g_bin);
-    char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
-    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", free_port());
-    snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
-    pid_t pids[3];
-    char rk[3][32], outs[3][16], errs[3][16];
     char *argv[] = {prog,      "--epochs", "100", "--train-limit", "3000", "--test-limit", "300",
                     "--batch", "60",       NULL};
-    for (int r = 0; r < n; r++) {
-        snprintf(rk[r], sizeof(rk[r]), "BRAID_RANK=%d", r);
-        snprintf(outs[r], sizeof(outs[r]), "out%d", r);
-        snprintf(errs[r], sizeof(errs[r]), "err%d", r);
-        char *env[] = {rk[r], nr, root, secret, "BRAID_TIMEOUT=20", NULL};
-        pids[r] = spawn(argv, outs[r], errs[r], env);
-    }
-    /* Mid-training: after rank 0 has reported its second epoch. */
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof(p), "%s/out0", g_dir);
-    double t0 = now_s();
-    int seen = 0;
-    while (!seen && now_s() - t0 < 150) {
-        char *o = slurp(p);
-        seen = strstr(o, "epoch 2 ") != NULL;
-        free(o);
-        if (!seen) usleep(50000);
-    }
-    cr_assert(seen, "rank 0 never reported epoch 2");
-    kill(pids[1], SIGKILL);
-    double tk = now_s();
-    int st;
-    waitpid(pids[1], &st, 0);
-    for (int r = 0; r < n; r++) {
-        if (r == 1) continue;
-        int w = wait_for(pids[r], 30, &st);
-        double dt = now_s() - tk;
-        snprintf(p, sizeof(p), "%s/err%d", g_dir, r);
-        char *err = slurp(p);
-        cr_assert_eq(w, 0, "rank %d still running 30 s after rank 1 was killed; stderr:\n%s", r,
-                     err);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "rank %d: status %d; stderr:\n%s", r, st,
-                  err);
-        cr_assert(strstr(err, "rank 1"), "rank %d's error does not name rank 1:\n%s", r, err);
-        cr_assert(dt < 25, "rank %d took %.1f s to fail", r, dt);
-        fprintf(stderr, "ddp_mlp rank %d exited %d after %.2f s: %s", r, WEXITSTATUS(st), dt, err);
-        free(err);
-    }
+    const char *name[] = {"rank 1", NULL, "rank 1"};
+    tr_kill_mid_training(g_dir, argv, 3, 1, name);
 }

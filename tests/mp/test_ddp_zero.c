@@ -27,13 +27,7 @@ typedef struct {
 
 static void adam(float *p, const float *g, float *m, float *v, size_t n, int t)
 {
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    for (size_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        p[i] -= LR * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
-    }
+    dm_adam(p, g, m, v, n, t, LR);
 }
 
 static int ready_all(braid_ddp_t ddp, int np)
@@ -87,12 +81,7 @@ static int zero_fn(braid_comm_t comm, int rank, int n, void *arg)
         MP_CHECK(rank, !braid_ddp_shard(dz, b, &sh), "shard: %s", braid_ddp_last_error());
         braid_ddp_bucket_info_t in;
         braid_ddp_bucket_info(dz, b, &in);
-        size_t per = (in.count + (size_t)n - 1) / (size_t)n;
-        size_t want = in.count > (size_t)rank * per ? in.count - (size_t)rank * per : 0;
-        if (want > per) want = per;
-        MP_CHECK(rank, sh.offset == (size_t)rank * per && sh.count == want,
-                 "bucket %d (%zu): shard at %zu of %zu, expected %zu of %zu", b, in.count,
-                 sh.offset, sh.count, (size_t)rank * per, want);
+        MP_CHECK(rank, !dm_check_shard_layout(&sh, &in, rank, n), "bucket %d", b);
         uneven += in.count % (size_t)n != 0;
         sz[b].m = calloc(sh.count + 1, sizeof(float));
         sz[b].v = calloc(sh.count + 1, sizeof(float));
@@ -117,12 +106,7 @@ static int zero_fn(braid_comm_t comm, int rank, int n, void *arg)
         for (int i = 0; i < a.nparams; i++)
             adam(a.p[i], a.g[i], sa[i].m, sa[i].v, a.count[i], step);
         /* sum over ranks of |local gradient|: the scale of the rounding of either reduction */
-        for (int i = 0; i < z.nparams; i++) {
-            for (size_t e = 0; e < z.count[i]; e++)
-                mag[i][e] = fabsf(z.g[i][e]);
-            MP_OK(rank,
-                  braid_allreduce(mag[i], mag[i], z.count[i], BRAID_FLOAT32, BRAID_SUM, comm));
-        }
+        MP_OK(rank, dm_grad_magnitudes(&z, mag, comm));
         MP_CHECK(rank, !ready_all(dz, z.nparams), "ready: %s", braid_ddp_last_error());
         MP_CHECK(rank, !braid_ddp_finish(dz), "finish: %s", braid_ddp_last_error());
         /* the shard's reduced gradients equal plain DDP's */
@@ -132,29 +116,15 @@ static int zero_fn(braid_comm_t comm, int rank, int n, void *arg)
             braid_ddp_bucket_info_t in;
             braid_ddp_bucket_info(dz, b, &in);
             const float *g = sh.grad;
-            for (size_t e = 0; e < sh.count; e++) {
-                size_t at = sh.offset + e, off = 0;
-                int k = 0; /* the parameter holding bucket element at */
-                while (k < in.nparams && off + z.count[in.params[k]] <= at)
-                    off += z.count[in.params[k++]];
-                float want = a.g[in.params[k]][at - off];
-                float bound = 2.0f * (float)n * 0x1p-24f * mag[in.params[k]][at - off];
-                MP_CHECK(rank, fabsf(g[e] - want) <= bound,
-                         "step %d bucket %d elem %zu: %.9g vs DDP %.9g (bound %.3g)", step, b, at,
-                         g[e], want, bound);
-            }
+            MP_CHECK(rank, !dm_check_shard(&sh, &in, z.count, a.g, mag, n), "step %d bucket %d",
+                     step, b);
             adam(sh.param, g, sz[b].m, sz[b].v, sh.count, step);
         }
         MP_CHECK(rank, !braid_ddp_gather_params(dz), "gather: %s", braid_ddp_last_error());
         dm_sgd(&a, 0); /* zero a's gradients */
-        uint64_t h = dm_hash(&z), all[8];
-        MP_OK(rank, braid_allgather(&h, all, 1, BRAID_UINT64, comm));
-        for (int q = 0; q < n; q++)
-            MP_CHECK(rank, all[q] == all[0], "step %d: rank %d's parameters differ", step, q);
-        double d = 0;
-        for (int i = 0; i < a.nparams; i++)
-            for (size_t e = 0; e < a.count[i]; e++)
-                d = fmax(d, fabs((double)a.p[i][e] - (double)z.p[i][e]));
+        int q = dm_first_differing_rank(&z, comm);
+        MP_CHECK(rank, q == -1, "step %d: rank %d's parameters differ", step, q);
+        double d = dm_maxabsdiff(&a, &z);
         MP_CHECK(rank, d <= LR * 1e-3, "step %d: ZeRO-1 parameters differ from DDP by %.3g", step,
                  d);
         maxd = fmax(maxd, d);

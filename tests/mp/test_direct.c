@@ -7,7 +7,9 @@
  * mismatched calls (another count, another collective) fail naming both; abort from another
  * thread ends a wait; the cost model takes the path by itself on one host; BRAID_DIRECT_BLOCK=0
  * turns it off; buffers from braid_mem_alloc (all ranks, or some) are read in place, and the
- * allocator checks its arguments. */
+ * allocator checks its arguments; when no peer can open a rank's descriptors through /proc
+ * (every rank non-dumpable, without CAP_SYS_PTRACE) such buffers are copied in instead;
+ * streaming stores for the output (BRAID_NT_MIN) give the same results. */
 #include "algos/algo.h"
 #include "algos/direct.h"
 #include "core/comm.h"
@@ -16,11 +18,16 @@
 #include "reduce/reduce.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -196,11 +203,45 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     return 0;
 }
 
+/* This process becomes non-dumpable and drops CAP_SYS_PTRACE: no peer can open its descriptors
+ * through /proc/<pid>/fd, nor it a non-dumpable peer's (ptrace access mode read). */
+static int seal_proc_fds(int rank)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct cd[2];
+    MP_CHECK(rank, syscall(SYS_capget, &h, cd) == 0, "capget: %s", strerror(errno));
+    cd[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    MP_CHECK(rank, syscall(SYS_capset, &h, cd) == 0, "capset: %s", strerror(errno));
+    MP_CHECK(rank, prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0, "prctl: %s", strerror(errno));
+    return 0;
+}
+
+/* The sealing works: this rank cannot open its successor's standard input through /proc. */
+static int check_sealed(braid_comm_t c, int rank, int n)
+{
+    int32_t me = (int32_t)getpid(), *pids = calloc((size_t)n, sizeof(int32_t));
+    MP_CHECK(rank, pids != NULL, "out of memory");
+    MP_OK(rank, braid_allgather(&me, pids, 1, BRAID_INT32, c));
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/0", (int)pids[(rank + 1) % n]);
+    free(pids);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) close(fd);
+    MP_CHECK(rank, fd < 0, "%s opened although its process is sealed", path);
+    return 0;
+}
+
 static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
 {
     mapped_bufs = arg ? *(int *)arg : 0;
+    int sealed = mapped_bufs == 3;
+    if (sealed) {
+        mapped_bufs = 1;
+        if (seal_proc_fds(rank)) return 1;
+    }
     braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
     MP_CHECK(rank, c != NULL, "no communicator");
+    if (sealed && n > 1 && check_sealed(c, rank, n)) return 1;
     size_t counts[] = {0, 1, 7, 1009, 70001};
     size_t ncounts = quick() ? 4 : 5, big = quick() ? 3001 : 100000;
     int colls[] = {BRAID_COLL_REDUCE_SCATTER, BRAID_COLL_ALLGATHER, BRAID_COLL_BROADCAST,
@@ -258,6 +299,30 @@ Test(direct, mapped_buffers_every_collective_n_1_to_8)
         if (n > 1)
             cr_assert_eq(mp_run(n, other_collectives, &odd, 300), 0,
                          "n=%d odd ranks mapped: some rank failed (see stderr)", n);
+    }
+}
+
+/* Every rank sealed (seal_proc_fds): the probe at setup fails, and buffers from braid_mem_alloc
+ * are copied into the segments (without the probe every call would fail mapping them). */
+Test(direct, mapped_buffers_copied_when_peers_cannot_open_them)
+{
+    int sealed = 3;
+    quick_blocks();
+    for (int n = 2; n <= 5; n += quick() ? 3 : 1)
+        cr_assert_eq(mp_run(n, other_collectives, &sealed, 300), 0,
+                     "n=%d sealed: some rank failed (see stderr)", n);
+}
+
+/* BRAID_NT_MIN=1: every output copy with streaming stores (unaligned, in place, every size):
+ * the same results. */
+Test(direct, streaming_stores_give_the_same_results)
+{
+    int all = 1;
+    quick_blocks();
+    setenv("BRAID_NT_MIN", "1", 1);
+    for (int n = 2; n <= 3; n++) {
+        cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0, "n=%d: some rank failed", n);
+        cr_assert_eq(mp_run(n, other_collectives, &all, 300), 0, "n=%d mapped: failed", n);
     }
 }
 

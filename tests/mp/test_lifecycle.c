@@ -388,7 +388,7 @@ static braid_result_t blocking_call(block_kind_t k, float *buf, braid_comm_t com
         r = braid_recv(buf, COUNT, BRAID_FLOAT32, 1, comm);
         break;
     case BLOCK_ALLTOALL:
-        r = braid_alltoall(buf, buf + COUNT, COUNT / 2, BRAID_FLOAT32, comm);
+        r = braid_alltoall(buf, buf + 2 * COUNT, COUNT, BRAID_FLOAT32, comm);
         break;
     case BLOCK_GROUP_RECV:
         braid_group_start();
@@ -409,9 +409,10 @@ static int destroy_during_p2p(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)n;
     block_kind_t k = *(const block_kind_t *)arg;
-    float *buf = calloc(2 * COUNT, sizeof(float));
+    /* alltoall: blocks of COUNT (a block must not fit in the send/recv FIFO either) */
+    float *buf = calloc(4 * COUNT, sizeof(float));
     MP_CHECK(rank, buf, "out of memory");
-    for (size_t i = 0; i < 2 * COUNT; i++)
+    for (size_t i = 0; i < 4 * COUNT; i++)
         buf[i] = (float)(rank * 5 + (int)(i % 13));
     if (rank == 0) {
         later_t l = {.comm = comm, .delay_ms = 300};
@@ -443,7 +444,7 @@ static int destroy_during_p2p(braid_comm_t comm, int rank, int n, void *arg)
     usleep(1500 * 1000);
     double t0 = now_s();
     braid_result_t r = k == BLOCK_ALLTOALL
-                           ? braid_alltoall(buf, buf + COUNT, COUNT / 2, BRAID_FLOAT32, comm)
+                           ? braid_alltoall(buf, buf + 2 * COUNT, COUNT, BRAID_FLOAT32, comm)
                            : braid_send(buf, COUNT, BRAID_FLOAT32, 0, comm);
     double el = now_s() - t0;
     free(buf);

@@ -42,7 +42,10 @@ typedef enum {
     SEND_VS_BCAST,
     SEND_VS_ALLTOALL,
     RECV_VS_ALLTOALL,
-    ALLTOALL_VS_ALLREDUCE /* rank n-1 calls alltoall, the others all-reduce */
+    ALLTOALL_VS_ALLREDUCE, /* rank n-1 calls alltoall, the others all-reduce */
+    /* rank n-1 sends to rank 0, its ring successor (which sends it nothing in the ring when
+     * n = 3, but waits for it), while the others call all-reduce */
+    SEND_TO_SUCCESSOR
 } kind_t;
 
 typedef struct {
@@ -112,6 +115,9 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
         return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
     case ALLTOALL_VS_ALLREDUCE:
         if (odd) return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
+        return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case SEND_TO_SUCCESSOR:
+        if (odd) return braid_send(buf, 4 * c->count, BRAID_FLOAT32, 0, comm);
         return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
     case REJECTED_SPLIT: {
         braid_comm_t nc = NULL;
@@ -311,4 +317,13 @@ Test(mismatch, p2p_call_against_a_collective)
     /* A buffered send returns; the sender's next call (the barrier) meets the collective. */
     case_t small = {SEND_VS_ALLREDUCE, 16, "barrier", "allreduce"};
     run_all(&small);
+}
+
+/* A send of 16 MiB (more than the FIFOs and tcp's socket buffers) to the ring successor,
+ * whose all-reduce sends the sender nothing with 3 ranks but waits for it: the successor's
+ * notice tells the blocked sender. */
+Test(mismatch, large_send_to_the_ring_successor_against_a_collective)
+{
+    case_t c = {SEND_TO_SUCCESSOR, (size_t)1 << 20, "called send", "called allreduce"};
+    run_all(&c);
 }

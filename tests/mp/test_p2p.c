@@ -187,6 +187,110 @@ Test(p2p, ring_over_tcp, .timeout = 240)
         cr_assert_eq(mp_run(ns[i], ring_matrix, NULL, 200), 0, "tcp n=%d", ns[i]);
 }
 
+/* ---- tcp: the send/recv connections' own message size and sockets ------------------------ */
+/* Sends, receives and an all-to-all move in messages of the connections' slots (over tcp 512
+ * KiB by default, BRAID_P2P_TCP_CHUNK_SIZE; sockets per peer BRAID_P2P_TCP_NSOCKS), but a
+ * reduce_scatterv's in messages of the collectives' chunk (its reducing receive takes the same
+ * chunk from every peer): both checked with blocks of several messages either way. */
+static int tcp_sizes(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    size_t rc[8], tot = 0;
+    for (int i = 0; i < n; i++)
+        tot += rc[i] = (size_t)(i + 1) * 150001 + (size_t)i;
+    float *in = xmalloc(tot * 4), *out = xmalloc(tot * 4);
+    data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, tot, 77);
+    size_t off = 0;
+    for (int i = 0; i < rank; i++)
+        off += rc[i];
+    MP_OK(rank, braid_reduce_scatterv(in, out, rc, BRAID_FLOAT32, BRAID_SUM, comm));
+    MP_CHECK(
+        rank,
+        !data_check_reduced(out, BRAID_FLOAT32, BRAID_SUM, n, off, rc[rank], 77, "reduce_scatterv"),
+        "reduce_scatterv of %zu", rc[rank]);
+    size_t c = 350003; /* 1.4 MB per peer */
+    float *a = xmalloc(c * 4 * (size_t)n), *b = xmalloc(c * 4 * (size_t)n);
+    for (int d = 0; d < n; d++)
+        data_fill(a + (size_t)d * c, BRAID_FLOAT32, BRAID_SUM, rank, 0, c, seed_of(rank, d, 5));
+    MP_OK(rank, braid_alltoall(a, b, c, BRAID_FLOAT32, comm));
+    for (int s = 0; s < n; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "alltoall block from %d", s);
+        MP_CHECK(rank,
+                 !data_check_rank(b + (size_t)s * c, BRAID_FLOAT32, BRAID_SUM, s, 0, c,
+                                  seed_of(s, rank, 5), what),
+                 "%s", what);
+    }
+    free(in);
+    free(out);
+    free(a);
+    free(b);
+    return 0;
+}
+
+Test(p2p, tcp_message_size_and_sockets, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    /* default; smaller than the collectives' chunk (raised to it); odd sizes; the most */
+    const char *sets[][2] = {{NULL, NULL}, {"100", "1"}, {"200000", "3"}, {"2M", "8"}};
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+        if (sets[i][0]) setenv("BRAID_P2P_TCP_CHUNK_SIZE", sets[i][0], 1);
+        if (sets[i][1]) setenv("BRAID_P2P_TCP_NSOCKS", sets[i][1], 1);
+        pairs_t o = {.order = 2, .count = 300007};
+        cr_assert_eq(mp_run(3, all_pairs, &o, 200), 0, "pairs, set %zu", i);
+        cr_assert_eq(mp_run(3, tcp_sizes, NULL, 200), 0, "collectives, set %zu", i);
+    }
+    unsetenv("BRAID_P2P_TCP_CHUNK_SIZE");
+    unsetenv("BRAID_P2P_TCP_NSOCKS");
+}
+
+/* ---- grouped send/recv followed by collectives, over tcp ---------------------------------- */
+/* The perf tools' pattern: a ring exchange of a multi-frame message, then a small all-reduce
+ * and a barrier, many times. A rank whose exchange finished with frames still queued in the
+ * transport (tcp: not yet in the kernel) enters the collective at once; its peer, still
+ * receiving those frames, sees the collective's messages on other sockets: never a mismatch
+ * (braid_p2p_flush, and check_coll_foreign's wait for a receive from an asynchronous
+ * sender). Every exchange's data is checked. */
+static int exchange_then_collective(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    int iters = quick() ? 40 : 120;
+    for (int it = 0; it < iters; it++) {
+        size_t count = (it % 3 == 0 ? 300007 : 70001) + (size_t)it; /* 2.2 MB / 0.5 MB float32 */
+        float *in = xmalloc(count * 4), *out = xmalloc(count * 4);
+        data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_send(in, count, BRAID_FLOAT32, next, comm));
+        MP_OK(rank, braid_recv(out, count, BRAID_FLOAT32, prev, comm));
+        MP_OK(rank, braid_group_end());
+        char what[96];
+        snprintf(what, sizeof(what), "exchange %d (count %zu) from rank %d", it, count, prev);
+        MP_CHECK(rank,
+                 !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, count,
+                                  seed_of(prev, rank, it), what),
+                 "%s", what);
+        int64_t v = rank + it, sum = 0;
+        MP_OK(rank, braid_allreduce(&v, &sum, 1, BRAID_INT64, BRAID_SUM, comm));
+        MP_CHECK(rank, sum == (int64_t)n * (n - 1) / 2 + (int64_t)n * it, "all-reduce %d: %lld", it,
+                 (long long)sum);
+        if (it % 4 == 3) MP_OK(rank, braid_barrier(comm));
+        free(in);
+        free(out);
+    }
+    return 0;
+}
+
+Test(p2p, exchange_then_collectives_over_tcp, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    setenv("BRAID_YIELD_US", "0", 1); /* mismatch checks as soon as a receive waits */
+    int ns[] = {2, 3};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+        cr_assert_eq(mp_run(ns[i], exchange_then_collective, NULL, 200), 0, "tcp n=%d", ns[i]);
+    unsetenv("BRAID_YIELD_US");
+}
+
 /* ---- order per pair, blocking and non-blocking forms without groups ----------------------- */
 static int in_order(braid_comm_t comm, int rank, int n, void *arg)
 {

@@ -152,6 +152,12 @@ Test(configlint, transport_settings_checked_at_init, .timeout = 30)
               "%s", braid_last_error());
     unsetenv("BRAID_NSOCKS_PERPEER");
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    setenv("BRAID_P2P_TCP_NSOCKS", "9", 1);
+    cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "BRAID_P2P_TCP_NSOCKS='9' is not an integer in [0, 8]"),
+              "%s", braid_last_error());
+    unsetenv("BRAID_P2P_TCP_NSOCKS");
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
     cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
     braid_comm_destroy(comm);
 }

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 typedef struct {
-    int n, nch, nslots;
+    int n, nch, nblk, nslots;
     size_t slot_bytes;
     int coll, algo;
     braid_datatype_t dt;
@@ -127,8 +127,9 @@ static braid_twin_args_t args_of(const twin_case_t *t, const bufs_t *b, uint32_t
 static size_t run_serial(const twin_case_t *t, braid_twin_world_t **w_p, uint64_t *waits_p)
 {
     braid_twin_world_t *w;
-    cr_assert_eq(braid_twin_world_create(t->n, t->nch, t->nslots, t->slot_bytes, &w), BRAID_SUCCESS,
-                 "%s", braid_last_error());
+    cr_assert_eq(
+        braid_twin_world_create(t->n, t->nch, t->nblk ? t->nblk : 1, t->nslots, t->slot_bytes, &w),
+        BRAID_SUCCESS, "%s", braid_last_error());
     bufs_t b[8];
     braid_twin_rank_t *r[8];
     for (int i = 0; i < t->n; i++) {
@@ -197,6 +198,7 @@ static void sweep(int coll, int algo)
                     int n = nranks[ni];
                     twin_case_t t = {.n = n,
                                      .nch = algo == BRAID_PLAN_RING ? 2 : 1,
+                                     .nblk = 1 + (int)((ci + ni + (size_t)dt) % 3),
                                      .nslots = 4,
                                      .slot_bytes = 96,
                                      .coll = coll,
@@ -297,7 +299,7 @@ Test(twin, pipelining_fills_the_fifo, .timeout = 60)
 Test(twin, mismatched_collective_is_named, .timeout = 30)
 {
     braid_twin_world_t *w;
-    cr_assert_eq(braid_twin_world_create(2, 1, 4, 64, &w), BRAID_SUCCESS);
+    cr_assert_eq(braid_twin_world_create(2, 1, 1, 4, 64, &w), BRAID_SUCCESS);
     float x[8] = {0}, y[8];
     braid_twin_args_t a = {.coll = BRAID_COLL_ALLREDUCE,
                            .dtype = BRAID_FLOAT32,
@@ -327,7 +329,7 @@ Test(twin, mismatched_collective_is_named, .timeout = 30)
 Test(twin, abort_ends_a_waiting_channel, .timeout = 30)
 {
     braid_twin_world_t *w;
-    cr_assert_eq(braid_twin_world_create(3, 1, 4, 64, &w), BRAID_SUCCESS);
+    cr_assert_eq(braid_twin_world_create(3, 1, 1, 4, 64, &w), BRAID_SUCCESS);
     int32_t x[40] = {0}, y[40];
     braid_twin_args_t a = {.coll = BRAID_COLL_ALLREDUCE,
                            .dtype = BRAID_INT32,
@@ -340,10 +342,102 @@ Test(twin, abort_ends_a_waiting_channel, .timeout = 30)
     braid_twin_rank_t *r0;
     cr_assert_eq(braid_twin_rank_prepare(w, 0, &a, &r0), BRAID_SUCCESS);
     cr_assert_eq(braid_twin_rank_poll(r0, 100), 0); /* blocked: its peers never run */
-    braid_twin_world_abort(w);
+    braid_twin_rank_abort(w, 0);                    /* its own abort word */
     cr_assert_eq(braid_twin_rank_poll(r0, 100), BRAID_ERR_ABORTED);
+    cr_assert(strstr(braid_last_error(), "channel 0 aborted at step 1"), "%s", braid_last_error());
     braid_twin_rank_free(r0);
     braid_twin_world_destroy(w);
+}
+
+/* A failing peer sets the in-band abort word of the FIFOs it shares: the waiting lane names
+ * the peer it waited for. */
+Test(twin, in_band_abort_names_the_peer, .timeout = 30)
+{
+    braid_twin_world_t *w;
+    cr_assert_eq(braid_twin_world_create(3, 1, 2, 4, 64, &w), BRAID_SUCCESS);
+    int32_t x[40] = {0}, y[40];
+    braid_twin_args_t a = {.coll = BRAID_COLL_ALLREDUCE,
+                           .dtype = BRAID_INT32,
+                           .op = BRAID_SUM,
+                           .count = 40,
+                           .sendbuf = x,
+                           .recvbuf = y,
+                           .seq = 1,
+                           .root = -1};
+    braid_twin_rank_t *r1;
+    cr_assert_eq(braid_twin_rank_prepare(w, 1, &a, &r1), BRAID_SUCCESS);
+    cr_assert_eq(braid_twin_rank_poll(r1, 10), 0);
+    braid_twin_world_abort(w);
+    cr_assert_eq(braid_twin_rank_poll(r1, 10), BRAID_ERR_REMOTE);
+    cr_assert(strstr(braid_last_error(), "from rank 0 (ring link) was aborted"), "%s",
+              braid_last_error());
+    braid_twin_rank_free(r1);
+    braid_twin_world_destroy(w);
+}
+
+/* A rank whose peers never run times out in the host loop, naming where it waits. */
+Test(twin, no_progress_times_out_naming_the_wait, .timeout = 30)
+{
+    braid_twin_world_t *w;
+    cr_assert_eq(braid_twin_world_create(4, 2, 1, 2, 64, &w), BRAID_SUCCESS);
+    float x[100] = {0}, y[100];
+    braid_twin_args_t a = {.coll = BRAID_COLL_BROADCAST,
+                           .dtype = BRAID_FLOAT32,
+                           .op = BRAID_SUM,
+                           .count = 100,
+                           .sendbuf = x,
+                           .recvbuf = y,
+                           .seq = 3,
+                           .root = 0};
+    braid_twin_rank_t *r0;
+    cr_assert_eq(braid_twin_rank_prepare(w, 0, &a, &r0), BRAID_SUCCESS);
+    braid_twin_rank_set_timeout(r0, 0.2);
+    int st = 0;
+    for (int i = 0; i < 10000000 && st == 0; i++)
+        st = braid_twin_rank_poll(r0, 2);
+    cr_assert_eq(st, BRAID_ERR_TIMEOUT, "%d %s", st, braid_last_error());
+    /* the root fills both slots of its FIFO to rank 1, then waits for a free one */
+    cr_assert(strstr(braid_last_error(), "stuck at step 2 waiting for a free slot to rank 1"), "%s",
+              braid_last_error());
+    braid_twin_rank_free(r0);
+    braid_twin_world_destroy(w);
+}
+
+/* The block split: part b of every step is a 16-byte multiple from the step's start, the parts
+ * cover the step exactly, and sender and receiver split a message alike. */
+Test(twin, lanes_split_steps_at_16_bytes, .timeout = 30)
+{
+    for (int nparts = 1; nparts <= 5; nparts++)
+        for (size_t es = 1; es <= 8; es *= 2) {
+            braid_plan_params_t p = {.coll = BRAID_COLL_ALLREDUCE,
+                                     .nranks = 3,
+                                     .rank = 1,
+                                     .root = -1,
+                                     .count = 1000003,
+                                     .chunk = 4099,
+                                     .nchannels = 2};
+            braid_dev_step_t *whole, *parts[5];
+            uint32_t nw, np[5];
+            cr_assert_eq(braid_dev_plan_expand(&p, 1, 0, 1, es, &whole, &nw), BRAID_SUCCESS);
+            for (int b = 0; b < nparts; b++) {
+                cr_assert_eq(braid_dev_plan_expand(&p, 1, b, nparts, es, &parts[b], &np[b]),
+                             BRAID_SUCCESS);
+                cr_assert_eq(np[b], nw);
+            }
+            for (uint32_t i = 0; i < nw; i++) {
+                uint64_t at = whole[i].in_off;
+                for (int b = 0; b < nparts; b++) {
+                    cr_assert_eq(parts[b][i].in_off, at, "step %u part %d", i, b);
+                    cr_assert_eq(parts[b][i].prim, whole[i].prim);
+                    cr_assert_eq(((at - whole[i].in_off) * es) % 16, 0);
+                    at += parts[b][i].count;
+                }
+                cr_assert_eq(at, whole[i].in_off + whole[i].count, "step %u", i);
+            }
+            free(whole);
+            for (int b = 0; b < nparts; b++)
+                free(parts[b]);
+        }
 }
 
 /* ---- ranks as processes, channels as threads ---------------------------------------------- */
@@ -374,8 +468,9 @@ static int child(braid_twin_world_t *w, const twin_case_t *t, int r, uint32_t se
 static void run_procs(const twin_case_t *t, int dead_rank)
 {
     braid_twin_world_t *w;
-    cr_assert_eq(braid_twin_world_create(t->n, t->nch, t->nslots, t->slot_bytes, &w),
-                 BRAID_SUCCESS);
+    cr_assert_eq(
+        braid_twin_world_create(t->n, t->nch, t->nblk ? t->nblk : 1, t->nslots, t->slot_bytes, &w),
+        BRAID_SUCCESS);
     pid_t pids[8];
     for (int r = 0; r < t->n; r++) {
         pids[r] = fork();

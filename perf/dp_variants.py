@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Table and accuracy-vs-time plot of perf/dp_variants.sh's runs.
+
+    perf/dp_variants.py OUT_DIR ROW... --setups SETUP...
+
+Reads OUT_DIR/<setup>-<row>.log (ddp_mlp's output: `eval step S wall_s W test_acc A` lines and
+the `comm_bytes_per_step ...` line), writes OUT_DIR/table.md (also printed) and
+OUT_DIR/accuracy_vs_time.png (gnuplot; skipped with a note if it is missing)."""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+NAMES = {"shm2": "shm, 2 ranks", "net2": "2 hosts, 1 Gbit/s"}
+
+
+def parse(path):
+    evals, kv = [], {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 7 and w[0] == "eval":
+                evals.append((int(w[2]), float(w[4]), float(w[6])))
+            elif w and w[0] == "comm_bytes_per_step":
+                kv = {w[i]: float(w[i + 1]) for i in range(0, len(w) - 1, 2)}
+    evals.sort()
+    return evals, kv
+
+
+def time_to(evals, target):
+    prev = (0.0, 0.0)
+    for _, t, a in evals:
+        if a >= target:
+            if a == prev[1]:
+                return t
+            return prev[0] + (t - prev[0]) * (target - prev[1]) / (a - prev[1])
+        prev = (t, a)
+    return None
+
+
+def mb(x):
+    return f"{x / 1e6:.3f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("rows", nargs="+")
+    ap.add_argument("--setups", nargs="+", default=["shm2"])
+    a = ap.parse_args()
+    lines = ["| setup | row | final test acc | time to 85% (s) | MB sent/step/rank | "
+             "state MB/rank (grad + opt + extra) | step ms |", "|---|---|---|---|---|---|---|"]
+    curves = {}
+    for s in a.setups:
+        for r in a.rows:
+            p = os.path.join(a.out, f"{s}-{r}.log")
+            if not os.path.exists(p):
+                continue
+            ev, kv = parse(p)
+            if not ev or not kv:
+                lines.append(f"| {NAMES.get(s, s)} | {r} | failed (see {os.path.basename(p)}) "
+                             "| | | | |")
+                continue
+            curves.setdefault(s, []).append((r, ev))
+            t85 = time_to(ev, 0.85)
+            step, wall, acc = ev[-1]
+            extra = kv.get("staging_bytes", 0) + kv.get("hook_bytes", 0)
+            state = "-"  # a mode that prints only comm_bytes_per_step
+            if "state_bytes" in kv:
+                state = (f"{mb(kv['state_bytes'])} ({mb(kv['grad_bytes'])} + "
+                         f"{mb(kv['optimizer_bytes'])} + {mb(extra)})")
+            lines.append(
+                f"| {NAMES.get(s, s)} | {r} | {acc * 100:.2f}% | "
+                f"{'-' if t85 is None else f'{t85:.1f}'} | {mb(kv['comm_bytes_per_step'])} | "
+                f"{state} | {wall / step * 1e3:.2f} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(table)
+    print(table, end="")
+    if not curves:
+        return 1
+    # the plot with gnuplot, as the other perf scripts draw theirs
+    gp = ["set terminal pngcairo noenhanced size %d,480 font ',10'" % (620 * len(curves)),
+          "set output '%s'" % os.path.join(a.out, "accuracy_vs_time.png"),
+          "set multiplot layout 1,%d" % len(curves)]
+    tmp = []
+    for s, cs in curves.items():
+        plots = []
+        for r, ev in cs:
+            f = tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False)
+            f.write("".join(f"{e[1]} {e[2] * 100}\n" for e in ev))
+            f.close()
+            tmp.append(f.name)
+            plots.append(f"'{f.name}' using 1:2 with linespoints pt 7 ps 0.5 title '{r}'")
+        gp += [f"set title 'ddp_mlp on Fashion-MNIST, {NAMES.get(s, s)}'",
+               "set xlabel 'training time (s, evaluations excluded)'",
+               "set ylabel 'test accuracy (%)'", "set grid", "set key bottom right",
+               "plot " + ", ".join(plots) + ", 85 with lines dt 2 lc 'grey' title '85%'"]
+    gp.append("unset multiplot")
+    try:
+        p = subprocess.run(["gnuplot"], input="\n".join(gp) + "\n", text=True)
+    except FileNotFoundError:
+        print("gnuplot missing: no plot", file=sys.stderr)
+        return 0
+    finally:
+        for t in tmp:
+            os.remove(t)
+    return p.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

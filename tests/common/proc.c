@@ -1,0 +1,81 @@
+#include "proc.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double proc_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int proc_bin_dir(char *out, size_t len)
+{
+    const char *env = getenv("BRAID_BIN_DIR");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return 0;
+    }
+    ssize_t n = readlink("/proc/self/exe", out, len - 1);
+    if (n <= 0) return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = '\0';
+    return 0;
+}
+
+pid_t proc_spawn(const char *dir, char *const argv[], const char *out, const char *err,
+                 char *const *env)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof(p), "%s/%s", dir, out);
+        int fo = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        snprintf(p, sizeof(p), "%s/%s", dir, err);
+        int fe = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (int i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int proc_wait(pid_t pid, double timeout_s, int *status)
+{
+    double t0 = proc_now_s();
+    while (proc_now_s() - t0 < timeout_s) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 0;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
+}
+
+char *proc_slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return strdup("");
+    char *buf = calloc(1, 1 << 20);
+    if (!buf) {
+        fclose(f);
+        return strdup("");
+    }
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}

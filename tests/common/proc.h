@@ -1,0 +1,24 @@
+/* Child processes for the tests that run whole programs (the trainer, launchers): start one
+ * with its output in files, wait for it with a deadline, read a file back. */
+#ifndef BRAID_TEST_PROC_H
+#define BRAID_TEST_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Forks and execs argv[0] with stdout to dir/out and stderr to dir/err, after putenv() of
+ * every entry of env (NULL-ended; may be NULL). Returns the child's pid (-1: fork failed). */
+pid_t proc_spawn(const char *dir, char *const argv[], const char *out, const char *err,
+                 char *const *env);
+/* Waits up to timeout_s for pid: 0 when it exited (its waitpid status in *status), -1 when it
+ * was SIGKILLed at the deadline (then reaped). */
+int proc_wait(pid_t pid, double timeout_s, int *status);
+/* The folder of the programs the tests run: $BRAID_BIN_DIR, else this executable's folder.
+ * 0, or -1 when neither can be read. */
+int proc_bin_dir(char *out, size_t len);
+/* CLOCK_MONOTONIC seconds. */
+double proc_now_s(void);
+/* The file's first MiB as a string (free() it); "" when it cannot be opened. */
+char *proc_slurp(const char *path);
+
+#endif

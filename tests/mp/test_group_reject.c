@@ -1,0 +1,306 @@
+/* A call that fails its argument checks inside a group (braid_group_start/end) on one rank
+ * only: none of that rank's calls of the group is issued, but each tells its peers, so every
+ * rank ends in an error within a second (never a timeout, never success everywhere), on shm
+ * and tcp, with 2 and 3 ranks. The last rank (rank n-1) is the odd one out. A peer whose own
+ * part of the group was complete (a buffered send, data from ranks that agreed) may return
+ * success from its group end: its next call (a barrier) must then fail.
+ * When every rank rejects the same group, nothing ran and the communicator stays usable. */
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef enum {
+    BAD_PEER,  /* ring exchange (send to next, recv from prev): rank n-1's send names peer n+6 */
+    BAD_DTYPE, /* ring exchange: rank n-1's send has dtype 99 */
+    BAD_BUF,   /* ring exchange: rank n-1's recv has recvbuf NULL */
+    BAD_OP,    /* an all-reduce (op 99 on rank n-1), then the ring exchange */
+    BAD_A2A,   /* an alltoall (dtype 99 on rank n-1), then an all-reduce */
+    LONE_PEER, /* rank n-1: a send to peer n+6 alone; rank 0: a receive from rank n-1 */
+} kind_t;
+
+typedef struct {
+    kind_t kind;
+    size_t count;
+    const char *why; /* the rejected call's message on rank n-1 contains it */
+} case_t;
+
+/* Issues the group's calls; *bad = the result of the rejected one on rank n-1. */
+static void group_calls(const case_t *c, braid_comm_t comm, int rank, int n, float *in, float *out,
+                        braid_result_t *bad)
+{
+    int odd = rank == n - 1, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    size_t k = c->count;
+    braid_result_t r;
+    *bad = BRAID_SUCCESS;
+    switch (c->kind) {
+    case BAD_PEER:
+    case BAD_DTYPE:
+    case BAD_BUF:
+    case BAD_OP:
+        if (c->kind == BAD_OP) {
+            r = braid_allreduce(in, out + k, k, BRAID_FLOAT32, odd ? (braid_redop_t)99 : BRAID_SUM,
+                                comm);
+            if (odd) *bad = r;
+        }
+        r = braid_send(in, k, odd && c->kind == BAD_DTYPE ? (braid_datatype_t)99 : BRAID_FLOAT32,
+                       odd && c->kind == BAD_PEER ? n + 6 : next, comm);
+        if (odd && (c->kind == BAD_PEER || c->kind == BAD_DTYPE)) *bad = r;
+        r = braid_recv(odd && c->kind == BAD_BUF ? NULL : out, k, BRAID_FLOAT32, prev, comm);
+        if (odd && c->kind == BAD_BUF) *bad = r;
+        break;
+    case BAD_A2A:
+        r = braid_alltoall(in, out, k, odd ? (braid_datatype_t)99 : BRAID_FLOAT32, comm);
+        if (odd) *bad = r;
+        braid_allreduce(in, out + 4 * k, k, BRAID_FLOAT32, BRAID_SUM, comm);
+        break;
+    case LONE_PEER:
+        if (odd) *bad = braid_send(in, k, BRAID_FLOAT32, n + 6, comm);
+        if (rank == 0) braid_recv(out, k, BRAID_FLOAT32, n - 1, comm);
+        break;
+    }
+}
+
+static int run_case(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const case_t *c = arg;
+    size_t len = 8 * c->count + 16;
+    float *in = calloc(len, sizeof(float)), *out = calloc(len, sizeof(float));
+    MP_CHECK(rank, in && out, "out of memory");
+    for (size_t i = 0; i < len; i++) {
+        in[i] = (float)(rank * 3 + (int)(i % 11));
+        out[i] = -1.0f;
+    }
+    MP_OK(rank, braid_barrier(comm)); /* start together: the time bound is the detection's */
+    double t0 = now_s();
+    int odd = rank == n - 1;
+    braid_result_t bad;
+    MP_OK(rank, braid_group_start());
+    group_calls(c, comm, rank, n, in, out, &bad);
+    braid_result_t r = braid_group_end();
+    braid_result_t first = r;
+    char first_msg[2048];
+    snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
+    if (odd) {
+        MP_CHECK(rank, bad == BRAID_ERR_INVALID_ARG, "the rejected call returned %s",
+                 braid_strerror(bad));
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "group end returned %s: %s", braid_strerror(r),
+                 first_msg);
+        MP_CHECK(rank, strstr(first_msg, c->why) && strstr(first_msg, "group call"),
+                 "group end's message lacks '%s': %s", c->why, first_msg);
+        /* None of the group's calls was issued: nothing was received. */
+        for (size_t i = 0; i < len; i++)
+            MP_CHECK(rank, out[i] == -1.0f, "out[%zu] = %g: a call of the rejected group ran", i,
+                     out[i]);
+    }
+    if (r == BRAID_SUCCESS || odd) r = braid_barrier(comm);
+    double el = now_s() - t0;
+    const char *m = braid_last_error();
+    fprintf(stderr, "rank %d/%d: group end %s (%s), then %s: %s (%.3f s)\n", rank, n,
+            braid_strerror(first), first_msg, braid_strerror(r), m, el);
+    char who[32];
+    snprintf(who, sizeof(who), "rank %d", n - 1);
+    MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r), m);
+    MP_CHECK(rank, strstr(m, who) && strstr(m, "rejected"), "message lacks '%s' / 'rejected': %s",
+             who, m);
+    MP_CHECK(rank, el < 1.0, "took %.2f s", el);
+    free(in);
+    free(out);
+    return 0;
+}
+
+static void run_all(const case_t *c)
+{
+    static const char *transports[] = {"shm", "tcp"};
+    setenv("BRAID_TIMEOUT", "20", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        for (int n = 2; n <= 3; n++)
+            cr_expect_eq(mp_run(n, run_case, (void *)c, 60), 0, "transport %s, %d ranks, kind %d",
+                         transports[t], n, (int)c->kind);
+    }
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
+
+TestSuite(group_reject, .timeout = 240);
+
+/* 5 elements: within the FIFOs (the sends are buffered); 2^20: beyond (they block). */
+static const size_t counts[] = {5, (size_t)1 << 20};
+
+Test(group_reject, send_with_a_bad_peer)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {BAD_PEER, counts[k], "is outside [0, nranks"};
+        run_all(&c);
+    }
+}
+
+Test(group_reject, send_with_a_bad_dtype)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {BAD_DTYPE, counts[k], "dtype=99"};
+        run_all(&c);
+    }
+}
+
+Test(group_reject, recv_with_a_null_buffer)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {BAD_BUF, counts[k], "recvbuf is NULL"};
+        run_all(&c);
+    }
+}
+
+Test(group_reject, allreduce_with_a_bad_op_among_sends)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {BAD_OP, counts[k], "op"};
+        run_all(&c);
+    }
+}
+
+Test(group_reject, alltoall_with_a_bad_dtype_before_an_allreduce)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {BAD_A2A, counts[k], "dtype=99"};
+        run_all(&c);
+    }
+}
+
+Test(group_reject, lone_send_with_a_bad_peer)
+{
+    for (int k = 0; k < 2; k++) {
+        case_t c = {LONE_PEER, counts[k], "is outside [0, nranks"};
+        run_all(&c);
+    }
+}
+
+/* Every rank rejects the same group (each kind above, all ranks odd): nothing ran, every rank
+ * gets BRAID_ERR_INVALID_ARG from group end without "did not match", and the communicator
+ * stays usable: a valid group of the same shape then gives the right answers. */
+static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    enum { K = 7 };
+    float in[4 * K], out[8 * K], sum[K];
+    for (int i = 0; i < 4 * K; i++)
+        in[i] = (float)(rank * 100 + i);
+    for (int kind = BAD_PEER; kind <= LONE_PEER; kind++) {
+        for (int i = 0; i < 8 * K; i++)
+            out[i] = -1.0f;
+        braid_result_t bad;
+        MP_OK(rank, braid_group_start());
+        switch (kind) {
+        case LONE_PEER:
+            bad = braid_send(in, K, BRAID_FLOAT32, n + 6, comm);
+            break;
+        case BAD_A2A:
+            bad = braid_alltoall(in, out, K, (braid_datatype_t)99, comm);
+            braid_allreduce(in, out + 4 * K, K, BRAID_FLOAT32, BRAID_SUM, comm);
+            break;
+        default: {
+            int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+            bad = BRAID_SUCCESS;
+            if (kind == BAD_OP)
+                bad = braid_allreduce(in, out + K, K, BRAID_FLOAT32, (braid_redop_t)99, comm);
+            braid_result_t s =
+                braid_send(in, K, kind == BAD_DTYPE ? (braid_datatype_t)99 : BRAID_FLOAT32,
+                           kind == BAD_PEER ? n + 6 : next, comm);
+            braid_result_t v =
+                braid_recv(kind == BAD_BUF ? NULL : out, K, BRAID_FLOAT32, prev, comm);
+            if (kind == BAD_PEER || kind == BAD_DTYPE) bad = s;
+            if (kind == BAD_BUF) bad = v;
+        }
+        }
+        braid_result_t r = braid_group_end();
+        MP_CHECK(rank, bad == BRAID_ERR_INVALID_ARG, "kind %d: the rejected call returned %s", kind,
+                 braid_strerror(bad));
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG && !strstr(braid_last_error(), "did not match"),
+                 "kind %d: group end returned %s: %s", kind, braid_strerror(r), braid_last_error());
+        for (int i = 0; i < 8 * K; i++)
+            MP_CHECK(rank, out[i] == -1.0f, "kind %d: out[%d] = %g: a rejected call ran", kind, i,
+                     out[i]);
+        /* Still usable: a ring exchange and an all-reduce, checked against the inputs. */
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_allreduce(in, sum, K, BRAID_FLOAT32, BRAID_SUM, comm));
+        MP_OK(rank, braid_send(in, K, BRAID_FLOAT32, next, comm));
+        MP_OK(rank, braid_recv(out, K, BRAID_FLOAT32, prev, comm));
+        MP_OK(rank, braid_group_end());
+        for (int i = 0; i < K; i++) {
+            float want = 0;
+            for (int q = 0; q < n; q++)
+                want += (float)(q * 100 + i);
+            MP_CHECK(rank, sum[i] == want, "kind %d: sum[%d] = %g, want %g", kind, i, sum[i], want);
+            MP_CHECK(rank, out[i] == (float)(prev * 100 + i), "kind %d: out[%d] = %g from rank %d",
+                     kind, i, out[i], prev);
+        }
+    }
+    MP_OK(rank, braid_barrier(comm));
+    return 0;
+}
+
+Test(group_reject, rejected_everywhere_leaves_the_communicator_usable)
+{
+    static const char *transports[] = {"shm", "tcp"};
+    setenv("BRAID_TIMEOUT", "20", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        for (int n = 2; n <= 3; n++)
+            cr_expect_eq(mp_run(n, all_reject, NULL, 60), 0, "transport %s, %d ranks",
+                         transports[t], n);
+    }
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
+
+/* An i-form call of a rejected group gets a request that completes with the rejection (its
+ * call was valid but is not issued); the peers fail as above. */
+static int iform_request(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float in[5] = {1, 2, 3, 4, 5}, out[5] = {-1, -1, -1, -1, -1};
+    int odd = rank == n - 1, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    braid_request_t req = NULL;
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_irecv(out, 5, BRAID_FLOAT32, prev, comm, &req));
+    braid_send(in, 5, odd ? (braid_datatype_t)99 : BRAID_FLOAT32, next, comm);
+    braid_result_t r = braid_group_end();
+    braid_result_t w = braid_wait(req);
+    if (odd) {
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "group end: %s", braid_strerror(r));
+        MP_CHECK(rank, w == BRAID_ERR_INVALID_ARG && strstr(braid_last_error(), "not issued"),
+                 "the irecv's request: %s: %s", braid_strerror(w), braid_last_error());
+        MP_CHECK(rank, out[0] == -1.0f, "the irecv ran: out[0] = %g", out[0]);
+    } else if (r == BRAID_SUCCESS) {
+        r = braid_barrier(comm);
+    }
+    if (!odd)
+        MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r),
+                 braid_last_error());
+    return 0;
+}
+
+Test(group_reject, iform_request_of_a_rejected_group)
+{
+    static const char *transports[] = {"shm", "tcp"};
+    setenv("BRAID_TIMEOUT", "20", 1);
+    for (int t = 0; t < 2; t++) {
+        setenv("BRAID_TRANSPORT", transports[t], 1);
+        for (int n = 2; n <= 3; n++)
+            cr_expect_eq(mp_run(n, iform_request, NULL, 60), 0, "transport %s, %d ranks",
+                         transports[t], n);
+    }
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
