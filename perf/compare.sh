@@ -139,9 +139,10 @@ if [ -x "$bin/membw" ]; then
             if [ -z "$algo" ]; then
                 BRAID_TRACE="$dir/algo_n$n.json" "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" \
                     -b "$size" -e "$size" -n 1 -w 0 -c 0 -d "$dtype" -o "$op" >/dev/null 2>&1 || true
+                # the call of that size (the tool's own small all-reduces run other algorithms)
                 algo=$(python3 -c "import json,sys; ev=json.load(open(sys.argv[1]))['traceEvents']; \
-print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce'][-1])" \
-                    "$dir/algo_n$n.json" 2>/dev/null || echo "?")
+print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce' and \
+e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/dev/null || echo "?")
             fi
             awk -v n="$n" -v s="$size" -v a="$algo" -v bw="${bw:-0}" -v b="$busbw" 'BEGIN {
                 roof = bw * (n - 1) / (n * n)
