@@ -21,7 +21,7 @@
 # and the script goes on with the next run).
 # Step-time pass: ROUNDS (default 3; 0 skips the pass) rounds; in each, every row and setup runs
 # once (rows interleaved round by round, so that a slow minute of the machine hits every row
-# alike), STEP_WARMUP + STEPS steps (defaults 16 + 128: multiples of 16, so that the measured
+# alike), STEP_WARMUP + STEPS steps (defaults 16 + 96: multiples of 16, so that the measured
 # steps hold whole periods of local SGD's k = 4 and 16, averaging steps included), on the first
 # (STEP_WARMUP + STEPS) x BATCH training images (one epoch), with no evaluation; STEP_TIMEOUT caps
 # each of these runs (default 120 s). A run's step time is the trainer's mean_step_ms: the mean
@@ -29,9 +29,11 @@
 # (sync: forward, backward, the reduction, the optimizer, ZeRO's all-gather, local SGD's
 # averaging on its k-th steps; async: worker 0's forward, backward and push_pull, i.e. the
 # per-worker step). The table gives the median of the ROUNDS runs and their min-max.
-# With SETUPS="shm2 net2" EPOCHS=3 the whole script takes about 19 minutes on the 2-vCPU VM
-# when nothing else runs (see perf/RESULTS.md); OUT_DIR/run.txt records each run's time and the
-# load average at its start.
+# Time, SETUPS="shm2 net2" EPOCHS=3 on the 2-vCPU VM with nothing else running: about 19
+# minutes, estimated from the rows' step times of session 7 (perf/RESULTS.md): the 18 full
+# runs about 14.5 (1404 steps each, net2 async the longest at about 2), the 54 step-time runs
+# about 4.5 (112 steps and about 1 s of start-up each). OUT_DIR/run.txt records each run's
+# time and the load average at its start, and the total.
 # Outputs in OUT_DIR: <setup>-<row>.log (the trainer's output), steps/<setup>-<row>.<round>.log,
 # run.txt, table.md, accuracy_vs_time.png.
 #
@@ -66,7 +68,7 @@ common=(--batch "$batch" --bucket-mb "${BUCKET_MB:-0.25}")
 full=(--epochs "$epochs" --eval-every "${EVAL_EVERY:-100}" --train-limit "${TRAIN_LIMIT:-0}"
     --test-limit "${TEST_LIMIT:-0}")
 warm=${STEP_WARMUP:-16}
-nsteps=${STEPS:-128}
+nsteps=${STEPS:-96}
 short=(--epochs 1 --eval-every 0 --max-steps $((warm + nsteps)) --warmup "$warm"
     --train-limit $(((warm + nsteps) * batch)) --test-limit 1000)
 tmo=${TIMEOUT:-$((120 * epochs))}
