@@ -49,6 +49,13 @@ static const braid_param_t params[] = {
      "a sched_yield() in a wait that returns after more than this (a CPU-bound thread held the "
      "core for its time slice) makes the thread's waits sleep without yielding for 10 ms, "
      "doubling while it recurs, up to 1 s; 0 = always yield for BRAID_YIELD_US"},
+    {"P2P_CMA", "auto", BRAID_PARAM_STR,
+     "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
+     "reads the peer's memory, 1 = the same and a failed probe is a warning, 0 = never"},
+    {"P2P_CMA_MIN", "256K", BRAID_PARAM_SIZE,
+     "send/recv messages of at least this many bytes go by single copy where it is on"},
+    {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,
+     "test hook: 1 = this rank's CMA probes fail (as if its peers' memory were unreadable)"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
     {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},

@@ -13,6 +13,7 @@
 #include "core/p2p.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/p2p_cma.h"
 #include "core/timeline.h"
 #include "core/yield.h"
 #include "core/redop.h"
@@ -36,6 +37,7 @@ struct braid_p2p_state {
     uint32_t *send_seq, *recv_seq;
     size_t chunk;
     self_msg_t *self_head, *self_tail;
+    braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
 };
 
 /* ---- connections ----------------------------------------------------------------------- */
@@ -85,6 +87,7 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     BRAID_CHECK(res);
     for (int p = 0; p < n; p++)
         if (st->send[p] && st->send[p]->slot_size < st->chunk) st->chunk = st->send[p]->slot_size;
+    BRAID_CHECK(braid_p2p_cma_connect(comm, st->send, st->recv, &st->cma));
     braid_debug(INIT, "rank %d: send/recv connections to %d ranks, %zu B messages", comm->rank,
                 n - 1, st->chunk);
     return BRAID_SUCCESS;
@@ -103,6 +106,7 @@ void braid_p2p_close(struct braid_comm *comm)
         st->self_head = m->next;
         free(m);
     }
+    braid_p2p_cma_free(st->cma);
     free(st->send);
     free(st->recv);
     free(st->send_seq);
@@ -138,6 +142,20 @@ uint32_t braid_p2p_sent(struct braid_comm *comm, int peer)
     return comm->p2p->send_seq[peer];
 }
 
+int braid_p2p_cma_peer(struct braid_comm *comm, int peer)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    return st && st->cma && peer >= 0 && peer < comm->nranks && st->cma->send_ok[peer];
+}
+
+uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (bytes_p)
+        *bytes_p = st && st->cma ? atomic_load_explicit(&st->cma->pulled, memory_order_relaxed) : 0;
+    return st && st->cma ? st->cma->pulls : 0;
+}
+
 /* The header a sender of op puts on its messages (bytes filled per message). */
 static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
 {
@@ -149,10 +167,12 @@ static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
                              .count = op->count};
 }
 
-/* A received header against what op expects next; `expect` is the exact payload size when
- * known (reduce), else 0 (any size up to what is left, non-empty while something is). */
+/* A received header against what op expects next; `got` is the message's payload size
+ * (h->bytes, or the size a CMA descriptor names); `expect` is the exact size when known
+ * (reduce, CMA), else 0 (any size up to what is left, non-empty while something is). */
 static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
-                                const braid_msg_hdr_t *h, const void *buf, size_t expect)
+                                const braid_msg_hdr_t *h, const void *buf, uint64_t got,
+                                size_t expect)
 {
     braid_msg_hdr_t e = op_hdr(op);
     size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
@@ -166,15 +186,15 @@ static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *o
     }
     int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
                h->op == e.op && h->root == e.root;
-    if (same && (expect ? h->bytes == expect : (h->bytes <= left && (h->bytes > 0 || !left))))
+    if (same && (expect ? got == expect : (got <= left && (got > 0 || !left))))
         return BRAID_SUCCESS;
     char theirs[200], mine[200];
     braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
     braid_p2p_op_str(op, mine, sizeof(mine));
     if (same)
-        return braid_set_error(BRAID_ERR_INTERNAL,
-                               "rank %d sent a %u-byte message where rank %d expected %zu in %s",
-                               from, h->bytes, comm->rank, expect ? expect : left, mine);
+        return braid_set_error(
+            BRAID_ERR_INTERNAL, "rank %d sent a %llu-byte message where rank %d expected %zu in %s",
+            from, (unsigned long long)got, comm->rank, expect ? expect : left, mine);
     return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
                            theirs, comm->rank, mine);
 }
@@ -195,6 +215,7 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].done = 0;
     b->ops[b->nops].next = -1;
     b->ops[b->nops].noticed = 0;
+    b->ops[b->nops].cma = 0;
     b->nops++;
     return BRAID_SUCCESS;
 }
@@ -369,11 +390,49 @@ static void block_on(runner_t *r, int op, int dir)
     r->nblk++;
 }
 
+/* A send by CMA (p2p_cma.h): posts the descriptor, then completes once the receiver has
+ * released it (it has read the whole buffer by then). */
+static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c, int *moved)
+{
+    if (!op->cma) {
+        if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+        void *slot;
+        braid_result_t res = c->ops->send_get(c, &slot);
+        if (res == BRAID_INPROGRESS) {
+            block_on(r, r->shead[op->peer], BRAID_WAIT_SEND);
+            return BRAID_SUCCESS;
+        }
+        BRAID_CHECK(res);
+        braid_msg_hdr_t h = op_hdr(op);
+        BRAID_CHECK(braid_p2p_cma_post(c, slot, &h, op->sbuf, op_bytes(op)));
+        op->cma = 1;
+        op->nmsgs = 1;
+        *moved = 1;
+    }
+    braid_result_t res = c->ops->send_released(c);
+    if (res == BRAID_INPROGRESS) {
+        block_on(r, r->shead[op->peer], BRAID_WAIT_RELEASED);
+        return BRAID_SUCCESS;
+    }
+    BRAID_CHECK(res);
+    op->off = op_bytes(op);
+    op_complete(r, op, BRAID_SUCCESS);
+    *moved = 1;
+    return BRAID_SUCCESS;
+}
+
 /* Moves the send at the head of peer's FIFO as far as its slots allow. */
 static braid_result_t step_send(runner_t *r, int peer, int *moved)
 {
     braid_p2p_op_t *op = &r->b->ops[r->shead[peer]];
     braid_conn_t *c = r->st->send[peer];
+    if (op->cma || (!op->nmsgs && braid_p2p_cma_use(r->st->cma, c, op, op_bytes(op)))) {
+        BRAID_CHECK(cma_send(r, op, c, moved));
+        if (!op->done) return BRAID_SUCCESS;
+        r->shead[peer] = op->next;
+        if (op->next < 0) r->stail[peer] = -1;
+        return BRAID_SUCCESS;
+    }
     /* Messages fill the connection's slots, but for reduce_scatterv (whose reducing receive
      * takes st->chunk from every peer at once). */
     size_t bytes = op_bytes(op),
@@ -453,7 +512,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 }
                 BRAID_CHECK(res);
                 if (h->bytes && !h->flags) {
-                    BRAID_CHECK(check_msg(r->comm, op, peer, h, NULL, 0));
+                    BRAID_CHECK(check_msg(r->comm, op, peer, h, NULL, h->bytes, 0));
                     uint32_t nb = h->bytes;
                     r->rx_direct[peer] = 1;
                     res = c->ops->recv_into(c, (char *)op->rbuf + op->off);
@@ -483,7 +542,26 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 *moved = 1;
                 continue;
             }
-            BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, 0));
+            if (h->flags & BRAID_MSG_CMA) {
+                /* The whole operation in one message, read in pieces (p2p_cma.h). */
+                if (!op->cma && op->off)
+                    return braid_set_error(BRAID_ERR_INTERNAL,
+                                           "rank %d sent a CMA descriptor after %zu bytes", peer,
+                                           op->off);
+                if (!op->cma) {
+                    uint64_t got;
+                    BRAID_CHECK(braid_p2p_cma_desc(r->st->cma, peer, h, buf, &got));
+                    BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, got, bytes));
+                    op->cma = 1;
+                }
+                BRAID_CHECK(braid_p2p_cma_pull(r->st->cma, c, buf, op->rbuf, bytes, &op->off));
+                *moved = 1;
+                if (op->off < bytes) return BRAID_SUCCESS; /* the next piece at the next pass */
+                op->nmsgs++;
+                BRAID_CHECK(c->ops->recv_release(c));
+                continue;
+            }
+            BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
             if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
             op->nmsgs++;
@@ -531,7 +609,11 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
                 missing++; /* its chunk comes next */
                 continue;
             }
-            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], nb ? nb : 0));
+            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], r->rr_hdr[p]->bytes,
+                                  nb ? nb : 0));
+            if (r->rr_hdr[p]->flags & BRAID_MSG_CMA) /* never sent to a reducing receive */
+                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a CMA descriptor to %s", p,
+                                       "a reduce_scatterv");
             if (!nb && r->rr_hdr[p]->bytes)
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
                                        r->rr_hdr[p]->bytes);
@@ -756,7 +838,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             nanosleep(&ts, NULL);
             continue;
         }
-        braid_conn_t *c = wdir == BRAID_WAIT_SEND ? r->st->send[wop->peer] : r->st->recv[wop->peer];
+        braid_conn_t *c = wdir != BRAID_WAIT_RECV ? r->st->send[wop->peer] : r->st->recv[wop->peer];
         BRAID_CHECK(c->ops->wait(c, (braid_wait_dir_t)wdir, deadline));
     }
 }

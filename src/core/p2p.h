@@ -80,6 +80,7 @@ typedef struct braid_p2p_op {
     int done;     /* 1 when complete */
     int next;     /* next operation on the same connection, -1 = none */
     int noticed;  /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    int cma;      /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
     uint64_t tl0; /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 
@@ -129,6 +130,11 @@ void braid_p2p_reason(const braid_msg_hdr_t *h, const void *buf, size_t slot_siz
  * peer it has started (the pair's sequence number). */
 braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send);
 uint32_t braid_p2p_sent(struct braid_comm *comm, int peer);
+/* Whether sends to peer of BRAID_P2P_CMA_MIN bytes or more go by CMA (p2p_cma.h), and how
+ * many messages this rank has received that way (*bytes_p: bytes read so far, safe to read
+ * from another thread while a receive runs); for tests. */
+int braid_p2p_cma_peer(struct braid_comm *comm, int peer);
+uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
  * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With

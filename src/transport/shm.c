@@ -360,6 +360,8 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
  * messages stay readable in the segment after it exits). */
 static int ready(shm_conn_t *c, braid_wait_dir_t dir)
 {
+    if (dir == BRAID_WAIT_RELEASED)
+        return atomic_load_explicit(&c->f->tail, memory_order_acquire) == c->pos;
     if (dir == BRAID_WAIT_RECV)
         return atomic_load_explicit(&c->f->head, memory_order_acquire) != c->pos;
     return c->pos - atomic_load_explicit(&c->f->tail, memory_order_acquire) < c->f->nslots;
@@ -400,6 +402,18 @@ static braid_result_t shm_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64_
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     if (ready(c, dir)) return BRAID_SUCCESS;
     return check_peer_or_ready(c, dir);
+}
+
+static braid_result_t shm_send_released(braid_conn_t *conn)
+{
+    shm_conn_t *c = (shm_conn_t *)conn;
+    return ready(c, BRAID_WAIT_RELEASED) ? BRAID_SUCCESS : BRAID_INPROGRESS;
+}
+
+static braid_result_t shm_peer_check(braid_conn_t *conn)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    return check_peer((shm_conn_t *)conn, 1);
 }
 
 static void shm_wake(braid_conn_t *conn)
@@ -455,4 +469,6 @@ const braid_transport_t braid_transport_shm = {
     .wake = shm_wake,
     .fail = shm_fail,
     .close = shm_close,
+    .send_released = shm_send_released,
+    .peer_check = shm_peer_check,
 };

@@ -53,8 +53,14 @@ typedef struct {
 /* A header-only message on the send/recv connections (core/p2p.c): the sender is blocked in
  * receive #seq from the receiver, having started `root` collectives; receivers skip it. */
 #define BRAID_MSG_NOTICE 0x8
+/* A header-only message on the send/recv connections (core/p2p_cma.c): the payload is a
+ * braid_cma_desc_t naming the sender's buffer, which the receiver reads with
+ * process_vm_readv before it releases the slot. */
+#define BRAID_MSG_CMA 0x10
 
-typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1 } braid_wait_dir_t;
+/* BRAID_WAIT_RELEASED (only on transports with send_released): until every slot posted on a
+ * send connection has been released by the receiver. */
+typedef enum { BRAID_WAIT_SEND = 0, BRAID_WAIT_RECV = 1, BRAID_WAIT_RELEASED = 2 } braid_wait_dir_t;
 
 typedef struct braid_conn {
     const struct braid_transport *ops;
@@ -136,6 +142,14 @@ typedef struct braid_transport {
      * them all at once (and then moves the data itself) instead of sleeping in one wait() at a
      * time. 1 when it filled pfd, 0 when it has none now (use wait()). */
     int (*wait_fd)(braid_conn_t *conn, braid_wait_dir_t dir, struct pollfd *pfd);
+    /* Optional pair for single-copy messages between processes of one host (core/p2p_cma.c;
+     * NULL where the sender cannot see the receiver's releases). send_released: BRAID_SUCCESS
+     * once the receiver has released every slot posted on this send connection, else
+     * BRAID_INPROGRESS (wait with BRAID_WAIT_RELEASED). peer_check: BRAID_ERR_REMOTE (or the
+     * peer's BRAID_ERR_MISMATCH) when the peer has failed this connection or died, checked
+     * now (ordered after this thread's earlier reads of the peer's memory). */
+    braid_result_t (*send_released)(braid_conn_t *conn);
+    braid_result_t (*peer_check)(braid_conn_t *conn);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;

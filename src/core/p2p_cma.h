@@ -1,0 +1,68 @@
+/* Single-copy point-to-point messages between processes of one host (p2p_cma.c).
+ *
+ * A send of at least BRAID_P2P_CMA_MIN bytes to a peer that can read this process's memory
+ * (Cross Memory Attach, probed per peer at init) travels as one header-only message: the
+ * usual braid_msg_hdr_t (identity checked by the receiver exactly as for a chunked message)
+ * with flag BRAID_MSG_CMA and a braid_cma_desc_t as payload. The receiver copies the sender's
+ * buffer straight into its own with process_vm_readv, in pieces of BRAID_CMA_PIECE bytes (the
+ * runner checks abort between them and progresses its other connections), checks that the
+ * sender has not failed meanwhile, then releases the slot; the send completes when the
+ * transport reports every posted slot released (send_released). Until then the caller's
+ * buffer is read in place, so a send is never complete before its data has arrived. */
+#ifndef BRAID_CORE_P2P_CMA_H
+#define BRAID_CORE_P2P_CMA_H
+
+#include "core/p2p.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BRAID_CMA_MAGIC 0x434d4131u /* "CMA1" */
+#define BRAID_CMA_PIECE ((size_t)1 << 20)
+
+/* The payload of a BRAID_MSG_CMA message. */
+typedef struct {
+    uint64_t addr;  /* the sender's buffer in its address space */
+    uint64_t bytes; /* its size: the whole operation */
+    int32_t pid;    /* the sender's pid, as the probe exchange gave it */
+    uint32_t magic; /* BRAID_CMA_MAGIC */
+} braid_cma_desc_t;
+
+typedef struct braid_p2p_cma {
+    uint8_t *send_ok; /* per peer: sends of >= min_bytes to it go by CMA */
+    uint8_t *recv_ok; /* per peer: this rank's probe read that peer's memory */
+    int32_t *pid;     /* per peer: its pid as exchanged */
+    size_t min_bytes;
+    uint64_t probe;          /* the word peers read in the probe */
+    uint64_t pulls;          /* messages this rank pulled (tests) */
+    _Atomic uint64_t pulled; /* bytes this rank pulled (read by tests from another thread) */
+} braid_p2p_cma_t;
+
+/* At init, after the send/recv connections exist (send/recv: nranks entries, NULL for this
+ * rank): prctl(PR_SET_PTRACER), the probe exchange (two bootstrap allgathers, run by every
+ * rank whatever its settings) and the per-peer decision. Sets *cma_p (freed with
+ * braid_p2p_cma_free). */
+braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **send,
+                                     braid_conn_t **recv, braid_p2p_cma_t **cma_p);
+void braid_p2p_cma_free(braid_p2p_cma_t *cma);
+
+/* Whether a send of op (bytes > 0) to peer over c goes by CMA. */
+int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const braid_p2p_op_t *op,
+                      size_t bytes);
+/* Writes the descriptor of [src, src + bytes) into slot and posts it with header h (whose
+ * bytes and flags it sets). */
+braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,
+                                  size_t bytes);
+/* The descriptor of a BRAID_MSG_CMA message from peer (buf: its payload): its byte count in
+ * *bytes_p, or BRAID_ERR_INTERNAL if malformed. */
+braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
+                                  const void *buf, uint64_t *bytes_p);
+/* Reads the next piece (at most BRAID_CMA_PIECE bytes) of that message (of total bytes, as
+ * checked) into dst + *off_p, advancing *off_p; once all of it is there, checks the sender over c
+ * (peer_check). BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read.
+ */
+braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
+                                  size_t total, size_t *off_p);
+
+#endif

@@ -1,0 +1,333 @@
+/* Single-copy point-to-point within a host (src/core/p2p_cma.c) as real processes: sizes
+ * around BRAID_P2P_CMA_MIN and over several 1 MiB pieces, every dtype, unaligned buffers, n = 2
+ * to 8, with the path forced on and off (each checked bit-exactly against tests/common/data.c,
+ * and the path taken checked through the pull counters); all-to-all (in place too), gather and
+ * allgatherv over it; a count mismatch over it (named, nothing written past either buffer); a
+ * sender killed and an abort while a receiver pulls; probes made to fail (all ranks, and one
+ * rank only) falling back to the slots. */
+#include "core/p2p.h"
+#include "data.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIN_BYTES 4096
+
+static int quick(void)
+{
+    return getenv("BRAID_TEST_QUICK") != NULL;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n + 64);
+    if (!p) abort();
+    return p;
+}
+
+static int seed_of(int s, int d, int it)
+{
+    return 3 + s * 101 + d * 17 + it * 997;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- a ring exchange over every dtype and sizes around the threshold --------------------- */
+typedef struct {
+    int on; /* BRAID_P2P_CMA=1 (else 0) */
+} mode_t_;
+
+static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const mode_t_ *m = arg;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n, it = 0;
+    size_t big = quick() ? ((size_t)3 << 20) + 40 : ((size_t)5 << 20) + 40;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
+        size_t es = braid_dtype_size(dt), at = MIN_BYTES / es;
+        size_t counts[] = {0, 1, at - 1, at, at + 1, 3 * at + 7, big / es};
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, it++) {
+            size_t count = counts[ci], bytes = count * es;
+            size_t off = ci & 1 ? 1 + (size_t)dt % 5 : 0; /* unaligned buffers */
+            char *in = xmalloc(bytes + 8), *out = xmalloc(bytes + 8);
+            data_fill(in + off, dt, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
+            memset(out, 0xEE, bytes + 8);
+            MP_OK(rank, braid_group_start());
+            if (it & 1) {
+                MP_OK(rank, braid_recv(out + off, count, dt, prev, comm));
+                MP_OK(rank, braid_send(in + off, count, dt, next, comm));
+            } else {
+                MP_OK(rank, braid_send(in + off, count, dt, next, comm));
+                MP_OK(rank, braid_recv(out + off, count, dt, prev, comm));
+            }
+            MP_OK(rank, braid_group_end());
+            char what[128];
+            snprintf(what, sizeof(what), "cma=%d n=%d %s count=%zu from %d", m->on, n,
+                     braid_dtype_name(dt), count, prev);
+            MP_CHECK(rank,
+                     !data_check_rank(out + off, dt, BRAID_SUM, prev, 0, count,
+                                      seed_of(prev, rank, it), what),
+                     "%s", what);
+            for (size_t k = 0; k < off; k++)
+                MP_CHECK(rank, (unsigned char)out[k] == 0xEE, "%s: wrote before the start", what);
+            MP_CHECK(rank, (unsigned char)out[off + bytes] == 0xEE, "%s: wrote past the end", what);
+            free(in);
+            free(out);
+        }
+    }
+    /* The path taken: 3 messages per dtype reach MIN_BYTES (at, at + 1, 3 at + 7, big: 4). */
+    uint64_t pulled = 0, pulls = braid_p2p_cma_pulls(comm, &pulled);
+    MP_CHECK(rank, braid_p2p_cma_peer(comm, next) == m->on, "cma to rank %d: %d", next,
+             braid_p2p_cma_peer(comm, next));
+    MP_CHECK(rank, pulls == (m->on ? 4u * BRAID_NUM_DTYPES : 0u), "pulls %llu",
+             (unsigned long long)pulls);
+    return 0;
+}
+
+static void set_mode(int on)
+{
+    setenv("BRAID_P2P_CMA", on ? "1" : "0", 1);
+    char v[32];
+    snprintf(v, sizeof(v), "%d", MIN_BYTES);
+    setenv("BRAID_P2P_CMA_MIN", v, 1);
+}
+
+Test(p2p_cma, ring_sizes_around_threshold_every_dtype_on_and_off, .timeout = 300)
+{
+    int ns[] = {2, 3, 5, 8};
+    for (int on = 1; on >= 0; on--) {
+        set_mode(on);
+        mode_t_ m = {on};
+        for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+            if (quick() && ns[i] > 3) continue;
+            cr_assert_eq(mp_run(ns[i], ring_sizes, &m, 250), 0, "cma=%d n=%d", on, ns[i]);
+        }
+    }
+}
+
+/* ---- the collectives of the batch runner over it ----------------------------------------- */
+static int colls(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const mode_t_ *m = arg;
+    braid_datatype_t dt = BRAID_INT32;
+    size_t count = 3 * MIN_BYTES / 4 + 5, bytes = count * 4; /* per peer */
+    char *in = xmalloc(bytes * (size_t)n + 4), *out = xmalloc(bytes * (size_t)n + 4);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (int d = 0; d < n; d++)
+            data_fill(in + 1 + (size_t)d * bytes, dt, BRAID_SUM, rank, 0, count,
+                      seed_of(rank, d, 5));
+        char *o = inplace ? in : out;
+        MP_OK(rank, braid_alltoall(in + 1, o + 1, count, dt, comm));
+        for (int s = 0; s < n; s++) {
+            char what[96];
+            snprintf(what, sizeof(what), "alltoall cma=%d in_place=%d from %d", m->on, inplace, s);
+            MP_CHECK(rank,
+                     !data_check_rank(o + 1 + (size_t)s * bytes, dt, BRAID_SUM, s, 0, count,
+                                      seed_of(s, rank, 5), what),
+                     "%s", what);
+        }
+    }
+    /* gather to the last rank, then allgatherv with counts that differ per rank */
+    data_fill(in, dt, BRAID_SUM, rank, 0, count, seed_of(rank, 0, 6));
+    MP_OK(rank, braid_gather(in, out, count, dt, n - 1, comm));
+    if (rank == n - 1)
+        for (int s = 0; s < n; s++)
+            MP_CHECK(rank,
+                     !data_check_rank(out + (size_t)s * bytes, dt, BRAID_SUM, s, 0, count,
+                                      seed_of(s, 0, 6), "gather"),
+                     "gather from %d", s);
+    size_t rc[8], dis[8], tot = 0;
+    for (int s = 0; s < n; s++) {
+        rc[s] = count - (size_t)s * 3;
+        dis[s] = tot;
+        tot += rc[s];
+    }
+    data_fill(in, dt, BRAID_SUM, rank, 0, rc[rank], seed_of(rank, 0, 7));
+    MP_OK(rank, braid_allgatherv(in, rc[rank], out, rc, dis, dt, comm));
+    for (int s = 0; s < n; s++)
+        MP_CHECK(rank,
+                 !data_check_rank(out + dis[s] * 4, dt, BRAID_SUM, s, 0, rc[s], seed_of(s, 0, 7),
+                                  "allgatherv"),
+                 "allgatherv from %d", s);
+    uint64_t pulls = braid_p2p_cma_pulls(comm, NULL);
+    MP_CHECK(rank, m->on ? pulls > 0 : pulls == 0, "pulls %llu", (unsigned long long)pulls);
+    free(in);
+    free(out);
+    return 0;
+}
+
+Test(p2p_cma, alltoall_gather_allgatherv_on_and_off, .timeout = 200)
+{
+    int ns[] = {2, 4, 7};
+    for (int on = 1; on >= 0; on--) {
+        set_mode(on);
+        mode_t_ m = {on};
+        for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+            cr_assert_eq(mp_run(ns[i], colls, &m, 150), 0, "cma=%d n=%d", on, ns[i]);
+    }
+}
+
+/* ---- a count mismatch over it ------------------------------------------------------------ */
+static int mismatch(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    int bigger = *(const int *)arg; /* the receiver names more elements than were sent */
+    size_t sent = 300000, named = bigger ? sent + 1 : sent - 1;
+    if (rank == 0) {
+        float *x = xmalloc(sent * 4);
+        data_fill(x, BRAID_FLOAT32, BRAID_SUM, 0, 0, sent, 9);
+        braid_result_t r = braid_send(x, sent, BRAID_FLOAT32, 1, comm);
+        MP_CHECK(rank, r == BRAID_ERR_MISMATCH || r == BRAID_ERR_REMOTE, "send: %s: %s",
+                 braid_strerror(r), braid_last_error());
+        free(x);
+    } else if (rank == 1) {
+        char *y = xmalloc(named * 4 + 8);
+        memset(y, 0x5A, named * 4 + 8);
+        braid_result_t r = braid_recv(y, named, BRAID_FLOAT32, 0, comm);
+        char c3[32], c4[32];
+        snprintf(c3, sizeof(c3), "count %zu", sent);
+        snprintf(c4, sizeof(c4), "count %zu", named);
+        MP_CHECK(rank,
+                 r == BRAID_ERR_MISMATCH && strstr(braid_last_error(), "send #1 to rank 1") &&
+                     strstr(braid_last_error(), "recv #1 from rank 0") &&
+                     strstr(braid_last_error(), c3) && strstr(braid_last_error(), c4),
+                 "mismatch: %s: %s", braid_strerror(r), braid_last_error());
+        for (size_t k = 0; k < named * 4 + 8; k++)
+            MP_CHECK(rank, (unsigned char)y[k] == 0x5A, "byte %zu written", k);
+        MP_CHECK(rank, braid_p2p_cma_pulls(comm, NULL) == 0, "pulled a mismatched message");
+        free(y);
+    }
+    return 0;
+}
+
+Test(p2p_cma, count_mismatch_is_named_and_reads_nothing, .timeout = 60)
+{
+    set_mode(1);
+    for (int bigger = 0; bigger < 2; bigger++)
+        cr_assert_eq(mp_run(2, mismatch, &bigger, 40), 0, "bigger=%d", bigger);
+}
+
+/* ---- a sender killed, or an abort, while the receiver pulls ----------------------------- */
+typedef struct {
+    int abort; /* 0: kill the sender; 1: the receiver aborts */
+} fault_t;
+
+static int fault(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    const fault_t *f = arg;
+    size_t bytes = quick() ? (size_t)256 << 20 : (size_t)512 << 20;
+    int32_t pid = (int32_t)getpid(), spid = 0;
+    if (rank == 0) MP_OK(rank, braid_send(&pid, 1, BRAID_INT32, 1, comm));
+    if (rank == 1) MP_OK(rank, braid_recv(&spid, 1, BRAID_INT32, 0, comm));
+    char *buf = xmalloc(bytes);
+    memset(buf, rank + 1, bytes); /* every page touched: the pull takes its time */
+    if (rank == 0) {
+        braid_result_t r = braid_send(buf, bytes, BRAID_UINT8, 1, comm);
+        if (f->abort) { /* the receiver aborted: its failure reaches the sender */
+            MP_CHECK(rank, r == BRAID_ERR_REMOTE || r == BRAID_ERR_ABORTED, "send: %s: %s",
+                     braid_strerror(r), braid_last_error());
+            free(buf);
+            return 0;
+        }
+        sleep(60); /* killed before this ends */
+        return 1;
+    }
+    braid_request_t req;
+    MP_OK(rank, braid_irecv(buf, bytes, BRAID_UINT8, 0, comm, &req));
+    uint64_t pulled = 0;
+    for (int i = 0; i < 20000 && pulled == 0; i++) {
+        braid_p2p_cma_pulls(comm, &pulled);
+        if (!pulled) sleep_ms(1);
+    }
+    MP_CHECK(rank, pulled > 0 && pulled < bytes, "pull not in progress: %llu of %zu bytes",
+             (unsigned long long)pulled, bytes);
+    if (f->abort)
+        MP_OK(rank, braid_comm_abort(comm));
+    else
+        kill(spid, SIGKILL);
+    braid_result_t r = braid_wait(req);
+    if (f->abort) {
+        MP_CHECK(rank, r == BRAID_ERR_ABORTED, "wait: %s: %s", braid_strerror(r),
+                 braid_last_error());
+    } else {
+        MP_CHECK(rank, r == BRAID_ERR_REMOTE && strstr(braid_last_error(), "rank 0"),
+                 "wait: %s: %s", braid_strerror(r), braid_last_error());
+    }
+    free(buf);
+    return 0;
+}
+
+Test(p2p_cma, killed_sender_during_a_pull_is_remote_error, .timeout = 120)
+{
+    set_mode(1);
+    fault_t f = {0};
+    mp_job_t job;
+    mp_start(&job, 2, fault, &f);
+    mp_wait(&job, 100);
+    cr_assert(WIFSIGNALED(job.status[0]) && WTERMSIG(job.status[0]) == SIGKILL,
+              "rank 0 was not killed (status %d)", job.status[0]);
+    cr_assert(WIFEXITED(job.status[1]) && WEXITSTATUS(job.status[1]) == 0,
+              "rank 1 failed (status %d)", job.status[1]);
+}
+
+Test(p2p_cma, abort_during_a_pull, .timeout = 120)
+{
+    set_mode(1);
+    fault_t f = {1};
+    cr_assert_eq(mp_run(2, fault, &f, 100), 0);
+}
+
+/* ---- probes that fail fall back to the slots --------------------------------------------- */
+static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
+{
+    int only_rank1 = *(const int *)arg;
+    braid_comm_t c = comm;
+    if (only_rank1) { /* a communicator made after rank 1 set the hook (split re-reads it) */
+        if (rank == 1) setenv("BRAID_P2P_CMA_PROBE_FAIL", "1", 1);
+        MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
+    }
+    size_t count = 200003, bytes = count * 8;
+    char *in = xmalloc(bytes), *out = xmalloc(bytes);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    data_fill(in, BRAID_FLOAT64, BRAID_SUM, rank, 0, count, seed_of(rank, next, 11));
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_send(in, count, BRAID_FLOAT64, next, c));
+    MP_OK(rank, braid_recv(out, count, BRAID_FLOAT64, prev, c));
+    MP_OK(rank, braid_group_end());
+    MP_CHECK(rank,
+             !data_check_rank(out, BRAID_FLOAT64, BRAID_SUM, prev, 0, count,
+                              seed_of(prev, rank, 11), "probe fail"),
+             "from %d", prev);
+    /* Rank 1's probes fail: nobody sends to rank 1 by CMA, rank 1 pulls nothing. */
+    int expect_on = only_rank1 && next != 1;
+    MP_CHECK(rank, braid_p2p_cma_peer(c, next) == expect_on, "cma to %d: %d (expected %d)", next,
+             braid_p2p_cma_peer(c, next), expect_on);
+    uint64_t pulls = braid_p2p_cma_pulls(c, NULL);
+    MP_CHECK(rank, pulls == (uint64_t)(only_rank1 && rank != 1), "pulls %llu",
+             (unsigned long long)pulls);
+    if (c != comm) MP_OK(rank, braid_comm_destroy(c));
+    free(in);
+    free(out);
+    return 0;
+}
+
+Test(p2p_cma, failed_probe_falls_back_to_slots, .timeout = 120)
+{
+    set_mode(1);
+    int only = 1;
+    cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "rank 1's probes fail");
+    setenv("BRAID_P2P_CMA_PROBE_FAIL", "1", 1);
+    only = 0;
+    cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "every probe fails");
+}
