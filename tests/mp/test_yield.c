@@ -119,8 +119,8 @@ static int calls(braid_comm_t comm, int rank, int n, void *arg)
     size_t counts[] = {1, 7, 1009, 65537, 300007};
     for (int it = 0; it < 3; it++)
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-            if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, counts[ci], it & 1,
-                                     0, 11 + it, "yield"))
+            if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, counts[ci], it & 1, 0,
+                                     11 + it, "yield"))
                 return 1;
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     size_t cnt = 100003;
@@ -132,7 +132,8 @@ static int calls(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank, braid_send(in, cnt, BRAID_FLOAT32, next, comm));
         MP_OK(rank, braid_recv(out, cnt, BRAID_FLOAT32, prev, comm));
         MP_OK(rank, braid_group_end());
-        MP_CHECK(rank, !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, cnt, 70 + it, "p2p"),
+        MP_CHECK(rank,
+                 !data_check_rank(out, BRAID_FLOAT32, BRAID_SUM, prev, 0, cnt, 70 + it, "p2p"),
                  "send/recv round %d", it);
     }
     if (o->nonblock) {
@@ -206,6 +207,5 @@ Test(yield, negative_threshold_is_an_error)
     braid_comm_t c = NULL;
     braid_result_t r = braid_comm_init_rank(&c, 1, id, 0);
     cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "init: %s", braid_strerror(r));
-    cr_assert(strstr(braid_last_error(), "BRAID_YIELD_SLOW_US"), "message: %s",
-              braid_last_error());
+    cr_assert(strstr(braid_last_error(), "BRAID_YIELD_SLOW_US"), "message: %s", braid_last_error());
 }
