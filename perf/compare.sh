@@ -107,45 +107,53 @@ fi
     done
     echo "(ratio = braid busbw / Open MPI busbw, out of place)"
 } | tee -a "$dir/summary.txt"
-# Roofline (shared memory): the machine's memory bandwidth B, measured now (perf/membw: copy,
-# bytes read + written, the better of 1 thread and all cpus), bounds what every rank's traffic
-# together may take. Bytes each rank reads + writes per byte of its input S, large sizes, out
-# of place:
-#   ring (sends by reference, 5 (n-1)/n): each of n-1 reduce-scatter steps reads the peer's and
-#     its own chunk and writes the result (3 S/n), each of n-1 all-gather steps reads a chunk
-#     and writes it (2 S/n): busbw <= 2 B / (5 n)
-#   direct (5; 3 with a braid_mem_alloc input): copy in (2 S), reduce its slice from the n
-#     inputs (S + 2 S/n), copy the n-1 other slices out (2 S (n-1)/n): busbw <= 2 (n-1) B / (5 n^2)
-# The algorithm the cost model runs at the largest size is read from one traced call
-# (BRAID_TRACE) unless BRAID_ALGO forces one.
+# Roofline (shared memory). Whatever the algorithm, every rank must read its input S once and
+# write its output S once in memory; braid's slots (direct: 2 blocks of BRAID_DIRECT_BLOCK per
+# rank, ring: the FIFO slots) are cache-sized, so at sizes well beyond the last-level cache that
+# is the memory traffic of the direct path and of the ring (2 bytes per byte and rank; the
+# copies through the slots stay in cache), and a lower bound for every other design
+# (recursive doubling adds a read and a write of the output per step). The bound is measured,
+# not computed: perf/membw -p -t N -s S copies S bytes in each of N threads at once, as the N
+# ranks do (threads may outnumber the cpus as ranks do), and reports C = bytes read + written
+# per second, all threads together. Each rank then moves S in at least 2 S N / C seconds, so
+#     roofline busbw = algbw * 2 (n-1)/n <= C / (2 n) * 2 (n-1) / n = C (n-1) / n^2.
+# (An earlier model counted the slot copies as memory traffic, 5 bytes per byte: braid's
+# measured busbw was above it.) The algorithm the cost model runs at the largest size is read
+# from one traced call (BRAID_TRACE) unless BRAID_ALGO forces one.
 if [ -x "$bin/membw" ]; then
-    mem=$("$bin/membw" -s 256M -r 3 2>&1) || mem=""
-    bw=$(printf '%s\n' "$mem" | awk '$2 == "copy" && $6 > v { v = $6 } END { print v + 0 }')
     {
         echo
-        printf '%s\n' "$mem" | sed 's/^/# /'
-        printf '%-6s %12s %10s %14s %16s %10s\n' ranks size algo braid_GB/s roofline_GB/s fraction
+        # the machine's copy and add, 1 thread and all cpus, 256 MiB per thread
+        "$bin/membw" -p -s 256M -r 3 2>&1 | sed 's/^/# /' || true
+        printf '%-6s %12s %10s %14s %12s %16s %10s\n' ranks size algo braid_GB/s membw_C \
+            roofline_GB/s fraction
         for n in $ranks; do
             b="$dir/braid_n$n.csv"
             [ -s "$b" ] || continue
             last=$(awk -F, 'NR > 1 && $3 > m { m = $3; v = $10 } END { print m, v }' "$b")
             size=${last% *} busbw=${last#* }
+            mem=$("$bin/membw" -p -t "$n" -s "$size" -r 3 2>&1) || mem=""
+            printf '%s\n' "$mem" | sed "s/^/# n=$n -s $size -p: /" >>"$dir/membw.txt"
+            bw=$(printf '%s\n' "$mem" | awk -v t="$n" '$2 == "copy" && $4 == t { print $6 }')
             algo=${BRAID_ALGO:-}
             if [ -z "$algo" ]; then
                 BRAID_TRACE="$dir/algo_n$n.json" "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" \
                     -b "$size" -e "$size" -n 1 -w 0 -c 0 -d "$dtype" -o "$op" >/dev/null 2>&1 || true
+                # the call of that size (the tool's own small all-reduces run other algorithms)
                 algo=$(python3 -c "import json,sys; ev=json.load(open(sys.argv[1]))['traceEvents']; \
-print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce'][-1])" \
-                    "$dir/algo_n$n.json" 2>/dev/null || echo "?")
+print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce' and \
+e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/dev/null || echo "?")
             fi
-            awk -v n="$n" -v s="$size" -v a="$algo" -v bw="$bw" -v b="$busbw" 'BEGIN {
-                roof = a == "ring" ? 2 * bw / (5 * n) : a == "direct" ? 2 * (n - 1) * bw / (5 * n * n) : 0
-                if (roof > 0) printf "%-6s %12d %10s %14.3f %16.3f %10.2f\n", n, s, a, b, roof, b / roof
-                else printf "%-6s %12d %10s %14.3f %16s %10s\n", n, s, a, b, "(no model)", "-"
+            awk -v n="$n" -v s="$size" -v a="$algo" -v bw="${bw:-0}" -v b="$busbw" 'BEGIN {
+                roof = bw * (n - 1) / (n * n)
+                if (roof > 0) printf "%-6s %12d %10s %14.3f %12.2f %16.3f %10.2f\n", n, s, a, b, bw, roof, b / roof
+                else printf "%-6s %12d %10s %14.3f %12s %16s %10s\n", n, s, a, b, "-", "(membw failed)", "-"
             }'
         done
-        echo "(roofline: busbw the algorithm allows with every rank's reads and writes at the memory"
-        echo " bandwidth B above (the best copy figure); models in the header of perf/compare.sh)"
+        echo "(roofline: every rank reads its input and writes its output once, at the copy rate"
+        echo " membw_C (GB/s read + written, all ranks together) measured now with one thread per"
+        echo " rank on buffers of the call's size; the model is in the header of perf/compare.sh;"
+        echo " raw membw lines in membw.txt)"
     } | tee -a "$dir/summary.txt"
 fi
 echo "results in $dir"

@@ -4,11 +4,14 @@
  * plus bytes written per second, best of R repetitions after a warm-up pass that faults every
  * page in.
  *
- *   membw [-s BYTES] [-t THREADS] [-r REPS] [--csv FILE]
+ *   membw [-s BYTES] [-t THREADS] [-r REPS] [-p] [--csv FILE]
  *
  * Prints one line per kernel and thread count:
  *   membw copy threads 1 GB/s 12.34
- * (GB = 1e9 bytes). Defaults: 256 MiB per buffer, T = the cpus this process may run on, R = 5. */
+ * (GB = 1e9 bytes). Defaults: 256 MiB per buffer, T = the cpus this process may run on, R = 5.
+ * -p: BYTES per thread instead of in all (each thread copies its own BYTES, as every rank of an
+ * all-reduce of BYTES reads its input and writes its output): T x BYTES per buffer; T may exceed
+ * the cpus, as ranks do. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -97,7 +100,7 @@ static size_t parse_bytes(const char *s)
 int main(int argc, char **argv)
 {
     size_t bytes = 256u << 20;
-    int threads = 0, reps = 5;
+    int threads = 0, reps = 5, per_thread = 0;
     const char *csv = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-s") && i + 1 < argc) {
@@ -110,10 +113,12 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p"))
+            per_thread = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv = argv[++i];
         else {
-            fprintf(stderr, "usage: membw [-s BYTES] [-t THREADS] [-r REPS] [--csv FILE]\n");
+            fprintf(stderr, "usage: membw [-s BYTES] [-t THREADS] [-r REPS] [-p] [--csv FILE]\n");
             return 2;
         }
     }
@@ -123,7 +128,11 @@ int main(int argc, char **argv)
     }
     if (threads > 64) threads = 64;
     if (reps < 1) reps = 1;
-    size_t n = bytes / sizeof(float);
+    size_t per = bytes / sizeof(float), n = per_thread ? per * (size_t)threads : per;
+    if (per_thread && per > SIZE_MAX / sizeof(float) / (size_t)threads) {
+        fprintf(stderr, "membw: -s %zu x %d threads does not fit in memory\n", bytes, threads);
+        return 2;
+    }
     if (n < (size_t)threads) {
         fprintf(stderr, "membw: -s %zu is too small\n", bytes);
         return 2;
@@ -131,7 +140,7 @@ int main(int argc, char **argv)
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
           *c = malloc(n * sizeof(float));
     if (!a || !b || !c) {
-        fprintf(stderr, "membw: out of memory for 3 x %zu bytes\n", bytes);
+        fprintf(stderr, "membw: out of memory for 3 x %zu bytes\n", n * sizeof(float));
         return 1;
     }
     for (size_t i = 0; i < n; i++) { /* faults every page in, values that never overflow */
@@ -151,13 +160,14 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         for (int ti = 0; ti < (threads > 1 ? 2 : 1); ti++) {
             int t = counts[ti];
+            size_t m = per_thread ? per * (size_t)t : n; /* elements this pass moves */
             double best = 1e30;
-            pass(a, b, c, n, t, k); /* warm-up */
+            pass(a, b, c, m, t, k); /* warm-up */
             for (int r = 0; r < reps; r++) {
-                double el = pass(a, b, c, n, t, k);
+                double el = pass(a, b, c, m, t, k);
                 if (el < best) best = el;
             }
-            double mb = (double)moved[k] * (double)(n * sizeof(float));
+            double mb = (double)moved[k] * (double)(m * sizeof(float));
             printf("membw %s threads %d GB/s %.2f\n", names[k], t, mb / best / 1e9);
             if (out) fprintf(out, "%s,%d,%.0f,%.3f\n", names[k], t, mb, mb / best / 1e9);
         }

@@ -186,13 +186,14 @@ braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const v
         ssize_t got = process_vm_readv(d.pid, &l, 1, &r, 1, 0);
         if (got != (ssize_t)nb) {
             int err = got < 0 ? errno : EFAULT;
-            /* A dead sender (ESRCH: no memory left, also as a zombie) is named as such. */
+            /* The sender's own failure first (a mismatch it reported before it exited), then
+             * a dead sender (ESRCH: no memory left, also as a zombie) is named as such. */
+            BRAID_CHECK(c->ops->peer_check(c));
             if (err == ESRCH || (kill(d.pid, 0) != 0 && errno == ESRCH))
                 return braid_set_error(BRAID_ERR_REMOTE,
                                        "rank %d (pid %d, same host) died while this rank read "
                                        "its %llu-byte message",
                                        c->peer, d.pid, (unsigned long long)d.bytes);
-            BRAID_CHECK(c->ops->peer_check(c));
             return braid_set_error(BRAID_ERR_REMOTE,
                                    "cannot read rank %d's buffer (pid %d, %zu B at offset %zu of "
                                    "%llu): %s",
