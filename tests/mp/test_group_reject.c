@@ -112,7 +112,8 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r), m);
     MP_CHECK(rank, strstr(m, who) && strstr(m, "rejected"), "message lacks '%s' / 'rejected': %s",
              who, m);
-    MP_CHECK(rank, el < 1.0, "took %.2f s", el);
+    /* Found at once, not by BRAID_TIMEOUT (20 s); a loaded machine took 1.5 s here. */
+    MP_CHECK(rank, el < 5.0, "took %.2f s", el);
     free(in);
     free(out);
     return 0;
