@@ -15,7 +15,9 @@
  * server `server R applied N max_staleness M staleness_hist h0,...,h7 deferred D`; then (after the
  * servers' parameters are gathered everywhere) rank 0 `async workers W servers S staleness B
  * samples_per_s T test_acc A` (T: all workers together) and `comm_bytes_per_step B` (bytes worker 0
- * sends per step: its gradients, headers included), and every rank `params_hash H`. */
+ * sends per step: its gradients, headers included), and every rank `params_hash H`. With
+ * --max-steps, rank 0 also prints main.c's `step_ms M backward_ms B finish_ms F steps K
+ * mean_step_ms X` for its own steps (F: the push_pull, which waits for the servers). */
 #include "ddp_mlp.h"
 
 #include <stdio.h>
@@ -98,7 +100,12 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
         int *perm = malloc((size_t)train->n * sizeof(int));
         float *xb = malloc((size_t)per * 784 * sizeof(float));
         uint8_t *yb = malloc((size_t)per);
-        if (!perm || !xb || !yb) return fail(comm, rank, "worker buffers", BRAID_ERR_NOMEM);
+        /* with --max-steps: each step's time, its backward and its push_pull */
+        size_t cap = run->max_steps > 0 ? (size_t)run->max_steps : 1;
+        double *t_step = calloc(cap, sizeof(double)), *t_bwd = calloc(cap, sizeof(double)),
+               *t_pp = calloc(cap, sizeof(double));
+        if (!perm || !xb || !yb || !t_step || !t_bwd || !t_pp)
+            return fail(comm, rank, "worker buffers", BRAID_ERR_NOMEM);
         if ((r = braid_ps_push_pull(ps))) return fail(comm, rank, "first pull", r);
         int done = 0;
         for (int epoch = 1; epoch <= run->epochs && !done; epoch++) {
@@ -112,10 +119,19 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
                 for (int q = 0; q < per; q++)
                     yb[q] = train->label[idx[q]];
                 loss += mlp_forward(m, xb, yb, per);
+                double tb = now_s();
                 mlp_backward(m, xb, yb, per, per, NULL, 0, NULL);
-                variant_slow(v, rank, now_s() - ts);
+                double tf = now_s();
+                variant_slow(v, rank, tf - ts);
+                double tp = now_s();
                 if ((r = braid_ps_push_pull(ps))) return fail(comm, rank, "braid_ps_push_pull", r);
-                dt += now_s() - ts;
+                double te = now_s();
+                dt += te - ts;
+                if (run->max_steps > 0) {
+                    t_step[steps] = te - ts;
+                    t_bwd[steps] = tf - tb;
+                    t_pp[steps] = te - tp;
+                }
                 es++;
                 if (rank == 0 && run->eval_every && (steps + 1) % run->eval_every == 0)
                     print_eval(m, test, steps + 1, train_s + dt);
@@ -140,7 +156,12 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
                (double)steps * per / train_s, st.wait_s);
         if (rank == 0)
             printf("comm_bytes_per_step %.0f\n", (double)st.sent_bytes / (steps ? steps : 1));
+        if (rank == 0 && run->max_steps > 0)
+            print_step_times(t_step, t_bwd, t_pp, (int)steps, run->warmup);
         fflush(stdout);
+        free(t_step);
+        free(t_bwd);
+        free(t_pp);
         free(perm);
         free(xb);
         free(yb);

@@ -96,12 +96,16 @@ braid_ddp_localsgd_t variant_localsgd(mlp_t *m, braid_ddp_t ddp, braid_comm_t co
 /* --async (async.c): trains with braid_ps parameter servers and returns the exit status
  * (destroys comm). */
 typedef struct {
-    int epochs, batch, max_steps;
+    int epochs, batch, max_steps, warmup;
     int eval_every; /* --eval-every K: worker 0 prints an eval line every K of its steps */
     uint64_t seed;
 } async_run_t;
 int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const async_run_t *run,
                   const variant_args_t *v, braid_comm_t comm);
+/* With --max-steps (main.c): prints `step_ms M backward_ms B finish_ms F steps K mean_step_ms X`
+ * (milliseconds): the medians of the step, backward and finish times (the arrays, seconds per
+ * step) over the K steps after the first warmup of nsteps, and the mean step; sorts them. */
+void print_step_times(double *t_step, double *t_bwd, double *t_fin, int nsteps, int warmup);
 /* The same permutation of [0, n) on every rank, from (seed, epoch) (main.c). */
 void permute(int *perm, int n, uint64_t seed, int epoch);
 /* --slow-rank/--slow-factor: on that rank, sleeps (F - 1) * compute_s. */

@@ -19,11 +19,12 @@
  * loss of the epoch, A: accuracy on the test images, S: training samples per second, all
  * ranks together); every rank at the end: `params_hash H` (FNV-1a of the final parameters'
  * bytes; equal on every rank). With --max-steps, rank 0 also prints `step_ms M backward_ms B
- * finish_ms F` (medians over the steps after --warmup). --timeline FILE writes one step's
- * events per rank to FILE.<rank> (perf/ddp_timeline.py draws them). Rank 0 also prints
- * `eval step S wall_s W test_acc A` after every K steps with --eval-every K and at the end of
- * every epoch (W: the training time so far, evaluations excluded), and at the end
- * `comm_bytes_per_step B state_bytes S grad_bytes G optimizer_bytes O staging_bytes T
+ * finish_ms F steps K mean_step_ms X` (medians over the K steps after --warmup, and their
+ * mean: with --local-sgd K', over a multiple of K' steps that includes the averaging steps).
+ * --timeline FILE writes one step's events per rank to FILE.<rank> (perf/ddp_timeline.py draws
+ * them). Rank 0 also prints `eval step S wall_s W test_acc A` after every K steps with --eval-every
+ * K and at the end of every epoch (W: the training time so far, evaluations excluded), and at the
+ * end `comm_bytes_per_step B state_bytes S grad_bytes G optimizer_bytes O staging_bytes T
  * hook_bytes H` (B: bytes one rank sends per step with ring algorithms, 2(n-1)/n of an
  * all-reduce's bytes; S = G + O + T + H: the gradients the DDP layer keeps, the optimizer
  * state, ZeRO-2's staging buffers, PowerSGD's error/Q/wire buffers). Errors: a message naming
@@ -241,6 +242,22 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void print_step_times(double *t_step, double *t_bwd, double *t_fin, int nsteps, int warmup)
+{
+    int k = nsteps - warmup;
+    int off = k > 0 ? warmup : 0;
+    if (k <= 0) k = nsteps;
+    double sum = 0;
+    for (int i = 0; i < k; i++)
+        sum += t_step[off + i];
+    double mean = k > 0 ? sum / k * 1e3 : 0; /* before median() sorts t_step */
+    double ms = median(t_step + off, k) * 1e3, mb = median(t_bwd + off, k) * 1e3;
+    double mf = median(t_fin + off, k) * 1e3;
+    printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d mean_step_ms %.3f\n", ms, mb, mf,
+           k, mean);
+    fflush(stdout);
+}
+
 static void write_timeline(const char *file, int rank, braid_ddp_t ddp, const mlp_events_t *ev,
                            double t_fin0, double t_fin1)
 {
@@ -376,7 +393,7 @@ int main(int argc, char **argv)
     m.beta2 = 0.999f;
     m.eps = 1e-8f;
     if (va.async) {
-        async_run_t run = {a.epochs, a.batch, a.max_steps, a.eval_every, a.seed};
+        async_run_t run = {a.epochs, a.batch, a.max_steps, a.warmup, a.eval_every, a.seed};
         int rc = variant_async(&m, &train, &test, &run, &va, g_comm);
         mlp_free(&m);
         dataset_free(&train);
@@ -495,8 +512,10 @@ int main(int argc, char **argv)
             wall += t_step[gstep];
             if (a.eval_every && (gstep + 1) % a.eval_every == 0) {
                 double acc = evaluate(&m, &test, g_rank, n);
-                if (g_rank == 0)
+                if (g_rank == 0) {
                     printf("eval step %d wall_s %.3f test_acc %.4f\n", gstep + 1, wall, acc);
+                    fflush(stdout); /* a run killed at its cap keeps its curve so far */
+                }
             }
             t_bwd[gstep] = tf - tb;
             t_fin[gstep] = te - tf;
@@ -540,14 +559,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (a.max_steps > 0 && g_rank == 0) {
-        int k = gstep - a.warmup;
-        int off = k > 0 ? a.warmup : 0;
-        if (k <= 0) k = gstep;
-        double ms = median(t_step + off, k) * 1e3, mb = median(t_bwd + off, k) * 1e3;
-        double mf = median(t_fin + off, k) * 1e3;
-        printf("step_ms %.3f backward_ms %.3f finish_ms %.3f steps %d\n", ms, mb, mf, k);
-    }
+    if (a.max_steps > 0 && g_rank == 0) print_step_times(t_step, t_bwd, t_fin, gstep, a.warmup);
     print_bytes(ddp, &hook, &a, n, state_elems, ls, gstep);
     braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);

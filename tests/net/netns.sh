@@ -22,7 +22,8 @@
 #                      (nft numgen random), e.g. 1% or 0.5
 #   --victim R         rank R is expected to die by a signal (not a failure of the job)
 #   --link-down H:S    S seconds after the start, set host H's link down (its eth0)
-#   --timeout S        kill the job after S seconds (default 120); exit 124
+#   --timeout S        kill the job after S seconds (default 120; rank 0's output so far is
+#                      printed); exit 124
 #   --keep-logs DIR    write rank.R.out / rank.R.err there (default: a temporary directory,
 #                      removed at exit; rank 0's output and a failed rank's stderr are printed)
 #   -x VAR=VALUE       set VAR in every rank's environment (repeatable)
@@ -203,6 +204,7 @@ while [ "$left" -gt 0 ]; do
             for ((r = 0; r < nranks; r++)); do
                 [ -z "${done_rank[$r]:-}" ] && tail -n 5 "$logs/rank.$r.err" | sed "s/^/[$r] /" >&2
             done
+            cat "$logs/rank.0.out" # what rank 0 printed before the kill
             exit 124
         fi
         sleep 0.05
