@@ -420,12 +420,16 @@ static int print_devices(bench_t *bt)
     return 0;
 }
 
-static void *alloc_buf(size_t bytes, size_t *len_p)
+/* Page-aligned, zeroed memory (mapped: from the backend's host_alloc, for -R 2). */
+static void *alloc_buf(perf_backend_t *b, int mapped, size_t bytes, size_t *len_p)
 {
     void *p = NULL;
     size_t len = (bytes + 4095) / 4096 * 4096;
     if (len == 0) len = 4096;
-    if (posix_memalign(&p, 4096, len)) return NULL;
+    if (mapped) {
+        if (!(p = b->host_alloc(b, len))) return NULL;
+    } else if (posix_memalign(&p, 4096, len))
+        return NULL;
     memset(p, 0, len); /* touch every page before timing; zeros are valid in every dtype */
     if (len_p) *len_p = len;
     return p;
@@ -539,9 +543,13 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     if (bt.out) fflush(bt.out);
 
     size_t pad = 8 * (size_t)o->unalign; /* the largest element times -u */
-    bt.send_base = alloc_buf(o->max_bytes + pad, &bt.alloc_len);
-    bt.recv_base = alloc_buf(o->max_bytes + pad, NULL);
-    bt.exp = o->check ? alloc_buf(o->max_bytes, NULL) : NULL;
+    if (o->local_register == 2 && (!b->host_alloc || !b->register_buffer)) {
+        if (bt.out) fprintf(stderr, "-R 2: %s has no mappable host memory\n", b->name);
+        goto out;
+    }
+    bt.send_base = alloc_buf(b, o->local_register == 2, o->max_bytes + pad, &bt.alloc_len);
+    bt.recv_base = alloc_buf(b, o->local_register == 2, o->max_bytes + pad, NULL);
+    bt.exp = o->check ? alloc_buf(b, 0, o->max_bytes, NULL) : NULL;
     if (o->per_iter_timing) {
         bt.iter_times = calloc((size_t)o->iters, sizeof(double));
         bt.all_iter_times = calloc((size_t)o->iters * (size_t)bt.wn, sizeof(double));
@@ -673,8 +681,13 @@ out:
     if (bt.csv) fclose(bt.csv);
     if (bt.dsend_base) b->dev_free(b, bt.dsend_base);
     if (bt.drecv_base) b->dev_free(b, bt.drecv_base);
-    free(bt.send_base);
-    free(bt.recv_base);
+    if (o->local_register == 2) {
+        if (bt.send_base) b->host_free(b, bt.send_base);
+        if (bt.recv_base) b->host_free(b, bt.recv_base);
+    } else {
+        free(bt.send_base);
+        free(bt.recv_base);
+    }
     free(bt.exp);
     free(bt.iter_times);
     free(bt.all_iter_times);

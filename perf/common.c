@@ -257,6 +257,23 @@ static void bk_deregister_all(perf_backend_t *b)
     c->nregs = 0;
 }
 
+static void *bk_host_alloc(perf_backend_t *b, size_t bytes)
+{
+    void *p = NULL;
+    braid_result_t res = braid_mem_alloc(&p, bytes);
+    if (res != BRAID_SUCCESS) {
+        report(b, "braid_mem_alloc", res);
+        return NULL;
+    }
+    return p;
+}
+
+static void bk_host_free(perf_backend_t *b, void *p)
+{
+    braid_result_t res = braid_mem_free(p);
+    if (res != BRAID_SUCCESS) report(b, "braid_mem_free", res);
+}
+
 static int bk_supports(perf_backend_t *b, const perf_coll_t *coll, int dtype, int op)
 {
     (void)dtype;
@@ -473,6 +490,8 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
     b.supports = bk_supports;
     b.register_buffer = bk_register;
     b.deregister_all = bk_deregister_all;
+    b.host_alloc = bk_host_alloc;
+    b.host_free = bk_host_free;
     b.dev_setup = perf_dev_setup;
     b.dev_alloc = perf_dev_alloc;
     b.dev_free = perf_dev_free;

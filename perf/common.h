@@ -128,14 +128,14 @@ typedef struct {
     int dtype, op, root; /* dtype/op/root may be PERF_ALL (root: -r -1, every root in turn) */
     int report_cputime, report_timestamps;
     int run_cycles;     /* -N: sweeps (rows printed each time); 0 = forever */
-    int local_register; /* -R: 0 none, 1 braid_comm_register (2 = 1 with a note) */
+    int local_register; /* -R: 0 none, 1 braid_comm_register, 2 braid_mem_alloc buffers too */
     int unalign;        /* -u: buffers start this many elements past an aligned address */
     int memory_report;  /* -M: print the host memory the buffers take */
     int per_iter_timing, per_iter_skip; /* -I, -K */
     double timeout; /* -T seconds (0: unset); the braid backend applies it as BRAID_TIMEOUT */
     const char *csv_path, *json_path;
     const char *prog;                  /* basename of argv[0] */
-    const char *notes[PERF_MAX_NOTES]; /* flags accepted without effect: "# " lines (rank 0) */
+    const char *notes[PERF_MAX_NOTES]; /* what flags did or did not do: "# " lines (rank 0) */
     int nnotes;
     int argc;
     char **argv;
@@ -237,6 +237,10 @@ struct perf_backend {
     /* -R: registers [buf, buf + bytes) for the rest of the run (NULL: not supported). */
     int (*register_buffer)(perf_backend_t *b, void *buf, size_t bytes);
     void (*deregister_all)(perf_backend_t *b); /* drops what register_buffer registered */
+    /* -R 2: host memory every local rank can map (braid_mem_alloc, as nccl-tests' -R 2 takes
+     * ncclMemAlloc memory); NULL: not supported. */
+    void *(*host_alloc)(perf_backend_t *b, size_t bytes);
+    void (*host_free)(perf_backend_t *b, void *p);
     long long init_mem; /* -M: bytes the process grew by while the library initialised */
     int version;        /* the library's version code for the header (0: unknown) */
     /* Device buffers (--device): NULL when the backend has none. mode is opts.device. */

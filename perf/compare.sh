@@ -3,7 +3,8 @@
 # in one session with the same flags, and writes CSVs, logs, a comparison PNG and a table.
 #
 #   perf/compare.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 256M] [-f 2] [-n 20] [-w 5]
-#                   [-c 1] [-d float] [-O sum] [-R 1] [-- extra all_reduce_perf flags]
+#                   [-c 1] [-d float] [-O sum] [-R 1] [-L "braid-run flags"] [-X "braid's
+#                   all_reduce_perf flags"] [-- extra all_reduce_perf flags, both tools]
 #
 #   -o DIR    results directory (default perf/results/<date>-<host>)
 #   -B BUILD  build directory holding bin/braid-run and bin/all_reduce_perf (default build)
@@ -31,7 +32,7 @@ flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
 {
     echo "# compare.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus"
     echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work skews the numbers)"
-    echo "# flags: $flags $*"
+    echo "# flags: $flags $*; braid-run ${launch:-(no flags)}, braid's tool also ${xflags:-(nothing)}"
     echo "# $(mpirun --version 2>/dev/null | head -n1)"
     env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
 } >"$dir/summary.txt"
@@ -44,7 +45,7 @@ run_pair() { # n round: braid then Open MPI (round > 1 of -R: file suffix .rR)
     echo "== braid, $n ranks${sfx:+, round ${sfx#.r}}"
     rm -f "$dir/braid_n$n$sfx.csv" "$dir/ompi_n$n$sfx.csv"
     # shellcheck disable=SC2086 # flags are words
-    "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$dir/braid_n$n$sfx.csv" "$@" \
+    "$bin/braid-run" $launch -n "$n" "$bin/all_reduce_perf" $flags $xflags --csv "$dir/braid_n$n$sfx.csv" "$@" \
         >"$dir/braid_n$n$sfx.log" 2>&1 || { echo "braid n=$n failed (exit $?), see $dir/braid_n$n$sfx.log"; status=1; }
     grep -E '^# (Out of|Avg)' "$dir/braid_n$n$sfx.log" || tail -n 5 "$dir/braid_n$n$sfx.log"
     echo "== Open MPI, $n ranks${sfx:+, round ${sfx#.r}}"
@@ -137,8 +138,9 @@ if [ -x "$bin/membw" ]; then
             bw=$(printf '%s\n' "$mem" | awk -v t="$n" '$2 == "copy" && $4 == t { print $6 }')
             algo=${BRAID_ALGO:-}
             if [ -z "$algo" ]; then
-                BRAID_TRACE="$dir/algo_n$n.json" "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" \
-                    -b "$size" -e "$size" -n 1 -w 0 -c 0 -d "$dtype" -o "$op" >/dev/null 2>&1 || true
+                # shellcheck disable=SC2086 # flags are words
+                BRAID_TRACE="$dir/algo_n$n.json" "$bin/braid-run" $launch -n "$n" "$bin/all_reduce_perf" \
+                    -b "$size" -e "$size" -n 1 -w 0 -c 0 -d "$dtype" -o "$op" $xflags >/dev/null 2>&1 || true
                 # the call of that size (the tool's own small all-reduces run other algorithms)
                 algo=$(python3 -c "import json,sys; ev=json.load(open(sys.argv[1]))['traceEvents']; \
 print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce' and \

@@ -1,11 +1,13 @@
 # Sourced by perf/compare.sh, perf/compare_tcp.sh and perf/compare_p2p.sh: parses their shared
-# flags (see their headers) into dir build ranks minb maxb fac iters warm check dtype op, checks
+# flags (see their headers) into dir build ranks minb maxb fac iters warm check dtype op, and
+# -L/-X into launch (braid-run's own flags, e.g. "--bind core") and xflags (flags for braid's
+# tools only, e.g. "-R 2"), which only braid's runs get; checks
 # the binaries and builds the Open MPI peer harness when missing; defines median_csv. The caller
 # sets here, repo, name and the defaults (maxb, iters, warm; optionally fac, rounds, and tools:
 # the braid perf tools it runs, default all_reduce_perf) first; sets OPTIND past the flags.
-dir="" build="$repo/build" ranks="2 4" minb=8 check=1 dtype=float op=sum
+dir="" build="$repo/build" ranks="2 4" minb=8 check=1 dtype=float op=sum launch="" xflags=""
 fac=${fac:-2} rounds=${rounds:-1} tools=${tools:-all_reduce_perf}
-while getopts "o:B:N:R:b:e:f:n:w:c:d:O:h" opt; do
+while getopts "o:B:N:R:b:e:f:n:w:c:d:O:L:X:h" opt; do
     case $opt in
     o) dir=$OPTARG ;;
     B) build=$OPTARG ;;
@@ -19,6 +21,8 @@ while getopts "o:B:N:R:b:e:f:n:w:c:d:O:h" opt; do
     c) check=$OPTARG ;;
     d) dtype=$OPTARG ;;
     O) op=$OPTARG ;;
+    L) launch=$OPTARG ;;
+    X) xflags=$OPTARG ;;
     h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac

@@ -36,9 +36,9 @@ run() { # coll transport n tool round
     # shellcheck disable=SC2086 # flags are words
     if [ "$t" = braid ]; then
         if [ "$tr" = tcp ]; then
-            BRAID_TRANSPORT=tcp "$bin/braid-run" -n "$n" "$bin/${c}_perf" $flags --csv "$base.csv"
+            BRAID_TRANSPORT=tcp "$bin/braid-run" $launch -n "$n" "$bin/${c}_perf" $flags $xflags --csv "$base.csv"
         else
-            "$bin/braid-run" -n "$n" "$bin/${c}_perf" $flags --csv "$base.csv"
+            "$bin/braid-run" $launch -n "$n" "$bin/${c}_perf" $flags $xflags --csv "$base.csv"
         fi
     else
         btl=self,vader

@@ -57,7 +57,7 @@ run_tool() { # tool n round
     start=$(date +%s)
     # shellcheck disable=SC2086 # flags are words
     case $t in
-    braid) BRAID_TRANSPORT=tcp "$bin/braid-run" -n "$n" "$bin/all_reduce_perf" $flags --csv "$csv" "$@" ;;
+    braid) BRAID_TRANSPORT=tcp "$bin/braid-run" $launch -n "$n" "$bin/all_reduce_perf" $flags $xflags --csv "$csv" "$@" ;;
     ompi) mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl tcp,self ${MPIRUN_ARGS:-} \
         "$bin/ompi_allreduce_perf" $flags --csv "$csv" "$@" ;;
     gloo) "$bin/braid-run" -n "$n" "$bin/gloo_allreduce_perf" $flags --csv "$csv" "$@" ;;

@@ -170,7 +170,7 @@ static void usage(const char *prog, const perf_coll_t *coll)
            "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] "
            "\n\t"
            "[-R,--local_register <0/1/2> register send/recv buffers with braid_comm_register "
-           "(2: as 1, braid has no symmetric windows)] \n\t"
+           "(2: and take them from braid_mem_alloc, which every local rank maps)] \n\t"
            "[-x,--cta_policy <0/1/2>] (ignored: no CTAs on the host)\n\t"
            "[-D,--device_implementation <0>] (0 only)\n\t"
            "[-V,--device_cta_count <number>] (ignored: no device implementation)\n\t"
@@ -387,10 +387,10 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                 fprintf(stderr, "invalid value '%s' for 'local_register' (0, 1 or 2)\n", optarg);
                 return -1;
             }
+            o.local_register = (int)v;
             if (v == 2)
-                add_note(&o, "-R 2: braid has no symmetric windows; the buffers are "
-                             "registered with braid_comm_register as with -R 1");
-            o.local_register = v != 0;
+                add_note(&o, "-R 2: the send and receive buffers come from braid_mem_alloc "
+                             "(every local rank maps them) and are registered as with -R 1");
             break;
         case 'D':
             if (parse_int(optarg, "device_implementation", 0, &v)) return -1;

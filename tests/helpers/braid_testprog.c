@@ -5,6 +5,7 @@
  *   print              one stdout line: "rank=R nranks=N local_rank=L local_size=S root=X
  *                      secret=Y" (unset variables print as "-")
  *   env VAR            one stdout line "VAR=value" ("VAR unset" when unset)
+ *   cpus               one stdout line "cpus R: C1 C2 ..." (the cpus this process may run on)
  *   echo TEXT          TEXT and a newline on stdout, in one write()
  *   echo-err TEXT      the same on stderr
  *   write TEXT         TEXT on stdout without a newline (a partial line)
@@ -22,6 +23,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +129,17 @@ int main(int argc, char **argv)
             const char *name = need_arg(argc, argv, &i), *v = getenv(name);
             int n = v ? snprintf(line, sizeof(line), "%s=%s\n", name, v)
                       : snprintf(line, sizeof(line), "%s unset\n", name);
+            write_all(1, line, (size_t)n);
+        } else if (!strcmp(a, "cpus")) {
+            cpu_set_t set;
+            if (sched_getaffinity(0, sizeof(set), &set)) {
+                fprintf(stderr, "braid_testprog: sched_getaffinity: %s\n", strerror(errno));
+                return 99;
+            }
+            int n = snprintf(line, sizeof(line), "cpus %d:", g_rank);
+            for (int c = 0; c < CPU_SETSIZE && n < (int)sizeof(line) - 16; c++)
+                if (CPU_ISSET(c, &set)) n += snprintf(line + n, sizeof(line) - (size_t)n, " %d", c);
+            n += snprintf(line + n, sizeof(line) - (size_t)n, "\n");
             write_all(1, line, (size_t)n);
         } else if (!strcmp(a, "echo") || !strcmp(a, "echo-err")) {
             int n = snprintf(line, sizeof(line), "%s\n", need_arg(argc, argv, &i));

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -650,6 +651,7 @@ Test(launcher, bad_usage)
         {"-n", "2", "-x", "BRAID_RANK=3", "@prog", NULL},
         {"-n", "2", "--root", "nohostport", "@prog", NULL},
         {"-n", "2", "--tag-output", "--output-dir", "/tmp", "@prog", NULL},
+        {"-n", "2", "--bind", "socket", "@prog", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *const *c = cases[i];
@@ -662,6 +664,68 @@ Test(launcher, bad_usage)
         cr_assert_str_empty(res.out);
         free_result(&res);
     }
+}
+
+/* ---- --bind ---------------------------------------------------------------------------------- */
+
+/* The cpus of rank r's "cpus" line in out, as a bit mask (cpus < 64); -1 when missing. */
+static long long rank_cpus(const char *out, int r, int *count_p)
+{
+    char key[32];
+    snprintf(key, sizeof(key), "cpus %d:", r);
+    const char *p = strstr(out, key);
+    if (!p) return -1;
+    p += strlen(key);
+    long long mask = 0;
+    int count = 0;
+    while (*p == ' ') {
+        int c = (int)strtol(p, (char **)&p, 10);
+        if (c < 64) mask |= 1ll << c;
+        count++;
+    }
+    *count_p = count;
+    return mask;
+}
+
+Test(launcher, bind_modes)
+{
+    cpu_set_t mine;
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    int ncpu = CPU_COUNT(&mine);
+    long long all = 0;
+    for (int c = 0; c < 64; c++)
+        if (CPU_ISSET(c, &mine)) all |= 1ll << c;
+    static const char *const modes[] = {"none", "core", "auto"};
+    for (int m = 0; m < 3; m++)
+        for (int n = 1; n <= ncpu + 1; n += ncpu) { /* one cpu each, and one rank too many */
+            char ns[16];
+            snprintf(ns, sizeof(ns), "%d", n);
+            result_t res;
+            run(&res, "-n", ns, "--bind", modes[m], "@prog", "cpus", NULL);
+            assert_exit(&res, 0);
+            int bound = m == 1 || (m == 2 && n <= ncpu);
+            long long used = 0;
+            for (int r = 0; r < n; r++) {
+                int count = 0;
+                long long got = rank_cpus(res.out, r, &count);
+                cr_assert(got >= 0, "%s -n %d: no line of rank %d:\n%s", modes[m], n, r, res.out);
+                if (!bound) {
+                    cr_assert_eq(count, ncpu, "--bind %s -n %d: rank %d bound:\n%s", modes[m], n, r,
+                                 res.out);
+                    continue;
+                }
+                cr_assert_eq(count, 1, "--bind %s -n %d: rank %d not on one cpu:\n%s", modes[m], n,
+                             r, res.out);
+                cr_assert(got & all, "rank %d on a cpu the launcher may not use", r);
+                if (r < ncpu) {
+                    cr_assert(!(used & got),
+                              "--bind %s: two of the first %d ranks share a cpu:\n%s", modes[m],
+                              ncpu, res.out);
+                    used |= got;
+                }
+            }
+            free_result(&res);
+        }
 }
 
 Test(launcher, help_and_version)

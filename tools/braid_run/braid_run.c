@@ -104,6 +104,10 @@ static void br_usage(FILE *f)
             "      --root HOST:PORT  bootstrap root (default: $BRAID_ROOT, else a free\n"
             "                        port on 127.0.0.1)\n"
             "  -x VAR=VALUE          set VAR in every rank's environment (repeatable)\n"
+            "      --bind MODE       none, core (rank r on cpu r mod ncpus of the cpus\n"
+            "                        braid-run may use, first threads of cores first) or\n"
+            "                        auto (core when every rank gets its own cpu, else\n"
+            "                        none); default none\n"
             "  -h, --help            show this help\n"
             "      --version         show the version\n"
             "\n"
@@ -157,18 +161,20 @@ static int br_valid_xvar(const char *s)
 
 static void br_parse_args(int argc, char **argv, br_opts_t *o)
 {
-    enum { OPT_TAG = 256, OPT_DIR, OPT_TIMEOUT, OPT_ROOT, OPT_VERSION };
+    enum { OPT_TAG = 256, OPT_DIR, OPT_TIMEOUT, OPT_ROOT, OPT_VERSION, OPT_BIND };
     static const struct option longopts[] = {
         {"np", required_argument, NULL, 'n'},
         {"tag-output", no_argument, NULL, OPT_TAG},
         {"output-dir", required_argument, NULL, OPT_DIR},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"root", required_argument, NULL, OPT_ROOT},
+        {"bind", required_argument, NULL, OPT_BIND},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof(*o));
+    o->bind = BR_BIND_NONE;
     o->xvars = calloc((size_t)argc, sizeof(char *));
     if (!o->xvars) exit(BR_EXIT_LAUNCHER);
     opterr = 0;
@@ -202,6 +208,10 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
             if (!br_valid_hostport(optarg))
                 br_usage_error("invalid --root '%s' (expected host:port or [v6addr]:port)", optarg);
             o->root = optarg;
+            break;
+        case OPT_BIND:
+            if (br_parse_bind(optarg, &o->bind))
+                br_usage_error("invalid --bind '%s' (expected none, core or auto)", optarg);
             break;
         case 'x':
             if (!br_valid_xvar(optarg))
@@ -311,6 +321,11 @@ static void br_child(const br_job_t *job, int r, int exec_wfd, int out_fd, int e
     sigaction(SIGPIPE, &job->orig_pipe, NULL);
     setrlimit(RLIMIT_NOFILE, &job->orig_nofile);
     sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
+    int be = br_bind_self(job->bind_cpus, job->nbind_cpus, r);
+    if (be) {
+        (void)!write(exec_wfd, &be, sizeof(be));
+        _exit(BR_EXIT_LAUNCHER);
+    }
     execvp(job->o.prog_argv[0], job->o.prog_argv);
     int e = errno;
     (void)!write(exec_wfd, &e, sizeof(e));
@@ -445,6 +460,7 @@ int main(int argc, char **argv)
         return BR_EXIT_LAUNCHER;
     }
     if (br_setup_env(&job.o)) return BR_EXIT_LAUNCHER;
+    if (br_bind_plan(job.o.bind, n, &job.bind_cpus, &job.nbind_cpus)) return BR_EXIT_LAUNCHER;
     job.ranks = calloc((size_t)n, sizeof(br_rank_t));
     job.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!job.ranks || job.devnull < 0) {

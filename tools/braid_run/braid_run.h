@@ -20,8 +20,12 @@
 static const char *const br_reserved[] = {"BRAID_RANK",       "BRAID_NRANKS", "BRAID_LOCAL_RANK",
                                           "BRAID_LOCAL_SIZE", "BRAID_ROOT",   "BRAID_SECRET"};
 
+/* --bind (bind.c) */
+typedef enum { BR_BIND_NONE, BR_BIND_CORE, BR_BIND_AUTO } br_bind_t;
+
 typedef struct {
     int nranks;
+    br_bind_t bind;
     int tag_output;
     const char *output_dir;
     double timeout_s; /* 0 = none */
@@ -63,8 +67,17 @@ typedef struct {
     struct sigaction orig_pipe;
     struct rlimit orig_nofile;
     int devnull;
+    int *bind_cpus; /* rank r runs on bind_cpus[r % nbind_cpus]; NULL = not bound */
+    int nbind_cpus;
 } br_job_t;
 
+/* "none" / "core" / "auto" -> *mode_p; -1 for anything else. */
+int br_parse_bind(const char *s, br_bind_t *mode_p);
+/* The cpus ranks are bound to, in order (first threads of cores first; *cpus_p NULL when the
+ * ranks are not bound); -1 with a message on failure. */
+int br_bind_plan(br_bind_t mode, int nranks, int **cpus_p, int *ncpus_p);
+/* In a rank: binds the calling process to its cpu of the plan; 0 or an errno value. */
+int br_bind_self(const int *cpus, int ncpus, int rank);
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t br_now_ms(void);
 /* "braid-run: " + message + newline on stderr. */
