@@ -7,7 +7,8 @@
 #   perf/env_ab.sh -o OUT_DIR -v VAR -V "VALUES" [-R ROUNDS] [-N "2 4"] [-B BUILD] -- TOOL FLAGS
 #   e.g. perf/env_ab.sh -o /tmp/ab -v BRAID_YIELD_US -V "2000 50" -R 5 -- all_reduce_perf \
 #            -b 256K -e 16M -f 4 -n 20 -w 3 -c 0
-# An empty value in VALUES is written as "-" and leaves the variable unset.
+# An empty value in VALUES is written as "-" and leaves the variable unset. A VAR that starts
+# with -- is a braid-run option instead (-v --bind -V "none core": braid-run --bind none, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out="" var="" values="" rounds=3 ranks="2 4" build=build
@@ -28,8 +29,8 @@ if [ -z "$out" ] || [ -z "$var" ] || [ -z "$values" ] || [ $# -lt 1 ]; then
     echo "usage: perf/env_ab.sh -o OUT_DIR -v VAR -V \"VALUES\" [-R N] [-N \"2 4\"] [-B BUILD] -- TOOL FLAGS" >&2
     exit 2
 fi
-case $var in BRAID_* | NCCL_*) ;; *)
-    echo "env_ab.sh: -v $var is not a BRAID_ or NCCL_ variable" >&2
+case $var in BRAID_* | NCCL_* | --*) ;; *)
+    echo "env_ab.sh: -v $var is not a BRAID_ or NCCL_ variable nor a braid-run option" >&2
     exit 2
     ;;
 esac
@@ -50,7 +51,9 @@ for r in $(seq "$rounds"); do
         for k in $(seq 0 $((nv - 1))); do
             v=${vals[$(((k + r) % nv))]}
             log="$out/n$n.$v.r$r.log"
-            if [ "$v" = - ]; then
+            if [ "${var#--}" != "$var" ]; then
+                "$bin/braid-run" "$var" "$v" -n "$n" "$bin/$tool" "$@" >"$log" 2>&1
+            elif [ "$v" = - ]; then
                 env -u "$var" "$bin/braid-run" -n "$n" "$bin/$tool" "$@" >"$log" 2>&1
             else
                 env "$var=$v" "$bin/braid-run" -n "$n" "$bin/$tool" "$@" >"$log" 2>&1

@@ -1,6 +1,5 @@
-/* Point-to-point batches: the connections every pair gets at init for braid_send/braid_recv
- * and the collectives built on them, and the runner that progresses a batch of operations at
- * the same time (see p2p.h for the message format and the batch model).
+/* The point-to-point runner: progresses a batch of operations at the same time over the
+ * send/recv connections of p2p_conn.c (see p2p.h for the message format and the batch model).
  *
  * Runner. Operations are linked, in batch order, into one FIFO per (peer, direction); only the
  * head of a FIFO moves, so a pair's messages keep their order. A pass tries every head: a send
@@ -10,10 +9,9 @@
  * per batch: reduce_scatterv) holds chunk k of every peer at once and folds them in rank order.
  * A pass that moves nothing spins (BRAID_SPIN_US), yields (BRAID_YIELD_US), then sleeps in one
  * blocked connection's wait(), the next one at the next sleep. */
-#include "core/p2p.h"
+#include "core/p2p_impl.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "core/p2p_cma.h"
 #include "core/timeline.h"
 #include "core/yield.h"
 #include "core/redop.h"
@@ -23,219 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct self_msg {
-    struct self_msg *next;
-    uint32_t seq;
-    braid_datatype_t dtype;
-    size_t count;
-    char data[];
-} self_msg_t;
-
-struct braid_p2p_state {
-    braid_conn_t **send, **recv; /* nranks entries; NULL for this rank */
-    uint32_t *send_seq, *recv_seq;
-    size_t chunk;
-    self_msg_t *self_head, *self_tail;
-    braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
-};
-
-/* ---- connections ----------------------------------------------------------------------- */
-braid_result_t braid_p2p_connect(struct braid_comm *comm)
-{
-    int n = comm->nranks;
-    struct braid_p2p_state *st = calloc(1, sizeof(*st));
-    if (!st) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for send/recv state");
-    comm->p2p = st;
-    st->send = calloc((size_t)n, sizeof(*st->send));
-    st->recv = calloc((size_t)n, sizeof(*st->recv));
-    st->send_seq = calloc((size_t)n, sizeof(*st->send_seq));
-    st->recv_seq = calloc((size_t)n, sizeof(*st->recv_seq));
-    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq)
-        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
-    /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
-     * ranks, bound the memory of n - 1 receive connections per rank. */
-    st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
-    int slots = n <= 16 ? 4 : BRAID_P2P_MAX_SLOTS;
-    if (n == 1) return BRAID_SUCCESS;
-    /* Over tcp larger messages (fewer frames and wakeups per byte) up to 8 ranks (2 sockets
-     * per peer were faster at n = 2 too, but not the default: a peer's ABORT comes back on
-     * socket 0 only, so a send failing on another socket may report a closed connection
-     * instead of the peer's reason); the reducing receive keeps the messages of st->chunk (every
-     * rank must agree on them, whatever transport each pair uses), hence never smaller. */
-    int64_t v;
-    BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &v));
-    size_t tslot = v ? (size_t)v : n <= 8 ? (size_t)512 << 10 : st->chunk;
-    if (tslot > ((size_t)64 << 20))
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_P2P_TCP_CHUNK_SIZE=%zu is above 64 MiB", tslot);
-    tslot &= ~(size_t)63;
-    if (tslot < st->chunk) tslot = st->chunk;
-    BRAID_CHECK(braid_param_int("P2P_TCP_NSOCKS", &v));
-    comm->tcp_conn_slot = tslot;
-    comm->tcp_conn_nsocks = (int)v; /* 0: BRAID_NSOCKS_PERPEER's */
-    int *peers = calloc((size_t)n, sizeof(*peers));
-    if (!peers) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d peers", n);
-    int np = 0;
-    for (int p = 0; p < n; p++)
-        if (p != comm->rank) peers[np++] = p;
-    braid_result_t res = braid_comm_connect_pairs(comm, BRAID_SENDRECV_CHANNEL, st->send, st->recv,
-                                                  st->chunk, slots, peers, np, peers, np, n - 1);
-    comm->tcp_conn_slot = 0;
-    comm->tcp_conn_nsocks = 0;
-    free(peers);
-    BRAID_CHECK(res);
-    for (int p = 0; p < n; p++)
-        if (st->send[p] && st->send[p]->slot_size < st->chunk) st->chunk = st->send[p]->slot_size;
-    BRAID_CHECK(braid_p2p_cma_connect(comm, st->send, st->recv, &st->cma));
-    braid_debug(INIT, "rank %d: send/recv connections to %d ranks, %zu B messages", comm->rank,
-                n - 1, st->chunk);
-    return BRAID_SUCCESS;
-}
-
-void braid_p2p_close(struct braid_comm *comm)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    if (!st) return;
-    for (int p = 0; p < comm->nranks && st->send; p++) {
-        if (st->send[p]) st->send[p]->ops->close(st->send[p]);
-        if (st->recv && st->recv[p]) st->recv[p]->ops->close(st->recv[p]);
-    }
-    while (st->self_head) {
-        self_msg_t *m = st->self_head;
-        st->self_head = m->next;
-        free(m);
-    }
-    braid_p2p_cma_free(st->cma);
-    free(st->send);
-    free(st->recv);
-    free(st->send_seq);
-    free(st->recv_seq);
-    free(st);
-    comm->p2p = NULL;
-}
-
-int braid_p2p_self_pending(struct braid_comm *comm)
-{
-    return comm->p2p && comm->p2p->self_head != NULL;
-}
-
-void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    for (int p = 0; st && st->send && p < comm->nranks; p++) {
-        if (st->send[p]) st->send[p]->ops->fail(st->send[p], code, why);
-        if (st->recv[p]) st->recv[p]->ops->fail(st->recv[p], code, why);
-    }
-}
-
-/* ---- header checks --------------------------------------------------------------------- */
-braid_conn_t *braid_p2p_conn(struct braid_comm *comm, int peer, int is_send)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    if (!st || !st->send || peer < 0 || peer >= comm->nranks) return NULL;
-    return is_send ? st->send[peer] : st->recv[peer];
-}
-
-uint32_t braid_p2p_sent(struct braid_comm *comm, int peer)
-{
-    return comm->p2p->send_seq[peer];
-}
-
-int braid_p2p_cma_peer(struct braid_comm *comm, int peer)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    return st && st->cma && peer >= 0 && peer < comm->nranks && st->cma->send_ok[peer];
-}
-
-uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    if (bytes_p)
-        *bytes_p = st && st->cma ? atomic_load_explicit(&st->cma->pulled, memory_order_relaxed) : 0;
-    return st && st->cma ? st->cma->pulls : 0;
-}
-
-/* The header a sender of op puts on its messages (bytes filled per message). */
-static braid_msg_hdr_t op_hdr(const braid_p2p_op_t *op)
-{
-    return (braid_msg_hdr_t){.seq = op->seq,
-                             .coll = (uint8_t)op->coll,
-                             .dtype = (uint8_t)op->dtype,
-                             .op = (uint8_t)(op->coll == BRAID_COLL_SEND ? 0 : op->op),
-                             .root = op->coll == BRAID_COLL_SEND ? -1 : op->root,
-                             .count = op->count};
-}
-
-/* A received header against what op expects next; `got` is the message's payload size
- * (h->bytes, or the size a CMA descriptor names); `expect` is the exact size when known
- * (reduce, CMA), else 0 (any size up to what is left, non-empty while something is). */
-static braid_result_t check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
-                                const braid_msg_hdr_t *h, const void *buf, uint64_t got,
-                                size_t expect)
-{
-    braid_msg_hdr_t e = op_hdr(op);
-    size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
-    if (h->flags & BRAID_MSG_REJECTED) {
-        char why[201] = "", mine[200];
-        braid_p2p_reason(h, buf, comm->p2p->recv[from]->slot_size, why, sizeof(why));
-        braid_p2p_op_str(op, mine, sizeof(mine));
-        return braid_set_error(BRAID_ERR_MISMATCH,
-                               "rank %d rejected its %s #%u (%s) but rank %d called %s", from,
-                               braid_coll_name(h->coll), h->seq, why, comm->rank, mine);
-    }
-    int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
-               h->op == e.op && h->root == e.root;
-    if (same && (expect ? got == expect : (got <= left && (got > 0 || !left))))
-        return BRAID_SUCCESS;
-    char theirs[200], mine[200];
-    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
-    braid_p2p_op_str(op, mine, sizeof(mine));
-    if (same)
-        return braid_set_error(
-            BRAID_ERR_INTERNAL, "rank %d sent a %llu-byte message where rank %d expected %zu in %s",
-            from, (unsigned long long)got, comm->rank, expect ? expect : left, mine);
-    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
-                           theirs, comm->rank, mine);
-}
-
-/* ---- batches ---------------------------------------------------------------------------- */
-braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op)
-{
-    if (b->nops == b->cap) {
-        int cap = b->cap ? b->cap * 2 : 8;
-        braid_p2p_op_t *n = realloc(b->ops, (size_t)cap * sizeof(*n));
-        if (!n) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d operations", cap);
-        b->ops = n;
-        b->cap = cap;
-    }
-    b->ops[b->nops] = *op;
-    b->ops[b->nops].off = 0;
-    b->ops[b->nops].nmsgs = 0;
-    b->ops[b->nops].done = 0;
-    b->ops[b->nops].next = -1;
-    b->ops[b->nops].noticed = 0;
-    b->ops[b->nops].cma = 0;
-    b->nops++;
-    return BRAID_SUCCESS;
-}
-
-void braid_p2p_batch_free(braid_p2p_batch_t *b)
-{
-    free(b->ops);
-    b->ops = NULL;
-    b->nops = b->cap = 0;
-}
-
-void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from)
-{
-    struct braid_p2p_state *st = comm->p2p;
-    for (int i = from; i < b->nops; i++) {
-        braid_p2p_op_t *op = &b->ops[i];
-        if (op->coll != BRAID_COLL_SEND) continue;
-        op->seq = op->kind == BRAID_P2P_SEND ? ++st->send_seq[op->peer] : ++st->recv_seq[op->peer];
-    }
-}
 
 /* ---- the runner ------------------------------------------------------------------------- */
 typedef struct {
@@ -289,15 +74,10 @@ static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
     if (op->req && r->done) r->done(r->comm, op, res, r->arg);
 }
 
-static size_t op_bytes(const braid_p2p_op_t *op)
-{
-    return op->count * braid_dtype_size(op->dtype);
-}
-
 /* A send to self is copied into the communicator's queue at once (so it never waits). */
 static braid_result_t self_send(runner_t *r, braid_p2p_op_t *op)
 {
-    size_t bytes = op_bytes(op);
+    size_t bytes = braid_p2p_op_bytes(op);
     self_msg_t *m = malloc(sizeof(*m) + bytes);
     if (!m) return braid_set_error(BRAID_ERR_NOMEM, "send to self: out of memory for %zu B", bytes);
     m->next = NULL;
@@ -325,7 +105,7 @@ static braid_result_t self_recv(runner_t *r, braid_p2p_op_t *op)
             BRAID_ERR_MISMATCH, "rank %d called send #%u to rank %d (count %zu, %s) but %s",
             op->peer, m->seq, op->peer, m->count, braid_dtype_name(m->dtype), mine);
     }
-    if (m->count) memcpy(op->rbuf, m->data, op_bytes(op));
+    if (m->count) memcpy(op->rbuf, m->data, braid_p2p_op_bytes(op));
     r->st->self_head = m->next;
     if (!r->st->self_head) r->st->self_tail = NULL;
     free(m);
@@ -345,7 +125,8 @@ static braid_result_t link_new(runner_t *r)
         r->remaining++;
         switch ((braid_p2p_kind_t)op->kind) {
         case BRAID_P2P_COPY:
-            if (op->rbuf != op->sbuf && op->count) memcpy(op->rbuf, op->sbuf, op_bytes(op));
+            if (op->rbuf != op->sbuf && op->count)
+                memcpy(op->rbuf, op->sbuf, braid_p2p_op_bytes(op));
             op_complete(r, op, BRAID_SUCCESS);
             continue;
         case BRAID_P2P_RECV_REDUCE:
@@ -403,8 +184,8 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
             return BRAID_SUCCESS;
         }
         BRAID_CHECK(res);
-        braid_msg_hdr_t h = op_hdr(op);
-        BRAID_CHECK(braid_p2p_cma_post(c, slot, &h, op->sbuf, op_bytes(op)));
+        braid_msg_hdr_t h = braid_p2p_op_hdr(op);
+        BRAID_CHECK(braid_p2p_cma_post(c, slot, &h, op->sbuf, braid_p2p_op_bytes(op)));
         op->cma = 1;
         op->nmsgs = 1;
         *moved = 1;
@@ -415,7 +196,7 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
         return BRAID_SUCCESS;
     }
     BRAID_CHECK(res);
-    op->off = op_bytes(op);
+    op->off = braid_p2p_op_bytes(op);
     op_complete(r, op, BRAID_SUCCESS);
     *moved = 1;
     return BRAID_SUCCESS;
@@ -426,7 +207,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
 {
     braid_p2p_op_t *op = &r->b->ops[r->shead[peer]];
     braid_conn_t *c = r->st->send[peer];
-    if (op->cma || (!op->nmsgs && braid_p2p_cma_use(r->st->cma, c, op, op_bytes(op)))) {
+    if (op->cma || (!op->nmsgs && braid_p2p_cma_use(r->st->cma, c, op, braid_p2p_op_bytes(op)))) {
         BRAID_CHECK(cma_send(r, op, c, moved));
         if (!op->done) return BRAID_SUCCESS;
         r->shead[peer] = op->next;
@@ -435,7 +216,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
     }
     /* Messages fill the connection's slots, but for reduce_scatterv (whose reducing receive
      * takes st->chunk from every peer at once). */
-    size_t bytes = op_bytes(op),
+    size_t bytes = braid_p2p_op_bytes(op),
            chunk = op->coll == BRAID_COLL_REDUCE_SCATTERV ? r->st->chunk : c->slot_size;
     for (;;) {
         if (op->nmsgs && op->off >= bytes) break;
@@ -448,7 +229,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         }
         BRAID_CHECK(res);
         size_t nb = bytes - op->off < chunk ? bytes - op->off : chunk;
-        braid_msg_hdr_t h = op_hdr(op);
+        braid_msg_hdr_t h = braid_p2p_op_hdr(op);
         h.bytes = (uint32_t)nb;
         const char *src = (const char *)op->sbuf + op->off;
         if (bytes > chunk && c->ops->send_post_ref && c->ops->send_detach) {
@@ -496,7 +277,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
         BRAID_CHECK(res);
     } else {
         braid_conn_t *c = r->st->recv[peer];
-        size_t bytes = op_bytes(op);
+        size_t bytes = braid_p2p_op_bytes(op);
         int direct = c->ops->recv_peek && c->ops->recv_into && c->ops->recv_undirect;
         for (;;) {
             if (op->nmsgs && op->off >= bytes) break;
@@ -512,7 +293,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 }
                 BRAID_CHECK(res);
                 if (h->bytes && !h->flags) {
-                    BRAID_CHECK(check_msg(r->comm, op, peer, h, NULL, h->bytes, 0));
+                    BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, NULL, h->bytes, 0));
                     uint32_t nb = h->bytes;
                     r->rx_direct[peer] = 1;
                     res = c->ops->recv_into(c, (char *)op->rbuf + op->off);
@@ -551,7 +332,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 if (!op->cma) {
                     uint64_t got;
                     BRAID_CHECK(braid_p2p_cma_desc(r->st->cma, peer, h, buf, &got));
-                    BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, got, bytes));
+                    BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, got, bytes));
                     op->cma = 1;
                 }
                 BRAID_CHECK(braid_p2p_cma_pull(r->st->cma, c, buf, op->rbuf, bytes, &op->off));
@@ -561,7 +342,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 BRAID_CHECK(c->ops->recv_release(c));
                 continue;
             }
-            BRAID_CHECK(check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
+            BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
             if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
             op->nmsgs++;
@@ -582,7 +363,7 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
     braid_p2p_op_t *op = &r->b->ops[r->rr];
     struct braid_comm *comm = r->comm;
     int n = comm->nranks, me = comm->rank;
-    size_t es = braid_dtype_size(op->dtype), bytes = op_bytes(op);
+    size_t es = braid_dtype_size(op->dtype), bytes = braid_p2p_op_bytes(op);
     while (!(op->nmsgs && op->off >= bytes)) {
         size_t nb = bytes - op->off < r->st->chunk ? bytes - op->off : r->st->chunk;
         int missing = 0;
@@ -609,8 +390,8 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
                 missing++; /* its chunk comes next */
                 continue;
             }
-            BRAID_CHECK(check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p], r->rr_hdr[p]->bytes,
-                                  nb ? nb : 0));
+            BRAID_CHECK(braid_p2p_check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p],
+                                            r->rr_hdr[p]->bytes, nb ? nb : 0));
             if (r->rr_hdr[p]->flags & BRAID_MSG_CMA) /* never sent to a reducing receive */
                 return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a CMA descriptor to %s", p,
                                        "a reduce_scatterv");

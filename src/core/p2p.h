@@ -1,6 +1,6 @@
-/* Point-to-point operations and the batches that run them (p2p.c), groups and the public
- * send/recv entry points (group.c), the collectives built on point-to-point messages
- * (coll_p2p.c, with their plans in algos/p2p_plan.c).
+/* Point-to-point operations, their connections and batches (p2p_conn.c) and the runner
+ * (p2p.c), groups and the public send/recv entry points (group.c), the collectives built on
+ * point-to-point messages (coll_p2p.c, with their plans in algos/p2p_plan.c).
  *
  * Connections. At init every rank connects to every other rank once more, both ways, on the
  * channel id BRAID_SENDRECV_CHANNEL: these connections carry only braid_send/braid_recv and the

@@ -3,7 +3,7 @@
  * collective engine, a collective's messages seen by a blocked p2p operation, and the notices
  * of blocked receives (see p2p.h). */
 #include "core/log.h"
-#include "core/p2p.h"
+#include "core/p2p_impl.h"
 #include "transport/shm_direct.h"
 #include "core/redop.h"
 
@@ -182,3 +182,33 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int
  * from it). Calls on a communicator run in order, so that peer's matching receive or send
  * comes after its collective, which needs this rank, whose collective comes after this
  * operation: they can never meet (a mismatch, however large the message). */
+
+/* ---- a received message against its operation -------------------------------------------- */
+braid_result_t braid_p2p_check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
+                                   const braid_msg_hdr_t *h, const void *buf, uint64_t got,
+                                   size_t expect)
+{
+    braid_msg_hdr_t e = braid_p2p_op_hdr(op);
+    size_t left = op->count * braid_dtype_size(op->dtype) - op->off;
+    if (h->flags & BRAID_MSG_REJECTED) {
+        char why[201] = "", mine[200];
+        braid_p2p_reason(h, buf, braid_p2p_conn(comm, from, 0)->slot_size, why, sizeof(why));
+        braid_p2p_op_str(op, mine, sizeof(mine));
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d rejected its %s #%u (%s) but rank %d called %s", from,
+                               braid_coll_name(h->coll), h->seq, why, comm->rank, mine);
+    }
+    int same = h->seq == e.seq && h->coll == e.coll && h->dtype == e.dtype && h->count == e.count &&
+               h->op == e.op && h->root == e.root;
+    if (same && (expect ? got == expect : (got <= left && (got > 0 || !left))))
+        return BRAID_SUCCESS;
+    char theirs[200], mine[200];
+    braid_p2p_hdr_str(h, comm->rank, theirs, sizeof(theirs));
+    braid_p2p_op_str(op, mine, sizeof(mine));
+    if (same)
+        return braid_set_error(
+            BRAID_ERR_INTERNAL, "rank %d sent a %llu-byte message where rank %d expected %zu in %s",
+            from, (unsigned long long)got, comm->rank, expect ? expect : left, mine);
+    return braid_set_error(BRAID_ERR_MISMATCH, "rank %d called %s but rank %d called %s", from,
+                           theirs, comm->rank, mine);
+}

@@ -17,6 +17,7 @@
  * - Argument errors and ranks disagreeing on the options. */
 #include "ddp_model.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -247,13 +248,6 @@ Test(ddp_ps, staleness_bound_holds_with_a_slow_worker, .timeout = 180)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* kill_rank: the rank SIGKILLed (by itself after 5 steps if a worker; by the test if not) */
 static int kill_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
@@ -267,13 +261,13 @@ static int kill_fn(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, !ps_start(&ps, comm, &m, pr, 1, 16, &o), "%s", braid_ddp_last_error());
     char want[32];
     snprintf(want, sizeof(want), "rank %d (", victim); /* braid's naming of a failed peer */
-    double t0 = now_s();
+    double t0 = proc_now_s();
     braid_result_t r;
     if (braid_ps_is_server(ps)) {
         r = braid_ps_serve(ps);
     } else {
         r = braid_ps_push_pull(ps);
-        for (long step = 0; !r && now_s() - t0 < 60; step++) {
+        for (long step = 0; !r && proc_now_s() - t0 < 60; step++) {
             int err = 0;
             zero_grads(&m);
             dm_backward(&m, step, 4, 4, NULL, NULL, &err);
@@ -282,7 +276,7 @@ static int kill_fn(braid_comm_t comm, int rank, int n, void *arg)
             r = braid_ps_push_pull(ps);
         }
     }
-    double t = now_s() - t0;
+    double t = proc_now_s() - t0;
     MP_CHECK(rank, r != BRAID_SUCCESS, "no error after %.1f s", t);
     /* the rank that saw the death names it; the others may see the abort that followed */
     if (braid_ps_is_server(ps) != (victim == n - 1))

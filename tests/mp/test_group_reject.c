@@ -5,19 +5,12 @@
  * part of the group was complete (a buffered send, data from ranks that agreed) may return
  * success from its group end: its next call (a barrier) must then fail.
  * When every rank rejects the same group, nothing ran and the communicator stays usable. */
-#include "mp.h"
+#include "oddrank.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef enum {
     BAD_PEER,  /* ring exchange (send to next, recv from prev): rank n-1's send names peer n+6 */
@@ -81,13 +74,12 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
         out[i] = -1.0f;
     }
     MP_OK(rank, braid_barrier(comm)); /* start together: the time bound is the detection's */
-    double t0 = now_s();
+    double t0 = proc_now_s();
     int odd = rank == n - 1;
     braid_result_t bad;
     MP_OK(rank, braid_group_start());
     group_calls(c, comm, rank, n, in, out, &bad);
     braid_result_t r = braid_group_end();
-    braid_result_t first = r;
     char first_msg[2048];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
     if (odd) {
@@ -102,87 +94,59 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
             MP_CHECK(rank, out[i] == -1.0f, "out[%zu] = %g: a call of the rejected group ran", i,
                      out[i]);
     }
-    if (r == BRAID_SUCCESS || odd) r = braid_barrier(comm);
-    double el = now_s() - t0;
-    const char *m = braid_last_error();
-    fprintf(stderr, "rank %d/%d: group end %s (%s), then %s: %s (%.3f s)\n", rank, n,
-            braid_strerror(first), first_msg, braid_strerror(r), m, el);
-    char who[32];
-    snprintf(who, sizeof(who), "rank %d", n - 1);
-    MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r), m);
-    MP_CHECK(rank, strstr(m, who) && strstr(m, "rejected"), "message lacks '%s' / 'rejected': %s",
-             who, m);
-    MP_CHECK(rank, el < 1.0, "took %.2f s", el);
     free(in);
     free(out);
-    return 0;
+    char who[32];
+    snprintf(who, sizeof(who), "rank %d", n - 1);
+    return odd_expect_mismatch(comm, rank, n, r, first_msg, odd, t0, who, "rejected");
 }
 
 static void run_all(const case_t *c)
 {
-    static const char *transports[] = {"shm", "tcp"};
-    setenv("BRAID_TIMEOUT", "20", 1);
-    for (int t = 0; t < 2; t++) {
-        setenv("BRAID_TRANSPORT", transports[t], 1);
-        for (int n = 2; n <= 3; n++)
-            cr_expect_eq(mp_run(n, run_case, (void *)c, 60), 0, "transport %s, %d ranks, kind %d",
-                         transports[t], n, (int)c->kind);
-    }
-    unsetenv("BRAID_TRANSPORT");
-    unsetenv("BRAID_TIMEOUT");
+    cr_expect_eq(odd_run_all(run_case, (void *)c), 0, "kind %d (see stderr)", (int)c->kind);
 }
 
 TestSuite(group_reject, .timeout = 240);
 
-/* 5 elements: within the FIFOs (the sends are buffered); 2^20: beyond (they block). */
-static const size_t counts[] = {5, (size_t)1 << 20};
+/* The case with 5 elements: within the FIFOs (the sends are buffered); and with 2^20: beyond
+ * (they block). */
+static void run_both_counts(kind_t kind, const char *why)
+{
+    static const size_t counts[] = {5, (size_t)1 << 20};
+    for (int k = 0; k < 2; k++) {
+        case_t c = {kind, counts[k], why};
+        run_all(&c);
+    }
+}
 
 Test(group_reject, send_with_a_bad_peer)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {BAD_PEER, counts[k], "is outside [0, nranks"};
-        run_all(&c);
-    }
+    run_both_counts(BAD_PEER, "is outside [0, nranks");
 }
 
 Test(group_reject, send_with_a_bad_dtype)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {BAD_DTYPE, counts[k], "dtype=99"};
-        run_all(&c);
-    }
+    run_both_counts(BAD_DTYPE, "dtype=99");
 }
 
 Test(group_reject, recv_with_a_null_buffer)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {BAD_BUF, counts[k], "recvbuf is NULL"};
-        run_all(&c);
-    }
+    run_both_counts(BAD_BUF, "recvbuf is NULL");
 }
 
 Test(group_reject, allreduce_with_a_bad_op_among_sends)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {BAD_OP, counts[k], "op"};
-        run_all(&c);
-    }
+    run_both_counts(BAD_OP, "op");
 }
 
 Test(group_reject, alltoall_with_a_bad_dtype_before_an_allreduce)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {BAD_A2A, counts[k], "dtype=99"};
-        run_all(&c);
-    }
+    run_both_counts(BAD_A2A, "dtype=99");
 }
 
 Test(group_reject, lone_send_with_a_bad_peer)
 {
-    for (int k = 0; k < 2; k++) {
-        case_t c = {LONE_PEER, counts[k], "is outside [0, nranks"};
-        run_all(&c);
-    }
+    run_both_counts(LONE_PEER, "is outside [0, nranks");
 }
 
 /* Every rank rejects the same group (each kind above, all ranks odd): nothing ran, every rank
@@ -252,16 +216,7 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(group_reject, rejected_everywhere_leaves_the_communicator_usable)
 {
-    static const char *transports[] = {"shm", "tcp"};
-    setenv("BRAID_TIMEOUT", "20", 1);
-    for (int t = 0; t < 2; t++) {
-        setenv("BRAID_TRANSPORT", transports[t], 1);
-        for (int n = 2; n <= 3; n++)
-            cr_expect_eq(mp_run(n, all_reject, NULL, 60), 0, "transport %s, %d ranks",
-                         transports[t], n);
-    }
-    unsetenv("BRAID_TRANSPORT");
-    unsetenv("BRAID_TIMEOUT");
+    cr_expect_eq(odd_run_all(all_reject, NULL), 0, "see stderr");
 }
 
 /* An i-form call of a rejected group gets a request that completes with the rejection (its
@@ -293,14 +248,5 @@ static int iform_request(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(group_reject, iform_request_of_a_rejected_group)
 {
-    static const char *transports[] = {"shm", "tcp"};
-    setenv("BRAID_TIMEOUT", "20", 1);
-    for (int t = 0; t < 2; t++) {
-        setenv("BRAID_TRANSPORT", transports[t], 1);
-        for (int n = 2; n <= 3; n++)
-            cr_expect_eq(mp_run(n, iform_request, NULL, 60), 0, "transport %s, %d ranks",
-                         transports[t], n);
-    }
-    unsetenv("BRAID_TRANSPORT");
-    unsetenv("BRAID_TIMEOUT");
+    cr_expect_eq(odd_run_all(iform_request, NULL), 0, "see stderr");
 }

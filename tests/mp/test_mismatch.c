@@ -6,18 +6,11 @@
  * ranks that agreed with it) may return success from it: its next call (a barrier here) must
  * then fail with the mismatch. A rank that rejected its call (bad argument) gets
  * BRAID_ERR_INVALID_ARG from it and the mismatch from its next call. */
-#include "mp.h"
+#include "oddrank.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef enum {
     BCAST_ROOTS,    /* broadcast: rank n-1 names root 1, the others root 0 */
@@ -138,42 +131,23 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     for (size_t i = 0; i < 8 * c->count + 16; i++)
         buf[i] = (float)(rank * 3 + (int)(i % 11));
     MP_OK(rank, braid_barrier(comm)); /* start together: the time bound is the detection's */
-    double t0 = now_s();
+    double t0 = proc_now_s();
     braid_result_t r = odd_call(c, comm, rank, n, buf);
-    braid_result_t first = r;
     char first_msg[600];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
     int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT ||
                     (c->kind >= P_REJECTED_ALLTOALL && c->kind <= P_REJECTED_AGV)) &&
                    rank == n - 1;
+    free(buf);
     if (rejecter)
         MP_CHECK(rank, r == BRAID_ERR_INVALID_ARG, "the rejected call returned %s: %s",
                  braid_strerror(r), first_msg);
-    if (r == BRAID_SUCCESS || rejecter) r = braid_barrier(comm);
-    double el = now_s() - t0;
-    const char *m = braid_last_error();
-    free(buf);
-    fprintf(stderr, "rank %d/%d: first %s, then %s: %s (%.3f s)\n", rank, n, braid_strerror(first),
-            braid_strerror(r), m, el);
-    MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r), m);
-    MP_CHECK(rank, strstr(m, c->word1) && strstr(m, c->word2), "message lacks '%s' / '%s': %s",
-             c->word1, c->word2, m);
-    MP_CHECK(rank, el < 1.0, "took %.2f s", el);
-    return 0;
+    return odd_expect_mismatch(comm, rank, n, r, first_msg, rejecter, t0, c->word1, c->word2);
 }
 
 static void run_all(const case_t *c)
 {
-    static const char *transports[] = {"shm", "tcp"};
-    setenv("BRAID_TIMEOUT", "20", 1);
-    for (int t = 0; t < 2; t++) {
-        setenv("BRAID_TRANSPORT", transports[t], 1);
-        for (int n = 2; n <= 3; n++)
-            cr_expect_eq(mp_run(n, run_case, (void *)c, 60), 0, "transport %s, %d ranks",
-                         transports[t], n);
-    }
-    unsetenv("BRAID_TRANSPORT");
-    unsetenv("BRAID_TIMEOUT");
+    cr_expect_eq(odd_run_all(run_case, (void *)c), 0, "kind %d (see stderr)", (int)c->kind);
 }
 
 TestSuite(mismatch, .timeout = 240);
@@ -283,16 +257,7 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(mismatch, p2p_collective_rejected_everywhere_leaves_the_communicator_usable)
 {
-    static const char *transports[] = {"shm", "tcp"};
-    setenv("BRAID_TIMEOUT", "20", 1);
-    for (int t = 0; t < 2; t++) {
-        setenv("BRAID_TRANSPORT", transports[t], 1);
-        for (int n = 2; n <= 3; n++)
-            cr_expect_eq(mp_run(n, all_reject, NULL, 60), 0, "transport %s, %d ranks",
-                         transports[t], n);
-    }
-    unsetenv("BRAID_TRANSPORT");
-    unsetenv("BRAID_TIMEOUT");
+    cr_expect_eq(odd_run_all(all_reject, NULL), 0, "see stderr");
 }
 
 Test(mismatch, p2p_call_against_a_collective)

@@ -8,8 +8,10 @@
 
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -195,10 +197,10 @@ Test(p2p_group, send_against_a_collective_is_an_error, .timeout = 60)
 /* A peer killed while this rank waits in a receive from it. */
 static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
 {
-    (void)arg;
     (void)n;
     if (rank == 1) {
-        pause(); /* killed by the test */
+        atomic_store((atomic_int *)arg, 1); /* its communicator is up */
+        pause();                            /* killed by the test */
         return 1;
     }
     float buf[16];
@@ -216,10 +218,20 @@ static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
 
 static void killed_peer(int n)
 {
+    /* Killed once its communicator is up, never during init (a loaded machine may take seconds
+     * to get there), and with rank 0 most likely in its receive by then. */
+    atomic_int *up =
+        mmap(NULL, sizeof(*up), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(up != MAP_FAILED);
+    atomic_init(up, 0);
     mp_job_t job;
-    mp_start(&job, n, recv_from_victim, NULL);
-    usleep(1500 * 1000);
+    mp_start(&job, n, recv_from_victim, up);
+    double t0 = now_s();
+    while (!atomic_load(up) && now_s() - t0 < 25)
+        usleep(10 * 1000);
+    usleep(300 * 1000);
     kill(job.pids[1], SIGKILL);
+    munmap(up, sizeof(*up));
     mp_wait(&job, 40);
     for (int r = 0; r < n; r++) {
         if (r == 1) continue;

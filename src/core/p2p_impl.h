@@ -1,0 +1,53 @@
+/* What the files of the point-to-point layer share (p2p_conn.c: connections and batches;
+ * p2p.c: the runner; p2p_check.c: header checks): the per-communicator state behind
+ * comm->p2p and the header of an operation's messages. Internal to src/core/p2p*.c. */
+#ifndef BRAID_CORE_P2P_IMPL_H
+#define BRAID_CORE_P2P_IMPL_H
+
+#include "core/p2p.h"
+#include "core/p2p_cma.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A message to self, queued by the send until the receive takes it. */
+typedef struct self_msg {
+    struct self_msg *next;
+    uint32_t seq;
+    braid_datatype_t dtype;
+    size_t count;
+    char data[];
+} self_msg_t;
+
+struct braid_p2p_state {
+    braid_conn_t **send, **recv; /* nranks entries; NULL for this rank */
+    uint32_t *send_seq, *recv_seq;
+    size_t chunk;
+    self_msg_t *self_head, *self_tail;
+    braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
+};
+
+/* The header a sender of op puts on its messages (bytes filled per message). */
+static inline braid_msg_hdr_t braid_p2p_op_hdr(const braid_p2p_op_t *op)
+{
+    return (braid_msg_hdr_t){.seq = op->seq,
+                             .coll = (uint8_t)op->coll,
+                             .dtype = (uint8_t)op->dtype,
+                             .op = (uint8_t)(op->coll == BRAID_COLL_SEND ? 0 : op->op),
+                             .root = op->coll == BRAID_COLL_SEND ? -1 : op->root,
+                             .count = op->count};
+}
+
+static inline size_t braid_p2p_op_bytes(const braid_p2p_op_t *op)
+{
+    return op->count * braid_dtype_size(op->dtype);
+}
+
+/* A received header against what op expects next (p2p_check.c); `got` is the message's
+ * payload size (h->bytes, or the size a CMA descriptor names); `expect` is the exact size when
+ * known (reduce, CMA), else 0 (any size up to what is left, non-empty while something is). */
+braid_result_t braid_p2p_check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
+                                   const braid_msg_hdr_t *h, const void *buf, uint64_t got,
+                                   size_t expect);
+
+#endif
