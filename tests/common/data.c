@@ -264,3 +264,16 @@ int data_check_allreduce(braid_comm_t comm, int rank, int n, braid_datatype_t dt
     }
     return 0;
 }
+
+int data_quick(void)
+{
+    const char *q = getenv("BRAID_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
+void *data_xmalloc(size_t n)
+{
+    void *p = malloc(n + 64);
+    if (!p) abort();
+    return p;
+}

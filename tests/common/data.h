@@ -9,6 +9,12 @@
 
 #include <stddef.h>
 
+/* 1 when BRAID_TEST_QUICK is set and not "0" (the sanitizer pass): suites trim their largest
+ * sizes, every path stays covered. */
+int data_quick(void);
+/* malloc(n + 64), aborting when out of memory: the 64 spare bytes take unaligned offsets. */
+void *data_xmalloc(size_t n);
+
 /* The input value of rank r at index i, as a double (exactly representable in dtype). */
 double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed);
 /* Fills buf[0..count) (element index base + k) with rank r's inputs. */

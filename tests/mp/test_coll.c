@@ -14,24 +14,11 @@ typedef struct {
     int unaligned;
 } opts_t;
 
-/* BRAID_TEST_QUICK (set for the sanitizer pass) trims the largest sizes; paths stay covered. */
-static int quick(void)
-{
-    return getenv("BRAID_TEST_QUICK") != NULL;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n + 64);
-    if (!p) abort();
-    return p;
-}
-
 static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
     const opts_t *o = arg;
     size_t counts[] = {
-        0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n + 1, 1009, quick() ? 16411 : 65537};
+        0, 1, 7, (size_t)(n > 1 ? n - 1 : 2), (size_t)n + 1, 1009, data_quick() ? 16411 : 65537};
     int seed = 1;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (int op = 0; op < BRAID_NUM_OPS; op++)
@@ -45,7 +32,7 @@ static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
     if (o->big) {
         if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, 1000003, 0, 0, 7, "coll"))
             return 1;
-        size_t big = quick() ? (1u << 20) / 4 : (64u << 20) / 4;
+        size_t big = data_quick() ? (1u << 20) / 4 : (64u << 20) / 4;
         if (data_check_allreduce(comm, rank, n, BRAID_FLOAT32, BRAID_SUM, big, 1, 0, 8, "coll"))
             return 1;
     }
@@ -55,14 +42,14 @@ static int allreduce_matrix(braid_comm_t comm, int rank, int n, void *arg)
 static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    size_t counts[] = {0, 1, 7, (size_t)n + 1, 4099, quick() ? 16411 : 100003};
+    size_t counts[] = {0, 1, 7, (size_t)n + 1, 4099, data_quick() ? 16411 : 100003};
     int seed = 100;
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         size_t count = counts[ci];
         for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
             size_t es = braid_dtype_size(dt);
             size_t big = count * (size_t)n * es;
-            char *in = xmalloc(big + 8), *out = xmalloc(big + 8);
+            char *in = data_xmalloc(big + 8), *out = data_xmalloc(big + 8);
             char what[128];
             for (int root = 0; root < n; root++) {
                 /* broadcast: only the root's sendbuf matters */
@@ -143,7 +130,7 @@ static int nonblocking(braid_comm_t comm, int rank, int n, void *arg)
     float *bufs[K];
     braid_request_t reqs[K];
     for (int k = 0; k < K; k++) {
-        bufs[k] = xmalloc(counts[k] * sizeof(float));
+        bufs[k] = data_xmalloc(counts[k] * sizeof(float));
         data_fill(bufs[k], BRAID_FLOAT32, BRAID_SUM, rank, 0, counts[k], 50 + k);
         MP_OK(rank, braid_iallreduce(bufs[k], bufs[k], counts[k], BRAID_FLOAT32, BRAID_SUM, comm,
                                      &reqs[k]));

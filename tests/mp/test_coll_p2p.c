@@ -12,18 +12,6 @@
 #include <stdint.h>
 #include <string.h>
 
-static int quick(void)
-{
-    return getenv("BRAID_TEST_QUICK") != NULL;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n + 64);
-    if (!p) abort();
-    return p;
-}
-
 static int seed_of(int s, int d)
 {
     return 3 + s * 89 + d * 17;
@@ -33,13 +21,14 @@ static int seed_of(int s, int d)
 static int alltoall_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
     int iform = arg != NULL;
-    size_t counts[] = {0, 1, 7, 1009, quick() ? 5003 : 30011};
+    size_t counts[] = {0, 1, 7, 1009, data_quick() ? 5003 : 30011};
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
             for (int ip = 0; ip < 2; ip++) {
                 size_t c = counts[ci], es = braid_dtype_size(dt), blk = c * es;
                 size_t off = ci & 1 ? 1 + (size_t)dt % 3 : 0;
-                char *in = xmalloc(blk * (size_t)n + 8), *out = xmalloc(blk * (size_t)n + 8);
+                char *in = data_xmalloc(blk * (size_t)n + 8),
+                     *out = data_xmalloc(blk * (size_t)n + 8);
                 for (int d = 0; d < n; d++)
                     data_fill(in + off + (size_t)d * blk, dt, BRAID_SUM, rank, 0, c,
                               seed_of(rank, d));
@@ -110,7 +99,7 @@ static int alltoallv_case(braid_comm_t comm, int rank, int n, void *arg)
                 rx += rc[j] + 1;
             }
             size_t span = (sx > rx ? sx : rx) * es;
-            char *in = xmalloc(span + 8), *out = xmalloc(span + 8);
+            char *in = data_xmalloc(span + 8), *out = data_xmalloc(span + 8);
             memset(in, 0x5A, span);
             for (int j = 0; j < n; j++)
                 data_fill(in + sd[j] * es, dt, BRAID_SUM, rank, 0, sc[j], seed_of(rank, j));
@@ -156,7 +145,7 @@ static int gather_scatter(braid_comm_t comm, int rank, int n, void *arg)
             for (int root = 0; root < n; root++)
                 for (int ip = 0; ip < 2; ip++) {
                     size_t c = counts[ci], es = braid_dtype_size(dt), blk = c * es;
-                    char *big = xmalloc(blk * (size_t)n + 8), *small = xmalloc(blk + 8);
+                    char *big = data_xmalloc(blk * (size_t)n + 8), *small = data_xmalloc(blk + 8);
                     char what[96];
                     /* gather: in place at the root means sendbuf = recvbuf + root block */
                     const char *send = small;
@@ -223,7 +212,7 @@ static int v_collectives(braid_comm_t comm, int rank, int n, void *arg)
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
         size_t es = braid_dtype_size(dt);
         for (int ip = 0; ip < 2; ip++) {
-            char *out = xmalloc(tot * es + 8), *in = xmalloc(tot * es + 8);
+            char *out = data_xmalloc(tot * es + 8), *in = data_xmalloc(tot * es + 8);
             /* allgatherv */
             data_fill(in, dt, BRAID_SUM, rank, 0, rc[rank], seed_of(rank, 0));
             memset(out, 0x33, tot * es);
@@ -269,7 +258,7 @@ Test(coll_p2p, allgatherv_and_reduce_scatterv, .timeout = 300)
     int ns[] = {1, 2, 3, 4, 5, 8};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         cr_assert_eq(mp_run(ns[i], v_collectives, NULL, 200), 0, "n=%d", ns[i]);
-        if (!quick() || ns[i] < 4)
+        if (!data_quick() || ns[i] < 4)
             cr_assert_eq(mp_run(ns[i], v_collectives, (void *)1, 200), 0, "n=%d large", ns[i]);
     }
     setenv("BRAID_TRANSPORT", "tcp", 1);

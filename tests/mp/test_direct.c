@@ -35,19 +35,14 @@ TestSuite(direct, .timeout = 400);
 
 /* BRAID_TEST_QUICK (the sanitizer pass): blocks of 4 KiB, so small counts still span several
  * blocks, fewer and smaller counts, n = 1, 2, 3, 5, 8. */
-static int quick(void)
-{
-    return getenv("BRAID_TEST_QUICK") != NULL;
-}
-
 static void quick_blocks(void)
 {
-    if (quick()) setenv("BRAID_DIRECT_BLOCK", "4096", 1);
+    if (data_quick()) setenv("BRAID_DIRECT_BLOCK", "4096", 1);
 }
 
 static int skip_n(int n)
 {
-    return quick() && (n == 4 || n == 6 || n == 7);
+    return data_quick() && (n == 4 || n == 6 || n == 7);
 }
 
 static uint64_t runs(braid_comm_t c, int algo)
@@ -87,7 +82,7 @@ static int every_dtype(braid_comm_t comm, int rank, int n, void *arg)
     /* 0, 1, primes (not divisible by n), around the inline line and the small limit, one
      * block and several */
     size_t counts[] = {0, 1, 5, 41, 1009, 2053, 65537, 300007};
-    size_t ncounts = quick() ? 6 : sizeof(counts) / sizeof(counts[0]);
+    size_t ncounts = data_quick() ? 6 : sizeof(counts) / sizeof(counts[0]);
     braid_redop_t ops[] = {BRAID_SUM, BRAID_MAX, BRAID_AVG, BRAID_PROD, BRAID_MIN};
     int seed = 11;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
@@ -243,7 +238,7 @@ static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, c != NULL, "no communicator");
     if (sealed && n > 1 && check_sealed(c, rank, n)) return 1;
     size_t counts[] = {0, 1, 7, 1009, 70001};
-    size_t ncounts = quick() ? 4 : 5, big = quick() ? 3001 : 100000;
+    size_t ncounts = data_quick() ? 4 : 5, big = data_quick() ? 3001 : 100000;
     int colls[] = {BRAID_COLL_REDUCE_SCATTER, BRAID_COLL_ALLGATHER, BRAID_COLL_BROADCAST,
                    BRAID_COLL_REDUCE, BRAID_COLL_ALLREDUCE};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MIN, BRAID_PROD, BRAID_MAX};
@@ -261,7 +256,7 @@ static int other_collectives(braid_comm_t comm, int rank, int n, void *arg)
             }
     /* Mixed in one stream: a non-root of a broadcast writes its slot in the next all-reduce
      * only once every peer is past the blocks it may still read (the write rule). */
-    for (int it = 0; it < (quick() ? 10 : 30); it++) {
+    for (int it = 0; it < (data_quick() ? 10 : 30); it++) {
         int root = it % n;
         if (check_coll(c, rank, n, BRAID_COLL_BROADCAST, BRAID_INT32, BRAID_SUM, it % 3 ? 3 : big,
                        0, 0, root, seed++) ||
@@ -308,7 +303,7 @@ Test(direct, mapped_buffers_copied_when_peers_cannot_open_them)
 {
     int sealed = 3;
     quick_blocks();
-    for (int n = 2; n <= 5; n += quick() ? 3 : 1)
+    for (int n = 2; n <= 5; n += data_quick() ? 3 : 1)
         cr_assert_eq(mp_run(n, other_collectives, &sealed, 300), 0,
                      "n=%d sealed: some rank failed (see stderr)", n);
 }
@@ -371,7 +366,7 @@ static int bit_identical(braid_comm_t comm, int rank, int n, void *arg)
     braid_datatype_t dts[] = {BRAID_FLOAT32, BRAID_FLOAT64, BRAID_FLOAT16, BRAID_BFLOAT16};
     braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MAX};
     size_t counts[] = {1, 3, 257, 3001, 100003};
-    size_t ncounts = quick() ? 4 : 5;
+    size_t ncounts = data_quick() ? 4 : 5;
     int seed = 7;
     for (size_t di = 0; di < 4; di++)
         for (size_t oi = 0; oi < 3; oi++)

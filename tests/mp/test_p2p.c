@@ -15,18 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int quick(void)
-{
-    return getenv("BRAID_TEST_QUICK") != NULL;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n + 64);
-    if (!p) abort();
-    return p;
-}
-
 /* The data rank s sends to rank d in round it. */
 static int seed_of(int s, int d, int it)
 {
@@ -37,13 +25,13 @@ static int seed_of(int s, int d, int it)
 static int ring_matrix(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    size_t counts[] = {0, 1, 7, 1009, quick() ? 40013 : 100003};
+    size_t counts[] = {0, 1, 7, 1009, data_quick() ? 40013 : 100003};
     int next = (rank + 1) % n, prev = (rank + n - 1) % n, it = 0;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, it++) {
             size_t count = counts[ci], es = braid_dtype_size(dt);
             size_t off = ci & 1 ? 1 + (size_t)dt % 3 : 0; /* unaligned buffers */
-            char *in = xmalloc(count * es + 8), *out = xmalloc(count * es + 8);
+            char *in = data_xmalloc(count * es + 8), *out = data_xmalloc(count * es + 8);
             data_fill(in + off, dt, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
             memset(out, 0xEE, count * es + 8);
             MP_OK(rank, braid_group_start());
@@ -96,7 +84,7 @@ static int all_pairs(braid_comm_t comm, int rank, int n, void *arg)
     size_t count = o->count;
     braid_datatype_t dt = BRAID_FLOAT32;
     size_t bytes = count * 4;
-    char *in = xmalloc(bytes * (size_t)n), *out = xmalloc(bytes * (size_t)n);
+    char *in = data_xmalloc(bytes * (size_t)n), *out = data_xmalloc(bytes * (size_t)n);
     for (int d = 0; d < n; d++)
         data_fill(in + (size_t)d * bytes, dt, BRAID_SUM, rank, 0, count, seed_of(rank, d, 1));
     memset(out, 0, bytes * (size_t)n);
@@ -161,7 +149,7 @@ Test(p2p, every_pair_in_adversarial_orders_never_deadlocks, .timeout = 240)
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
         for (int order = 0; order < 4; order++)
             for (size_t ci = 0; ci < 2; ci++) {
-                if (quick() && ns[i] > 4 && ci) continue;
+                if (data_quick() && ns[i] > 4 && ci) continue;
                 pairs_t o = {.order = order, .count = counts[ci], .iform = (order + (int)ci) & 1};
                 cr_assert_eq(mp_run(ns[i], all_pairs, &o, 200), 0, "n=%d order=%d count=%zu", ns[i],
                              order, counts[ci]);
@@ -198,7 +186,7 @@ static int tcp_sizes(braid_comm_t comm, int rank, int n, void *arg)
     size_t rc[8], tot = 0;
     for (int i = 0; i < n; i++)
         tot += rc[i] = (size_t)(i + 1) * 150001 + (size_t)i;
-    float *in = xmalloc(tot * 4), *out = xmalloc(tot * 4);
+    float *in = data_xmalloc(tot * 4), *out = data_xmalloc(tot * 4);
     data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, tot, 77);
     size_t off = 0;
     for (int i = 0; i < rank; i++)
@@ -209,7 +197,7 @@ static int tcp_sizes(braid_comm_t comm, int rank, int n, void *arg)
         !data_check_reduced(out, BRAID_FLOAT32, BRAID_SUM, n, off, rc[rank], 77, "reduce_scatterv"),
         "reduce_scatterv of %zu", rc[rank]);
     size_t c = 350003; /* 1.4 MB per peer */
-    float *a = xmalloc(c * 4 * (size_t)n), *b = xmalloc(c * 4 * (size_t)n);
+    float *a = data_xmalloc(c * 4 * (size_t)n), *b = data_xmalloc(c * 4 * (size_t)n);
     for (int d = 0; d < n; d++)
         data_fill(a + (size_t)d * c, BRAID_FLOAT32, BRAID_SUM, rank, 0, c, seed_of(rank, d, 5));
     MP_OK(rank, braid_alltoall(a, b, c, BRAID_FLOAT32, comm));
@@ -255,10 +243,10 @@ static int exchange_then_collective(braid_comm_t comm, int rank, int n, void *ar
 {
     (void)arg;
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-    int iters = quick() ? 40 : 120;
+    int iters = data_quick() ? 40 : 120;
     for (int it = 0; it < iters; it++) {
         size_t count = (it % 3 == 0 ? 300007 : 70001) + (size_t)it; /* 2.2 MB / 0.5 MB float32 */
-        float *in = xmalloc(count * 4), *out = xmalloc(count * 4);
+        float *in = data_xmalloc(count * 4), *out = data_xmalloc(count * 4);
         data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
         MP_OK(rank, braid_group_start());
         MP_OK(rank, braid_send(in, count, BRAID_FLOAT32, next, comm));
@@ -306,7 +294,7 @@ static int in_order(braid_comm_t comm, int rank, int n, void *arg)
         int nr = 0;
         for (int i = 0; i < k; i++) {
             braid_datatype_t dt = (braid_datatype_t)(i % BRAID_NUM_DTYPES);
-            bufs[i] = xmalloc(counts[i] * 8 + 8);
+            bufs[i] = data_xmalloc(counts[i] * 8 + 8);
             data_fill(bufs[i], dt, BRAID_SUM, 0, 0, counts[i], seed_of(0, last, i));
             if (counts[i] > 1000)
                 MP_OK(rank, braid_isend(bufs[i], counts[i], dt, last, comm, &reqs[nr++]));
@@ -322,7 +310,7 @@ static int in_order(braid_comm_t comm, int rank, int n, void *arg)
         char *bufs[16];
         braid_request_t reqs[16];
         for (int i = 0; i < k; i++) {
-            bufs[i] = xmalloc(counts[i] * 8 + 8);
+            bufs[i] = data_xmalloc(counts[i] * 8 + 8);
             braid_datatype_t dt = (braid_datatype_t)(i % BRAID_NUM_DTYPES);
             MP_OK(rank, braid_irecv(bufs[i], counts[i], dt, 0, comm, &reqs[i]));
         }
@@ -338,7 +326,7 @@ static int in_order(braid_comm_t comm, int rank, int n, void *arg)
     }
     /* isend to next and irecv from prev without a group (the worker runs them together). */
     size_t big = 300007;
-    float *in = xmalloc(big * 4), *out = xmalloc(big * 4);
+    float *in = data_xmalloc(big * 4), *out = data_xmalloc(big * 4);
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, big, seed_of(rank, next, 9));
     braid_request_t rs, rr;
@@ -390,7 +378,7 @@ static int to_self_group(braid_comm_t comm, int rank, int n, void *arg)
     (void)arg;
     (void)n;
     size_t count = 200003; /* more than a connection holds: the group must not wait */
-    int64_t *a = xmalloc(count * 8), *b = xmalloc(count * 8);
+    int64_t *a = data_xmalloc(count * 8), *b = data_xmalloc(count * 8);
     data_fill(a, BRAID_INT64, BRAID_SUM, rank, 0, count, 5);
     MP_OK(rank, braid_group_start());
     MP_OK(rank, braid_recv(b, count, BRAID_INT64, rank, comm)); /* the receive first */

@@ -20,18 +20,6 @@
 
 #define MIN_BYTES 4096
 
-static int quick(void)
-{
-    return getenv("BRAID_TEST_QUICK") != NULL;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n + 64);
-    if (!p) abort();
-    return p;
-}
-
 static int seed_of(int s, int d, int it)
 {
     return 3 + s * 101 + d * 17 + it * 997;
@@ -52,14 +40,14 @@ static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
 {
     const mode_t_ *m = arg;
     int next = (rank + 1) % n, prev = (rank + n - 1) % n, it = 0;
-    size_t big = quick() ? ((size_t)3 << 20) + 40 : ((size_t)5 << 20) + 40;
+    size_t big = data_quick() ? ((size_t)3 << 20) + 40 : ((size_t)5 << 20) + 40;
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
         size_t es = braid_dtype_size(dt), at = MIN_BYTES / es;
         size_t counts[] = {0, 1, at - 1, at, at + 1, 3 * at + 7, big / es};
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++, it++) {
             size_t count = counts[ci], bytes = count * es;
             size_t off = ci & 1 ? 1 + (size_t)dt % 5 : 0; /* unaligned buffers */
-            char *in = xmalloc(bytes + 8), *out = xmalloc(bytes + 8);
+            char *in = data_xmalloc(bytes + 8), *out = data_xmalloc(bytes + 8);
             data_fill(in + off, dt, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
             memset(out, 0xEE, bytes + 8);
             MP_OK(rank, braid_group_start());
@@ -109,7 +97,7 @@ Test(p2p_cma, ring_sizes_around_threshold_every_dtype_on_and_off, .timeout = 300
         set_mode(on);
         mode_t_ m = {on};
         for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
-            if (quick() && ns[i] > 3) continue;
+            if (data_quick() && ns[i] > 3) continue;
             cr_assert_eq(mp_run(ns[i], ring_sizes, &m, 250), 0, "cma=%d n=%d", on, ns[i]);
         }
     }
@@ -121,7 +109,7 @@ static int colls(braid_comm_t comm, int rank, int n, void *arg)
     const mode_t_ *m = arg;
     braid_datatype_t dt = BRAID_INT32;
     size_t count = 3 * MIN_BYTES / 4 + 5, bytes = count * 4; /* per peer */
-    char *in = xmalloc(bytes * (size_t)n + 4), *out = xmalloc(bytes * (size_t)n + 4);
+    char *in = data_xmalloc(bytes * (size_t)n + 4), *out = data_xmalloc(bytes * (size_t)n + 4);
     for (int inplace = 0; inplace < 2; inplace++) {
         for (int d = 0; d < n; d++)
             data_fill(in + 1 + (size_t)d * bytes, dt, BRAID_SUM, rank, 0, count,
@@ -184,14 +172,14 @@ static int mismatch(braid_comm_t comm, int rank, int n, void *arg)
     int bigger = *(const int *)arg; /* the receiver names more elements than were sent */
     size_t sent = 300000, named = bigger ? sent + 1 : sent - 1;
     if (rank == 0) {
-        float *x = xmalloc(sent * 4);
+        float *x = data_xmalloc(sent * 4);
         data_fill(x, BRAID_FLOAT32, BRAID_SUM, 0, 0, sent, 9);
         braid_result_t r = braid_send(x, sent, BRAID_FLOAT32, 1, comm);
         MP_CHECK(rank, r == BRAID_ERR_MISMATCH || r == BRAID_ERR_REMOTE, "send: %s: %s",
                  braid_strerror(r), braid_last_error());
         free(x);
     } else if (rank == 1) {
-        char *y = xmalloc(named * 4 + 8);
+        char *y = data_xmalloc(named * 4 + 8);
         memset(y, 0x5A, named * 4 + 8);
         braid_result_t r = braid_recv(y, named, BRAID_FLOAT32, 0, comm);
         char c3[32], c4[32];
@@ -226,11 +214,11 @@ static int fault(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)n;
     const fault_t *f = arg;
-    size_t bytes = quick() ? (size_t)256 << 20 : (size_t)512 << 20;
+    size_t bytes = data_quick() ? (size_t)256 << 20 : (size_t)512 << 20;
     int32_t pid = (int32_t)getpid(), spid = 0;
     if (rank == 0) MP_OK(rank, braid_send(&pid, 1, BRAID_INT32, 1, comm));
     if (rank == 1) MP_OK(rank, braid_recv(&spid, 1, BRAID_INT32, 0, comm));
-    char *buf = xmalloc(bytes);
+    char *buf = data_xmalloc(bytes);
     memset(buf, rank + 1, bytes); /* every page touched: the pull takes its time */
     if (rank == 0) {
         braid_result_t r = braid_send(buf, bytes, BRAID_UINT8, 1, comm);
@@ -298,7 +286,7 @@ static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
     }
     size_t count = 200003, bytes = count * 8;
-    char *in = xmalloc(bytes), *out = xmalloc(bytes);
+    char *in = data_xmalloc(bytes), *out = data_xmalloc(bytes);
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     data_fill(in, BRAID_FLOAT64, BRAID_SUM, rank, 0, count, seed_of(rank, next, 11));
     MP_OK(rank, braid_group_start());

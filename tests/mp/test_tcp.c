@@ -33,13 +33,6 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n + 64);
-    if (!p) abort();
-    return p;
-}
-
 static void use_tcp(void)
 {
     setenv("BRAID_TRANSPORT", "tcp", 1);
@@ -79,7 +72,8 @@ static int rooted_and_ring(braid_comm_t comm, int rank, int n, void *arg)
         for (size_t di = 0; di < sizeof(dts) / sizeof(dts[0]); di++, seed++) {
             braid_datatype_t dt = dts[di];
             size_t count = counts[ci], es = braid_dtype_size(dt);
-            char *in = xmalloc(count * (size_t)n * es), *out = xmalloc(count * (size_t)n * es);
+            char *in = data_xmalloc(count * (size_t)n * es),
+                 *out = data_xmalloc(count * (size_t)n * es);
             char what[128];
             int root = (int)(ci + di) % n;
             data_fill(in, dt, BRAID_SUM, rank, 0, count, seed);
@@ -168,7 +162,7 @@ static int detach_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     size_t count = (8u << 20) / 4;
-    float *buf = xmalloc(count * sizeof(float));
+    float *buf = data_xmalloc(count * sizeof(float));
     char what[64];
     for (int round = 0; round < 3; round++) {
         snprintf(what, sizeof(what), "broadcast round %d", round);
@@ -211,7 +205,7 @@ static int alias_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     size_t C = (16u << 20) / 4;
-    int32_t *buf = xmalloc((size_t)n * C * 4);
+    int32_t *buf = data_xmalloc((size_t)n * C * 4);
     for (int round = 0; round < 9; round++) {
         int kind = round % 3; /* 0: rs, sendbuf == recvbuf; 1: NCCL in-place rs; 2: allreduce */
         for (size_t i = 0; i < (size_t)n * C; i++)

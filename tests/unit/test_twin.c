@@ -179,12 +179,6 @@ static size_t run_serial(const twin_case_t *t, braid_twin_world_t **w_p, uint64_
 static const size_t counts[] = {0, 1, 2, 13, 97, 1031};
 static const int nranks[] = {1, 2, 3, 4, 5, 8};
 
-static int quick(void)
-{
-    const char *q = getenv("BRAID_TEST_QUICK");
-    return q && *q && *q != '0';
-}
-
 /* Every dtype x op x count x nranks for one collective and plan family. */
 static void sweep(int coll, int algo)
 {
@@ -194,7 +188,7 @@ static void sweep(int coll, int algo)
         for (int op = 0; op < nops; op++)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
                 for (size_t ni = 0; ni < sizeof(nranks) / sizeof(nranks[0]); ni++) {
-                    if (quick() && (ci + ni + (size_t)op) % 3) continue;
+                    if (data_quick() && (ci + ni + (size_t)op) % 3) continue;
                     int n = nranks[ni];
                     twin_case_t t = {.n = n,
                                      .nch = algo == BRAID_PLAN_RING ? 2 : 1,
@@ -500,7 +494,7 @@ Test(twin, processes_and_threads_1_to_8_ranks, .timeout = 240)
     static const braid_redop_t ops[] = {BRAID_SUM, BRAID_AVG, BRAID_MIN, BRAID_PROD, BRAID_MAX};
     for (int n = 1; n <= 8; n++)
         for (int coll = BRAID_COLL_ALLREDUCE; coll <= BRAID_COLL_ALLGATHER; coll++) {
-            if (quick() && n % 3 != 1) continue;
+            if (data_quick() && n % 3 != 1) continue;
             int k = (n + coll) % 5;
             twin_case_t t = {.n = n,
                              .nch = 2,
