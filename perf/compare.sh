@@ -158,5 +158,52 @@ e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/
         echo " raw membw lines in membw.txt)"
     } | tee -a "$dir/summary.txt"
 fi
+# Every size from 32 KiB, with the bound that holds while the data fits in the caches: an
+# all-reduce of S bytes over n ranks must bring at least 2 (n-1)/n S bytes into every rank
+# from its peers (the peers' parts of its reduce-scatter slice, then the other reduced
+# slices), bytes that sit modified in another core's cache; so busbw = algbw * 2 (n-1)/n is
+# at most the rate at which one core fetches what another core has just written, with every
+# rank fetching at once. perf/xcore measures that rate (n threads, one per cpu; with more ranks
+# than cpus its barrier yields, and the figure includes context switches), for sizes up to
+# 32 MiB (beyond the last-level cache the roofline above is the bound). Raw: xcore_nN.txt.
+if [ -x "$bin/xcore" ]; then
+    {
+        echo
+        printf '%-6s %12s %12s %12s %8s %12s %12s %12s\n' ranks size braid_GB/s ompi_GB/s ratio \
+            xcore_GB/s braid/xcore ompi/xcore
+        for n in $ranks; do
+            b="$dir/braid_n$n.csv" o="$dir/ompi_n$n.csv"
+            if [ ! -s "$b" ] || [ ! -s "$o" ]; then continue; fi
+            lo=$(awk -F, 'NR > 1 && $3 >= 32768 { print $3; exit }' "$b")
+            hi=$(awk -F, 'NR > 1 && $3 <= 33554432 { m = $3 } END { print m + 0 }' "$b")
+            xf="$dir/xcore_n$n.txt"
+            : >"$xf"
+            if [ -n "$lo" ] && [ "$hi" -ge "$lo" ]; then
+                "$bin/xcore" -t "$n" -b "$lo" -e "$hi" -f "$fac" >"$xf" 2>&1 || true
+            fi
+            awk -v n="$n" -v xf="$xf" -F, '
+                FILENAME == xf { split($0, w, " "); if (w[1] == "xcore") x[w[5]] = w[7]; next }
+                FNR == 1 { file++; next }
+                $3 >= 32768 { bw[file, $3] = $10; if (file == 1) sz[++k] = $3 }
+                END {
+                    for (i = 1; i <= k; i++) {
+                        s = sz[i]
+                        if (!((2, s) in bw)) continue
+                        r = bw[2, s] > 0 ? bw[1, s] / bw[2, s] : 0
+                        if (s in x && x[s] > 0)
+                            printf "%-6s %12d %12.3f %12.3f %8.2f %12.2f %12.2f %12.2f\n", n, s,
+                                bw[1, s], bw[2, s], r, x[s], bw[1, s] / x[s], bw[2, s] / x[s]
+                        else
+                            printf "%-6s %12d %12.3f %12.3f %8.2f %12s %12s %12s\n", n, s,
+                                bw[1, s], bw[2, s], r, "-", "-", "-"
+                    }
+                }' "$xf" "$b" "$o"
+        done
+        echo "(xcore: GB/s at which each of n threads, one per cpu, fetches data another core just"
+        echo " wrote, all at once: the bound on busbw while the data is in the caches; model in"
+        echo " perf/compare.sh; '-' beyond 32 MiB, where the roofline above is the bound; raw"
+        echo " lines in xcore_nN.txt)"
+    } | tee -a "$dir/summary.txt"
+fi
 echo "results in $dir"
 exit $status

@@ -29,8 +29,8 @@ if [ -z "$out" ] || [ -z "$var" ] || [ -z "$values" ] || [ $# -lt 1 ]; then
     echo "usage: perf/env_ab.sh -o OUT_DIR -v VAR -V \"VALUES\" [-R N] [-N \"2 4\"] [-B BUILD] -- TOOL FLAGS" >&2
     exit 2
 fi
-case $var in BRAID_* | NCCL_* | --*) ;; *)
-    echo "env_ab.sh: -v $var is not a BRAID_ or NCCL_ variable nor a braid-run option" >&2
+case $var in BRAID_* | NCCL_* | GLIBC_TUNABLES | --*) ;; *)
+    echo "env_ab.sh: -v $var is not a BRAID_ or NCCL_ variable, GLIBC_TUNABLES nor a braid-run option" >&2
     exit 2
     ;;
 esac
