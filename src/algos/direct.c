@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "core/timeline.h"
 #include "core/yield.h"
+#include "core/copy.h"
 #include "core/mem.h"
 #include "reduce/reduce.h"
 #include "transport/shm_direct.h"
@@ -118,7 +119,7 @@ static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
     }
 #endif
     (void)x;
-    memcpy(dst, src, n);
+    braid_copy(dst, src, n);
 }
 
 /* BRAID_TRACE: a block runs from its begin_block to the next one's (or the call's end). */
@@ -252,8 +253,8 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
                 braid_reduce_pair(dt, op, acc, acc, src[j] + at, m);
             braid_reduce_pair_final(dt, op, acc, acc, src[n - 1] + at, m, n);
         }
-        if (scratch && out) memcpy(out + o * es, acc, m * es);
-        if (copy) memcpy(copy + at, acc, m * es);
+        if (scratch && out) braid_copy(out + o * es, acc, m * es);
+        if (copy) braid_copy(copy + at, acc, m * es);
     }
 }
 
@@ -314,9 +315,12 @@ static braid_result_t begin_block(dctx_t *x, uint64_t g, size_t bytes)
 
 /* Publishes block g with the descriptor and tag: the payload (bytes at src) copied into this
  * rank's slot, or, when ref is not NULL (src lies in a region of braid_mem_alloc), only where
- * it is, for the peers to read in place (src NULL and no ref: the descriptor only). */
-static braid_result_t copy_in(dctx_t *x, uint64_t g, const char *src, size_t bytes, uint32_t tag,
-                              const braid_mem_ref_t *ref)
+ * it is, for the peers to read in place (src NULL and no ref: the descriptor only). The bytes
+ * [skip, skip + skip_len) of a payload beyond the line are not copied (this rank's own slice of
+ * an all-reduce: the peers never read it from the slot, this rank reduces it from src). */
+static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_t bytes,
+                                   size_t skip, size_t skip_len, uint32_t tag,
+                                   const braid_mem_ref_t *ref)
 {
     braid_direct_t *d = x->d;
     int me = x->comm->rank, s = (int)(g & 1);
@@ -328,10 +332,20 @@ static braid_result_t copy_in(dctx_t *x, uint64_t g, const char *src, size_t byt
     if (ref)
         braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes,
                              ref->off + (uint64_t)(src - (const char *)ref->ptr));
-    else if (src)
-        memcpy(braid_direct_data(d, me, s, bytes), src, bytes);
+    else if (src && bytes > BRAID_DIRECT_INLINE && skip_len) {
+        char *dst = braid_direct_data(d, me, s, bytes);
+        braid_copy(dst, src, skip);
+        braid_copy(dst + skip + skip_len, src + skip + skip_len, bytes - skip - skip_len);
+    } else if (src)
+        braid_copy(braid_direct_data(d, me, s, bytes), src, bytes);
     braid_direct_publish(d, s, tag);
     return BRAID_SUCCESS;
+}
+
+static braid_result_t copy_in(dctx_t *x, uint64_t g, const char *src, size_t bytes, uint32_t tag,
+                              const braid_mem_ref_t *ref)
+{
+    return copy_in_skip(x, g, src, bytes, 0, 0, tag, ref);
 }
 
 /* Waits for every peer's tag on block g's slot (then every peer published block g). */
@@ -401,11 +415,13 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         size_t len = a->count - off < blk ? a->count - off : blk, lb = len * es;
         int s = (int)(*g & 1);
         uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
-        BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t1, ref));
-        BRAID_CHECK(wait_all(x, *g, t1));
-        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
         size_t so, sl;
         braid_direct_slice(len, n, me, es, &so, &sl);
+        BRAID_CHECK(copy_in_skip(x, *g, in + off * es, lb, so * es, sl * es, t1, ref));
+        BRAID_CHECK(wait_all(x, *g, t1));
+        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
+        /* this rank's own slice is reduced from its input (not copied in) */
+        src[me] = in + off * es;
         /* the reduced slice goes to the slot's data (a mapped rank's too: its slot holds no
          * input then) */
         char *mine = braid_direct_data(d, me, s, lb);
@@ -457,7 +473,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
             braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes, ref->off + (uint64_t)(off * es));
         else
             for (int i = 0; i < n; i++)
-                memcpy(mine + (size_t)i * lb, in + ((size_t)i * count + off) * es, lb);
+                braid_copy(mine + (size_t)i * lb, in + ((size_t)i * count + off) * es, lb);
         braid_direct_publish(d, s, t);
         BRAID_CHECK(wait_all(x, *g, t));
         BRAID_CHECK(sources(x, s, tb, in + off * es, src));
@@ -584,11 +600,13 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
         int s = (int)(*g & 1);
         uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
         last = t2;
-        BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t1, ref));
-        BRAID_CHECK(wait_all(x, *g, t1));
-        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
         size_t so, sl;
         braid_direct_slice(len, n, me, es, &so, &sl);
+        BRAID_CHECK(copy_in_skip(x, *g, in + off * es, lb, so * es, sl * es, t1, ref));
+        BRAID_CHECK(wait_all(x, *g, t1));
+        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
+        /* this rank's own slice is reduced from its input (not copied in) */
+        src[me] = in + off * es;
         char *mine = braid_direct_data(d, me, s, lb);
         if (me != root) {
             reduce_all(x, src, so, sl, NULL, mine);

@@ -39,6 +39,7 @@
  * ranks that agreed with it) returns success from that call; the error then comes from its
  * next call on the communicator. */
 #include "core/engine.h"
+#include "core/copy.h"
 #include "algos/plan.h"
 #include "core/comm.h"
 #include "core/log.h"
@@ -107,7 +108,7 @@ static inline void cpu_relax(void)
 
 static void copy_bytes(void *dst, const void *src, size_t n)
 {
-    if (dst != src && n) memcpy(dst, src, n);
+    if (dst != src && n) braid_copy(dst, src, n);
 }
 
 void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)

@@ -12,6 +12,7 @@
 #include "core/p2p_impl.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/copy.h"
 #include "core/timeline.h"
 #include "core/yield.h"
 #include "core/redop.h"
@@ -37,6 +38,7 @@ typedef struct {
     char *rr_own; /* RECV_REDUCE in place: this rank's chunk saved */
     int rr;       /* the RECV_REDUCE op, -1 = none */
     int linked, remaining;
+    int copy_head, copy_tail; /* COPY ops linked, run after the pass that posts the sends */
     braid_p2p_done_fn done;
     void *arg;
     /* What the last pass waits for (a peer and direction per blocked head). */
@@ -124,10 +126,12 @@ static braid_result_t link_new(runner_t *r)
         op->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         r->remaining++;
         switch ((braid_p2p_kind_t)op->kind) {
-        case BRAID_P2P_COPY:
-            if (op->rbuf != op->sbuf && op->count)
-                memcpy(op->rbuf, op->sbuf, braid_p2p_op_bytes(op));
-            op_complete(r, op, BRAID_SUCCESS);
+        case BRAID_P2P_COPY: /* run_copies, once the sends of this batch are on their way */
+            if (r->copy_tail >= 0)
+                r->b->ops[r->copy_tail].next = i;
+            else
+                r->copy_head = i;
+            r->copy_tail = i;
             continue;
         case BRAID_P2P_RECV_REDUCE:
             if (r->rr >= 0)
@@ -162,6 +166,24 @@ static braid_result_t link_new(runner_t *r)
         }
     }
     return BRAID_SUCCESS;
+}
+
+/* The local copies linked so far (an alltoall's own block, a gather root's): after a pass
+ * has posted the sends, so that the peers read this rank's messages (by CMA, or from the slots
+ * the pass filled) while it copies. */
+static int run_copies(runner_t *r)
+{
+    if (r->copy_head < 0) return 0;
+    for (int i = r->copy_head; i >= 0;) {
+        braid_p2p_op_t *op = &r->b->ops[i];
+        int next = op->next;
+        if (op->rbuf != op->sbuf && op->count)
+            braid_copy(op->rbuf, op->sbuf, braid_p2p_op_bytes(op));
+        op_complete(r, op, BRAID_SUCCESS);
+        i = next;
+    }
+    r->copy_head = r->copy_tail = -1;
+    return 1;
 }
 
 static void block_on(runner_t *r, int op, int dir)
@@ -236,7 +258,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
             BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
             r->used_ref[peer] = 1;
         } else {
-            if (nb) memcpy(slot, src, nb);
+            if (nb) braid_copy(slot, src, nb);
             BRAID_CHECK(c->ops->send_post(c, &h));
         }
         op->off += nb;
@@ -343,7 +365,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 continue;
             }
             BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
-            if (h->bytes) memcpy((char *)op->rbuf + op->off, buf, h->bytes);
+            if (h->bytes) braid_copy((char *)op->rbuf + op->off, buf, h->bytes);
             op->off += h->bytes;
             op->nmsgs++;
             BRAID_CHECK(c->ops->recv_release(c));
@@ -567,6 +589,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         }
         int moved = 0;
         BRAID_CHECK(pass(r, &moved));
+        moved |= run_copies(r);
         if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
             return braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
         if (moved) {
@@ -638,8 +661,15 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
                              braid_p2p_done_fn done, void *arg)
 {
     int n = comm->nranks;
-    runner_t r = {
-        .comm = comm, .st = comm->p2p, .b = b, .rr = -1, .done = done, .arg = arg, .err_op = -1};
+    runner_t r = {.comm = comm,
+                  .st = comm->p2p,
+                  .b = b,
+                  .rr = -1,
+                  .done = done,
+                  .arg = arg,
+                  .err_op = -1,
+                  .copy_head = -1,
+                  .copy_tail = -1};
     if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
     int *ints = malloc((size_t)(11 * n + 2) * sizeof(int));
     const void **ptrs = calloc((size_t)n * 2, sizeof(void *));

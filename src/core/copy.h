@@ -1,0 +1,30 @@
+/* braid_copy: the bulk copies of braid's shared-memory paths (the direct collectives' copy-in,
+ * slices and outputs; the shm transport's slots).
+ *
+ * glibc's memcpy copies blocks from 2 KiB on with `rep movsb` on CPUs that report ERMS; on the
+ * AMD EPYC VMs this project runs on, the 4-rank direct all-reduce on 2 cpus took 1.2-1.5x as
+ * long with it as with glibc's own vector loop (GLIBC_TUNABLES=
+ * glibc.cpu.x86_rep_movsb_threshold=1000000000, perf/env_ab.sh, perf/RESULTS.md session 9).
+ * braid_copy is such a loop: 32-byte AVX2 loads and stores (16-byte SSE2 without AVX2), four
+ * per iteration, unaligned loads and stores aligned to the destination; memcpy below 256 bytes.
+ * The regions must not overlap. */
+#ifndef BRAID_CORE_COPY_H
+#define BRAID_CORE_COPY_H
+
+#include <stddef.h>
+#include <string.h>
+
+void braid_copy_large(void *dst, const void *src, size_t n);
+
+static inline void braid_copy(void *dst, const void *src, size_t n)
+{
+    if (n < 256)
+        memcpy(dst, src, n);
+    else
+        braid_copy_large(dst, src, n);
+}
+
+/* Which loop braid_copy_large runs ("avx2", "sse2" or "memcpy"). */
+const char *braid_copy_isa(void);
+
+#endif

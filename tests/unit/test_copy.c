@@ -1,0 +1,77 @@
+/* braid_copy (src/core/copy.h), the vector copy of braid's shared-memory paths: against byte
+ * by byte reference copies, for every size up to well past the loop's blocks, every source and
+ * destination misalignment within a vector, and large blocks; the bytes around the
+ * destination stay untouched. */
+#include <criterion/criterion.h>
+
+#include "core/copy.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+TestSuite(copy, .timeout = 60);
+
+static void fill(unsigned char *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (unsigned char)(seed >> 24);
+    }
+}
+
+/* Copies n bytes from src + so to dst + dop with braid_copy and checks every byte of the
+ * destination buffer (cap bytes) against the expected picture. */
+static void check(unsigned char *src, unsigned char *dst, unsigned char *want, size_t cap,
+                  size_t so, size_t dop, size_t n)
+{
+    memset(dst, 0xa5, cap);
+    memset(want, 0xa5, cap);
+    for (size_t i = 0; i < n; i++) /* reference: one byte at a time */
+        want[dop + i] = src[so + i];
+    braid_copy(dst + dop, src + so, n);
+    for (size_t i = 0; i < cap; i++)
+        if (dst[i] != want[i])
+            cr_assert_fail("n %zu, source offset %zu, destination offset %zu: byte %zu is %#x, "
+                           "expected %#x (%s loop)",
+                           n, so, dop, i, dst[i], want[i], braid_copy_isa());
+}
+
+Test(copy, every_size_and_misalignment)
+{
+    const size_t cap = 1200;
+    unsigned char *src = aligned_alloc(64, cap), *dst = aligned_alloc(64, cap),
+                  *want = aligned_alloc(64, cap);
+    cr_assert(src && dst && want);
+    fill(src, cap, 7);
+    for (size_t n = 0; n <= 1100; n += n < 300 ? 1 : 37)
+        for (size_t so = 0; so < 33; so += 3)
+            for (size_t dop = 0; dop < 33; dop += 5)
+                if (so + n <= cap && dop + n <= cap) check(src, dst, want, cap, so, dop, n);
+    free(src);
+    free(dst);
+    free(want);
+}
+
+Test(copy, large_blocks)
+{
+    const size_t cap = (4u << 20) + 256;
+    unsigned char *src = malloc(cap), *dst = malloc(cap), *want = malloc(cap);
+    cr_assert(src && dst && want);
+    fill(src, cap, 11);
+    size_t sizes[] = {(1u << 20) + 13, 4u << 20, (3u << 20) - 1};
+    for (int k = 0; k < 3; k++)
+        check(src, dst, want, cap, (size_t)k * 17 + 1, (size_t)k * 9 + 3, sizes[k]);
+    free(src);
+    free(dst);
+    free(want);
+}
+
+Test(copy, names_its_loop)
+{
+    const char *isa = braid_copy_isa();
+    cr_assert(!strcmp(isa, "avx2") || !strcmp(isa, "sse2") || !strcmp(isa, "memcpy"), "%s", isa);
+#if defined(__x86_64__)
+    cr_assert_str_eq(isa, __builtin_cpu_supports("avx2") ? "avx2" : "sse2");
+#endif
+}
