@@ -695,32 +695,36 @@ Test(launcher, bind_modes)
     long long all = 0;
     for (int c = 0; c < 64; c++)
         if (CPU_ISSET(c, &mine)) all |= 1ll << c;
-    static const char *const modes[] = {"none", "core", "auto"};
-    for (int m = 0; m < 3; m++)
+    static const char *const modes[] = {"none", "core", "auto", "full", NULL};
+    for (int m = 0; m < 5; m++)                     /* 4: no --bind, the default (full) */
         for (int n = 1; n <= ncpu + 1; n += ncpu) { /* one cpu each, and one rank too many */
             char ns[16];
             snprintf(ns, sizeof(ns), "%d", n);
             result_t res;
-            run(&res, "-n", ns, "--bind", modes[m], "@prog", "cpus", NULL);
+            if (modes[m])
+                run(&res, "-n", ns, "--bind", modes[m], "@prog", "cpus", NULL);
+            else
+                run(&res, "-n", ns, "@prog", "cpus", NULL);
             assert_exit(&res, 0);
-            int bound = m == 1 || (m == 2 && n <= ncpu);
+            const char *mode = modes[m] ? modes[m] : "(default)";
+            int bound = m == 1 || (m == 2 && n <= ncpu) || (m >= 3 && n >= ncpu);
             long long used = 0;
             for (int r = 0; r < n; r++) {
                 int count = 0;
                 long long got = rank_cpus(res.out, r, &count);
-                cr_assert(got >= 0, "%s -n %d: no line of rank %d:\n%s", modes[m], n, r, res.out);
+                cr_assert(got >= 0, "%s -n %d: no line of rank %d:\n%s", mode, n, r, res.out);
                 if (!bound) {
-                    cr_assert_eq(count, ncpu, "--bind %s -n %d: rank %d bound:\n%s", modes[m], n, r,
+                    cr_assert_eq(count, ncpu, "--bind %s -n %d: rank %d bound:\n%s", mode, n, r,
                                  res.out);
                     continue;
                 }
-                cr_assert_eq(count, 1, "--bind %s -n %d: rank %d not on one cpu:\n%s", modes[m], n,
-                             r, res.out);
+                cr_assert_eq(count, 1, "--bind %s -n %d: rank %d not on one cpu:\n%s", mode, n, r,
+                             res.out);
                 cr_assert(got & all, "rank %d on a cpu the launcher may not use", r);
                 if (r < ncpu) {
                     cr_assert(!(used & got),
-                              "--bind %s: two of the first %d ranks share a cpu:\n%s", modes[m],
-                              ncpu, res.out);
+                              "--bind %s: two of the first %d ranks share a cpu:\n%s", mode, ncpu,
+                              res.out);
                     used |= got;
                 }
             }

@@ -9,6 +9,11 @@
  *   core  every rank bound, round-robin when there are more ranks than cpus.
  *   auto  core when the ranks fit on the cpus (one each), none otherwise: Open MPI's mpirun
  *         default (it binds to cores up to 2 ranks, and does not bind oversubscribed jobs).
+ *   full  core when the ranks fill every cpu (as many ranks as cpus, or more), none when
+ *         some cpus are left over for the ranks' own threads (a rank of a trainer with
+ *         several BLAS or torch threads keeps them): the default. A 4-rank all-reduce on 2
+ *         cpus ran 1.1-1.5x faster bound than floating, and 2 ranks on 2 cpus the same
+ *         (perf/RESULTS.md, session 9).
  * Bound ranks keep their caches and never share a cpu while another one idles; floating ranks
  * of 4-rank jobs on 2 cpus were seen landing in a fast or a slow mode for whole runs
  * (perf/RESULTS.md, session 3), and bound ones were not. */
@@ -28,6 +33,8 @@ int br_parse_bind(const char *s, br_bind_t *mode_p)
         *mode_p = BR_BIND_CORE;
     else if (!strcmp(s, "auto"))
         *mode_p = BR_BIND_AUTO;
+    else if (!strcmp(s, "full"))
+        *mode_p = BR_BIND_FULL;
     else
         return -1;
     return 0;
@@ -59,6 +66,7 @@ int br_bind_plan(br_bind_t mode, int nranks, int **cpus_p, int *ncpus_p)
     }
     int n = CPU_COUNT(&set), k = 0;
     if (mode == BR_BIND_AUTO && nranks > n) return 0; /* oversubscribed: not bound */
+    if (mode == BR_BIND_FULL && nranks < n) return 0; /* cpus left for the ranks' threads */
     int *cpus = malloc((size_t)n * sizeof(int));
     if (!cpus) {
         br_msg("--bind: out of memory");

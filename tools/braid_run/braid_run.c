@@ -105,9 +105,10 @@ static void br_usage(FILE *f)
             "                        port on 127.0.0.1)\n"
             "  -x VAR=VALUE          set VAR in every rank's environment (repeatable)\n"
             "      --bind MODE       none, core (rank r on cpu r mod ncpus of the cpus\n"
-            "                        braid-run may use, first threads of cores first) or\n"
+            "                        braid-run may use, first threads of cores first),\n"
             "                        auto (core when every rank gets its own cpu, else\n"
-            "                        none); default none\n"
+            "                        none) or full (core when the ranks fill every cpu,\n"
+            "                        else none); default full\n"
             "  -h, --help            show this help\n"
             "      --version         show the version\n"
             "\n"
@@ -174,7 +175,7 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof(*o));
-    o->bind = BR_BIND_NONE;
+    o->bind = BR_BIND_FULL;
     o->xvars = calloc((size_t)argc, sizeof(char *));
     if (!o->xvars) exit(BR_EXIT_LAUNCHER);
     opterr = 0;
@@ -211,7 +212,7 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
             break;
         case OPT_BIND:
             if (br_parse_bind(optarg, &o->bind))
-                br_usage_error("invalid --bind '%s' (expected none, core or auto)", optarg);
+                br_usage_error("invalid --bind '%s' (expected none, core, auto or full)", optarg);
             break;
         case 'x':
             if (!br_valid_xvar(optarg))

@@ -21,7 +21,7 @@ static const char *const br_reserved[] = {"BRAID_RANK",       "BRAID_NRANKS", "B
                                           "BRAID_LOCAL_SIZE", "BRAID_ROOT",   "BRAID_SECRET"};
 
 /* --bind (bind.c) */
-typedef enum { BR_BIND_NONE, BR_BIND_CORE, BR_BIND_AUTO } br_bind_t;
+typedef enum { BR_BIND_NONE, BR_BIND_CORE, BR_BIND_AUTO, BR_BIND_FULL } br_bind_t;
 
 typedef struct {
     int nranks;
