@@ -25,10 +25,15 @@ def parse(path):
     with open(path) as f:
         for line in f:
             w = line.split()
-            if len(w) >= 7 and w[0] == "eval":
+            if len(w) >= 8 and w[0] == "server" and w[2] == "state_bytes":
+                # async: the largest server state, next to rank 0's (a worker's)
+                sv = {w[i]: float(w[i + 1]) for i in range(2, len(w) - 1, 2)}
+                if sv["state_bytes"] > kv.get("server", {}).get("state_bytes", -1):
+                    kv["server"] = sv
+            elif len(w) >= 7 and w[0] == "eval":
                 evals.append((int(w[2]), float(w[4]), float(w[6])))
             elif w and w[0] == "comm_bytes_per_step":
-                kv = {w[i]: float(w[i + 1]) for i in range(0, len(w) - 1, 2)}
+                kv.update({w[i]: float(w[i + 1]) for i in range(0, len(w) - 1, 2)})
             elif w and w[0] == "step_ms" and "mean_step_ms" in w:
                 step = float(w[w.index("mean_step_ms") + 1])
             elif line.startswith("dp_variants.sh: exit ") and w[2] != "0":
@@ -94,7 +99,7 @@ def main():
             if not os.path.exists(p):
                 continue
             ev, kv, _, failed = parse(p)
-            if failed or not ev or not kv:
+            if failed or not ev or "comm_bytes_per_step" not in kv:
                 why = failed or "no output"
                 lines.append(f"| {NAMES.get(s, s)} | {r} | failed: {why} (see "
                              f"{os.path.basename(p)}) | | | | {step} |")
@@ -107,6 +112,10 @@ def main():
             if "state_bytes" in kv:
                 state = (f"{mb(kv['state_bytes'])} ({mb(kv['grad_bytes'])} + "
                          f"{mb(kv['optimizer_bytes'])} + {mb(extra)})")
+            if "server" in kv and "state_bytes" in kv:
+                sv = kv["server"]
+                state = (f"worker {state}; server {mb(sv['state_bytes'])} (0 + "
+                         f"{mb(sv['optimizer_bytes'])} + {mb(sv['buffer_bytes'])})")
             lines.append(
                 f"| {NAMES.get(s, s)} | {r} | {acc * 100:.2f}% | "
                 f"{'-' if t85 is None else f'{t85:.1f}'} | {mb(kv['comm_bytes_per_step'])} | "

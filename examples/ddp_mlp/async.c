@@ -14,8 +14,11 @@
  * the end `worker R steps N samples_per_s S wait_s W` (W: time waiting for parameters); every
  * server `server R applied N max_staleness M staleness_hist h0,...,h7 deferred D`; then (after the
  * servers' parameters are gathered everywhere) rank 0 `async workers W servers S staleness B
- * samples_per_s T test_acc A` (T: all workers together) and `comm_bytes_per_step B` (bytes worker 0
- * sends per step: its gradients, headers included), and every rank `params_hash H`. With
+ * samples_per_s T test_acc A` (T: all workers together) and `comm_bytes_per_step B state_bytes S
+ * grad_bytes G optimizer_bytes 0 staging_bytes P hook_bytes 0` (B: bytes worker 0 sends per step,
+ * its gradients with headers; S = G + P: its gradients and the ps's buffers), every server
+ * `server R state_bytes S optimizer_bytes O buffer_bytes P` (Adam's moments over its shard, and
+ * the ps's shard and buffers), and every rank `params_hash H`. With
  * --max-steps, rank 0 also prints main.c's `step_ms M backward_ms B finish_ms F steps K
  * mean_step_ms X` for its own steps (F: the push_pull, which waits for the servers). */
 #include "ddp_mlp.h"
@@ -154,8 +157,11 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
         braid_ps_stats(ps, &st);
         printf("worker %d steps %ld samples_per_s %.0f wait_s %.3f\n", rank, steps,
                (double)steps * per / train_s, st.wait_s);
-        if (rank == 0)
-            printf("comm_bytes_per_step %.0f\n", (double)st.sent_bytes / (steps ? steps : 1));
+        if (rank == 0) /* a worker keeps gradients and the ps's buffers, no optimizer state */
+            printf("comm_bytes_per_step %.0f state_bytes %zu grad_bytes %zu optimizer_bytes 0 "
+                   "staging_bytes %zu hook_bytes 0\n",
+                   (double)st.sent_bytes / (steps ? steps : 1),
+                   total * sizeof(float) + st.buffer_bytes, total * sizeof(float), st.buffer_bytes);
         if (rank == 0 && run->max_steps > 0)
             print_step_times(t_step, t_bwd, t_pp, (int)steps, run->warmup);
         fflush(stdout);
@@ -174,6 +180,10 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
         for (int k = 0; k < 8; k++)
             printf("%c%ld", k ? ',' : ' ', st.hist[k]);
         printf(" deferred %ld\n", st.deferred);
+        /* its state: the optimizer's moments over the shard, and the ps's shard and buffers */
+        size_t cnt = total * (size_t)(rank - nw + 1) / (size_t)v->servers - so.lo;
+        printf("server %d state_bytes %zu optimizer_bytes %zu buffer_bytes %zu\n", rank,
+               2 * cnt * sizeof(float) + st.buffer_bytes, 2 * cnt * sizeof(float), st.buffer_bytes);
         fflush(stdout);
     }
     if ((r = braid_ps_gather(ps))) return fail(comm, rank, "braid_ps_gather", r);

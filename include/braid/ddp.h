@@ -416,6 +416,11 @@ typedef struct {
     long deferred;                 /**< server: requests that had to wait for the bound */
     double wait_s;                 /**< worker: time spent waiting for parameters */
     size_t sent_bytes, recv_bytes; /**< this rank's point-to-point payload, headers included */
+    size_t buffer_bytes; /**< memory the parameter server holds on this rank from create to
+                          *   destroy: server: its parameter shard and a receive and a send
+                          *   buffer per worker; worker: a push and a reply buffer per server
+                          *   (the caller's parameters, gradients and optimizer state are not
+                          *   counted) */
 } braid_ps_stats_t;
 BRAID_API braid_result_t braid_ps_stats(braid_ps_t ps, braid_ps_stats_t *st);
 BRAID_API void braid_ps_destroy(braid_ps_t ps);

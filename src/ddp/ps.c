@@ -265,6 +265,7 @@ braid_result_t braid_ps_create(braid_ps_t *ps_p, braid_comm_t comm, const braid_
             ps->w[k].sbuf = xalloc(HDR + sb);
             if (!ps->w[k].rbuf || !ps->w[k].sbuf) goto nomem;
         }
+        ps->st.buffer_bytes = sb + (size_t)ps->nworkers * 2 * (HDR + sb);
     } else {
         ps->push = calloc((size_t)ps->nservers, sizeof(void *));
         ps->reply = calloc((size_t)ps->nservers, sizeof(void *));
@@ -275,7 +276,9 @@ braid_result_t braid_ps_create(braid_ps_t *ps_p, braid_comm_t comm, const braid_
             ps->push[s] = xalloc(HDR + shard_bytes(ps, s));
             ps->reply[s] = xalloc(HDR + shard_bytes(ps, s));
             if (!ps->push[s] || !ps->reply[s]) goto nomem;
+            ps->st.buffer_bytes += 2 * (HDR + shard_bytes(ps, s));
         }
+        ps->st.buffer_bytes += HDR;
     }
     *ps_p = ps;
     return BRAID_SUCCESS;

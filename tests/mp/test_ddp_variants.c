@@ -184,6 +184,26 @@ Test(ddp_variants, async_two_workers_train_within_the_bound)
               out);
     cr_assert(applied == 2 * 31 && mx >= 0 && mx <= 3, "applied %ld, max staleness %ld", applied,
               mx);
+    /* Memory: the 784-512-512-10 MLP has 669,706 float parameters (P bytes). Worker 0 holds
+     * its gradients (P) and a push and a reply buffer of the whole model (2 P, plus message
+     * headers); the one server Adam's two moments (2 P), the parameters (P) and a receive and
+     * a send buffer per worker (4 P, plus headers). */
+    const double P = 669706.0 * 4;
+    double sb, gb, ob, pb, hb;
+    l = strstr(out, "comm_bytes_per_step ");
+    cr_assert(l && sscanf(l,
+                          "comm_bytes_per_step %*f state_bytes %lf grad_bytes %lf optimizer_bytes "
+                          "%lf staging_bytes %lf hook_bytes %lf",
+                          &sb, &gb, &ob, &pb, &hb) == 5,
+              "no worker state line:\n%s", out);
+    cr_assert(gb == P && ob == 0 && hb == 0 && sb == gb + pb, "worker state: %s", l);
+    cr_assert(pb >= 2 * P && pb < 2 * P + 4096, "worker staging %.0f, expected 2 x %.0f", pb, P);
+    l = strstr(out, "server 2 state_bytes ");
+    cr_assert(l && sscanf(l, "server 2 state_bytes %lf optimizer_bytes %lf buffer_bytes %lf", &sb,
+                          &ob, &pb) == 3,
+              "no server state line:\n%s", out);
+    cr_assert(ob == 2 * P && sb == ob + pb, "server state: %s", l);
+    cr_assert(pb >= 5 * P && pb < 5 * P + 4096, "server buffers %.0f, expected 5 x %.0f", pb, P);
     char h[32];
     int n;
     hashes(out, h, sizeof(h), &n);
