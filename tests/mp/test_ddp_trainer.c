@@ -158,8 +158,14 @@ Test(ddp_mlp, zero1_and_zero2_end_bit_identical_to_plain_ddp_on_two_ranks)
     cr_assert_str_eq(h0, h1, "ZeRO-1 and plain DDP ended with different parameters");
     size_t s2 = run_hash("--zero", "2", NULL, NULL, h2, sizeof(h2));
     cr_assert_str_eq(h0, h2, "ZeRO-2 and plain DDP ended with different parameters");
+    /* W2 in 4 row blocks: its gradient comes from 4 GEMMs, whose bits OpenBLAS's FMA kernels
+     * (Haswell, Zen) do not promise to equal the whole GEMM's; so against plain DDP with the
+     * same blocks */
+    char h4[32];
     size_t s3 = run_hash("--zero", "2", "--w2-blocks", "4", h3, sizeof(h3));
-    cr_assert_str_eq(h0, h3, "ZeRO-2 with W2 in 4 blocks and plain DDP ended differently");
+    run_hash("--zero", "0", "--w2-blocks", "4", h4, sizeof(h4));
+    cr_assert_str_eq(h4, h3,
+                     "ZeRO-2 with W2 in 4 blocks and plain DDP with them ended differently");
     cr_assert_eq(s0, 3 * bytes, "DDP state %zu", s0);
     cr_assert_eq(s1, bytes + bytes / 2 * 2, "ZeRO-1 state %zu", s1);
     cr_assert_eq(s3, bytes / 2 + bytes / 2 * 2 + 2 * ((size_t)1 << 18), "ZeRO-2 state %zu", s3);
