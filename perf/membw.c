@@ -23,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "parse_bytes.h"
+
 typedef struct {
     float *a, *b, *c;
     size_t lo, hi; /* element range */
@@ -80,21 +82,6 @@ static double pass(float *a, float *b, float *c, size_t n, int t, int kind)
     double el = now_s() - t0;
     pthread_barrier_destroy(&start);
     return el;
-}
-
-/* "256M" -> 268435456 (K, M, G: powers of 1024); 0 when it is not a size. Before this,
- * strtoull read "256M" as 256 bytes, and every figure compare.sh printed was of 256 bytes. */
-static size_t parse_bytes(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    int shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    if (*end == 'M' || *end == 'm') shift = 20;
-    if (*end == 'G' || *end == 'g') shift = 30;
-    if (shift) end++;
-    if (end == s || *end || v > (SIZE_MAX >> shift)) return 0;
-    return (size_t)v << shift;
 }
 
 int main(int argc, char **argv)

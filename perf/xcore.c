@@ -30,6 +30,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "parse_bytes.h"
+
 #define MAX_T 64
 
 static int nthreads, ncpus, cpus[CPU_SETSIZE];
@@ -111,19 +113,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static size_t parse_bytes(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    int shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10;
-    if (*end == 'M' || *end == 'm') shift = 20;
-    if (*end == 'G' || *end == 'g') shift = 30;
-    if (shift) end++;
-    if (end == s || *end || v > (SIZE_MAX >> shift)) return 0;
-    return (size_t)v << shift;
 }
 
 int main(int argc, char **argv)

@@ -85,36 +85,12 @@ typedef struct {
     int nt;          /* the output copies use non-temporal stores (BRAID_NT_MIN) */
 } dctx_t;
 
-#if defined(__x86_64__)
-/* dst <- src with streaming stores (no read for ownership of dst's lines, none left in the
- * cache): for outputs larger than the last-level cache, which braid writes once and does not
- * read again. An sfence at the end of the call orders them (braid_direct_run). */
-static void copy_nt(char *dst, const char *src, size_t n)
-{
-    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
-    if (head > n) head = n;
-    memcpy(dst, src, head);
-    dst += head, src += head, n -= head;
-    for (; n >= 64; n -= 64, dst += 64, src += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(src + 48));
-        _mm_stream_si128((__m128i *)dst, a);
-        _mm_stream_si128((__m128i *)(dst + 16), b);
-        _mm_stream_si128((__m128i *)(dst + 32), c);
-        _mm_stream_si128((__m128i *)(dst + 48), e);
-    }
-    memcpy(dst, src, n);
-}
-#endif
-
 /* A copy into the call's output. */
 static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
 {
 #if defined(__x86_64__)
     if (x->nt) {
-        copy_nt(dst, src, n);
+        braid_copy_nt(dst, src, n);
         return;
     }
 #endif

@@ -34,7 +34,8 @@ __attribute__((target("avx2"))) static void copy_avx2(char *dst, const char *src
     memcpy(dst, src, n);
 }
 
-static void copy_sse2(char *dst, const char *src, size_t n)
+/* stream: non-temporal stores (braid_copy_nt). */
+static void copy_sse2(char *dst, const char *src, size_t n, int stream)
 {
     size_t h = head_to(dst, src, n, 16);
     dst += h, src += h, n -= h;
@@ -43,10 +44,17 @@ static void copy_sse2(char *dst, const char *src, size_t n)
         __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
         __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
         __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
-        _mm_store_si128((__m128i *)dst, a);
-        _mm_store_si128((__m128i *)(dst + 16), b);
-        _mm_store_si128((__m128i *)(dst + 32), c);
-        _mm_store_si128((__m128i *)(dst + 48), d);
+        if (stream) {
+            _mm_stream_si128((__m128i *)dst, a);
+            _mm_stream_si128((__m128i *)(dst + 16), b);
+            _mm_stream_si128((__m128i *)(dst + 32), c);
+            _mm_stream_si128((__m128i *)(dst + 48), d);
+        } else {
+            _mm_store_si128((__m128i *)dst, a);
+            _mm_store_si128((__m128i *)(dst + 16), b);
+            _mm_store_si128((__m128i *)(dst + 32), c);
+            _mm_store_si128((__m128i *)(dst + 48), d);
+        }
     }
     memcpy(dst, src, n);
 }
@@ -65,7 +73,16 @@ void braid_copy_large(void *dst, const void *src, size_t n)
     if (has_avx2())
         copy_avx2(dst, src, n);
     else
-        copy_sse2(dst, src, n);
+        copy_sse2(dst, src, n, 0);
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+void braid_copy_nt(void *dst, const void *src, size_t n)
+{
+#if defined(__x86_64__)
+    copy_sse2(dst, src, n, 1);
 #else
     memcpy(dst, src, n);
 #endif

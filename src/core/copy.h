@@ -24,6 +24,11 @@ static inline void braid_copy(void *dst, const void *src, size_t n)
         braid_copy_large(dst, src, n);
 }
 
+/* dst <- src with streaming stores (no read for ownership of dst's lines, none left in the
+ * cache): for outputs larger than the last-level cache, written once and not read again
+ * (BRAID_NT_MIN). The caller orders them with an sfence before it publishes the data. */
+void braid_copy_nt(void *dst, const void *src, size_t n);
+
 /* Which loop braid_copy_large runs ("avx2", "sse2" or "memcpy"). */
 const char *braid_copy_isa(void);
 
