@@ -144,7 +144,8 @@ awk -v thr="$thr" '
         }
         print "(times: medians over the runs of that mode; ompi/braid > 1: braid faster = busbw ratio"
         print " braid/Open MPI; fast/slow: both probes around the run on that side of the threshold;"
-        print " all: every run whatever its mode)"
+        print " all: every run whatever its mode; when the two met the modes in different"
+        print " proportions it misleads, read the per-mode rows)"
     }' "$runs" | tee -a "$dir/summary.txt"
 rm -f "$dir/last.csv" "$dir/last.log"
 echo "results in $dir"
