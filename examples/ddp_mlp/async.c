@@ -30,7 +30,7 @@
 typedef struct {
     mlp_t *m;
     float *m1, *m2; /* optimizer state of the server's shard */
-    size_t lo;
+    size_t lo, cnt; /* the shard: elements [lo, lo + cnt) */
 } server_opt_t;
 
 static braid_result_t server_update(void *state, void *param, const void *grad, size_t offset,
@@ -76,7 +76,7 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
         return 2;
     }
     int per = run->batch / nw, steps_per_epoch = train->n / run->batch;
-    server_opt_t so = {m, NULL, NULL, 0};
+    server_opt_t so = {m, NULL, NULL, 0, 0};
     braid_ps_options_t po;
     braid_ps_options_init(&po);
     po.nservers = v->servers;
@@ -94,9 +94,9 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
     if (braid_ps_is_server(ps)) {
         int s = rank - nw;
         so.lo = total * (size_t)s / (size_t)v->servers;
-        size_t cnt = total * (size_t)(s + 1) / (size_t)v->servers - so.lo;
-        so.m1 = calloc(cnt, sizeof(float));
-        so.m2 = calloc(cnt, sizeof(float));
+        so.cnt = total * (size_t)(s + 1) / (size_t)v->servers - so.lo;
+        so.m1 = calloc(so.cnt, sizeof(float));
+        so.m2 = calloc(so.cnt, sizeof(float));
         if (!so.m1 || !so.m2) return fail(comm, rank, "server state", BRAID_ERR_NOMEM);
         if ((r = braid_ps_serve(ps))) return fail(comm, rank, "braid_ps_serve", r);
     } else {
@@ -181,9 +181,9 @@ int variant_async(mlp_t *m, const dataset_t *train, const dataset_t *test, const
             printf("%c%ld", k ? ',' : ' ', st.hist[k]);
         printf(" deferred %ld\n", st.deferred);
         /* its state: the optimizer's moments over the shard, and the ps's shard and buffers */
-        size_t cnt = total * (size_t)(rank - nw + 1) / (size_t)v->servers - so.lo;
+        size_t opt = 2 * so.cnt * sizeof(float);
         printf("server %d state_bytes %zu optimizer_bytes %zu buffer_bytes %zu\n", rank,
-               2 * cnt * sizeof(float) + st.buffer_bytes, 2 * cnt * sizeof(float), st.buffer_bytes);
+               opt + st.buffer_bytes, opt, st.buffer_bytes);
         fflush(stdout);
     }
     if ((r = braid_ps_gather(ps))) return fail(comm, rank, "braid_ps_gather", r);

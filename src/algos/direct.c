@@ -88,14 +88,10 @@ typedef struct {
 /* A copy into the call's output. */
 static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
 {
-#if defined(__x86_64__)
-    if (x->nt) {
+    if (x->nt)
         braid_copy_nt(dst, src, n);
-        return;
-    }
-#endif
-    (void)x;
-    braid_copy(dst, src, n);
+    else
+        braid_copy(dst, src, n);
 }
 
 /* BRAID_TRACE: a block runs from its begin_block to the next one's (or the call's end). */
@@ -364,6 +360,24 @@ static void src_free(src_t *t)
     if (t->src != t->stack) free(t->src);
 }
 
+/* Steps 1 and the wait of the large all-reduce and of reduce, block g of len elements at blk:
+ * copies in the peers' slices of it (or publishes the mapped reference), publishes tag, waits
+ * for every peer's, and sets src to the n inputs, this rank's own slice being read from blk
+ * (it is never copied in); *so_p, *sl_p: this rank's slice. */
+static braid_result_t publish_block(dctx_t *x, uint64_t g, const char *blk, size_t len,
+                                    uint32_t tag, const braid_mem_ref_t *ref, const char **src,
+                                    size_t *so_p, size_t *sl_p)
+{
+    int n = x->comm->nranks, me = x->comm->rank;
+    size_t es = braid_dtype_size(x->a->dtype), lb = len * es;
+    braid_direct_slice(len, n, me, es, so_p, sl_p);
+    BRAID_CHECK(copy_in_skip(x, g, blk, lb, *so_p * es, *sl_p * es, tag, ref));
+    BRAID_CHECK(wait_all(x, g, tag));
+    BRAID_CHECK(sources(x, (int)(g & 1), lb, blk, src));
+    src[me] = blk;
+    return BRAID_SUCCESS;
+}
+
 static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char **src)
 {
     braid_direct_t *d = x->d;
@@ -392,12 +406,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         int s = (int)(*g & 1);
         uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
         size_t so, sl;
-        braid_direct_slice(len, n, me, es, &so, &sl);
-        BRAID_CHECK(copy_in_skip(x, *g, in + off * es, lb, so * es, sl * es, t1, ref));
-        BRAID_CHECK(wait_all(x, *g, t1));
-        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
-        /* this rank's own slice is reduced from its input (not copied in) */
-        src[me] = in + off * es;
+        BRAID_CHECK(publish_block(x, *g, in + off * es, len, t1, ref, src, &so, &sl));
         /* the reduced slice goes to the slot's data (a mapped rank's too: its slot holds no
          * input then) */
         char *mine = braid_direct_data(d, me, s, lb);
@@ -577,12 +586,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
         uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
         last = t2;
         size_t so, sl;
-        braid_direct_slice(len, n, me, es, &so, &sl);
-        BRAID_CHECK(copy_in_skip(x, *g, in + off * es, lb, so * es, sl * es, t1, ref));
-        BRAID_CHECK(wait_all(x, *g, t1));
-        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
-        /* this rank's own slice is reduced from its input (not copied in) */
-        src[me] = in + off * es;
+        BRAID_CHECK(publish_block(x, *g, in + off * es, len, t1, ref, src, &so, &sl));
         char *mine = braid_direct_data(d, me, s, lb);
         if (me != root) {
             reduce_all(x, src, so, sl, NULL, mine);

@@ -2,12 +2,11 @@
  * slices and outputs; the shm transport's slots).
  *
  * glibc's memcpy copies blocks from 2 KiB on with `rep movsb` on CPUs that report ERMS; on the
- * AMD EPYC VMs this project runs on, the 4-rank direct all-reduce on 2 cpus took 1.2-1.5x as
- * long with it as with glibc's own vector loop (GLIBC_TUNABLES=
- * glibc.cpu.x86_rep_movsb_threshold=1000000000, perf/env_ab.sh, perf/RESULTS.md session 9).
- * braid_copy is such a loop: 32-byte AVX2 loads and stores (16-byte SSE2 without AVX2), four
- * per iteration, unaligned loads and stores aligned to the destination; memcpy below 256 bytes.
- * The regions must not overlap. */
+ * AMD EPYC VMs this project runs on, the 4-rank direct all-reduce on 2 cpus took 1.20-1.31x as
+ * long with memcpy as with braid_copy (2 ranks: 0.93-0.99; 7 interleaved rounds, perf/RESULTS.md
+ * session 9). braid_copy is a vector loop: 32-byte AVX2 loads and stores (16-byte SSE2 without
+ * AVX2), four per iteration, unaligned loads and stores aligned to the destination; memcpy below
+ * 256 bytes. The regions must not overlap. */
 #ifndef BRAID_CORE_COPY_H
 #define BRAID_CORE_COPY_H
 
