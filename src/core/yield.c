@@ -11,9 +11,14 @@ void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t 
     s->yields++;
     if (!slow_ns || d <= slow_ns) {
         s->hold_ns = 0; /* yields are fast here again: a later hold-off starts short */
+        s->streak = 0;
         return;
     }
     s->slow++;
+    /* A first hold-off needs BRAID_YIELD_SLOW_STREAK slow yields in a row: one alone is a peer
+     * still starting up or a passing interruption, not a thread that keeps the core. */
+    if (!s->hold_ns && ++s->streak < BRAID_YIELD_SLOW_STREAK) return;
+    s->streak = 0;
     uint64_t h = s->hold_ns ? s->hold_ns * 2 : BRAID_YIELD_HOLD_MIN_NS;
     if (h > BRAID_YIELD_HOLD_MAX_NS) h = BRAID_YIELD_HOLD_MAX_NS;
     s->hold_ns = h;

@@ -13,11 +13,14 @@
  * (a 22 KB all-reduce took 18 ms) and nothing of the communication was hidden. A thread that
  * sleeps instead is woken by its data (futex, poll) and runs at once.
  *
- * So a yield that returns after more than BRAID_YIELD_SLOW_US (another thread held the core
- * for its slice) starts a hold-off during which this thread's waits skip the yield phase and
- * sleep right after spinning: 10 ms, doubled each time the first yield after a hold-off is
- * slow again, at most 1 s; a fast yield ends the doubling. The state is per thread (the
- * worker thread of non-blocking calls and the application's thread see different
+ * So yields that return after more than BRAID_YIELD_SLOW_US (another thread held the core
+ * for its slice), BRAID_YIELD_SLOW_STREAK of them in a row, start a hold-off during which
+ * this thread's waits skip the yield phase and sleep right after spinning: 10 ms, doubled each
+ * time the first yield after a hold-off is slow again, at most 1 s; a fast yield ends the
+ * doubling and the streak. One slow yield alone is not enough: with 4 ranks on 2 cpus a rank
+ * meets one when a peer is still starting, and a 10 ms hold-off then outlasted a 200-call run
+ * of 8-64 B all-reduces (15-20 us per call in sleeps instead of 5-8 us in yields). The state is per
+ * thread (the worker thread of non-blocking calls and the application's thread see different
  * competitors). BRAID_YIELD_SLOW_US=0: always yield for BRAID_YIELD_US. */
 #ifndef BRAID_CORE_YIELD_H
 #define BRAID_CORE_YIELD_H
@@ -26,10 +29,12 @@
 
 #define BRAID_YIELD_HOLD_MIN_NS 10000000ull   /* first hold-off: 10 ms */
 #define BRAID_YIELD_HOLD_MAX_NS 1000000000ull /* longest: 1 s */
+#define BRAID_YIELD_SLOW_STREAK 2             /* slow yields in a row that start a hold-off */
 
 typedef struct {
     uint64_t hold_until;       /* no yield before this time (braid_now_ns) */
     uint64_t hold_ns;          /* length of the current / last hold-off; 0 = none */
+    unsigned streak;           /* slow yields in a row, before a first hold-off */
     unsigned long long yields; /* yields made */
     unsigned long long slow;   /* of which slow */
 } braid_yield_state_t;
