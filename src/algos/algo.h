@@ -15,6 +15,8 @@
 #include "core/comm.h"
 #include "topo/topo.h"
 
+#include <stdatomic.h>
+
 typedef enum {
     BRAID_ALGO_AUTO = -1,
     BRAID_ALGO_RING = 0,
@@ -108,6 +110,7 @@ void braid_tuning_write(FILE *f, const braid_model_t *m, const char *comment);
 void braid_model_print(const braid_model_t *m, FILE *f);
 
 /* ---- per-communicator state ----------------------------------------------------------------- */
+#define BRAID_PICK_CACHE 64
 typedef struct braid_algo_state {
     braid_topo_t topo;
     braid_model_t model;
@@ -120,7 +123,14 @@ typedef struct braid_algo_state {
     int failed_in; /* hier: the sub-communicator a failure came from (1 intra, 2 inter) */
     void *scratch; /* hier reduce-scatter's packed input / reduce's partial, kept */
     size_t scratch_bytes;
+    /* The last choices, direct-mapped by (coll, count, element size): an 8 B all-reduce spent a
+     * quarter of its time costing every algorithm again (select.c, pick). Cleared whenever the
+     * model changes (braid_algo_pick_forget). */
+    _Atomic uint64_t pick_cache[BRAID_PICK_CACHE];
 } braid_algo_state_t;
+
+/* Forgets the cached choices (after st->model changed). */
+void braid_algo_pick_forget(braid_algo_state_t *st);
 
 /* At the end of init (collective: one bootstrap allgather to check the choices agree). */
 braid_result_t braid_algo_comm_init(struct braid_comm *c);

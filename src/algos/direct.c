@@ -149,6 +149,10 @@ static braid_result_t wait_peer(dctx_t *x, int r, int s, uint32_t want)
 static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check)
 {
     braid_direct_line_t *l = braid_direct_line(x->d, r, s);
+    /* A first spin without the clock: a small call's peer is usually a few hundred ns away,
+     * and reading the clock first was 6% of an 8 B all-reduce. */
+    for (int i = 0; i < 32 && !braid_direct_ready(l, want); i++)
+        cpu_relax();
     if (!braid_direct_ready(l, want)) {
         struct braid_comm *comm = x->comm;
         uint64_t start = braid_now_ns(), gap = 1000000ull, next_foreign = start + gap;

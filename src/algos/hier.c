@@ -66,6 +66,7 @@ void braid_hier_share_model(braid_algo_state_t *st)
         /* the parent's ranks all share their machines' cpus while hier runs */
         ss->model.host_ranks = st->model.host_ranks;
         ss->model.cores = st->model.cores;
+        braid_algo_pick_forget(ss);
     }
 }
 

@@ -462,7 +462,7 @@ void braid_model_print(const braid_model_t *m, FILE *f)
 
 /* ---- per communicator ------------------------------------------------------------------------ */
 /* The algorithm that runs (coll, count): forced if it applies, else the model's choice. */
-static int pick(const braid_algo_state_t *st, int coll, size_t count, size_t es)
+static int pick_uncached(const braid_algo_state_t *st, int coll, size_t count, size_t es)
 {
     if (st->forced != BRAID_ALGO_AUTO)
         return braid_algo_applies(st->forced, coll, count, &st->model) ? st->forced
@@ -470,11 +470,32 @@ static int pick(const braid_algo_state_t *st, int coll, size_t count, size_t es)
     return braid_model_choose(coll, count * es, count, &st->model);
 }
 
+/* A cache entry: count << 16 | element size << 8 | coll << 4 | (algo + 1); 0 = empty. Counts
+ * of 2^48 elements or more, element sizes or collectives that do not fit, are not cached. */
+static int pick(braid_algo_state_t *st, int coll, size_t count, size_t es)
+{
+    _Static_assert(BRAID_ALGO_COUNT < 15, "algo + 1 must fit 4 bits");
+    if (count >> 48 || es > 255 || coll < 0 || coll > 15) return pick_uncached(st, coll, count, es);
+    uint64_t key = (uint64_t)count << 16 | (uint64_t)es << 8 | (uint64_t)coll << 4;
+    size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 58) % BRAID_PICK_CACHE;
+    uint64_t e = atomic_load_explicit(&st->pick_cache[h], memory_order_relaxed);
+    if (e && (e & ~(uint64_t)15) == key) return (int)(e & 15) - 1;
+    int algo = pick_uncached(st, coll, count, es);
+    atomic_store_explicit(&st->pick_cache[h], key | (uint64_t)(algo + 1), memory_order_relaxed);
+    return algo;
+}
+
+void braid_algo_pick_forget(braid_algo_state_t *st)
+{
+    for (int i = 0; i < BRAID_PICK_CACHE; i++)
+        atomic_store_explicit(&st->pick_cache[i], 0, memory_order_relaxed);
+}
+
 #define DIGEST_SIZES 34 /* 2^k float32 elements, k = 0..33, of every collective but barrier */
 #define DIGEST_COLLS 5
 #define DIGEST_BYTES (DIGEST_COLLS * DIGEST_SIZES + 1)
 
-static void digest(const braid_algo_state_t *st, uint8_t out[DIGEST_BYTES])
+static void digest(braid_algo_state_t *st, uint8_t out[DIGEST_BYTES])
 {
     out[0] = (uint8_t)(st->forced + 1);
     for (int c = 0; c < DIGEST_COLLS; c++)
@@ -565,6 +586,7 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
         if (res == BRAID_SUCCESS) take_constants(m, &all[0].m);
         if (res == BRAID_SUCCESS && st->hier_ready) braid_hier_share_model(st);
     }
+    braid_algo_pick_forget(st);
     free(all);
     return res;
 }
