@@ -16,14 +16,20 @@
 # A timeline of one overlapped step per setup is drawn by perf/ddp_timeline.py into OUT_DIR.
 #
 #   perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]
-# Environment: BATCH (global batch, default 128 per rank), BUCKET_MB (default 1),
-# MAX_STEPS, WARMUP, SETUPS (default "shm2 shm4 net2 net4").
+# Environment: BATCH (global batch, default 128 per rank), BUCKET_MB (default 1), W2_BLOCKS
+# (ddp_mlp --w2-blocks, default 1: W2 registered as that many row blocks, so with small buckets
+# its first gradients travel while the rest of W2's are computed), MAX_STEPS, WARMUP, SETUPS
+# (default "shm2 shm4 net2 net4"), EPOCHS (default 1: at most one epoch's steps are run).
+# The summary's last column, "hidden (pairs)", is the median over rounds of each round's own
+# (step_noov - step_ov) / comm_ms: on a machine whose speed changes between runs the two runs
+# of a round, taken one after the other, are the likeliest to have met the same speed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]}
 rounds=${2:-3}
 bin=$(cd "${3:-build}/bin" && pwd)
 bucket=${BUCKET_MB:-1}
+w2blocks=${W2_BLOCKS:-1}
 steps=${MAX_STEPS:-60}
 warm=${WARMUP:-10}
 setups=${SETUPS:-"shm2 shm4 net2 net4"}
@@ -40,7 +46,7 @@ run() { # setup mode round
     local batch=${BATCH:-$((128 * n))}
     [ "$mode" = noov ] && extra=(--no-overlap)
     [ "$round" = 1 ] && tl=(--timeline "$out/timeline-$setup-$mode")
-    local args=(--epochs 1 --batch "$batch" --bucket-mb "$bucket" --max-steps "$steps"
+    local args=(--epochs "${EPOCHS:-1}" --batch "$batch" --bucket-mb "$bucket" --w2-blocks "$w2blocks" --max-steps "$steps"
         --warmup "$warm" --train-limit 60000 --test-limit 100 "${extra[@]}" ${tl:+"${tl[@]}"})
     local line
     case $setup in
@@ -49,7 +55,8 @@ run() { # setup mode round
     net*) line=$(tests/net/netns.sh --timeout 600 --hosts 2 --ranks-per-host $((n / 2)) \
         --rate 1gbit --burst 128kb --bind -- "$bin/ddp_mlp" "${args[@]}" 2>&1 | grep '^step_ms') ;;
     esac
-    echo "$setup $mode round $round batch $batch bucket_mb $bucket $line" | tee -a "$raw"
+    echo "$setup $mode round $round batch $batch bucket_mb $bucket w2_blocks $w2blocks $line" |
+        tee -a "$raw"
 }
 for r in $(seq 1 "$rounds"); do
     for s in $setups; do
@@ -71,9 +78,10 @@ for line in open(sys.argv[1]):
         continue
     kv = {f[i]: f[i + 1] for i in range(len(f) - 1)}
     rows.setdefault((f[0], f[1]), []).append(
-        (float(kv["step_ms"]), float(kv["backward_ms"]), float(kv["finish_ms"]), kv["batch"]))
-print("| setup | ranks | global batch | step ms (overlap) | step ms (no overlap) | comm ms (no-overlap finish) | exposed ms (overlap finish) | hidden |")
-print("|---|---|---|---|---|---|---|---|")
+        (float(kv["step_ms"]), float(kv["backward_ms"]), float(kv["finish_ms"]), kv["batch"],
+         int(kv["round"])))
+print("| setup | ranks | global batch | step ms (overlap) | step ms (no overlap) | comm ms (no-overlap finish) | exposed ms (overlap finish) | hidden | hidden (pairs) |")
+print("|---|---|---|---|---|---|---|---|---|")
 names = {"shm2": ("shm", 2), "shm4": ("shm", 4), "net2": ("2 hosts x 1, 1 Gbit/s", 2),
          "net4": ("2 hosts x 2, 1 Gbit/s", 4)}
 for s in ["shm2", "shm4", "net2", "net4"]:
@@ -82,7 +90,11 @@ for s in ["shm2", "shm4", "net2", "net4"]:
     med = lambda k, i: statistics.median(r[i] for r in rows[(s, k)])
     so, sn, cn, fo = med("ov", 0), med("noov", 0), med("noov", 2), med("ov", 2)
     hid = (sn - so) / cn if cn > 0 else float("nan")
-    print(f"| {names[s][0]} | {names[s][1]} | {rows[(s, 'ov')][0][3]} | {so:.1f} | {sn:.1f} | {cn:.1f} | {fo:.1f} | {hid * 100:.0f}% |")
+    by_round = {r[4]: r for r in rows[(s, "ov")]}
+    pairs = [(n[0] - by_round[n[4]][0]) / n[2] for n in rows[(s, "noov")]
+             if n[4] in by_round and n[2] > 0]
+    hp = statistics.median(pairs) if pairs else float("nan")
+    print(f"| {names[s][0]} | {names[s][1]} | {rows[(s, 'ov')][0][3]} | {so:.1f} | {sn:.1f} | {cn:.1f} | {fo:.1f} | {hid * 100:.0f}% | {hp * 100:.0f}% |")
 PY
 for s in $setups; do
     for m in ov noov; do

@@ -319,3 +319,54 @@ Test(p2p_cma, failed_probe_falls_back_to_slots, .timeout = 120)
     only = 0;
     cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "every probe fails");
 }
+
+/* ---- auto: off with more ranks than cpus -------------------------------------------------- */
+typedef struct {
+    int expect; /* CMA to the next rank */
+} auto_t;
+
+static int auto_ring(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const auto_t *a = arg;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    size_t count = 3 * MIN_BYTES; /* int32: 3 x the threshold */
+    int32_t *in = data_xmalloc(count * 4), *out = data_xmalloc(count * 4);
+    data_fill(in, BRAID_INT32, BRAID_SUM, rank, 0, count, seed_of(rank, next, 9));
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_send(in, count, BRAID_INT32, next, comm));
+    MP_OK(rank, braid_recv(out, count, BRAID_INT32, prev, comm));
+    MP_OK(rank, braid_group_end());
+    MP_CHECK(rank,
+             !data_check_rank(out, BRAID_INT32, BRAID_SUM, prev, 0, count, seed_of(prev, rank, 9),
+                              "auto ring"),
+             "from %d", prev);
+    MP_CHECK(rank, braid_p2p_cma_peer(comm, next) == a->expect, "cma to %d: %d (expected %d)", next,
+             braid_p2p_cma_peer(comm, next), a->expect);
+    uint64_t pulls = braid_p2p_cma_pulls(comm, NULL);
+    MP_CHECK(rank, pulls == (uint64_t)a->expect, "pulls %llu", (unsigned long long)pulls);
+    free(in);
+    free(out);
+    return 0;
+}
+
+Test(p2p_cma, auto_is_off_with_more_ranks_than_cpus, .timeout = 120)
+{
+    set_mode(1);
+    setenv("BRAID_P2P_CMA", "auto", 1);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus >= 2) {
+        auto_t on = {1};
+        cr_assert_eq(mp_run(2, auto_ring, &on, 60), 0, "2 ranks on %ld cpus: CMA on", cpus);
+    }
+    if (cpus < 8) {
+        auto_t off = {0};
+        int n = (int)cpus + 1;
+        cr_assert_eq(mp_run(n, auto_ring, &off, 60), 0, "%d ranks on %ld cpus: CMA off", n, cpus);
+    }
+    setenv("BRAID_P2P_CMA", "1", 1);
+    if (cpus < 8) {
+        auto_t forced = {1};
+        int n = (int)cpus + 1;
+        cr_assert_eq(mp_run(n, auto_ring, &forced, 60), 0, "BRAID_P2P_CMA=1: on with %d ranks", n);
+    }
+}

@@ -15,6 +15,10 @@
 #                      on two NUMA nodes
 #   --bind             bind rank r to cpu r mod (cpus of this machine), as a launcher binding
 #                      ranks to cores does (runs repeat better than with floating ranks)
+#   --bind-hosts       give every host its own cpus instead, as real hosts have: host h's
+#                      ranks share cpus [h*C/N, (h+1)*C/N) of this machine's C for N hosts
+#                      (cpu h mod C when there are fewer cpus than hosts); with --bind the
+#                      hosts share every cpu, so one host's compute slows the others
 #   --rate R           rate-limit every host's link (tc tbf on both veth ends), e.g. 1gbit
 #   --burst B          tbf's bucket with --rate (default 1mb: short runs of small messages
 #                      pass at veth speed; a smaller one, e.g. 32kb, is closer to a real link)
@@ -41,7 +45,7 @@
 set -uo pipefail
 
 hosts=2 rph=2 rate="" burst=1mb drop="" victim=-1 timeout=120 logs="" extra_env=() link_down=
-placement=block numa=0 two_links=0 bind=0
+placement=block numa=0 two_links=0 bind=0 bind_hosts=0
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
     exit 2
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --numa) numa=$2; shift 2 ;;
     --two-links) two_links=1; shift ;;
     --bind) bind=1; shift ;;
+    --bind-hosts) bind_hosts=1; shift ;;
     --rate) rate=$2; shift 2 ;;
     --burst) burst=$2; shift 2 ;;
     --drop) drop=${2%\%}; shift 2 ;;
@@ -165,6 +170,10 @@ for ((r = 0; r < nranks; r++)); do
     env_args+=("${extra_env[@]}")
     pin=()
     [ "$bind" -eq 1 ] && pin=(taskset -c "$(awk -v r=$r -v n="$(nproc)" 'BEGIN { print r % n }')")
+    [ "$bind_hosts" -eq 1 ] && pin=(taskset -c "$(awk -v h="$h" -v H="$hosts" -v c="$(nproc)" '
+        BEGIN { if (c < H) { print h % c; exit }
+                lo = int(h * c / H); hi = int((h + 1) * c / H) - 1
+                print (lo == hi ? lo : lo "-" hi) }')")
     ip netns exec "$prefix-h$h" "${pin[@]}" env "${env_args[@]}" "$@" >"$logs/rank.$r.out" \
         2>"$logs/rank.$r.err" &
     pids+=($!)
