@@ -46,9 +46,10 @@ static const braid_param_t params[] = {
     {"YIELD_US", "2000", BRAID_PARAM_INT,
      "after spinning, microseconds to call sched_yield() before sleeping in a wait"},
     {"YIELD_SLOW_US", "250", BRAID_PARAM_INT,
-     "a sched_yield() in a wait that returns after more than this (a CPU-bound thread held the "
-     "core for its time slice) makes the thread's waits sleep without yielding for 10 ms, "
-     "doubling while it recurs, up to 1 s; 0 = always yield for BRAID_YIELD_US"},
+     "two sched_yield() in a row in waits that return after more than this (a CPU-bound thread "
+     "held the core for its time slice) make the thread's waits sleep without yielding for 1 ms, "
+     "doubling while it recurs (until a second passes without), up to 1 s; 0 = always yield "
+     "for BRAID_YIELD_US"},
     {"P2P_CMA", "auto", BRAID_PARAM_STR,
      "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
      "reads the peer's memory and the machine has no more ranks than cpus, 1 = wherever the "

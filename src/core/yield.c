@@ -9,12 +9,15 @@ static _Thread_local braid_yield_state_t g_self;
 void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t slow_ns)
 {
     s->yields++;
+    uint64_t end = t0 + d;
     if (!slow_ns || d <= slow_ns) {
-        s->hold_ns = 0; /* yields are fast here again: a later hold-off starts short */
         s->streak = 0;
+        /* fast for BRAID_YIELD_FORGET_NS since the last slow one: a later hold-off starts short */
+        if (s->hold_ns && end - s->last_slow > BRAID_YIELD_FORGET_NS) s->hold_ns = 0;
         return;
     }
     s->slow++;
+    s->last_slow = end;
     /* A first hold-off needs BRAID_YIELD_SLOW_STREAK slow yields in a row: one alone is a peer
      * still starting up or a passing interruption, not a thread that keeps the core. */
     if (!s->hold_ns && ++s->streak < BRAID_YIELD_SLOW_STREAK) return;
@@ -22,7 +25,7 @@ void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t 
     uint64_t h = s->hold_ns ? s->hold_ns * 2 : BRAID_YIELD_HOLD_MIN_NS;
     if (h > BRAID_YIELD_HOLD_MAX_NS) h = BRAID_YIELD_HOLD_MAX_NS;
     s->hold_ns = h;
-    s->hold_until = t0 + d + h;
+    s->hold_until = end + h;
 }
 
 int braid_wait_yield(uint64_t slow_ns, uint64_t now)

@@ -15,11 +15,14 @@
  *
  * So yields that return after more than BRAID_YIELD_SLOW_US (another thread held the core
  * for its slice), BRAID_YIELD_SLOW_STREAK of them in a row, start a hold-off during which
- * this thread's waits skip the yield phase and sleep right after spinning: 10 ms, doubled each
- * time the first yield after a hold-off is slow again, at most 1 s; a fast yield ends the
- * doubling and the streak. One slow yield alone is not enough: with 4 ranks on 2 cpus a rank
- * meets one when a peer is still starting, and a 10 ms hold-off then outlasted a 200-call run
- * of 8-64 B all-reduces (15-20 us per call in sleeps instead of 5-8 us in yields). The state is per
+ * this thread's waits skip the yield phase and sleep right after spinning: 1 ms, doubled each
+ * time a yield after a hold-off is slow again, at most 1 s. Fast yields end the streak; they
+ * end the doubling only once no yield has been slow for BRAID_YIELD_FORGET_NS (1 s), so a
+ * trainer's worker, whose competitor comes back every step, stays in its long hold-off
+ * between steps. Why a streak and a short first hold-off: with 4 ranks on 2 cpus a rank meets
+ * one or two slow yields while its peers still start or connect, and a 10 ms hold-off then
+ * outlasted a 200-call run of 8-64 B all-reduces (15-20 us per call in sleeps instead of 5-8
+ * us in yields) and a 20-call all-to-all run over tcp (125 us instead of 95). The state is per
  * thread (the worker thread of non-blocking calls and the application's thread see different
  * competitors). BRAID_YIELD_SLOW_US=0: always yield for BRAID_YIELD_US. */
 #ifndef BRAID_CORE_YIELD_H
@@ -27,13 +30,15 @@
 
 #include <stdint.h>
 
-#define BRAID_YIELD_HOLD_MIN_NS 10000000ull   /* first hold-off: 10 ms */
+#define BRAID_YIELD_HOLD_MIN_NS 1000000ull    /* first hold-off: 1 ms */
 #define BRAID_YIELD_HOLD_MAX_NS 1000000000ull /* longest: 1 s */
 #define BRAID_YIELD_SLOW_STREAK 2             /* slow yields in a row that start a hold-off */
+#define BRAID_YIELD_FORGET_NS 1000000000ull   /* no slow yield for this long: start short again */
 
 typedef struct {
     uint64_t hold_until;       /* no yield before this time (braid_now_ns) */
     uint64_t hold_ns;          /* length of the current / last hold-off; 0 = none */
+    uint64_t last_slow;        /* when the last slow yield ended */
     unsigned streak;           /* slow yields in a row, before a first hold-off */
     unsigned long long yields; /* yields made */
     unsigned long long slow;   /* of which slow */

@@ -1,9 +1,9 @@
 /* The yield phase of waits and its hold-off (core/yield.h): the state machine (pure: a slow
- * yield alone starts nothing, BRAID_YIELD_SLOW_STREAK of them in a row start a 10 ms hold-off,
- * doubling while slow yields recur, at most 1 s, a fast one ends the doubling and the streak,
- * threshold 0 = never), braid_wait_yield in and out of a hold-off, and, as real
- * processes (4 ranks, more than this machine's cores, so waits happen), that a thread in a
- * hold-off makes no sched_yield in any of the three wait loops (engine: ring and recursive
+ * yield alone starts nothing, BRAID_YIELD_SLOW_STREAK of them in a row start a 1 ms hold-off,
+ * doubling while slow yields recur, at most 1 s, a fast one ends the streak, and the doubling
+ * once no yield was slow for 1 s, threshold 0 = never), braid_wait_yield in and out of a hold-off,
+ * and, as real processes (4 ranks, more than this machine's cores, so waits happen), that a thread
+ * in a hold-off makes no sched_yield in any of the three wait loops (engine: ring and recursive
  * doubling; algos/direct.c; core/p2p.c) and still gets every result right, over shared memory
  * and TCP; with BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking
  * calls stay right; a negative BRAID_YIELD_SLOW_US fails the init naming it. */
@@ -48,7 +48,7 @@ Test(yield, one_slow_yield_alone_holds_nothing)
     cr_assert(braid_yield_allowed(&s, 100 * MS));
 }
 
-Test(yield, slow_streak_holds_10ms_from_its_end)
+Test(yield, slow_streak_holds_1ms_from_its_end)
 {
     braid_yield_state_t s = {0};
     cr_assert_eq(BRAID_YIELD_SLOW_STREAK, 2);
@@ -57,17 +57,17 @@ Test(yield, slow_streak_holds_10ms_from_its_end)
     cr_assert(braid_yield_allowed(&s, 4 * MS));
     braid_yield_note(&s, 4 * MS + 1000, 1 * MS - 1000, 250000);
     cr_assert_eq(s.slow, 2);
-    cr_assert_eq(s.hold_ns, 10 * MS);
-    cr_assert_eq(s.hold_until, 15 * MS);
-    cr_assert(!braid_yield_allowed(&s, 8 * MS));
-    cr_assert(!braid_yield_allowed(&s, 15 * MS - 1));
-    cr_assert(braid_yield_allowed(&s, 15 * MS));
+    cr_assert_eq(s.hold_ns, 1 * MS);
+    cr_assert_eq(s.hold_until, 6 * MS);
+    cr_assert(!braid_yield_allowed(&s, 5 * MS + 1));
+    cr_assert(!braid_yield_allowed(&s, 6 * MS - 1));
+    cr_assert(braid_yield_allowed(&s, 6 * MS));
 }
 
 Test(yield, recurring_slow_yields_double_up_to_1s)
 {
     braid_yield_state_t s = {0};
-    uint64_t t = 2 * MS, want = 10 * MS;
+    uint64_t t = 2 * MS, want = 1 * MS;
     braid_yield_note(&s, 0, 2 * MS, 250000); /* the streak's first */
     for (int k = 0; k < 12; k++) {
         braid_yield_note(&s, t, 2 * MS, 250000);
@@ -77,26 +77,38 @@ Test(yield, recurring_slow_yields_double_up_to_1s)
         t = s.hold_until; /* the first yield after the hold-off, slow again */
         want = want * 2 > BRAID_YIELD_HOLD_MAX_NS ? BRAID_YIELD_HOLD_MAX_NS : want * 2;
     }
-    cr_assert_eq(s.hold_ns, BRAID_YIELD_HOLD_MAX_NS);
+    cr_assert_eq(s.hold_ns, BRAID_YIELD_HOLD_MAX_NS); /* 1, 2, ..., 512 ms, then 1 s twice */
     cr_assert_eq(s.slow, 13);
 }
 
-Test(yield, fast_yield_ends_the_doubling)
+/* A trainer's worker: slow yields every step (its backward pass), fast ones in between (the
+ * main thread waits): the hold-off keeps doubling across steps; a second without any slow
+ * yield forgets it. */
+Test(yield, fast_yields_end_the_doubling_only_after_a_quiet_second)
 {
     braid_yield_state_t s = {0};
     braid_yield_note(&s, 0, 1 * MS, 250000);
     braid_yield_note(&s, 1 * MS, 1 * MS, 250000);
-    cr_assert_eq(s.hold_ns, 10 * MS);
-    braid_yield_note(&s, 12 * MS, 2 * MS, 250000);
-    cr_assert_eq(s.hold_ns, 20 * MS);
-    braid_yield_note(&s, 40 * MS, 1000, 250000); /* fast: only waiters share the core now */
-    cr_assert_eq(s.hold_ns, 0);
-    cr_assert(braid_yield_allowed(&s, 40 * MS + 1000));
-    braid_yield_note(&s, 50 * MS, 1 * MS, 250000);
-    cr_assert_eq(s.hold_ns, 0, "after a fast yield a streak is needed again");
-    braid_yield_note(&s, 51 * MS, 1 * MS, 250000);
-    cr_assert_eq(s.hold_ns, 10 * MS, "a new hold-off starts short again");
-    cr_assert_eq(s.hold_until, 62 * MS);
+    cr_assert_eq(s.hold_ns, 1 * MS);
+    cr_assert_eq(s.hold_until, 3 * MS);
+    braid_yield_note(&s, 4 * MS, 1000, 250000); /* fast: the main thread waits now */
+    cr_assert_eq(s.hold_ns, 1 * MS, "a fast yield soon after keeps the hold-off's length");
+    cr_assert_eq(s.streak, 0);
+    braid_yield_note(&s, 50 * MS, 2 * MS, 250000); /* the next step: slow again */
+    cr_assert_eq(s.hold_ns, 2 * MS, "one slow yield doubles it");
+    cr_assert_eq(s.hold_until, 54 * MS);
+    braid_yield_note(&s, 60 * MS, 1000, 250000);
+    cr_assert_eq(s.hold_ns, 2 * MS);
+    /* more than BRAID_YIELD_FORGET_NS after the last slow yield (ended at 52 ms) */
+    braid_yield_note(&s, 52 * MS + BRAID_YIELD_FORGET_NS, 1000, 250000);
+    cr_assert_eq(s.hold_ns, 0, "a quiet second forgets the doubling");
+    cr_assert(braid_yield_allowed(&s, 52 * MS + BRAID_YIELD_FORGET_NS + 1000));
+    uint64_t t = 2 * BRAID_YIELD_FORGET_NS;
+    braid_yield_note(&s, t, 1 * MS, 250000);
+    cr_assert_eq(s.hold_ns, 0, "after it a streak is needed again");
+    braid_yield_note(&s, t + 1 * MS, 1 * MS, 250000);
+    cr_assert_eq(s.hold_ns, 1 * MS, "and a new hold-off starts short");
+    cr_assert_eq(s.hold_until, t + 3 * MS);
 }
 
 Test(yield, threshold_zero_never_holds)
