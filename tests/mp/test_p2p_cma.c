@@ -277,6 +277,26 @@ Test(p2p_cma, abort_during_a_pull, .timeout = 120)
 }
 
 /* ---- probes that fail fall back to the slots --------------------------------------------- */
+/* Inside a rank: a ring exchange (send to rank + 1, receive from rank - 1) of count elements of
+ * dt in one group, the received data checked against the reference (seed tag it). */
+static int ring_exchange(braid_comm_t c, int rank, int n, braid_datatype_t dt, size_t count, int it,
+                         const char *what)
+{
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    size_t bytes = count * braid_dtype_size(dt);
+    char *in = data_xmalloc(bytes), *out = data_xmalloc(bytes);
+    data_fill(in, dt, BRAID_SUM, rank, 0, count, seed_of(rank, next, it));
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_send(in, count, dt, next, c));
+    MP_OK(rank, braid_recv(out, count, dt, prev, c));
+    MP_OK(rank, braid_group_end());
+    size_t bad = data_check_rank(out, dt, BRAID_SUM, prev, 0, count, seed_of(prev, rank, it), what);
+    free(in);
+    free(out);
+    MP_CHECK(rank, !bad, "%s: from %d", what, prev);
+    return 0;
+}
+
 static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
 {
     int only_rank1 = *(const int *)arg;
@@ -285,18 +305,8 @@ static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
         if (rank == 1) setenv("BRAID_P2P_CMA_PROBE_FAIL", "1", 1);
         MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
     }
-    size_t count = 200003, bytes = count * 8;
-    char *in = data_xmalloc(bytes), *out = data_xmalloc(bytes);
-    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-    data_fill(in, BRAID_FLOAT64, BRAID_SUM, rank, 0, count, seed_of(rank, next, 11));
-    MP_OK(rank, braid_group_start());
-    MP_OK(rank, braid_send(in, count, BRAID_FLOAT64, next, c));
-    MP_OK(rank, braid_recv(out, count, BRAID_FLOAT64, prev, c));
-    MP_OK(rank, braid_group_end());
-    MP_CHECK(rank,
-             !data_check_rank(out, BRAID_FLOAT64, BRAID_SUM, prev, 0, count,
-                              seed_of(prev, rank, 11), "probe fail"),
-             "from %d", prev);
+    int next = (rank + 1) % n;
+    if (ring_exchange(c, rank, n, BRAID_FLOAT64, 200003, 11, "probe fail")) return 1;
     /* Rank 1's probes fail: nobody sends to rank 1 by CMA, rank 1 pulls nothing. */
     int expect_on = only_rank1 && next != 1;
     MP_CHECK(rank, braid_p2p_cma_peer(c, next) == expect_on, "cma to %d: %d (expected %d)", next,
@@ -305,8 +315,6 @@ static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, pulls == (uint64_t)(only_rank1 && rank != 1), "pulls %llu",
              (unsigned long long)pulls);
     if (c != comm) MP_OK(rank, braid_comm_destroy(c));
-    free(in);
-    free(out);
     return 0;
 }
 
@@ -328,24 +336,13 @@ typedef struct {
 static int auto_ring(braid_comm_t comm, int rank, int n, void *arg)
 {
     const auto_t *a = arg;
-    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-    size_t count = 3 * MIN_BYTES; /* int32: 3 x the threshold */
-    int32_t *in = data_xmalloc(count * 4), *out = data_xmalloc(count * 4);
-    data_fill(in, BRAID_INT32, BRAID_SUM, rank, 0, count, seed_of(rank, next, 9));
-    MP_OK(rank, braid_group_start());
-    MP_OK(rank, braid_send(in, count, BRAID_INT32, next, comm));
-    MP_OK(rank, braid_recv(out, count, BRAID_INT32, prev, comm));
-    MP_OK(rank, braid_group_end());
-    MP_CHECK(rank,
-             !data_check_rank(out, BRAID_INT32, BRAID_SUM, prev, 0, count, seed_of(prev, rank, 9),
-                              "auto ring"),
-             "from %d", prev);
+    int next = (rank + 1) % n;
+    /* int32: 3 x the threshold */
+    if (ring_exchange(comm, rank, n, BRAID_INT32, 3 * MIN_BYTES, 9, "auto ring")) return 1;
     MP_CHECK(rank, braid_p2p_cma_peer(comm, next) == a->expect, "cma to %d: %d (expected %d)", next,
              braid_p2p_cma_peer(comm, next), a->expect);
     uint64_t pulls = braid_p2p_cma_pulls(comm, NULL);
     MP_CHECK(rank, pulls == (uint64_t)a->expect, "pulls %llu", (unsigned long long)pulls);
-    free(in);
-    free(out);
     return 0;
 }
 
