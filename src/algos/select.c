@@ -253,6 +253,7 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.recdbl_intra_rounds = 0;
     s.nic_share = hh > 1 ? share : 1;
     s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
+    if (s.direct && s.direct_block_auto) s.direct_block = braid_direct_auto_block(k);
     return s;
 }
 
@@ -621,6 +622,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     if (c->p2p_chunk_bytes) st->model.p2p_chunk = c->p2p_chunk_bytes;
     st->model.direct = c->direct != NULL;
     st->model.direct_block = c->direct_block;
+    st->model.direct_block_auto = c->direct_block_auto;
     if (c->nslots > 0) st->model.nslots = c->nslots;
     if (c->transport && braid_model_force_transport(&st->model, c->transport->name))
         braid_info(TUNING, "BRAID_TRANSPORT=%s: links within a host cost as network links",

@@ -477,11 +477,19 @@ static void comm_free(struct braid_comm *c)
 }
 
 /* The direct shared-memory segments (transport/shm_direct.h) of BRAID_DIRECT_BLOCK bytes per
- * slot; 0 = none. Every rank must agree (a rank without them would run other algorithms). */
+ * slot; 0 = none. Every rank must agree (a rank without them would run other algorithms).
+ * auto: 256 KiB for 2 ranks, 1 MiB for 3 or more. Each block costs two synchronisations of
+ * every rank, and with more ranks the slices shrink (block / n) while a synchronisation costs
+ * more (n - 1 lines; with more ranks than cpus, context switches): 1 MiB blocks took 0.59-0.96
+ * of the time of 256 KiB ones at n = 3, 4 and 8 from 1 MiB to 256 MiB, and 0.95-1.07 at n = 2
+ * (perf/RESULTS.md, session 11). */
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
-    BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
+    if (braid_param_is_auto("DIRECT_BLOCK"))
+        v = (int64_t)braid_direct_auto_block(c->nranks);
+    else
+        BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
     if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
@@ -507,6 +515,7 @@ static braid_result_t setup_direct(struct braid_comm *c)
         BRAID_CHECK(res);
     }
     c->direct_block = block;
+    c->direct_block_auto = braid_param_is_auto("DIRECT_BLOCK");
     return block ? braid_direct_setup(c, block) : BRAID_SUCCESS;
 }
 

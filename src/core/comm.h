@@ -154,7 +154,8 @@ struct braid_comm {
     /* Direct shared-memory segments of a communicator on one host (transport/shm_direct.h),
      * NULL when there are none. */
     struct braid_direct *direct;
-    size_t direct_block;  /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
+    size_t direct_block;   /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
+    int direct_block_auto; /* it was auto (braid_direct_auto_block of nranks) */
     size_t direct_nt_min; /* BRAID_NT_MIN: outputs from this size use streaming stores, 0 = never */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
      * over from an earlier call names both sides of that call (engine.c). */

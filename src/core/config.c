@@ -31,9 +31,10 @@ static const braid_param_t params[] = {
      "scales the calls per median; rank 0's setting and numbers count)"},
     {"NCHANNELS", "0", BRAID_PARAM_INT, "channels (independent rings); 0 = automatic"},
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
-    {"DIRECT_BLOCK", "262144", BRAID_PARAM_SIZE,
+    {"DIRECT_BLOCK", "auto", BRAID_PARAM_SIZE,
      "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
-     "each rank maps every local rank's segment of two such slots; 0 = off (the ring only)"},
+     "each rank maps every local rank's segment of two such slots; auto = 256 KiB for 2 "
+     "ranks, 1 MiB for 3 or more; 0 = off (the ring only)"},
     {"NT_MIN", "16777216", BRAID_PARAM_SIZE,
      "output bytes from which the direct shared-memory collectives write their output with "
      "non-temporal (streaming) stores, x86-64; 0 = never"},
@@ -129,6 +130,11 @@ const char *braid_param_str(const char *name)
     if (v) return v;
     const braid_param_t *p = find(name);
     return p ? p->defval : "";
+}
+
+int braid_param_is_auto(const char *name)
+{
+    return !strcasecmp(braid_param_str(name), "auto");
 }
 
 braid_result_t braid_param_int(const char *name, int64_t *val_p)
@@ -291,7 +297,8 @@ int braid_param_valid(const braid_param_t *p, char *why, size_t len)
         long long x = strtoll(v, &end, 0);
         ok = !errno && end != v && *end == '\0' && x >= lo && x <= hi;
         if (!ok) snprintf(why, len, "not an integer in [%lld, %lld]", (long long)lo, (long long)hi);
-    } else if (p->type == BRAID_PARAM_INT || p->type == BRAID_PARAM_SIZE) {
+    } else if ((p->type == BRAID_PARAM_INT || p->type == BRAID_PARAM_SIZE) &&
+               !(braid_param_is_auto(p->name) && !strcmp(p->defval, "auto"))) {
         int64_t x;
         ok = braid_param_int(p->name, &x) == BRAID_SUCCESS;
         if (!ok)

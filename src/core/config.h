@@ -29,6 +29,8 @@ const braid_param_t *braid_param_table(void);
 /* Reads BRAID_<name>; on a malformed value sets the last error naming the variable and
  * returns BRAID_ERR_INVALID_ARG. SIZE accepts suffixes K, M, G (powers of 1024). */
 braid_result_t braid_param_int(const char *name, int64_t *val_p);
+/* 1 when BRAID_<name> (or its default) is "auto", any case: the caller picks the value. */
+int braid_param_is_auto(const char *name);
 braid_result_t braid_param_double(const char *name, double *val_p);
 /* The value or the default; never NULL. */
 const char *braid_param_str(const char *name);

@@ -51,6 +51,13 @@ typedef struct braid_direct braid_direct_t;
 /* Default data bytes per slot (BRAID_DIRECT_BLOCK = 0). */
 #define BRAID_DIRECT_BLOCK_DEFAULT ((size_t)256 << 10)
 
+/* BRAID_DIRECT_BLOCK=auto for a communicator of n ranks on one host: 256 KiB for 2 ranks,
+ * 1 MiB for 3 or more (core/comm.c says why). */
+static inline size_t braid_direct_auto_block(int n)
+{
+    return n >= 3 ? (size_t)1 << 20 : BRAID_DIRECT_BLOCK_DEFAULT;
+}
+
 /* Collective: sets comm->direct when every rank of comm is on this host and every rank could
  * map every segment (block = data bytes per slot); leaves it NULL otherwise. Errors only for
  * the bootstrap itself (a dead peer during init). */

@@ -16,6 +16,7 @@
 #include "data.h"
 #include "mp.h"
 #include "reduce/reduce.h"
+#include "transport/shm_direct.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -26,6 +27,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -454,6 +456,54 @@ Test(direct, chosen_on_one_host_and_off_with_block_0)
     cr_assert_eq(mp_run(3, automatic, "262144", 100), 0, "some rank failed (see stderr)");
     cr_assert_eq(mp_run(3, automatic, "0", 100), 0, "some rank failed (see stderr)");
     cr_assert_eq(mp_run(2, automatic, "4096", 100), 0, "some rank failed (see stderr)");
+}
+
+/* BRAID_DIRECT_BLOCK's value (NULL: unset, the default auto) and the block the segments get:
+ * auto is 256 KiB for 2 ranks and 1 MiB for 3 or more; a set value is kept; a multi-block
+ * all-reduce is still right. */
+typedef struct {
+    const char *value;
+    size_t want;
+} block_case_t;
+
+static int block_size(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const block_case_t *bc = arg;
+    if (bc->value)
+        setenv("BRAID_DIRECT_BLOCK", bc->value, 1);
+    else
+        unsetenv("BRAID_DIRECT_BLOCK");
+    braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
+    unsetenv("BRAID_DIRECT_BLOCK");
+    MP_CHECK(rank, c != NULL, "no communicator");
+    struct braid_comm *ci = (struct braid_comm *)c;
+    size_t want = bc->want ? bc->want : (n >= 3 ? (size_t)1 << 20 : (size_t)256 << 10);
+    MP_CHECK(rank, ci->direct != NULL && ci->direct_block == want,
+             "n=%d BRAID_DIRECT_BLOCK=%s: block %zu, want %zu", n,
+             bc->value ? bc->value : "(unset)", ci->direct_block, want);
+    MP_CHECK(rank, braid_direct_block(ci->direct) == want, "segment slots of %zu bytes",
+             braid_direct_block(ci->direct));
+    MP_CHECK(rank,
+             ci->algo_state->model.direct_block_auto ==
+                 (!bc->value || !strcasecmp(bc->value, "auto")),
+             "the model's auto flag");
+    /* several blocks and a short last one, forced onto the direct path */
+    size_t count = 3 * want / sizeof(float) + 37;
+    uint64_t before = runs(c, BRAID_ALGO_DIRECT);
+    if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, count, 0, 0, 1, "blocks"))
+        return 1;
+    MP_CHECK(rank, runs(c, BRAID_ALGO_DIRECT) == before + 1, "the direct path did not run");
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
+Test(direct, block_is_256k_for_two_ranks_and_1m_for_more_unless_set)
+{
+    block_case_t unset = {NULL, 0}, aut = {"AUTO", 0}, set = {"128K", (size_t)128 << 10};
+    cr_assert_eq(mp_run(2, block_size, &unset, 100), 0, "n=2 unset (see stderr)");
+    cr_assert_eq(mp_run(3, block_size, &unset, 100), 0, "n=3 unset (see stderr)");
+    cr_assert_eq(mp_run(4, block_size, &aut, 100), 0, "n=4 auto (see stderr)");
+    cr_assert_eq(mp_run(3, block_size, &set, 100), 0, "n=3 128K (see stderr)");
 }
 
 /* ---- faults ---------------------------------------------------------------------------------- */

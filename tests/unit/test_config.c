@@ -63,3 +63,32 @@ Test(config, malformed_values_name_the_variable)
     cr_assert_eq(braid_param_double("TIMEOUT", &d), BRAID_SUCCESS);
     cr_assert_float_eq(d, 2.5, 1e-12);
 }
+
+/* A size whose default is auto takes auto (any case) or a size; nothing else, and auto is no
+ * size where the default is a number. */
+Test(config, auto_sizes_where_the_default_is_auto)
+{
+    const braid_param_t *blk = NULL, *chunk = NULL;
+    for (const braid_param_t *p = braid_param_table(); p->name; p++) {
+        if (!strcmp(p->name, "DIRECT_BLOCK")) blk = p;
+        if (!strcmp(p->name, "CHUNK_SIZE")) chunk = p;
+    }
+    cr_assert(blk && chunk);
+    cr_assert_str_eq(blk->defval, "auto");
+    char why[128];
+    const char *good[] = {"auto", "AUTO", "1M", "4096", "0"}, *bad[] = {"autox", "1Q", "-1"};
+    for (size_t i = 0; i < 5; i++) {
+        setenv("BRAID_DIRECT_BLOCK", good[i], 1);
+        cr_assert(braid_param_valid(blk, why, sizeof(why)), "%s: %s", good[i], why);
+        cr_assert_eq(braid_param_is_auto("DIRECT_BLOCK"), i < 2, "%s", good[i]);
+    }
+    for (size_t i = 0; i < 3; i++) {
+        setenv("BRAID_DIRECT_BLOCK", bad[i], 1);
+        cr_assert(!braid_param_valid(blk, why, sizeof(why)), "%s taken", bad[i]);
+    }
+    unsetenv("BRAID_DIRECT_BLOCK");
+    cr_assert(braid_param_is_auto("DIRECT_BLOCK"), "the default");
+    setenv("BRAID_CHUNK_SIZE", "auto", 1);
+    cr_assert(!braid_param_valid(chunk, why, sizeof(why)), "CHUNK_SIZE=auto taken");
+    unsetenv("BRAID_CHUNK_SIZE");
+}
