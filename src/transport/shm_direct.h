@@ -48,7 +48,8 @@ _Static_assert(sizeof(braid_direct_line_t) == 64, "one cache line");
 
 typedef struct braid_direct braid_direct_t;
 
-/* Default data bytes per slot (BRAID_DIRECT_BLOCK = 0). */
+/* Data bytes per slot for 2 ranks (BRAID_DIRECT_BLOCK=auto), and a model's block when it
+ * knows none. */
 #define BRAID_DIRECT_BLOCK_DEFAULT ((size_t)256 << 10)
 
 /* BRAID_DIRECT_BLOCK=auto for a communicator of n ranks on one host: 256 KiB for 2 ranks,
