@@ -230,7 +230,7 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
             braid_reduce_pair_final(dt, op, acc, acc, src[n - 1] + at, m, n);
         }
         if (scratch && out) braid_copy(out + o * es, acc, m * es);
-        if (copy) braid_copy(copy + at, acc, m * es);
+        if (copy) braid_copy_shared(copy + at, acc, m * es, x->comm->direct_nt_slots);
     }
 }
 
@@ -310,10 +310,12 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
                              ref->off + (uint64_t)(src - (const char *)ref->ptr));
     else if (src && bytes > BRAID_DIRECT_INLINE && skip_len) {
         char *dst = braid_direct_data(d, me, s, bytes);
-        braid_copy(dst, src, skip);
-        braid_copy(dst + skip + skip_len, src + skip + skip_len, bytes - skip - skip_len);
+        int nt = x->comm->direct_nt_slots;
+        braid_copy_shared(dst, src, skip, nt);
+        braid_copy_shared(dst + skip + skip_len, src + skip + skip_len, bytes - skip - skip_len,
+                          nt);
     } else if (src)
-        braid_copy(braid_direct_data(d, me, s, bytes), src, bytes);
+        braid_copy_shared(braid_direct_data(d, me, s, bytes), src, bytes, x->comm->direct_nt_slots);
     braid_direct_publish(d, s, tag);
     return BRAID_SUCCESS;
 }
@@ -462,7 +464,8 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
             braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes, ref->off + (uint64_t)(off * es));
         else
             for (int i = 0; i < n; i++)
-                braid_copy(mine + (size_t)i * lb, in + ((size_t)i * count + off) * es, lb);
+                braid_copy_shared(mine + (size_t)i * lb, in + ((size_t)i * count + off) * es, lb,
+                                  c->direct_nt_slots);
         braid_direct_publish(d, s, t);
         BRAID_CHECK(wait_all(x, *g, t));
         BRAID_CHECK(sources(x, s, tb, in + off * es, src));

@@ -5,6 +5,7 @@
 #include "algos/algo.h"
 #include "algos/plan.h"
 #include "core/config.h"
+#include "core/copy.h"
 #include "core/log.h"
 #include "core/timeline.h"
 #include "core/p2p.h"
@@ -500,6 +501,17 @@ static braid_result_t setup_direct(struct braid_comm *c)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
                                (long long)v);
     c->direct_nt_min = (size_t)v;
+    /* auto: with more ranks than cpus, peers share a cpu's caches, where plain stores win
+     * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
+    const char *nt = braid_param_str("DIRECT_NT_SLOTS");
+    if (!strcasecmp(nt, "auto"))
+        c->direct_nt_slots =
+            braid_copy_shared_nt_default() && c->machine_nranks <= c->machine_ncpus;
+    else if (!strcmp(nt, "0") || !strcmp(nt, "1"))
+        c->direct_nt_slots = nt[0] == '1';
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_DIRECT_NT_SLOTS=%s: expected 0, 1 or auto", nt);
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");

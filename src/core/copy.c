@@ -88,6 +88,29 @@ void braid_copy_nt(void *dst, const void *src, size_t n)
 #endif
 }
 
+void braid_copy_shared(void *dst, const void *src, size_t n, int nt)
+{
+#if defined(__x86_64__)
+    if (nt && n >= BRAID_SHM_NT_BYTES) {
+        copy_sse2(dst, src, n, 1);
+        _mm_sfence();
+        return;
+    }
+#else
+    (void)nt;
+#endif
+    braid_copy(dst, src, n);
+}
+
+int braid_copy_shared_nt_default(void)
+{
+#if defined(__x86_64__)
+    return __builtin_cpu_is("amd") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
 const char *braid_copy_isa(void)
 {
 #if defined(__x86_64__)

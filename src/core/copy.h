@@ -28,6 +28,24 @@ static inline void braid_copy(void *dst, const void *src, size_t n)
  * (BRAID_NT_MIN). The caller orders them with an sfence before it publishes the data. */
 void braid_copy_nt(void *dst, const void *src, size_t n);
 
+/* Copies of at least BRAID_SHM_NT_BYTES into shared memory that other processes read next (the
+ * direct collectives' slots) use streaming stores where BRAID_DIRECT_NT_SLOTS is on. */
+#define BRAID_SHM_NT_BYTES 4096
+
+/* dst <- src for shared memory a peer reads next: with nt (and n >= BRAID_SHM_NT_BYTES) by
+ * streaming stores followed by an sfence, so that a release store after it publishes them;
+ * else braid_copy. Why: on the AMD EPYC VMs measured, a store into a line that a peer on
+ * another core has read waits for that copy to be invalidated, one line at a time, and a
+ * 256 KiB copy into such lines ran at about 6 GB/s against 30 for a fresh copy; streaming
+ * stores invalidate without the wait: the direct all-reduce of 2 ranks took 0.54-0.61 of the
+ * time from 256 KiB (perf/RESULTS.md, session 13). The shm transport's send slots measured
+ * slower with them (1.56-1.65x the time at 64 KiB-1 MiB), so they keep plain stores. */
+void braid_copy_shared(void *dst, const void *src, size_t n, int nt);
+
+/* BRAID_DIRECT_NT_SLOTS=auto: whether this CPU takes streaming stores into shared slots by
+ * default (x86-64 AMD; elsewhere not measured, so off). */
+int braid_copy_shared_nt_default(void);
+
 /* Which loop braid_copy_large runs ("avx2", "sse2" or "memcpy"). */
 const char *braid_copy_isa(void);
 

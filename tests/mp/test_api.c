@@ -121,6 +121,11 @@ Test(api, bad_environment_values_are_named)
     setenv("BRAID_TRANSPORT", "pigeon", 1);
     cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_last_error(), "pigeon"), "%s", braid_last_error());
+    unsetenv("BRAID_TRANSPORT");
+    setenv("BRAID_DIRECT_NT_SLOTS", "2", 1);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "BRAID_DIRECT_NT_SLOTS=2"), "%s", braid_last_error());
+    unsetenv("BRAID_DIRECT_NT_SLOTS");
 }
 
 /* A rank presenting a wrong job secret is refused and fails (it never joins the job). */

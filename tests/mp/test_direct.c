@@ -9,10 +9,12 @@
  * turns it off; buffers from braid_mem_alloc (all ranks, or some) are read in place, and the
  * allocator checks its arguments; when no peer can open a rank's descriptors through /proc
  * (every rank non-dumpable, without CAP_SYS_PTRACE) such buffers are copied in instead;
- * streaming stores for the output (BRAID_NT_MIN) give the same results. */
+ * streaming stores for the output (BRAID_NT_MIN) and into the slots (BRAID_DIRECT_NT_SLOTS) give
+ * the same results. */
 #include "algos/algo.h"
 #include "algos/direct.h"
 #include "core/comm.h"
+#include "core/copy.h"
 #include "data.h"
 #include "mp.h"
 #include "reduce/reduce.h"
@@ -321,6 +323,46 @@ Test(direct, streaming_stores_give_the_same_results)
         cr_assert_eq(mp_run(n, other_collectives, NULL, 300), 0, "n=%d: some rank failed", n);
         cr_assert_eq(mp_run(n, other_collectives, &all, 300), 0, "n=%d mapped: failed", n);
     }
+}
+
+/* BRAID_DIRECT_NT_SLOTS forced on and off (auto picks one by the CPU's vendor): blocks copied into
+ * the slots with and without streaming stores, every collective, mapped buffers and not. */
+Test(direct, slots_with_and_without_streaming_stores_give_the_same_results)
+{
+    int all = 1;
+    quick_blocks();
+    const char *modes[] = {"0", "1"};
+    for (int m = 0; m < 2; m++) {
+        setenv("BRAID_DIRECT_NT_SLOTS", modes[m], 1);
+        cr_assert_eq(mp_run(3, other_collectives, NULL, 300), 0, "BRAID_DIRECT_NT_SLOTS=%s",
+                     modes[m]);
+        cr_assert_eq(mp_run(2, other_collectives, &all, 300), 0, "BRAID_DIRECT_NT_SLOTS=%s mapped",
+                     modes[m]);
+    }
+    unsetenv("BRAID_DIRECT_NT_SLOTS");
+}
+
+/* auto: on for an AMD CPU with no more ranks on the machine than cpus, off with more. */
+static int nt_slots_auto(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    struct braid_comm *c = (struct braid_comm *)comm;
+    int want = n <= c->machine_ncpus && braid_copy_shared_nt_default();
+    MP_CHECK(rank, c->machine_nranks == n, "machine ranks %d", c->machine_nranks);
+    MP_CHECK(rank, c->direct_nt_slots == want, "%d ranks on %d cpus: streaming slots %d, want %d",
+             n, c->machine_ncpus, c->direct_nt_slots, want);
+    return 0;
+}
+
+Test(direct, streaming_slots_auto_is_off_with_more_ranks_than_cpus)
+{
+    long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert(ncpus >= 1);
+    cr_assert_eq(mp_run(2, nt_slots_auto, NULL, 100), 0, "n=2 (see stderr)");
+    if (ncpus < 8) cr_assert_eq(mp_run((int)ncpus + 1, nt_slots_auto, NULL, 100), 0, "n=cpus+1");
+    setenv("BRAID_DIRECT_NT_SLOTS", "AUTO", 1);
+    cr_assert_eq(mp_run(1, nt_slots_auto, NULL, 100), 0, "n=1 AUTO (see stderr)");
+    unsetenv("BRAID_DIRECT_NT_SLOTS");
 }
 
 Test(direct, mem_alloc_and_free_check_their_arguments)

@@ -1,7 +1,8 @@
 /* braid_copy (src/core/copy.h), the vector copy of braid's shared-memory paths: against byte
  * by byte reference copies, for every size up to well past the loop's blocks, every source and
  * destination misalignment within a vector, and large blocks; the bytes around the
- * destination stay untouched; the same for braid_copy_nt (streaming stores). */
+ * destination stay untouched; the same for braid_copy_nt (streaming stores) and for
+ * braid_copy_shared with and without them (below and above BRAID_SHM_NT_BYTES). */
 #include <criterion/criterion.h>
 
 #include "core/copy.h"
@@ -47,11 +48,23 @@ static void copy_inline(void *dst, const void *src, size_t n)
     braid_copy(dst, src, n);
 }
 
+static void copy_shared_nt(void *dst, const void *src, size_t n)
+{
+    braid_copy_shared(dst, src, n, 1);
+}
+
+static void copy_shared_plain(void *dst, const void *src, size_t n)
+{
+    braid_copy_shared(dst, src, n, 0);
+}
+
 static void check(unsigned char *src, unsigned char *dst, unsigned char *want, size_t cap,
                   size_t so, size_t dop, size_t n)
 {
     check_fn(copy_inline, "braid_copy", src, dst, want, cap, so, dop, n);
     check_fn(braid_copy_nt, "braid_copy_nt", src, dst, want, cap, so, dop, n);
+    check_fn(copy_shared_nt, "braid_copy_shared nt", src, dst, want, cap, so, dop, n);
+    check_fn(copy_shared_plain, "braid_copy_shared", src, dst, want, cap, so, dop, n);
 }
 
 Test(copy, every_size_and_misalignment)
@@ -82,6 +95,38 @@ Test(copy, large_blocks)
     free(src);
     free(dst);
     free(want);
+}
+
+/* braid_copy_shared switches to streaming stores at BRAID_SHM_NT_BYTES: sizes around it, with
+ * every misalignment of a vector, through the same reference check. */
+Test(copy, shared_copies_around_the_streaming_threshold)
+{
+    const size_t cap = 2 * BRAID_SHM_NT_BYTES + 128;
+    unsigned char *src = aligned_alloc(64, cap), *dst = aligned_alloc(64, cap),
+                  *want = aligned_alloc(64, cap);
+    cr_assert(src && dst && want);
+    fill(src, cap, 13);
+    for (size_t n = BRAID_SHM_NT_BYTES - 65; n <= BRAID_SHM_NT_BYTES + 65; n += 13)
+        for (size_t so = 0; so < 33; so += 7)
+            for (size_t dop = 0; dop < 33; dop += 11) {
+                check_fn(copy_shared_nt, "braid_copy_shared nt", src, dst, want, cap, so, dop, n);
+                check_fn(copy_shared_plain, "braid_copy_shared", src, dst, want, cap, so, dop, n);
+            }
+    check_fn(copy_shared_nt, "braid_copy_shared nt", src, dst, want, cap, 5, 3,
+             2 * BRAID_SHM_NT_BYTES + 7);
+    free(src);
+    free(dst);
+    free(want);
+}
+
+/* BRAID_DIRECT_NT_SLOTS=auto starts from this: AMD x86-64 CPUs only (the ones measured). */
+Test(copy, shared_streaming_default_follows_the_vendor)
+{
+#if defined(__x86_64__)
+    cr_assert_eq(braid_copy_shared_nt_default(), __builtin_cpu_is("amd") ? 1 : 0);
+#else
+    cr_assert_eq(braid_copy_shared_nt_default(), 0);
+#endif
 }
 
 Test(copy, names_its_loop)
