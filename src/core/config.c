@@ -57,8 +57,7 @@ static const braid_param_t params[] = {
      "for BRAID_YIELD_US"},
     {"P2P_CMA", "auto", BRAID_PARAM_STR,
      "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
-     "reads the peer's memory and the machine has no more ranks than cpus, 1 = wherever the "
-     "probe reads it (a failed probe is a warning), 0 = never"},
+     "reads the peer's memory, 1 = the same, and a failed probe is a warning, 0 = never"},
     {"P2P_CMA_MIN", "4M", BRAID_PARAM_SIZE,
      "send/recv messages of at least this many bytes go by single copy where it is on"},
     {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,

@@ -62,17 +62,12 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     else
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_P2P_CMA=%s: expected 0, 1 or auto",
                                mode);
-    /* auto: not with more ranks than cpus on this machine. A CMA send completes only once its
-     * receiver has read it, and a receiver that is not running holds its sender; through the
-     * slots the sender copies and goes on (sendrecv, 4 ranks on 2 cpus, 256 KiB-1 MiB: 0.56-0.79
-     * of the CMA time, perf/RESULTS.md). Every rank of a machine counts the same. */
-    if (on == 1 && comm->machine_nranks > comm->machine_ncpus) {
-        braid_debug(INIT,
-                    "%d ranks on %d cpus: single-copy send/recv (CMA) off (BRAID_P2P_CMA=1 "
-                    "forces it)",
-                    comm->machine_nranks, comm->machine_ncpus);
-        on = 0;
-    }
+    /* auto is on with more ranks than cpus too. A CMA send completes only once its receiver
+     * has read it, and a receiver that is not running holds its sender: below 1 MiB the slots
+     * were faster there (sendrecv, 4 ranks on 2 cpus, 256 KiB-1 MiB: 0.56-0.79 of the CMA time,
+     * session 10), but from BRAID_P2P_CMA_MIN (4 MiB) the single copy is at least as fast
+     * (session 10: slots 0.91-0.93 of its time; session 13: CMA 0.28-0.54 of the slots' time for
+     * sendrecv at 4-64 MiB, 0.57-0.68 for all-to-all at 16-64 MiB; perf/RESULTS.md). */
     int64_t min, fail;
     BRAID_CHECK(braid_param_int("P2P_CMA_MIN", &min));
     BRAID_CHECK(braid_param_int("P2P_CMA_PROBE_FAIL", &fail));

@@ -4,7 +4,8 @@
  * and the path taken checked through the pull counters); all-to-all (in place too), gather and
  * allgatherv over it; a count mismatch over it (named, nothing written past either buffer); a
  * sender killed and an abort while a receiver pulls; probes made to fail (all ranks, and one
- * rank only) falling back to the slots. */
+ * rank only) falling back to the slots; auto on whether or not the machine has more ranks
+ * than cpus. */
 #include "core/p2p.h"
 #include "data.h"
 #include "mp.h"
@@ -328,7 +329,7 @@ Test(p2p_cma, failed_probe_falls_back_to_slots, .timeout = 120)
     cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "every probe fails");
 }
 
-/* ---- auto: off with more ranks than cpus -------------------------------------------------- */
+/* ---- auto: on with more ranks than cpus too (from BRAID_P2P_CMA_MIN) ------------------------ */
 typedef struct {
     int expect; /* CMA to the next rank */
 } auto_t;
@@ -346,24 +347,19 @@ static int auto_ring(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-Test(p2p_cma, auto_is_off_with_more_ranks_than_cpus, .timeout = 120)
+Test(p2p_cma, auto_is_on_with_more_ranks_than_cpus_too, .timeout = 120)
 {
     set_mode(1);
-    setenv("BRAID_P2P_CMA", "auto", 1);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus >= 2) {
-        auto_t on = {1};
-        cr_assert_eq(mp_run(2, auto_ring, &on, 60), 0, "2 ranks on %ld cpus: CMA on", cpus);
-    }
-    if (cpus < 8) {
-        auto_t off = {0};
-        int n = (int)cpus + 1;
-        cr_assert_eq(mp_run(n, auto_ring, &off, 60), 0, "%d ranks on %ld cpus: CMA off", n, cpus);
-    }
-    setenv("BRAID_P2P_CMA", "1", 1);
-    if (cpus < 8) {
-        auto_t forced = {1};
-        int n = (int)cpus + 1;
-        cr_assert_eq(mp_run(n, auto_ring, &forced, 60), 0, "BRAID_P2P_CMA=1: on with %d ranks", n);
+    const char *modes[] = {"auto", "1", "0"};
+    for (int m = 0; m < 3; m++) {
+        setenv("BRAID_P2P_CMA", modes[m], 1);
+        auto_t want = {m < 2};
+        cr_assert_eq(mp_run(2, auto_ring, &want, 60), 0, "2 ranks on %ld cpus, %s", cpus, modes[m]);
+        if (cpus < 8) {
+            int n = (int)cpus + 1;
+            cr_assert_eq(mp_run(n, auto_ring, &want, 60), 0, "%d ranks on %ld cpus, %s", n, cpus,
+                         modes[m]);
+        }
     }
 }
