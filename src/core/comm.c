@@ -347,6 +347,14 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                "BRAID_YIELD_SLOW_US=%lld is negative (0 turns the hold-off off)",
                                (long long)v);
     c->yield_slow_ns = (uint64_t)v * 1000ull;
+    const char *nt = braid_param_str("P2P_NT_SLOTS");
+    if (!strcasecmp(nt, "auto"))
+        c->p2p_nt_slots = 2;
+    else if (!strcmp(nt, "0") || !strcmp(nt, "1"))
+        c->p2p_nt_slots = nt[0] == '1';
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_P2P_NT_SLOTS=%s: expected 0, 1 or auto", nt);
     BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
     const char *t = braid_param_str("TRANSPORT");
     if (!*t)

@@ -58,6 +58,10 @@ static const braid_param_t params[] = {
     {"P2P_CMA", "auto", BRAID_PARAM_STR,
      "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
      "reads the peer's memory, 1 = the same, and a failed probe is a warning, 0 = never"},
+    {"P2P_NT_SLOTS", "auto", BRAID_PARAM_STR,
+     "stores into the shared-memory send slots of send/recv: auto = streaming (non-temporal) "
+     "where the sender measures them at least 3x faster than plain ones, per peer, re-checked "
+     "every 128 copies of 16 KiB or more; 1 = streaming, 0 = plain"},
     {"P2P_CMA_MIN", "4M", BRAID_PARAM_SIZE,
      "send/recv messages of at least this many bytes go by single copy where it is on"},
     {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,

@@ -258,7 +258,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
             BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
             r->used_ref[peer] = 1;
         } else {
-            if (nb) braid_copy(slot, src, nb);
+            if (nb) braid_p2p_copy_to_slot(r->st, c, peer, slot, src, nb);
             BRAID_CHECK(c->ops->send_post(c, &h));
         }
         op->off += nb;

@@ -3,6 +3,7 @@
  * see p2p.h for the message format and the batch model. */
 #include "core/config.h"
 #include "core/log.h"
+#include "core/copy.h"
 #include "core/p2p_impl.h"
 
 #include <stdlib.h>
@@ -18,8 +19,10 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->recv = calloc((size_t)n, sizeof(*st->recv));
     st->send_seq = calloc((size_t)n, sizeof(*st->send_seq));
     st->recv_seq = calloc((size_t)n, sizeof(*st->recv_seq));
-    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq)
+    st->ntpick = calloc((size_t)n, sizeof(*st->ntpick));
+    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick)
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
+    st->nt_mode = comm->p2p_nt_slots;
     /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
      * ranks, bound the memory of n - 1 receive connections per rank. */
     st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
@@ -73,7 +76,20 @@ void braid_p2p_close(struct braid_comm *comm)
         st->self_head = m->next;
         free(m);
     }
+    for (int p = 0; st->ntpick && p < comm->nranks; p++) {
+        const braid_nt_pick_t *k = &st->ntpick[p];
+        if (k->timed)
+            braid_debug(SHM,
+                        "send slots to rank %d: plain stores %.2f GB/s (%llu copies), streaming "
+                        "%.2f GB/s (%llu), taking %s",
+                        p, k->ns_per_byte[0] > 0 ? 1 / k->ns_per_byte[0] : 0.0,
+                        (unsigned long long)k->count[0],
+                        k->ns_per_byte[1] > 0 ? 1 / k->ns_per_byte[1] : 0.0,
+                        (unsigned long long)k->count[1],
+                        braid_nt_pick_best(k) ? "streaming" : "plain");
+    }
     braid_p2p_cma_free(st->cma);
+    free(st->ntpick);
     free(st->send);
     free(st->recv);
     free(st->send_seq);
@@ -94,6 +110,19 @@ void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const ch
         if (st->send[p]) st->send[p]->ops->fail(st->send[p], code, why);
         if (st->recv[p]) st->recv[p]->ops->fail(st->recv[p], code, why);
     }
+}
+
+/* shm slots are read by the peer's cpu next; a tcp or rdma slot by this process or its NIC,
+ * which plain stores leave in the cache for. */
+void braid_p2p_copy_to_slot(struct braid_p2p_state *st, const braid_conn_t *c, int peer, void *slot,
+                            const void *src, size_t nb)
+{
+    if (c->ops != &braid_transport_shm || st->nt_mode == 0)
+        braid_copy(slot, src, nb);
+    else if (st->nt_mode == 1)
+        braid_copy_shared(slot, src, nb, 1);
+    else
+        braid_copy_picked(&st->ntpick[peer], slot, src, nb);
 }
 
 /* ---- header checks --------------------------------------------------------------------- */

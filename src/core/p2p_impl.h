@@ -6,6 +6,7 @@
 
 #include "core/p2p.h"
 #include "core/p2p_cma.h"
+#include "core/ntpick.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,8 +25,14 @@ struct braid_p2p_state {
     uint32_t *send_seq, *recv_seq;
     size_t chunk;
     self_msg_t *self_head, *self_tail;
-    braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
+    braid_p2p_cma_t *cma;    /* single-copy sends within a host (p2p_cma.c) */
+    int nt_mode;             /* BRAID_P2P_NT_SLOTS: 0 plain, 1 streaming, 2 measured (ntpick) */
+    braid_nt_pick_t *ntpick; /* per peer: stores into its shm send slots (nt_mode 2) */
 };
+
+/* Copies a message's payload into a send slot of connection c (to peer). */
+void braid_p2p_copy_to_slot(struct braid_p2p_state *st, const braid_conn_t *c, int peer, void *slot,
+                            const void *src, size_t nb);
 
 /* The header a sender of op puts on its messages (bytes filled per message). */
 static inline braid_msg_hdr_t braid_p2p_op_hdr(const braid_p2p_op_t *op)

@@ -126,6 +126,10 @@ Test(api, bad_environment_values_are_named)
     cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_last_error(), "BRAID_DIRECT_NT_SLOTS=2"), "%s", braid_last_error());
     unsetenv("BRAID_DIRECT_NT_SLOTS");
+    setenv("BRAID_P2P_NT_SLOTS", "yes", 1);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "BRAID_P2P_NT_SLOTS=yes"), "%s", braid_last_error());
+    unsetenv("BRAID_P2P_NT_SLOTS");
 }
 
 /* A rank presenting a wrong job secret is refused and fails (it never joins the job). */

@@ -3,8 +3,11 @@
  * per pair, groups with sends and receives posted in adversarial orders (all sends first, all
  * receives first, a random order per rank), nested groups, collectives inside groups, groups
  * over two communicators, argument errors and mismatches named, a killed peer during a
- * receive. Every message's data depends on (sender, receiver, index, round) and is checked
- * bit-exactly against tests/common/data.c. */
+ * receive; plain, streaming and measured stores into the shm send slots. Every message's data
+ * depends on (sender, receiver, index, round) and is checked bit-exactly against
+ * tests/common/data.c. */
+#include "core/comm.h"
+#include "core/p2p_impl.h"
 #include "data.h"
 #include "mp.h"
 
@@ -63,6 +66,35 @@ Test(p2p, ring_in_group_every_dtype_and_count_n1_to_8, .timeout = 240)
     int ns[] = {1, 2, 3, 4, 5, 8};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
         cr_assert_eq(mp_run(ns[i], ring_matrix, NULL, 200), 0, "n=%d", ns[i]);
+}
+
+/* BRAID_P2P_NT_SLOTS plain, streaming and measured (auto, which times its copies of 16 KiB or
+ * more into the shm send slots): the same messages, every dtype and count, unaligned; with
+ * auto every rank's picker towards its next rank timed copies (read through the comm). */
+static int ring_then_picker(braid_comm_t comm, int rank, int n, void *arg)
+{
+    if (ring_matrix(comm, rank, n, arg)) return 1;
+    const char *mode = getenv("BRAID_P2P_NT_SLOTS");
+    if (n > 1 && mode && !strcmp(mode, "auto")) {
+        struct braid_comm *c = (struct braid_comm *)comm;
+        const braid_nt_pick_t *k = &c->p2p->ntpick[(rank + 1) % n];
+        MP_CHECK(rank, k->timed > 0 && k->count[0] > 0 && k->count[1] > 0,
+                 "picker to %d: %llu timed, %llu plain, %llu streaming", (rank + 1) % n,
+                 (unsigned long long)k->timed, (unsigned long long)k->count[0],
+                 (unsigned long long)k->count[1]);
+    }
+    return 0;
+}
+
+Test(p2p, ring_with_plain_streaming_and_measured_stores_into_slots, .timeout = 240)
+{
+    const char *modes[] = {"0", "1", "auto"};
+    for (int m = 0; m < 3; m++) {
+        setenv("BRAID_P2P_NT_SLOTS", modes[m], 1);
+        cr_assert_eq(mp_run(2, ring_then_picker, NULL, 200), 0, "n=2 %s", modes[m]);
+        cr_assert_eq(mp_run(3, ring_then_picker, NULL, 200), 0, "n=3 %s", modes[m]);
+    }
+    unsetenv("BRAID_P2P_NT_SLOTS");
 }
 
 /* ---- every pair (self included) in adversarial orders ------------------------------------ */
