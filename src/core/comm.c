@@ -347,14 +347,7 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                "BRAID_YIELD_SLOW_US=%lld is negative (0 turns the hold-off off)",
                                (long long)v);
     c->yield_slow_ns = (uint64_t)v * 1000ull;
-    const char *nt = braid_param_str("P2P_NT_SLOTS");
-    if (!strcasecmp(nt, "auto"))
-        c->p2p_nt_slots = 2;
-    else if (!strcmp(nt, "0") || !strcmp(nt, "1"))
-        c->p2p_nt_slots = nt[0] == '1';
-    else
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_P2P_NT_SLOTS=%s: expected 0, 1 or auto", nt);
+    BRAID_CHECK(braid_param_switch("P2P_NT_SLOTS", &c->p2p_nt_slots));
     BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
     const char *t = braid_param_str("TRANSPORT");
     if (!*t)
@@ -511,15 +504,10 @@ static braid_result_t setup_direct(struct braid_comm *c)
     c->direct_nt_min = (size_t)v;
     /* auto: with more ranks than cpus, peers share a cpu's caches, where plain stores win
      * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
-    const char *nt = braid_param_str("DIRECT_NT_SLOTS");
-    if (!strcasecmp(nt, "auto"))
+    BRAID_CHECK(braid_param_switch("DIRECT_NT_SLOTS", &c->direct_nt_slots));
+    if (c->direct_nt_slots == 2)
         c->direct_nt_slots =
             braid_copy_shared_nt_default() && c->machine_nranks <= c->machine_ncpus;
-    else if (!strcmp(nt, "0") || !strcmp(nt, "1"))
-        c->direct_nt_slots = nt[0] == '1';
-    else
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_DIRECT_NT_SLOTS=%s: expected 0, 1 or auto", nt);
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");

@@ -144,6 +144,19 @@ int braid_param_is_auto(const char *name)
     return !strcasecmp(braid_param_str(name), "auto");
 }
 
+braid_result_t braid_param_switch(const char *name, int *val_p)
+{
+    const char *s = braid_param_str(name);
+    if (braid_param_is_auto(name))
+        *val_p = 2;
+    else if (!strcmp(s, "0") || !strcmp(s, "1"))
+        *val_p = s[0] == '1';
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_%s=%s: expected 0, 1 or auto", name,
+                               s);
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_param_int(const char *name, int64_t *val_p)
 {
     const braid_param_t *p = find(name);

@@ -31,6 +31,9 @@ const braid_param_t *braid_param_table(void);
 braid_result_t braid_param_int(const char *name, int64_t *val_p);
 /* 1 when BRAID_<name> (or its default) is "auto", any case: the caller picks the value. */
 int braid_param_is_auto(const char *name);
+/* BRAID_<name> as 0, 1 or auto (any case): *val_p = 0, 1 or 2; anything else sets the last
+ * error naming the variable and returns BRAID_ERR_INVALID_ARG. */
+braid_result_t braid_param_switch(const char *name, int *val_p);
 braid_result_t braid_param_double(const char *name, double *val_p);
 /* The value or the default; never NULL. */
 const char *braid_param_str(const char *name);

@@ -92,3 +92,25 @@ Test(config, auto_sizes_where_the_default_is_auto)
     cr_assert(!braid_param_valid(chunk, why, sizeof(why)), "CHUNK_SIZE=auto taken");
     unsetenv("BRAID_CHUNK_SIZE");
 }
+
+Test(config, switches_take_0_1_and_auto_only)
+{
+    const char *vals[] = {"0", "1", "auto", "AUTO", "2", "yes", "", " 1"};
+    int want[] = {0, 1, 2, 2, -1, -1, -1, -1};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        setenv("BRAID_P2P_NT_SLOTS", vals[i], 1);
+        int v = 7;
+        braid_result_t r = braid_param_switch("P2P_NT_SLOTS", &v);
+        if (want[i] < 0) {
+            cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "'%s' taken as %d", vals[i], v);
+            cr_assert(strstr(braid_last_error(), "BRAID_P2P_NT_SLOTS="), "%s", braid_last_error());
+        } else {
+            cr_assert_eq(r, BRAID_SUCCESS, "'%s': %s", vals[i], braid_last_error());
+            cr_assert_eq(v, want[i], "'%s' read as %d", vals[i], v);
+        }
+    }
+    unsetenv("BRAID_P2P_NT_SLOTS");
+    int v = 7;
+    cr_assert_eq(braid_param_switch("DIRECT_NT_SLOTS", &v), BRAID_SUCCESS);
+    cr_assert_eq(v, 2, "the default is auto");
+}
