@@ -145,7 +145,9 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int
  * in a receive from this rank. When this rank runs collective seq (verb: "called" or "rejected
  * its", and mine describe it; 0 = not in a collective) that p has not reached and has not sent
  * p that message, the two can never meet: BRAID_ERR_MISMATCH naming both calls. Else the
- * notice is released (BRAID_SUCCESS). */
+ * notice is released (BRAID_SUCCESS); a receive's notice that is no mismatch yet (this rank
+ * still in the collective p left before its receive, or in a send or receive) is kept, and
+ * braid_p2p_check_foreign checks it again in this rank's later collectives. */
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
                                      uint32_t seq, const char *verb, const char *mine);
 /* A ring/tree collective (mine: its descriptor) that waits to receive from peer tells that

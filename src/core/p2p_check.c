@@ -81,10 +81,27 @@ braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const 
     return braid_p2p_take_notice(comm, p, h, 0, "called", mine);
 }
 
+/* Rank p's receive notice h (its recv #q from this rank, blocked after its collective k): a
+ * mismatch if this rank runs collective seq after k (0: not in a collective) and has not sent
+ * p its send #q. */
+static braid_result_t recv_notice_check(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
+                                        uint32_t seq, const char *verb, const char *mine)
+{
+    uint32_t q = h->seq, k = (uint32_t)h->root;
+    if (seq && (int32_t)(braid_p2p_sent(comm, p) - q) < 0 && (int32_t)(seq - k) > 0)
+        return braid_set_error(BRAID_ERR_MISMATCH,
+                               "rank %d called recv #%u from rank %d (count %llu, %s) but rank %d "
+                               "%s %s (rank %d's send #%u to rank %d can only come after it)",
+                               p, q, comm->rank, (unsigned long long)h->count,
+                               braid_dtype_name(h->dtype), comm->rank, verb, mine, comm->rank, q,
+                               p);
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid_msg_hdr_t *h,
                                      uint32_t seq, const char *verb, const char *mine)
 {
-    uint32_t q = h->seq, k = (uint32_t)h->root;
+    uint32_t q = h->seq;
     if (h->coll != BRAID_COLL_RECV && !seq && (int32_t)(q - comm->seq) > 0) {
         /* p waits for this rank in collective q, which this rank, in a send or receive with
          * p, has not reached: p's part of this operation comes after that collective. */
@@ -95,14 +112,14 @@ braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid
                                "(which rank %d can only match after that collective)",
                                p, theirs, comm->rank, comm->rank, verb, mine, p);
     }
-    if (h->coll == BRAID_COLL_RECV && seq && (int32_t)(braid_p2p_sent(comm, p) - q) < 0 &&
-        (int32_t)(seq - k) > 0)
-        return braid_set_error(BRAID_ERR_MISMATCH,
-                               "rank %d called recv #%u from rank %d (count %llu, %s) but rank %d "
-                               "%s %s (rank %d's send #%u to rank %d can only come after it)",
-                               p, q, comm->rank, (unsigned long long)h->count,
-                               braid_dtype_name(h->dtype), comm->rank, verb, mine, comm->rank, q,
-                               p);
+    if (h->coll == BRAID_COLL_RECV) {
+        BRAID_CHECK(recv_notice_check(comm, p, h, seq, verb, mine));
+        /* Not a mismatch yet: this rank may still be in (or before) the collective p finished
+         * before its receive (collective k = seq: p left it first, e.g. a ring's last step),
+         * or in a send or receive. The notice comes once, so it is kept for this rank's later
+         * collectives (braid_p2p_check_foreign) unless this rank sent p that message. */
+        if ((int32_t)(braid_p2p_sent(comm, p) - q) < 0) comm->p2p->recv_notice[p] = *h;
+    }
     braid_conn_t *c = braid_p2p_conn(comm, p, 0);
     return c->ops->recv_release(c);
 }
@@ -115,6 +132,10 @@ braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_
         const void *buf;
         char theirs[200], me[200], why[201] = "";
         braid_p2p_hdr_str(mine, p, me, sizeof(me));
+        /* A receive notice of p taken earlier (see braid_p2p_take_notice). */
+        braid_msg_hdr_t *kept = &comm->p2p->recv_notice[p];
+        if (kept->flags && (int32_t)(braid_p2p_sent(comm, p) - kept->seq) >= 0) kept->flags = 0;
+        if (kept->flags) BRAID_CHECK(recv_notice_check(comm, p, kept, mine->seq, "called", me));
         while (c && c->ops->recv_get(c, &h, &buf) == BRAID_SUCCESS && (h->flags & BRAID_MSG_NOTICE))
             BRAID_CHECK(braid_p2p_take_notice(comm, p, h, mine->seq, "called", me));
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || h->coll == BRAID_COLL_SEND ||

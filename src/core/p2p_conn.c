@@ -20,7 +20,8 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->send_seq = calloc((size_t)n, sizeof(*st->send_seq));
     st->recv_seq = calloc((size_t)n, sizeof(*st->recv_seq));
     st->ntpick = calloc((size_t)n, sizeof(*st->ntpick));
-    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick)
+    st->recv_notice = calloc((size_t)n, sizeof(*st->recv_notice));
+    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick || !st->recv_notice)
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
     st->nt_mode = comm->p2p_nt_slots;
     /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
@@ -94,6 +95,7 @@ void braid_p2p_close(struct braid_comm *comm)
     free(st->recv);
     free(st->send_seq);
     free(st->recv_seq);
+    free(st->recv_notice);
     free(st);
     comm->p2p = NULL;
 }

@@ -23,6 +23,9 @@ typedef struct self_msg {
 struct braid_p2p_state {
     braid_conn_t **send, **recv; /* nranks entries; NULL for this rank */
     uint32_t *send_seq, *recv_seq;
+    /* Per peer: the last receive notice (BRAID_MSG_NOTICE of coll BRAID_COLL_RECV) taken from
+     * it that was no mismatch yet (flags 0: none): kept for this rank's later collectives. */
+    braid_msg_hdr_t *recv_notice;
     size_t chunk;
     self_msg_t *self_head, *self_tail;
     braid_p2p_cma_t *cma;    /* single-copy sends within a host (p2p_cma.c) */

@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum {
     BCAST_ROOTS,    /* broadcast: rank n-1 names root 1, the others root 0 */
@@ -32,6 +33,10 @@ typedef enum {
      * predecessor) while the others call the collective. */
     SEND_VS_ALLREDUCE,
     RECV_VS_ALLREDUCE,
+    /* RECV_VS_ALLREDUCE after a reduce to rank n-2 that rank 0 enters 200 ms late: rank n-1
+     * leaves the reduce first, so its receive's notice (sent once) reaches rank n-2 while rank
+     * n-2 still waits in the reduce, where it is no mismatch yet (n = 3) */
+    RECV_AFTER_LATE_REDUCE,
     SEND_VS_BCAST,
     SEND_VS_ALLTOALL,
     RECV_VS_ALLTOALL,
@@ -100,6 +105,13 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
         if (c->kind == SEND_VS_ALLTOALL)
             return braid_alltoall(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, comm);
         return braid_allreduce(buf, buf, c->count, BRAID_FLOAT32, BRAID_SUM, comm);
+    case RECV_AFTER_LATE_REDUCE: {
+        if (rank == 0) usleep(200 * 1000);
+        braid_result_t r =
+            braid_reduce(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, BRAID_SUM, n - 2, comm);
+        if (r != BRAID_SUCCESS) return r;
+    }
+    /* fall through */
     case RECV_VS_ALLREDUCE:
     case RECV_VS_ALLTOALL:
         if (odd) return braid_recv(buf, c->count, BRAID_FLOAT32, n - 2, comm);
@@ -282,6 +294,14 @@ Test(mismatch, p2p_call_against_a_collective)
     /* A buffered send returns; the sender's next call (the barrier) meets the collective. */
     case_t small = {SEND_VS_ALLREDUCE, 16, "barrier", "allreduce"};
     run_all(&small);
+}
+
+/* The receive's notice reaches its peer inside an earlier collective (which the receiver left
+ * first): the peer keeps it for its next one (over tcp nothing else tells either rank). */
+Test(mismatch, recv_notice_taken_in_an_earlier_collective)
+{
+    case_t c = {RECV_AFTER_LATE_REDUCE, 1024, "called recv", "called allreduce"};
+    run_all(&c);
 }
 
 /* A send of 16 MiB (more than the FIFOs and tcp's socket buffers) to the ring successor,
