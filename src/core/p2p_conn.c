@@ -23,7 +23,6 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->recv_notice = calloc((size_t)n, sizeof(*st->recv_notice));
     if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick || !st->recv_notice)
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
-    st->nt_mode = comm->p2p_nt_slots;
     /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
      * ranks, bound the memory of n - 1 receive connections per rank. */
     st->chunk = n <= 16 ? comm->chunk_bytes : comm->p2p_chunk_bytes;
@@ -119,9 +118,9 @@ void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const ch
 void braid_p2p_copy_to_slot(struct braid_p2p_state *st, const braid_conn_t *c, int peer, void *slot,
                             const void *src, size_t nb)
 {
-    if (c->ops != &braid_transport_shm || st->nt_mode == 0)
+    if (c->ops != &braid_transport_shm || c->comm->p2p_nt_slots == 0)
         braid_copy(slot, src, nb);
-    else if (st->nt_mode == 1)
+    else if (c->comm->p2p_nt_slots == 1)
         braid_copy_shared(slot, src, nb, 1);
     else
         braid_copy_picked(&st->ntpick[peer], slot, src, nb);

@@ -28,9 +28,9 @@ struct braid_p2p_state {
     braid_msg_hdr_t *recv_notice;
     size_t chunk;
     self_msg_t *self_head, *self_tail;
-    braid_p2p_cma_t *cma;    /* single-copy sends within a host (p2p_cma.c) */
-    int nt_mode;             /* BRAID_P2P_NT_SLOTS: 0 plain, 1 streaming, 2 measured (ntpick) */
-    braid_nt_pick_t *ntpick; /* per peer: stores into its shm send slots (nt_mode 2) */
+    braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
+    braid_nt_pick_t
+        *ntpick; /* per peer: stores into its shm send slots (BRAID_P2P_NT_SLOTS auto) */
 };
 
 /* Copies a message's payload into a send slot of connection c (to peer). */

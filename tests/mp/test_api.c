@@ -114,22 +114,18 @@ Test(api, bad_environment_values_are_named)
     braid_comm_t c;
     braid_unique_id_t id;
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
-    setenv("BRAID_CHUNK_SIZE", "lots", 1);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "BRAID_CHUNK_SIZE"), "%s", braid_last_error());
-    unsetenv("BRAID_CHUNK_SIZE");
-    setenv("BRAID_TRANSPORT", "pigeon", 1);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "pigeon"), "%s", braid_last_error());
-    unsetenv("BRAID_TRANSPORT");
-    setenv("BRAID_DIRECT_NT_SLOTS", "2", 1);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "BRAID_DIRECT_NT_SLOTS=2"), "%s", braid_last_error());
-    unsetenv("BRAID_DIRECT_NT_SLOTS");
-    setenv("BRAID_P2P_NT_SLOTS", "yes", 1);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "BRAID_P2P_NT_SLOTS=yes"), "%s", braid_last_error());
-    unsetenv("BRAID_P2P_NT_SLOTS");
+    /* variable, bad value, what the message must contain */
+    const char *cases[][3] = {{"BRAID_CHUNK_SIZE", "lots", "BRAID_CHUNK_SIZE"},
+                              {"BRAID_TRANSPORT", "pigeon", "pigeon"},
+                              {"BRAID_DIRECT_NT_SLOTS", "2", "BRAID_DIRECT_NT_SLOTS=2"},
+                              {"BRAID_P2P_NT_SLOTS", "yes", "BRAID_P2P_NT_SLOTS=yes"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv(cases[i][0], cases[i][1], 1);
+        cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG, "%s=%s",
+                     cases[i][0], cases[i][1]);
+        cr_assert(strstr(braid_last_error(), cases[i][2]), "%s", braid_last_error());
+        unsetenv(cases[i][0]);
+    }
 }
 
 /* A rank presenting a wrong job secret is refused and fails (it never joins the job). */
