@@ -3,8 +3,15 @@
 #include "transport/transport.h"
 
 #include <sched.h>
+#include <unistd.h>
 
-static _Thread_local braid_yield_state_t g_self;
+static _Thread_local braid_yield_state_t g_self = {.main_thread = -1};
+
+static int is_main_thread(braid_yield_state_t *s)
+{
+    if (s->main_thread < 0) s->main_thread = gettid() == getpid();
+    return s->main_thread;
+}
 
 void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t slow_ns)
 {
@@ -31,7 +38,8 @@ void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t 
 int braid_wait_yield(uint64_t slow_ns, uint64_t now)
 {
     braid_yield_state_t *s = &g_self;
-    if (!slow_ns) { /* BRAID_YIELD_SLOW_US=0: yield for BRAID_YIELD_US, whatever the state */
+    /* BRAID_YIELD_SLOW_US=0, or the main thread: yield for BRAID_YIELD_US, whatever the state */
+    if (!slow_ns || is_main_thread(s)) {
         s->yields++;
         sched_yield();
         return 1;

@@ -24,7 +24,17 @@
  * outlasted a 200-call run of 8-64 B all-reduces (15-20 us per call in sleeps instead of 5-8
  * us in yields) and a 20-call all-to-all run over tcp (125 us instead of 95). The state is per
  * thread (the worker thread of non-blocking calls and the application's thread see different
- * competitors). BRAID_YIELD_SLOW_US=0: always yield for BRAID_YIELD_US. */
+ * competitors). BRAID_YIELD_SLOW_US=0: always yield for BRAID_YIELD_US.
+ *
+ * A process's main thread has no hold-off: it always yields for BRAID_YIELD_US. That thread
+ * waits inside a blocking call, with nothing else of its process to run; on a shared cpu the
+ * thread that holds the core is then most often a peer rank, whose progress it waits for.
+ * With 4 ranks on 2 cpus a few slow yields per run (250 us to 2 ms, some at the start, some
+ * sporadic) put every rank in hold-offs that kept doubling, and its waits slept instead: 8 B
+ * all-reduces took 60 us per call instead of 11, 64 KiB all-to-alls 86 us instead of 32
+ * (perf/RESULTS.md, session 14). The communication threads that compete with their own
+ * process's compute keep it: braid's worker (non-blocking calls, the DDP layer's buckets) and
+ * any thread other than the main one (a framework's progress thread, as the PyTorch backend's). */
 #ifndef BRAID_CORE_YIELD_H
 #define BRAID_CORE_YIELD_H
 
@@ -42,6 +52,8 @@ typedef struct {
     unsigned streak;           /* slow yields in a row, before a first hold-off */
     unsigned long long yields; /* yields made */
     unsigned long long slow;   /* of which slow */
+    int main_thread;           /* -1: not looked up yet; 1: the process's main thread (no
+                                  hold-off); 0: another thread */
 } braid_yield_state_t;
 
 /* Pure: updates s after a yield that began at t0 and took d ns, with threshold slow_ns
@@ -55,8 +67,9 @@ static inline int braid_yield_allowed(const braid_yield_state_t *s, uint64_t now
 }
 
 /* For a wait loop in its yield phase, at time now: yields once and returns 1 (look again),
- * or returns 0 without yielding while the calling thread is in a hold-off (sleep now).
- * slow_ns = BRAID_YIELD_SLOW_US in ns (comm->yield_slow_ns). */
+ * or returns 0 without yielding while the calling thread is in a hold-off (sleep now); the
+ * process's main thread always yields. slow_ns = BRAID_YIELD_SLOW_US in ns
+ * (comm->yield_slow_ns). */
 int braid_wait_yield(uint64_t slow_ns, uint64_t now);
 
 /* The calling thread's state (tests, diagnostics). */

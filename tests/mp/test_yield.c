@@ -5,17 +5,20 @@
  * and, as real processes (4 ranks, more than this machine's cores, so waits happen), that a thread
  * in a hold-off makes no sched_yield in any of the three wait loops (engine: ring and recursive
  * doubling; algos/direct.c; core/p2p.c) and still gets every result right, over shared memory
- * and TCP; with BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking
- * calls stay right; a negative BRAID_YIELD_SLOW_US fails the init naming it. */
+ * and TCP, unless it is its process's main thread, which yields anyway; with
+ * BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking calls stay right;
+ * a negative BRAID_YIELD_SLOW_US fails the init naming it. */
 #include "core/yield.h"
 #include "data.h"
 #include "mp.h"
 #include "transport/transport.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TestSuite(yield, .timeout = 240);
 
@@ -138,11 +141,41 @@ Test(yield, wait_yield_in_and_out_of_a_hold_off)
     cr_assert(braid_yield_allowed(s, braid_now_ns()));
 }
 
+static void *wait_yield_held(void *arg)
+{
+    braid_yield_state_t *s = braid_yield_self();
+    memset(s, 0, sizeof(*s));
+    s->main_thread = -1; /* looked up on the first wait */
+    s->hold_until = UINT64_MAX;
+    *(int *)arg = braid_wait_yield(250000, braid_now_ns());
+    return NULL;
+}
+
+/* The main thread has no hold-off (yield.h): in one it still yields; any other thread (here a
+ * new one) sleeps through it. */
+Test(yield, main_thread_yields_through_a_hold_off)
+{
+    cr_assert_eq(gettid(), getpid(), "the test body runs in its process's main thread");
+    braid_yield_state_t *s = braid_yield_self();
+    memset(s, 0, sizeof(*s));
+    s->main_thread = -1;
+    s->hold_until = UINT64_MAX;
+    cr_assert_eq(braid_wait_yield(250000, braid_now_ns()), 1, "main thread: yields");
+    cr_assert_eq(s->main_thread, 1);
+    cr_assert_eq(s->yields, 1);
+    int other = -1;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, wait_yield_held, &other), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert_eq(other, 0, "another thread in a hold-off: sleeps, no yield");
+}
+
 /* ---- as real processes -------------------------------------------------------------------- */
 
 typedef struct {
     int hold;     /* put the thread in a permanent hold-off and check that it never yields */
     int nonblock; /* also non-blocking all-reduces (worker thread) */
+    int main;     /* the rank's thread counts as its main thread (else as another thread) */
 } yopts_t;
 
 /* All-reduces of several sizes (recursive doubling, ring or the direct path, whatever
@@ -153,6 +186,7 @@ static int calls(braid_comm_t comm, int rank, int n, void *arg)
     const yopts_t *o = arg;
     braid_yield_state_t *s = braid_yield_self();
     memset(s, 0, sizeof(*s));
+    if (o->main) s->main_thread = -1; /* as a real main thread: looked up on its first wait */
     if (o->hold) s->hold_until = UINT64_MAX;
     size_t counts[] = {1, 7, 1009, 65537, 300007};
     for (int it = 0; it < 3; it++)
@@ -195,9 +229,13 @@ static int calls(braid_comm_t comm, int rank, int n, void *arg)
     }
     free(in);
     free(out);
-    if (o->hold)
+    if (o->hold && !o->main)
         MP_CHECK(rank, s->yields == 0, "%llu sched_yield calls in a hold-off",
                  (unsigned long long)s->yields);
+    if (o->hold && o->main)
+        MP_CHECK(rank, s->yields > 0 && s->main_thread == 1,
+                 "main thread in a hold-off: %llu sched_yield calls (main_thread %d)",
+                 (unsigned long long)s->yields, s->main_thread);
     return 0;
 }
 
@@ -228,6 +266,16 @@ Test(yield, hold_off_never_yields_direct)
 Test(yield, hold_off_never_yields_tcp)
 {
     run_with("tcp", NULL, 1, 0);
+}
+
+/* 4 ranks on this machine's cpus, every main thread in a permanent hold-off: they yield anyway
+ * (blocking calls only: the worker thread would keep its hold-off) and get every result right. */
+Test(yield, main_threads_yield_in_a_hold_off_shm_and_tcp)
+{
+    yopts_t o = {.hold = 1, .main = 1};
+    cr_assert_eq(mp_run(4, calls, &o, 200), 0, "shm: a rank failed");
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    cr_assert_eq(mp_run(4, calls, &o, 200), 0, "tcp: a rank failed");
 }
 
 Test(yield, every_yield_slow_blocking_and_nonblocking_right)
