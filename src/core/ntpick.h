@@ -9,12 +9,29 @@
  * streaming ones; in another, plain stores moved 10-13 GB/s at 64 KiB-1 MiB and streaming ones
  * 6.7-8.4 (the receiver then fetches the data from memory instead of from the sender's cache).
  *
- * The rule: copies below BRAID_NT_PICK_MIN bytes use plain stores, untimed. Larger ones are
- * timed; the first BRAID_NT_PICK_WARMUP alternate the two kinds, then the picker takes
- * streaming stores when their time per byte (a moving average) is below 1 / BRAID_NT_PICK_FACTOR
- * of the plain stores' (the sender's copy time does not see the receiver's fetch from memory,
- * hence the margin), and every BRAID_NT_PICK_EXPLORE-th timed copy uses the other kind once, so
- * that a change of the machine's state is seen. */
+ * The sender's copy is half of the cost: the receiver's copy out of the slot reads the lines
+ * from the sender's cache (plain stores) or from memory (streaming ones), and in session 14 a
+ * sender that timed its streaming copies at only 1.6x its plain ones kept plain stores while
+ * forcing streaming ones made 2-rank sendrecv of 1 MiB 3.8x faster. So the receiver times its
+ * copies out too, per kind (the message's BRAID_MSG_NT flag says which), and reports its moving
+ * average back through the connection (braid_shm_rx_cost_set); the sender adds it to its own.
+ *
+ * A kind is measured in runs: the first copies after a change of kind write slots whose lines
+ * the other kind left in another state (a lone streaming copy among plain ones ran at 5 GB/s,
+ * the same copies in a run at 50), and so do the receiver's first copies out. With the first
+ * copies of a run timed, a picker that had started on plain stores never saw the streaming
+ * ones' speed (session 14: half of the runs of a sweep stuck at 4 GB/s instead of 10).
+ *
+ * The rule: copies below BRAID_NT_PICK_MIN bytes use plain stores, untimed. Larger ones count:
+ * the first 2 * BRAID_NT_PICK_TRIAL are a run of plain stores, then a run of streaming ones;
+ * then the picker takes the kind of the lower sender + receiver time per byte (moving
+ * averages) once the receiver has reported both kinds, and until then streaming stores only
+ * when the sender's own time for them is below 1 / BRAID_NT_PICK_FACTOR of the plain stores'
+ * (the margin stands for the receiver's unseen part). The first BRAID_NT_PICK_TRIAL copies of
+ * every BRAID_NT_PICK_EXPLORE are a run of the other kind, so that a change of the machine's
+ * state is seen. Only copies past the first BRAID_NT_PICK_SKIP of a run of one kind enter the
+ * averages, on both ends (the rings of the send/recv connections have 4 slots up to 16
+ * ranks). */
 #ifndef BRAID_CORE_NTPICK_H
 #define BRAID_CORE_NTPICK_H
 
@@ -22,25 +39,35 @@
 #include <stdint.h>
 
 #define BRAID_NT_PICK_MIN 16384
-#define BRAID_NT_PICK_WARMUP 4
-#define BRAID_NT_PICK_EXPLORE 128
+#define BRAID_NT_PICK_TRIAL 16
+#define BRAID_NT_PICK_SKIP 8
+#define BRAID_NT_PICK_EXPLORE 1024
 #define BRAID_NT_PICK_FACTOR 3.0
 
 typedef struct {
-    double ns_per_byte[2]; /* moving average per kind ([0] plain, [1] streaming); 0 = none */
-    uint64_t timed;        /* timed copies so far */
-    uint64_t count[2];     /* timed copies of each kind (diagnostics, tests) */
+    double ns_per_byte[2];    /* moving average per kind ([0] plain, [1] streaming); 0 = none */
+    uint64_t timed;           /* copies of at least BRAID_NT_PICK_MIN bytes so far */
+    uint64_t count[2];        /* copies of each kind in the averages (diagnostics, tests) */
+    double rx_ns_per_byte[2]; /* the receiver's copy out per kind, as it last reported; 0 = none */
+    uint32_t run;             /* copies of the last one's kind in a row */
+    int last;                 /* the last copy's kind */
 } braid_nt_pick_t;
 
 /* The kind (0 plain, 1 streaming) of the next timed copy. */
 int braid_nt_pick_choose(const braid_nt_pick_t *p);
-/* Records a timed copy of `bytes` bytes of kind nt that took ns nanoseconds. */
+/* Records a timed copy of `bytes` bytes of kind nt that took ns nanoseconds (into the
+ * averages past the first BRAID_NT_PICK_SKIP of a run). */
 void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns);
-/* The kind the picker takes outside exploration (0 before the warm-up ended). */
+/* The kind the picker takes outside exploration (0 until both kinds are in the averages). */
 int braid_nt_pick_best(const braid_nt_pick_t *p);
 /* dst <- src (no overlap) for shared memory a peer reads next: plain below
  * BRAID_NT_PICK_MIN, else the picker's kind, timed and recorded; streaming stores end with an
- * sfence, so a release store after the call publishes them. */
-void braid_copy_picked(braid_nt_pick_t *p, void *dst, const void *src, size_t n);
+ * sfence, so a release store after the call publishes them. Returns 1 when it used streaming
+ * stores. */
+int braid_copy_picked(braid_nt_pick_t *p, void *dst, const void *src, size_t n);
+/* The receiving end: dst <- src (a slot written with streaming stores when nt), timed into rx
+ * (a picker's averages used as the receiver's) from BRAID_NT_PICK_MIN bytes; returns the
+ * average of that kind in picoseconds per byte (0 when untimed), for the sender. */
+uint64_t braid_copy_from_picked(braid_nt_pick_t *rx, void *dst, const void *src, size_t n, int nt);
 
 #endif

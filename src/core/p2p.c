@@ -258,7 +258,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
             BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
             r->used_ref[peer] = 1;
         } else {
-            if (nb) braid_p2p_copy_to_slot(r->st, c, peer, slot, src, nb);
+            if (nb) h.flags |= braid_p2p_copy_to_slot(r->st, c, peer, slot, src, nb);
             BRAID_CHECK(c->ops->send_post(c, &h));
         }
         op->off += nb;
@@ -365,7 +365,9 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 continue;
             }
             BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
-            if (h->bytes) braid_copy((char *)op->rbuf + op->off, buf, h->bytes);
+            if (h->bytes)
+                braid_p2p_copy_from_slot(r->st, c, peer, (char *)op->rbuf + op->off, buf, h->bytes,
+                                         h->flags);
             op->off += h->bytes;
             op->nmsgs++;
             BRAID_CHECK(c->ops->recv_release(c));

@@ -20,8 +20,10 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
     st->send_seq = calloc((size_t)n, sizeof(*st->send_seq));
     st->recv_seq = calloc((size_t)n, sizeof(*st->recv_seq));
     st->ntpick = calloc((size_t)n, sizeof(*st->ntpick));
+    st->ntrx = calloc((size_t)n, sizeof(*st->ntrx));
     st->recv_notice = calloc((size_t)n, sizeof(*st->recv_notice));
-    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick || !st->recv_notice)
+    if (!st->send || !st->recv || !st->send_seq || !st->recv_seq || !st->ntpick || !st->ntrx ||
+        !st->recv_notice)
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d send/recv peers", n);
     /* The collectives' slot size; fewer slots, and the latency plans' smaller slots beyond 16
      * ranks, bound the memory of n - 1 receive connections per rank. */
@@ -80,16 +82,19 @@ void braid_p2p_close(struct braid_comm *comm)
         const braid_nt_pick_t *k = &st->ntpick[p];
         if (k->timed)
             braid_debug(SHM,
-                        "send slots to rank %d: plain stores %.2f GB/s (%llu copies), streaming "
-                        "%.2f GB/s (%llu), taking %s",
+                        "send slots to rank %d: plain stores %.2f GB/s (%llu copies; its copies "
+                        "out %.2f GB/s), streaming %.2f GB/s (%llu; out %.2f GB/s), taking %s",
                         p, k->ns_per_byte[0] > 0 ? 1 / k->ns_per_byte[0] : 0.0,
                         (unsigned long long)k->count[0],
+                        k->rx_ns_per_byte[0] > 0 ? 1 / k->rx_ns_per_byte[0] : 0.0,
                         k->ns_per_byte[1] > 0 ? 1 / k->ns_per_byte[1] : 0.0,
                         (unsigned long long)k->count[1],
+                        k->rx_ns_per_byte[1] > 0 ? 1 / k->rx_ns_per_byte[1] : 0.0,
                         braid_nt_pick_best(k) ? "streaming" : "plain");
     }
     braid_p2p_cma_free(st->cma);
     free(st->ntpick);
+    free(st->ntrx);
     free(st->send);
     free(st->recv);
     free(st->send_seq);
@@ -115,15 +120,33 @@ void braid_p2p_fail_peers(struct braid_comm *comm, braid_result_t code, const ch
 
 /* shm slots are read by the peer's cpu next; a tcp or rdma slot by this process or its NIC,
  * which plain stores leave in the cache for. */
-void braid_p2p_copy_to_slot(struct braid_p2p_state *st, const braid_conn_t *c, int peer, void *slot,
-                            const void *src, size_t nb)
+uint8_t braid_p2p_copy_to_slot(struct braid_p2p_state *st, braid_conn_t *c, int peer, void *slot,
+                               const void *src, size_t nb)
 {
-    if (c->ops != &braid_transport_shm || c->comm->p2p_nt_slots == 0)
+    if (c->ops != &braid_transport_shm || c->comm->p2p_nt_slots == 0) {
         braid_copy(slot, src, nb);
-    else if (c->comm->p2p_nt_slots == 1)
+        return 0;
+    }
+    if (c->comm->p2p_nt_slots == 1) {
         braid_copy_shared(slot, src, nb, 1);
-    else
-        braid_copy_picked(&st->ntpick[peer], slot, src, nb);
+        return nb >= BRAID_SHM_NT_BYTES ? BRAID_MSG_NT : 0;
+    }
+    braid_nt_pick_t *p = &st->ntpick[peer];
+    for (int k = 0; k < 2; k++)
+        p->rx_ns_per_byte[k] = (double)braid_shm_rx_cost_get(c, k) / 1000.0;
+    return braid_copy_picked(p, slot, src, nb) ? BRAID_MSG_NT : 0;
+}
+
+void braid_p2p_copy_from_slot(struct braid_p2p_state *st, braid_conn_t *c, int peer, void *dst,
+                              const void *slot, size_t nb, uint8_t flags)
+{
+    if (c->ops != &braid_transport_shm || c->comm->p2p_nt_slots != 2) {
+        braid_copy(dst, slot, nb);
+        return;
+    }
+    int nt = (flags & BRAID_MSG_NT) != 0;
+    uint64_t ps = braid_copy_from_picked(&st->ntrx[peer], dst, slot, nb, nt);
+    if (ps) braid_shm_rx_cost_set(c, nt, ps);
 }
 
 /* ---- header checks --------------------------------------------------------------------- */

@@ -30,12 +30,18 @@ struct braid_p2p_state {
     self_msg_t *self_head, *self_tail;
     braid_p2p_cma_t *cma; /* single-copy sends within a host (p2p_cma.c) */
     braid_nt_pick_t
-        *ntpick; /* per peer: stores into its shm send slots (BRAID_P2P_NT_SLOTS auto) */
+        *ntpick;           /* per peer: stores into its shm send slots (BRAID_P2P_NT_SLOTS auto) */
+    braid_nt_pick_t *ntrx; /* per peer: this rank's copies out of its shm slots, per kind */
 };
 
-/* Copies a message's payload into a send slot of connection c (to peer). */
-void braid_p2p_copy_to_slot(struct braid_p2p_state *st, const braid_conn_t *c, int peer, void *slot,
-                            const void *src, size_t nb);
+/* Copies a message's payload into a send slot of connection c (to peer); returns the
+ * BRAID_MSG_NT flag when it used streaming stores, else 0. */
+uint8_t braid_p2p_copy_to_slot(struct braid_p2p_state *st, braid_conn_t *c, int peer, void *slot,
+                               const void *src, size_t nb);
+/* Copies a received message's payload (header flags) out of connection c's slot (from peer);
+ * on shm with BRAID_P2P_NT_SLOTS=auto, times it and reports the cost to the sender. */
+void braid_p2p_copy_from_slot(struct braid_p2p_state *st, braid_conn_t *c, int peer, void *dst,
+                              const void *slot, size_t nb, uint8_t flags);
 
 /* The header a sender of op puts on its messages (bytes filled per message). */
 static inline braid_msg_hdr_t braid_p2p_op_hdr(const braid_p2p_op_t *op)

@@ -57,6 +57,9 @@ typedef struct {
  * braid_cma_desc_t naming the sender's buffer, which the receiver reads with
  * process_vm_readv before it releases the slot. */
 #define BRAID_MSG_CMA 0x10
+/* On a shm send slot's message (core/p2p.c): the sender wrote the payload with streaming
+ * stores (core/ntpick.h); the receiver times its copy out per kind and reports it back. */
+#define BRAID_MSG_NT 0x20
 
 /* BRAID_WAIT_RELEASED (only on transports with send_released): until every slot posted on a
  * send connection has been released by the receiver. */
@@ -153,6 +156,12 @@ typedef struct braid_transport {
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;
+/* The receiver's cost of copying a message out of a shm connection's slots, per kind of
+ * stores the sender wrote it with (0 plain, 1 streaming), in picoseconds per byte (0: not
+ * measured), kept in the connection's shared control block on a line of its own: set by the
+ * receiving end, read by the sending end (core/ntpick.h). */
+void braid_shm_rx_cost_set(braid_conn_t *recv_conn, int nt, uint64_t ps_per_byte);
+uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt);
 
 /* The built-in transport called name ("shm", "tcp"), or NULL if not built (registry.c). */
 const braid_transport_t *braid_transport_by_name(const char *name);

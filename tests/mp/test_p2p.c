@@ -69,8 +69,9 @@ Test(p2p, ring_in_group_every_dtype_and_count_n1_to_8, .timeout = 240)
 }
 
 /* BRAID_P2P_NT_SLOTS plain, streaming and measured (auto, which times its copies of 16 KiB or
- * more into the shm send slots): the same messages, every dtype and count, unaligned; with
- * auto every rank's picker towards its next rank timed copies (read through the comm). */
+ * more into the shm send slots, and the receiver its copies out): the same messages, every
+ * dtype and count, unaligned; with auto every rank's picker towards its next rank averaged
+ * both kinds, and that rank reported its costs of both (read through the comm). */
 static int ring_then_picker(braid_comm_t comm, int rank, int n, void *arg)
 {
     if (ring_matrix(comm, rank, n, arg)) return 1;
@@ -82,6 +83,14 @@ static int ring_then_picker(braid_comm_t comm, int rank, int n, void *arg)
                  "picker to %d: %llu timed, %llu plain, %llu streaming", (rank + 1) % n,
                  (unsigned long long)k->timed, (unsigned long long)k->count[0],
                  (unsigned long long)k->count[1]);
+        /* and the next rank reported its copies out of both kinds through the connection */
+        braid_conn_t *sc = c->p2p->send[(rank + 1) % n];
+        MP_CHECK(rank,
+                 sc->ops != &braid_transport_shm ||
+                     (braid_shm_rx_cost_get(sc, 0) > 0 && braid_shm_rx_cost_get(sc, 1) > 0),
+                 "receiver costs reported: plain %llu, streaming %llu ps/B",
+                 (unsigned long long)braid_shm_rx_cost_get(sc, 0),
+                 (unsigned long long)braid_shm_rx_cost_get(sc, 1));
     }
     return 0;
 }

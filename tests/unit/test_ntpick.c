@@ -1,9 +1,12 @@
 /* The measured choice between streaming and plain stores for send slots (core/ntpick.h):
- * the warm-up alternates the kinds; afterwards streaming stores only when their time per byte
- * is below 1 / BRAID_NT_PICK_FACTOR of the plain ones'; every BRAID_NT_PICK_EXPLORE-th copy
- * tries the other kind, so that a change of the machine is followed both ways; copies below
- * BRAID_NT_PICK_MIN are plain and untimed; braid_copy_picked copies every byte whatever it
- * picks (against a byte-by-byte reference). */
+ * the warm-up is a run of plain stores, then a run of streaming ones; the first
+ * BRAID_NT_PICK_SKIP copies of a run stay out of the averages; afterwards, with the receiver's
+ * reported costs of both kinds, the kind of the lower sender + receiver cost, else streaming
+ * stores only when their time per byte is below 1 / BRAID_NT_PICK_FACTOR of the plain ones';
+ * the first BRAID_NT_PICK_TRIAL copies of every BRAID_NT_PICK_EXPLORE are a run of the other
+ * kind, so that a change of the machine is followed both ways; copies below BRAID_NT_PICK_MIN
+ * are plain and untimed; braid_copy_picked and braid_copy_from_picked copy every byte whatever
+ * they pick (against a byte-by-byte reference). */
 #include <criterion/criterion.h>
 
 #include "core/ntpick.h"
@@ -27,28 +30,81 @@ static int feed(braid_nt_pick_t *p, int k, double plain, double nt)
     return streamed;
 }
 
-Test(ntpick, warmup_alternates_then_follows_the_faster_kind_by_the_margin)
+/* Streaming copies in k explorations after the warm-up (each a run of BRAID_NT_PICK_TRIAL). */
+#define EXPLORED(k) ((k)*BRAID_NT_PICK_TRIAL)
+
+Test(ntpick, warmup_runs_each_kind_then_follows_the_faster_by_the_margin)
 {
     braid_nt_pick_t p;
     memset(&p, 0, sizeof(p));
-    for (int i = 0; i < BRAID_NT_PICK_WARMUP; i++) {
-        cr_assert_eq(braid_nt_pick_choose(&p), i & 1, "warm-up copy %d", i);
-        braid_nt_pick_record(&p, i & 1, 4096, i & 1 ? 100 : 1000);
+    for (int i = 0; i < 2 * BRAID_NT_PICK_TRIAL; i++) {
+        int want = i >= BRAID_NT_PICK_TRIAL;
+        cr_assert_eq(braid_nt_pick_choose(&p), want, "warm-up copy %d", i);
+        if (!p.count[1])
+            cr_assert_eq(braid_nt_pick_best(&p), 0, "no choice before both kinds are averaged");
+        braid_nt_pick_record(&p, want, 4096, want ? 100 : 1000);
     }
+    cr_assert_eq(p.count[0], BRAID_NT_PICK_TRIAL - BRAID_NT_PICK_SKIP);
+    cr_assert_eq(p.count[1], BRAID_NT_PICK_TRIAL - BRAID_NT_PICK_SKIP);
     cr_assert_eq(braid_nt_pick_best(&p), 1, "streaming 10x faster");
     /* plain 2x slower only: within the margin, plain */
     memset(&p, 0, sizeof(p));
-    int s = feed(&p, 4 * BRAID_NT_PICK_EXPLORE, 0.2, 0.1);
+    int k = 4 * BRAID_NT_PICK_EXPLORE, s = feed(&p, k, 0.2, 0.1);
     cr_assert_eq(braid_nt_pick_best(&p), 0);
-    cr_assert_eq(s, BRAID_NT_PICK_WARMUP / 2 + 4 - 1, "streamed %d: warm-up and explorations only",
+    cr_assert_eq(s, BRAID_NT_PICK_TRIAL + EXPLORED(3), "streamed %d: warm-up and explorations only",
                  s);
-    /* plain 6x slower: streaming but for the explorations */
+    /* plain 6x slower: streaming but for the explorations (and the warm-up's plain run) */
     memset(&p, 0, sizeof(p));
-    s = feed(&p, 4 * BRAID_NT_PICK_EXPLORE, 0.6, 0.1);
+    s = feed(&p, k, 0.6, 0.1);
     cr_assert_eq(braid_nt_pick_best(&p), 1);
-    cr_assert_eq(s, 4 * BRAID_NT_PICK_EXPLORE - (BRAID_NT_PICK_WARMUP / 2 + 4 - 1), "streamed %d",
-                 s);
-    cr_assert_eq(p.count[0] + p.count[1], p.timed);
+    cr_assert_eq(s, k - BRAID_NT_PICK_TRIAL - EXPLORED(3), "streamed %d", s);
+    cr_assert_eq(p.timed, (uint64_t)k);
+}
+
+/* The first copies of a run write slots the other kind left behind: they stay out of the
+ * averages, so a slow start of a run does not condemn its kind. */
+Test(ntpick, first_copies_of_a_run_stay_out_of_the_averages)
+{
+    braid_nt_pick_t p;
+    memset(&p, 0, sizeof(p));
+    for (int i = 0; i < 2 * BRAID_NT_PICK_TRIAL; i++) {
+        int nt = i >= BRAID_NT_PICK_TRIAL, pos = i % BRAID_NT_PICK_TRIAL;
+        /* streaming copies 20x slower in their run's first BRAID_NT_PICK_SKIP, 4x faster after */
+        uint64_t ns = nt ? (pos < BRAID_NT_PICK_SKIP ? 20000 : 250) : 1000;
+        braid_nt_pick_record(&p, nt, 1000, ns);
+    }
+    cr_assert_float_eq(p.ns_per_byte[1], 0.25, 1e-9, "streaming average %g", p.ns_per_byte[1]);
+    cr_assert_float_eq(p.ns_per_byte[0], 1.0, 1e-9);
+    cr_assert_eq(braid_nt_pick_best(&p), 1);
+    /* a single copy of the other kind ends the run: the next streaming ones are skipped again */
+    braid_nt_pick_record(&p, 0, 1000, 1000);
+    uint64_t before = p.count[1];
+    for (int i = 0; i < BRAID_NT_PICK_SKIP; i++)
+        braid_nt_pick_record(&p, 1, 1000, 1000000);
+    cr_assert_eq(p.count[1], before);
+    cr_assert_float_eq(p.ns_per_byte[1], 0.25, 1e-9);
+}
+
+/* The receiver's reported cost decides once it has both kinds: session 14's machine, where the
+ * sender timed streaming stores only 1.6x faster (within the margin) but the receiver read
+ * their data 2x faster too; and the other way, streaming stores 6x faster for the sender but
+ * 10x slower to read. */
+Test(ntpick, receiver_costs_count_once_both_are_reported)
+{
+    braid_nt_pick_t p;
+    memset(&p, 0, sizeof(p));
+    feed(&p, 2 * BRAID_NT_PICK_TRIAL, 0.16, 0.1);
+    cr_assert_eq(braid_nt_pick_best(&p), 0, "sender alone: within the margin");
+    p.rx_ns_per_byte[1] = 0.03;
+    cr_assert_eq(braid_nt_pick_best(&p), 0, "one kind reported only: the margin still rules");
+    p.rx_ns_per_byte[0] = 0.06;
+    cr_assert_eq(braid_nt_pick_best(&p), 1, "0.13 against 0.22 ns/B: streaming");
+    memset(&p, 0, sizeof(p));
+    feed(&p, 2 * BRAID_NT_PICK_TRIAL, 0.6, 0.1);
+    cr_assert_eq(braid_nt_pick_best(&p), 1);
+    p.rx_ns_per_byte[0] = 0.05;
+    p.rx_ns_per_byte[1] = 1.0;
+    cr_assert_eq(braid_nt_pick_best(&p), 0, "1.1 against 0.65 ns/B: plain");
 }
 
 Test(ntpick, follows_the_machine_when_it_changes)
@@ -57,9 +113,9 @@ Test(ntpick, follows_the_machine_when_it_changes)
     memset(&p, 0, sizeof(p));
     feed(&p, 2 * BRAID_NT_PICK_EXPLORE, 0.6, 0.1); /* plain stores wait for invalidations */
     cr_assert_eq(braid_nt_pick_best(&p), 1);
-    feed(&p, 8 * BRAID_NT_PICK_EXPLORE, 0.05, 0.1); /* they stopped waiting */
+    feed(&p, 4 * BRAID_NT_PICK_EXPLORE, 0.05, 0.1); /* they stopped waiting */
     cr_assert_eq(braid_nt_pick_best(&p), 0, "still streaming after plain stores got fast");
-    feed(&p, 8 * BRAID_NT_PICK_EXPLORE, 0.6, 0.1); /* and again */
+    feed(&p, 4 * BRAID_NT_PICK_EXPLORE, 0.6, 0.1); /* and again */
     cr_assert_eq(braid_nt_pick_best(&p), 1, "still plain after plain stores got slow");
 }
 
@@ -87,7 +143,7 @@ Test(ntpick, copies_every_byte_below_and_above_the_timed_size)
                       BRAID_NT_PICK_MIN + 77,
                       3 * BRAID_NT_PICK_MIN + 5};
     uint64_t timed = 0;
-    for (int rep = 0; rep < 2 * BRAID_NT_PICK_WARMUP; rep++)
+    for (int rep = 0; rep < 2 * BRAID_NT_PICK_TRIAL; rep++)
         for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
             size_t n = sizes[k], so = (size_t)rep % 7, dop = (size_t)(rep * 3 + (int)k) % 11;
             memset(dst, 0xa5, cap);
@@ -105,6 +161,40 @@ Test(ntpick, copies_every_byte_below_and_above_the_timed_size)
                  (unsigned long long)timed);
     cr_assert(p.count[0] > 0 && p.count[1] > 0, "both kinds ran: %llu plain, %llu streaming",
               (unsigned long long)p.count[0], (unsigned long long)p.count[1]);
+    free(src);
+    free(dst);
+}
+
+/* The receiving end: every byte copied whatever the kind; untimed below BRAID_NT_PICK_MIN (0
+ * reported), and a cost reported only past the first BRAID_NT_PICK_SKIP copies of a kind. */
+Test(ntpick, receiver_copies_every_byte_and_reports_past_the_skip)
+{
+    size_t cap = 2 * BRAID_NT_PICK_MIN + 64;
+    unsigned char *src = malloc(cap), *dst = malloc(cap);
+    cr_assert(src && dst);
+    fill(src, cap, 9);
+    braid_nt_pick_t rx;
+    memset(&rx, 0, sizeof(rx));
+    for (int i = 0; i < 3 * BRAID_NT_PICK_SKIP; i++) {
+        size_t n = i % 3 == 0 ? BRAID_NT_PICK_MIN - 1 : 2 * BRAID_NT_PICK_MIN + 3 + (size_t)i;
+        if (n > cap - 8) n = cap - 8;
+        size_t so = (size_t)i % 5, dop = (size_t)i % 7;
+        memset(dst, 0x5a, cap);
+        uint64_t ps = braid_copy_from_picked(&rx, dst + dop, src + so, n, 1);
+        for (size_t b = 0; b < cap; b++) {
+            int in = b >= dop && b < dop + n;
+            if (dst[b] != (in ? src[so + b - dop] : 0x5a))
+                cr_assert_fail("copy %d (n %zu): byte %zu wrong", i, n, b);
+        }
+        if (n < BRAID_NT_PICK_MIN)
+            cr_assert_eq(ps, 0, "copy %d below the timed size reported %llu", i,
+                         (unsigned long long)ps);
+        else
+            cr_assert_eq(ps != 0, rx.count[1] > 0, "copy %d: reported %llu with %llu averaged", i,
+                         (unsigned long long)ps, (unsigned long long)rx.count[1]);
+    }
+    cr_assert_eq(rx.count[1], rx.timed - BRAID_NT_PICK_SKIP);
+    cr_assert_eq(rx.count[0], 0);
     free(src);
     free(dst);
 }
