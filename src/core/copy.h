@@ -38,8 +38,9 @@ void braid_copy_nt(void *dst, const void *src, size_t n);
  * another core has read waits for that copy to be invalidated, one line at a time, and a
  * 256 KiB copy into such lines ran at about 6 GB/s against 30 for a fresh copy; streaming
  * stores invalidate without the wait: the direct all-reduce of 2 ranks took 0.54-0.61 of the
- * time from 256 KiB (perf/RESULTS.md, session 13). The shm transport's send slots measured
- * slower with them (1.56-1.65x the time at 64 KiB-1 MiB), so they keep plain stores. */
+ * time from 256 KiB (perf/RESULTS.md, session 13). For the shm transport's send slots the
+ * better kind changed while jobs ran (1.56-1.65x the time with them at 64 KiB-1 MiB in one
+ * stretch, 0.3-0.5x in another): there a picker measures both (core/ntpick.h). */
 void braid_copy_shared(void *dst, const void *src, size_t n, int nt);
 
 /* BRAID_DIRECT_NT_SLOTS=auto: whether this CPU takes streaming stores into shared slots by
