@@ -118,6 +118,8 @@ struct braid_comm {
      * pin_threads (BRAID_THREAD_AFFINITY, resolved at init from the rank's cpuset). */
     int pin_threads;
     cpu_set_t thread_cpus;
+    int worker_rt; /* BRAID_WORKER_RT: SCHED_FIFO priority of the worker thread, 0 = none */
+    _Atomic int worker_rt_on; /* the worker thread got it (set by the worker at its start) */
 
     /* Tuning, read from the environment at init. */
     double timeout_s;

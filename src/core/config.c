@@ -92,6 +92,11 @@ static const braid_param_t params[] = {
     {"THREAD_AFFINITY", "rank", BRAID_PARAM_STR,
      "cpus of braid's threads (tcp progress, non-blocking worker): rank = the rank's cpus at "
      "init, numa = their NUMA nodes, none = inherited"},
+    {"WORKER_RT", "0", BRAID_PARAM_INT,
+     "SCHED_FIFO priority (1-99) for braid's worker thread (non-blocking calls, the DDP layer's "
+     "buckets): it then runs as soon as its data arrives, ahead of compute threads, and its "
+     "waits sleep instead of yielding; needs CAP_SYS_NICE or RLIMIT_RTPRIO (else a warning); "
+     "0 = the normal scheduler"},
     {"RANK", "", BRAID_PARAM_INT, "this process's rank (braid_comm_init_env)"},
     {"NRANKS", "", BRAID_PARAM_INT, "number of ranks (braid_comm_init_env)"},
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},
@@ -217,6 +222,7 @@ static const struct {
     {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
     {"TUNE_MEASURE", NULL, 0, 20},
     {"NSOCKS_PERPEER", NULL, 1, 8},
+    {"WORKER_RT", NULL, 0, 99},
     {"P2P_TCP_NSOCKS", NULL, 0, 8},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},

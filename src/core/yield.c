@@ -38,6 +38,7 @@ void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t 
 int braid_wait_yield(uint64_t slow_ns, uint64_t now)
 {
     braid_yield_state_t *s = &g_self;
+    if (s->no_yield) return 0;
     /* BRAID_YIELD_SLOW_US=0, or the main thread: yield for BRAID_YIELD_US, whatever the state */
     if (!slow_ns || is_main_thread(s)) {
         s->yields++;

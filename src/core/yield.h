@@ -34,7 +34,11 @@
  * all-reduces took 60 us per call instead of 11, 64 KiB all-to-alls 86 us instead of 32
  * (perf/RESULTS.md, session 14). The communication threads that compete with their own
  * process's compute keep it: braid's worker (non-blocking calls, the DDP layer's buckets) and
- * any thread other than the main one (a framework's progress thread, as the PyTorch backend's). */
+ * any thread other than the main one (a framework's progress thread, as the PyTorch backend's).
+ *
+ * A real-time worker (BRAID_WORKER_RT) never yields: sched_yield would hand its core only to
+ * other real-time threads, so it would spin through the yield phase ahead of every normal
+ * thread; its waits sleep right after spinning. */
 #ifndef BRAID_CORE_YIELD_H
 #define BRAID_CORE_YIELD_H
 
@@ -54,6 +58,7 @@ typedef struct {
     unsigned long long slow;   /* of which slow */
     int main_thread;           /* -1: not looked up yet; 1: the process's main thread (no
                                   hold-off); 0: another thread */
+    int no_yield;              /* a real-time thread (BRAID_WORKER_RT): never yields */
 } braid_yield_state_t;
 
 /* Pure: updates s after a yield that began at t0 and took d ns, with threshold slow_ns

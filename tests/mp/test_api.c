@@ -118,7 +118,8 @@ Test(api, bad_environment_values_are_named)
     const char *cases[][3] = {{"BRAID_CHUNK_SIZE", "lots", "BRAID_CHUNK_SIZE"},
                               {"BRAID_TRANSPORT", "pigeon", "pigeon"},
                               {"BRAID_DIRECT_NT_SLOTS", "2", "BRAID_DIRECT_NT_SLOTS=2"},
-                              {"BRAID_P2P_NT_SLOTS", "yes", "BRAID_P2P_NT_SLOTS=yes"}};
+                              {"BRAID_P2P_NT_SLOTS", "yes", "BRAID_P2P_NT_SLOTS=yes"},
+                              {"BRAID_WORKER_RT", "100", "BRAID_WORKER_RT"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         setenv(cases[i][0], cases[i][1], 1);
         cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG, "%s=%s",

@@ -8,6 +8,7 @@
  * and TCP, unless it is its process's main thread, which yields anyway; with
  * BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking calls stay right;
  * a negative BRAID_YIELD_SLOW_US fails the init naming it. */
+#include "core/comm.h"
 #include "core/yield.h"
 #include "data.h"
 #include "mp.h"
@@ -15,6 +16,8 @@
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +279,32 @@ Test(yield, main_threads_yield_in_a_hold_off_shm_and_tcp)
     cr_assert_eq(mp_run(4, calls, &o, 200), 0, "shm: a rank failed");
     setenv("BRAID_TRANSPORT", "tcp", 1);
     cr_assert_eq(mp_run(4, calls, &o, 200), 0, "tcp: a rank failed");
+}
+
+/* BRAID_WORKER_RT=1: the worker thread runs SCHED_FIFO at priority 1 and never yields; the
+ * non-blocking calls it runs (and the blocking ones) stay right, over shm and tcp. */
+static int rt_calls(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    yopts_t o = {.nonblock = 1, .main = 1};
+    if (calls(comm, rank, n, &o)) return 1;
+    struct braid_comm *c = (struct braid_comm *)comm;
+    MP_CHECK(rank, atomic_load(&c->worker_rt_on) == 1, "the worker did not get SCHED_FIFO");
+    int policy = -1;
+    struct sched_param sp = {0};
+    MP_CHECK(rank, pthread_getschedparam(c->worker, &policy, &sp) == 0, "getschedparam");
+    MP_CHECK(rank, policy == SCHED_FIFO && sp.sched_priority == 1, "worker policy %d priority %d",
+             policy, sp.sched_priority);
+    return 0;
+}
+
+Test(yield, rt_worker_runs_fifo_and_results_stay_right)
+{
+    if (geteuid() != 0) cr_skip_test("SCHED_FIFO needs root (CAP_SYS_NICE) here");
+    setenv("BRAID_WORKER_RT", "1", 1);
+    cr_assert_eq(mp_run(4, rt_calls, NULL, 200), 0, "shm: a rank failed");
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    cr_assert_eq(mp_run(4, rt_calls, NULL, 200), 0, "tcp: a rank failed");
 }
 
 Test(yield, every_yield_slow_blocking_and_nonblocking_right)
