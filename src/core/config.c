@@ -53,15 +53,16 @@ static const braid_param_t params[] = {
     {"YIELD_SLOW_US", "250", BRAID_PARAM_INT,
      "two sched_yield() in a row in waits that return after more than this (a CPU-bound thread "
      "held the core for its time slice) make the thread's waits sleep without yielding for 1 ms, "
-     "doubling while it recurs (until a second passes without), up to 1 s; 0 = always yield "
-     "for BRAID_YIELD_US"},
+     "doubling while it recurs (until a second passes without), up to 1 s; a process's main "
+     "thread always yields; 0 = always yield for BRAID_YIELD_US"},
     {"P2P_CMA", "auto", BRAID_PARAM_STR,
      "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
      "reads the peer's memory, 1 = the same, and a failed probe is a warning, 0 = never"},
     {"P2P_NT_SLOTS", "auto", BRAID_PARAM_STR,
-     "stores into the shared-memory send slots of send/recv: auto = streaming (non-temporal) "
-     "where the sender measures them at least 3x faster than plain ones, per peer, re-checked "
-     "every 128 copies of 16 KiB or more; 1 = streaming, 0 = plain"},
+     "stores into the shared-memory send slots of send/recv: auto = per peer, the kind "
+     "(streaming or plain) of the lower sender + receiver copy time, each measured in runs of "
+     "copies of 16 KiB or more (the receiver reports its own), the other kind tried for 16 "
+     "copies in every 1024; 1 = streaming, 0 = plain"},
     {"P2P_CMA_MIN", "4M", BRAID_PARAM_SIZE,
      "send/recv messages of at least this many bytes go by single copy where it is on"},
     {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,
