@@ -11,11 +11,20 @@ int braid_nt_pick_best(const braid_nt_pick_t *p)
     return p->ns_per_byte[1] * BRAID_NT_PICK_FACTOR < p->ns_per_byte[0];
 }
 
+/* Whether the t-th timed copy belongs to an exploration run (ntpick.h). */
+static int exploring(uint64_t t)
+{
+    if (t >= BRAID_NT_PICK_EXPLORE) return t % BRAID_NT_PICK_EXPLORE < BRAID_NT_PICK_TRIAL;
+    for (uint64_t s = 4 * BRAID_NT_PICK_TRIAL; s < BRAID_NT_PICK_EXPLORE; s *= 2)
+        if (t >= s && t < s + BRAID_NT_PICK_TRIAL) return 1;
+    return 0;
+}
+
 int braid_nt_pick_choose(const braid_nt_pick_t *p)
 {
     if (p->timed < 2 * BRAID_NT_PICK_TRIAL) return p->timed >= BRAID_NT_PICK_TRIAL;
     int best = braid_nt_pick_best(p);
-    return p->timed % BRAID_NT_PICK_EXPLORE < BRAID_NT_PICK_TRIAL ? !best : best;
+    return exploring(p->timed) ? !best : best;
 }
 
 void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)

@@ -29,9 +29,11 @@
  * when the sender's own time for them is below 1 / BRAID_NT_PICK_FACTOR of the plain stores'
  * (the margin stands for the receiver's unseen part). The first BRAID_NT_PICK_TRIAL copies of
  * every BRAID_NT_PICK_EXPLORE are a run of the other kind, so that a change of the machine's
- * state is seen. Only copies past the first BRAID_NT_PICK_SKIP of a run of one kind enter the
- * averages, on both ends (the rings of the send/recv connections have 4 slots up to 16
- * ranks). */
+ * state is seen, and so are those from copy 64, 128, 256 and 512 (BRAID_NT_PICK_EARLY runs):
+ * the warm-up meets cold slots and buffers, and a choice it misled was otherwise kept for
+ * about a thousand copies (session 14: most of a sweep on the slower kind). Only copies past the
+ * first BRAID_NT_PICK_SKIP of a run of one kind enter the averages, on both ends (the rings of the
+ * send/recv connections have 4 slots up to 16 ranks). */
 #ifndef BRAID_CORE_NTPICK_H
 #define BRAID_CORE_NTPICK_H
 
@@ -42,6 +44,7 @@
 #define BRAID_NT_PICK_TRIAL 16
 #define BRAID_NT_PICK_SKIP 8
 #define BRAID_NT_PICK_EXPLORE 1024
+#define BRAID_NT_PICK_EARLY 4 /* explorations before the first BRAID_NT_PICK_EXPLORE copies */
 #define BRAID_NT_PICK_FACTOR 3.0
 
 typedef struct {
