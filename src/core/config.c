@@ -40,8 +40,9 @@ static const braid_param_t params[] = {
      "non-temporal (streaming) stores, x86-64; 0 = never"},
     {"DIRECT_NT_SLOTS", "auto", BRAID_PARAM_STR,
      "streaming (non-temporal) stores for the direct shared-memory collectives' copies of 4 KiB "
-     "or more into their slots, x86-64: auto = on for AMD CPUs with no more ranks on the "
-     "machine than cpus (where it was measured faster), 1 = on, 0 = off"},
+     "or more into their slots (and the own block of all-to-all, gather, scatter and "
+     "all-gatherv from 2 MiB), x86-64: auto = on for AMD CPUs with no more ranks on the machine "
+     "than cpus (where it was measured faster), 1 = on, 0 = off"},
     {"TRACE", "", BRAID_PARAM_STR,
      "write a Chrome trace (Perfetto JSON) of every call and step on every rank to this file, "
      "merged by rank 0 at braid_comm_destroy; off when empty"},

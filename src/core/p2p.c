@@ -170,15 +170,22 @@ static braid_result_t link_new(runner_t *r)
 
 /* The local copies linked so far (an alltoall's own block, a gather root's): after a pass
  * has posted the sends, so that the peers read this rank's messages (by CMA, or from the slots
- * the pass filled) while it copies. */
+ * the pass filled) while it copies. From BRAID_P2P_LOCAL_NT_MIN bytes with streaming stores
+ * where the direct path's slots take them (BRAID_DIRECT_NT_SLOTS: AMD, not oversubscribed):
+ * 2-rank all-to-all took 0.79 / 1.03 / 0.86 of the time at 4 / 16 / 64 MiB with them (5-round
+ * A/B; 0.82 at 16 MiB in 3 alternated runs before it); with 4 ranks on 2 cpus 0.91-1.12x, where
+ * auto keeps them off (perf/RESULTS.md, session 14). */
+#define BRAID_P2P_LOCAL_NT_MIN ((size_t)2 << 20)
 static int run_copies(runner_t *r)
 {
     if (r->copy_head < 0) return 0;
     for (int i = r->copy_head; i >= 0;) {
         braid_p2p_op_t *op = &r->b->ops[i];
         int next = op->next;
+        size_t nb = braid_p2p_op_bytes(op);
         if (op->rbuf != op->sbuf && op->count)
-            braid_copy(op->rbuf, op->sbuf, braid_p2p_op_bytes(op));
+            braid_copy_shared(op->rbuf, op->sbuf, nb,
+                              r->comm->direct_nt_slots == 1 && nb >= BRAID_P2P_LOCAL_NT_MIN);
         op_complete(r, op, BRAID_SUCCESS);
         i = next;
     }

@@ -72,6 +72,44 @@ Test(coll_p2p, alltoall_over_tcp, .timeout = 300)
         cr_assert_eq(mp_run(ns[i], alltoall_matrix, NULL, 200), 0, "tcp n=%d", ns[i]);
 }
 
+/* Blocks of 2 MiB and more: the own block's copy takes streaming stores where
+ * BRAID_DIRECT_NT_SLOTS is on (core/p2p.c run_copies); forced on and off, in place and not,
+ * unaligned. */
+static int alltoall_big(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    braid_datatype_t dts[] = {BRAID_FLOAT32, BRAID_INT8};
+    for (size_t k = 0; k < 2; k++)
+        for (int ip = 0; ip < 2; ip++) {
+            braid_datatype_t dt = dts[k];
+            size_t es = braid_dtype_size(dt), c = ((size_t)2 << 20) / es + 1001, blk = c * es;
+            size_t off = 1 + k;
+            char *in = data_xmalloc(blk * (size_t)n + 8), *out = data_xmalloc(blk * (size_t)n + 8);
+            for (int d = 0; d < n; d++)
+                data_fill(in + off + (size_t)d * blk, dt, BRAID_SUM, rank, 0, c, seed_of(rank, d));
+            char *o = ip ? in : out;
+            MP_OK(rank, braid_alltoall(in + off, o + off, c, dt, comm));
+            for (int s = 0; s < n; s++)
+                MP_CHECK(rank,
+                         !data_check_rank(o + off + (size_t)s * blk, dt, BRAID_SUM, s, 0, c,
+                                          seed_of(s, rank), "alltoall big"),
+                         "n=%d %s ip=%d from %d", n, braid_dtype_name(dt), ip, s);
+            free(in);
+            free(out);
+        }
+    return 0;
+}
+
+Test(coll_p2p, alltoall_2mib_blocks_with_and_without_streaming_copies, .timeout = 300)
+{
+    const char *modes[] = {"1", "0"};
+    for (int m = 0; m < 2; m++) {
+        setenv("BRAID_DIRECT_NT_SLOTS", modes[m], 1);
+        cr_assert_eq(mp_run(2, alltoall_big, NULL, 200), 0, "n=2 nt %s", modes[m]);
+        cr_assert_eq(mp_run(3, alltoall_big, NULL, 200), 0, "n=3 nt %s", modes[m]);
+    }
+}
+
 /* ---- alltoallv: uneven, some zero, gaps ---------------------------------------------------- */
 static size_t vcount(int s, int d, size_t scale)
 {
