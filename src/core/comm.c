@@ -455,11 +455,12 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
     braid_log_set_rank(comm->rank);
     int rc = braid_topo_pin_self(name, comm->pin_threads ? &comm->thread_cpus : NULL);
     if (rc) braid_warn(INIT, "cannot pin the %s thread: %s", what, strerror(rc));
-    if (comm->worker_rt > 0 && !strcmp(what, "worker")) {
+    if (comm->worker_rt > 0 && (!strcmp(what, "worker") || !strcmp(what, "tcp"))) {
         /* With compute threads on every cpu, a worker of normal priority woken by its data
          * waited for a time slice at each step of a bucket's all-reduce (2 hosts x 2 ranks on
-         * 2 cpus: a 0.25 MiB bucket took 9 ms instead of 2 during a long GEMM). A real-time
-         * thread must not yield (that would go to real-time threads only): its waits sleep. */
+         * 2 cpus: a 0.25 MiB bucket took 9 ms instead of 2 during a long GEMM), and so did the
+         * tcp progress thread that finishes queued sends. A real-time thread must not yield
+         * (that would go to real-time threads only): its waits sleep. */
         struct sched_param sp = {.sched_priority = comm->worker_rt};
         rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
         if (rc)
@@ -467,7 +468,7 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
                        comm->worker_rt, strerror(rc));
         else {
             braid_yield_self()->no_yield = 1;
-            atomic_store(&comm->worker_rt_on, 1);
+            if (!strcmp(what, "worker")) atomic_store(&comm->worker_rt_on, 1);
         }
     }
 }

@@ -96,9 +96,9 @@ static const braid_param_t params[] = {
      "init, numa = their NUMA nodes, none = inherited"},
     {"WORKER_RT", "0", BRAID_PARAM_INT,
      "SCHED_FIFO priority (1-99) for braid's worker thread (non-blocking calls, the DDP layer's "
-     "buckets): it then runs as soon as its data arrives, ahead of compute threads, and its "
-     "waits sleep instead of yielding; needs CAP_SYS_NICE or RLIMIT_RTPRIO (else a warning); "
-     "0 = the normal scheduler"},
+     "buckets) and TCP progress thread: they then run as soon as their data arrives, ahead of "
+     "compute threads, and their waits sleep instead of yielding; needs CAP_SYS_NICE or "
+     "RLIMIT_RTPRIO (else a warning); 0 = the normal scheduler"},
     {"RANK", "", BRAID_PARAM_INT, "this process's rank (braid_comm_init_env)"},
     {"NRANKS", "", BRAID_PARAM_INT, "number of ranks (braid_comm_init_env)"},
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},

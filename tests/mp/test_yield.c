@@ -10,6 +10,7 @@
  * a negative BRAID_YIELD_SLOW_US fails the init naming it. */
 #include "core/comm.h"
 #include "core/yield.h"
+#include "transport/tcp.h"
 #include "data.h"
 #include "mp.h"
 #include "transport/transport.h"
@@ -281,8 +282,9 @@ Test(yield, main_threads_yield_in_a_hold_off_shm_and_tcp)
     cr_assert_eq(mp_run(4, calls, &o, 200), 0, "tcp: a rank failed");
 }
 
-/* BRAID_WORKER_RT=1: the worker thread runs SCHED_FIFO at priority 1 and never yields; the
- * non-blocking calls it runs (and the blocking ones) stay right, over shm and tcp. */
+/* BRAID_WORKER_RT=1: the worker thread (and over tcp the progress thread) runs SCHED_FIFO at
+ * priority 1 and never yields; the non-blocking calls it runs (and the blocking ones) stay
+ * right, over shm and tcp. */
 static int rt_calls(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
@@ -295,6 +297,14 @@ static int rt_calls(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, pthread_getschedparam(c->worker, &policy, &sp) == 0, "getschedparam");
     MP_CHECK(rank, policy == SCHED_FIFO && sp.sched_priority == 1, "worker policy %d priority %d",
              policy, sp.sched_priority);
+    if (c->tcp_state) { /* and the tcp progress thread, which finishes queued sends */
+        policy = -1;
+        MP_CHECK(rank,
+                 pthread_getschedparam(((tcp_state_t *)c->tcp_state)->thread, &policy, &sp) == 0,
+                 "getschedparam (tcp)");
+        MP_CHECK(rank, policy == SCHED_FIFO && sp.sched_priority == 1,
+                 "tcp thread policy %d priority %d", policy, sp.sched_priority);
+    }
     return 0;
 }
 
