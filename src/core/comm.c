@@ -464,8 +464,8 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
         struct sched_param sp = {.sched_priority = comm->worker_rt};
         rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
         if (rc)
-            braid_warn(INIT, "BRAID_WORKER_RT=%d: cannot make the worker thread SCHED_FIFO: %s",
-                       comm->worker_rt, strerror(rc));
+            braid_warn(INIT, "BRAID_WORKER_RT=%d: cannot make the %s thread SCHED_FIFO: %s",
+                       comm->worker_rt, what, strerror(rc));
         else {
             braid_yield_self()->no_yield = 1;
             if (!strcmp(what, "worker")) atomic_store(&comm->worker_rt_on, 1);

@@ -31,7 +31,7 @@ void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
 {
     nt = nt != 0;
     p->timed++;
-    if (p->timed == 1 || nt != p->last) p->run = 0;
+    if (nt != p->last) p->run = 0;
     p->last = nt;
     if (++p->run <= BRAID_NT_PICK_SKIP) return;
     double v = (double)(ns ? ns : 1) / (double)(bytes ? bytes : 1), *avg = &p->ns_per_byte[nt];

@@ -132,7 +132,7 @@ uint8_t braid_p2p_copy_to_slot(struct braid_p2p_state *st, braid_conn_t *c, int 
         return nb >= BRAID_SHM_NT_BYTES ? BRAID_MSG_NT : 0;
     }
     braid_nt_pick_t *p = &st->ntpick[peer];
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; nb >= BRAID_NT_PICK_MIN && k < 2; k++) /* read by timed copies only */
         p->rx_ns_per_byte[k] = (double)braid_shm_rx_cost_get(c, k) / 1000.0;
     return braid_copy_picked(p, slot, src, nb) ? BRAID_MSG_NT : 0;
 }
