@@ -40,8 +40,14 @@ echo "== ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1 || fail "ASan+UBSan suite (build-asan/tests.log)"
-grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |runtime error|check failed" build-asan/tests.log | tail -n 60
+  build-asan/bin/braid_tests --jobs "$jobs" >build-asan/tests.log 2>&1
+rc=$?
+asan_lines=$(grep -E "^\[(FAIL|----)\]|Synthesis|ERROR: |SUMMARY: |runtime error|check failed" build-asan/tests.log | tail -n 60)
+echo "$asan_lines"
+# the summary repeats what failed here (CI shows only the tail of the log)
+[ $rc -eq 0 ] || fail "ASan+UBSan suite (exit $rc; build-asan/tests.log):
+$(echo "$asan_lines" | tail -n 25)
+$(tail -n 15 build-asan/tests.log)"
 echo "== valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
 bash tests/valgrind.sh build/bin || fail "valgrind gate"
 echo "== install smoke (pkg-config, find_package)"
