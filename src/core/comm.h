@@ -104,6 +104,16 @@ struct braid_request {
     uint64_t cuda_ticket;
 };
 
+/* The kernel's struct sched_attr (linux/sched/types.h, first version: 48 bytes), for
+ * sched_setattr / sched_getattr, which glibc 2.36 does not wrap. */
+typedef struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+} braid_sched_attr_t;
+
 struct braid_comm {
     uint64_t magic;
     int rank, nranks;
@@ -119,7 +129,9 @@ struct braid_comm {
     int pin_threads;
     cpu_set_t thread_cpus;
     int worker_rt; /* BRAID_WORKER_RT: SCHED_FIFO priority of the worker thread, 0 = none */
-    _Atomic int worker_rt_on; /* the worker thread got it (set by the worker at its start) */
+    _Atomic int worker_rt_on;    /* the worker thread got it (set by the worker at its start) */
+    int worker_slice_us;         /* BRAID_WORKER_SLICE_US: the worker and tcp threads' slice */
+    _Atomic int worker_slice_on; /* the kernel took it for the worker thread */
 
     /* Tuning, read from the environment at init. */
     double timeout_s;

@@ -99,6 +99,11 @@ static const braid_param_t params[] = {
      "buckets) and TCP progress thread: they then run as soon as their data arrives, ahead of "
      "compute threads, and their waits sleep instead of yielding; needs CAP_SYS_NICE or "
      "RLIMIT_RTPRIO (else a warning); 0 = the normal scheduler"},
+    {"WORKER_SLICE_US", "100", BRAID_PARAM_INT,
+     "time slice in microseconds (100-100000) that braid's worker and TCP progress threads ask "
+     "of the normal scheduler (Linux 6.12+ EEVDF; older kernels ignore it): woken by their "
+     "data they preempt a compute thread sooner, with no more cpu time and no privilege; "
+     "0 = the kernel's default slice; not used with BRAID_WORKER_RT"},
     {"RANK", "", BRAID_PARAM_INT, "this process's rank (braid_comm_init_env)"},
     {"NRANKS", "", BRAID_PARAM_INT, "number of ranks (braid_comm_init_env)"},
     {"ROOT", "", BRAID_PARAM_STR, "bootstrap root as host:port (braid_comm_init_env)"},
@@ -225,6 +230,7 @@ static const struct {
     {"TUNE_MEASURE", NULL, 0, 20},
     {"NSOCKS_PERPEER", NULL, 1, 8},
     {"WORKER_RT", NULL, 0, 99},
+    {"WORKER_SLICE_US", NULL, 0, 100000},
     {"P2P_TCP_NSOCKS", NULL, 0, 8},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},

@@ -119,7 +119,8 @@ Test(api, bad_environment_values_are_named)
                               {"BRAID_TRANSPORT", "pigeon", "pigeon"},
                               {"BRAID_DIRECT_NT_SLOTS", "2", "BRAID_DIRECT_NT_SLOTS=2"},
                               {"BRAID_P2P_NT_SLOTS", "yes", "BRAID_P2P_NT_SLOTS=yes"},
-                              {"BRAID_WORKER_RT", "100", "BRAID_WORKER_RT"}};
+                              {"BRAID_WORKER_RT", "100", "BRAID_WORKER_RT"},
+                              {"BRAID_WORKER_SLICE_US", "50", "BRAID_WORKER_SLICE_US"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         setenv(cases[i][0], cases[i][1], 1);
         cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_ERR_INVALID_ARG, "%s=%s",

@@ -7,7 +7,8 @@
  * doubling; algos/direct.c; core/p2p.c) and still gets every result right, over shared memory
  * and TCP, unless it is its process's main thread, which yields anyway; with
  * BRAID_YIELD_SLOW_US=1 every yield starts a hold-off, blocking and non-blocking calls stay right;
- * a negative BRAID_YIELD_SLOW_US fails the init naming it. */
+ * a negative BRAID_YIELD_SLOW_US fails the init naming it; braid's worker thread runs SCHED_FIFO
+ * with BRAID_WORKER_RT, and else asks for the time slice of BRAID_WORKER_SLICE_US. */
 #include "core/comm.h"
 #include "core/yield.h"
 #include "transport/tcp.h"
@@ -22,6 +23,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 TestSuite(yield, .timeout = 240);
@@ -333,4 +336,95 @@ Test(yield, negative_threshold_is_an_error)
     braid_result_t r = braid_comm_init_rank(&c, 1, id, 0);
     cr_assert_eq(r, BRAID_ERR_INVALID_ARG, "init: %s", braid_strerror(r));
     cr_assert(strstr(braid_last_error(), "BRAID_YIELD_SLOW_US"), "message: %s", braid_last_error());
+}
+
+/* BRAID_WORKER_SLICE_US (default 100): the worker thread asks the normal scheduler for a slice
+ * of that many microseconds (EEVDF, Linux 6.12+), read back with sched_getattr by its name;
+ * 0 leaves the kernel's default (the main thread's). A kernel that refused it leaves
+ * worker_slice_on at 0, and then only the default is checked. */
+static uint64_t worker_slice_ns(void)
+{
+    char path[128], name[32];
+    for (int tid = getpid(); tid < getpid() + 4096; tid++) { /* the worker: a recent tid */
+        snprintf(path, sizeof(path), "/proc/self/task/%d/comm", tid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int got = fgets(name, sizeof(name), f) != NULL;
+        fclose(f);
+        if (!got || strncmp(name, "braid-worker", 12)) continue;
+        braid_sched_attr_t a = {0};
+        if (syscall(SYS_sched_getattr, tid, &a, sizeof(a), 0) != 0) return 0;
+        return a.runtime;
+    }
+    return 0;
+}
+
+/* Whether this kernel takes and reports a fair thread's slice: set 250 us on a thread of its
+ * own, read back. */
+static void *probe_slice(void *arg)
+{
+    braid_sched_attr_t a = {.size = sizeof(a), .policy = SCHED_OTHER, .runtime = 250000};
+    braid_sched_attr_t b = {0};
+    *(int *)arg = syscall(SYS_sched_setattr, 0, &a, 0) == 0 &&
+                  syscall(SYS_sched_getattr, 0, &b, sizeof(b), 0) == 0 && b.runtime == 250000;
+    return NULL;
+}
+
+static int kernel_takes_slices(void)
+{
+    int ok = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, probe_slice, &ok), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    return ok;
+}
+
+typedef struct {
+    int want_us;   /* BRAID_WORKER_SLICE_US in force */
+    int supported; /* kernel_takes_slices() */
+} slice_opts_t;
+
+static int slice_calls(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const slice_opts_t *o = arg;
+    const int *want_us = &o->want_us;
+    size_t cnt = 4099;
+    float *b = malloc(cnt * sizeof(float));
+    MP_CHECK(rank, b, "out of memory");
+    data_fill(b, BRAID_FLOAT32, BRAID_SUM, rank, 0, cnt, 5);
+    braid_request_t req;
+    MP_OK(rank, braid_iallreduce(b, b, cnt, BRAID_FLOAT32, BRAID_SUM, comm, &req));
+    MP_OK(rank, braid_wait(req));
+    MP_CHECK(rank, !data_check_reduced(b, BRAID_FLOAT32, BRAID_SUM, n, 0, cnt, 5, "slice"),
+             "iallreduce");
+    free(b);
+    struct braid_comm *c = (struct braid_comm *)comm;
+    braid_sched_attr_t mine = {0};
+    MP_CHECK(rank, syscall(SYS_sched_getattr, 0, &mine, sizeof(mine), 0) == 0, "sched_getattr");
+    uint64_t w = worker_slice_ns();
+    MP_CHECK(rank, w > 0, "no braid-worker thread found");
+    MP_CHECK(rank, atomic_load(&c->worker_slice_on) == (*want_us && o->supported),
+             "worker_slice_on %d (want %d us, kernel takes slices: %d)",
+             atomic_load(&c->worker_slice_on), *want_us, o->supported);
+    if (*want_us && o->supported)
+        MP_CHECK(rank, w == (uint64_t)*want_us * 1000u, "worker slice %llu ns, want %d us",
+                 (unsigned long long)w, *want_us);
+    else
+        MP_CHECK(rank, w == mine.runtime, "worker slice %llu ns, the main thread's %llu",
+                 (unsigned long long)w, (unsigned long long)mine.runtime);
+    return 0;
+}
+
+Test(yield, worker_asks_for_a_short_slice)
+{
+    slice_opts_t o = {.want_us = 100, .supported = kernel_takes_slices()};
+    if (!o.supported) cr_log_warn("this kernel does not take a fair thread's slice (< 6.12)");
+    cr_assert_eq(mp_run(2, slice_calls, &o, 60), 0, "default");
+    setenv("BRAID_WORKER_SLICE_US", "300", 1);
+    o.want_us = 300;
+    cr_assert_eq(mp_run(2, slice_calls, &o, 60), 0, "300 us");
+    setenv("BRAID_WORKER_SLICE_US", "0", 1);
+    o.want_us = 0;
+    cr_assert_eq(mp_run(2, slice_calls, &o, 60), 0, "0: the kernel's default");
+    unsetenv("BRAID_WORKER_SLICE_US");
 }
