@@ -468,9 +468,8 @@ int braid_thread_create_quiet(pthread_t *t, void *(*fn)(void *), void *arg)
  * value is passed on unchanged (sched_setattr sets it too). */
 static void set_slice(struct braid_comm *comm, const char *what)
 {
-    pid_t tid = (pid_t)syscall(SYS_gettid);
     errno = 0;
-    int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+    int nice = getpriority(PRIO_PROCESS, (id_t)gettid());
     if (nice == -1 && errno) nice = 0;
     braid_sched_attr_t attr = {.size = sizeof(attr),
                                .policy = SCHED_OTHER,

@@ -1,5 +1,6 @@
 #include "proc.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -78,4 +79,25 @@ char *proc_slurp(const char *path)
     buf[n] = '\0';
     fclose(f);
     return buf;
+}
+
+pid_t proc_thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    pid_t tid = -1;
+    struct dirent *e;
+    while (tid < 0 && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (!fgets(comm, sizeof(comm), f)) comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (!strcmp(comm, name)) tid = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return tid;
 }

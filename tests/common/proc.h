@@ -20,5 +20,7 @@ int proc_bin_dir(char *out, size_t len);
 double proc_now_s(void);
 /* The file's first MiB as a string (free() it); "" when it cannot be opened. */
 char *proc_slurp(const char *path);
+/* The id of a thread of this process named name (/proc/self/task/<tid>/comm), -1 if none. */
+pid_t proc_thread_named(const char *name);
 
 #endif

@@ -14,6 +14,7 @@
 #include "transport/tcp.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 #include "transport/transport.h"
 
 #include <criterion/criterion.h>
@@ -344,19 +345,10 @@ Test(yield, negative_threshold_is_an_error)
  * worker_slice_on at 0, and then only the default is checked. */
 static uint64_t worker_slice_ns(void)
 {
-    char path[128], name[32];
-    for (int tid = getpid(); tid < getpid() + 4096; tid++) { /* the worker: a recent tid */
-        snprintf(path, sizeof(path), "/proc/self/task/%d/comm", tid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int got = fgets(name, sizeof(name), f) != NULL;
-        fclose(f);
-        if (!got || strncmp(name, "braid-worker", 12)) continue;
-        braid_sched_attr_t a = {0};
-        if (syscall(SYS_sched_getattr, tid, &a, sizeof(a), 0) != 0) return 0;
-        return a.runtime;
-    }
-    return 0;
+    pid_t tid = proc_thread_named("braid-worker");
+    braid_sched_attr_t a = {0};
+    if (tid < 0 || syscall(SYS_sched_getattr, tid, &a, sizeof(a), 0) != 0) return 0;
+    return a.runtime;
 }
 
 /* Whether this kernel takes and reports a fair thread's slice: set 250 us on a thread of its
