@@ -23,6 +23,10 @@
 # The summary's last column, "hidden (pairs)", is the median over rounds of each round's own
 # (step_noov - step_ov) / comm_ms: on a machine whose speed changes between runs the two runs
 # of a round, taken one after the other, are the likeliest to have met the same speed.
+# ALTERNATE=1: each round is one run per setup with `ddp_mlp --alternate` (steps with and
+# without overlap in turn, ~100 ms apart), whose two halves give that round's overlap and
+# no-overlap figures: they meet the same machine speed, which separate runs seconds apart on a
+# shared or throttled machine do not.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]}
@@ -45,22 +49,37 @@ run() { # setup mode round
     esac
     local batch=${BATCH:-$((128 * n))}
     [ "$mode" = noov ] && extra=(--no-overlap)
-    [ "$round" = 1 ] && tl=(--timeline "$out/timeline-$setup-$mode")
+    [ "$mode" = alt ] && extra=(--alternate)
+    [ "$round" = 1 ] && [ "$mode" != alt ] && tl=(--timeline "$out/timeline-$setup-$mode")
     local args=(--epochs "${EPOCHS:-1}" --batch "$batch" --bucket-mb "$bucket" --w2-blocks "$w2blocks" --max-steps "$steps"
         --warmup "$warm" --train-limit 60000 --test-limit 100 "${extra[@]}" ${tl:+"${tl[@]}"})
-    local line
+    local lines
     case $setup in
-    shm*) line=$("$bin/braid-run" -n "$n" --timeout 600 "$bin/ddp_mlp" "${args[@]}" 2>&1 |
-        grep '^step_ms') ;;
-    net*) line=$(tests/net/netns.sh --timeout 600 --hosts 2 --ranks-per-host $((n / 2)) \
-        --rate 1gbit --burst 128kb --bind -- "$bin/ddp_mlp" "${args[@]}" 2>&1 | grep '^step_ms') ;;
+    shm*) lines=$("$bin/braid-run" -n "$n" --timeout 600 "$bin/ddp_mlp" "${args[@]}" 2>&1 |
+        grep -E '^(overlap |no_overlap )?step_ms') ;;
+    net*) lines=$(tests/net/netns.sh --timeout 600 --hosts 2 --ranks-per-host $((n / 2)) \
+        --rate 1gbit --burst 128kb --bind -- "$bin/ddp_mlp" "${args[@]}" 2>&1 |
+        grep -E '^(overlap |no_overlap )?step_ms') ;;
     esac
-    echo "$setup $mode round $round batch $batch bucket_mb $bucket w2_blocks $w2blocks $line" |
-        tee -a "$raw"
+    local m line
+    for m in ov noov; do
+        line=$lines
+        if [ "$mode" = alt ]; then
+            line=$(grep "^overlap " <<<"$lines")
+            [ $m = noov ] && line=$(grep "^no_overlap " <<<"$lines")
+            line=${line#* }
+        elif [ "$mode" != $m ]; then
+            continue
+        fi
+        echo "$setup $m round $round batch $batch bucket_mb $bucket w2_blocks $w2blocks $line" |
+            tee -a "$raw"
+    done
 }
 for r in $(seq 1 "$rounds"); do
     for s in $setups; do
-        if [ $((r % 2)) -eq 1 ]; then
+        if [ "${ALTERNATE:-0}" = 1 ]; then
+            run "$s" alt "$r"
+        elif [ $((r % 2)) -eq 1 ]; then
             run "$s" ov "$r"
             run "$s" noov "$r"
         else

@@ -1,7 +1,7 @@
 /* ddp_mlp: trains a 784-512-512-10 MLP on Fashion-MNIST with braid's DDP layer.
  *
  *   braid-run -n N build/bin/ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M]
- *       [--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
+ *       [--no-overlap | --alternate] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd]
  *       [--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] [--test-limit N]
  *       [--data DIR] [--max-steps N] [--warmup N] [--timeline FILE]
  *       [--compress none|fp16|bf16|powersgd]
@@ -21,6 +21,10 @@
  * bytes; equal on every rank). With --max-steps, rank 0 also prints `step_ms M backward_ms B
  * finish_ms F steps K mean_step_ms X` (medians over the K steps after --warmup, and their
  * mean: with --local-sgd K', over a multiple of K' steps that includes the averaging steps).
+ * --alternate runs the steps with and without overlap in turn (even global steps overlapped,
+ * odd ones not) and prints the same figures twice, as `overlap step_ms ...` and `no_overlap
+ * step_ms ...`: an A/B within one run, whose two halves meet the same machine speed (on a
+ * shared or throttled machine, separate runs a minute apart do not).
  * --timeline FILE writes one step's events per rank to FILE.<rank> (perf/ddp_timeline.py draws
  * them). Rank 0 also prints `eval step S wall_s W test_acc A` after every K steps with --eval-every
  * K and at the end of every epoch (W: the training time so far, evaluations excluded), and at the
@@ -39,8 +43,8 @@
 void openblas_set_num_threads(int n);
 
 typedef struct {
-    int epochs, batch, overlap, adam, w1_blocks, w2_blocks, train_limit, test_limit, max_steps,
-        warmup;
+    int epochs, batch, overlap, alternate, adam, w1_blocks, w2_blocks, train_limit, test_limit,
+        max_steps, warmup;
     double lr, momentum, bucket_mb;
     uint64_t seed;
     const char *csv, *plot, *data, *timeline;
@@ -73,13 +77,15 @@ static void die(const char *what, braid_result_t r, const char *msg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
-                    "[--no-overlap] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
-                    "[--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] "
-                    "[--test-limit N] "
-                    "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
-                    "[--compress none|fp16|bf16|powersgd] [--zero 0|1|2] [--powersgd-rank R] "
-                    "[--eval-every K]\n");
+    fprintf(
+        stderr,
+        "usage: ddp_mlp [--epochs E] [--batch B] [--lr X] [--bucket-mb M] "
+        "[--no-overlap | --alternate] [--seed S] [--csv FILE] [--plot FILE.png] [--opt adam|sgd] "
+        "[--momentum MU] [--w1-blocks K] [--w2-blocks K] [--train-limit N] "
+        "[--test-limit N] "
+        "[--data DIR] [--max-steps N] [--warmup N] [--timeline FILE] "
+        "[--compress none|fp16|bf16|powersgd] [--zero 0|1|2] [--powersgd-rank R] "
+        "[--eval-every K]\n");
     exit(2);
 }
 
@@ -99,15 +105,31 @@ static void parse(int argc, char **argv, args_t *a)
                   .compress = BRAID_FLOAT32,
                   .psgd_rank = 4,
                   .data = "/usr/share/datasets/fashion-mnist"};
-    static const struct option opts[] = {
-        {"epochs", 1, 0, 'e'},        {"batch", 1, 0, 'b'},      {"lr", 1, 0, 'l'},
-        {"bucket-mb", 1, 0, 'm'},     {"no-overlap", 0, 0, 'n'}, {"seed", 1, 0, 's'},
-        {"csv", 1, 0, 'c'},           {"plot", 1, 0, 'p'},       {"opt", 1, 0, 'o'},
-        {"momentum", 1, 0, 'u'},      {"w1-blocks", 1, 0, 'k'},  {"w2-blocks", 1, 0, 'K'},
-        {"train-limit", 1, 0, 'T'},   {"test-limit", 1, 0, 'V'}, {"data", 1, 0, 'd'},
-        {"max-steps", 1, 0, 'S'},     {"warmup", 1, 0, 'w'},     {"timeline", 1, 0, 't'},
-        {"compress", 1, 0, 'C'},      {"zero", 1, 0, 'Z'},       {"help", 0, 0, 'h'},
-        {"powersgd-rank", 1, 0, 'R'}, {"eval-every", 1, 0, 'E'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"epochs", 1, 0, 'e'},
+                                         {"batch", 1, 0, 'b'},
+                                         {"lr", 1, 0, 'l'},
+                                         {"bucket-mb", 1, 0, 'm'},
+                                         {"no-overlap", 0, 0, 'n'},
+                                         {"seed", 1, 0, 's'},
+                                         {"csv", 1, 0, 'c'},
+                                         {"plot", 1, 0, 'p'},
+                                         {"opt", 1, 0, 'o'},
+                                         {"momentum", 1, 0, 'u'},
+                                         {"w1-blocks", 1, 0, 'k'},
+                                         {"w2-blocks", 1, 0, 'K'},
+                                         {"train-limit", 1, 0, 'T'},
+                                         {"test-limit", 1, 0, 'V'},
+                                         {"data", 1, 0, 'd'},
+                                         {"max-steps", 1, 0, 'S'},
+                                         {"warmup", 1, 0, 'w'},
+                                         {"timeline", 1, 0, 't'},
+                                         {"compress", 1, 0, 'C'},
+                                         {"zero", 1, 0, 'Z'},
+                                         {"help", 0, 0, 'h'},
+                                         {"powersgd-rank", 1, 0, 'R'},
+                                         {"eval-every", 1, 0, 'E'},
+                                         {"alternate", 0, 0, 'A'},
+                                         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end = NULL;
@@ -126,6 +148,9 @@ static void parse(int argc, char **argv, args_t *a)
             break;
         case 'n':
             a->overlap = 0;
+            break;
+        case 'A':
+            a->alternate = 1;
             break;
         case 's':
             a->seed = strtoull(optarg, &end, 10);
@@ -240,6 +265,30 @@ static double median(double *v, int n)
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof(double), cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --alternate: the figures of print_step_times for the overlapped (even) and the plain (odd)
+ * steps after warmup, each on its own line. */
+static void print_alternate(const double *t_step, const double *t_bwd, const double *t_fin,
+                            int nsteps, int warmup)
+{
+    int n = nsteps > warmup ? nsteps - warmup : 0, k[2] = {0, 0};
+    double *v = malloc((size_t)(n > 0 ? n : 1) * 3 * 2 * sizeof(double));
+    if (!v) return;
+    for (int i = warmup; i < nsteps; i++) {
+        int p = i % 2; /* 0: overlapped */
+        double *d = v + (size_t)p * 3 * (size_t)n;
+        d[k[p]] = t_step[i];
+        d[n + k[p]] = t_bwd[i];
+        d[2 * n + k[p]] = t_fin[i];
+        k[p]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        double *d = v + (size_t)p * 3 * (size_t)n;
+        printf("%s ", p ? "no_overlap" : "overlap");
+        print_step_times(d, d + n, d + 2 * n, k[p], 0);
+    }
+    free(v);
 }
 
 void print_step_times(double *t_step, double *t_bwd, double *t_fin, int nsteps, int warmup)
@@ -491,7 +540,8 @@ int main(int argc, char **argv)
             loss_sum += mlp_forward(&m, xb, yb, per);
             ev.n = 0;
             double tb = now_s();
-            CKD(mlp_backward(&m, xb, yb, per, per, ddp, a.overlap, &ev), "backward (grad_ready)");
+            int ov = a.alternate ? gstep % 2 == 0 : a.overlap;
+            CKD(mlp_backward(&m, xb, yb, per, per, ddp, ov, &ev), "backward (grad_ready)");
             double tf = now_s();
             variant_slow(&va, g_rank, tf - ts);
             CKD(braid_ddp_finish(ddp), "braid_ddp_finish");
@@ -559,7 +609,10 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (a.max_steps > 0 && g_rank == 0) print_step_times(t_step, t_bwd, t_fin, gstep, a.warmup);
+    if (a.max_steps > 0 && g_rank == 0 && a.alternate)
+        print_alternate(t_step, t_bwd, t_fin, gstep, a.warmup);
+    else if (a.max_steps > 0 && g_rank == 0)
+        print_step_times(t_step, t_bwd, t_fin, gstep, a.warmup);
     print_bytes(ddp, &hook, &a, n, state_elems, ls, gstep);
     braid_ddp_localsgd_destroy(ls);
     if (csv) fclose(csv);

@@ -95,9 +95,10 @@ Test(ddp_mlp, short_run_on_a_slice_trains_and_keeps_ranks_identical)
 }
 
 /* Runs braid-run -n 2 ddp_mlp on a slice with extra arguments (extra3 may be NULL, then
- * extra4 too); returns the params_hash, and the state_bytes it reports. */
-static size_t run_hash(const char *extra1, const char *extra2, const char *extra3,
-                       const char *extra4, char *hash, size_t len)
+ * extra4 too); returns the params_hash, and the state_bytes it reports; the output in *out_p
+ * (the caller frees it) unless out_p is NULL. */
+static size_t run_hash_out(const char *extra1, const char *extra2, const char *extra3,
+                           const char *extra4, char *hash, size_t len, char **out_p)
 {
     char run[PATH_MAX + 16], prog[PATH_MAX + 16];
     snprintf(run, sizeof(run), "%s/braid-run", g_bin);
@@ -138,8 +139,57 @@ static size_t run_hash(const char *extra1, const char *extra2, const char *extra
     size_t state = 0;
     const char *b = strstr(out, " state_bytes ");
     cr_assert(b && sscanf(b, " state_bytes %zu", &state) == 1, "no state_bytes in:\n%s", out);
-    free(out);
+    if (out_p)
+        *out_p = out;
+    else
+        free(out);
     return state;
+}
+
+static size_t run_hash(const char *extra1, const char *extra2, const char *extra3,
+                       const char *extra4, char *hash, size_t len)
+{
+    return run_hash_out(extra1, extra2, extra3, extra4, hash, len, NULL);
+}
+
+/* The line of out that starts with prefix, or NULL. */
+static const char *line_starting(const char *out, const char *prefix)
+{
+    size_t k = strlen(prefix);
+    for (const char *l = out; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, prefix, k)) return l;
+    return NULL;
+}
+
+/* --alternate (perf/ddp_overlap.sh ALTERNATE=1): the steps after the warm-up (5) alternate
+ * between overlapped (even global steps: 6, 8, 10 of 12) and plain ones (5, 7, 9, 11), each
+ * half reported on its own line; which steps overlap changes when the buckets are reduced,
+ * not what they add (the same all-reduces in the same order), so all three runs end with the
+ * same parameters. */
+Test(ddp_mlp, alternate_reports_both_halves_and_ends_as_plain_runs_do)
+{
+    char h0[32], h1[32], h2[32], *out = NULL;
+    run_hash("--max-steps", "12", "--no-overlap", NULL, h0, sizeof(h0));
+    run_hash("--max-steps", "12", NULL, NULL, h1, sizeof(h1));
+    run_hash_out("--max-steps", "12", "--alternate", NULL, h2, sizeof(h2), &out);
+    cr_assert_str_eq(h0, h1, "overlap and no overlap ended with different parameters");
+    cr_assert_str_eq(h0, h2, "--alternate ended with different parameters");
+    const char *name[2] = {"overlap ", "no_overlap "};
+    const int want[2] = {3, 4};
+    for (int i = 0; i < 2; i++) {
+        const char *l = line_starting(out, name[i]);
+        cr_assert(l, "no line starting with '%s' in:\n%s", name[i], out);
+        double st, bw, fin, mean;
+        int k;
+        cr_assert_eq(sscanf(l + strlen(name[i]),
+                            "step_ms %lf backward_ms %lf finish_ms %lf steps %d mean_step_ms %lf",
+                            &st, &bw, &fin, &k, &mean),
+                     5, "malformed: %.200s", l);
+        cr_assert_eq(k, want[i], "%ssteps %d, expected %d", name[i], k, want[i]);
+        cr_assert(st > 0 && bw > 0 && fin >= 0 && st >= bw, "%.200s", l);
+    }
+    cr_assert_null(line_starting(out, "step_ms "), "a plain step_ms line as well:\n%s", out);
+    free(out);
 }
 
 /* On 2 ranks a reduce-scatter + all-gather adds the same two values as the all-reduce, so
