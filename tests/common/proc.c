@@ -81,6 +81,18 @@ char *proc_slurp(const char *path)
     return buf;
 }
 
+int proc_task_comm(const char *tid, char *comm, size_t len)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (!fgets(comm, (int)len, f)) comm[0] = '\0';
+    fclose(f);
+    comm[strcspn(comm, "\n")] = '\0';
+    return 0;
+}
+
 pid_t proc_thread_named(const char *name)
 {
     DIR *d = opendir("/proc/self/task");
@@ -88,14 +100,8 @@ pid_t proc_thread_named(const char *name)
     pid_t tid = -1;
     struct dirent *e;
     while (tid < 0 && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[300], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (!fgets(comm, sizeof(comm), f)) comm[0] = '\0';
-        fclose(f);
-        comm[strcspn(comm, "\n")] = '\0';
+        char comm[32];
+        if (e->d_name[0] == '.' || proc_task_comm(e->d_name, comm, sizeof(comm))) continue;
         if (!strcmp(comm, name)) tid = (pid_t)atoi(e->d_name);
     }
     closedir(d);

@@ -20,6 +20,9 @@ int proc_bin_dir(char *out, size_t len);
 double proc_now_s(void);
 /* The file's first MiB as a string (free() it); "" when it cannot be opened. */
 char *proc_slurp(const char *path);
+/* The name of this process's thread tid (a /proc/self/task entry) in comm, without the
+ * newline; 0, or -1 if it cannot be read. */
+int proc_task_comm(const char *tid, char *comm, size_t len);
 /* The id of a thread of this process named name (/proc/self/task/<tid>/comm), -1 if none. */
 pid_t proc_thread_named(const char *name);
 

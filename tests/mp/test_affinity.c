@@ -7,6 +7,7 @@
 #include "topo/topo.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -24,17 +25,11 @@ static int check_threads(int rank, const char *name, const cpu_set_t *want)
     struct dirent *e;
     int found = 0, bad = 0;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[300], line[4096], comm[32] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (!fgets(comm, sizeof(comm), f)) comm[0] = '\0';
-        fclose(f);
-        comm[strcspn(comm, "\n")] = '\0';
+        char path[300], line[4096], comm[32];
+        if (e->d_name[0] == '.' || proc_task_comm(e->d_name, comm, sizeof(comm))) continue;
         if (strcmp(comm, name)) continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
-        f = fopen(path, "r");
+        FILE *f = fopen(path, "r");
         cpu_set_t got;
         CPU_ZERO(&got);
         while (f && fgets(line, sizeof(line), f))
