@@ -19,6 +19,13 @@
  *   Two synchronisations per block whatever n. Reuse: slot g % 2 is rewritten for block g+2,
  *   after this rank's step 3 of block g+1 saw every peer's 2(g+1)+2, which each peer publishes
  *   after its own step 3 of block g: nobody reads the slot any more.
+ *   Staging (BRAID_DIRECT_PIPELINE): step 1 of block g+1 runs between steps 2 and 3 of block g,
+ *   so the copy-in overlaps the peers' reductions. It rewrites slot (g+1) % 2 while a peer may
+ *   still be in step 3 of block g-1, which reads only this rank's slice of that slot; the
+ *   copy-in skips this rank's slice of block g+1, the same bytes when blocks g-1 and g+1 have
+ *   the same length. So it is done early only then, or when block g-1 belongs to an earlier
+ *   call (every peer finished it before publishing 2g+1); a short last block is staged after
+ *   step 3 as before.
  * All-reduce, small (one block of at most braid_direct_small_max bytes, block g): copy in,
  * publish 2g+1 (the payload sits in the tag's cache line up to BRAID_DIRECT_INLINE bytes), wait
  * for every peer's 2g+1, reduce all n inputs in rank order into out. One synchronisation; the
@@ -195,8 +202,14 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
     return check ? check_desc(x, r, l) : BRAID_SUCCESS;
 }
 
+/* Writes the descriptor into this rank's line unless it is there already: a block staged early
+ * (the large all-reduce) rewrites a line whose previous block of the same call a peer may still
+ * be checking, and equal fields are left alone rather than rewritten under it. */
 static void put_desc(braid_direct_line_t *l, const braid_msg_hdr_t *h)
 {
+    if (l->seq == h->seq && l->coll == h->coll && l->dtype == h->dtype && l->op == h->op &&
+        l->root == h->root && l->count == h->count)
+        return;
     l->seq = h->seq;
     l->coll = h->coll;
     l->dtype = h->dtype;
@@ -304,7 +317,8 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
     braid_direct_line_t *l = braid_direct_line(d, me, s);
     put_desc(l, &x->desc);
     if (bytes <= BRAID_DIRECT_INLINE) ref = NULL; /* the line's data holds payload, not refs */
-    l->flags = ref ? BRAID_DIRECT_MAPPED : 0;
+    uint8_t flags = ref ? BRAID_DIRECT_MAPPED : 0;
+    if (l->flags != flags) l->flags = flags;
     if (ref)
         braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes,
                              ref->off + (uint64_t)(src - (const char *)ref->ptr));
@@ -384,6 +398,17 @@ static braid_result_t publish_block(dctx_t *x, uint64_t g, const char *blk, size
     return BRAID_SUCCESS;
 }
 
+/* Step 1 of the large all-reduce for block g of len elements at blk: copies in the peers'
+ * slices (or publishes the mapped reference) and publishes 2g+1; *so_p, *sl_p: this rank's
+ * slice, which stays in blk. */
+static braid_result_t stage_block(dctx_t *x, uint64_t g, const char *blk, size_t len,
+                                  const braid_mem_ref_t *ref, size_t *so_p, size_t *sl_p)
+{
+    size_t es = braid_dtype_size(x->a->dtype);
+    braid_direct_slice(len, x->comm->nranks, x->comm->rank, es, so_p, sl_p);
+    return copy_in_skip(x, g, blk, len * es, *so_p * es, *sl_p * es, (uint32_t)(2 * g + 1), ref);
+}
+
 static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char **src)
 {
     braid_direct_t *d = x->d;
@@ -406,18 +431,30 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
     }
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
-    size_t blk = block / es;
-    for (size_t off = 0; off < a->count; off += blk, ++*g) {
-        size_t len = a->count - off < blk ? a->count - off : blk, lb = len * es;
+    size_t blk = block / es, count = a->count, so, sl;
+    uint64_t g0 = *g;
+    BRAID_CHECK(stage_block(x, *g, in, count < blk ? count : blk, ref, &so, &sl));
+    for (size_t off = 0; off < count; off += blk, ++*g) {
+        size_t len = count - off < blk ? count - off : blk, lb = len * es;
+        size_t noff = off + blk,
+               nlen = noff < count ? (count - noff < blk ? count - noff : blk) : 0;
         int s = (int)(*g & 1);
         uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
-        size_t so, sl;
-        BRAID_CHECK(publish_block(x, *g, in + off * es, len, t1, ref, src, &so, &sl));
+        BRAID_CHECK(wait_all(x, *g, t1));
+        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
+        src[me] = in + off * es;
         /* the reduced slice goes to the slot's data (a mapped rank's too: its slot holds no
          * input then) */
         char *mine = braid_direct_data(d, me, s, lb);
         reduce_all(x, src, so, sl, out + (off + so) * es, mine);
         braid_direct_publish(d, s, t2);
+        /* The next block is staged before this one's gather when the peers still gathering
+         * block g - 1 from the next block's slot read only this rank's slice of it, which the
+         * staging skips: block g - 1 is in an earlier call (every peer gathered it before it
+         * published 2g+1), or it has the next block's length (the same slice). */
+        int early = nlen && (nlen == blk || *g - g0 < 1) && x->comm->direct_pipeline;
+        size_t nso = 0, nsl = 0;
+        if (early) BRAID_CHECK(stage_block(x, *g + 1, in + noff * es, nlen, ref, &nso, &nsl));
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n;
             BRAID_CHECK(wait_peer(x, j, s, t2));
@@ -425,6 +462,10 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
             braid_direct_slice(len, n, j, es, &jo, &jl);
             out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
+        if (nlen && !early)
+            BRAID_CHECK(stage_block(x, *g + 1, in + noff * es, nlen, ref, &nso, &nsl));
+        so = nso;
+        sl = nsl;
     }
     /* The peers are done with this rank's buffer: each read it before its 2g+2 of the last
      * block, which this rank waited for. */

@@ -171,6 +171,7 @@ struct braid_comm {
     size_t direct_block;   /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
     int direct_block_auto; /* it was auto (braid_direct_auto_block of nranks) */
     size_t direct_nt_min; /* BRAID_NT_MIN: outputs from this size use streaming stores, 0 = never */
+    int direct_pipeline;  /* BRAID_DIRECT_PIPELINE: stage the next block before the gather */
     int direct_nt_slots;  /* BRAID_DIRECT_NT_SLOTS: copies into the slots by streaming stores */
     int p2p_nt_slots;     /* BRAID_P2P_NT_SLOTS: 0 plain, 1 streaming, 2 measured (ntpick.h) */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left

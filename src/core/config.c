@@ -43,6 +43,9 @@ static const braid_param_t params[] = {
      "or more into their slots (and the own block of all-to-all, gather, scatter and "
      "all-gatherv from 2 MiB), x86-64: auto = on for AMD CPUs with no more ranks on the machine "
      "than cpus (where it was measured faster), 1 = on, 0 = off"},
+    {"DIRECT_PIPELINE", "1", BRAID_PARAM_INT,
+     "1 = the direct shared-memory all-reduce copies in its next block while it waits for the "
+     "peers' reduced slices of the current one; 0 = one block after the other"},
     {"TRACE", "", BRAID_PARAM_STR,
      "write a Chrome trace (Perfetto JSON) of every call and step on every rank to this file, "
      "merged by rank 0 at braid_comm_destroy; off when empty"},

@@ -10,7 +10,8 @@
  * allocator checks its arguments; when no peer can open a rank's descriptors through /proc
  * (every rank non-dumpable, without CAP_SYS_PTRACE) such buffers are copied in instead;
  * streaming stores for the output (BRAID_NT_MIN) and into the slots (BRAID_DIRECT_NT_SLOTS) give
- * the same results. */
+ * the same results; the next block staged during the gather (BRAID_DIRECT_PIPELINE), with short
+ * last blocks and more ranks than cpus, keeps every result exact. */
 #include "algos/algo.h"
 #include "algos/direct.h"
 #include "core/comm.h"
@@ -546,6 +547,44 @@ Test(direct, block_is_256k_for_two_ranks_and_1m_for_more_unless_set)
     cr_assert_eq(mp_run(3, block_size, &unset, 100), 0, "n=3 unset (see stderr)");
     cr_assert_eq(mp_run(4, block_size, &aut, 100), 0, "n=4 auto (see stderr)");
     cr_assert_eq(mp_run(3, block_size, &set, 100), 0, "n=3 128K (see stderr)");
+}
+
+/* ---- the next block staged during the gather (BRAID_DIRECT_PIPELINE) ------------------------ */
+/* Counts whose last block is short (the one block that must not be staged early: its slice
+ * sits elsewhere in the slot than the slice peers may still be gathering), and one of whole
+ * blocks, many calls in a row, in place and not, every rank checked against the reference;
+ * with more ranks than cpus the ranks are preempted at every step, so a peer is often still
+ * gathering a block when another stages the block after next. */
+static int staged_blocks(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
+    MP_CHECK(rank, c != NULL && ((struct braid_comm *)c)->direct, "no direct segments");
+    size_t blk = braid_direct_block(((struct braid_comm *)c)->direct) / sizeof(float);
+    size_t counts[] = {2 * blk + blk / 2, 3 * blk + 17,  2 * blk + 1,
+                       4 * blk,           blk + blk / 3, 5 * blk + blk - 3};
+    int seed = 100;
+    for (int it = 0; it < 12; it++)
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+            if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, counts[ci],
+                                     (it + (int)ci) & 1, 0, seed++, "staged"))
+                return 1;
+    MP_OK(rank, braid_comm_destroy(c));
+    return 0;
+}
+
+Test(direct, next_block_staged_during_the_gather_keeps_every_result_exact)
+{
+    setenv("BRAID_DIRECT_BLOCK", "4096", 1);
+    const char *modes[] = {"1", "0"};
+    for (int m = 0; m < 2; m++) {
+        setenv("BRAID_DIRECT_PIPELINE", modes[m], 1);
+        for (int n = 2; n <= 5; n++)
+            cr_assert_eq(mp_run(n, staged_blocks, NULL, 300), 0,
+                         "BRAID_DIRECT_PIPELINE=%s n=%d: some rank failed (see stderr)", modes[m],
+                         n);
+    }
+    unsetenv("BRAID_DIRECT_PIPELINE");
 }
 
 /* ---- faults ---------------------------------------------------------------------------------- */
