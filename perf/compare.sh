@@ -119,15 +119,22 @@ fi
 # per second, all threads together. Each rank then moves S in at least 2 S N / C seconds, so
 #     roofline busbw = algbw * 2 (n-1)/n <= C / (2 n) * 2 (n-1) / n = C (n-1) / n^2.
 # (An earlier model counted the slot copies as memory traffic, 5 bytes per byte: braid's
-# measured busbw was above it.) The algorithm the cost model runs at the largest size is read
+# measured busbw was above it.) That holds while the slots stay in the caches. Where the direct
+# path writes its slots with streaming stores (BRAID_DIRECT_NT_SLOTS: auto = AMD CPUs with no
+# more ranks than cpus, measured ~1.8x faster there even at 256 MiB), the slot copies go
+# through memory too: per byte and rank it reads its input (1), the peers' copies of its slice
+# ((n-1)/n) and the peers' reduced slices ((n-1)/n), and writes the copy-in ((n-1)/n), its
+# reduced slice twice (out and slot, 2/n) and the gathered slices ((n-1)/n): 3 + 2(n-1)/n
+# bytes (4 at n = 2). The table also gives that design's own bound, C (n-1)/n^2 * 2 / B for
+# B bytes per byte, and busbw as a fraction of it; the target counts the first. The algorithm the cost model runs at the largest size is read
 # from one traced call (BRAID_TRACE) unless BRAID_ALGO forces one.
 if [ -x "$bin/membw" ]; then
     {
         echo
         # the machine's copy and add, 1 thread and all cpus, 256 MiB per thread
         "$bin/membw" -p -s 256M -r 3 2>&1 | sed 's/^/# /' || true
-        printf '%-6s %12s %10s %14s %12s %16s %10s\n' ranks size algo braid_GB/s membw_C \
-            roofline_GB/s fraction
+        printf '%-6s %12s %10s %14s %12s %16s %10s %8s %12s\n' ranks size algo braid_GB/s membw_C \
+            roofline_GB/s fraction design_B design_frac
         for n in $ranks; do
             b="$dir/braid_n$n.csv"
             [ -s "$b" ] || continue
@@ -146,15 +153,26 @@ if [ -x "$bin/membw" ]; then
 print([e['args'].get('algo','?') for e in ev if e.get('name')=='allreduce' and \
 e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/dev/null || echo "?")
             fi
-            awk -v n="$n" -v s="$size" -v a="$algo" -v bw="${bw:-0}" -v b="$busbw" 'BEGIN {
+            # streaming stores into the direct path's slots (BRAID_DIRECT_NT_SLOTS, core/comm.c)
+            nt=0
+            case "${BRAID_DIRECT_NT_SLOTS:-auto}" in
+            1) nt=1 ;;
+            0) nt=0 ;;
+            *) grep -q -m1 AuthenticAMD /proc/cpuinfo && [ "$n" -le "$(nproc)" ] && nt=1 ;;
+            esac
+            awk -v n="$n" -v s="$size" -v a="$algo" -v bw="${bw:-0}" -v b="$busbw" -v nt="$nt" 'BEGIN {
                 roof = bw * (n - 1) / (n * n)
-                if (roof > 0) printf "%-6s %12d %10s %14.3f %12.2f %16.3f %10.2f\n", n, s, a, b, bw, roof, b / roof
+                B = (a == "direct" && nt) ? 3 + 2 * (n - 1) / n : 2
+                if (roof > 0) printf "%-6s %12d %10s %14.3f %12.2f %16.3f %10.2f %8.2f %12.2f\n", n, s, a, b, bw, roof, b / roof, B, b / (roof * 2 / B)
                 else printf "%-6s %12d %10s %14.3f %12s %16s %10s\n", n, s, a, b, "-", "(membw failed)", "-"
             }'
         done
         echo "(roofline: every rank reads its input and writes its output once, at the copy rate"
         echo " membw_C (GB/s read + written, all ranks together) measured now with one thread per"
         echo " rank on buffers of the call's size; the model is in the header of perf/compare.sh;"
+        echo " design_B: bytes through memory per byte and rank of the algorithm as run (direct"
+        echo " with streaming stores into its slots: 3 + 2(n-1)/n), design_frac: busbw over that"
+        echo " design's own bound;"
         echo " raw membw lines in membw.txt)"
     } | tee -a "$dir/summary.txt"
 fi
