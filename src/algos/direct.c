@@ -380,33 +380,32 @@ static void src_free(src_t *t)
     if (t->src != t->stack) free(t->src);
 }
 
-/* Steps 1 and the wait of the large all-reduce and of reduce, block g of len elements at blk:
- * copies in the peers' slices of it (or publishes the mapped reference), publishes tag, waits
- * for every peer's, and sets src to the n inputs, this rank's own slice being read from blk
- * (it is never copied in); *so_p, *sl_p: this rank's slice. */
-static braid_result_t publish_block(dctx_t *x, uint64_t g, const char *blk, size_t len,
-                                    uint32_t tag, const braid_mem_ref_t *ref, const char **src,
-                                    size_t *so_p, size_t *sl_p)
-{
-    int n = x->comm->nranks, me = x->comm->rank;
-    size_t es = braid_dtype_size(x->a->dtype), lb = len * es;
-    braid_direct_slice(len, n, me, es, so_p, sl_p);
-    BRAID_CHECK(copy_in_skip(x, g, blk, lb, *so_p * es, *sl_p * es, tag, ref));
-    BRAID_CHECK(wait_all(x, g, tag));
-    BRAID_CHECK(sources(x, (int)(g & 1), lb, blk, src));
-    src[me] = blk;
-    return BRAID_SUCCESS;
-}
-
-/* Step 1 of the large all-reduce for block g of len elements at blk: copies in the peers'
- * slices (or publishes the mapped reference) and publishes 2g+1; *so_p, *sl_p: this rank's
- * slice, which stays in blk. */
+/* Step 1 of the large all-reduce and of reduce for block g of len elements at blk: copies in
+ * the peers' slices of it (or publishes the mapped reference) and publishes 2g+1; *so_p, *sl_p:
+ * this rank's slice, which is never copied in (it is read from blk). */
 static braid_result_t stage_block(dctx_t *x, uint64_t g, const char *blk, size_t len,
                                   const braid_mem_ref_t *ref, size_t *so_p, size_t *sl_p)
 {
     size_t es = braid_dtype_size(x->a->dtype);
     braid_direct_slice(len, x->comm->nranks, x->comm->rank, es, so_p, sl_p);
     return copy_in_skip(x, g, blk, len * es, *so_p * es, *sl_p * es, (uint32_t)(2 * g + 1), ref);
+}
+
+/* The wait of block g (len elements at blk, staged): every peer's 2g+1, then src = the n
+ * inputs, this rank's own read from blk. */
+static braid_result_t staged_sources(dctx_t *x, uint64_t g, const char *blk, size_t len,
+                                     const char **src)
+{
+    BRAID_CHECK(wait_all(x, g, (uint32_t)(2 * g + 1)));
+    BRAID_CHECK(sources(x, (int)(g & 1), len * braid_dtype_size(x->a->dtype), blk, src));
+    src[x->comm->rank] = blk;
+    return BRAID_SUCCESS;
+}
+
+/* The elements of the block at off of a call of count (blocks of blk), 0 past the end. */
+static size_t block_len(size_t count, size_t off, size_t blk)
+{
+    return off >= count ? 0 : count - off < blk ? count - off : blk;
 }
 
 static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char **src)
@@ -433,16 +432,13 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
     const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
     size_t blk = block / es, count = a->count, so, sl;
     uint64_t g0 = *g;
-    BRAID_CHECK(stage_block(x, *g, in, count < blk ? count : blk, ref, &so, &sl));
+    BRAID_CHECK(stage_block(x, *g, in, block_len(count, 0, blk), ref, &so, &sl));
     for (size_t off = 0; off < count; off += blk, ++*g) {
-        size_t len = count - off < blk ? count - off : blk, lb = len * es;
-        size_t noff = off + blk,
-               nlen = noff < count ? (count - noff < blk ? count - noff : blk) : 0;
+        size_t len = block_len(count, off, blk), lb = len * es;
+        size_t noff = off + blk, nlen = block_len(count, noff, blk);
         int s = (int)(*g & 1);
-        uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
-        BRAID_CHECK(wait_all(x, *g, t1));
-        BRAID_CHECK(sources(x, s, lb, in + off * es, src));
-        src[me] = in + off * es;
+        uint32_t t2 = (uint32_t)(2 * *g + 2);
+        BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
         /* the reduced slice goes to the slot's data (a mapped rank's too: its slot holds no
          * input then) */
         char *mine = braid_direct_data(d, me, s, lb);
@@ -629,12 +625,13 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
-        size_t len = count - off < blk ? count - off : blk, lb = len * es;
+        size_t len = block_len(count, off, blk), lb = len * es;
         int s = (int)(*g & 1);
-        uint32_t t1 = (uint32_t)(2 * *g + 1), t2 = t1 + 1;
+        uint32_t t2 = (uint32_t)(2 * *g + 2);
         last = t2;
         size_t so, sl;
-        BRAID_CHECK(publish_block(x, *g, in + off * es, len, t1, ref, src, &so, &sl));
+        BRAID_CHECK(stage_block(x, *g, in + off * es, len, ref, &so, &sl));
+        BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
         char *mine = braid_direct_data(d, me, s, lb);
         if (me != root) {
             reduce_all(x, src, so, sl, NULL, mine);

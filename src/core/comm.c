@@ -562,10 +562,10 @@ static braid_result_t setup_direct(struct braid_comm *c)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
                                (long long)v);
     c->direct_nt_min = (size_t)v;
-    /* auto: with more ranks than cpus, peers share a cpu's caches, where plain stores win
-     * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
     BRAID_CHECK(braid_param_int("DIRECT_PIPELINE", &v));
     c->direct_pipeline = v != 0;
+    /* auto: with more ranks than cpus, peers share a cpu's caches, where plain stores win
+     * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
     BRAID_CHECK(braid_param_switch("DIRECT_NT_SLOTS", &c->direct_nt_slots));
     if (c->direct_nt_slots == 2)
         c->direct_nt_slots =
