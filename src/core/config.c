@@ -69,6 +69,9 @@ static const braid_param_t params[] = {
      "copies in every 1024; 1 = streaming, 0 = plain"},
     {"P2P_CMA_MIN", "4M", BRAID_PARAM_SIZE,
      "send/recv messages of at least this many bytes go by single copy where it is on"},
+    {"P2P_CMA_PIECE", "16M", BRAID_PARAM_SIZE,
+     "bytes a receiver reads per process_vm_readv of a single-copy message (it checks for an "
+     "abort and moves its other operations between them; 4 KiB or more)"},
     {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,
      "test hook: 1 = this rank's CMA probes fail (as if its peers' memory were unreadable)"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
@@ -235,6 +238,7 @@ static const struct {
     {"WORKER_RT", NULL, 0, 99},
     {"WORKER_SLICE_US", NULL, 0, 100000},
     {"P2P_TCP_NSOCKS", NULL, 0, 8},
+    {"P2P_CMA_PIECE", NULL, 4096, INT64_MAX},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},
     {"DEV_ENGINE", "auto,device,stage", 0, 0},

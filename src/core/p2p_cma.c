@@ -68,12 +68,20 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
      * session 10), but from BRAID_P2P_CMA_MIN (4 MiB) the single copy is at least as fast
      * (session 10: slots 0.91-0.93 of its time; session 13: CMA 0.28-0.54 of the slots' time for
      * sendrecv at 4-64 MiB, 0.57-0.68 for all-to-all at 16-64 MiB; perf/RESULTS.md). */
-    int64_t min, fail;
+    int64_t min, fail, piece;
     BRAID_CHECK(braid_param_int("P2P_CMA_MIN", &min));
+    BRAID_CHECK(braid_param_int("P2P_CMA_PIECE", &piece));
     BRAID_CHECK(braid_param_int("P2P_CMA_PROBE_FAIL", &fail));
     if (min < 1)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_P2P_CMA_MIN=%lld: must be >= 1",
                                (long long)min);
+    /* Pieces of 16 MiB (the default) rather than 1 MiB: sendrecv, 2 ranks, 4-16 MiB took
+     * 0.89-0.91 of the time in a 31-round A/B (session 18, perf/RESULTS.md); an abort is still
+     * seen within a piece's copy (a few ms). */
+    if (piece < 4096)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_P2P_CMA_PIECE=%lld: must be at least 4096 bytes",
+                               (long long)piece);
     braid_p2p_cma_t *cma = calloc(1, sizeof(*cma));
     probe_t *all = calloc((size_t)n, sizeof(*all));
     uint8_t *ok = calloc((size_t)n * (size_t)n, 1);
@@ -85,6 +93,7 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
         goto out;
     }
     cma->min_bytes = (size_t)min;
+    cma->piece = (size_t)piece;
     if (getrandom(&cma->probe, sizeof(cma->probe), 0) != sizeof(cma->probe))
         cma->probe = braid_now_ns() * 0x9e3779b97f4a7c15ull;
     if (on && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
@@ -185,7 +194,7 @@ braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const v
                                "rank %d changed its CMA descriptor (%llu bytes, expected %zu)",
                                c->peer, (unsigned long long)d.bytes, total);
     size_t off = *off_p, nb = (size_t)d.bytes - off;
-    if (nb > BRAID_CMA_PIECE) nb = BRAID_CMA_PIECE;
+    if (nb > cma->piece) nb = cma->piece;
     if (nb) {
         struct iovec l = {.iov_base = dst + off, .iov_len = nb};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(d.addr + off), .iov_len = nb};

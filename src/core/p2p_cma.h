@@ -4,7 +4,7 @@
  * (Cross Memory Attach, probed per peer at init) travels as one header-only message: the
  * usual braid_msg_hdr_t (identity checked by the receiver exactly as for a chunked message)
  * with flag BRAID_MSG_CMA and a braid_cma_desc_t as payload. The receiver copies the sender's
- * buffer straight into its own with process_vm_readv, in pieces of BRAID_CMA_PIECE bytes (the
+ * buffer straight into its own with process_vm_readv, in pieces of BRAID_P2P_CMA_PIECE bytes (the
  * runner checks abort between them and progresses its other connections), checks that the
  * sender has not failed meanwhile, then releases the slot; the send completes when the
  * transport reports every posted slot released (send_released). Until then the caller's
@@ -19,7 +19,6 @@
 #include <stdint.h>
 
 #define BRAID_CMA_MAGIC 0x434d4131u /* "CMA1" */
-#define BRAID_CMA_PIECE ((size_t)1 << 20)
 
 /* The payload of a BRAID_MSG_CMA message. */
 typedef struct {
@@ -34,6 +33,7 @@ typedef struct braid_p2p_cma {
     uint8_t *recv_ok; /* per peer: this rank's probe read that peer's memory */
     int32_t *pid;     /* per peer: its pid as exchanged */
     size_t min_bytes;
+    size_t piece;            /* BRAID_P2P_CMA_PIECE: bytes per process_vm_readv */
     uint64_t probe;          /* the word peers read in the probe */
     uint64_t pulls;          /* messages this rank pulled (tests) */
     _Atomic uint64_t pulled; /* bytes this rank pulled (read by tests from another thread) */
@@ -58,7 +58,7 @@ braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *
  * *bytes_p, or BRAID_ERR_INTERNAL if malformed. */
 braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
                                   const void *buf, uint64_t *bytes_p);
-/* Reads the next piece (at most BRAID_CMA_PIECE bytes) of that message (of total bytes, as
+/* Reads the next piece (at most BRAID_P2P_CMA_PIECE bytes) of that message (of total bytes, as
  * checked) into dst + *off_p, advancing *off_p; once all of it is there, checks the sender over c
  * (peer_check). BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read.
  */

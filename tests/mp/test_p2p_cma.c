@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MIN_BYTES 4096
@@ -89,6 +90,7 @@ static void set_mode(int on)
     char v[32];
     snprintf(v, sizeof(v), "%d", MIN_BYTES);
     setenv("BRAID_P2P_CMA_MIN", v, 1);
+    setenv("BRAID_P2P_CMA_PIECE", "1M", 1); /* the 3-5 MiB messages take several pieces */
 }
 
 Test(p2p_cma, ring_sizes_around_threshold_every_dtype_on_and_off, .timeout = 300)
@@ -327,6 +329,32 @@ Test(p2p_cma, failed_probe_falls_back_to_slots, .timeout = 120)
     setenv("BRAID_P2P_CMA_PROBE_FAIL", "1", 1);
     only = 0;
     cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "every probe fails");
+}
+
+/* ---- a piece smaller than a page is refused at init, naming the variable ----------------- */
+Test(p2p_cma, piece_below_a_page_is_refused, .timeout = 60)
+{
+    setenv("BRAID_P2P_CMA_PIECE", "1000", 1);
+    setenv("BRAID_TIMEOUT", "20", 1);
+    braid_unique_id_t id;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++)
+        if ((pid[r] = fork()) == 0) {
+            braid_comm_t c;
+            braid_result_t res = braid_comm_init_rank(&c, 2, id, r);
+            if (res == BRAID_ERR_INVALID_ARG &&
+                strstr(braid_last_error(), "BRAID_P2P_CMA_PIECE=1000"))
+                _exit(0);
+            fprintf(stderr, "rank %d: init: %s: %s\n", r, braid_strerror(res), braid_last_error());
+            _exit(1);
+        }
+    for (int r = 0; r < 2; r++) {
+        int st = 0;
+        cr_assert_eq(waitpid(pid[r], &st, 0), pid[r]);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d (status %d)", r, st);
+    }
+    unsetenv("BRAID_P2P_CMA_PIECE");
 }
 
 /* ---- auto: on with more ranks than cpus too (from BRAID_P2P_CMA_MIN) ------------------------ */
