@@ -528,7 +528,8 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     braid_direct_t *d = x->d;
     struct braid_comm *c = x->comm;
     int n = c->nranks, me = c->rank;
-    size_t es = braid_dtype_size(a->dtype), count = a->count, blk = braid_direct_block(d) / es;
+    size_t es = braid_dtype_size(a->dtype), count = a->count,
+           blk = braid_direct_copy_block(braid_direct_block(d), n) / es;
     const char *in = a->sendbuf;
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
@@ -569,7 +570,8 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     braid_direct_t *d = x->d;
     struct braid_comm *c = x->comm;
     int n = c->nranks, me = c->rank, root = a->root;
-    size_t es = braid_dtype_size(a->dtype), count = a->count, blk = braid_direct_block(d) / es;
+    size_t es = braid_dtype_size(a->dtype), count = a->count,
+           blk = braid_direct_copy_block(braid_direct_block(d), n) / es;
     const char *in = a->sendbuf;
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);

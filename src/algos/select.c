@@ -368,6 +368,8 @@ static cost_t direct_cost(int coll, double S, const braid_model_t *m)
     } else if (coll == BRAID_COLL_BROADCAST) {
         moved = S;
     }
+    if (coll == BRAID_COLL_ALLGATHER || coll == BRAID_COLL_BROADCAST)
+        per = (double)braid_direct_copy_block(block, n);
     double nb = S > 0 ? (double)(size_t)((S + per - 1) / per) : 1.0;
     return (cost_t){m->launch_us + syncs * nb * sync + us_for(moved, &m->direct_link), 0.0};
 }

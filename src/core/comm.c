@@ -540,11 +540,13 @@ static void comm_free(struct braid_comm *c)
 
 /* The direct shared-memory segments (transport/shm_direct.h) of BRAID_DIRECT_BLOCK bytes per
  * slot; 0 = none. Every rank must agree (a rank without them would run other algorithms).
- * auto: 256 KiB for 2 ranks, 1 MiB for 3 or more. Each block costs two synchronisations of
- * every rank, and with more ranks the slices shrink (block / n) while a synchronisation costs
- * more (n - 1 lines; with more ranks than cpus, context switches): 1 MiB blocks took 0.59-0.96
- * of the time of 256 KiB ones at n = 3, 4 and 8 from 1 MiB to 256 MiB, and 0.95-1.07 at n = 2
- * (perf/RESULTS.md, session 11). */
+ * auto: 1 MiB. Each block costs two synchronisations of every rank, and with more ranks the
+ * slices shrink (block / n) while a synchronisation costs more (n - 1 lines; with more ranks
+ * than cpus, context switches): 1 MiB blocks took 0.59-0.96 of the time of 256 KiB ones at
+ * n = 3, 4 and 8 from 1 MiB to 256 MiB (session 11). At n = 2 they took 0.95-1.07 then, and
+ * 0.89-0.98 from 1 MiB once the next block was staged during the gather (session 18), but for
+ * the all-reduce, reduce and reduce-scatter only: the all-gather and broadcast of 2 ranks
+ * keep 256 KiB blocks in the slot (braid_direct_copy_block; perf/RESULTS.md). */
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;

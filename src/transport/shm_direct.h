@@ -48,15 +48,27 @@ _Static_assert(sizeof(braid_direct_line_t) == 64, "one cache line");
 
 typedef struct braid_direct braid_direct_t;
 
-/* Data bytes per slot for 2 ranks (BRAID_DIRECT_BLOCK=auto), and a model's block when it
- * knows none. */
-#define BRAID_DIRECT_BLOCK_DEFAULT ((size_t)256 << 10)
+/* Data bytes per slot (BRAID_DIRECT_BLOCK=auto), and a model's block when it knows none. */
+#define BRAID_DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
+/* The most the all-gather and broadcast of 2 ranks put in a block (braid_direct_copy_block). */
+#define BRAID_DIRECT_COPY_BLOCK_2 ((size_t)256 << 10)
 
-/* BRAID_DIRECT_BLOCK=auto for a communicator of n ranks on one host: 256 KiB for 2 ranks,
- * 1 MiB for 3 or more (core/comm.c says why). */
+/* BRAID_DIRECT_BLOCK=auto for a communicator of n ranks on one host: 1 MiB (core/comm.c says
+ * why). */
 static inline size_t braid_direct_auto_block(int n)
 {
-    return n >= 3 ? (size_t)1 << 20 : BRAID_DIRECT_BLOCK_DEFAULT;
+    (void)n;
+    return BRAID_DIRECT_BLOCK_DEFAULT;
+}
+
+/* The block of the direct all-gather and broadcast, which only copy, with slots of block bytes
+ * over n ranks: at 2 ranks at most 256 KiB of the slot (1 MiB blocks took 1.02-1.08x the time of
+ * 256 KiB ones there, while the reductions gained 0.89-0.98x; at 4 ranks 1 MiB blocks took
+ * 0.43-0.72x of the broadcast's time, session 18 in perf/RESULTS.md), else the whole slot. The
+ * same on every rank: block and n are. */
+static inline size_t braid_direct_copy_block(size_t block, int n)
+{
+    return n == 2 && block > BRAID_DIRECT_COPY_BLOCK_2 ? BRAID_DIRECT_COPY_BLOCK_2 : block;
 }
 
 /* Collective: sets comm->direct when every rank of comm is on this host and every rank could

@@ -502,8 +502,8 @@ Test(direct, chosen_on_one_host_and_off_with_block_0)
 }
 
 /* BRAID_DIRECT_BLOCK's value (NULL: unset, the default auto) and the block the segments get:
- * auto is 256 KiB for 2 ranks and 1 MiB for 3 or more; a set value is kept; a multi-block
- * all-reduce is still right. */
+ * auto is 1 MiB for any number of ranks; a set value is kept; a multi-block all-reduce is
+ * still right. */
 typedef struct {
     const char *value;
     size_t want;
@@ -520,7 +520,7 @@ static int block_size(braid_comm_t comm, int rank, int n, void *arg)
     unsetenv("BRAID_DIRECT_BLOCK");
     MP_CHECK(rank, c != NULL, "no communicator");
     struct braid_comm *ci = (struct braid_comm *)c;
-    size_t want = bc->want ? bc->want : (n >= 3 ? (size_t)1 << 20 : (size_t)256 << 10);
+    size_t want = bc->want ? bc->want : (size_t)1 << 20;
     MP_CHECK(rank, ci->direct != NULL && ci->direct_block == want,
              "n=%d BRAID_DIRECT_BLOCK=%s: block %zu, want %zu", n,
              bc->value ? bc->value : "(unset)", ci->direct_block, want);
@@ -536,11 +536,26 @@ static int block_size(braid_comm_t comm, int rank, int n, void *arg)
     if (data_check_allreduce(c, rank, n, BRAID_FLOAT32, BRAID_SUM, count, 0, 0, 1, "blocks"))
         return 1;
     MP_CHECK(rank, runs(c, BRAID_ALGO_DIRECT) == before + 1, "the direct path did not run");
+    /* The all-gather and broadcast, which only copy, take at most 256 KiB of the slot per block
+     * at 2 ranks, the whole slot otherwise: counted on the segment's block counter. */
+    size_t cb = n == 2 && want > ((size_t)256 << 10) ? (size_t)256 << 10 : want;
+    size_t per = 3 * cb / sizeof(float) + 37;
+    int colls[] = {BRAID_COLL_ALLGATHER, BRAID_COLL_BROADCAST};
+    for (int k = 0; k < 2; k++) {
+        uint64_t g0 = *braid_direct_counter(ci->direct);
+        if (check_coll(c, rank, n, colls[k], BRAID_FLOAT32, BRAID_SUM, per, k, 0, n - 1, 50 + k))
+            return 1;
+        uint64_t blocks = *braid_direct_counter(ci->direct) - g0;
+        MP_CHECK(rank, blocks == 4,
+                 "n=%d %s of %zu floats: %llu blocks of the slot's %zu bytes, "
+                 "want 4 of %zu",
+                 n, k ? "broadcast" : "allgather", per, (unsigned long long)blocks, want, cb);
+    }
     MP_OK(rank, braid_comm_destroy(c));
     return 0;
 }
 
-Test(direct, block_is_256k_for_two_ranks_and_1m_for_more_unless_set)
+Test(direct, block_is_1m_unless_set)
 {
     block_case_t unset = {NULL, 0}, aut = {"AUTO", 0}, set = {"128K", (size_t)128 << 10};
     cr_assert_eq(mp_run(2, block_size, &unset, 100), 0, "n=2 unset (see stderr)");
