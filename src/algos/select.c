@@ -253,7 +253,8 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.recdbl_intra_rounds = 0;
     s.nic_share = hh > 1 ? share : 1;
     s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
-    if (s.direct && s.direct_block_auto) s.direct_block = braid_direct_auto_block(k);
+    if (s.direct && s.direct_block_auto)
+        s.direct_block = braid_direct_auto_block(k, s.cores > 0 && s.host_ranks > s.cores);
     return s;
 }
 

@@ -546,12 +546,16 @@ static void comm_free(struct braid_comm *c)
  * n = 3, 4 and 8 from 1 MiB to 256 MiB (session 11). At n = 2 they took 0.95-1.07 then, and
  * 0.89-0.98 from 1 MiB once the next block was staged during the gather (session 18), but for
  * the all-reduce, reduce and reduce-scatter only: the all-gather and broadcast of 2 ranks
- * keep 256 KiB blocks in the slot (braid_direct_copy_block; perf/RESULTS.md). */
+ * keep 256 KiB blocks in the slot (braid_direct_copy_block; perf/RESULTS.md). With more ranks
+ * on the machine than cpus every synchronisation waits for context switches, and 4 MiB blocks
+ * took 0.82-0.92 of the 1 MiB time at 3 and 4 ranks on 2 cpus from 4 MiB, 2 MiB ones 0.92-0.96
+ * at 8 (session 18); they stop where every rank's slots together would pass 32 MiB (a
+ * container's /dev/shm is often 64 MiB). */
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
     if (braid_param_is_auto("DIRECT_BLOCK"))
-        v = (int64_t)braid_direct_auto_block(c->nranks);
+        v = (int64_t)braid_direct_auto_block(c->nranks, c->machine_nranks > c->machine_ncpus);
     else
         BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
     if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
