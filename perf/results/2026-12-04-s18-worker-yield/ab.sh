@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# BRAID_WORKER_YIELD existed only in the prototype build measured here (session 18); it was not landed,
+# so on main the variable is unknown and both halves run the default.
 # A/B of BRAID_WORKER_YIELD on the DDP overlap benchmark, alternated per repetition.
 # usage: ab.sh OUT_DIR REPS SETUPS
 cd "$(dirname "$0")/../../.." || exit 1
