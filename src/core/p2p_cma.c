@@ -75,9 +75,10 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     if (min < 1)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_P2P_CMA_MIN=%lld: must be >= 1",
                                (long long)min);
-    /* Pieces of 16 MiB (the default) rather than 1 MiB: sendrecv, 2 ranks, 4-16 MiB took
-     * 0.89-0.91 of the time in a 31-round A/B (session 18, perf/RESULTS.md); an abort is still
-     * seen within a piece's copy (a few ms). */
+    /* Pieces of 16 MiB (the default) rather than 1 MiB: sendrecv, 2 ranks, 4-64 MiB, took
+     * 0.89-0.98 of the time with whole-message reads and 0.92-0.96 with 16 MiB pieces in 31- and
+     * 21-round A/Bs, 1.17-1.19 in a 15-round one (session 18, perf/RESULTS.md); an abort is
+     * still seen within a piece's copy (a few ms). */
     if (piece < 4096)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "BRAID_P2P_CMA_PIECE=%lld: must be at least 4096 bytes",
