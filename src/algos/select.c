@@ -214,11 +214,16 @@ static cost_t add(cost_t a, cost_t b)
     return (cost_t){a.lat + b.lat, a.net + b.net};
 }
 
+static int oversubscribed(const braid_model_t *m)
+{
+    return m->cores > 0 && m->host_ranks > m->cores;
+}
+
 /* Oversubscription: with more ranks on a machine than cores, a message waits for its receiver
  * to be scheduled; each step pays oversub_us per extra rank per core. */
 double braid_model_step_penalty_us(const braid_model_t *m)
 {
-    if (m->cores <= 0 || m->host_ranks <= m->cores) return 0.0;
+    if (!oversubscribed(m)) return 0.0;
     return m->oversub_us * (double)(m->host_ranks - m->cores) / m->cores;
 }
 
@@ -254,7 +259,7 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.nic_share = hh > 1 ? share : 1;
     s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
     if (s.direct && s.direct_block_auto)
-        s.direct_block = braid_direct_auto_block(k, s.cores > 0 && s.host_ranks > s.cores);
+        s.direct_block = braid_direct_auto_block(k, oversubscribed(&s));
     return s;
 }
 

@@ -555,7 +555,7 @@ static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
     if (braid_param_is_auto("DIRECT_BLOCK"))
-        v = (int64_t)braid_direct_auto_block(c->nranks, c->machine_nranks > c->machine_ncpus);
+        v = (int64_t)braid_direct_auto_block(c->nranks, c->oversubscribed);
     else
         BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
     if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
@@ -574,8 +574,7 @@ static braid_result_t setup_direct(struct braid_comm *c)
      * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
     BRAID_CHECK(braid_param_switch("DIRECT_NT_SLOTS", &c->direct_nt_slots));
     if (c->direct_nt_slots == 2)
-        c->direct_nt_slots =
-            braid_copy_shared_nt_default() && c->machine_nranks <= c->machine_ncpus;
+        c->direct_nt_slots = braid_copy_shared_nt_default() && !c->oversubscribed;
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");
@@ -664,7 +663,8 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
         if (!strcmp(c->peers[i].machine, me.machine))
             CPU_OR(&all_cpus, &all_cpus, &c->peers[i].cpus);
     c->machine_ncpus = CPU_COUNT(&all_cpus) > c->ncpus ? CPU_COUNT(&all_cpus) : c->ncpus;
-    if (c->spin_us == 0) c->spin_us = c->machine_nranks > c->machine_ncpus ? 1 : 5;
+    c->oversubscribed = c->machine_nranks > c->machine_ncpus;
+    if (c->spin_us == 0) c->spin_us = c->oversubscribed ? 1 : 5;
     BRAID_CHECK_GOTO(braid_comm_order_ring(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_connect_latency(c), res, fail);

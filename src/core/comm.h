@@ -124,6 +124,7 @@ struct braid_comm {
     int machine_nranks;       /* ranks on this machine (>= local_nranks) */
     int ncpus;                /* cores this process may run on */
     int machine_ncpus;        /* cores the ranks on this machine may run on, together */
+    int oversubscribed;       /* machine_nranks > machine_ncpus */
     /* braid's own threads (tcp progress, non-blocking worker) run on thread_cpus when
      * pin_threads (BRAID_THREAD_AFFINITY, resolved at init from the rank's cpuset). */
     int pin_threads;
