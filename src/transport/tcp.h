@@ -50,7 +50,11 @@ extern const braid_transport_t braid_transport_tcp;
  * connection. Not a braid_result_t. */
 #define BRAID_TCP_GOODBYE (-100)
 #define BRAID_TCP_MAX_SOCKS 8
-#define BRAID_TCP_BOUNCE 8192 /* receive bounce buffer per socket (headers, small payloads) */
+/* Receive bounce buffer per socket (headers, small payloads). A read into it asks for
+ * BRAID_TCP_READAHEAD bytes, or for a whole frame of up to BRAID_TCP_BOUNCE bytes where the
+ * socket's last frame was that size (one system call per frame instead of two: tcp_rx.c). */
+#define BRAID_TCP_READAHEAD 8192
+#define BRAID_TCP_BOUNCE (32768 + BRAID_TCP_HDR_BYTES)
 
 /* Packs a data frame header (code 0) or an ABORT frame header (hdr->flags has
  * BRAID_MSG_ABORT, code < 0 is the sender's braid_result_t). */
@@ -96,7 +100,7 @@ typedef struct {
     int armed, in_epoll;
     /* Receiver: bounce buffer for headers and small payloads, the frame being read. */
     uint8_t *bb;
-    size_t bb_off, bb_len;
+    size_t bb_off, bb_len, bb_want; /* bb_want: bytes a read into bb asks for (0: readahead) */
     int have_hdr;
     braid_msg_hdr_t hdr;
     int32_t code;

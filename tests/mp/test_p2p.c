@@ -291,6 +291,73 @@ Test(p2p, tcp_message_size_and_sockets, .timeout = 240)
     unsetenv("BRAID_P2P_TCP_NSOCKS");
 }
 
+/* ---- tcp: frames around the receive bounce buffer's sizes --------------------------------- */
+/* A tcp socket whose last frame fit its bounce buffer (transport/tcp.h: 32 KiB of payload)
+ * reads as much as that frame next time, else 8 KiB ahead. Messages whose sizes straddle both
+ * (0, 1, 8 KiB - 32 +- 1, 32 KiB +- 1, larger), posted in one group (frames back to back in
+ * the socket: a whole-frame read takes the start of the next one) and one group per message,
+ * then all-reduces of those sizes (the collectives' connections, the same reader). Every
+ * byte is checked. */
+static const size_t bounce_sizes[] = {0,     1, 8159,  8160,  8161,   20000, 32767,   32768,
+                                      32769, 3, 32768, 32768, 100000, 9000,  1 << 20, 12345};
+#define NBOUNCE (sizeof(bounce_sizes) / sizeof(bounce_sizes[0]))
+
+static int bounce_frames(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    for (int together = 0; together < 2; together++) {
+        char *in[NBOUNCE], *out[NBOUNCE];
+        for (size_t i = 0; i < NBOUNCE; i++) {
+            in[i] = data_xmalloc(bounce_sizes[i] + 1);
+            out[i] = data_xmalloc(bounce_sizes[i] + 1);
+            data_fill(in[i], BRAID_UINT8, BRAID_SUM, rank, 0, bounce_sizes[i],
+                      seed_of(rank, next, (int)i + 100 * together));
+        }
+        if (together) MP_OK(rank, braid_group_start());
+        for (size_t i = 0; i < NBOUNCE; i++) {
+            if (!together) MP_OK(rank, braid_group_start());
+            MP_OK(rank, braid_send(in[i], bounce_sizes[i], BRAID_UINT8, next, comm));
+            MP_OK(rank, braid_recv(out[i], bounce_sizes[i], BRAID_UINT8, prev, comm));
+            if (!together) MP_OK(rank, braid_group_end());
+        }
+        if (together) MP_OK(rank, braid_group_end());
+        for (size_t i = 0; i < NBOUNCE; i++) {
+            char what[96];
+            snprintf(what, sizeof(what), "message %zu (%zu bytes, %s) from %d", i, bounce_sizes[i],
+                     together ? "one group" : "one by one", prev);
+            MP_CHECK(rank,
+                     !data_check_rank(out[i], BRAID_UINT8, BRAID_SUM, prev, 0, bounce_sizes[i],
+                                      seed_of(prev, rank, (int)i + 100 * together), what),
+                     "%s", what);
+            free(in[i]);
+            free(out[i]);
+        }
+    }
+    for (size_t i = 0; i < NBOUNCE; i++) {
+        size_t count = bounce_sizes[i] / 4;
+        float *in = data_xmalloc(count * 4 + 4), *out = data_xmalloc(count * 4 + 4);
+        data_fill(in, BRAID_FLOAT32, BRAID_SUM, rank, 0, count, 300 + (int)i);
+        MP_OK(rank, braid_allreduce(in, out, count, BRAID_FLOAT32, BRAID_SUM, comm));
+        char what[64];
+        snprintf(what, sizeof(what), "allreduce of %zu", count);
+        MP_CHECK(
+            rank,
+            !data_check_reduced(out, BRAID_FLOAT32, BRAID_SUM, n, 0, count, 300 + (int)i, what),
+            "%s", what);
+        free(in);
+        free(out);
+    }
+    return 0;
+}
+
+Test(p2p, tcp_frames_around_the_bounce_size, .timeout = 240)
+{
+    setenv("BRAID_TRANSPORT", "tcp", 1);
+    for (int n = 2; n <= 3; n++)
+        cr_assert_eq(mp_run(n, bounce_frames, NULL, 200), 0, "tcp n=%d", n);
+}
+
 /* ---- grouped send/recv followed by collectives, over tcp ---------------------------------- */
 /* The perf tools' pattern: a ring exchange of a multi-frame message, then a small all-reduce
  * and a barrier, many times. A rank whose exchange finished with frames still queued in the
