@@ -465,8 +465,17 @@ const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direc
     struct stat st;
     void *base = MAP_FAILED;
     if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
-        base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED, fd, 0);
+        base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (fd >= 0) close(fd);
+    if (base != MAP_FAILED) {
+        /* Fault in every page now, not on the first call that reads it: MAP_POPULATE fills
+         * this kernel's page tables, but a page's first read here still cost about 1 us (the
+         * VM's own tables), which made a 2-rank all-reduce of 256 KiB from a 16 MiB region
+         * take 88 us per call in a 100-call sweep instead of 30 (26 in a 3000-call one). */
+        volatile const char *p = base;
+        for (uint64_t o = 0; o < ref.bytes; o += 4096)
+            (void)p[o];
+    }
     if (base == MAP_FAILED) {
         braid_set_error(BRAID_ERR_SYSTEM,
                         "direct: cannot map rank %d's buffer from braid_mem_alloc (%s, %llu "
