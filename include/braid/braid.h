@@ -318,6 +318,12 @@ BRAID_API braid_result_t braid_wait(braid_request_t req);
 /** Sets *done_p; when done, req is freed and the operation's result returned (as
  * braid_wait, with its checks of stale handles). */
 BRAID_API braid_result_t braid_test(braid_request_t req, int *done_p);
+/** braid_wait and braid_test that also give, once req is done, when the operation completed:
+ * CLOCK_MONOTONIC seconds (clock_gettime's), stamped by braid as it finished the operation,
+ * whatever its result. That can be long before a thread that polls between computations sees
+ * it (a DDP layer's timeline). t_done_p may be NULL; it is written only when req is done. */
+BRAID_API braid_result_t braid_wait_time(braid_request_t req, double *t_done_p);
+BRAID_API braid_result_t braid_test_time(braid_request_t req, int *done_p, double *t_done_p);
 
 /* ---- GPU buffers and streams (see README "GPU buffers and streams") -----------------------
  * Every collective accepts CUDA device buffers, detected per call. A communicator uses the CUDA

@@ -184,7 +184,8 @@ typedef struct {
     const int *params;      /**< their indices, in bucket order (offset order); owned by ddp */
     double t_ready;         /**< last step: when its last gradient became ready */
     double t_launch;        /**< last step: when its reduction was started */
-    double t_done;          /**< last step: when its completion was first observed */
+    double t_done;          /**< last step: when its reduction completed (braid_test_time's
+                                 time of its last request; with none, when the layer saw it) */
 } braid_ddp_bucket_info_t;
 
 BRAID_API int braid_ddp_num_buckets(braid_ddp_t ddp);

@@ -95,6 +95,7 @@ struct braid_request {
     struct braid_request *next;
     _Atomic uint32_t state;
     _Atomic int done;
+    uint64_t done_ns; /* braid_now_ns() when it completed (braid_wait_time / braid_test_time) */
     braid_result_t result;
     char errmsg[512];
     /* Stream-ordered operations (src/cuda/stream.c): nobody waits on the request (the worker

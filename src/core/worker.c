@@ -27,6 +27,7 @@ static void req_complete(struct braid_request *req, braid_result_t res)
 {
     pthread_mutex_lock(&req_lock);
     req->result = res;
+    req->done_ns = braid_now_ns();
     atomic_store(&req->done, 1);
     pthread_cond_broadcast(&req_cond);
     pthread_mutex_unlock(&req_lock);
@@ -182,25 +183,31 @@ static braid_result_t claim(struct braid_request *req)
     return braid_set_error(BRAID_ERR_INVALID_ARG, "req %p is not a braid request", (void *)req);
 }
 
-static braid_result_t finish(struct braid_request *req)
+static braid_result_t finish(struct braid_request *req, double *t_done_p)
 {
     braid_result_t res = req->result;
+    if (t_done_p) *t_done_p = (double)req->done_ns * 1e-9;
     if (res < 0) braid_set_error(res, "%s", req->errmsg);
     req_retire(req);
     return res;
 }
 
-braid_result_t braid_wait(braid_request_t req)
+braid_result_t braid_wait_time(braid_request_t req, double *t_done_p)
 {
     BRAID_CHECK(claim(req));
     pthread_mutex_lock(&req_lock);
     while (!atomic_load(&req->done))
         pthread_cond_wait(&req_cond, &req_lock);
     pthread_mutex_unlock(&req_lock);
-    return finish(req);
+    return finish(req, t_done_p);
 }
 
-braid_result_t braid_test(braid_request_t req, int *done_p)
+braid_result_t braid_wait(braid_request_t req)
+{
+    return braid_wait_time(req, NULL);
+}
+
+braid_result_t braid_test_time(braid_request_t req, int *done_p, double *t_done_p)
 {
     if (!done_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "done_p is NULL");
     BRAID_CHECK(claim(req));
@@ -208,7 +215,12 @@ braid_result_t braid_test(braid_request_t req, int *done_p)
     int done = atomic_load(&req->done);
     pthread_mutex_unlock(&req_lock);
     *done_p = done;
-    if (done) return finish(req);
+    if (done) return finish(req, t_done_p);
     atomic_store(&req->state, BRAID_REQ_LIVE);
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_test(braid_request_t req, int *done_p)
+{
+    return braid_test_time(req, done_p, NULL);
 }

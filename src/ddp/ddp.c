@@ -166,7 +166,7 @@ static braid_result_t bucket_completed(struct braid_ddp *d, int b)
     ddp_bucket_t *bk = &d->buckets[b];
     bk->req = NULL;
     bk->done = 1;
-    if (bk->t_done == 0) bk->t_done = ddp_now();
+    if (bk->t_done == 0) bk->t_done = ddp_now(); /* a hook that left no request */
     d->next_done = b + 1;
     if (d->opts.zero_stage == 2) ddp_zero2_release(d, b);
     if (d->hook.complete) {
@@ -189,10 +189,11 @@ static braid_result_t poll_done(struct braid_ddp *d)
         int last = !d->hook.next || bk->stage; /* no further collective for this bucket */
         if (bk->req) {
             int done = 0;
-            braid_result_t r = braid_test(bk->req, &done);
+            double t = 0;
+            braid_result_t r = braid_test_time(bk->req, &done, &t);
             if (done) {
-                bk->req = NULL; /* freed by braid_test */
-                if (last) bk->t_done = ddp_now();
+                bk->req = NULL; /* freed by braid_test_time */
+                if (last) bk->t_done = t;
             }
             if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
             if (!done) break;
@@ -212,7 +213,7 @@ braid_result_t ddp_wait_next(struct braid_ddp *d)
     braid_result_t ra = advance(d, b); /* in finish (in bucket order), or zero2 (no hook) */
     if (ra) return ra;
     if (bk->req) {
-        braid_result_t r = braid_wait(bk->req);
+        braid_result_t r = braid_wait_time(bk->req, &bk->t_done);
         bk->req = NULL;
         if (r) return ddp_fail(d, r, "bucket %d all-reduce", b);
     }

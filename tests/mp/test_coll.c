@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     int big; /* also run the large counts */
@@ -159,6 +160,58 @@ static int nonblocking(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* braid_wait_time / braid_test_time: the completion time is braid's, not the caller's. Rank 0
+ * posts an all-reduce and sleeps 500 ms while its worker completes it; the time it is given
+ * lies between the post and 250 ms before the test that sees it. A test of a request not
+ * done yet (a barrier rank 1 joins late) leaves t_done alone. */
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int completion_time(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float x = (float)(rank + 1), y = 0;
+    MP_OK(rank, braid_barrier(comm));
+    double t_post = mono_s(), t_done = -1;
+    braid_request_t req;
+    MP_OK(rank, braid_iallreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm, &req));
+    if (rank == 0) {
+        struct timespec ts = {0, 500000000};
+        nanosleep(&ts, NULL);
+        int done = 0;
+        while (!done)
+            MP_OK(rank, braid_test_time(req, &done, &t_done));
+        double t_seen = mono_s();
+        MP_CHECK(rank, t_done >= t_post && t_done < t_seen - 0.25,
+                 "t_done %.6f not in [post %.6f, seen %.6f - 0.25)", t_done, t_post, t_seen);
+    } else {
+        MP_OK(rank, braid_wait_time(req, &t_done));
+        MP_CHECK(rank, t_done >= t_post && t_done <= mono_s(), "t_done %.6f, post %.6f", t_done,
+                 t_post);
+    }
+    MP_CHECK(rank, y == (float)(n * (n + 1) / 2), "sum %g", y);
+    /* not done (rank 1 joins 200 ms late): *t_done_p untouched; NULL is allowed; done_p NULL
+     * is an error */
+    if (rank == 1) {
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+    }
+    MP_OK(rank, braid_ibarrier(comm, &req));
+    double keep = 12345.0;
+    int done = 0;
+    if (rank == 0) {
+        MP_OK(rank, braid_test_time(req, &done, &keep));
+        MP_CHECK(rank, !done && keep == 12345.0, "done %d at once, t_done %g", done, keep);
+    }
+    MP_CHECK(rank, braid_test_time(req, NULL, &keep) == BRAID_ERR_INVALID_ARG, "done_p NULL");
+    if (!done) MP_OK(rank, braid_wait_time(req, NULL));
+    return 0;
+}
+
 TestSuite(coll, .timeout = 300);
 
 #define ALLREDUCE_TEST(N)                                                                          \
@@ -188,6 +241,11 @@ Test(coll, nonblocking_in_order_with_blocking)
 {
     cr_assert_eq(mp_run(3, nonblocking, NULL, 120), 0);
     cr_assert_eq(mp_run(1, nonblocking, NULL, 120), 0);
+}
+
+Test(coll, wait_and_test_give_the_completion_time)
+{
+    cr_assert_eq(mp_run(2, completion_time, NULL, 120), 0);
 }
 
 static int channels_and_chunks(braid_comm_t comm, int rank, int n, void *arg)
