@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws one DDP training step as a timeline PNG with gnuplot: per rank, one row of backward
 pieces (the gradient of each parameter block, the activations' gradients) and one row of
-bucket all-reduces (from the layer's launch to the completion it observed; with --no-overlap
-they start after the whole backward).
+bucket all-reduces (from the layer's launch to the time braid completed it, braid_test_time's;
+with --no-overlap they start after the whole backward).
 
     perf/ddp_timeline.py -o step.png [--title T] FILE.0 FILE.1 ...
 
