@@ -468,10 +468,11 @@ const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direc
         base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (fd >= 0) close(fd);
     if (base != MAP_FAILED) {
-        /* Fault in every page now, not on the first call that reads it: MAP_POPULATE fills
-         * this kernel's page tables, but a page's first read here still cost about 1 us (the
-         * VM's own tables), which made a 2-rank all-reduce of 256 KiB from a 16 MiB region
-         * take 88 us per call in a 100-call sweep instead of 30 (26 in a 3000-call one). */
+        /* Fault in every page now, not on the first call that reads it: with MAP_POPULATE
+         * alone a page's first read here still cost about 1 us on the VMs this was measured
+         * on (no fault counted), which made a 2-rank all-reduce of 256 KiB from a 16 MiB
+         * region take 63 us per call in a 100-call sweep (88 without either, 30 with this;
+         * 23-26 in a 3000-call one). */
         volatile const char *p = base;
         for (uint64_t o = 0; o < ref.bytes; o += 4096)
             (void)p[o];

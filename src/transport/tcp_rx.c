@@ -7,7 +7,7 @@
  * the next header usually comes in the same call). A socket whose last frame fit the bounce
  * buffer (up to 32 KiB of payload) reads as much as that frame into it next time, so a run of
  * such frames takes one recv per frame, not a recv and a readv (all-to-all over TCP at 64 KiB
- * with 4 ranks: 0.89 of the time); larger ones keep an 8 KiB read-ahead and go to the slot or
+ * with 4 ranks: 0.92 of the time); larger ones keep an 8 KiB read-ahead and go to the slot or
  * caller's buffer straight from the socket. Direct receives (recv_peek, recv_into: the
  * point-to-point runner) read the payload straight into the caller's buffer instead, once the
  * consumer has checked the header and named the buffer; until then only headers are read
