@@ -4,6 +4,7 @@
  * bit-exactly with an independent reference (tests/common/data.c). */
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -164,19 +165,12 @@ static int nonblocking(braid_comm_t comm, int rank, int n, void *arg)
  * posts an all-reduce and sleeps 500 ms while its worker completes it; the time it is given
  * lies between the post and 250 ms before the test that sees it. A test of a request not
  * done yet (a barrier rank 1 joins late) leaves t_done alone. */
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int completion_time(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     float x = (float)(rank + 1), y = 0;
     MP_OK(rank, braid_barrier(comm));
-    double t_post = mono_s(), t_done = -1;
+    double t_post = proc_now_s(), t_done = -1;
     braid_request_t req;
     MP_OK(rank, braid_iallreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm, &req));
     if (rank == 0) {
@@ -185,12 +179,12 @@ static int completion_time(braid_comm_t comm, int rank, int n, void *arg)
         int done = 0;
         while (!done)
             MP_OK(rank, braid_test_time(req, &done, &t_done));
-        double t_seen = mono_s();
+        double t_seen = proc_now_s();
         MP_CHECK(rank, t_done >= t_post && t_done < t_seen - 0.25,
                  "t_done %.6f not in [post %.6f, seen %.6f - 0.25)", t_done, t_post, t_seen);
     } else {
         MP_OK(rank, braid_wait_time(req, &t_done));
-        MP_CHECK(rank, t_done >= t_post && t_done <= mono_s(), "t_done %.6f, post %.6f", t_done,
+        MP_CHECK(rank, t_done >= t_post && t_done <= proc_now_s(), "t_done %.6f, post %.6f", t_done,
                  t_post);
     }
     MP_CHECK(rank, y == (float)(n * (n + 1) / 2), "sum %g", y);

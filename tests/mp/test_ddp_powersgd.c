@@ -25,6 +25,7 @@
  *    whose gradients are all readied at the end (nothing overlapped). */
 #include "braid/ddp.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -314,13 +315,6 @@ Test(ddp_powersgd, bad_options_are_rejected)
 #define NO 4
 static const size_t o_rows[NO] = {24, 1, 32, 20}, o_cols[NO] = {40, 50, 48, 36};
 
-static double o_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int overlap_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
@@ -372,12 +366,12 @@ static int overlap_fn(braid_comm_t comm, int rank, int n, void *arg)
         usleep(rank % 2 ? 3000 : 0);
         MP_CHECK(rank, !braid_ddp_grad_ready(da, 2), "ready: %s", braid_ddp_last_error());
         braid_ddp_bucket_info_t in;
-        double t0 = o_now();
+        double t0 = proc_now_s();
         do {
             MP_CHECK(rank, !braid_ddp_poll(da), "poll: %s", braid_ddp_last_error());
             MP_OK(rank, braid_ddp_bucket_info(da, 0, &in));
             if (in.t_done == 0) usleep(200);
-        } while (in.t_done == 0 && o_now() - t0 < 20);
+        } while (in.t_done == 0 && proc_now_s() - t0 < 20);
         MP_CHECK(rank, in.t_done != 0,
                  "step %d: bucket 0 not done 20 s after bucket 1 was launched (its Q all-reduce "
                  "waits for finish?)",
@@ -386,7 +380,7 @@ static int overlap_fn(braid_comm_t comm, int rank, int n, void *arg)
         usleep(rank % 2 ? 0 : 2000);
         MP_CHECK(rank, !braid_ddp_grad_ready(da, 1), "ready: %s", braid_ddp_last_error());
         MP_CHECK(rank, !braid_ddp_grad_ready(da, 0), "ready: %s", braid_ddp_last_error());
-        double tf = o_now();
+        double tf = proc_now_s();
         MP_CHECK(rank, !braid_ddp_finish(da), "finish: %s", braid_ddp_last_error());
         MP_OK(rank, braid_ddp_bucket_info(da, 0, &in));
         MP_CHECK(rank, in.t_done < tf, "step %d: bucket 0 done at %.6f, finish called at %.6f",

@@ -5,6 +5,7 @@
  * send posted against a collective on the peer, a killed peer during a receive (shm and tcp). */
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -15,13 +16,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int coll_in_group(braid_comm_t comm, int rank, int n, void *arg)
 {
@@ -175,10 +169,10 @@ static int send_vs_coll(braid_comm_t comm, int rank, int n, void *arg)
     (void)n;
     size_t count = 1 << 20;
     float *buf = calloc(count, 4);
-    double t0 = now_s();
+    double t0 = proc_now_s();
     braid_result_t r = rank == 0 ? braid_send(buf, count, BRAID_FLOAT32, 1, comm)
                                  : braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
-    double t = now_s() - t0;
+    double t = proc_now_s() - t0;
     free(buf);
     fprintf(stderr, "rank %d: %s: %s after %.2f s\n", rank, braid_strerror(r), braid_last_error(),
             t);
@@ -204,9 +198,9 @@ static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
         return 1;
     }
     float buf[16];
-    double t0 = now_s();
+    double t0 = proc_now_s();
     braid_result_t r = braid_recv(buf, 16, BRAID_FLOAT32, 1, comm);
-    double t = now_s() - t0;
+    double t = proc_now_s() - t0;
     fprintf(stderr, "rank %d: %s: %s after %.2f s\n", rank, braid_strerror(r), braid_last_error(),
             t);
     MP_CHECK(rank, r == BRAID_ERR_REMOTE || (rank != 0 && r == BRAID_ERR_TIMEOUT), "got %s",
@@ -226,8 +220,8 @@ static void killed_peer(int n)
     atomic_init(up, 0);
     mp_job_t job;
     mp_start(&job, n, recv_from_victim, up);
-    double t0 = now_s();
-    while (!atomic_load(up) && now_s() - t0 < 25)
+    double t0 = proc_now_s();
+    while (!atomic_load(up) && proc_now_s() - t0 < 25)
         usleep(10 * 1000);
     usleep(300 * 1000);
     kill(job.pids[1], SIGKILL);

@@ -2,6 +2,7 @@
  * starts with, and a stopped rank timing out after the communicator's timeout rather than
  * BRAID_TIMEOUT's. */
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -12,13 +13,6 @@
 #include <unistd.h>
 
 TestSuite(timeout, .timeout = 60);
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int checks(braid_comm_t comm, int rank, int n, void *arg)
 {
@@ -82,9 +76,9 @@ static int stopped(braid_comm_t comm, int rank, int n, void *arg)
     double t_fail = 0;
     for (int it = 0; it < 1000000 && res == BRAID_SUCCESS; it++) {
         if (rank == 2 && it == 10) raise(SIGSTOP);
-        double t0 = now_s();
+        double t0 = proc_now_s();
         res = braid_allreduce(buf, buf, count, BRAID_FLOAT32, BRAID_SUM, comm);
-        t_fail = now_s() - t0;
+        t_fail = proc_now_s() - t0;
     }
     free(buf);
     const char *m = braid_last_error();
