@@ -204,13 +204,15 @@ BRAID_API braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t ha
 /** Allocates bytes (> 0) of host memory that every rank of this host can map (as
  * ncclMemAlloc): a shared region (a memfd, page-aligned, zero-filled) that the direct
  * shared-memory collectives read in place when a call's send buffer lies inside one, instead
- * of first copying it into braid's segments (any other buffer works too, with that copy).
+ * of first copying it into braid's segments (any other buffer works too, with that copy); when
+ * an all-reduce's receive buffer lies in one, the peers write their reduced slices straight
+ * into it, instead of this rank copying them out of their segments.
  * Peers open the region through /proc/<pid>/fd; where some rank of the communicator cannot
  * (a non-dumpable process, no CAP_SYS_PTRACE across user namespaces: probed at
  * communicator setup), the region is copied in like any other buffer. Not tied to a communicator;
  * thread-safe. *ptr_p is set only on success. The first call in which a peer reads a region
  * maps it whole and faults in every page of it (so a region's pages are all allocated then);
- * the peer keeps it mapped (read-only) until its communicator is destroyed, so its pages are
+ * the peer keeps it mapped (read-write) until its communicator is destroyed, so its pages are
  * returned to the system only then. */
 BRAID_API braid_result_t braid_mem_alloc(void **ptr_p, size_t bytes);
 /** Frees memory from braid_mem_alloc (NULL is a no-op); any other pointer, or one freed

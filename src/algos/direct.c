@@ -26,6 +26,15 @@
  *   the same length. So it is done early only then, or when block g-1 belongs to an earlier
  *   call (every peer finished it before publishing 2g+1); a short last block is staged after
  *   step 3 as before.
+ *   Mapped outputs: a rank whose out lies in a region of braid_mem_alloc says so with 2g+1
+ *   (BRAID_DIRECT_OUT_MAPPED, the reference in its control page); in step 2 every peer writes
+ *   its reduced slice straight into that out (the slot copy is made only for peers whose out is
+ *   not mapped), and in step 3 the rank only waits for the peers' 2g+2. Safe: rank j writes
+ *   only slice j of a peer's out, which no other rank reads or writes in the call (in place,
+ *   slice j of every input is read by rank j alone, before it writes it), and only after that
+ *   peer published 2g+1, so inside the call; the peer returns after every 2g+2 of its last
+ *   block. With mapped inputs too, a rank moves 2 bytes per byte (reads its slice of the n
+ *   inputs, writes it into the n outputs) instead of 3.
  * All-reduce, small (one block of at most braid_direct_small_max bytes, block g): copy in,
  * publish 2g+1 (the payload sits in the tag's cache line up to BRAID_DIRECT_INLINE bytes), wait
  * for every peer's 2g+1, reduce all n inputs in rank order into out. One synchronisation; the
@@ -90,7 +99,18 @@ typedef struct {
     uint64_t tl0;    /* BRAID_TRACE: when the open block began, 0 = none */
     size_t tl_bytes; /* its bytes (this rank's input to it) */
     int nt;          /* the output copies use non-temporal stores (BRAID_NT_MIN) */
+    /* The large all-reduce's output when it lies in a region of braid_mem_alloc (out_mapped):
+     * published with every block (BRAID_DIRECT_OUT_MAPPED), for the peers to write into. */
+    int out_mapped;
+    braid_mem_ref_t out_rb;
+    const char *out;
 } dctx_t;
+
+/* A copy of a reduced slice: block-relative base, and whether it takes streaming stores. */
+typedef struct {
+    char *p;
+    int nt;
+} dst_t;
 
 /* A copy into the call's output. */
 static void out_copy(const dctx_t *x, char *dst, const char *src, size_t n)
@@ -219,11 +239,12 @@ static void put_desc(braid_direct_line_t *l, const braid_msg_hdr_t *h)
 }
 
 /* out[0, cnt) = the reduction in rank order of src[0..n)[e, e + cnt) (each rank's block: its
- * slot's data or its mapped buffer), in passes of SUB_BYTES; each pass also copied to copy + e
- * (when not NULL) while it is in L1. out NULL, or out the very memory of an input (an in-place
- * call on a mapped buffer): the passes go through the scratch buffer, then to out and copy. */
+ * slot's data or its mapped buffer), in passes of SUB_BYTES; each pass also copied to
+ * copy[i].p + e (i < ncopy) while it is in L1. out NULL, or out the very memory of an input (an
+ * in-place call on a mapped buffer): the passes go through the scratch buffer, then to out and
+ * the copies. */
 static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, char *out,
-                       char *copy)
+                       const dst_t *copy, int ncopy)
 {
     braid_direct_t *d = x->d;
     int n = x->comm->nranks, me = x->comm->rank;
@@ -243,7 +264,8 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
             braid_reduce_pair_final(dt, op, acc, acc, src[n - 1] + at, m, n);
         }
         if (scratch && out) braid_copy(out + o * es, acc, m * es);
-        if (copy) braid_copy_shared(copy + at, acc, m * es, x->comm->direct_nt_slots);
+        for (int i = 0; i < ncopy; i++)
+            braid_copy_shared(copy[i].p + at, acc, m * es, copy[i].nt);
     }
 }
 
@@ -318,6 +340,11 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
     put_desc(l, &x->desc);
     if (bytes <= BRAID_DIRECT_INLINE) ref = NULL; /* the line's data holds payload, not refs */
     uint8_t flags = ref ? BRAID_DIRECT_MAPPED : 0;
+    if (x->out_mapped) {
+        flags |= BRAID_DIRECT_OUT_MAPPED;
+        braid_direct_put_out_ref(d, s, x->out_rb.fd, x->out_rb.id, x->out_rb.bytes,
+                                 x->out_rb.off + (uint64_t)(x->out - (const char *)x->out_rb.ptr));
+    }
     if (l->flags != flags) l->flags = flags;
     if (ref)
         braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes,
@@ -365,19 +392,25 @@ static const braid_mem_ref_t *mapped_input(const braid_direct_t *d, const void *
 
 typedef struct {
     const char *stack[SRC_STACK];
+    dst_t dstack[SRC_STACK];
     const char **src;
+    dst_t *dst; /* n copies of a reduced slice */
 } src_t;
 
 static braid_result_t src_init(src_t *t, int n)
 {
     t->src = n <= SRC_STACK ? t->stack : malloc((size_t)n * sizeof(char *));
-    return t->src ? BRAID_SUCCESS
-                  : braid_set_error(BRAID_ERR_NOMEM, "direct: out of memory for %d sources", n);
+    t->dst = n <= SRC_STACK ? t->dstack : malloc((size_t)n * sizeof(dst_t));
+    if (t->src && t->dst) return BRAID_SUCCESS;
+    if (t->src != t->stack) free(t->src);
+    if (t->dst != t->dstack) free(t->dst);
+    return braid_set_error(BRAID_ERR_NOMEM, "direct: out of memory for %d sources", n);
 }
 
 static void src_free(src_t *t)
 {
     if (t->src != t->stack) free(t->src);
+    if (t->dst != t->dstack) free(t->dst);
 }
 
 /* Step 1 of the large all-reduce and of reduce for block g of len elements at blk: copies in
@@ -408,7 +441,7 @@ static size_t block_len(size_t count, size_t off, size_t blk)
     return off >= count ? 0 : count - off < blk ? count - off : blk;
 }
 
-static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char **src)
+static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char **src, dst_t *dst)
 {
     braid_direct_t *d = x->d;
     struct braid_comm *c = x->comm;
@@ -424,12 +457,14 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         BRAID_CHECK(copy_in(x, *g, in, bytes, t, NULL));
         BRAID_CHECK(wait_all(x, *g, t));
         BRAID_CHECK(sources(x, s, bytes, in, src));
-        reduce_all(x, src, 0, a->count, out, NULL);
+        reduce_all(x, src, 0, a->count, out, NULL, 0);
         ++*g;
         return BRAID_SUCCESS;
     }
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
+    x->out_mapped = mapped_input(x->d, out, bytes, &x->out_rb) != NULL;
+    x->out = out;
     size_t blk = block / es, count = a->count, so, sl;
     uint64_t g0 = *g;
     BRAID_CHECK(stage_block(x, *g, in, block_len(count, 0, blk), ref, &so, &sl));
@@ -439,10 +474,22 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         int s = (int)(*g & 1);
         uint32_t t2 = (uint32_t)(2 * *g + 2);
         BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
-        /* the reduced slice goes to the slot's data (a mapped rank's too: its slot holds no
-         * input then) */
-        char *mine = braid_direct_data(d, me, s, lb);
-        reduce_all(x, src, so, sl, out + (off + so) * es, mine);
+        /* The reduced slice goes into the output of every peer whose output is mapped, and
+         * into the slot's data (a mapped rank's too: its slot holds no input then) for the
+         * others to gather. */
+        int ndst = 0, slot = 0;
+        for (int k = 1; k < n; k++) {
+            int j = (me + k) % n;
+            if (!(braid_direct_line(d, j, s)->flags & BRAID_DIRECT_OUT_MAPPED)) {
+                slot = 1;
+                continue;
+            }
+            char *po = braid_direct_peer_out(d, j, s);
+            if (!po) return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
+            dst[ndst++] = (dst_t){po + off * es, x->nt};
+        }
+        if (slot) dst[ndst++] = (dst_t){braid_direct_data(d, me, s, lb), x->comm->direct_nt_slots};
+        reduce_all(x, src, so, sl, out + (off + so) * es, dst, ndst);
         braid_direct_publish(d, s, t2);
         /* The next block is staged before this one's gather when the peers still gathering
          * block g - 1 from the next block's slot read only this rank's slice of it, which the
@@ -454,6 +501,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n;
             BRAID_CHECK(wait_peer(x, j, s, t2));
+            if (x->out_mapped) continue; /* j wrote its slice into out */
             size_t jo, jl;
             braid_direct_slice(len, n, j, es, &jo, &jl);
             out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
@@ -511,7 +559,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
             src[j] += (braid_direct_line(d, j, s)->flags & BRAID_DIRECT_MAPPED)
                           ? (size_t)me * count * es
                           : (size_t)me * lb;
-        reduce_all(x, src, 0, len, out + off * es, NULL);
+        reduce_all(x, src, 0, len, out + off * es, NULL, 0);
         braid_direct_publish(d, s, t + 1);
         last = t + 1;
     }
@@ -636,11 +684,12 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
         BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
         char *mine = braid_direct_data(d, me, s, lb);
         if (me != root) {
-            reduce_all(x, src, so, sl, NULL, mine);
+            dst_t one = {mine, x->comm->direct_nt_slots};
+            reduce_all(x, src, so, sl, NULL, &one, 1);
             braid_direct_publish(d, s, t2);
             continue;
         }
-        reduce_all(x, src, so, sl, out + (off + so) * es, NULL);
+        reduce_all(x, src, so, sl, out + (off + so) * es, NULL, 0);
         braid_direct_publish(d, s, t2);
         for (int k = 1; k < n; k++) {
             int j = (me + k) % n;
@@ -663,7 +712,7 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
     braid_result_t res;
     switch (a->coll) {
     case BRAID_COLL_ALLREDUCE:
-        res = allreduce(&x, a, t.src);
+        res = allreduce(&x, a, t.src, t.dst);
         break;
     case BRAID_COLL_REDUCE_SCATTER:
         res = reduce_scatter(&x, a, t.src);

@@ -25,6 +25,16 @@
 #define FAIL_CLAIMED 2
 #define FAIL_CLOSED 4
 
+/* A reference to a region of braid_mem_alloc: the owner's descriptor and the region's id (its
+ * peers open it through /proc/<pid>/fd/<fd>), its size, an offset in it. */
+typedef struct {
+    int32_t fd;
+    uint32_t id;
+    uint64_t bytes, off;
+} ref_t;
+
+_Static_assert(sizeof(ref_t) <= BRAID_DIRECT_INLINE, "a reference fits the line");
+
 typedef struct {
     _Atomic uint32_t sleepers; /* peers in a futex sleep on one of this segment's tags */
     char pad0[60];
@@ -33,6 +43,7 @@ typedef struct {
     int32_t pid;
     uint32_t block;            /* data bytes per slot, for the peers' check */
     char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
+    ref_t out_ref[2];          /* per slot: the call's output, with BRAID_DIRECT_OUT_MAPPED */
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
@@ -432,18 +443,16 @@ int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int 
 }
 
 /* ---- peers' buffers from braid_mem_alloc ---------------------------------------------------- */
-typedef struct {
-    int32_t fd;
-    uint32_t id;
-    uint64_t bytes, off;
-} ref_t;
-
-_Static_assert(sizeof(ref_t) <= BRAID_DIRECT_INLINE, "a reference fits the line");
-
 void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes, uint64_t off)
 {
     ref_t r = {.fd = fd, .id = id, .bytes = bytes, .off = off};
     memcpy(l->data, &r, sizeof(r));
+}
+
+void braid_direct_put_out_ref(braid_direct_t *d, int s, int fd, uint32_t id, uint64_t bytes,
+                              uint64_t off)
+{
+    ctrl(d, d->me)->out_ref[s] = (ref_t){.fd = fd, .id = id, .bytes = bytes, .off = off};
 }
 
 int braid_direct_refs_ok(const braid_direct_t *d)
@@ -451,10 +460,9 @@ int braid_direct_refs_ok(const braid_direct_t *d)
     return d->refs_ok;
 }
 
-const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)
+/* Rank r's region of ref, mapped (cached) here; NULL with an error naming the rank. */
+static char *map_ref(braid_direct_t *d, int r, ref_t ref)
 {
-    ref_t ref;
-    memcpy(&ref, l->data, sizeof(ref));
     for (int i = 0; i < d->nmaps; i++) {
         peer_map_t *m = &d->maps[i];
         if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) return m->base + ref.off;
@@ -465,7 +473,7 @@ const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direc
     struct stat st;
     void *base = MAP_FAILED;
     if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
-        base = mmap(NULL, ref.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        base = mmap(NULL, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (fd >= 0) close(fd);
     if (base != MAP_FAILED) {
         /* Fault in every page now, not on the first call that reads it: with MAP_POPULATE
@@ -495,5 +503,17 @@ const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direc
         d->maps[d->nmaps++] =
             (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
     }
-    return (const char *)base + ref.off;
+    return (char *)base + ref.off;
+}
+
+const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)
+{
+    ref_t ref;
+    memcpy(&ref, l->data, sizeof(ref));
+    return map_ref(d, r, ref);
+}
+
+char *braid_direct_peer_out(braid_direct_t *d, int r, int s)
+{
+    return map_ref(d, r, ctrl(d, r)->out_ref[s]);
 }

@@ -33,12 +33,16 @@ struct braid_comm;
 /* The block is not in the slot: the owner's buffer from braid_mem_alloc holds it, at the
  * reference in the line's data (braid_direct_put_ref). */
 #define BRAID_DIRECT_MAPPED 1
+/* The owner's output of the call lies in a region of braid_mem_alloc, at the reference it put
+ * in its control page for the slot (braid_direct_put_out_ref): the peers write their reduced
+ * slices straight into it (algos/direct.c, the large all-reduce). */
+#define BRAID_DIRECT_OUT_MAPPED 2
 
 typedef struct {
     _Atomic uint32_t tag;
     uint32_t seq;                   /* the call's sequence number */
     uint8_t coll, dtype, op;        /* as braid_msg_hdr_t */
-    uint8_t flags;                  /* BRAID_DIRECT_MAPPED */
+    uint8_t flags;                  /* BRAID_DIRECT_MAPPED, BRAID_DIRECT_OUT_MAPPED */
     int32_t root;                   /* root rank or -1 */
     uint64_t count;                 /* the call's count argument */
     char data[BRAID_DIRECT_INLINE]; /* the payload starts here (and runs into the slot) */
@@ -123,11 +127,18 @@ int braid_direct_refs_ok(const braid_direct_t *d);
  * block's offset in it) into the line's data. */
 void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t bytes,
                           uint64_t off);
-/* Rank r's block in place, from the reference in its line (mapped once through
- * /proc/<pid>/fd, read-only, cached for the communicator's life); NULL with an error naming
- * the rank when it cannot be mapped. */
+/* The same reference to this rank's output for slot s, in its control page (written before
+ * the block's first tag is published, read by the peers after they saw it). */
+void braid_direct_put_out_ref(braid_direct_t *d, int s, int fd, uint32_t id, uint64_t bytes,
+                              uint64_t off);
+/* Rank r's block in place, from the reference in its line (its region mapped once through
+ * /proc/<pid>/fd, cached for the communicator's life); NULL with an error naming the rank
+ * when it cannot be mapped. */
 #define BRAID_DIRECT_MAPS 128
 const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l);
+/* Rank r's output for slot s, from the reference in its control page, mapped the same way
+ * (writable: the peers' regions are mapped read-write). */
+char *braid_direct_peer_out(braid_direct_t *d, int r, int s);
 /* The block counter (blocks this rank ran on the communicator). */
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */
