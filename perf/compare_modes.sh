@@ -15,10 +15,11 @@
 #
 #   perf/compare_modes.sh [-o DIR] [-B BUILD] [-N "2 4"] [-S "8 64K 1M 16M 256M"] [-R 5]  (sizes:
 #                         powers of two)
-#                         [-T GB/s] [-d float] [-O sum]
+#                         [-T GB/s] [-d float] [-O sum] [-X "braid's all_reduce_perf flags"]
 #   -T  the probe's threshold between slow and fast (default: halfway between the lowest and
 #       the highest probe of the whole run, once it has run; one mode when they differ by
 #       less than 1.5x)
+#   -X  more flags for braid's tool only (e.g. "-R 2": buffers from braid_mem_alloc)
 # Iterations per run: 200 up to 64 KiB, 50 up to 4 MiB, 10 up to 64 MiB, 4 beyond (warm-up a
 # quarter of that, at least 1). Out: DIR/runs.txt (one line per run: ranks size lib time_us
 # probe_before probe_after), DIR/summary.txt (the table).
@@ -26,8 +27,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 dir="" build="$repo/build" ranks="2 4" sizes="8 64K 256K 1M 4M 16M 64M 256M" rounds=5 thr=""
-dtype=float op=sum
-while getopts "o:B:N:S:R:T:d:O:h" f; do
+dtype=float op=sum xflags=""
+while getopts "o:B:N:S:R:T:d:O:X:h" f; do
     case $f in
     o) dir=$OPTARG ;;
     B) build=$OPTARG ;;
@@ -37,6 +38,7 @@ while getopts "o:B:N:S:R:T:d:O:h" f; do
     T) thr=$OPTARG ;;
     d) dtype=$OPTARG ;;
     O) op=$OPTARG ;;
+    X) xflags=$OPTARG ;;
     h) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
@@ -66,7 +68,7 @@ run() {
     rm -f "$csv"
     if [ "$1" = braid ]; then
         "$bin/braid-run" -n "$2" "$bin/all_reduce_perf" -b "$3" -e "$3" -n "$4" -w "$5" -c 0 \
-            -d "$dtype" -o "$op" --csv "$csv" >"$dir/last.log" 2>&1 || true
+            -d "$dtype" -o "$op" --csv "$csv" $xflags >"$dir/last.log" 2>&1 || true
     else
         mpirun --allow-run-as-root --oversubscribe -np "$2" --mca btl self,vader \
             "$bin/ompi_allreduce_perf" -b "$3" -e "$3" -n "$4" -w "$5" -c 0 -d "$dtype" -o "$op" \
@@ -79,7 +81,7 @@ run() {
     echo "# compare_modes.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus,"
     echo "#   $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(mpirun --version 2>/dev/null | head -n1)"
     echo "# uptime at start: $(uptime)"
-    echo "# ranks: $ranks; sizes: $sizes; rounds: $rounds; $dtype $op, out of place"
+    echo "# ranks: $ranks; sizes: $sizes; rounds: $rounds; $dtype $op, out of place${xflags:+; braid's flags: $xflags}"
 } >"$dir/summary.txt"
 for n in $ranks; do
     for s in $sizes; do
