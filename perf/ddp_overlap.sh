@@ -18,7 +18,8 @@
 #   perf/ddp_overlap.sh OUT_DIR [ROUNDS] [BUILD_DIR]
 # Environment: BATCH (global batch, default 128 per rank), BUCKET_MB (default 1), W2_BLOCKS
 # (ddp_mlp --w2-blocks, default 1: W2 registered as that many row blocks, so with small buckets
-# its first gradients travel while the rest of W2's are computed), MAX_STEPS, WARMUP, SETUPS
+# its first gradients travel while the rest of W2's are computed), W1_BLOCKS (ddp_mlp
+# --w1-blocks, default the trainer's 8), MAX_STEPS, WARMUP, SETUPS
 # (default "shm2 shm4 net2 net4"), EPOCHS (default 1: at most one epoch's steps are run).
 # The summary's last column, "hidden (pairs)", is the median over rounds of each round's own
 # (step_noov - step_ov) / comm_ms: on a machine whose speed changes between runs the two runs
@@ -34,6 +35,7 @@ rounds=${2:-3}
 bin=$(cd "${3:-build}/bin" && pwd)
 bucket=${BUCKET_MB:-1}
 w2blocks=${W2_BLOCKS:-1}
+w1blocks=${W1_BLOCKS:-8}
 steps=${MAX_STEPS:-60}
 warm=${WARMUP:-10}
 setups=${SETUPS:-"shm2 shm4 net2 net4"}
@@ -51,7 +53,7 @@ run() { # setup mode round
     [ "$mode" = noov ] && extra=(--no-overlap)
     [ "$mode" = alt ] && extra=(--alternate)
     [ "$round" = 1 ] && [ "$mode" != alt ] && tl=(--timeline "$out/timeline-$setup-$mode")
-    local args=(--epochs "${EPOCHS:-1}" --batch "$batch" --bucket-mb "$bucket" --w2-blocks "$w2blocks" --max-steps "$steps"
+    local args=(--epochs "${EPOCHS:-1}" --batch "$batch" --bucket-mb "$bucket" --w1-blocks "$w1blocks" --w2-blocks "$w2blocks" --max-steps "$steps"
         --warmup "$warm" --train-limit 60000 --test-limit 100 "${extra[@]}" ${tl:+"${tl[@]}"})
     local lines
     case $setup in

@@ -127,19 +127,26 @@ Test(direct, forced_n_1_to_8_every_dtype_and_op)
 /* ---- reduce-scatter, all-gather, broadcast, reduce ------------------------------------------- */
 /* One call of coll (count per rank for reduce-scatter / all-gather) checked against the
  * reference: in place or not, buffers shifted by off bytes. */
-static int mapped_bufs; /* 1: buffers from braid_mem_alloc (2: on odd ranks only) */
+/* 1: buffers from braid_mem_alloc (2: on odd ranks only; 4: receive buffers only, 5: send
+ * buffers only, on every rank) */
+static int mapped_bufs;
 
-static void *buf_alloc(int rank, size_t bytes)
+static int is_mapped(int rank, int recv)
+{
+    return mapped_bufs == 1 || (mapped_bufs == 2 && rank % 2) || (mapped_bufs == 4 && recv) ||
+           (mapped_bufs == 5 && !recv);
+}
+
+static void *buf_alloc(int rank, size_t bytes, int recv)
 {
     void *p = NULL;
-    if (mapped_bufs == 1 || (mapped_bufs == 2 && rank % 2))
-        return braid_mem_alloc(&p, bytes) == BRAID_SUCCESS ? p : NULL;
+    if (is_mapped(rank, recv)) return braid_mem_alloc(&p, bytes) == BRAID_SUCCESS ? p : NULL;
     return malloc(bytes);
 }
 
-static void buf_free(int rank, void *p)
+static void buf_free(int rank, void *p, int recv)
 {
-    if (mapped_bufs == 1 || (mapped_bufs == 2 && rank % 2))
+    if (is_mapped(rank, recv))
         braid_mem_free(p);
     else
         free(p);
@@ -152,7 +159,7 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     size_t in_n = coll == BRAID_COLL_REDUCE_SCATTER ? count * N : count;
     size_t out_n = coll == BRAID_COLL_ALLGATHER ? count * N : count;
     size_t big = (in_n > out_n ? in_n : out_n) * es + off + 8;
-    char *sb = buf_alloc(rank, big), *rb = buf_alloc(rank, big);
+    char *sb = buf_alloc(rank, big, 0), *rb = buf_alloc(rank, big, 1);
     MP_CHECK(rank, sb && rb, "allocating %zu bytes: %s", big, braid_last_error());
     char *s = sb + off, *r = rb + off;
     memset(r, 0xEE, out_n * es);
@@ -164,7 +171,11 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     char what[160];
     snprintf(what, sizeof(what), "direct %s n=%d %s %s count=%zu %s off=%zu root %d%s", name, n,
              braid_dtype_name(dt), braid_op_name(op), count, in_place ? "in place" : "oop", off,
-             root, mapped_bufs ? " mapped" : "");
+             root,
+             mapped_bufs == 4   ? " receive buffer mapped"
+             : mapped_bufs == 5 ? " send buffer mapped"
+             : mapped_bufs      ? " mapped"
+                                : "");
     braid_result_t res;
     size_t bad = 0;
     if (coll == BRAID_COLL_ALLREDUCE) {
@@ -196,8 +207,8 @@ static int check_coll(braid_comm_t c, int rank, int n, int coll, braid_datatype_
     }
     char err[600];
     snprintf(err, sizeof(err), "%s", braid_last_error()); /* braid_mem_free clears it */
-    buf_free(rank, sb);
-    buf_free(rank, rb);
+    buf_free(rank, sb, 0);
+    buf_free(rank, rb, 1);
     MP_CHECK(rank, res == BRAID_SUCCESS, "%s: %s (%s)", what, braid_strerror(res), err);
     MP_CHECK(rank, bad == 0, "%s: %zu wrong elements", what, bad);
     return 0;
@@ -286,11 +297,12 @@ Test(direct, reduce_scatter_allgather_broadcast_reduce_n_1_to_8)
                          "n=%d: some rank failed (see stderr)", n);
 }
 
-/* Buffers from braid_mem_alloc: the peers read them in place (no copy into the segments), on
- * every rank or on odd ranks only (mixed in one call). */
+/* Buffers from braid_mem_alloc: the peers read them in place (no copy into the segments) and
+ * write the all-reduce's slices into the mapped outputs, on every rank or on odd ranks only
+ * (mixed in one call); and only the receive or only the send buffers mapped. */
 Test(direct, mapped_buffers_every_collective_n_1_to_8)
 {
-    int all = 1, odd = 2;
+    int all = 1, odd = 2, recv_only = 4, send_only = 5;
     quick_blocks();
     for (int n = 1; n <= 8; n++) {
         if (skip_n(n)) continue;
@@ -299,6 +311,12 @@ Test(direct, mapped_buffers_every_collective_n_1_to_8)
         if (n > 1)
             cr_assert_eq(mp_run(n, other_collectives, &odd, 300), 0,
                          "n=%d odd ranks mapped: some rank failed (see stderr)", n);
+        if (n == 2 || n == 3) {
+            cr_assert_eq(mp_run(n, other_collectives, &recv_only, 300), 0,
+                         "n=%d receive buffers mapped: some rank failed (see stderr)", n);
+            cr_assert_eq(mp_run(n, other_collectives, &send_only, 300), 0,
+                         "n=%d send buffers mapped: some rank failed (see stderr)", n);
+        }
     }
 }
 
