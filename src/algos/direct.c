@@ -99,11 +99,11 @@ typedef struct {
     uint64_t tl0;    /* BRAID_TRACE: when the open block began, 0 = none */
     size_t tl_bytes; /* its bytes (this rank's input to it) */
     int nt;          /* the output copies use non-temporal stores (BRAID_NT_MIN) */
-    /* The large all-reduce's output when it lies in a region of braid_mem_alloc (out_mapped):
-     * published with every block (BRAID_DIRECT_OUT_MAPPED), for the peers to write into. */
+    /* The large all-reduce's output (a->recvbuf) when it lies in a region of braid_mem_alloc
+     * (out_mapped): published with every block (BRAID_DIRECT_OUT_MAPPED), for the peers to
+     * write into. */
     int out_mapped;
     braid_mem_ref_t out_rb;
-    const char *out;
 } dctx_t;
 
 /* A copy of a reduced slice: block-relative base, and whether it takes streaming stores. */
@@ -342,8 +342,9 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
     uint8_t flags = ref ? BRAID_DIRECT_MAPPED : 0;
     if (x->out_mapped) {
         flags |= BRAID_DIRECT_OUT_MAPPED;
-        braid_direct_put_out_ref(d, s, x->out_rb.fd, x->out_rb.id, x->out_rb.bytes,
-                                 x->out_rb.off + (uint64_t)(x->out - (const char *)x->out_rb.ptr));
+        braid_direct_put_out_ref(
+            d, s, x->out_rb.fd, x->out_rb.id, x->out_rb.bytes,
+            x->out_rb.off + (uint64_t)((const char *)x->a->recvbuf - (const char *)x->out_rb.ptr));
     }
     if (l->flags != flags) l->flags = flags;
     if (ref)
@@ -378,11 +379,11 @@ static braid_result_t wait_all(dctx_t *x, uint64_t g, uint32_t tag)
     return BRAID_SUCCESS;
 }
 
-/* The call's input region: ref set and returned when [in, in + bytes) lies in a region of
- * braid_mem_alloc and every peer can open this process's descriptors (then the peers read it
- * in place), else NULL (the blocks are copied in). */
-static const braid_mem_ref_t *mapped_input(const braid_direct_t *d, const void *in, size_t bytes,
-                                           braid_mem_ref_t *ref)
+/* A call's buffer's region: ref set and returned when [in, in + bytes) lies in a region of
+ * braid_mem_alloc and every peer can open this process's descriptors (then the peers read an
+ * input in place, or write an all-reduce's output), else NULL (the blocks are copied). */
+static const braid_mem_ref_t *mapped_region(const braid_direct_t *d, const void *in, size_t bytes,
+                                            braid_mem_ref_t *ref)
 {
     return in && bytes && braid_direct_refs_ok(d) && braid_mem_find(in, bytes, ref) ? ref : NULL;
 }
@@ -462,9 +463,8 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         return BRAID_SUCCESS;
     }
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(x->d, in, bytes, &rb);
-    x->out_mapped = mapped_input(x->d, out, bytes, &x->out_rb) != NULL;
-    x->out = out;
+    const braid_mem_ref_t *ref = mapped_region(x->d, in, bytes, &rb);
+    x->out_mapped = mapped_region(x->d, out, bytes, &x->out_rb) != NULL;
     size_t blk = block / es, count = a->count, so, sl;
     uint64_t g0 = *g;
     BRAID_CHECK(stage_block(x, *g, in, block_len(count, 0, blk), ref, &so, &sl));
@@ -533,7 +533,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * (size_t)n * es, &rb);
+    const braid_mem_ref_t *ref = mapped_region(x->d, in, count * (size_t)n * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
@@ -582,7 +582,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -624,7 +624,7 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = me == root ? mapped_input(x->d, in, count * es, &rb) : NULL;
+    const braid_mem_ref_t *ref = me == root ? mapped_region(x->d, in, count * es, &rb) : NULL;
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
@@ -672,7 +672,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     char *out = a->recvbuf;
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
-    const braid_mem_ref_t *ref = mapped_input(x->d, in, count * es, &rb);
+    const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
     uint32_t last = 0;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = block_len(count, off, blk), lb = len * es;
