@@ -125,7 +125,9 @@ fi
 # through memory too: per byte and rank it reads its input (1), the peers' copies of its slice
 # ((n-1)/n) and the peers' reduced slices ((n-1)/n), and writes the copy-in ((n-1)/n), its
 # reduced slice twice (out and slot, 2/n) and the gathered slices ((n-1)/n): 3 + 2(n-1)/n
-# bytes (4 at n = 2). The table also gives that design's own bound, C (n-1)/n^2 * 2 / B for
+# bytes (4 at n = 2). With braid's buffers from braid_mem_alloc (-X "-R 2") the direct path reads
+# the inputs in place and writes the reduced slices into the outputs: 2 bytes per byte, slots
+# unused. The table also gives that design's own bound, C (n-1)/n^2 * 2 / B for
 # B bytes per byte, and busbw as a fraction of it; the target counts the first. The algorithm the cost model runs at the largest size is read
 # from one traced call (BRAID_TRACE) unless BRAID_ALGO forces one.
 if [ -x "$bin/membw" ]; then
@@ -160,6 +162,7 @@ e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/
             0) nt=0 ;;
             *) grep -q -m1 AuthenticAMD /proc/cpuinfo && [ "$n" -le "$(nproc)" ] && nt=1 ;;
             esac
+            case " $xflags " in *" -R 2 "*) nt=0 ;; esac # mapped buffers: no slot copies
             awk -v n="$n" -v s="$size" -v a="$algo" -v bw="${bw:-0}" -v b="$busbw" -v nt="$nt" 'BEGIN {
                 roof = bw * (n - 1) / (n * n)
                 B = (a == "direct" && nt) ? 3 + 2 * (n - 1) / n : 2
@@ -171,7 +174,7 @@ e['args'].get('bytes')==int(sys.argv[2])][-1])" "$dir/algo_n$n.json" "$size" 2>/
         echo " membw_C (GB/s read + written, all ranks together) measured now with one thread per"
         echo " rank on buffers of the call's size; the model is in the header of perf/compare.sh;"
         echo " design_B: bytes through memory per byte and rank of the algorithm as run (direct"
-        echo " with streaming stores into its slots: 3 + 2(n-1)/n), design_frac: busbw over that"
+        echo " with streaming stores into its slots: 3 + 2(n-1)/n; with -R 2: 2), design_frac: busbw over that"
         echo " design's own bound;"
         echo " raw membw lines in membw.txt)"
     } | tee -a "$dir/summary.txt"
