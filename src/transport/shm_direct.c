@@ -52,6 +52,7 @@ typedef struct {
     uint32_t id;
     char *base;
     uint64_t bytes;
+    uint64_t used; /* the block counter when it was last looked up */
 } peer_map_t;
 
 struct braid_direct {
@@ -65,7 +66,7 @@ struct braid_direct {
     uint64_t synced;         /* blocks below it were published by every peer (algos/direct.c) */
     char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
     peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
-    int nmaps, next_evict;
+    int nmaps;
     int refs_ok; /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
 };
 
@@ -465,7 +466,23 @@ static char *map_ref(braid_direct_t *d, int r, ref_t ref)
 {
     for (int i = 0; i < d->nmaps; i++) {
         peer_map_t *m = &d->maps[i];
-        if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) return m->base + ref.off;
+        if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) {
+            m->used = d->blocks;
+            return m->base + ref.off;
+        }
+    }
+    /* A bounded cache (peers' regions may be freed and others allocated over a long run): the
+     * mapping looked up longest ago makes room, never one looked up in this block, whose
+     * pointers the algorithm may still hold (its inputs while it writes into the outputs). */
+    peer_map_t *slot = d->nmaps < BRAID_DIRECT_MAPS ? &d->maps[d->nmaps] : &d->maps[0];
+    for (int i = 1; d->nmaps == BRAID_DIRECT_MAPS && i < d->nmaps; i++)
+        if (d->maps[i].used < slot->used) slot = &d->maps[i];
+    if (d->nmaps == BRAID_DIRECT_MAPS && slot->used == d->blocks) {
+        braid_set_error(BRAID_ERR_SYSTEM,
+                        "direct: cannot map rank %d's buffer from braid_mem_alloc: %d peer "
+                        "regions are in use in this block already",
+                        r, BRAID_DIRECT_MAPS);
+        return NULL;
     }
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", d->pid[r], (int)ref.fd);
@@ -492,17 +509,12 @@ static char *map_ref(braid_direct_t *d, int r, ref_t ref)
                         r, path, (unsigned long long)ref.bytes);
         return NULL;
     }
-    /* A bounded cache: the oldest mapping makes room (peers' regions may be freed and others
-     * allocated over a long run). */
-    if (d->nmaps == BRAID_DIRECT_MAPS) {
-        munmap(d->maps[d->next_evict].base, d->maps[d->next_evict].bytes);
-        d->maps[d->next_evict] =
-            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
-        d->next_evict = (d->next_evict + 1) % BRAID_DIRECT_MAPS;
-    } else {
-        d->maps[d->nmaps++] =
-            (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes};
-    }
+    if (d->nmaps == BRAID_DIRECT_MAPS)
+        munmap(slot->base, slot->bytes);
+    else
+        d->nmaps++;
+    *slot =
+        (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes, .used = d->blocks};
     return (char *)base + ref.off;
 }
 
