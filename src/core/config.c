@@ -70,9 +70,15 @@ static const braid_param_t params[] = {
      "copies in every 1024; 1 = streaming, 0 = plain"},
     {"P2P_CMA_MIN", "4M", BRAID_PARAM_SIZE,
      "send/recv messages of at least this many bytes go by single copy where it is on"},
-    {"P2P_CMA_PIECE", "16M", BRAID_PARAM_SIZE,
-     "bytes a receiver reads per process_vm_readv of a single-copy message (it checks for an "
-     "abort and moves its other operations between them; 4 KiB or more)"},
+    {"P2P_CMA_HELP", "auto", BRAID_PARAM_STR,
+     "a single-copy sender that waits for its receiver also copies pieces of the message into "
+     "the receiver's buffer (process_vm_writev), so whichever end has a cpu does the work: auto "
+     "= with more ranks on the machine than cpus (where it was measured faster), 1 = on, 0 = "
+     "off (the receiver copies alone)"},
+    {"P2P_CMA_PIECE", "0", BRAID_PARAM_SIZE,
+     "bytes per process_vm_readv / process_vm_writev of a single-copy message (each end checks "
+     "for an abort and moves its other operations between them; 4 KiB or more); 0 = 2 MiB where "
+     "senders help (BRAID_P2P_CMA_HELP), else 16 MiB"},
     {"P2P_CMA_PROBE_FAIL", "0", BRAID_PARAM_INT,
      "test hook: 1 = this rank's CMA probes fail (as if its peers' memory were unreadable)"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
@@ -239,7 +245,8 @@ static const struct {
     {"WORKER_RT", NULL, 0, 99},
     {"WORKER_SLICE_US", NULL, 0, 100000},
     {"P2P_TCP_NSOCKS", NULL, 0, 8},
-    {"P2P_CMA_PIECE", NULL, 4096, INT64_MAX},
+    {"P2P_CMA_PIECE", NULL, 0, INT64_MAX},
+    {"P2P_CMA_HELP", "auto,0,1", 0, 0},
     {"IB_GID_INDEX", NULL, -1, 255},
     {"IB_QPS_PER_CONN", NULL, 1, 8},
     {"DEV_ENGINE", "auto,device,stage", 0, 0},

@@ -216,11 +216,19 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
         braid_msg_hdr_t h = braid_p2p_op_hdr(op);
         BRAID_CHECK(braid_p2p_cma_post(c, slot, &h, op->sbuf, braid_p2p_op_bytes(op)));
         op->cma = 1;
+        op->cma_slot = slot;
         op->nmsgs = 1;
         *moved = 1;
     }
     braid_result_t res = c->ops->send_released(c);
     if (res == BRAID_INPROGRESS) {
+        /* Copy a piece into the receiver's buffer meanwhile, once it has published it. */
+        int pushed = 0;
+        BRAID_CHECK(braid_p2p_cma_push(r->st->cma, c, op->cma_slot, op->sbuf, &pushed));
+        if (pushed) {
+            *moved = 1;
+            return BRAID_SUCCESS;
+        }
         block_on(r, r->shead[op->peer], BRAID_WAIT_RELEASED);
         return BRAID_SUCCESS;
     }
@@ -363,8 +371,11 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                     BRAID_CHECK(braid_p2p_cma_desc(r->st->cma, peer, h, buf, &got));
                     BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, got, bytes));
                     op->cma = 1;
+                    op->cma_slot = (void *)buf;
                 }
-                BRAID_CHECK(braid_p2p_cma_pull(r->st->cma, c, buf, op->rbuf, bytes, &op->off));
+                /* The descriptor's shared fields are written in place: CMA is shm only, whose
+                 * slots both ends map read-write (transport.h). */
+                BRAID_CHECK(braid_p2p_cma_pull(r->comm, c, (void *)buf, op->rbuf, bytes, &op->off));
                 *moved = 1;
                 if (op->off < bytes) return BRAID_SUCCESS; /* the next piece at the next pass */
                 op->nmsgs++;
@@ -729,6 +740,9 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
         for (int p = 0; p < n; p++) /* no transport writes the buffers after the call */
             if (r.rx_direct[p] && r.st->recv[p]) r.st->recv[p]->ops->recv_undirect(r.st->recv[p]);
+        for (int i = 0; i < b->nops; i++) /* no sender writes an unfinished CMA receive's buffer */
+            if (!b->ops[i].done && b->ops[i].kind == BRAID_P2P_RECV && b->ops[i].cma_slot)
+                braid_p2p_cma_revoke(comm, r.st->recv[b->ops[i].peer], b->ops[i].cma_slot);
         for (int p = 0; p < n; p++) /* chunks held by an unfinished reduce */
             if (r.rr_buf[p]) r.st->recv[p]->ops->recv_release(r.st->recv[p]);
         snprintf(why, sizeof(why), "%s", braid_last_error());

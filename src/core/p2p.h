@@ -75,13 +75,14 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;   /* bytes moved */
-    int nmsgs;    /* messages moved */
-    int done;     /* 1 when complete */
-    int next;     /* next operation on the same connection, -1 = none */
-    int noticed;  /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
-    int cma;      /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
-    uint64_t tl0; /* BRAID_TRACE: when it was linked, 0 = not recorded */
+    size_t off;     /* bytes moved */
+    int nmsgs;      /* messages moved */
+    int done;       /* 1 when complete */
+    int next;       /* next operation on the same connection, -1 = none */
+    int noticed;    /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    int cma;        /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
+    void *cma_slot; /* a CMA send: the slot of its descriptor */
+    uint64_t tl0;   /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -135,6 +136,9 @@ uint32_t braid_p2p_sent(struct braid_comm *comm, int peer);
  * from another thread while a receive runs); for tests. */
 int braid_p2p_cma_peer(struct braid_comm *comm, int peer);
 uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p);
+/* The bytes this rank has written into its receivers' buffers as a helping sender, and in
+ * *help_p (may be NULL) whether it helps (BRAID_P2P_CMA_HELP as resolved); for tests. */
+uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
  * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With

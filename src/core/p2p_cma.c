@@ -10,10 +10,13 @@
  * a receiver that read it. Everything else keeps the slot path, so mixed settings work. */
 
 #include "core/p2p_cma.h"
+#include "core/comm.h"
+#include "core/p2p_impl.h"
 #include "core/config.h"
 #include "core/log.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,19 +72,32 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
      * (session 10: slots 0.91-0.93 of its time; session 13: CMA 0.28-0.54 of the slots' time for
      * sendrecv at 4-64 MiB, 0.57-0.68 for all-to-all at 16-64 MiB; perf/RESULTS.md). */
     int64_t min, fail, piece;
+    int help;
     BRAID_CHECK(braid_param_int("P2P_CMA_MIN", &min));
+    BRAID_CHECK(braid_param_switch("P2P_CMA_HELP", &help));
     BRAID_CHECK(braid_param_int("P2P_CMA_PIECE", &piece));
     BRAID_CHECK(braid_param_int("P2P_CMA_PROBE_FAIL", &fail));
     if (min < 1)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_P2P_CMA_MIN=%lld: must be >= 1",
                                (long long)min);
-    /* Pieces of 16 MiB (the default) rather than 1 MiB: sendrecv, 2 ranks, 4-64 MiB, took
-     * 0.89-0.98 of the time with whole-message reads and 0.92-0.96 with 16 MiB pieces in 31- and
-     * 21-round A/Bs, 1.17-1.19 in a 15-round one (session 18, perf/RESULTS.md); an abort is
-     * still seen within a piece's copy (a few ms). */
+    /* Senders help where ranks share cpus: with 4 ranks bound two per cpu a receiver whose cpu
+     * is busy held its sender while the other cpu idled (sendrecv 16 MiB: 4.96 ms without help,
+     * 4.23 with, Open MPI's unbound ranks 4.27; 5 rounds). With a cpu per rank both ends are
+     * busy with their own receives, and help cost time (all-to-all, 2 ranks, 16 MiB: 0.98 ms
+     * without, 1.24 with; session 21, perf/RESULTS.md). */
+    if (help == 2) help = comm->oversubscribed;
+    /* Pieces of 16 MiB rather than 1 MiB for a receiver alone: sendrecv, 2 ranks, 4-64 MiB,
+     * took 0.89-0.98 of the time with whole-message reads and 0.92-0.96 with 16 MiB pieces in
+     * 31- and 21-round A/Bs, 1.17-1.19 in a 15-round one (session 18, perf/RESULTS.md); an abort
+     * is still seen within a piece's copy (a few ms). Where senders help, 2 MiB, so that both
+     * ends share a message of a few MiB (sendrecv, 4 ranks, 16 MiB: 4.96 ms with 16 MiB pieces
+     * and no help, 4.00 / 4.23 with help and 4 / 2 MiB pieces; 4 MiB: 1.10 / 1.02; all-to-all
+     * 16 MiB: 3.85 / 3.48; session 21). */
+    if (!piece) piece = help ? 2 << 20 : 16 << 20;
     if (piece < 4096)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_P2P_CMA_PIECE=%lld: must be at least 4096 bytes",
+                               "BRAID_P2P_CMA_PIECE=%lld: must be 0 (automatic) or at least 4096 "
+                               "bytes",
                                (long long)piece);
     braid_p2p_cma_t *cma = calloc(1, sizeof(*cma));
     probe_t *all = calloc((size_t)n, sizeof(*all));
@@ -95,6 +111,7 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     }
     cma->min_bytes = (size_t)min;
     cma->piece = (size_t)piece;
+    cma->help = help != 0;
     if (getrandom(&cma->probe, sizeof(cma->probe), 0) != sizeof(cma->probe))
         cma->probe = braid_now_ns() * 0x9e3779b97f4a7c15ull;
     if (on && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
@@ -158,71 +175,170 @@ int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const b
 braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,
                                   size_t bytes)
 {
-    braid_cma_desc_t d = {.addr = (uint64_t)(uintptr_t)src,
-                          .bytes = bytes,
-                          .pid = (int32_t)getpid(),
-                          .magic = BRAID_CMA_MAGIC};
-    memcpy(slot, &d, sizeof(d));
-    h->bytes = (uint32_t)sizeof(d);
+    if ((uintptr_t)slot % _Alignof(braid_cma_desc_t))
+        return braid_set_error(BRAID_ERR_INTERNAL, "CMA descriptor slot %p is not aligned", slot);
+    braid_cma_desc_t *d = slot;
+    d->addr = (uint64_t)(uintptr_t)src;
+    d->bytes = bytes;
+    d->pid = (int32_t)getpid();
+    d->magic = BRAID_CMA_MAGIC;
+    atomic_store_explicit(&d->dst, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->claim, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->done, 0, memory_order_relaxed);
+    h->bytes = (uint32_t)sizeof(*d);
     h->flags |= BRAID_MSG_CMA;
-    return c->ops->send_post(c, h);
+    return c->ops->send_post(c, h); /* publishes the descriptor (release) */
 }
 
 braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
                                   const void *buf, uint64_t *bytes_p)
 {
-    braid_cma_desc_t d;
-    if (h->bytes != sizeof(d))
-        return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a %u-byte CMA descriptor", peer,
-                               h->bytes);
-    memcpy(&d, buf, sizeof(d));
-    if (d.magic != BRAID_CMA_MAGIC || !cma || !cma->recv_ok[peer] || d.pid != cma->pid[peer])
+    const braid_cma_desc_t *d = buf;
+    if (h->bytes != sizeof(*d) || (uintptr_t)buf % _Alignof(braid_cma_desc_t))
+        return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a %u-byte CMA descriptor at %p",
+                               peer, h->bytes, buf);
+    if (d->magic != BRAID_CMA_MAGIC || !cma || !cma->recv_ok[peer] || d->pid != cma->pid[peer])
         return braid_set_error(BRAID_ERR_INTERNAL,
                                "rank %d sent a CMA descriptor this rank cannot use (pid %d, "
                                "probe %s)",
-                               peer, d.pid, cma && cma->recv_ok[peer] ? "passed" : "failed");
-    *bytes_p = d.bytes;
+                               peer, d->pid, cma && cma->recv_ok[peer] ? "passed" : "failed");
+    *bytes_p = d->bytes;
     return BRAID_SUCCESS;
 }
 
-braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
+/* Takes the next piece of d: its offset in *off_p and size in *nb_p, or 0 when none is left. */
+static int claim_piece(const braid_p2p_cma_t *cma, braid_cma_desc_t *d, uint64_t *off_p,
+                       size_t *nb_p)
+{
+    if (atomic_load_explicit(&d->claim, memory_order_relaxed) >= d->bytes) return 0;
+    uint64_t off = atomic_fetch_add_explicit(&d->claim, cma->piece, memory_order_relaxed);
+    if (off >= d->bytes) return 0;
+    *off_p = off;
+    *nb_p = d->bytes - off < cma->piece ? (size_t)(d->bytes - off) : cma->piece;
+    return 1;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* The receiver, every piece claimed: waits for the sender to finish the ones it copies. */
+static braid_result_t wait_done(struct braid_comm *comm, braid_conn_t *c, braid_cma_desc_t *d)
+{
+    uint64_t t0 = 0, next_check = 0, timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    for (unsigned i = 0; atomic_load_explicit(&d->done, memory_order_acquire) < d->bytes; i++) {
+        if (i < 256) {
+            cpu_relax();
+            continue;
+        }
+        uint64_t now = braid_now_ns();
+        if (!t0) t0 = next_check = now;
+        if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+            return braid_set_error(BRAID_ERR_ABORTED, "%s", braid_comm_abort_reason(comm));
+        if (now >= next_check) {
+            BRAID_CHECK(c->ops->peer_check(c));
+            next_check = now + 1000000ull;
+        }
+        if (now - t0 > timeout_ns)
+            return braid_set_error(BRAID_ERR_TIMEOUT,
+                                   "timed out after %.1f s waiting for rank %d to finish copying "
+                                   "its %llu-byte message; rank %d may be hung",
+                                   comm->timeout_s, c->peer, (unsigned long long)d->bytes, c->peer);
+        sched_yield(); /* a sender that shares this cpu finishes its piece */
+    }
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void *buf, char *dst,
                                   size_t total, size_t *off_p)
 {
-    braid_cma_desc_t d;
-    memcpy(&d, buf, sizeof(d)); /* read again from the slot: checked against total again */
-    if (d.bytes != total || *off_p > total)
+    braid_p2p_cma_t *cma = comm->p2p->cma;
+    braid_cma_desc_t *d = buf;
+    if (d->bytes != total || *off_p >= total)
         return braid_set_error(BRAID_ERR_INTERNAL,
                                "rank %d changed its CMA descriptor (%llu bytes, expected %zu)",
-                               c->peer, (unsigned long long)d.bytes, total);
-    size_t off = *off_p, nb = (size_t)d.bytes - off;
-    if (nb > cma->piece) nb = cma->piece;
-    if (nb) {
+                               c->peer, (unsigned long long)d->bytes, total);
+    if (!atomic_load_explicit(&d->dst, memory_order_relaxed))
+        atomic_store_explicit(&d->dst, (uint64_t)(uintptr_t)dst, memory_order_release);
+    uint64_t off;
+    size_t nb;
+    if (claim_piece(cma, d, &off, &nb)) {
         struct iovec l = {.iov_base = dst + off, .iov_len = nb};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(d.addr + off), .iov_len = nb};
-        ssize_t got = process_vm_readv(d.pid, &l, 1, &r, 1, 0);
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(d->addr + off), .iov_len = nb};
+        ssize_t got = process_vm_readv(d->pid, &l, 1, &r, 1, 0);
         if (got != (ssize_t)nb) {
             int err = got < 0 ? errno : EFAULT;
+            /* Accounted as finished: the revoke of the failed receive waits for the sender's
+             * pieces only. */
+            atomic_fetch_add_explicit(&d->done, nb, memory_order_relaxed);
             /* The sender's own failure first (a mismatch it reported before it exited), then
              * a dead sender (ESRCH: no memory left, also as a zombie) is named as such. */
             BRAID_CHECK(c->ops->peer_check(c));
-            if (err == ESRCH || (kill(d.pid, 0) != 0 && errno == ESRCH))
+            if (err == ESRCH || (kill(d->pid, 0) != 0 && errno == ESRCH))
                 return braid_set_error(BRAID_ERR_REMOTE,
                                        "rank %d (pid %d, same host) died while this rank read "
                                        "its %llu-byte message",
-                                       c->peer, d.pid, (unsigned long long)d.bytes);
+                                       c->peer, d->pid, (unsigned long long)d->bytes);
             return braid_set_error(BRAID_ERR_REMOTE,
-                                   "cannot read rank %d's buffer (pid %d, %zu B at offset %zu of "
-                                   "%llu): %s",
-                                   c->peer, d.pid, nb, off, (unsigned long long)d.bytes,
-                                   strerror(err));
+                                   "cannot read rank %d's buffer (pid %d, %zu B at offset %llu "
+                                   "of %llu): %s",
+                                   c->peer, d->pid, nb, (unsigned long long)off,
+                                   (unsigned long long)d->bytes, strerror(err));
         }
-        *off_p = off + nb;
+        atomic_fetch_add_explicit(&d->done, nb, memory_order_relaxed);
         atomic_fetch_add_explicit(&cma->pulled, nb, memory_order_relaxed);
+        return BRAID_SUCCESS;
     }
-    if (*off_p < d.bytes) return BRAID_SUCCESS;
+    BRAID_CHECK(wait_done(comm, c, d));
     /* A sender that failed (abort, timeout) while this rank read may have reused its buffer:
-     * the data counts only if it still had not failed after the last read. */
+     * the data counts only if it still had not failed after the last piece. */
     BRAID_CHECK(c->ops->peer_check(c));
     cma->pulls++;
+    *off_p = total;
+    return BRAID_SUCCESS;
+}
+
+void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf)
+{
+    braid_cma_desc_t *d = buf;
+    uint64_t claimed = atomic_exchange_explicit(&d->claim, UINT64_MAX / 2, memory_order_acq_rel);
+    if (claimed > d->bytes) claimed = d->bytes;
+    uint64_t t0 = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    while (atomic_load_explicit(&d->done, memory_order_acquire) < claimed) {
+        /* A dead sender writes nothing more; a hung one is given the timeout. */
+        if (c->ops->peer_check(c) < 0 || braid_now_ns() - t0 > timeout_ns) break;
+        sched_yield();
+    }
+}
+
+braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *slot,
+                                  const char *src, int *moved)
+{
+    braid_cma_desc_t *d = slot;
+    uint64_t dst = atomic_load_explicit(&d->dst, memory_order_acquire);
+    uint64_t off;
+    size_t nb;
+    if (!cma->help || !dst || !cma->recv_ok[c->peer] || !claim_piece(cma, d, &off, &nb))
+        return BRAID_SUCCESS;
+    struct iovec l = {.iov_base = (void *)(src + off), .iov_len = nb};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)(dst + off), .iov_len = nb};
+    ssize_t got = process_vm_writev(cma->pid[c->peer], &l, 1, &r, 1, 0);
+    if (got != (ssize_t)nb) {
+        int err = got < 0 ? errno : EFAULT;
+        BRAID_CHECK(c->ops->peer_check(c));
+        return braid_set_error(BRAID_ERR_REMOTE,
+                               "cannot write rank %d's buffer (pid %d, %zu B at offset %llu of "
+                               "%llu): %s",
+                               c->peer, cma->pid[c->peer], nb, (unsigned long long)off,
+                               (unsigned long long)d->bytes,
+                               err == ESRCH ? "the rank died" : strerror(err));
+    }
+    /* Release: the receiver's acquire load of done sees the bytes the kernel wrote. */
+    atomic_fetch_add_explicit(&d->done, nb, memory_order_release);
+    atomic_fetch_add_explicit(&cma->pushed, nb, memory_order_relaxed);
+    *moved = 1;
     return BRAID_SUCCESS;
 }

@@ -3,12 +3,19 @@
  * A send of at least BRAID_P2P_CMA_MIN bytes to a peer that can read this process's memory
  * (Cross Memory Attach, probed per peer at init) travels as one header-only message: the
  * usual braid_msg_hdr_t (identity checked by the receiver exactly as for a chunked message)
- * with flag BRAID_MSG_CMA and a braid_cma_desc_t as payload. The receiver copies the sender's
- * buffer straight into its own with process_vm_readv, in pieces of BRAID_P2P_CMA_PIECE bytes (the
- * runner checks abort between them and progresses its other connections), checks that the
- * sender has not failed meanwhile, then releases the slot; the send completes when the
- * transport reports every posted slot released (send_released). Until then the caller's
- * buffer is read in place, so a send is never complete before its data has arrived. */
+ * with flag BRAID_MSG_CMA and a braid_cma_desc_t as payload. The receiver publishes its own
+ * buffer's address in that descriptor (its slot is shared memory both ends map), and from then
+ * on both ends copy: the receiver with process_vm_readv, the sender, while it waits for the
+ * release, with process_vm_writev (when its probe could read the receiver: the same ptrace
+ * permission). Each takes the next piece of BRAID_P2P_CMA_PIECE bytes with a fetch-and-add on
+ * the descriptor's claim offset and adds what it copied to its done count; the runner checks
+ * abort and progresses its other connections between pieces. Whichever end has a cpu does the
+ * work: with ranks bound two per cpu, a receiver whose cpu is busy no longer holds a sender
+ * that idles on the other one. Once every piece is claimed the receiver waits for the done
+ * count to reach the size (a piece the sender is copying), checks that the sender has not
+ * failed meanwhile, then releases the slot; the send completes when the transport reports
+ * every posted slot released (send_released). Until then the caller's buffer is read in place,
+ * so a send is never complete before its data has arrived. */
 #ifndef BRAID_CORE_P2P_CMA_H
 #define BRAID_CORE_P2P_CMA_H
 
@@ -20,12 +27,17 @@
 
 #define BRAID_CMA_MAGIC 0x434d4131u /* "CMA1" */
 
-/* The payload of a BRAID_MSG_CMA message. */
+/* The payload of a BRAID_MSG_CMA message, in the sender's slot (8-byte aligned). The first
+ * four fields are written by the sender before it posts and never change; the atomics are
+ * shared by both ends until the receiver releases the slot. */
 typedef struct {
-    uint64_t addr;  /* the sender's buffer in its address space */
-    uint64_t bytes; /* its size: the whole operation */
-    int32_t pid;    /* the sender's pid, as the probe exchange gave it */
-    uint32_t magic; /* BRAID_CMA_MAGIC */
+    uint64_t addr;          /* the sender's buffer in its address space */
+    uint64_t bytes;         /* its size: the whole operation */
+    int32_t pid;            /* the sender's pid, as the probe exchange gave it */
+    uint32_t magic;         /* BRAID_CMA_MAGIC */
+    _Atomic uint64_t dst;   /* the receiver's buffer in its address space; 0 until set */
+    _Atomic uint64_t claim; /* offset of the next piece to copy (fetch-and-add) */
+    _Atomic uint64_t done;  /* bytes copied, by either end */
 } braid_cma_desc_t;
 
 typedef struct braid_p2p_cma {
@@ -35,8 +47,10 @@ typedef struct braid_p2p_cma {
     size_t min_bytes;
     size_t piece;            /* BRAID_P2P_CMA_PIECE: bytes per process_vm_readv */
     uint64_t probe;          /* the word peers read in the probe */
-    uint64_t pulls;          /* messages this rank pulled (tests) */
-    _Atomic uint64_t pulled; /* bytes this rank pulled (read by tests from another thread) */
+    int help;                /* BRAID_P2P_CMA_HELP: a waiting sender copies pieces too */
+    uint64_t pulls;          /* messages this rank received by CMA (tests) */
+    _Atomic uint64_t pulled; /* bytes this rank read (tests read it from another thread) */
+    _Atomic uint64_t pushed; /* bytes this rank wrote into its receivers' buffers */
 } braid_p2p_cma_t;
 
 /* At init, after the send/recv connections exist (send/recv: nranks entries, NULL for this
@@ -58,11 +72,23 @@ braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *
  * *bytes_p, or BRAID_ERR_INTERNAL if malformed. */
 braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const braid_msg_hdr_t *h,
                                   const void *buf, uint64_t *bytes_p);
-/* Reads the next piece (at most BRAID_P2P_CMA_PIECE bytes) of that message (of total bytes, as
- * checked) into dst + *off_p, advancing *off_p; once all of it is there, checks the sender over c
- * (peer_check). BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read.
- */
-braid_result_t braid_p2p_cma_pull(braid_p2p_cma_t *cma, braid_conn_t *c, const void *buf, char *dst,
+/* The receiving end of that message (buf: its payload, total bytes as checked) into dst: the
+ * first call publishes dst; each call copies the next unclaimed piece, if any, else waits for
+ * the pieces the sender is copying (spin, then yield; comm's abort and timeout apply), checks
+ * the sender over c (peer_check) and sets *off_p = total. *off_p stays below total until then.
+ * BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read. */
+braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void *buf, char *dst,
                                   size_t total, size_t *off_p);
+/* A receive that fails (abort, timeout, an error elsewhere in its batch) with buf's message
+ * unfinished: no piece can be claimed after this, and it waits (bounded by comm's timeout, and
+ * only while the sender lives) for the pieces the sender is writing, so that no write reaches
+ * the buffer once the call has returned. */
+void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf);
+/* The sending end, while it waits for the release of the descriptor it posted in slot for
+ * src: copies the next unclaimed piece into the receiver's buffer once the receiver has
+ * published it, when allowed (cma->help and this rank's probe read that peer); *moved = 1 if
+ * it copied. BRAID_ERR_REMOTE naming the rank when the receiver's memory cannot be written. */
+braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *slot,
+                                  const char *src, int *moved);
 
 #endif

@@ -176,6 +176,13 @@ uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p)
     return st && st->cma ? st->cma->pulls : 0;
 }
 
+uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (help_p) *help_p = st && st->cma ? st->cma->help : 0;
+    return st && st->cma ? atomic_load_explicit(&st->cma->pushed, memory_order_relaxed) : 0;
+}
+
 /* ---- batches ---------------------------------------------------------------------------- */
 braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op)
 {
@@ -193,6 +200,7 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].next = -1;
     b->ops[b->nops].noticed = 0;
     b->ops[b->nops].cma = 0;
+    b->ops[b->nops].cma_slot = NULL;
     b->nops++;
     return BRAID_SUCCESS;
 }

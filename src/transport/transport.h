@@ -55,7 +55,9 @@ typedef struct {
 #define BRAID_MSG_NOTICE 0x8
 /* A header-only message on the send/recv connections (core/p2p_cma.c): the payload is a
  * braid_cma_desc_t naming the sender's buffer, which the receiver reads with
- * process_vm_readv before it releases the slot. */
+ * process_vm_readv (and the sender writes into the receiver's with process_vm_writev) before
+ * the receiver releases the slot; both ends update the descriptor's shared fields in the slot
+ * (only over shm, whose slots both ends map read-write). */
 #define BRAID_MSG_CMA 0x10
 /* On a shm send slot's message (core/p2p.c): the sender wrote the payload with streaming
  * stores (core/ntpick.h); the receiver times its copy out per kind and reports it back. */

@@ -1,11 +1,11 @@
 /* Single-copy point-to-point within a host (src/core/p2p_cma.c) as real processes: sizes
  * around BRAID_P2P_CMA_MIN and over several 1 MiB pieces, every dtype, unaligned buffers, n = 2
- * to 8, with the path forced on and off (each checked bit-exactly against tests/common/data.c,
- * and the path taken checked through the pull counters); all-to-all (in place too), gather and
- * allgatherv over it; a count mismatch over it (named, nothing written past either buffer); a
- * sender killed and an abort while a receiver pulls; probes made to fail (all ranks, and one
- * rank only) falling back to the slots; auto on whether or not the machine has more ranks
- * than cpus. */
+ * to 8, with the path forced on (senders helping, and not) and off (each checked bit-exactly
+ * against tests/common/data.c, and the path taken checked through the pull counters); all-to-all
+ * (in place too), gather and allgatherv over it; a count mismatch over it (named, nothing written
+ * past either buffer); a sender killed and an abort while a receiver pulls; probes made to fail
+ * (all ranks, and one rank only) falling back to the slots; auto on whether or not the machine has
+ * more ranks than cpus. */
 #include "core/p2p.h"
 #include "data.h"
 #include "mp.h"
@@ -35,7 +35,8 @@ static void sleep_ms(int ms)
 
 /* ---- a ring exchange over every dtype and sizes around the threshold --------------------- */
 typedef struct {
-    int on; /* BRAID_P2P_CMA=1 (else 0) */
+    int on;   /* BRAID_P2P_CMA=1 (else 0) */
+    int help; /* BRAID_P2P_CMA_HELP=1 (else 0) */
 } mode_t_;
 
 static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
@@ -62,8 +63,8 @@ static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
             }
             MP_OK(rank, braid_group_end());
             char what[128];
-            snprintf(what, sizeof(what), "cma=%d n=%d %s count=%zu from %d", m->on, n,
-                     braid_dtype_name(dt), count, prev);
+            snprintf(what, sizeof(what), "cma=%d help=%d n=%d %s count=%zu from %d", m->on, m->help,
+                     n, braid_dtype_name(dt), count, prev);
             MP_CHECK(rank,
                      !data_check_rank(out + off, dt, BRAID_SUM, prev, 0, count,
                                       seed_of(prev, rank, it), what),
@@ -84,9 +85,10 @@ static int ring_sizes(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-static void set_mode(int on)
+static void set_mode(int on, int help)
 {
     setenv("BRAID_P2P_CMA", on ? "1" : "0", 1);
+    setenv("BRAID_P2P_CMA_HELP", help ? "1" : "0", 1);
     char v[32];
     snprintf(v, sizeof(v), "%d", MIN_BYTES);
     setenv("BRAID_P2P_CMA_MIN", v, 1);
@@ -96,12 +98,14 @@ static void set_mode(int on)
 Test(p2p_cma, ring_sizes_around_threshold_every_dtype_on_and_off, .timeout = 300)
 {
     int ns[] = {2, 3, 5, 8};
-    for (int on = 1; on >= 0; on--) {
-        set_mode(on);
-        mode_t_ m = {on};
+    mode_t_ modes[] = {{1, 1}, {1, 0}, {0, 0}};
+    for (int k = 0; k < 3; k++) {
+        mode_t_ m = modes[k];
+        set_mode(m.on, m.help);
         for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
             if (data_quick() && ns[i] > 3) continue;
-            cr_assert_eq(mp_run(ns[i], ring_sizes, &m, 250), 0, "cma=%d n=%d", on, ns[i]);
+            cr_assert_eq(mp_run(ns[i], ring_sizes, &m, 250), 0, "cma=%d help=%d n=%d", m.on, m.help,
+                         ns[i]);
         }
     }
 }
@@ -121,7 +125,8 @@ static int colls(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank, braid_alltoall(in + 1, o + 1, count, dt, comm));
         for (int s = 0; s < n; s++) {
             char what[96];
-            snprintf(what, sizeof(what), "alltoall cma=%d in_place=%d from %d", m->on, inplace, s);
+            snprintf(what, sizeof(what), "alltoall cma=%d help=%d in_place=%d from %d", m->on,
+                     m->help, inplace, s);
             MP_CHECK(rank,
                      !data_check_rank(o + 1 + (size_t)s * bytes, dt, BRAID_SUM, s, 0, count,
                                       seed_of(s, rank, 5), what),
@@ -160,11 +165,13 @@ static int colls(braid_comm_t comm, int rank, int n, void *arg)
 Test(p2p_cma, alltoall_gather_allgatherv_on_and_off, .timeout = 200)
 {
     int ns[] = {2, 4, 7};
-    for (int on = 1; on >= 0; on--) {
-        set_mode(on);
-        mode_t_ m = {on};
+    mode_t_ modes[] = {{1, 1}, {1, 0}, {0, 0}};
+    for (int k = 0; k < 3; k++) {
+        mode_t_ m = modes[k];
+        set_mode(m.on, m.help);
         for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
-            cr_assert_eq(mp_run(ns[i], colls, &m, 150), 0, "cma=%d n=%d", on, ns[i]);
+            cr_assert_eq(mp_run(ns[i], colls, &m, 150), 0, "cma=%d help=%d n=%d", m.on, m.help,
+                         ns[i]);
     }
 }
 
@@ -203,7 +210,7 @@ static int mismatch(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(p2p_cma, count_mismatch_is_named_and_reads_nothing, .timeout = 60)
 {
-    set_mode(1);
+    set_mode(1, 0);
     for (int bigger = 0; bigger < 2; bigger++)
         cr_assert_eq(mp_run(2, mismatch, &bigger, 40), 0, "bigger=%d", bigger);
 }
@@ -211,6 +218,7 @@ Test(p2p_cma, count_mismatch_is_named_and_reads_nothing, .timeout = 60)
 /* ---- a sender killed, or an abort, while the receiver pulls ----------------------------- */
 typedef struct {
     int abort; /* 0: kill the sender; 1: the receiver aborts */
+    int help;  /* BRAID_P2P_CMA_HELP: the sender writes pieces too */
 } fault_t;
 
 static int fault(braid_comm_t comm, int rank, int n, void *arg)
@@ -251,6 +259,15 @@ static int fault(braid_comm_t comm, int rank, int n, void *arg)
     if (f->abort) {
         MP_CHECK(rank, r == BRAID_ERR_ABORTED, "wait: %s: %s", braid_strerror(r),
                  braid_last_error());
+        /* Nothing reaches the buffer once the call has returned (a helping sender's pieces
+         * finished before it did). */
+        memset(buf, 0x33, bytes);
+        sleep_ms(200);
+        size_t k = 0;
+        while (k < bytes && (unsigned char)buf[k] == 0x33)
+            k++;
+        MP_CHECK(rank, k == bytes, "help=%d: byte %zu written after the receive returned", f->help,
+                 k);
     } else {
         MP_CHECK(rank, r == BRAID_ERR_REMOTE && strstr(braid_last_error(), "rank 0"),
                  "wait: %s: %s", braid_strerror(r), braid_last_error());
@@ -259,24 +276,28 @@ static int fault(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-Test(p2p_cma, killed_sender_during_a_pull_is_remote_error, .timeout = 120)
+Test(p2p_cma, killed_sender_during_a_pull_is_remote_error, .timeout = 200)
 {
-    set_mode(1);
-    fault_t f = {0};
-    mp_job_t job;
-    mp_start(&job, 2, fault, &f);
-    mp_wait(&job, 100);
-    cr_assert(WIFSIGNALED(job.status[0]) && WTERMSIG(job.status[0]) == SIGKILL,
-              "rank 0 was not killed (status %d)", job.status[0]);
-    cr_assert(WIFEXITED(job.status[1]) && WEXITSTATUS(job.status[1]) == 0,
-              "rank 1 failed (status %d)", job.status[1]);
+    for (int help = 0; help < 2; help++) {
+        set_mode(1, help);
+        fault_t f = {0, help};
+        mp_job_t job;
+        mp_start(&job, 2, fault, &f);
+        mp_wait(&job, 90);
+        cr_assert(WIFSIGNALED(job.status[0]) && WTERMSIG(job.status[0]) == SIGKILL,
+                  "help=%d: rank 0 was not killed (status %d)", help, job.status[0]);
+        cr_assert(WIFEXITED(job.status[1]) && WEXITSTATUS(job.status[1]) == 0,
+                  "help=%d: rank 1 failed (status %d)", help, job.status[1]);
+    }
 }
 
-Test(p2p_cma, abort_during_a_pull, .timeout = 120)
+Test(p2p_cma, abort_during_a_pull, .timeout = 200)
 {
-    set_mode(1);
-    fault_t f = {1};
-    cr_assert_eq(mp_run(2, fault, &f, 100), 0);
+    for (int help = 0; help < 2; help++) {
+        set_mode(1, help);
+        fault_t f = {1, help};
+        cr_assert_eq(mp_run(2, fault, &f, 90), 0, "help=%d", help);
+    }
 }
 
 /* ---- probes that fail fall back to the slots --------------------------------------------- */
@@ -323,7 +344,7 @@ static int probe_fail(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(p2p_cma, failed_probe_falls_back_to_slots, .timeout = 120)
 {
-    set_mode(1);
+    set_mode(1, 0);
     int only = 1;
     cr_assert_eq(mp_run(3, probe_fail, &only, 60), 0, "rank 1's probes fail");
     setenv("BRAID_P2P_CMA_PROBE_FAIL", "1", 1);
@@ -377,7 +398,7 @@ static int auto_ring(braid_comm_t comm, int rank, int n, void *arg)
 
 Test(p2p_cma, auto_is_on_with_more_ranks_than_cpus_too, .timeout = 120)
 {
-    set_mode(1);
+    set_mode(1, 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const char *modes[] = {"auto", "1", "0"};
     for (int m = 0; m < 3; m++) {
