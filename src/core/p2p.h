@@ -81,7 +81,7 @@ typedef struct braid_p2p_op {
     int next;       /* next operation on the same connection, -1 = none */
     int noticed;    /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
     int cma;        /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
-    void *cma_slot; /* a CMA send: the slot of its descriptor */
+    void *cma_slot; /* moved by CMA: its descriptor (the send's slot, as either end maps it) */
     uint64_t tl0;   /* BRAID_TRACE: when it was linked, 0 = not recorded */
 } braid_p2p_op_t;
 

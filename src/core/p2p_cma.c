@@ -307,11 +307,14 @@ void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf)
     uint64_t claimed = atomic_exchange_explicit(&d->claim, UINT64_MAX / 2, memory_order_acq_rel);
     if (claimed > d->bytes) claimed = d->bytes;
     uint64_t t0 = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    char keep[2048]; /* the call's error, which peer_check would overwrite */
+    snprintf(keep, sizeof(keep), "%s", braid_last_error());
     while (atomic_load_explicit(&d->done, memory_order_acquire) < claimed) {
         /* A dead sender writes nothing more; a hung one is given the timeout. */
         if (c->ops->peer_check(c) < 0 || braid_now_ns() - t0 > timeout_ns) break;
         sched_yield();
     }
+    braid_restore_error(keep);
 }
 
 braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *slot,
