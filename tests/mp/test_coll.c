@@ -188,10 +188,13 @@ static int completion_time(braid_comm_t comm, int rank, int n, void *arg)
                  t_post);
     }
     MP_CHECK(rank, y == (float)(n * (n + 1) / 2), "sum %g", y);
-    /* not done (rank 1 joins 200 ms late): *t_done_p untouched; NULL is allowed; done_p NULL
-     * is an error */
+    /* not done (rank 1 joins 400 ms late): *t_done_p untouched; NULL is allowed; done_p NULL
+     * is an error. The barrier first: rank 1 left the all-reduce above about 500 ms before
+     * rank 0 (which slept), so counting its delay from there let it join rank 0's ibarrier
+     * first, and the test saw the barrier done at once. */
+    MP_OK(rank, braid_barrier(comm));
     if (rank == 1) {
-        struct timespec ts = {0, 200000000};
+        struct timespec ts = {0, 400000000};
         nanosleep(&ts, NULL);
     }
     MP_OK(rank, braid_ibarrier(comm, &req));
