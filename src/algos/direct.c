@@ -83,13 +83,6 @@ size_t braid_direct_small_max(size_t block, int n)
     return m < block ? m : block;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 typedef struct {
     struct braid_comm *comm;
     braid_direct_t *d;
@@ -179,14 +172,14 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
     /* A first spin without the clock: a small call's peer is usually a few hundred ns away,
      * and reading the clock first was 6% of an 8 B all-reduce. */
     for (int i = 0; i < 32 && !braid_direct_ready(l, want); i++)
-        cpu_relax();
+        braid_cpu_relax();
     if (!braid_direct_ready(l, want)) {
         struct braid_comm *comm = x->comm;
         uint64_t start = braid_now_ns(), gap = 1000000ull, next_foreign = start + gap;
         for (;;) {
             int got = 0;
             for (int i = 0; i < 64 && !(got = braid_direct_ready(l, want)); i++)
-                cpu_relax();
+                braid_cpu_relax();
             if (got) break;
             if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
                 return braid_set_error(BRAID_ERR_ABORTED, "%s #%u aborted: %s",

@@ -99,13 +99,6 @@ static size_t zc_out_bytes(const struct braid_comm *comm, const braid_op_args_t 
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
 #define SUB_BLOCK 8192
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static void copy_bytes(void *dst, const void *src, size_t n)
 {
     if (dst != src && n) braid_copy(dst, src, n);
@@ -726,7 +719,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
         if (!idle_since) idle_since = now;
         if (now - idle_since < spin_ns) {
             for (int i = 0; i < 16; i++)
-                cpu_relax();
+                braid_cpu_relax();
             continue;
         }
         /* Then yield: a peer that needs this core (more ranks than cores) runs at once, and

@@ -586,13 +586,6 @@ static int wait_all(runner_t *r, uint64_t deadline)
     return 1;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
 {
     struct braid_comm *comm = r->comm;
@@ -632,7 +625,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
                                    comm->rank);
         if (now - idle_since < spin_ns) {
             for (int i = 0; i < 16; i++)
-                cpu_relax();
+                braid_cpu_relax();
             continue;
         }
         if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))

@@ -12,6 +12,7 @@
 #include "core/p2p_cma.h"
 #include "core/comm.h"
 #include "core/p2p_impl.h"
+#include "core/yield.h"
 #include "core/config.h"
 #include "core/log.h"
 
@@ -218,20 +219,13 @@ static int claim_piece(const braid_p2p_cma_t *cma, braid_cma_desc_t *d, uint64_t
     return 1;
 }
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* The receiver, every piece claimed: waits for the sender to finish the ones it copies. */
 static braid_result_t wait_done(struct braid_comm *comm, braid_conn_t *c, braid_cma_desc_t *d)
 {
     uint64_t t0 = 0, next_check = 0, timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
     for (unsigned i = 0; atomic_load_explicit(&d->done, memory_order_acquire) < d->bytes; i++) {
         if (i < 256) {
-            cpu_relax();
+            braid_cpu_relax();
             continue;
         }
         uint64_t now = braid_now_ns();

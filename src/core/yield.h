@@ -61,6 +61,14 @@ typedef struct {
     int no_yield;              /* a real-time thread (BRAID_WORKER_RT): never yields */
 } braid_yield_state_t;
 
+/* The spin phase's pause between two looks at a flag. */
+static inline void braid_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* Pure: updates s after a yield that began at t0 and took d ns, with threshold slow_ns
  * (0 = never slow). */
 void braid_yield_note(braid_yield_state_t *s, uint64_t t0, uint64_t d, uint64_t slow_ns);
