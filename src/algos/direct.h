@@ -17,14 +17,10 @@
 void braid_direct_slice(size_t len, int n, int r, size_t es, size_t *off_p, size_t *cnt_p);
 /* The largest all-reduce (bytes) of the one-synchronisation path for slots of block bytes. */
 size_t braid_direct_small_max(size_t block, int n);
-/* All-reduce of validated arguments (count > 0) on comm->direct (not NULL). */
-braid_result_t braid_direct_allreduce(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
-braid_result_t braid_direct_reduce_scatter(struct braid_comm *c, const braid_op_args_t *a,
-                                           uint32_t seq);
-braid_result_t braid_direct_allgather(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
-braid_result_t braid_direct_broadcast(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
-braid_result_t braid_direct_reduce(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
-/* Runs a direct collective (all-reduce, reduce-scatter, all-gather, broadcast, reduce). */
+/* Runs a direct collective (all-reduce, reduce-scatter, all-gather, broadcast, reduce) of
+ * validated arguments (count > 0) on comm->direct (not NULL). */
 braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
+/* BRAID_DEBUG: what the pickers of streaming or plain stores into the slots measured. */
+void braid_direct_log_picks(struct braid_comm *c);
 
 #endif

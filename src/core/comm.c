@@ -3,6 +3,7 @@
  * entry guard are in registry.c). */
 #include "core/comm.h"
 #include "algos/algo.h"
+#include "algos/direct.h"
 #include "algos/plan.h"
 #include "core/config.h"
 #include "core/copy.h"
@@ -515,6 +516,7 @@ static void comm_free(struct braid_comm *c)
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
+    braid_direct_log_picks(c);
     braid_direct_free(c);
     braid_comm_close_conns(c);
     braid_transport_comm_cleanup(c);
@@ -570,11 +572,19 @@ static braid_result_t setup_direct(struct braid_comm *c)
     c->direct_nt_min = (size_t)v;
     BRAID_CHECK(braid_param_int("DIRECT_PIPELINE", &v));
     c->direct_pipeline = v != 0;
-    /* auto: with more ranks than cpus, peers share a cpu's caches, where plain stores win
-     * (perf/RESULTS.md, session 13: 4 ranks on 2 cpus, 1-16 MiB, 1.27-1.33x the time). */
+    /* auto: the direct collectives measure both kinds (x86-64), starting with streaming stores
+     * on AMD with no more ranks than cpus, plain ones elsewhere: with more ranks than cpus,
+     * peers share a cpu's caches, where plain stores won in sessions 13 and 15 (4 ranks on 2
+     * cpus, 1-16 MiB, 1.24-1.40x the time) and streaming ones in session 22 (0.67-0.87x);
+     * everything else that follows the setting (point-to-point's local copies) takes the first
+     * kind. */
     BRAID_CHECK(braid_param_switch("DIRECT_NT_SLOTS", &c->direct_nt_slots));
-    if (c->direct_nt_slots == 2)
+    if (c->direct_nt_slots == 2) {
+#if defined(__x86_64__)
+        c->direct_nt_pick = 1;
+#endif
         c->direct_nt_slots = braid_copy_shared_nt_default() && !c->oversubscribed;
+    }
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
         if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");

@@ -3,38 +3,91 @@
 #include "core/copy.h"
 #include "transport/transport.h" /* braid_now_ns */
 
-int braid_nt_pick_best(const braid_nt_pick_t *p)
+const braid_nt_sched_t braid_nt_sched_copies = {BRAID_NT_PICK_TRIAL,   BRAID_NT_PICK_SKIP,
+                                                BRAID_NT_PICK_EXPLORE, BRAID_NT_PICK_EARLY,
+                                                BRAID_NT_PICK_FACTOR,  0};
+/* Calls of a collective: every rank of the call follows the same schedule and the call's time
+ * depends on every rank's kind, so the runs that measure are shared, both kinds in a fixed
+ * order (ntpick.h), and only they are averaged: a rank whose own average favoured the other
+ * kind would otherwise slow its peers' calls of the kind they took. Runs of 4 calls, the first
+ * 2 untimed after a change of kind (a call of one block writes one of the two slots, so the
+ * first two meet lines the other kind left): the trial (calls 0-7), one early run (16-23),
+ * then one every 512 calls (4 of them of the slower kind, maybe 2x slower: +0.8% of the
+ * time). A short benchmark still pays the trial. */
+const braid_nt_sched_t braid_nt_sched_calls = {4, 2, 512, 1, 1.0, 1};
+
+static const braid_nt_sched_t *sched(const braid_nt_pick_t *p)
 {
-    if (p->ns_per_byte[0] <= 0 || p->ns_per_byte[1] <= 0) return 0;
-    if (p->rx_ns_per_byte[0] > 0 && p->rx_ns_per_byte[1] > 0)
-        return p->ns_per_byte[1] + p->rx_ns_per_byte[1] < p->ns_per_byte[0] + p->rx_ns_per_byte[0];
-    return p->ns_per_byte[1] * BRAID_NT_PICK_FACTOR < p->ns_per_byte[0];
+    return p->sched ? p->sched : &braid_nt_sched_copies;
 }
 
-/* Whether the t-th timed copy belongs to an exploration run (ntpick.h). */
-static int exploring(uint64_t t)
+int braid_nt_pick_best(const braid_nt_pick_t *p)
 {
-    if (t >= BRAID_NT_PICK_EXPLORE) return t % BRAID_NT_PICK_EXPLORE < BRAID_NT_PICK_TRIAL;
-    for (uint64_t s = 4 * BRAID_NT_PICK_TRIAL; s < BRAID_NT_PICK_EXPLORE; s *= 2)
-        if (t >= s && t < s + BRAID_NT_PICK_TRIAL) return 1;
-    return 0;
+    if (p->ns_per_byte[0] <= 0 || p->ns_per_byte[1] <= 0) return p->first;
+    if (p->rx_ns_per_byte[0] > 0 && p->rx_ns_per_byte[1] > 0)
+        return p->ns_per_byte[1] + p->rx_ns_per_byte[1] < p->ns_per_byte[0] + p->rx_ns_per_byte[0];
+    return p->ns_per_byte[1] * sched(p)->factor < p->ns_per_byte[0];
+}
+
+/* Where the t-th event lies in a run the schedule fixes: its position from the run's start, or
+ * -1. The trial (2 * trial events) at 0, `early` runs from 4 * trial on (each at twice the
+ * last), then one every `explore` events; a run is `trial` events of the kind the picker does
+ * not take, or with a shared schedule 2 * trial events of both kinds in the trial's order. */
+static int64_t fixed_run(const braid_nt_sched_t *k, uint64_t t)
+{
+    uint64_t len = (k->shared ? 2 : 1) * (uint64_t)k->trial;
+    if (t < 2 * (uint64_t)k->trial) return (int64_t)t;
+    if (t >= k->explore) return t % k->explore < len ? (int64_t)(t % k->explore) : -1;
+    uint64_t s = 4 * (uint64_t)k->trial;
+    for (uint32_t i = 0; i < k->early && s < k->explore; i++, s *= 2)
+        if (t >= s && t < s + len) return (int64_t)(t - s);
+    return -1;
+}
+
+int braid_nt_pick_fixed(const braid_nt_pick_t *p)
+{
+    const braid_nt_sched_t *k = sched(p);
+    int64_t r = fixed_run(k, p->timed);
+    if (p->timed < 2 * (uint64_t)k->trial || (k->shared && r >= 0))
+        return (r >= (int64_t)k->trial) ^ (p->first != 0);
+    return -1;
 }
 
 int braid_nt_pick_choose(const braid_nt_pick_t *p)
 {
-    if (p->timed < 2 * BRAID_NT_PICK_TRIAL) return p->timed >= BRAID_NT_PICK_TRIAL;
+    int f = braid_nt_pick_fixed(p);
+    if (f >= 0) return f;
     int best = braid_nt_pick_best(p);
-    return exploring(p->timed) ? !best : best;
+    return fixed_run(sched(p), p->timed) >= 0 ? !best : best;
 }
 
 void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
 {
+    const braid_nt_sched_t *k = sched(p);
+    int64_t r = fixed_run(k, p->timed);
     nt = nt != 0;
     p->timed++;
     if (nt != p->last) p->run = 0;
     p->last = nt;
-    if (++p->run <= BRAID_NT_PICK_SKIP) return;
-    double v = (double)(ns ? ns : 1) / (double)(bytes ? bytes : 1), *avg = &p->ns_per_byte[nt];
+    double v = (double)(ns ? ns : 1) / (double)(bytes ? bytes : 1);
+    if (k->shared) {
+        /* Only the fixed runs count, where every rank used the same kind; each kind's fastest
+         * call of a run (the others met a preemption or a page fault) enters the average
+         * when the run ends. */
+        if (r < 0) return;
+        if (++p->run > k->skip && (p->run_min[nt] <= 0 || v < p->run_min[nt])) p->run_min[nt] = v;
+        if (r + 1 < 2 * (int64_t)k->trial) return;
+        for (int i = 0; i < 2; i++) {
+            double *avg = &p->ns_per_byte[i];
+            if (p->run_min[i] <= 0) continue;
+            *avg = *avg > 0 ? 0.5 * *avg + 0.5 * p->run_min[i] : p->run_min[i];
+            p->count[i]++;
+            p->run_min[i] = 0;
+        }
+        return;
+    }
+    if (++p->run <= k->skip) return;
+    double *avg = &p->ns_per_byte[nt];
     *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
     p->count[nt]++;
 }

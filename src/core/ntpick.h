@@ -47,17 +47,40 @@
 #define BRAID_NT_PICK_EARLY 4 /* explorations before the first BRAID_NT_PICK_EXPLORE copies */
 #define BRAID_NT_PICK_FACTOR 3.0
 
+/* A picker's schedule: runs of `trial` timed events of one kind, the first `skip` of each run
+ * out of the averages, an exploration run every `explore` events and `early` ones before (at
+ * 4 * trial, then at twice the last);
+ * streaming stores need `factor` times plain stores' speed while the receiver has not reported
+ * (1: the events time everything). The send slots' pickers time copies
+ * (braid_nt_sched_copies: the BRAID_NT_PICK_* values above); the direct collectives' time whole
+ * calls of one collective and size class (braid_nt_sched_calls, algos/direct.c), where a run
+ * is shorter since a call is larger and every rank of the call follows the same schedule. */
 typedef struct {
+    uint32_t trial, skip, explore, early;
+    double factor;
+    int shared; /* the exploration runs measure both kinds in a fixed order (see ntpick.c) */
+} braid_nt_sched_t;
+extern const braid_nt_sched_t braid_nt_sched_copies;
+extern const braid_nt_sched_t braid_nt_sched_calls;
+
+typedef struct {
+    const braid_nt_sched_t *sched; /* NULL: braid_nt_sched_copies */
+    int first;                     /* the kind of the first trial run (the second is the other) */
     double ns_per_byte[2];    /* moving average per kind ([0] plain, [1] streaming); 0 = none */
     uint64_t timed;           /* copies of at least BRAID_NT_PICK_MIN bytes so far */
-    uint64_t count[2];        /* copies of each kind in the averages (diagnostics, tests) */
+    uint64_t count[2];        /* copies (runs when shared) of each kind in the averages */
+    double run_min[2];        /* a shared schedule: each kind's least per byte in this run */
     double rx_ns_per_byte[2]; /* the receiver's copy out per kind, as it last reported; 0 = none */
     uint32_t run;             /* copies of the last one's kind in a row */
     int last;                 /* the last copy's kind */
 } braid_nt_pick_t;
 
-/* The kind (0 plain, 1 streaming) of the next timed copy. */
+/* The kind (0 plain, 1 streaming) of the next timed copy. It depends only on the events
+ * recorded so far and, outside the trial and exploration runs, on the averages. */
 int braid_nt_pick_choose(const braid_nt_pick_t *p);
+/* The kind of the next event when a run of the schedule fixes it (the trial, a shared
+ * schedule's exploration runs: the same on every rank that recorded as many events), else -1. */
+int braid_nt_pick_fixed(const braid_nt_pick_t *p);
 /* Records a timed copy of `bytes` bytes of kind nt that took ns nanoseconds (into the
  * averages past the first BRAID_NT_PICK_SKIP of a run). */
 void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns);

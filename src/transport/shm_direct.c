@@ -44,6 +44,7 @@ typedef struct {
     uint32_t block;            /* data bytes per slot, for the peers' check */
     char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
     ref_t out_ref[2];          /* per slot: the call's output, with BRAID_DIRECT_OUT_MAPPED */
+    _Atomic uint8_t pick[BRAID_DIRECT_PICKERS]; /* braid_direct_set_pick: 0 none, 1 + kind */
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
@@ -65,6 +66,7 @@ struct braid_direct {
     uint64_t blocks;         /* the block counter */
     uint64_t synced;         /* blocks below it were published by every peer (algos/direct.c) */
     char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
+    braid_nt_pick_t pick[BRAID_DIRECT_PICKERS];
     peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
     int nmaps;
     int refs_ok; /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
@@ -111,6 +113,21 @@ uint64_t *braid_direct_counter(braid_direct_t *d)
 uint64_t *braid_direct_synced(braid_direct_t *d)
 {
     return &d->synced;
+}
+
+braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d)
+{
+    return d->pick;
+}
+
+void braid_direct_set_pick(braid_direct_t *d, int i, int nt)
+{
+    atomic_store_explicit(&ctrl(d, d->me)->pick[i], (uint8_t)(1 + (nt != 0)), memory_order_relaxed);
+}
+
+int braid_direct_pick_of(const braid_direct_t *d, int r, int i)
+{
+    return (int)atomic_load_explicit(&ctrl(d, r)->pick[i], memory_order_relaxed) - 1;
 }
 
 char *braid_direct_scratch(braid_direct_t *d)

@@ -21,6 +21,7 @@
 #ifndef BRAID_TRANSPORT_SHM_DIRECT_H
 #define BRAID_TRANSPORT_SHM_DIRECT_H
 
+#include "core/ntpick.h"
 #include "transport/transport.h"
 
 #include <stdatomic.h>
@@ -143,6 +144,14 @@ char *braid_direct_peer_out(braid_direct_t *d, int r, int s);
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */
 uint64_t *braid_direct_synced(braid_direct_t *d);
+/* The algorithms' pickers of streaming or plain stores into the slots (core/ntpick.h), one
+ * per collective and size class (algos/direct.c), zeroed at setup. */
+#define BRAID_DIRECT_PICKERS 96
+braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d);
+/* Publishes in this rank's control page the kind (0 plain, 1 streaming) picker i takes, for
+ * the peers that follow this rank's choice; braid_direct_pick_of reads rank r's (-1: none yet). */
+void braid_direct_set_pick(braid_direct_t *d, int i, int nt);
+int braid_direct_pick_of(const braid_direct_t *d, int r, int i);
 /* BRAID_DIRECT_SCRATCH bytes of private memory for the algorithms. */
 #define BRAID_DIRECT_SCRATCH 16384
 char *braid_direct_scratch(braid_direct_t *d);

@@ -361,7 +361,8 @@ Test(direct, slots_with_and_without_streaming_stores_give_the_same_results)
     unsetenv("BRAID_DIRECT_NT_SLOTS");
 }
 
-/* auto: on for an AMD CPU with no more ranks on the machine than cpus, off with more. */
+/* auto: the pickers' first kind (algos/direct.c) and the setting of everything else that follows
+ * it: streaming for an AMD CPU with no more ranks on the machine than cpus, plain with more. */
 static int nt_slots_auto(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;

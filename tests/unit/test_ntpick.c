@@ -214,3 +214,70 @@ Test(ntpick, a_misled_warmup_is_corrected_early)
     cr_assert_eq(braid_nt_pick_best(&p), 0, "after the run from copy 64: plain, %g vs %g ns/B",
                  p.ns_per_byte[0], p.ns_per_byte[1]);
 }
+
+/* The calls' schedule (shared by every rank of a direct collective): the trial starts with the
+ * picker's first kind; the fixed runs (trial, the early run at 4 * trial, then one every
+ * `explore` calls) each take both kinds in the trial's order whatever the averages say, and
+ * braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs are averaged, by each
+ * kind's fastest timed call of the run; outside them the picker takes the lower average. */
+Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
+{
+    const braid_nt_sched_t *k = &braid_nt_sched_calls;
+    cr_assert(k->shared && k->trial >= 2 && k->skip < k->trial && k->explore > 8 * k->trial);
+    for (int first = 0; first < 2; first++) {
+        braid_nt_pick_t p;
+        memset(&p, 0, sizeof(p));
+        p.sched = k;
+        p.first = first;
+        cr_assert_eq(braid_nt_pick_best(&p), first, "no averages yet: the first kind");
+        uint64_t fixed = 0, other = 0, total = 3 * (uint64_t)k->explore;
+        for (uint64_t t = 0; t < total; t++) {
+            int f = braid_nt_pick_fixed(&p), kind = braid_nt_pick_choose(&p);
+            uint64_t pos = t < k->explore ? t : t % k->explore;
+            int in_run = pos < 2 * k->trial ||
+                         (t < k->explore && t >= 4 * k->trial && t < 4 * k->trial + 2 * k->trial);
+            cr_assert_eq(f >= 0, in_run, "call %llu: fixed %d", (unsigned long long)t, f);
+            if (in_run) {
+                int want = (int)((t < k->explore ? (t < 2 * k->trial ? t : t - 4 * k->trial)
+                                                 : pos) >= k->trial) ^
+                           first;
+                cr_assert_eq(f, want, "call %llu", (unsigned long long)t);
+                cr_assert_eq(kind, f);
+                fixed++;
+            } else {
+                /* streaming twice as fast: taken outside the runs once averaged */
+                cr_assert_eq(kind, 1, "call %llu outside the runs", (unsigned long long)t);
+            }
+            other += in_run && kind == 0;
+            /* streaming 1 ns/B; plain 2 ns/B, except one slow call per run (a preemption);
+             * outside the fixed runs 100x faster, which must not count */
+            double per = kind ? 1.0 : 2.0;
+            if (!in_run) per = 0.01;
+            if (in_run && pos % k->trial == k->trial - 1) per *= 10.0;
+            braid_nt_pick_record(&p, kind, 1 << 20, (uint64_t)(per * (1 << 20)));
+        }
+        cr_assert_float_eq(p.ns_per_byte[1], 1.0, 1e-9, "streaming average %g", p.ns_per_byte[1]);
+        cr_assert_float_eq(p.ns_per_byte[0], 2.0, 1e-9, "plain average %g", p.ns_per_byte[0]);
+        cr_assert_eq(p.count[0], p.count[1], "one average per kind and run");
+        cr_assert_eq(p.count[0], fixed / (2 * k->trial), "%llu runs",
+                     (unsigned long long)p.count[0]);
+        cr_assert_eq(other, fixed / 2, "half of every run plain");
+    }
+}
+
+/* A shared schedule follows a change of the machine at its next fixed run: plain stores become
+ * faster, and after the next run's averages (at most `explore` calls later, the average halves
+ * the distance per run) the picker takes them. */
+Test(ntpick, calls_schedule_follows_a_change_at_the_next_runs)
+{
+    braid_nt_pick_t p;
+    memset(&p, 0, sizeof(p));
+    p.sched = &braid_nt_sched_calls;
+    p.first = 0;
+    uint32_t e = braid_nt_sched_calls.explore;
+    feed(&p, (int)e, 2.0, 1.0);
+    cr_assert_eq(braid_nt_pick_best(&p), 1);
+    int streamed = feed(&p, (int)(4 * e), 0.25, 1.0);
+    cr_assert_eq(braid_nt_pick_best(&p), 0, "plain 4x faster now");
+    cr_assert_lt(streamed, (int)(2 * e), "followed within two periods (%d streaming)", streamed);
+}
