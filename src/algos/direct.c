@@ -325,17 +325,26 @@ static braid_nt_pick_t *slot_picker(struct braid_comm *c, const braid_op_args_t 
     return p;
 }
 
-/* The kind of the call's copies into the slots: the picker's fixed runs (the same on every
- * rank), else rank 0's choice, which it publishes after every call it times, so that every
- * rank stores the same way (its measurements need that, and a rank that stored otherwise
- * would slow the others' reads). */
+/* The kind of the call's copies into the slots, the same on every rank (the measurements
+ * need that, and a rank that stored otherwise would slow the others' reads): the picker's
+ * fixed runs, else rank 0's choice after the last run, which it publishes once it timed the
+ * run's last call. Every rank (rank 0 too) takes it up ADOPT_LAG calls after that run's end:
+ * a rank that started that call completed the one before, which needed a tag rank 0 published
+ * in a later call than the run's last (a broadcast's root waits for every peer's tag of the
+ * block before its own; two calls suffice), and rank 0 publishes between two calls. Until
+ * then the choice of the run before holds (`first` before any). */
+#define ADOPT_LAG 3
 static int slot_kind(dctx_t *x, int idx)
 {
-    int k = braid_nt_pick_fixed(x->pick);
+    braid_nt_pick_t *p = x->pick;
+    int k = braid_nt_pick_fixed(p);
     if (k >= 0) return k;
-    if (x->comm->rank == 0) return braid_nt_pick_best(x->pick);
-    k = braid_direct_pick_of(x->d, 0, idx);
-    return k >= 0 ? k : x->pick->first;
+    if (p->folded_at && p->timed >= p->folded_at + ADOPT_LAG && p->adopted_at != p->folded_at) {
+        k = braid_direct_pick_of(x->d, 0, idx);
+        p->adopted = k >= 0 ? k : p->first;
+        p->adopted_at = p->folded_at;
+    }
+    return p->adopted_at ? p->adopted : p->first;
 }
 
 void braid_direct_log_picks(struct braid_comm *c)

@@ -8,13 +8,15 @@ const braid_nt_sched_t braid_nt_sched_copies = {BRAID_NT_PICK_TRIAL,   BRAID_NT_
                                                 BRAID_NT_PICK_FACTOR,  0};
 /* Calls of a collective: every rank of the call follows the same schedule and the call's time
  * depends on every rank's kind, so the runs that measure are shared, both kinds in a fixed
- * order (ntpick.h), and only they are averaged: a rank whose own average favoured the other
- * kind would otherwise slow its peers' calls of the kind they took. Runs of 4 calls, the first
- * 2 untimed after a change of kind (a call of one block writes one of the two slots, so the
- * first two meet lines the other kind left): the trial (calls 0-7), one early run (16-23),
- * then one every 512 calls (4 of them of the slower kind, maybe 2x slower: +0.8% of the
- * time). A short benchmark still pays the trial. */
-const braid_nt_sched_t braid_nt_sched_calls = {4, 2, 512, 1, 1.0, 1};
+ * order, and only they are averaged: a rank whose own average favoured the other kind would
+ * otherwise slow its peers' calls of the kind they took. A run is 3 calls of the kind not
+ * expected to win, then 3 of the expected one (`first`): the trial's first calls are a
+ * benchmark's warm-up, with cold caches whatever the kind. The first call of each kind is
+ * untimed (a call of one block writes one of the two slots, so it meets lines the other kind
+ * left), each kind's faster timed call enters the average at the run's end (the other met a
+ * preemption or a page fault). No early run; then one every 512 calls (3 of the slower kind,
+ * maybe 2x slower: +0.6% of the time). */
+const braid_nt_sched_t braid_nt_sched_calls = {3, 1, 512, 0, 1.0, 1};
 
 static const braid_nt_sched_t *sched(const braid_nt_pick_t *p)
 {
@@ -49,7 +51,7 @@ int braid_nt_pick_fixed(const braid_nt_pick_t *p)
     const braid_nt_sched_t *k = sched(p);
     int64_t r = fixed_run(k, p->timed);
     if (p->timed < 2 * (uint64_t)k->trial || (k->shared && r >= 0))
-        return (r >= (int64_t)k->trial) ^ (p->first != 0);
+        return (r >= (int64_t)k->trial) ^ (p->first != 0) ^ (k->shared != 0);
     return -1;
 }
 
@@ -77,6 +79,7 @@ void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
         if (r < 0) return;
         if (++p->run > k->skip && (p->run_min[nt] <= 0 || v < p->run_min[nt])) p->run_min[nt] = v;
         if (r + 1 < 2 * (int64_t)k->trial) return;
+        p->folded_at = p->timed;
         for (int i = 0; i < 2; i++) {
             double *avg = &p->ns_per_byte[i];
             if (p->run_min[i] <= 0) continue;

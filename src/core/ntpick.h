@@ -65,11 +65,16 @@ extern const braid_nt_sched_t braid_nt_sched_calls;
 
 typedef struct {
     const braid_nt_sched_t *sched; /* NULL: braid_nt_sched_copies */
-    int first;                     /* the kind of the first trial run (the second is the other) */
-    double ns_per_byte[2];    /* moving average per kind ([0] plain, [1] streaming); 0 = none */
-    uint64_t timed;           /* copies of at least BRAID_NT_PICK_MIN bytes so far */
-    uint64_t count[2];        /* copies (runs when shared) of each kind in the averages */
-    double run_min[2];        /* a shared schedule: each kind's least per byte in this run */
+    /* The kind expected to win, taken until both are measured: the trial's first run (the
+     * second is the other kind); with a shared schedule the fixed runs take it second. */
+    int first;
+    double ns_per_byte[2]; /* moving average per kind ([0] plain, [1] streaming); 0 = none */
+    uint64_t timed;        /* copies of at least BRAID_NT_PICK_MIN bytes so far */
+    uint64_t count[2];     /* copies (runs when shared) of each kind in the averages */
+    double run_min[2];     /* a shared schedule: each kind's least per byte in this run */
+    uint64_t folded_at;    /* a shared schedule: `timed` when the last run ended */
+    uint64_t adopted_at;   /* algos/direct.c: the folded_at whose choice `adopted` is */
+    int adopted;
     double rx_ns_per_byte[2]; /* the receiver's copy out per kind, as it last reported; 0 = none */
     uint32_t run;             /* copies of the last one's kind in a row */
     int last;                 /* the last copy's kind */

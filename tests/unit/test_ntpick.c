@@ -215,15 +215,16 @@ Test(ntpick, a_misled_warmup_is_corrected_early)
                  p.ns_per_byte[0], p.ns_per_byte[1]);
 }
 
-/* The calls' schedule (shared by every rank of a direct collective): the trial starts with the
- * picker's first kind; the fixed runs (trial, the early run at 4 * trial, then one every
- * `explore` calls) each take both kinds in the trial's order whatever the averages say, and
+/* The calls' schedule (shared by every rank of a direct collective): the fixed runs (the trial,
+ * then one every `explore` calls) each take both kinds, the one not expected to win (not
+ * `first`) first, whatever the averages say, and
  * braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs are averaged, by each
  * kind's fastest timed call of the run; outside them the picker takes the lower average. */
 Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
 {
     const braid_nt_sched_t *k = &braid_nt_sched_calls;
-    cr_assert(k->shared && k->trial >= 2 && k->skip < k->trial && k->explore > 8 * k->trial);
+    cr_assert(k->shared && k->trial >= 2 && k->skip < k->trial && k->explore > 8 * k->trial &&
+              k->early == 0);
     for (int first = 0; first < 2; first++) {
         braid_nt_pick_t p;
         memset(&p, 0, sizeof(p));
@@ -233,14 +234,12 @@ Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
         uint64_t fixed = 0, other = 0, total = 3 * (uint64_t)k->explore;
         for (uint64_t t = 0; t < total; t++) {
             int f = braid_nt_pick_fixed(&p), kind = braid_nt_pick_choose(&p);
-            uint64_t pos = t < k->explore ? t : t % k->explore;
-            int in_run = pos < 2 * k->trial ||
-                         (t < k->explore && t >= 4 * k->trial && t < 4 * k->trial + 2 * k->trial);
+            uint64_t pos = t % k->explore;
+            int in_run = pos < 2 * k->trial;
             cr_assert_eq(f >= 0, in_run, "call %llu: fixed %d", (unsigned long long)t, f);
             if (in_run) {
-                int want = (int)((t < k->explore ? (t < 2 * k->trial ? t : t - 4 * k->trial)
-                                                 : pos) >= k->trial) ^
-                           first;
+                /* the kind not expected to win first */
+                int want = (pos >= k->trial) ^ first ^ 1;
                 cr_assert_eq(f, want, "call %llu", (unsigned long long)t);
                 cr_assert_eq(kind, f);
                 fixed++;
