@@ -89,12 +89,10 @@ typedef struct {
     const braid_op_args_t *a;
     braid_msg_hdr_t desc;
     uint64_t spin_ns, yield_ns, timeout_ns;
-    uint64_t tl0;          /* BRAID_TRACE: when the open block began, 0 = none */
-    size_t tl_bytes;       /* its bytes (this rank's input to it) */
-    int nt;                /* the output copies use non-temporal stores (BRAID_NT_MIN) */
-    int nt_slots;          /* the copies into the slots do (BRAID_DIRECT_NT_SLOTS) */
-    braid_nt_pick_t *pick; /* the picker that chose nt_slots (times the call), NULL: none */
-    int pick_idx;          /* its index (braid_direct_set_pick) */
+    uint64_t tl0;           /* BRAID_TRACE: when the open block began, 0 = none */
+    size_t tl_bytes;        /* its bytes (this rank's input to it) */
+    int nt;                 /* the output copies use non-temporal stores (BRAID_NT_MIN) */
+    braid_direct_pick_t pk; /* pk.nt: the copies into the slots do (BRAID_DIRECT_NT_SLOTS) */
     /* The large all-reduce's output (a->recvbuf) when it lies in a region of braid_mem_alloc
      * (out_mapped): published with every block (BRAID_DIRECT_OUT_MAPPED), for the peers to
      * write into. */
@@ -284,89 +282,6 @@ static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_i
     return BRAID_SUCCESS;
 }
 
-/* BRAID_DIRECT_NT_SLOTS=auto: the picker of the call's collective and size class (log2 of
- * count * dtype size from BRAID_NT_PICK_MIN, equal on every rank, so every rank tries the same
- * kind in the same calls), set up on first use to try the comm's kind first; NULL for smaller
- * calls or a forced setting. */
-static braid_nt_pick_t *slot_picker(struct braid_comm *c, const braid_op_args_t *a, size_t bytes,
-                                    int *idx_p)
-{
-    enum { CLASSES = BRAID_DIRECT_PICKERS / 5 };
-    if (!c->direct_nt_pick || bytes < BRAID_NT_PICK_MIN) return NULL;
-    int k = 0;
-    switch (a->coll) {
-    case BRAID_COLL_ALLREDUCE:
-        k = 0;
-        break;
-    case BRAID_COLL_REDUCE_SCATTER:
-        k = 1;
-        break;
-    case BRAID_COLL_ALLGATHER:
-        k = 2;
-        break;
-    case BRAID_COLL_BROADCAST:
-        k = 3;
-        break;
-    case BRAID_COLL_REDUCE:
-        k = 4;
-        break;
-    default:
-        return NULL;
-    }
-    int cls = 0;
-    for (size_t b = bytes / BRAID_NT_PICK_MIN; b > 1 && cls < CLASSES - 1; b >>= 1)
-        cls++;
-    *idx_p = k * CLASSES + cls;
-    braid_nt_pick_t *p = &braid_direct_pickers(c->direct)[*idx_p];
-    if (!p->sched) {
-        p->sched = &braid_nt_sched_calls;
-        p->first = c->direct_nt_slots;
-    }
-    return p;
-}
-
-/* The kind of the call's copies into the slots, the same on every rank (the measurements
- * need that, and a rank that stored otherwise would slow the others' reads): the picker's
- * fixed runs, else rank 0's choice after the last run, which it publishes once it timed the
- * run's last call. Every rank (rank 0 too) takes it up ADOPT_LAG calls after that run's end:
- * a rank that started that call completed the one before, which needed a tag rank 0 published
- * in a later call than the run's last (a broadcast's root waits for every peer's tag of the
- * block before its own; two calls suffice), and rank 0 publishes between two calls. Until
- * then the choice of the run before holds (`first` before any). */
-#define ADOPT_LAG 3
-static int slot_kind(dctx_t *x, int idx)
-{
-    braid_nt_pick_t *p = x->pick;
-    int k = braid_nt_pick_fixed(p);
-    if (k >= 0) return k;
-    if (p->folded_at && p->timed >= p->folded_at + ADOPT_LAG && p->adopted_at != p->folded_at) {
-        k = braid_direct_pick_of(x->d, 0, idx);
-        p->adopted = k >= 0 ? k : p->first;
-        p->adopted_at = p->folded_at;
-    }
-    return p->adopted_at ? p->adopted : p->first;
-}
-
-void braid_direct_log_picks(struct braid_comm *c)
-{
-    enum { CLASSES = BRAID_DIRECT_PICKERS / 5 };
-    static const char *const names[5] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                         "reduce"};
-    if (!c->direct) return;
-    const braid_nt_pick_t *p = braid_direct_pickers(c->direct);
-    for (int i = 0; i < BRAID_DIRECT_PICKERS; i++)
-        if (i / CLASSES < 5 && p[i].count[0] + p[i].count[1])
-            braid_debug(SHM,
-                        "direct %s from %zu bytes: plain stores %.2f GB/s (%llu runs), "
-                        "streaming %.2f GB/s (%llu), taking %s",
-                        names[i / CLASSES], (size_t)BRAID_NT_PICK_MIN << (i % CLASSES),
-                        p[i].ns_per_byte[0] > 0 ? 1 / p[i].ns_per_byte[0] : 0.0,
-                        (unsigned long long)p[i].count[0],
-                        p[i].ns_per_byte[1] > 0 ? 1 / p[i].ns_per_byte[1] : 0.0,
-                        (unsigned long long)p[i].count[1],
-                        braid_nt_pick_best(&p[i]) ? "streaming" : "plain");
-}
-
 static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, uint32_t seq)
 {
     memset(x, 0, sizeof(*x));
@@ -382,8 +297,7 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
     if (a->coll == BRAID_COLL_ALLGATHER) out_bytes *= (size_t)c->nranks;
     if (a->coll == BRAID_COLL_REDUCE_SCATTER) out_bytes = 0;
     x->nt = c->direct_nt_min && out_bytes >= c->direct_nt_min;
-    x->pick = slot_picker(c, a, a->count * es, &x->pick_idx);
-    x->nt_slots = x->pick ? slot_kind(x, x->pick_idx) : c->direct_nt_slots;
+    braid_direct_pick_init(&x->pk, c, a);
 }
 
 /* The rule for writing this rank's slot (line or data) for block g: every peer published
@@ -394,6 +308,7 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
 static braid_result_t begin_block(dctx_t *x, uint64_t g, size_t bytes)
 {
     if (x->tl0 || braid_timeline_enabled()) timeline_block(x, bytes);
+    braid_direct_pick_block(&x->pk, x->comm, bytes);
     braid_direct_t *d = x->d;
     uint64_t *synced = braid_direct_synced(d); /* blocks below it: every peer published */
     if (g == 0 || *synced >= g) return BRAID_SUCCESS;
@@ -433,12 +348,12 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
                              ref->off + (uint64_t)(src - (const char *)ref->ptr));
     else if (src && bytes > BRAID_DIRECT_INLINE && skip_len) {
         char *dst = braid_direct_data(d, me, s, bytes);
-        int nt = x->nt_slots;
+        int nt = x->pk.nt;
         braid_copy_shared(dst, src, skip, nt);
         braid_copy_shared(dst + skip + skip_len, src + skip + skip_len, bytes - skip - skip_len,
                           nt);
     } else if (src)
-        braid_copy_shared(braid_direct_data(d, me, s, bytes), src, bytes, x->nt_slots);
+        braid_copy_shared(braid_direct_data(d, me, s, bytes), src, bytes, x->pk.nt);
     braid_direct_publish(d, s, tag);
     return BRAID_SUCCESS;
 }
@@ -569,7 +484,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
             if (!po) return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
             dst[ndst++] = (dst_t){po + off * es, x->nt};
         }
-        if (slot) dst[ndst++] = (dst_t){braid_direct_data(d, me, s, lb), x->nt_slots};
+        if (slot) dst[ndst++] = (dst_t){braid_direct_data(d, me, s, lb), x->pk.nt};
         reduce_all(x, src, so, sl, out + (off + so) * es, dst, ndst);
         braid_direct_publish(d, s, t2);
         /* The next block is staged before this one's gather when the peers still gathering
@@ -631,7 +546,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
         else
             for (int i = 0; i < n; i++)
                 braid_copy_shared(mine + (size_t)i * lb, in + ((size_t)i * count + off) * es, lb,
-                                  x->nt_slots);
+                                  x->pk.nt);
         braid_direct_publish(d, s, t);
         BRAID_CHECK(wait_all(x, *g, t));
         BRAID_CHECK(sources(x, s, tb, in + off * es, src));
@@ -765,7 +680,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
         BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
         char *mine = braid_direct_data(d, me, s, lb);
         if (me != root) {
-            dst_t one = {mine, x->nt_slots};
+            dst_t one = {mine, x->pk.nt};
             reduce_all(x, src, so, sl, NULL, &one, 1);
             braid_direct_publish(d, s, t2);
             continue;
@@ -786,7 +701,6 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
 
 braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq)
 {
-    uint64_t t0 = braid_now_ns();
     dctx_t x;
     ctx_init(&x, c, a, seq);
     src_t t;
@@ -817,10 +731,6 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
     if (x.nt) _mm_sfence();
 #endif
     if (x.tl0) timeline_block(&x, (size_t)-1);
-    if (x.pick && res == BRAID_SUCCESS) {
-        braid_nt_pick_record(x.pick, x.nt_slots, a->count * braid_dtype_size(a->dtype),
-                             braid_now_ns() - t0);
-        if (c->rank == 0) braid_direct_set_pick(x.d, x.pick_idx, braid_nt_pick_best(x.pick));
-    }
+    braid_direct_pick_block(&x.pk, c, (size_t)-1); /* after an error too: the peers count it */
     return res;
 }

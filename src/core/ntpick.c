@@ -3,20 +3,25 @@
 #include "core/copy.h"
 #include "transport/transport.h" /* braid_now_ns */
 
-const braid_nt_sched_t braid_nt_sched_copies = {BRAID_NT_PICK_TRIAL,   BRAID_NT_PICK_SKIP,
-                                                BRAID_NT_PICK_EXPLORE, BRAID_NT_PICK_EARLY,
-                                                BRAID_NT_PICK_FACTOR,  0};
-/* Calls of a collective: every rank of the call follows the same schedule and the call's time
- * depends on every rank's kind, so the runs that measure are shared, both kinds in a fixed
- * order, and only they are averaged: a rank whose own average favoured the other kind would
- * otherwise slow its peers' calls of the kind they took. A run is 3 calls of the kind not
- * expected to win, then 3 of the expected one (`first`): the trial's first calls are a
- * benchmark's warm-up, with cold caches whatever the kind. The first call of each kind is
- * untimed (a call of one block writes one of the two slots, so it meets lines the other kind
- * left), each kind's faster timed call enters the average at the run's end (the other met a
- * preemption or a page fault). No early run; then one every 512 calls (3 of the slower kind,
- * maybe 2x slower: +0.6% of the time). */
-const braid_nt_sched_t braid_nt_sched_calls = {3, 1, 512, 0, 1.0, 1};
+const braid_nt_sched_t braid_nt_sched_copies = {BRAID_NT_PICK_TRIAL,
+                                                BRAID_NT_PICK_SKIP,
+                                                BRAID_NT_PICK_EXPLORE,
+                                                BRAID_NT_PICK_EARLY,
+                                                BRAID_NT_PICK_FACTOR,
+                                                0,
+                                                0};
+/* Blocks of a direct collective (every rank runs the same blocks, so every rank follows the
+ * same schedule; a call of many blocks explores within a call, one of one block per call):
+ * a block's time depends on every rank's kind, so the runs that measure are shared, both
+ * kinds in a fixed order, and only they are averaged: a rank whose own average favoured the
+ * other kind would otherwise slow its peers' blocks of the kind they took. The first 8 blocks
+ * take `first` (a class's first calls meet cold caches and ranks that arrive apart); then a
+ * run of 3 blocks of the kind not expected to win and 3 of the expected one, with the first
+ * of each untimed (a block writes one of the two slots, so it meets lines the other kind
+ * left) and each kind's faster timed block averaged when the run ends (the other met a
+ * preemption or a page fault); one more run from block 20, then one every 512 blocks (3 of
+ * the slower kind, maybe 2x slower: +0.6% of the time). */
+const braid_nt_sched_t braid_nt_sched_blocks = {3, 1, 512, 1, 1.0, 1, 8};
 
 static const braid_nt_sched_t *sched(const braid_nt_pick_t *p)
 {
@@ -32,11 +37,14 @@ int braid_nt_pick_best(const braid_nt_pick_t *p)
 }
 
 /* Where the t-th event lies in a run the schedule fixes: its position from the run's start, or
- * -1. The trial (2 * trial events) at 0, `early` runs from 4 * trial on (each at twice the
- * last), then one every `explore` events; a run is `trial` events of the kind the picker does
- * not take, or with a shared schedule 2 * trial events of both kinds in the trial's order. */
+ * -1. Counted from `start` (before it: -1): the trial (2 * trial events), `early` runs from
+ * 4 * trial on (each at twice the last), then one every `explore` events; a run is `trial`
+ * events of the kind the picker does not take, or with a shared schedule 2 * trial events of
+ * both kinds. */
 static int64_t fixed_run(const braid_nt_sched_t *k, uint64_t t)
 {
+    if (t < k->start) return -1;
+    t -= k->start;
     uint64_t len = (k->shared ? 2 : 1) * (uint64_t)k->trial;
     if (t < 2 * (uint64_t)k->trial) return (int64_t)t;
     if (t >= k->explore) return t % k->explore < len ? (int64_t)(t % k->explore) : -1;
@@ -46,11 +54,17 @@ static int64_t fixed_run(const braid_nt_sched_t *k, uint64_t t)
     return -1;
 }
 
+/* Whether the t-th event is in the trial. */
+static int in_trial(const braid_nt_sched_t *k, uint64_t t)
+{
+    return t >= k->start && t - k->start < 2 * (uint64_t)k->trial;
+}
+
 int braid_nt_pick_fixed(const braid_nt_pick_t *p)
 {
     const braid_nt_sched_t *k = sched(p);
     int64_t r = fixed_run(k, p->timed);
-    if (p->timed < 2 * (uint64_t)k->trial || (k->shared && r >= 0))
+    if (in_trial(k, p->timed) || (k->shared && r >= 0))
         return (r >= (int64_t)k->trial) ^ (p->first != 0) ^ (k->shared != 0);
     return -1;
 }

@@ -52,18 +52,20 @@
  * 4 * trial, then at twice the last);
  * streaming stores need `factor` times plain stores' speed while the receiver has not reported
  * (1: the events time everything). The send slots' pickers time copies
- * (braid_nt_sched_copies: the BRAID_NT_PICK_* values above); the direct collectives' time whole
- * calls of one collective and size class (braid_nt_sched_calls, algos/direct.c), where a run
- * is shorter since a call is larger and every rank of the call follows the same schedule. */
+ * (braid_nt_sched_copies: the BRAID_NT_PICK_* values above); the direct collectives' time the
+ * blocks of the calls of one collective and size class (braid_nt_sched_blocks,
+ * algos/direct.c), where a run is shorter since a block is larger and every rank follows the
+ * same schedule. */
 typedef struct {
     uint32_t trial, skip, explore, early;
     double factor;
-    int shared; /* the exploration runs measure both kinds in a fixed order (see ntpick.c) */
+    int shared;     /* the exploration runs measure both kinds in a fixed order (see ntpick.c) */
+    uint32_t start; /* events before the trial, which take `first` (shared schedules) */
 } braid_nt_sched_t;
 extern const braid_nt_sched_t braid_nt_sched_copies;
-extern const braid_nt_sched_t braid_nt_sched_calls;
+extern const braid_nt_sched_t braid_nt_sched_blocks;
 
-typedef struct {
+typedef struct braid_nt_pick {
     const braid_nt_sched_t *sched; /* NULL: braid_nt_sched_copies */
     /* The kind expected to win, taken until both are measured: the trial's first run (the
      * second is the other kind); with a shared schedule the fixed runs take it second. */

@@ -39,8 +39,9 @@ static int follows_rank_0(braid_comm_t comm, int rank, int n, void *arg)
              ((struct braid_comm *)c)->direct_nt_pick);
     uint64_t before[BRAID_DIRECT_PICKERS] = {0};
     int idx = -1, seed = 3;
-    /* 40 calls of 64 KiB + 12 B (its size class): the trial (6), the expected kind until rank
-     * 0's choice is taken up (3 calls), then that; every 5th in place, every 3rd unaligned. */
+    /* 40 calls of 64 KiB + 12 B (its size class; one block, or five of 16 KiB): the first
+     * kind, the trial, the expected kind until rank 0's choice is taken up, then that; every
+     * 5th in place, every 3rd unaligned. The kind of each call's last block is compared. */
     for (int i = 0; i < 40; i++) {
         size_t count = 16387;
         braid_redop_t op = i % 2 ? BRAID_SUM : BRAID_MAX;
@@ -62,12 +63,14 @@ static int follows_rank_0(braid_comm_t comm, int rank, int n, void *arg)
             MP_CHECK(rank, kinds[r] == kinds[0], "call %d: rank %d stored %s, rank 0 %s", i, r,
                      kinds[r] ? "streaming" : "plain", kinds[0] ? "streaming" : "plain");
         }
-        if (i == 5)
-            MP_CHECK(rank, p->count[0] == 1 && p->count[1] == 1,
-                     "after the trial: %llu plain and %llu streaming runs averaged",
-                     (unsigned long long)p->count[0], (unsigned long long)p->count[1]);
+        const braid_nt_sched_t *k = &braid_nt_sched_blocks;
+        if (p->timed >= k->start + 2 * k->trial)
+            MP_CHECK(rank, p->count[0] >= 1 && p->count[1] >= 1,
+                     "after the trial (%llu blocks): %llu plain and %llu streaming runs averaged",
+                     (unsigned long long)p->timed, (unsigned long long)p->count[0],
+                     (unsigned long long)p->count[1]);
         /* Rank 0 publishes its average's choice. */
-        if (rank == 0 && i >= 5)
+        if (rank == 0 && p->folded_at)
             MP_CHECK(rank,
                      braid_direct_pick_of(((struct braid_comm *)c)->direct, 0, idx) ==
                          braid_nt_pick_best(p),
@@ -83,6 +86,10 @@ Test(direct_pick, every_rank_stores_the_same_kind_and_results_stay_exact)
     unsetenv("BRAID_DIRECT_NT_SLOTS");
     for (int n = 2; n <= 4; n++)
         cr_assert_eq(mp_run(n, follows_rank_0, NULL, 200), 0, "n=%d (see stderr)", n);
+    setenv("BRAID_DIRECT_BLOCK", "16384", 1);
+    for (int n = 2; n <= 3; n++)
+        cr_assert_eq(mp_run(n, follows_rank_0, NULL, 200), 0, "n=%d, blocks of 16 KiB", n);
+    unsetenv("BRAID_DIRECT_BLOCK");
 }
 
 Test(direct_pick, a_forced_kind_times_nothing)

@@ -215,16 +215,29 @@ Test(ntpick, a_misled_warmup_is_corrected_early)
                  p.ns_per_byte[0], p.ns_per_byte[1]);
 }
 
-/* The calls' schedule (shared by every rank of a direct collective): the fixed runs (the trial,
- * then one every `explore` calls) each take both kinds, the one not expected to win (not
- * `first`) first, whatever the averages say, and
- * braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs are averaged, by each
- * kind's fastest timed call of the run; outside them the picker takes the lower average. */
-Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
+/* Where event t lies in a fixed run of schedule k (from the run's start), or -1: written out
+ * from ntpick.h's description, apart from the code. */
+static int64_t run_pos(const braid_nt_sched_t *k, uint64_t t)
 {
-    const braid_nt_sched_t *k = &braid_nt_sched_calls;
-    cr_assert(k->shared && k->trial >= 2 && k->skip < k->trial && k->explore > 8 * k->trial &&
-              k->early == 0);
+    if (t < k->start) return -1;
+    uint64_t u = t - k->start, len = 2 * (uint64_t)k->trial;
+    if (u < len) return (int64_t)u;
+    if (u >= k->explore) return u % k->explore < len ? (int64_t)(u % k->explore) : -1;
+    for (uint64_t i = 0, s = 4 * (uint64_t)k->trial; i < k->early; i++, s *= 2)
+        if (u >= s && u < s + len) return (int64_t)(u - s);
+    return -1;
+}
+
+/* The blocks' schedule (shared by every rank of a direct collective): `start` events of the
+ * first kind, then fixed runs (the trial, `early` runs, then one every `explore` events) that
+ * each take both kinds, the one not expected to win (not `first`) first, whatever the averages
+ * say, and braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs are averaged,
+ * by each kind's fastest timed event of the run; outside them the picker takes the lower
+ * average. */
+Test(ntpick, blocks_schedule_fixes_shared_runs_and_averages_only_them)
+{
+    const braid_nt_sched_t *k = &braid_nt_sched_blocks;
+    cr_assert(k->shared && k->trial >= 2 && k->skip < k->trial && k->explore > 16 * k->trial);
     for (int first = 0; first < 2; first++) {
         braid_nt_pick_t p;
         memset(&p, 0, sizeof(p));
@@ -234,22 +247,23 @@ Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
         uint64_t fixed = 0, other = 0, total = 3 * (uint64_t)k->explore;
         for (uint64_t t = 0; t < total; t++) {
             int f = braid_nt_pick_fixed(&p), kind = braid_nt_pick_choose(&p);
-            uint64_t pos = t % k->explore;
-            int in_run = pos < 2 * k->trial;
-            cr_assert_eq(f >= 0, in_run, "call %llu: fixed %d", (unsigned long long)t, f);
+            int64_t pos = run_pos(k, t);
+            int in_run = pos >= 0;
+            cr_assert_eq(f >= 0, in_run, "event %llu: fixed %d", (unsigned long long)t, f);
             if (in_run) {
                 /* the kind not expected to win first */
-                int want = (pos >= k->trial) ^ first ^ 1;
-                cr_assert_eq(f, want, "call %llu", (unsigned long long)t);
+                int want = (pos >= (int64_t)k->trial) ^ first ^ 1;
+                cr_assert_eq(f, want, "event %llu", (unsigned long long)t);
                 cr_assert_eq(kind, f);
                 fixed++;
             } else {
-                /* streaming twice as fast: taken outside the runs once averaged */
-                cr_assert_eq(kind, 1, "call %llu outside the runs", (unsigned long long)t);
+                /* the first kind before the trial; then streaming, twice as fast */
+                cr_assert_eq(kind, t < k->start ? first : 1, "event %llu outside the runs",
+                             (unsigned long long)t);
             }
             other += in_run && kind == 0;
-            /* streaming 1 ns/B; plain 2 ns/B, except one slow call per run (a preemption);
-             * outside the fixed runs 100x faster, which must not count */
+            /* streaming 1 ns/B; plain 2 ns/B, except one slow event per run half (a
+             * preemption); outside the fixed runs 100x faster, which must not count */
             double per = kind ? 1.0 : 2.0;
             if (!in_run) per = 0.01;
             if (in_run && pos % k->trial == k->trial - 1) per *= 10.0;
@@ -267,13 +281,13 @@ Test(ntpick, calls_schedule_fixes_shared_runs_and_averages_only_them)
 /* A shared schedule follows a change of the machine at its next fixed run: plain stores become
  * faster, and after the next run's averages (at most `explore` calls later, the average halves
  * the distance per run) the picker takes them. */
-Test(ntpick, calls_schedule_follows_a_change_at_the_next_runs)
+Test(ntpick, blocks_schedule_follows_a_change_at_the_next_runs)
 {
     braid_nt_pick_t p;
     memset(&p, 0, sizeof(p));
-    p.sched = &braid_nt_sched_calls;
+    p.sched = &braid_nt_sched_blocks;
     p.first = 0;
-    uint32_t e = braid_nt_sched_calls.explore;
+    uint32_t e = braid_nt_sched_blocks.explore;
     feed(&p, (int)e, 2.0, 1.0);
     cr_assert_eq(braid_nt_pick_best(&p), 1);
     int streamed = feed(&p, (int)(4 * e), 0.25, 1.0);
