@@ -26,15 +26,15 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
 typedef struct {
     struct braid_nt_pick *p; /* the picker of the call's collective and size class, or NULL
                                 (a forced setting, a smaller call): nt is the comm's setting */
-    int idx;                 /* its index (braid_direct_set_pick) */
+    int idx;                 /* its index (braid_direct_set_run) */
     int nt;
     uint64_t t0;  /* when the open block began, 0 = none */
     size_t bytes; /* its bytes */
 } braid_direct_pick_t;
 void braid_direct_pick_init(braid_direct_pick_t *k, struct braid_comm *c, const braid_op_args_t *a);
 /* A block of `bytes` begins (every block of the call, on every rank; (size_t)-1: the call
- * ended): the one before it is timed into the picker (rank 0 then publishes its choice), and
- * k->nt is set for the new one. */
+ * ended): the one before it is timed into the picker (the figures of a run are published at
+ * its end), and k->nt is set for the new one. */
 void braid_direct_pick_block(braid_direct_pick_t *k, struct braid_comm *c, size_t bytes);
 /* BRAID_DEBUG: what the pickers measured. */
 void braid_direct_log_picks(struct braid_comm *c);

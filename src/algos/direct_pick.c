@@ -2,8 +2,8 @@
  * (BRAID_DIRECT_NT_SLOTS=auto; algos/direct.h, core/ntpick.h). One picker per collective and
  * size class lives in the communicator's direct state (transport/shm_direct.h); its events are
  * the blocks of those calls, which every rank runs alike, so every rank's picker counts the
- * same events and takes the same kind in the schedule's fixed runs. Between them every rank
- * takes rank 0's choice, published in rank 0's segment. */
+ * same events and takes the same kind in the schedule's fixed runs; between them every rank
+ * takes the kind that the runs' figures, published in every rank's segment and summed, favour. */
 #include "algos/direct.h"
 #include "core/log.h"
 #include "transport/shm_direct.h"
@@ -55,25 +55,33 @@ void braid_direct_pick_init(braid_direct_pick_t *k, struct braid_comm *c, const 
 
 /* The kind of a block's copies into the slots, the same on every rank (the measurements need
  * that, and a rank that stored otherwise would slow the others' reads): the picker's fixed
- * runs, else rank 0's choice after the last run, which it publishes once it timed the run's
- * last block. Every rank (rank 0 too) takes it up ADOPT_LAG of the picker's blocks after that
- * run's end: a rank that begins that block finished the one before, which needed rank 0's tag
- * of a later block than the run's last (every block waits for every peer's tag of the block
- * before it, at the latest when its writer begins it, as a broadcast's root does), and rank 0
- * publishes when it begins its next block or ends the call, before that tag. Until then the
- * choice of the run before holds (`first` before any). */
+ * runs, else the kind of the lower average, where each run counts with its figures summed
+ * over the ranks (a rank's figure alone depends on when it arrives: with 4 ranks on 2 cpus
+ * rank 0's own blocks, waits left out or not, favoured plain stores at 1 MiB where every
+ * A/B of the whole loop favoured streaming ones; the sum agreed with the A/B, session 22). Every
+ * rank publishes its figures of a run when it timed the run's last block, and every rank folds them
+ * ADOPT_LAG of the picker's blocks after the run's end, so all fold the same numbers and agree: a
+ * rank that begins that block finished the one before, which needed every peer's tag of a later
+ * block than the run's last (every block waits for every peer's tag of the block before it, at the
+ * latest when its writer begins it, as a broadcast's root does), and a rank publishes when it
+ * begins its next block or ends the call, before that tag. Until then the averages before hold
+ * (`first` before any). */
 #define ADOPT_LAG 3
-static int block_kind(const braid_direct_pick_t *k, braid_direct_t *d)
+static int block_kind(const braid_direct_pick_t *k, struct braid_comm *c)
 {
     braid_nt_pick_t *p = k->p;
     int f = braid_nt_pick_fixed(p);
     if (f >= 0) return f;
     if (p->folded_at && p->timed >= p->folded_at + ADOPT_LAG && p->adopted_at != p->folded_at) {
-        f = braid_direct_pick_of(d, 0, k->idx);
-        p->adopted = f >= 0 ? f : p->first;
-        p->adopted_at = p->folded_at;
+        double sum[2] = {0, 0}, m[2];
+        for (int r = 0; r < c->nranks; r++)
+            if (braid_direct_run_of(c->direct, r, k->idx, p->folded_at, m)) {
+                sum[0] += m[0];
+                sum[1] += m[1];
+            }
+        braid_nt_pick_fold(p, sum);
     }
-    return p->adopted_at ? p->adopted : p->first;
+    return braid_nt_pick_best(p);
 }
 
 void braid_direct_pick_block(braid_direct_pick_t *k, struct braid_comm *c, size_t bytes)
@@ -81,12 +89,16 @@ void braid_direct_pick_block(braid_direct_pick_t *k, struct braid_comm *c, size_
     if (!k->p) return;
     uint64_t now = braid_now_ns();
     if (k->t0) {
+        /* The whole block, waits included: a block's waits on one rank are the others' work
+         * (with more ranks than cpus, on its own cpu too), and the runs' figures are summed
+         * over the ranks. */
         braid_nt_pick_record(k->p, k->nt, k->bytes, now - k->t0);
-        if (c->rank == 0) braid_direct_set_pick(c->direct, k->idx, braid_nt_pick_best(k->p));
+        if (k->p->folded_at == k->p->timed)
+            braid_direct_set_run(c->direct, k->idx, k->p->folded_at, k->p->run_mean);
     }
     k->t0 = bytes != (size_t)-1 ? now : 0;
     k->bytes = bytes;
-    if (k->t0) k->nt = block_kind(k, c->direct);
+    if (k->t0) k->nt = block_kind(k, c);
 }
 
 void braid_direct_log_picks(struct braid_comm *c)

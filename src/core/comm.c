@@ -572,18 +572,19 @@ static braid_result_t setup_direct(struct braid_comm *c)
     c->direct_nt_min = (size_t)v;
     BRAID_CHECK(braid_param_int("DIRECT_PIPELINE", &v));
     c->direct_pipeline = v != 0;
-    /* auto: the direct collectives measure both kinds (x86-64), starting with streaming stores
-     * on AMD with no more ranks than cpus, plain ones elsewhere: with more ranks than cpus,
-     * peers share a cpu's caches, where plain stores won in sessions 13 and 15 (4 ranks on 2
-     * cpus, 1-16 MiB, 1.24-1.40x the time) and streaming ones in session 22 (0.67-0.87x);
-     * everything else that follows the setting (point-to-point's local copies) takes the first
-     * kind. */
+    /* auto: streaming stores on AMD with no more ranks than cpus (0.45-0.64x the time at 2
+     * ranks from 256 KiB in sessions 13 and 22); elsewhere on x86-64 the direct collectives
+     * measure both kinds (algos/direct_pick.c), starting from plain ones: with more ranks than
+     * cpus, peers share a cpu's caches, and plain stores won in sessions 13 and 15 (4 ranks on
+     * 2 cpus, 1-16 MiB, 1.24-1.40x the time with streaming ones) where streaming ones won in
+     * session 22 (0.67-0.87x); Intel was not measured. Everything else that follows the
+     * setting (point-to-point's local copies) takes the first kind. */
     BRAID_CHECK(braid_param_switch("DIRECT_NT_SLOTS", &c->direct_nt_slots));
     if (c->direct_nt_slots == 2) {
-#if defined(__x86_64__)
-        c->direct_nt_pick = 1;
-#endif
         c->direct_nt_slots = braid_copy_shared_nt_default() && !c->oversubscribed;
+#if defined(__x86_64__)
+        c->direct_nt_pick = !c->direct_nt_slots;
+#endif
     }
     if (c->nranks > 1) {
         uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));

@@ -13,15 +13,15 @@ const braid_nt_sched_t braid_nt_sched_copies = {BRAID_NT_PICK_TRIAL,
 /* Blocks of a direct collective (every rank runs the same blocks, so every rank follows the
  * same schedule; a call of many blocks explores within a call, one of one block per call):
  * a block's time depends on every rank's kind, so the runs that measure are shared, both
- * kinds in a fixed order, and only they are averaged: a rank whose own average favoured the
- * other kind would otherwise slow its peers' blocks of the kind they took. The first 8 blocks
- * take `first` (a class's first calls meet cold caches and ranks that arrive apart); then a
- * run of 3 blocks of the kind not expected to win and 3 of the expected one, with the first
- * of each untimed (a block writes one of the two slots, so it meets lines the other kind
- * left) and each kind's faster timed block averaged when the run ends (the other met a
- * preemption or a page fault); one more run from block 20, then one every 512 blocks (3 of
- * the slower kind, maybe 2x slower: +0.6% of the time). */
-const braid_nt_sched_t braid_nt_sched_blocks = {3, 1, 512, 1, 1.0, 1, 8};
+ * kinds in a fixed order, and only they count: a rank whose own average favoured the other
+ * kind would otherwise slow its peers' blocks of the kind they took. The first 8 blocks take
+ * `first` (a class's first calls meet cold caches and ranks that arrive apart); then a run of
+ * 6 blocks of the kind not expected to win and 6 of the expected one, the first 2 of each
+ * untimed (a block writes one of the two slots, so the first two meet lines the other kind
+ * left), each kind's mean without its slowest block (a preemption) the run's figure; one more
+ * run from block 32, then one every 512 blocks (6 of the slower kind, maybe 2x slower: +1.2%
+ * of the time). */
+const braid_nt_sched_t braid_nt_sched_blocks = {6, 2, 512, 1, 1.0, 1, 8};
 
 static const braid_nt_sched_t *sched(const braid_nt_pick_t *p)
 {
@@ -87,19 +87,26 @@ void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
     p->last = nt;
     double v = (double)(ns ? ns : 1) / (double)(bytes ? bytes : 1);
     if (k->shared) {
-        /* Only the fixed runs count, where every rank used the same kind; each kind's fastest
-         * call of a run (the others met a preemption or a page fault) enters the average
-         * when the run ends. */
+        /* Only the fixed runs count, where every rank used the same kind. Each kind's mean
+         * over the run without its slowest event (one that met a preemption) is the run's
+         * figure (run_mean), which braid_nt_pick_fold adds to the averages summed over the
+         * ranks: not the fastest event, since with more ranks than cpus plain stores' times
+         * spread widely, their best far below their mean. */
         if (r < 0) return;
-        if (++p->run > k->skip && (p->run_min[nt] <= 0 || v < p->run_min[nt])) p->run_min[nt] = v;
+        if (++p->run > k->skip) {
+            p->run_sum[nt] += v;
+            p->run_max[nt] = v > p->run_max[nt] ? v : p->run_max[nt];
+            p->run_n[nt]++;
+        }
         if (r + 1 < 2 * (int64_t)k->trial) return;
         p->folded_at = p->timed;
         for (int i = 0; i < 2; i++) {
-            double *avg = &p->ns_per_byte[i];
-            if (p->run_min[i] <= 0) continue;
-            *avg = *avg > 0 ? 0.5 * *avg + 0.5 * p->run_min[i] : p->run_min[i];
-            p->count[i]++;
-            p->run_min[i] = 0;
+            uint32_t m = p->run_n[i];
+            p->run_mean[i] = m > 2 ? (p->run_sum[i] - p->run_max[i]) / (m - 1)
+                             : m   ? p->run_sum[i] / m
+                                   : 0;
+            p->run_sum[i] = p->run_max[i] = 0;
+            p->run_n[i] = 0;
         }
         return;
     }
@@ -107,6 +114,17 @@ void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
     double *avg = &p->ns_per_byte[nt];
     *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
     p->count[nt]++;
+}
+
+void braid_nt_pick_fold(braid_nt_pick_t *p, const double sum[2])
+{
+    for (int i = 0; i < 2; i++) {
+        double *avg = &p->ns_per_byte[i];
+        if (sum[i] <= 0) continue;
+        *avg = *avg > 0 ? 0.5 * *avg + 0.5 * sum[i] : sum[i];
+        p->count[i]++;
+    }
+    p->adopted_at = p->folded_at;
 }
 
 int braid_copy_picked(braid_nt_pick_t *p, void *dst, const void *src, size_t n)

@@ -73,10 +73,11 @@ typedef struct braid_nt_pick {
     double ns_per_byte[2]; /* moving average per kind ([0] plain, [1] streaming); 0 = none */
     uint64_t timed;        /* copies of at least BRAID_NT_PICK_MIN bytes so far */
     uint64_t count[2];     /* copies (runs when shared) of each kind in the averages */
-    double run_min[2];     /* a shared schedule: each kind's least per byte in this run */
-    uint64_t folded_at;    /* a shared schedule: `timed` when the last run ended */
-    uint64_t adopted_at;   /* algos/direct.c: the folded_at whose choice `adopted` is */
-    int adopted;
+    double run_sum[2], run_max[2]; /* a shared schedule: each kind's events in this run */
+    uint32_t run_n[2];
+    double run_mean[2];       /* a shared schedule: each kind's figure of the last run */
+    uint64_t folded_at;       /* a shared schedule: `timed` when the last run ended */
+    uint64_t adopted_at;      /* the folded_at braid_nt_pick_fold last folded */
     double rx_ns_per_byte[2]; /* the receiver's copy out per kind, as it last reported; 0 = none */
     uint32_t run;             /* copies of the last one's kind in a row */
     int last;                 /* the last copy's kind */
@@ -88,6 +89,10 @@ int braid_nt_pick_choose(const braid_nt_pick_t *p);
 /* The kind of the next event when a run of the schedule fixes it (the trial, a shared
  * schedule's exploration runs: the same on every rank that recorded as many events), else -1. */
 int braid_nt_pick_fixed(const braid_nt_pick_t *p);
+/* A shared schedule: adds the run that ended at folded_at to the averages, each kind's
+ * run_mean summed over the ranks (sum; 0: none). Every rank that folds the same sums in the
+ * same order takes the same kind afterwards (braid_nt_pick_best). */
+void braid_nt_pick_fold(braid_nt_pick_t *p, const double sum[2]);
 /* Records a timed copy of `bytes` bytes of kind nt that took ns nanoseconds (into the
  * averages past the first BRAID_NT_PICK_SKIP of a run). */
 void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns);

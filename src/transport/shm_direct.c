@@ -44,7 +44,10 @@ typedef struct {
     uint32_t block;            /* data bytes per slot, for the peers' check */
     char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
     ref_t out_ref[2];          /* per slot: the call's output, with BRAID_DIRECT_OUT_MAPPED */
-    _Atomic uint8_t pick[BRAID_DIRECT_PICKERS]; /* braid_direct_set_pick: 0 none, 1 + kind */
+    struct {
+        _Atomic uint64_t stamp;   /* the run's folded_at, 0 = none */
+        _Atomic uint64_t mean[2]; /* the doubles' bits */
+    } run[BRAID_DIRECT_PICKERS];  /* braid_direct_set_run */
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
@@ -120,14 +123,26 @@ braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d)
     return d->pick;
 }
 
-void braid_direct_set_pick(braid_direct_t *d, int i, int nt)
+void braid_direct_set_run(braid_direct_t *d, int i, uint64_t stamp, const double mean[2])
 {
-    atomic_store_explicit(&ctrl(d, d->me)->pick[i], (uint8_t)(1 + (nt != 0)), memory_order_relaxed);
+    ctrl_t *c = ctrl(d, d->me);
+    for (int k = 0; k < 2; k++) {
+        uint64_t bits;
+        memcpy(&bits, &mean[k], sizeof(bits));
+        atomic_store_explicit(&c->run[i].mean[k], bits, memory_order_relaxed);
+    }
+    atomic_store_explicit(&c->run[i].stamp, stamp, memory_order_release);
 }
 
-int braid_direct_pick_of(const braid_direct_t *d, int r, int i)
+int braid_direct_run_of(const braid_direct_t *d, int r, int i, uint64_t stamp, double mean[2])
 {
-    return (int)atomic_load_explicit(&ctrl(d, r)->pick[i], memory_order_relaxed) - 1;
+    const ctrl_t *c = ctrl(d, r);
+    if (atomic_load_explicit(&c->run[i].stamp, memory_order_acquire) != stamp) return 0;
+    for (int k = 0; k < 2; k++) {
+        uint64_t bits = atomic_load_explicit(&c->run[i].mean[k], memory_order_relaxed);
+        memcpy(&mean[k], &bits, sizeof(bits));
+    }
+    return 1;
 }
 
 char *braid_direct_scratch(braid_direct_t *d)

@@ -148,10 +148,11 @@ uint64_t *braid_direct_synced(braid_direct_t *d);
  * per collective and size class (algos/direct.c), zeroed at setup. */
 #define BRAID_DIRECT_PICKERS 96
 braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d);
-/* Publishes in this rank's control page the kind (0 plain, 1 streaming) picker i takes, for
- * the peers that follow this rank's choice; braid_direct_pick_of reads rank r's (-1: none yet). */
-void braid_direct_set_pick(braid_direct_t *d, int i, int nt);
-int braid_direct_pick_of(const braid_direct_t *d, int r, int i);
+/* Publishes in this rank's control page picker i's figures of the run that ended at stamp
+ * (its folded_at), for every rank's braid_direct_run_of: 1 with rank r's figures when they
+ * are those of stamp, else 0. */
+void braid_direct_set_run(braid_direct_t *d, int i, uint64_t stamp, const double mean[2]);
+int braid_direct_run_of(const braid_direct_t *d, int r, int i, uint64_t stamp, double mean[2]);
 /* BRAID_DIRECT_SCRATCH bytes of private memory for the algorithms. */
 #define BRAID_DIRECT_SCRATCH 16384
 char *braid_direct_scratch(braid_direct_t *d);

@@ -361,8 +361,8 @@ Test(direct, slots_with_and_without_streaming_stores_give_the_same_results)
     unsetenv("BRAID_DIRECT_NT_SLOTS");
 }
 
-/* auto: the pickers' first kind (algos/direct.c) and the setting of everything else that follows
- * it: streaming for an AMD CPU with no more ranks on the machine than cpus, plain with more. */
+/* auto: streaming for an AMD CPU with no more ranks on the machine than cpus; else plain for
+ * everything that follows the setting, and the direct collectives measure both (x86-64). */
 static int nt_slots_auto(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
@@ -371,6 +371,10 @@ static int nt_slots_auto(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, c->machine_nranks == n, "machine ranks %d", c->machine_nranks);
     MP_CHECK(rank, c->direct_nt_slots == want, "%d ranks on %d cpus: streaming slots %d, want %d",
              n, c->machine_ncpus, c->direct_nt_slots, want);
+#if defined(__x86_64__)
+    MP_CHECK(rank, c->direct_nt_pick == !want, "%d ranks on %d cpus: measured %d", n,
+             c->machine_ncpus, c->direct_nt_pick);
+#endif
     return 0;
 }
 

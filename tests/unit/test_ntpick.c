@@ -27,6 +27,8 @@ static int feed(braid_nt_pick_t *p, int k, double plain, double nt)
         streamed += kind;
         double per = kind ? nt : plain;
         braid_nt_pick_record(p, kind, 1 << 20, (uint64_t)(per * (1 << 20)));
+        if (p->sched && p->sched->shared && p->folded_at == p->timed)
+            braid_nt_pick_fold(p, p->run_mean); /* one rank's figures */
     }
     return streamed;
 }
@@ -231,9 +233,9 @@ static int64_t run_pos(const braid_nt_sched_t *k, uint64_t t)
 /* The blocks' schedule (shared by every rank of a direct collective): `start` events of the
  * first kind, then fixed runs (the trial, `early` runs, then one every `explore` events) that
  * each take both kinds, the one not expected to win (not `first`) first, whatever the averages
- * say, and braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs are averaged,
- * by each kind's fastest timed event of the run; outside them the picker takes the lower
- * average. */
+ * say, and braid_nt_pick_fixed names their kind (-1 elsewhere); only those runs count: each
+ * kind's mean over a run without its slowest timed event is the run's figure, folded into the
+ * averages (here as one rank's sum); outside them the picker takes the lower average. */
 Test(ntpick, blocks_schedule_fixes_shared_runs_and_averages_only_them)
 {
     const braid_nt_sched_t *k = &braid_nt_sched_blocks;
@@ -268,6 +270,7 @@ Test(ntpick, blocks_schedule_fixes_shared_runs_and_averages_only_them)
             if (!in_run) per = 0.01;
             if (in_run && pos % k->trial == k->trial - 1) per *= 10.0;
             braid_nt_pick_record(&p, kind, 1 << 20, (uint64_t)(per * (1 << 20)));
+            if (p.folded_at == p.timed) braid_nt_pick_fold(&p, p.run_mean); /* one rank */
         }
         cr_assert_float_eq(p.ns_per_byte[1], 1.0, 1e-9, "streaming average %g", p.ns_per_byte[1]);
         cr_assert_float_eq(p.ns_per_byte[0], 2.0, 1e-9, "plain average %g", p.ns_per_byte[0]);
