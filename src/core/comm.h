@@ -175,8 +175,9 @@ struct braid_comm {
     size_t direct_nt_min; /* BRAID_NT_MIN: outputs from this size use streaming stores, 0 = never */
     int direct_pipeline;  /* BRAID_DIRECT_PIPELINE: stage the next block before the gather */
     int direct_nt_slots;  /* BRAID_DIRECT_NT_SLOTS: copies into the slots by streaming stores */
-    /* BRAID_DIRECT_NT_SLOTS=auto on x86-64: the direct collectives measure both kinds per
-     * collective and size (algos/direct.c), direct_nt_slots the kind they try first */
+    /* BRAID_DIRECT_NT_SLOTS=auto on x86-64 where streaming stores are not the default: the
+     * direct collectives measure both kinds per collective and size (algos/direct_pick.c),
+     * taking direct_nt_slots until they have */
     int direct_nt_pick;
     int p2p_nt_slots; /* BRAID_P2P_NT_SLOTS: 0 plain, 1 streaming, 2 measured (ntpick.h) */
     /* The descriptors of the last BRAID_HIST calls (by seq % BRAID_HIST), so a message left
