@@ -1,5 +1,7 @@
 /* Streaming or plain stores for copies into a shared slot, chosen by measuring both
- * (BRAID_P2P_NT_SLOTS=auto: the send slots of the shm transport, one picker per peer).
+ * (BRAID_P2P_NT_SLOTS=auto: the send slots of the shm transport, one picker per peer; the
+ * direct collectives' slots use the same picker on a shared schedule, braid_nt_sched_blocks
+ * below and algos/direct_pick.c). The rest of this comment is about the send slots.
  *
  * Why measure: on the AMD EPYC VMs this project runs on, a store into a line that a peer on
  * another core has read may wait for that peer's copy to be invalidated. Whether it does
