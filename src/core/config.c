@@ -43,7 +43,7 @@ static const braid_param_t params[] = {
      "streaming (non-temporal) stores for the direct shared-memory collectives' copies of 4 KiB "
      "or more into their slots (and the own block of all-to-all, gather, scatter and "
      "all-gatherv from 2 MiB), x86-64: auto = on for AMD CPUs with no more ranks on the machine "
-     "than cpus (where it was measured faster), 1 = on, 0 = off"},
+     "than cpus, else off, and the direct collectives measure both kinds; 1 = on, 0 = off"},
     {"DIRECT_PIPELINE", "1", BRAID_PARAM_INT,
      "1 = the direct shared-memory all-reduce copies in its next block while it waits for the "
      "peers' reduced slices of the current one; 0 = one block after the other"},
