@@ -249,13 +249,14 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
     for (size_t o = 0; o < cnt; o += sub) {
         size_t m = cnt - o < sub ? cnt - o : sub, at = (e + o) * es;
         char *acc = scratch ? braid_direct_scratch(d) : out + o * es;
-        if (n == 2) {
-            braid_reduce_pair_final(dt, op, acc, src[0] + at, src[1] + at, m, n);
-        } else {
-            braid_reduce_pair(dt, op, acc, src[0] + at, src[1] + at, m);
-            for (int j = 2; j < n - 1; j++)
-                braid_reduce_pair(dt, op, acc, acc, src[j] + at, m);
-            braid_reduce_pair_final(dt, op, acc, acc, src[n - 1] + at, m, n);
+        /* In rank order, up to 8 sources per call (the kernels take 4 per pass). */
+        for (int j = 0; j < n;) {
+            const void *in[8];
+            int k = 0;
+            if (j > 0) in[k++] = acc;
+            while (k < 8 && j < n)
+                in[k++] = src[j++] + at;
+            braid_reduce_many(dt, op, acc, in, k, m, j == n ? n : 0);
         }
         if (scratch && out) braid_copy(out + o * es, acc, m * es);
         for (int i = 0; i < ncopy; i++)

@@ -153,6 +153,39 @@ void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst
         braid_reduce_table()->pair[dtype][op](dst, a, b, count);
 }
 
+void braid_reduce_many(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *const *src,
+                       int ns, size_t count, int nranks)
+{
+    if (count == 0 || ns < 1 || !braid_reduce_args_ok(dtype, op)) return;
+    if (ns == 1) {
+        if (nranks > 0)
+            braid_reduce_finalize(dtype, op, dst, src[0], count, nranks);
+        else if (dst != src[0])
+            memmove(dst, src[0], count * braid_reduce_esize[dtype]);
+        return;
+    }
+    const braid_reduce_table_t *t = braid_reduce_table();
+    int rop = op == BRAID_AVG ? BRAID_ROP_SUM : (int)op;
+    /* Each pass combines what dst holds (src[0] at first) with up to three more sources. */
+    for (int done = 0; done < ns - 1;) {
+        const void *s[4];
+        int k = 0, take = ns - 1 - done < 3 ? ns - 1 - done : 3;
+        s[k++] = done == 0 ? src[0] : dst;
+        for (int j = 1; j <= take; j++)
+            s[k++] = src[done + j];
+        done += take;
+        int avg = op == BRAID_AVG && nranks > 0 && done == ns - 1;
+        if (k == 2 && avg)
+            t->avg[dtype](dst, s[0], s[1], count, braid_reduce_nranks(nranks));
+        else if (k == 2)
+            t->pair[dtype][rop](dst, s[0], s[1], count);
+        else if (avg)
+            t->multi_avg[dtype](dst, s, k, count, braid_reduce_nranks(nranks));
+        else
+            t->multi[dtype][rop](dst, s, k, count);
+    }
+}
+
 void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
                            size_t count, int nranks)
 {

@@ -23,6 +23,16 @@ void braid_reduce_pair(braid_datatype_t dtype, braid_redop_t op, void *dst, cons
 void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
                              const void *b, size_t count, int nranks);
 
+/* dst = src[0] op src[1] op ... op src[ns - 1], combined left to right: bit for bit what
+ * braid_reduce_pair(dst, src[0], src[1]) and then braid_reduce_pair(dst, dst, src[j]) for each
+ * further source give, the last step braid_reduce_pair_final(..., nranks) when nranks > 0 (so
+ * BRAID_AVG divides the sum) or braid_reduce_pair when nranks == 0 (BRAID_AVG sums). Up to
+ * four sources are read in one pass, so their streams are in flight together, which a chain of
+ * pairs (one new source per pass) does not do. ns >= 1 (1: braid_reduce_finalize, or a copy
+ * when nranks == 0). dst may be src[0]; otherwise it overlaps no source. */
+void braid_reduce_many(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *const *src,
+                       int ns, size_t count, int nranks);
+
 /* dst[i] = src[i] / nranks for BRAID_AVG with a single rank (or a copy for other ops). */
 void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *src,
                            size_t count, int nranks);

@@ -77,12 +77,60 @@ static REDUCE_ATTR inline void REDUCE_SFX(f2h_block)(braid_rop_f16_mem *h, const
         BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_prod(src[k], s));                         \
     }
 
+/* dst[k] = f(f(s[0][k], s[1][k]), s[2][k]) (ns 3) or f(f(f(s[0][k], s[1][k]), s[2][k]), s[3][k])
+ * (ns 4), f = braid_rop_<tag>_<op>: the chain of pair kernels in one pass, so the sources stream
+ * in together; each step rounds to the element type as the pair kernel's store would. */
+#define REDUCE_DEF_MULTI(tag, T, opname)                                                           \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_##opname##_m)(void *dst_, const void *const *s_,      \
+                                                           int ns, size_t n)                       \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *a = s_[0], *b = s_[1], *c = s_[2];                            \
+        if (ns == 3) {                                                                             \
+            BRAID_RK_FOR(T, n, k,                                                                  \
+                         dst[k] = braid_rop_##tag##_##opname(                                      \
+                             braid_rop_##tag##_##opname(a[k], b[k]), c[k]));                       \
+            return;                                                                                \
+        }                                                                                          \
+        const braid_rop_##tag##_mem *d = s_[3];                                                    \
+        BRAID_RK_FOR(                                                                              \
+            T, n, k,                                                                               \
+            dst[k] = braid_rop_##tag##_##opname(                                                   \
+                braid_rop_##tag##_##opname(braid_rop_##tag##_##opname(a[k], b[k]), c[k]), d[k]));  \
+    }
+
+/* The same with BRAID_AVG's last step: sums, then braid_rop_<tag>_avg with the last source. */
+#define REDUCE_DEF_MULTI_AVG(tag, T)                                                               \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_avg_m)(void *dst_, const void *const *s_, int ns,     \
+                                                    size_t n, int nranks)                          \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *a = s_[0], *b = s_[1], *c = s_[2];                            \
+        const braid_rop_##tag##_dn_t dn = braid_rop_##tag##_dn(nranks);                            \
+        if (ns == 3) {                                                                             \
+            BRAID_RK_FOR(T, n, k,                                                                  \
+                         dst[k] =                                                                  \
+                             braid_rop_##tag##_avg(braid_rop_##tag##_sum(a[k], b[k]), c[k], dn));  \
+            return;                                                                                \
+        }                                                                                          \
+        const braid_rop_##tag##_mem *d = s_[3];                                                    \
+        BRAID_RK_FOR(                                                                              \
+            T, n, k,                                                                               \
+            dst[k] = braid_rop_##tag##_avg(                                                        \
+                braid_rop_##tag##_sum(braid_rop_##tag##_sum(a[k], b[k]), c[k]), d[k], dn));        \
+    }
+
 #define REDUCE_DEF_DTYPE(tag, T)                                                                   \
     REDUCE_DEF_PAIR(tag, T, sum)                                                                   \
     REDUCE_DEF_PAIR(tag, T, prod)                                                                  \
     REDUCE_DEF_PAIR(tag, T, min)                                                                   \
     REDUCE_DEF_PAIR(tag, T, max)                                                                   \
+    REDUCE_DEF_MULTI(tag, T, sum)                                                                  \
+    REDUCE_DEF_MULTI(tag, T, prod)                                                                 \
+    REDUCE_DEF_MULTI(tag, T, min)                                                                  \
+    REDUCE_DEF_MULTI(tag, T, max)                                                                  \
     REDUCE_DEF_AVG_DIV(tag, T)                                                                     \
+    REDUCE_DEF_MULTI_AVG(tag, T)                                                                   \
     REDUCE_DEF_SCALE(tag, T)
 
 REDUCE_DEF_DTYPE(i8, int8_t)
@@ -133,6 +181,64 @@ REDUCE_DEF_F16_PAIR(prod)
 REDUCE_DEF_F16_PAIR(min)
 REDUCE_DEF_F16_PAIR(max)
 
+/* float16 over ns sources: FSTEP combines float32 x and y for every step but the last, which
+ * is FLAST; between steps the value is rounded to float16 and widened again, as the pair
+ * kernels' stores round it. All sources' blocks are read before dst's is written. */
+#define REDUCE_F16_MULTI_BODY(FSTEP, FLAST)                                                        \
+    braid_rop_f16_mem *dst = dst_;                                                                 \
+    size_t i = 0;                                                                                  \
+    for (; i + BRAID_RK_HBLK <= n; i += BRAID_RK_HBLK) {                                           \
+        float fa[BRAID_RK_HBLK], fb[BRAID_RK_HBLK];                                                \
+        braid_rop_f16_mem hr[BRAID_RK_HBLK];                                                       \
+        REDUCE_H2F_BLOCK(fa, (const braid_rop_f16_mem *)s_[0] + i);                                \
+        for (int j = 1; j < ns; j++) {                                                             \
+            REDUCE_H2F_BLOCK(fb, (const braid_rop_f16_mem *)s_[j] + i);                            \
+            if (j == ns - 1) {                                                                     \
+                BRAID_IVDEP                                                                        \
+                for (size_t l = 0; l < BRAID_RK_HBLK; l++) {                                       \
+                    const float x = fa[l], y = fb[l];                                              \
+                    fa[l] = (FLAST);                                                               \
+                }                                                                                  \
+                break;                                                                             \
+            }                                                                                      \
+            BRAID_IVDEP                                                                            \
+            for (size_t l = 0; l < BRAID_RK_HBLK; l++) {                                           \
+                const float x = fa[l], y = fb[l];                                                  \
+                fa[l] = (FSTEP);                                                                   \
+            }                                                                                      \
+            REDUCE_F2H_BLOCK(hr, fa);                                                              \
+            REDUCE_H2F_BLOCK(fa, hr);                                                              \
+        }                                                                                          \
+        REDUCE_F2H_BLOCK(dst + i, fa);                                                             \
+    }                                                                                              \
+    for (; i < n; i++) {                                                                           \
+        float x = braid_rop_h2f(((const braid_rop_f16_mem *)s_[0])[i]);                            \
+        for (int j = 1; j < ns; j++) {                                                             \
+            const float y = braid_rop_h2f(((const braid_rop_f16_mem *)s_[j])[i]);                  \
+            x = j == ns - 1 ? (FLAST) : braid_rop_h2f(braid_rop_f2h(FSTEP));                       \
+        }                                                                                          \
+        dst[i] = braid_rop_f2h(x);                                                                 \
+    }
+
+#define REDUCE_DEF_F16_MULTI(opname)                                                               \
+    static REDUCE_ATTR void REDUCE_SFX(f16_##opname##_m)(void *dst_, const void *const *s_,        \
+                                                         int ns, size_t n)                         \
+    {                                                                                              \
+        REDUCE_F16_MULTI_BODY(braid_rop_f32_##opname(x, y), braid_rop_f32_##opname(x, y))          \
+    }
+
+REDUCE_DEF_F16_MULTI(sum)
+REDUCE_DEF_F16_MULTI(prod)
+REDUCE_DEF_F16_MULTI(min)
+REDUCE_DEF_F16_MULTI(max)
+
+static REDUCE_ATTR void REDUCE_SFX(f16_avg_m)(void *dst_, const void *const *s_, int ns, size_t n,
+                                              int nranks)
+{
+    const float dn = (float)nranks;
+    REDUCE_F16_MULTI_BODY(braid_rop_f32_sum(x, y), braid_rop_f32_avg(x, y, dn))
+}
+
 static REDUCE_ATTR void REDUCE_SFX(f16_avg)(void *dst_, const void *a_, const void *b_, size_t n,
                                             int nranks)
 {
@@ -159,6 +265,12 @@ static REDUCE_ATTR void REDUCE_SFX(f16_div)(void *dst_, const void *src_, size_t
     const float dn = (float)nranks;
     REDUCE_F16_BODY(((void)y, x / dn))
 }
+
+#define REDUCE_ROW_M(tag)                                                                          \
+    {                                                                                              \
+        REDUCE_SFX(tag##_sum_m), REDUCE_SFX(tag##_prod_m), REDUCE_SFX(tag##_min_m),                \
+            REDUCE_SFX(tag##_max_m)                                                                \
+    }
 
 #define REDUCE_ROW(tag)                                                                            \
     {                                                                                              \
@@ -197,6 +309,36 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_FLOAT64] = REDUCE_SFX(f64_avg),
             [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_avg),
             [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_avg),
+        },
+    .multi =
+        {
+            [BRAID_INT8] = REDUCE_ROW_M(i8),
+            [BRAID_UINT8] = REDUCE_ROW_M(u8),
+            [BRAID_INT32] = REDUCE_ROW_M(i32),
+            [BRAID_UINT32] = REDUCE_ROW_M(u32),
+            [BRAID_INT64] = REDUCE_ROW_M(i64),
+            [BRAID_UINT64] = REDUCE_ROW_M(u64),
+            [BRAID_FLOAT16] = REDUCE_ROW_M(f16),
+            [BRAID_BFLOAT16] = REDUCE_ROW_M(bf16),
+            [BRAID_FLOAT32] = REDUCE_ROW_M(f32),
+            [BRAID_FLOAT64] = REDUCE_ROW_M(f64),
+            [BRAID_FLOAT8_E4M3] = REDUCE_ROW_M(e4m3),
+            [BRAID_FLOAT8_E5M2] = REDUCE_ROW_M(e5m2),
+        },
+    .multi_avg =
+        {
+            [BRAID_INT8] = REDUCE_SFX(i8_avg_m),
+            [BRAID_UINT8] = REDUCE_SFX(u8_avg_m),
+            [BRAID_INT32] = REDUCE_SFX(i32_avg_m),
+            [BRAID_UINT32] = REDUCE_SFX(u32_avg_m),
+            [BRAID_INT64] = REDUCE_SFX(i64_avg_m),
+            [BRAID_UINT64] = REDUCE_SFX(u64_avg_m),
+            [BRAID_FLOAT16] = REDUCE_SFX(f16_avg_m),
+            [BRAID_BFLOAT16] = REDUCE_SFX(bf16_avg_m),
+            [BRAID_FLOAT32] = REDUCE_SFX(f32_avg_m),
+            [BRAID_FLOAT64] = REDUCE_SFX(f64_avg_m),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_avg_m),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_avg_m),
         },
     .div =
         {
@@ -237,5 +379,10 @@ const braid_reduce_table_t REDUCE_TABLE = {
 #undef REDUCE_F16_BODY
 #undef REDUCE_DEF_F16_PAIR
 #undef REDUCE_ROW
+#undef REDUCE_ROW_M
+#undef REDUCE_DEF_MULTI
+#undef REDUCE_DEF_MULTI_AVG
+#undef REDUCE_F16_MULTI_BODY
+#undef REDUCE_DEF_F16_MULTI
 #undef REDUCE_H2F_BLOCK
 #undef REDUCE_F2H_BLOCK

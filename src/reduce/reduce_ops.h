@@ -58,6 +58,11 @@ typedef void (*braid_reduce_avg_fn)(void *dst, const void *a, const void *b, siz
                                     int nranks);
 typedef void (*braid_reduce_div_fn)(void *dst, const void *src, size_t count, int nranks);
 typedef void (*braid_reduce_scale_fn)(void *dst, const void *src, size_t count, const void *scalar);
+/* dst = the chain of ns (3 or 4) sources in one pass (see reduce_kernels.h); avg: the last step
+ * divides by nranks. */
+typedef void (*braid_reduce_multi_fn)(void *dst, const void *const *src, int ns, size_t count);
+typedef void (*braid_reduce_multi_avg_fn)(void *dst, const void *const *src, int ns, size_t count,
+                                          int nranks);
 
 /* One ISA variant: every (dtype, op) kernel. dst may alias a, b or src exactly. */
 typedef struct {
@@ -66,6 +71,8 @@ typedef struct {
     braid_reduce_avg_fn avg[BRAID_NUM_DTYPES];     /* dst = (a + b) / nranks */
     braid_reduce_div_fn div[BRAID_NUM_DTYPES];     /* dst = src / nranks */
     braid_reduce_scale_fn scale[BRAID_NUM_DTYPES]; /* dst = src prod scalar (PreMulSum) */
+    braid_reduce_multi_fn multi[BRAID_NUM_DTYPES][BRAID_ROP_NUM];
+    braid_reduce_multi_avg_fn multi_avg[BRAID_NUM_DTYPES];
 } braid_reduce_table_t;
 
 extern const braid_reduce_table_t braid_reduce_table_generic;
@@ -318,15 +325,25 @@ BRAID_ROP_FN uint8_t braid_rop_f2e5m2(float f)
 
 /* ---- floating-point element ops ---------------------------------------------------------- */
 
+/* x is NaN ? x : y, written as a select of bits: as a conditional, GCC makes it a masked blend
+ * with y as its memory operand, and a masked load waits for its mask, so y's load waited for
+ * x's arithmetic (the kernels' chains of sources then read memory one stream at a time, at
+ * about 0.7 of the speed: perf/RESULTS.md, session 23). */
+BRAID_ROP_FN float braid_rop_f32_nanpick(float x, float y)
+{
+    uint32_t m = 0u - (uint32_t)(x != x);
+    return braid_rop_f32_from((braid_rop_f32_bits(y) & ~m) | (braid_rop_f32_bits(x) & m));
+}
+
 /* x + (x is NaN ? x : y): a NaN x yields quiet(x) even when y is NaN too (see the top). */
 BRAID_ROP_FN float braid_rop_f32_sum(float x, float y)
 {
-    return x + (x != x ? x : y);
+    return x + braid_rop_f32_nanpick(x, y);
 }
 
 BRAID_ROP_FN float braid_rop_f32_prod(float x, float y)
 {
-    return x * (x != x ? x : y);
+    return x * braid_rop_f32_nanpick(x, y);
 }
 
 BRAID_ROP_FN float braid_rop_f32_min(float x, float y)
@@ -349,14 +366,20 @@ BRAID_ROP_FN float braid_rop_f32_max(float x, float y)
     return braid_rop_f32_from(r);
 }
 
+BRAID_ROP_FN double braid_rop_f64_nanpick(double x, double y)
+{
+    uint64_t m = 0u - (uint64_t)(x != x);
+    return braid_rop_f64_from((braid_rop_f64_bits(y) & ~m) | (braid_rop_f64_bits(x) & m));
+}
+
 BRAID_ROP_FN double braid_rop_f64_sum(double x, double y)
 {
-    return x + (x != x ? x : y);
+    return x + braid_rop_f64_nanpick(x, y);
 }
 
 BRAID_ROP_FN double braid_rop_f64_prod(double x, double y)
 {
-    return x * (x != x ? x : y);
+    return x * braid_rop_f64_nanpick(x, y);
 }
 
 BRAID_ROP_FN double braid_rop_f64_min(double x, double y)
