@@ -10,10 +10,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
-
 #include "ref_fp8.h"
 #include "ref_half.h"
 
@@ -274,23 +270,6 @@ static inline uint64_t gen_bits(braid_datatype_t dt, uint64_t idx, uint64_t seed
     default:
         return wild ? mix64(h) : s << 63 | (1003 + (h >> 20) % 40) << 52 | (mix64(h) >> 12);
     }
-}
-
-/* Whether this CPU runs the reduction kernels' ISA path isa (as src/reduce/reduce.c decides). */
-static inline int cpu_has(const char *isa)
-{
-    if (!strcmp(isa, "generic")) return 1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (!strcmp(isa, "avx2")) {
-        unsigned a, b, c, d; /* F16C: CPUID.1:ECX bit 29 */
-        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-    }
-    if (!strcmp(isa, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
-#endif
-    return 0;
 }
 
 #endif

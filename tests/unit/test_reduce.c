@@ -24,6 +24,7 @@
 
 TestSuite(reduce, .timeout = 60);
 
+#include "cpu_isa.h"
 #include "ref_reduce.h"
 
 /* ---- the checker -------------------------------------------------------------------------- */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_isa.h"
 #include "ref_reduce.h"
 
 TestSuite(reduce_many, .timeout = 120);

@@ -6,32 +6,14 @@
 #include <criterion/criterion.h>
 
 #include "reduce/reduce.h"
+#include "cpu_isa.h"
 #include "ref_half.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
 
 TestSuite(scale, .timeout = 60);
-
-static int cpu_has(const char *isa)
-{
-    if (!strcmp(isa, "generic")) return 1;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (!strcmp(isa, "avx2")) {
-        unsigned a, b, c, d;
-        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-    }
-    if (!strcmp(isa, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
-#endif
-    return 0;
-}
 
 static void check_dtype(braid_datatype_t dt, size_t count, size_t off, int in_place,
                         uint64_t scalar)
