@@ -34,8 +34,10 @@ int braid_cuda_ptr_device(const void *p);
  * This is how the argument checks for device buffers are tested on machines without a GPU. */
 void braid_cuda_test_set_classifier(int (*fn)(const void *p));
 
-/* Copies bytes between any two pointers (cudaMemcpy, cudaMemcpyDefault), synchronously. */
-braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes);
+/* Copies bytes between any two pointers (cudaMemcpyDefault) on stream (a cudaStream_t made
+ * with cudaStreamNonBlocking: never the legacy default stream, which waits for every blocking
+ * stream, a user stream held by a stream-ordered call included) and waits for the copy. */
+braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
 /* Page-locked host memory for staging (cudaMallocHost); free with braid_cuda_host_free. */
 braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes);
 void braid_cuda_host_free(void *p);

@@ -6,12 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define BRAID_CUDA_MAX_RETIRED 40
+
 struct braid_cuda_comm {
     int dev; /* the communicator's device */
     pthread_mutex_t lock;
     /* Staging (stage.c): pinned host memory the device buffers go through. */
     void *stage;
     size_t stage_bytes;
+    void *retired[BRAID_CUDA_MAX_RETIRED]; /* outgrown areas a held stream may still use */
+    int nretired;
+    void *copy_stream; /* cudaStream_t (non-blocking) of the staging copies */
     /* Stream-ordered operations (stream.c): a pinned, device-mapped counter the user streams
      * wait on (cuStreamWaitValue64 >= ticket); the worker stores each finished ticket. */
     volatile uint64_t *flag;
@@ -29,6 +34,13 @@ struct braid_op_args;
  * BRAID_INPROGRESS (1) when the engine does not apply (the caller stages it through the host),
  * else the result (the result is in place on success). */
 int braid_cuda_engine_try(struct braid_comm *comm, const struct braid_op_args *a);
+/* On the caller's thread of a stream-ordered call, before its stream is held: the device
+ * engine's setup when this call is the first to need it (after the comm's queued operations,
+ * as the setup is collective). Returns 1 when the engine will run the call, 0 when it will be
+ * staged, or an error (executor.c). */
+int braid_cuda_engine_prepare(struct braid_comm *comm, const struct braid_op_args *a);
+/* The staging area sized for a (stage.c; same thread and moment). */
+braid_result_t braid_cuda_stage_prepare(struct braid_comm *comm, const struct braid_op_args *a);
 void braid_cuda_engine_free(struct braid_comm *comm);
 
 #endif

@@ -92,10 +92,11 @@ int braid_cuda_ptr_device(const void *p)
     return -1;
 }
 
-braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes)
+braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
 {
     if (!bytes || dst == src) return BRAID_SUCCESS;
-    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
     if (e != cudaSuccess)
         return braid_set_error(BRAID_ERR_SYSTEM, "cudaMemcpy of %zu bytes failed: %s", bytes,
                                cudaGetErrorString(e));

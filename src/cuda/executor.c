@@ -31,6 +31,7 @@
 #include "cuda/devdrive.h"
 #include "cuda/devplan.h"
 #include "cuda/engine_launch.h"
+#include "core/worker.h"
 #include "transport/cuda_ipc.h"
 
 #include <cuda_runtime_api.h>
@@ -92,9 +93,10 @@ static void engine_release(struct braid_cuda_engine *e)
     if (e->abort_h) cudaFreeHost(e->abort_h);
     if (e->rep_h) cudaFreeHost(e->rep_h);
     if (e->one) cudaFreeHost(e->one);
-    if (e->img_pin) cudaFreeHost(e->img_pin);
-    if (e->img_d) cudaFree(e->img_d);
-    if (e->scratch_d) cudaFree(e->scratch_d);
+    free(e->img_pin);
+    if (e->img_d) cudaFreeAsync(e->img_d, e->stream);
+    if (e->scratch_d) cudaFreeAsync(e->scratch_d, e->stream);
+    if (e->stream) cudaStreamSynchronize(e->stream);
     if (e->ev) cudaEventDestroy(e->ev);
     if (e->stream) cudaStreamDestroy(e->stream);
     (void)cudaGetLastError();
@@ -133,7 +135,10 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
                                       mine->nslots < 2 ? mine->nslots : 2,
                                       (size_t)mine->slot_bytes));
     cudaError_t ce;
-    if ((ce = cudaStreamCreate(&e->stream)) != cudaSuccess) return cuda_err(ce, "stream");
+    /* Non-blocking: the legacy default stream must not order the engine's work (a user's
+     * blocking stream held by a stream-ordered call would hold it too). */
+    if ((ce = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_err(ce, "stream");
     if ((ce = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_err(ce, "event");
     void *d = NULL;
@@ -242,20 +247,26 @@ fail:
     return res;
 }
 
-static braid_result_t grow_dev(void **p, size_t *cap, size_t bytes, int pinned)
+/* Grows a buffer of the engine's calls: device memory from the stream-ordered allocator on
+ * the engine's stream (cudaMalloc/cudaFree would synchronise with the device, and so wait
+ * forever for a user stream that a stream-ordered call holds), or pageable host memory (the
+ * launch image's host copy: uploaded with cudaMemcpyAsync, which copies it before returning). */
+static braid_result_t grow_dev(struct braid_cuda_engine *e, void **p, size_t *cap, size_t bytes,
+                               int host)
 {
     if (*cap >= bytes) return BRAID_SUCCESS;
     size_t want = *cap ? *cap : 65536;
     while (want < bytes)
         want *= 2;
     void *q = NULL;
-    cudaError_t ce = pinned ? cudaMallocHost(&q, want) : cudaMalloc(&q, want);
-    if (ce != cudaSuccess) return cuda_err(ce, pinned ? "pinned image" : "device image");
-    if (*p) {
-        if (pinned)
-            cudaFreeHost(*p);
-        else
-            cudaFree(*p);
+    if (host) {
+        q = malloc(want);
+        if (!q) return braid_set_error(BRAID_ERR_NOMEM, "device engine: out of memory");
+        free(*p);
+    } else {
+        cudaError_t ce = cudaMallocAsync(&q, want, e->stream);
+        if (ce != cudaSuccess) return cuda_err(ce, "device buffer");
+        if (*p) cudaFreeAsync(*p, e->stream);
     }
     *p = q;
     *cap = want;
@@ -386,14 +397,14 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
                              .order = comm->ring_order};
     size_t es = braid_dtype_size(a->dtype);
     if (braid_dev_call_needs_scratch(&call, comm->nranks, comm->rank)) {
-        BRAID_CHECK(grow_dev(&e->scratch_d, &e->scratch_cap, a->count * es, 0));
+        BRAID_CHECK(grow_dev(e, &e->scratch_d, &e->scratch_cap, a->count * es, 0));
         call.scratch = e->scratch_d;
     }
     braid_dev_image_t img;
     BRAID_CHECK(braid_dev_image_build(&e->L, comm->rank, &call, e->regions, &e->ctr, e->abort_d,
                                       e->rep_d, &img));
-    braid_result_t res = grow_dev(&e->img_d, &e->img_cap, img.bytes, 0);
-    if (res == BRAID_SUCCESS) res = grow_dev(&e->img_pin, &e->pin_cap, img.bytes, 1);
+    braid_result_t res = grow_dev(e, &e->img_d, &e->img_cap, img.bytes, 0);
+    if (res == BRAID_SUCCESS) res = grow_dev(e, &e->img_pin, &e->pin_cap, img.bytes, 1);
     if (res < 0) {
         braid_dev_image_free(&img);
         return res;
@@ -444,12 +455,46 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
     return res;
 }
 
+static int engine_runs(const braid_op_args_t *a)
+{
+    return !a->premul && a->dtype < BRAID_FLOAT8_E4M3 && a->coll != BRAID_COLL_BARRIER;
+}
+
+int braid_cuda_engine_prepare(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    if (!engine_runs(a)) return 0;
+    if (cc->eng_state == 0 && a->count) {
+        /* The setup is collective and runs in call order: after the queued operations. */
+        uint64_t t0 = braid_now_ns(), limit = (uint64_t)(comm->timeout_s * 1e9);
+        while (braid_worker_pending(comm) > 0) {
+            if (atomic_load(&comm->aborted))
+                return braid_set_error(BRAID_ERR_ABORTED, "%s_stream: %s", braid_coll_name(a->coll),
+                                       braid_comm_abort_reason(comm));
+            if (braid_now_ns() - t0 > limit)
+                return braid_set_error(BRAID_ERR_TIMEOUT,
+                                       "%s_stream: the operations queued before it did not finish "
+                                       "in %.1f s",
+                                       braid_coll_name(a->coll), comm->timeout_s);
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+        if (cudaSetDevice(cc->dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return braid_set_error(BRAID_ERR_SYSTEM, "%s_stream: cannot select CUDA device %d",
+                                   braid_coll_name(a->coll), cc->dev);
+        }
+        BRAID_CHECK(engine_setup(comm, cc));
+    }
+    return cc->eng_state > 0;
+}
+
 int braid_cuda_engine_try(struct braid_comm *comm, const braid_op_args_t *a)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     const char *name = braid_coll_name(a->coll);
     int want = mode_device();
-    if (a->premul || a->dtype >= BRAID_FLOAT8_E4M3 || a->coll == BRAID_COLL_BARRIER) {
+    if (!engine_runs(a)) {
         if (!want) return BRAID_INPROGRESS;
         return braid_set_error(BRAID_ERR_UNSUPPORTED,
                                "%s: BRAID_DEV_ENGINE=device, but the device engine does not run "

@@ -94,7 +94,7 @@ struct f16_div {
     typedef float dn_t;
     static __device__ __forceinline__ uint16_t apply(uint16_t x, uint16_t, float dn)
     {
-        return braid_rop_f2h(braid_rop_h2f(x) / dn);
+        return braid_rop_f2h(braid_rop_f32_div(braid_rop_h2f(x), dn));
     }
 };
 
@@ -132,7 +132,28 @@ __device__ __forceinline__ void reduce_range2(typename OP::type *dst, typename O
     uint4 *vd2 = (uint4 *)(dst2 + head);
     const uint4 *va = (const uint4 *)(a + head);
     const uint4 *vb = (const uint4 *)(b + head);
-    for (size_t i = lane; i < nvec; i += nlanes) {
+    /* U vectors of each source in flight per thread before any is used: a few blocks (the
+     * device engine's lanes) then keep enough loads outstanding to stream from memory. */
+    const size_t U = 4;
+    size_t i = lane;
+    for (; i + (U - 1) * nlanes < nvec; i += U * nlanes) {
+        vec16<T> x[U], y[U];
+#pragma unroll
+        for (size_t u = 0; u < U; u++) {
+            x[u].v = __ldcg(va + i + u * nlanes);
+            y[u].v = __ldcg(vb + i + u * nlanes);
+        }
+#pragma unroll
+        for (size_t u = 0; u < U; u++) {
+            vec16<T> r;
+#pragma unroll
+            for (size_t j = 0; j < V; j++)
+                r.e[j] = OP::apply(x[u].e[j], y[u].e[j], dn);
+            __stcg(vd + i + u * nlanes, r.v);
+            if (TWO) __stcg(vd2 + i + u * nlanes, r.v);
+        }
+    }
+    for (; i < nvec; i += nlanes) {
         vec16<T> x, y, r;
         x.v = __ldcg(va + i);
         y.v = __ldcg(vb + i);
@@ -182,7 +203,20 @@ __device__ __forceinline__ void copy_range2(void *dst_, void *dst2_, const void 
     uint4 *vd = (uint4 *)(dst + head);
     uint4 *vd2 = (uint4 *)(dst2 + head);
     const uint4 *vs = (const uint4 *)(src + head);
-    for (size_t i = lane; i < nvec; i += nlanes) {
+    const size_t U = 8; /* loads in flight per thread (see reduce_range2) */
+    size_t i = lane;
+    for (; i + (U - 1) * nlanes < nvec; i += U * nlanes) {
+        uint4 v[U];
+#pragma unroll
+        for (size_t u = 0; u < U; u++)
+            v[u] = __ldcg(vs + i + u * nlanes);
+#pragma unroll
+        for (size_t u = 0; u < U; u++) {
+            if (one) __stcg(vd + i + u * nlanes, v[u]);
+            if (TWO) __stcg(vd2 + i + u * nlanes, v[u]);
+        }
+    }
+    for (; i < nvec; i += nlanes) {
         uint4 v = __ldcg(vs + i);
         if (one) __stcg(vd + i, v);
         if (TWO) __stcg(vd2 + i, v);

@@ -6,7 +6,14 @@
  * needs nothing from peers but the ordinary host protocol.
  *
  * The communicator keeps one pinned staging area (grown on demand), used by one collective at
- * a time (collectives on a communicator run one at a time, in order). */
+ * a time (collectives on a communicator run one at a time, in order), and copies on a stream
+ * of its own (non-blocking, so a user stream a stream-ordered call holds never stops it).
+ *
+ * A stream-ordered call's worker must not allocate or free pinned memory: both synchronise
+ * with the device, so with the user's stream held until that very call completes they would
+ * wait forever. The area is therefore sized on the caller's thread before the stream is held
+ * (braid_cuda_stage_prepare), and an area outgrown while a held stream may still use the old
+ * one is retired, not freed, until no stream-ordered call is pending. */
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/worker.h"
@@ -31,30 +38,108 @@ braid_result_t braid_cuda_comm_init(struct braid_comm *comm)
     return BRAID_SUCCESS;
 }
 
+static int tickets_pending(const struct braid_cuda_comm *cc)
+{
+    return cc->flag && __atomic_load_n(cc->flag, __ATOMIC_ACQUIRE) < cc->next_ticket;
+}
+
+static void free_retired(struct braid_cuda_comm *cc)
+{
+    for (int i = 0; i < cc->nretired; i++)
+        braid_cuda_host_free(cc->retired[i]);
+    cc->nretired = 0;
+}
+
 void braid_cuda_comm_free(struct braid_comm *comm)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     if (!cc) return;
     braid_cuda_engine_free(comm);
+    free_retired(cc);
     braid_cuda_host_free(cc->stage);
+    if (cc->copy_stream) cudaStreamDestroy((cudaStream_t)cc->copy_stream);
     if (cc->flag) cudaFreeHost((void *)cc->flag);
     pthread_mutex_destroy(&cc->lock);
     free(cc);
     comm->cuda = NULL;
 }
 
+/* Under cc->lock. */
 static braid_result_t stage_reserve(struct braid_cuda_comm *cc, size_t bytes)
 {
+    if (!cc->copy_stream) {
+        cudaStream_t s;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return braid_set_error(BRAID_ERR_SYSTEM, "cannot create the staging stream: %s",
+                                   cudaGetErrorString(e));
+        }
+        cc->copy_stream = s;
+    }
+    int pending = tickets_pending(cc);
+    if (!pending) free_retired(cc);
     if (cc->stage_bytes >= bytes) return BRAID_SUCCESS;
+    if (pending && cc->nretired == BRAID_CUDA_MAX_RETIRED)
+        return braid_set_error(BRAID_ERR_NOMEM, "staging area: %d outgrown areas still in use",
+                               cc->nretired);
     size_t want = cc->stage_bytes ? cc->stage_bytes : ((size_t)1 << 20);
     while (want < bytes)
         want *= 2;
     void *p;
     BRAID_CHECK(braid_cuda_host_alloc(&p, want));
-    braid_cuda_host_free(cc->stage);
+    if (pending && cc->stage)
+        cc->retired[cc->nretired++] = cc->stage;
+    else
+        braid_cuda_host_free(cc->stage);
     cc->stage = p;
     cc->stage_bytes = want;
     return BRAID_SUCCESS;
+}
+
+/* Where a staged call's buffers go in the staging area. */
+typedef struct {
+    size_t in_bytes, out_bytes, in_at, need;
+    int has_in, has_out, in_inside;
+} stage_layout_t;
+
+static stage_layout_t stage_layout(const struct braid_comm *comm, const braid_op_args_t *a)
+{
+    stage_layout_t L;
+    size_t es = braid_dtype_size(a->dtype), n = (size_t)comm->nranks;
+    size_t bytes = a->count * es;
+    L.in_bytes = a->coll == BRAID_COLL_REDUCE_SCATTER ? bytes * n : bytes;
+    L.out_bytes = a->coll == BRAID_COLL_ALLGATHER ? bytes * n : bytes;
+    int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
+    int root = rooted && comm->rank == a->root;
+    L.has_in = a->sendbuf && (a->coll != BRAID_COLL_BROADCAST || root);
+    L.has_out = a->recvbuf && (a->coll != BRAID_COLL_REDUCE || root);
+    const char *sb = a->sendbuf;
+    const char *rb = a->recvbuf;
+    /* Host images of the buffers: the output first, then the input unless it lies inside the
+     * output (in place: same address, or this rank's block of it). */
+    L.in_at = L.out_bytes; /* offset of the input image in the staging area */
+    L.in_inside = 0;
+    if (L.has_in && L.has_out && sb >= rb && sb + L.in_bytes <= rb + L.out_bytes) {
+        L.in_at = (size_t)(sb - rb);
+        L.in_inside = 1;
+    } else if (L.has_in && L.has_out && rb >= sb && rb + L.out_bytes <= sb + L.in_bytes) {
+        /* reduce-scatter in place: the output is this rank's block of the input */
+        L.in_at = 0;
+        L.in_inside = 2;
+    }
+    L.need = L.in_inside ? (L.in_inside == 2 ? L.in_bytes : L.out_bytes) : L.out_bytes + L.in_bytes;
+    return L;
+}
+
+braid_result_t braid_cuda_stage_prepare(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    stage_layout_t L = stage_layout(comm, a);
+    pthread_mutex_lock(&cc->lock);
+    braid_result_t res = stage_reserve(cc, L.need);
+    pthread_mutex_unlock(&cc->lock);
+    return res;
 }
 
 braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const braid_op_args_t *a)
@@ -71,48 +156,30 @@ braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const braid_op_a
     /* The device engine when it applies (executor.c), else staged here. */
     int eng = braid_cuda_engine_try(comm, a);
     if (eng != BRAID_INPROGRESS) return eng;
-    size_t es = braid_dtype_size(a->dtype), n = (size_t)comm->nranks;
-    size_t bytes = a->count * es;
-    size_t in_bytes = a->coll == BRAID_COLL_REDUCE_SCATTER ? bytes * n : bytes;
-    size_t out_bytes = a->coll == BRAID_COLL_ALLGATHER ? bytes * n : bytes;
-    int rooted = a->coll == BRAID_COLL_BROADCAST || a->coll == BRAID_COLL_REDUCE;
-    int root = rooted && comm->rank == a->root;
-    int has_in = a->sendbuf && (a->coll != BRAID_COLL_BROADCAST || root);
-    int has_out = a->recvbuf && (a->coll != BRAID_COLL_REDUCE || root);
+    stage_layout_t L = stage_layout(comm, a);
     const char *sb = a->sendbuf;
     char *rb = a->recvbuf;
-    /* Host images of the buffers: the output first, then the input unless it lies inside the
-     * output (in place: same address, or this rank's block of it). */
-    size_t in_at = out_bytes; /* offset of the input image in the staging area */
-    int in_inside = 0;
-    if (has_in && has_out && sb >= rb && sb + in_bytes <= rb + out_bytes) {
-        in_at = (size_t)(sb - rb);
-        in_inside = 1;
-    } else if (has_in && has_out && rb >= sb && rb + out_bytes <= sb + in_bytes) {
-        /* reduce-scatter in place: the output is this rank's block of the input */
-        in_at = 0;
-        in_inside = 2;
-    }
-    size_t need = in_inside ? (in_inside == 2 ? in_bytes : out_bytes) : out_bytes + in_bytes;
     braid_result_t res;
     int ran = 0;
     pthread_mutex_lock(&cc->lock);
-    BRAID_CHECK_GOTO(stage_reserve(cc, need), res, out);
+    BRAID_CHECK_GOTO(stage_reserve(cc, L.need), res, out);
     char *base = cc->stage;
     braid_op_args_t h = *a;
     h.on_device = 0;
-    if (in_inside == 2) {
-        h.sendbuf = has_in ? base : NULL;
-        h.recvbuf = has_out ? base + (rb - sb) : NULL;
+    if (L.in_inside == 2) {
+        h.sendbuf = L.has_in ? base : NULL;
+        h.recvbuf = L.has_out ? base + (rb - sb) : NULL;
     } else {
-        h.recvbuf = has_out ? base : NULL;
-        h.sendbuf = has_in ? base + in_at : NULL;
+        h.recvbuf = L.has_out ? base : NULL;
+        h.sendbuf = L.has_in ? base + L.in_at : NULL;
     }
-    if (has_in) BRAID_CHECK_GOTO(braid_cuda_memcpy((void *)h.sendbuf, sb, in_bytes), res, out);
+    if (L.has_in)
+        BRAID_CHECK_GOTO(braid_cuda_memcpy((void *)h.sendbuf, sb, L.in_bytes, cc->copy_stream), res,
+                         out);
     ran = 1;
     res = braid_coll_execute(comm, &h); /* records its own failures */
-    if (res == BRAID_SUCCESS && has_out) {
-        res = braid_cuda_memcpy(rb, h.recvbuf, out_bytes);
+    if (res == BRAID_SUCCESS && L.has_out) {
+        res = braid_cuda_memcpy(rb, h.recvbuf, L.out_bytes, cc->copy_stream);
         if (res < 0) braid_comm_set_error(comm, res, "%s", braid_last_error());
     }
 out:

@@ -82,6 +82,14 @@ braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const braid_op_args_t
     res = flag_init(cc);
     pthread_mutex_unlock(&cc->lock);
     if (res < 0) goto fail;
+    /* Everything that allocates (the engine's setup, the staging area) happens here, before the
+     * stream is held: the worker must not allocate while it is (see stage.c). */
+    int eng = braid_cuda_engine_prepare(comm, a);
+    if (eng < 0) {
+        res = eng;
+        goto fail;
+    }
+    if (!eng && (res = braid_cuda_stage_prepare(comm, a)) < 0) goto fail;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream);
     if (e != cudaSuccess) {
@@ -90,11 +98,15 @@ braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const braid_op_args_t
                               name, stream, cudaGetErrorString(e));
         goto fail;
     }
+    pthread_mutex_lock(&cc->lock);
     uint64_t ticket = ++cc->next_ticket;
+    pthread_mutex_unlock(&cc->lock);
     CUresult ce =
         fn_wait64((CUstream)stream, (CUdeviceptr)cc->flag_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
     if (ce != CUDA_SUCCESS) {
+        pthread_mutex_lock(&cc->lock);
         cc->next_ticket--;
+        pthread_mutex_unlock(&cc->lock);
         res = braid_set_error(BRAID_ERR_SYSTEM, "%s_stream: cuStreamWaitValue64 failed (%d)", name,
                               (int)ce);
         goto fail;

@@ -37,6 +37,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
 
 /* Every element function is BRAID_ROP_FN: static inline for the C compiler, and also
  * __host__ __device__ when nvcc compiles this header into the CUDA kernels (src/cuda/), so the
@@ -180,6 +183,10 @@ BRAID_ROP_FN double braid_rop_f64_from(uint64_t u)
  * patterns round-trip through braid_rop_f2h). Subnormals: mant * 2^-24 is exact in float. */
 BRAID_ROP_FN float braid_rop_h2f(uint16_t h)
 {
+#if defined(__CUDA_ARCH__)
+    /* the GPU's conversion is exact too; NaN and inf take the path below (payload kept) */
+    if ((h & 0x7c00u) != 0x7c00u) return __half2float(__ushort_as_half(h));
+#endif
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = ((uint32_t)h >> 10) & 0x1fu;
     uint32_t mant = (uint32_t)h & 0x3ffu;
@@ -194,6 +201,10 @@ BRAID_ROP_FN float braid_rop_h2f(uint16_t h)
  * top 10 payload bits (quiet stays quiet), and becomes quiet if those bits are all zero. */
 BRAID_ROP_FN uint16_t braid_rop_f2h(float f)
 {
+#if defined(__CUDA_ARCH__)
+    /* the GPU's conversion rounds to nearest even as below; NaN takes the path below */
+    if (f == f) return __half_as_ushort(__float2half_rn(f));
+#endif
     uint32_t u = braid_rop_f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
@@ -335,15 +346,32 @@ BRAID_ROP_FN float braid_rop_f32_nanpick(float x, float y)
     return braid_rop_f32_from((braid_rop_f32_bits(y) & ~m) | (braid_rop_f32_bits(x) & m));
 }
 
+/* r = x op y as x86 gives it: the first NaN operand, quieted, else the default NaN 0xffc00000
+ * (inf - inf, 0 * inf). NVIDIA GPUs return one canonical NaN (0x7fffffff) from float32
+ * arithmetic whatever the operands (seen on an H200: perf/RESULTS.md, GPU), so on the device
+ * the result is fixed up to x86's; on the host this is r. */
+BRAID_ROP_FN float braid_rop_f32_nanfix(float x, float y, float r)
+{
+#if defined(__CUDA_ARCH__)
+    if (r == r) return r;
+    uint32_t b = x != x ? braid_rop_f32_bits(x) : (y != y ? braid_rop_f32_bits(y) : 0xff800000u);
+    return braid_rop_f32_from(b | 0x00400000u);
+#else
+    (void)x;
+    (void)y;
+    return r;
+#endif
+}
+
 /* x + (x is NaN ? x : y): a NaN x yields quiet(x) even when y is NaN too (see the top). */
 BRAID_ROP_FN float braid_rop_f32_sum(float x, float y)
 {
-    return x + braid_rop_f32_nanpick(x, y);
+    return braid_rop_f32_nanfix(x, y, x + braid_rop_f32_nanpick(x, y));
 }
 
 BRAID_ROP_FN float braid_rop_f32_prod(float x, float y)
 {
-    return x * braid_rop_f32_nanpick(x, y);
+    return braid_rop_f32_nanfix(x, y, x * braid_rop_f32_nanpick(x, y));
 }
 
 BRAID_ROP_FN float braid_rop_f32_min(float x, float y)
@@ -372,14 +400,30 @@ BRAID_ROP_FN double braid_rop_f64_nanpick(double x, double y)
     return braid_rop_f64_from((braid_rop_f64_bits(y) & ~m) | (braid_rop_f64_bits(x) & m));
 }
 
+/* As braid_rop_f32_nanfix (float64 arithmetic on the GPU already passes a NaN operand on as
+ * x86 does; the fix-up also gives x86's default NaN where neither operand is one). */
+BRAID_ROP_FN double braid_rop_f64_nanfix(double x, double y, double r)
+{
+#if defined(__CUDA_ARCH__)
+    if (r == r) return r;
+    uint64_t b =
+        x != x ? braid_rop_f64_bits(x) : (y != y ? braid_rop_f64_bits(y) : 0xfff0000000000000u);
+    return braid_rop_f64_from(b | 0x0008000000000000u);
+#else
+    (void)x;
+    (void)y;
+    return r;
+#endif
+}
+
 BRAID_ROP_FN double braid_rop_f64_sum(double x, double y)
 {
-    return x + braid_rop_f64_nanpick(x, y);
+    return braid_rop_f64_nanfix(x, y, x + braid_rop_f64_nanpick(x, y));
 }
 
 BRAID_ROP_FN double braid_rop_f64_prod(double x, double y)
 {
-    return x * braid_rop_f64_nanpick(x, y);
+    return braid_rop_f64_nanfix(x, y, x * braid_rop_f64_nanpick(x, y));
 }
 
 BRAID_ROP_FN double braid_rop_f64_min(double x, double y)
@@ -413,21 +457,21 @@ BRAID_ROP_FN double braid_rop_f64_dn(int nranks)
 {
     return (double)nranks;
 }
-BRAID_ROP_FN float braid_rop_f32_avg(float x, float y, float dn)
-{
-    return braid_rop_f32_sum(x, y) / dn;
-}
 BRAID_ROP_FN float braid_rop_f32_div(float x, float dn)
 {
-    return x / dn;
+    return braid_rop_f32_nanfix(x, dn, x / dn);
 }
-BRAID_ROP_FN double braid_rop_f64_avg(double x, double y, double dn)
+BRAID_ROP_FN float braid_rop_f32_avg(float x, float y, float dn)
 {
-    return braid_rop_f64_sum(x, y) / dn;
+    return braid_rop_f32_div(braid_rop_f32_sum(x, y), dn);
 }
 BRAID_ROP_FN double braid_rop_f64_div(double x, double dn)
 {
-    return x / dn;
+    return braid_rop_f64_nanfix(x, dn, x / dn);
+}
+BRAID_ROP_FN double braid_rop_f64_avg(double x, double y, double dn)
+{
+    return braid_rop_f64_div(braid_rop_f64_sum(x, y), dn);
 }
 
 /* ---- bfloat16 element ops (float16 goes through blocks of float32, see the template) ------ */
@@ -452,7 +496,7 @@ BRAID_ROP_FN uint16_t braid_rop_bf16_avg(uint16_t x, uint16_t y, float dn)
 }
 BRAID_ROP_FN uint16_t braid_rop_bf16_div(uint16_t x, float dn)
 {
-    return braid_rop_f2bf(braid_rop_bf2f(x) / dn);
+    return braid_rop_f2bf(braid_rop_f32_div(braid_rop_bf2f(x), dn));
 }
 
 /* ---- float8 element ops: float32 arithmetic, one saturating rounding ------------------------ */

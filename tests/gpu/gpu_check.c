@@ -158,15 +158,40 @@ static int cmd_bw(size_t mib)
 
 /* ---- collectives on device buffers -------------------------------------------------------- */
 
+/* Waits for stream s, at most 60 s: a stream that is never released is a failure reported
+ * here, not a hang of the whole run. */
+static int stream_done(cudaStream_t s, int rank)
+{
+    for (int i = 0; i < 600000; i++) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return 1;
+        if (e != cudaErrorNotReady) {
+            fprintf(stderr, "rank %d: stream: %s\n", rank, cudaGetErrorString(e));
+            return 0;
+        }
+        usleep(100);
+    }
+    fprintf(stderr, "rank %d: the stream was not released in 60 s\n", rank);
+    return 0;
+}
+
+/* The device buffer every call of a rank uses (allocated once: cudaMalloc/cudaFree between
+ * calls would synchronise with the device, and with several ranks' threads in one process,
+ * wait for another rank's held stream whose release needs this rank's next call). */
+#define ONE_COLL_BYTES ((size_t)8 << 20)
+
 static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype_t dt,
-                    braid_redop_t op, size_t count, int in_place, int use_stream, cudaStream_t s)
+                    braid_redop_t op, size_t count, int in_place, int use_stream, cudaStream_t s,
+                    char *d)
 {
     size_t es = braid_dtype_size(dt), nn = (size_t)n;
     size_t in_e = coll == 4 ? count * nn : count, out_e = coll == 5 ? count * nn : count;
     size_t tot = (in_e + out_e) * es + 64;
-    char *h = calloc(1, tot), *hout = calloc(1, out_e * es + 64);
-    char *d;
-    CK(cudaMalloc((void **)&d, tot));
+    if (tot > ONE_COLL_BYTES) {
+        fprintf(stderr, "rank %d: %zu bytes do not fit the buffer\n", rank, tot);
+        return 1;
+    }
+    char *h = calloc(1, tot), *hout = malloc(out_e * es + 64);
     /* prime counts start one element past a 16-byte boundary (unaligned to the vector width) */
     size_t off = count == 97 ? es : 0;
     char *din = d + off, *dout = d + off + in_e * es;
@@ -186,6 +211,9 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
         else
             rb = din;
     }
+    /* the output poisoned (0xa5) where it is not the input: a result never written fails */
+    memset(hout, 0xa5, out_e * es + 64);
+    if (!in_place) CK(cudaMemcpy(dout, hout, out_e * es, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(din, h, (coll == 5 ? count : in_e) * es, cudaMemcpyHostToDevice));
     braid_result_t r = BRAID_SUCCESS;
     void *st = use_stream ? (void *)s : NULL;
@@ -215,7 +243,7 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
         fprintf(stderr, "rank %d: coll %d: %s\n", rank, coll, braid_last_error());
         return 1;
     }
-    if (st) CK(cudaStreamSynchronize(s));
+    if (st && !stream_done(s, rank)) return 1;
     braid_result_t aerr = BRAID_SUCCESS;
     const char *amsg = NULL;
     braid_comm_get_error(comm, &aerr, &amsg);
@@ -242,7 +270,6 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
             for (int j = 0; j < n; j++)
                 bad += data_check_rank(hout + (size_t)j * count * es, dt, op, j, 0, count, 7, what);
     }
-    cudaFree(d);
     free(h);
     free(hout);
     return bad ? 1 : 0;
@@ -253,6 +280,8 @@ int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
     coll_arg_t *ca = argp;
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    char *d;
+    CK(cudaMalloc((void **)&d, ONE_COLL_BYTES));
     static const size_t counts[] = {0, 1, 97, 1 << 16};
     int fails = 0;
     /* GPU_CHECK_QUICK=1: float32, float16, bfloat16, int8, uint64 only (every op still) */
@@ -267,7 +296,7 @@ int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
                         continue;
                     int ip = (int)((ci + (size_t)op) & 1);
                     fails += one_coll(comm, rank, n, coll, (braid_datatype_t)dt, (braid_redop_t)op,
-                                      counts[ci], ip, ca->stream_mode, s);
+                                      counts[ci], ip, ca->stream_mode, s, d);
                     if (ca->kill_rank == rank && coll == 1 && ci == 2) {
                         /* dies with a collective in flight on its peers */
                         kill(getpid(), SIGKILL);
@@ -279,6 +308,7 @@ int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
         return 1;
     }
     cudaStreamDestroy(s);
+    cudaFree(d);
     fails += engine_report(comm, rank, n, ca->stream_mode ? "stream" : "blocking");
     return fails ? 1 : 0;
 }

@@ -11,7 +11,8 @@
 # Fails loudly: no GPU (outside --dry-run), a missing program, a build without CUDA, a step
 # that fails or times out, the device engine not used where it must be (BRAID_DEV_ENGINE=device
 # makes every fallback to host staging an error) all make the run FAIL (exit 1).
-# Steps (each bounded by `timeout` and the deadline; a failure never stops the later ones):
+# Steps (each bounded by `timeout` and the deadline; a failure never stops the later ones; the
+# quick ones that need no communicator first, then the rest in order of what they tell):
 #   build        CUDA build with -Werror (BRAID_WITH_CUDA=ON, sm_90), the targets used here
 #   probe        a CUDA device is visible (name, memory)
 #   ptx          every kernel's PTX has 128-bit loads/stores (tests/gpu/ptx_check.sh)
@@ -25,7 +26,11 @@
 #   kill 3       a rank SIGKILLed mid-collective: the others get an error, not a hang
 #   ringbw N     all-reduce busbw of N communicators of one process vs the ring's memory model
 #   bw           reduction kernel bandwidth vs device-to-device copy, 64 and 256 MiB
+#   ringbw N/cfg the same with other BRAID_DEV_NCHANNELS, _BLOCKS, _CHUNK_SIZE
 #   perf         all_reduce_perf on device buffers (--device 1 blocking, 2 stream), n = 1,2,4,8
+#   nccl-tests   with NCCL_TESTS=<folder of NVIDIA's nccl-tests built against $BUILD/nccl>: its
+#                all_reduce, reduce_scatter, all_gather, broadcast, sendrecv and alltoall perf
+#                tools on one GPU (-g 1, checked), and that they load braid's libnccl.so.2
 #   nodev        BRAID_CUDA=0: the stream forms are refused
 #   sanitizer    compute-sanitizer memcheck on the kernels (when installed)
 set -uo pipefail
@@ -141,42 +146,85 @@ if [ "$DRY" = 0 ] && ! grep -q '^RESULT probe PASS' "$OUT/logs/probe.log" 2>/dev
   echo "== no CUDA device: the GPU steps below fail" | tee -a "$OUT/logs/probe.log"
 fi
 run ptx 90 host bash tests/gpu/ptx_check.sh
-run unit/cuda 60 host "$B/braid_tests" --filter 'cuda/*' --jobs "$JOBS"
-[ "$DRY" = 1 ] && run unit/twin 300 host "$B/braid_tests" --filter 'twin/*' --jobs "$JOBS"
+# The suites of braid_tests need Criterion: a build carried to the device may leave them out.
+if [ -x "$B/braid_tests" ]; then
+  run unit/cuda 60 host "$B/braid_tests" --filter 'cuda/*' --jobs "$JOBS"
+  [ "$DRY" = 1 ] && run unit/twin 300 host "$B/braid_tests" --filter 'twin/*' --jobs "$JOBS"
+else
+  row "unit/cuda" "SKIP" "$B/braid_tests is not in this build (no Criterion)"
+fi
+# Quick and independent of the communicators first, so a later hang still leaves them measured;
+# then what a first device run showed to matter (perf/RESULTS.md, GPU): ranks as threads of one
+# process (concurrent kernels) before ranks as processes, which one GPU time-slices (an 8-process
+# call takes about 28 ms whatever its size), so those come last.
 run reduce 40 gpu "$B/braid_gpu_check" reduce
-export BRAID_DEV_ENGINE=device BRAID_TIMEOUT=60
-run coll/n=2 45 gpu "$B/braid_gpu_check" coll 2
-run threads/n=2 30 gpu "$B/braid_gpu_check" threads 2
-run kill/n=3 40 gpu "$B/braid_gpu_check" kill 3
+run bw/256MiB 30 gpu "$B/braid_gpu_check" bw 256
+export BRAID_DEV_ENGINE=device BRAID_TIMEOUT=${BRAID_TIMEOUT:-15}
+run threads/n=2 40 gpu "$B/braid_gpu_check" threads 2
 run coll/n=1 30 gpu "$B/braid_gpu_check" coll 1
-run threads/n=8 45 gpu "$B/braid_gpu_check" threads 8
-run coll/n=4 60 gpu "$B/braid_gpu_check" coll 4
-run coll/n=8 60 gpu env GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 8
 for n in 2 4 8; do
   run "ringbw/n=$n" 30 gpu "$B/braid_gpu_check" ringbw "$n" 256
 done
-for mode in 1 2; do
-  for n in 1 2 4 8; do
-    run "perf/device=$mode/n=$n" 40 gpu "$B/braid-run" -n "$n" -- "$B/all_reduce_perf" -b 8 -e 256M \
-      -f 4 -c 1 -n 10 -w 3 --device "$mode" --csv "$OUT/all_reduce_perf.csv"
-    log="$OUT/logs/perf_device=${mode}_n=${n}.log"
-    last=$(grep -E '^ +[0-9]+ ' "$log" 2>/dev/null | tail -n1)
-    [ -n "$last" ] && row "perf/device=$mode/n=$n largest" "row" "\`$last\`"
-    if [ "$DRY" = 0 ] && ! grep -q 'Out of bounds values : 0 OK' "$log" 2>/dev/null; then
-      row "perf/device=$mode/n=$n check" "FAIL" "no '# Out of bounds values : 0 OK' line"
-      status=1
-    fi
+# the engine's shape (BRAID_DEV_NCHANNELS x BRAID_DEV_BLOCKS blocks per rank, slot bytes)
+for cfg in ch16:NCHANNELS=16 ch8b4:NCHANNELS=8,BLOCKS=4 c512k:CHUNK_SIZE=524288 \
+  ch16c512k:NCHANNELS=16,CHUNK_SIZE=524288 ch32c512k:NCHANNELS=32,CHUNK_SIZE=524288; do
+  envs=()
+  IFS=, read -ra kv <<<"${cfg#*:}"
+  for x in "${kv[@]}"; do envs+=("BRAID_DEV_$x"); done
+  for n in 2 8; do
+    run "ringbw/n=$n/${cfg%%:*}" 30 gpu env "${envs[@]}" "$B/braid_gpu_check" ringbw "$n" 256
   done
 done
-for n in 3 5 6 7; do
-  run "coll/n=$n" 50 gpu env GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll "$n"
-done
-for n in 1 3 4 5 6 7; do
+# NVIDIA's nccl-tests built by hand against $BUILD/nccl (none of it is in this repository):
+# NCCL_TESTS=<its build folder>. One GPU, so one rank (-g 1); device buffers, checked (-c 1).
+if [ -n "${NCCL_TESTS:-}" ]; then
+  for t in all_reduce sendrecv alltoall all_gather reduce_scatter broadcast; do
+    run "nccl-tests/$t" 30 gpu env LD_LIBRARY_PATH="$BUILD/nccl/lib:${LD_LIBRARY_PATH:-}" \
+      "$NCCL_TESTS/${t}_perf" -b 8 -e 256M -f 4 -g 1 -c 1 -n 10 -w 3
+  done
+  LD_LIBRARY_PATH="$BUILD/nccl/lib:${LD_LIBRARY_PATH:-}" ldd "$NCCL_TESTS/all_reduce_perf" \
+    >"$OUT/logs/nccl-tests-ldd.log" 2>&1
+  lib=$(grep 'libnccl.so.2 =>' "$OUT/logs/nccl-tests-ldd.log" | awk '{print $3}')
+  case $lib in
+  "$BUILD"/nccl/lib/*) row "nccl-tests/libnccl" "PASS" "loads braid's \`$lib\`" ;;
+  *)
+    row "nccl-tests/libnccl" "FAIL" "libnccl.so.2 resolves to \`$lib\`, not braid's"
+    status=1
+    ;;
+  esac
+fi
+run coll/n=2 60 gpu "$B/braid_gpu_check" coll 2
+run kill/n=3 40 gpu "$B/braid_gpu_check" kill 3
+perf_step() {
+  local mode=$1 n=$2
+  run "perf/device=$mode/n=$n" 40 gpu "$B/braid-run" -n "$n" -- "$B/all_reduce_perf" -b 8 -e 256M \
+    -f 4 -c 1 -n 10 -w 3 --device "$mode" --csv "$OUT/all_reduce_perf.csv"
+  local log="$OUT/logs/perf_device=${mode}_n=${n}.log" last
+  last=$(grep -E '^ +[0-9]+ ' "$log" 2>/dev/null | tail -n1)
+  [ -n "$last" ] && row "perf/device=$mode/n=$n largest" "row" "\`$last\`"
+  if [ "$DRY" = 0 ] && ! grep -q 'Out of bounds values : 0 OK' "$log" 2>/dev/null; then
+    row "perf/device=$mode/n=$n check" "FAIL" "no '# Out of bounds values : 0 OK' line"
+    status=1
+  fi
+}
+perf_step 1 1
+perf_step 2 1
+perf_step 1 2
+perf_step 2 2
+run threads/n=8 45 gpu "$B/braid_gpu_check" threads 8
+run coll/n=4 60 gpu "$B/braid_gpu_check" coll 4
+for n in 3 4 5 6 7 1; do
   run "threads/n=$n" 30 gpu "$B/braid_gpu_check" threads "$n"
 done
+for n in 3 5 6 7 8; do
+  run "coll/n=$n" 60 gpu env GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll "$n"
+done
+perf_step 1 4
+perf_step 2 4
+perf_step 1 8
+perf_step 2 8
 unset BRAID_DEV_ENGINE
 run bw/64MiB 30 gpu "$B/braid_gpu_check" bw 64
-run bw/256MiB 30 gpu "$B/braid_gpu_check" bw 256
 run stage/n=2 45 gpu env BRAID_DEV_ENGINE=stage GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 2
 run nodev 30 gpu "$B/braid_gpu_check" nodev
 if command -v compute-sanitizer >/dev/null; then
