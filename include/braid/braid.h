@@ -344,6 +344,17 @@ typedef void *braid_stream_t;
 BRAID_API int braid_cuda_device_count(void);
 
 /**
+ * Device memory (cudaMalloc) on the calling thread's current CUDA device, for the buffers of
+ * collectives (the NCCL drop-in's ncclMemAlloc). BRAID_ERR_INVALID_ARG for a NULL ptr_p or
+ * 0 bytes, BRAID_ERR_UNSUPPORTED where braid sees no device (the message says why),
+ * BRAID_ERR_NOMEM when the device has no room. Free with braid_cuda_mem_free.
+ */
+BRAID_API braid_result_t braid_cuda_mem_alloc(void **ptr_p, size_t bytes);
+/** Frees memory from braid_cuda_mem_alloc (NULL is a no-op); BRAID_ERR_INVALID_ARG for a
+ *  pointer that is not device memory. */
+BRAID_API braid_result_t braid_cuda_mem_free(void *ptr);
+
+/**
  * Stream-ordered forms (as NCCL's): enqueue the collective after the work already on stream and
  * return at once; later work on stream runs after the result is in place. Failures surface as
  * the communicator's async error (braid_comm_get_error) and from the next call on it; the

@@ -126,3 +126,27 @@ int braid_cuda_device_count(void)
 {
     return braid_cuda_ndevices(NULL);
 }
+
+braid_result_t braid_cuda_mem_alloc(void **ptr_p, size_t bytes)
+{
+    braid_clear_error();
+    if (!ptr_p)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "braid_cuda_mem_alloc: ptr_p is NULL");
+    *ptr_p = NULL;
+    if (!bytes) return braid_set_error(BRAID_ERR_INVALID_ARG, "braid_cuda_mem_alloc: bytes is 0");
+    const char *why;
+    if (braid_cuda_ndevices(&why) < 1)
+        return braid_set_error(BRAID_ERR_UNSUPPORTED, "braid_cuda_mem_alloc: no CUDA device (%s)",
+                               why);
+    return braid_cuda_dev_alloc(ptr_p, bytes);
+}
+
+braid_result_t braid_cuda_mem_free(void *ptr)
+{
+    braid_clear_error();
+    if (!ptr) return BRAID_SUCCESS;
+    if (braid_cuda_ptr_device(ptr) < 0)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "braid_cuda_mem_free: ptr=%p is not CUDA device memory", ptr);
+    return braid_cuda_dev_free(ptr);
+}

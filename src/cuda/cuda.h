@@ -38,6 +38,9 @@ void braid_cuda_test_set_classifier(int (*fn)(const void *p));
  * with cudaStreamNonBlocking: never the legacy default stream, which waits for every blocking
  * stream, a user stream held by a stream-ordered call included) and waits for the copy. */
 braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
+/* cudaMalloc / cudaFree on the current device (braid_cuda_mem_alloc's work). */
+braid_result_t braid_cuda_dev_alloc(void **p_p, size_t bytes);
+braid_result_t braid_cuda_dev_free(void *p);
 /* Page-locked host memory for staging (cudaMallocHost); free with braid_cuda_host_free. */
 braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes);
 void braid_cuda_host_free(void *p);

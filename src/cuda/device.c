@@ -103,6 +103,29 @@ braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void 
     return BRAID_SUCCESS;
 }
 
+braid_result_t braid_cuda_dev_alloc(void **p_p, size_t bytes)
+{
+    cudaError_t e = cudaMalloc(p_p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p_p = NULL;
+        return braid_set_error(e == cudaErrorMemoryAllocation ? BRAID_ERR_NOMEM : BRAID_ERR_SYSTEM,
+                               "cudaMalloc of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    }
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_cuda_dev_free(void *p)
+{
+    cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "cudaFree(%p) failed: %s", p,
+                               cudaGetErrorString(e));
+    }
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes)
 {
     void *p = NULL;

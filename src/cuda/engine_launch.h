@@ -13,6 +13,11 @@ extern "C" {
  * Returns a cudaError_t (0 = launched). */
 int braid_cuda_engine_launch(void *chans, int nchannels, int threads, uint64_t budget,
                              void *stream);
+/* Loads the kernel's module now (cudaFuncGetAttributes). CUDA loads modules lazily by default
+ * (CUDA_MODULE_LOADING=LAZY since 12.2) at a kernel's first launch, and loading synchronises
+ * the context: a first launch on the worker while a stream-ordered call holds the user's
+ * stream would wait for that stream, which waits for the launch. Returns a cudaError_t. */
+int braid_cuda_engine_preload(void);
 
 #ifdef __cplusplus
 }

@@ -141,6 +141,18 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
         return cuda_err(ce, "stream");
     if ((ce = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_err(ce, "event");
+    /* What would otherwise happen lazily on the worker, where a held user stream would wait
+     * for it (see stream.c): the kernel's module is loaded and the stream-ordered allocator's
+     * pool set up here, before any stream-ordered call holds a stream. This explains, we
+     * think, the stream-ordered hangs of fresh processes on the H200 (perf/RESULTS.md, GPU):
+     * threads that had run blocking calls first did not hang. Not yet checked on a GPU. */
+    if ((ce = (cudaError_t)braid_cuda_engine_preload()) != cudaSuccess)
+        return cuda_err(ce, "loading the engine kernel");
+    void *warm = NULL;
+    if ((ce = cudaMallocAsync(&warm, 4096, e->stream)) != cudaSuccess ||
+        (ce = cudaFreeAsync(warm, e->stream)) != cudaSuccess ||
+        (ce = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+        return cuda_err(ce, "the stream-ordered allocator");
     void *d = NULL;
     size_t rep_bytes = BRAID_DEV_MAX_LANES * sizeof(braid_dev_report_t);
     if ((ce = cudaHostAlloc((void **)&e->abort_h, 64, cudaHostAllocMapped)) != cudaSuccess ||

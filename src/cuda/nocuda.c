@@ -35,10 +35,23 @@ void braid_cuda_test_set_classifier(int (*fn)(const void *p))
     atomic_store(&test_classifier, fn);
 }
 
-braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes)
+braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream)
 {
+    (void)stream;
     if (bytes && dst != src) memmove(dst, src, bytes);
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_cuda_dev_alloc(void **p_p, size_t bytes)
+{
+    *p_p = NULL;
+    return braid_set_error(BRAID_ERR_UNSUPPORTED, "device memory (%zu bytes): built without CUDA",
+                           bytes);
+}
+
+braid_result_t braid_cuda_dev_free(void *p)
+{
+    return braid_set_error(BRAID_ERR_UNSUPPORTED, "device memory %p: built without CUDA", p);
 }
 
 braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes)

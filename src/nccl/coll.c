@@ -284,6 +284,16 @@ ncclResult_t ncclMemAlloc(void **ptr, size_t size)
         return shim_fail(NULL, ncclInvalidArgument, "ncclMemAlloc: ptr=%p, size=%zu", (void *)ptr,
                          size);
     void *p = NULL;
+    /* As NCCL: device memory where braid has a CUDA device (nccl-tests writes its buffers with
+     * cudaMemset and kernels), else host memory (braid's extension, usable without a GPU). */
+    if (braid_cuda_device_count() > 0) {
+        braid_result_t r = braid_cuda_mem_alloc(&p, size);
+        if (r != BRAID_SUCCESS)
+            return shim_fail(NULL, r == BRAID_ERR_NOMEM ? ncclSystemError : ncclUnhandledCudaError,
+                             "ncclMemAlloc: %s", braid_last_error());
+        *ptr = p;
+        return ncclSuccess;
+    }
     size_t rounded = (size + 4095) & ~(size_t)4095;
     if (rounded < size || posix_memalign(&p, 4096, rounded))
         return shim_fail(NULL, ncclSystemError, "ncclMemAlloc: cannot allocate %zu bytes", size);
@@ -295,6 +305,11 @@ ncclResult_t ncclMemAlloc(void **ptr, size_t size)
 ncclResult_t ncclMemFree(void *ptr)
 {
     shim_clear();
+    if (ptr && braid_cuda_device_count() > 0) {
+        if (braid_cuda_mem_free(ptr) != BRAID_SUCCESS)
+            return shim_fail(NULL, ncclInvalidArgument, "ncclMemFree: %s", braid_last_error());
+        return ncclSuccess;
+    }
     free(ptr);
     return ncclSuccess;
 }

@@ -144,3 +144,31 @@ Test(cuda, braid_cuda_0_keeps_cuda_untouched, .timeout = 30)
     cr_assert_eq(c->cuda_dev, -1);
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
+
+Test(cuda, mem_alloc_checks_arguments_and_needs_a_device, .timeout = 30)
+{
+    void *p = (void *)&p;
+    cr_assert_eq(braid_cuda_mem_alloc(NULL, 64), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "ptr_p is NULL"), "%s", braid_last_error());
+    cr_assert_eq(braid_cuda_mem_alloc(&p, 0), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "bytes is 0"), "%s", braid_last_error());
+    cr_assert_null(p, "a failed allocation leaves NULL");
+    cr_assert_eq(braid_cuda_mem_free(NULL), BRAID_SUCCESS);
+    /* host memory is not braid_cuda_mem_alloc's */
+    int host;
+    cr_assert_eq(braid_cuda_mem_free(&host), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "is not CUDA device memory"), "%s", braid_last_error());
+    const char *why = NULL;
+    if (braid_cuda_ndevices(&why) > 0) {
+        /* on a GPU (tests/gpu/run.sh runs nccl-tests, which allocate with it) */
+        cr_assert_eq(braid_cuda_mem_alloc(&p, 1 << 20), BRAID_SUCCESS, "%s", braid_last_error());
+        cr_assert_geq(braid_cuda_ptr_device(p), 0);
+        cr_assert_eq(braid_cuda_mem_free(p), BRAID_SUCCESS);
+        return;
+    }
+    cr_assert_eq(braid_cuda_mem_alloc(&p, 64), BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "no CUDA device"), "%s", braid_last_error());
+    cr_assert(strstr(braid_last_error(), why), "the reason (%s) is named: %s", why,
+              braid_last_error());
+    cr_assert_null(p);
+}

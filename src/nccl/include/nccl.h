@@ -171,8 +171,9 @@ typedef enum {
 
 /* Every function also exists with a "p" prefix (pncclAllReduce ...), as in NCCL. */
 
-/** Allocates size bytes for communication buffers: host memory, page aligned (braid's
- * buffers are host buffers unless braid has a GPU path). Free with ncclMemFree. */
+/** Allocates size bytes for communication buffers: device memory of the current device where
+ * braid sees a CUDA device (as NCCL), else page-aligned host memory (braid's extension). Free
+ * with ncclMemFree. */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t pncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
