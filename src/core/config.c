@@ -132,7 +132,7 @@ static const braid_param_t params[] = {
      "staged through host memory), device (the device engine or an error), stage"},
     {"DEV_NCHANNELS", "4", BRAID_PARAM_INT, "device engine: channels (rings over disjoint slices)"},
     {"DEV_BLOCKS", "2", BRAID_PARAM_INT, "device engine: thread blocks per channel"},
-    {"DEV_CHUNK_SIZE", "131072", BRAID_PARAM_SIZE,
+    {"DEV_CHUNK_SIZE", "524288", BRAID_PARAM_SIZE,
      "device engine: bytes per slot (one block's part of a chunk; a multiple of 16)"},
     {"DEV_NSLOTS", "8", BRAID_PARAM_INT, "device engine: slots per FIFO (chunks in flight)"},
     {"DEV_THREADS", "512", BRAID_PARAM_INT, "device engine: threads per block (32 to 512)"},

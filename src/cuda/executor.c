@@ -126,7 +126,7 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
     mine->nblk = (int32_t)param("DEV_BLOCKS", 2);
     mine->nslots = (int32_t)param("DEV_NSLOTS", 8);
     mine->threads = (int32_t)param("DEV_THREADS", 512);
-    mine->slot_bytes = (uint64_t)param("DEV_CHUNK_SIZE", 131072);
+    mine->slot_bytes = (uint64_t)param("DEV_CHUNK_SIZE", 524288);
     e->budget = (uint64_t)param("DEV_SPINS", 16384);
     e->threads = mine->threads;
     if (!strcasecmp(braid_param_str("DEV_ENGINE"), "stage"))
