@@ -158,6 +158,19 @@ BDE_FN void bde_store_release(uint64_t *p, uint64_t v)
     __threadfence_system();
     *(volatile uint64_t *)p = v;
 }
+/* A step's flags: one fence, then plain stores (bde_publish). */
+BDE_FN void bde_fence_release(void)
+{
+    __threadfence_system();
+}
+BDE_FN void bde_store_flag(uint64_t *p, uint64_t v)
+{
+    *(volatile uint64_t *)p = v;
+}
+BDE_FN uint64_t bde_load_relaxed(const uint64_t *p)
+{
+    return *(const volatile uint64_t *)p;
+}
 /* The block agrees on a value its leader read. */
 BDE_FN uint64_t bde_bcast(uint64_t v)
 {
@@ -180,6 +193,20 @@ static inline uint64_t bde_load_acquire(const uint64_t *p)
 static inline void bde_store_release(uint64_t *p, uint64_t v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+static inline void bde_fence_release(void)
+{
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+/* (release, not relaxed, on the host: the fence is then redundant, and ThreadSanitizer, which
+ * does not model fences, sees the ordering) */
+static inline void bde_store_flag(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+static inline uint64_t bde_load_relaxed(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 static inline uint64_t bde_bcast(uint64_t v)
 {
@@ -345,20 +372,26 @@ BDE_FN int32_t braid_dev_chan_run(braid_dev_chan_t *ch, uint64_t budget)
         default:
             return bde_status(ch, BRAID_DEV_ERR_INTERNAL, 0);
         }
-        /* The data is written (barrier) before the flags say so (release stores). */
+        /* The data is written and the received slot read (barrier) before the flags say so:
+         * the leader stores the slot's tag, then one release fence orders all of it before
+         * the head and tail stores. (A fence before each of the three stores cost a
+         * system-scope fence per flag, on a GPU the step's dearest instructions.) */
         BDE_SYNC();
         if (BDE_LEADER) {
+            if (sends)
+                bde_store_flag(&sf->ctl->tag[ch->posted[s.send_link] % sf->nslots],
+                               bde_tag(ch->seq, bytes));
+            bde_fence_release();
             if (sends) {
                 uint64_t k = ch->posted[s.send_link];
-                bde_store_release(&sf->ctl->tag[k % sf->nslots], bde_tag(ch->seq, bytes));
-                uint64_t inflight = k + 1 - bde_load_acquire(&sf->ctl->tail);
+                uint64_t inflight = k + 1 - bde_load_relaxed(&sf->ctl->tail); /* statistics */
                 if (inflight > sf->ctl->max_inflight) sf->ctl->max_inflight = inflight;
-                bde_store_release(&sf->ctl->head, k + 1);
+                bde_store_flag(&sf->ctl->head, k + 1);
                 ch->posted[s.send_link] = k + 1;
             }
             if (recvs) {
                 uint64_t k = ch->consumed[s.recv_link];
-                bde_store_release(&rf->ctl->tail, k + 1);
+                bde_store_flag(&rf->ctl->tail, k + 1);
                 ch->consumed[s.recv_link] = k + 1;
             }
             ch->pc++;
