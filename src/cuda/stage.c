@@ -132,14 +132,38 @@ static stage_layout_t stage_layout(const struct braid_comm *comm, const braid_op
     return L;
 }
 
+/* The caller's thread of a stream-ordered call. The worker may be running an earlier staged
+ * call under cc->lock, whose ticket the user's stream waits for; a pinned allocation made
+ * under the lock could wait for that stream, and so for the lock: it is made outside. */
 braid_result_t braid_cuda_stage_prepare(struct braid_comm *comm, const braid_op_args_t *a)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     stage_layout_t L = stage_layout(comm, a);
     pthread_mutex_lock(&cc->lock);
-    braid_result_t res = stage_reserve(cc, L.need);
+    braid_result_t res = stage_reserve(cc, 0); /* the copy stream; frees retired areas */
+    size_t have = cc->stage_bytes;
     pthread_mutex_unlock(&cc->lock);
-    return res;
+    if (res < 0 || have >= L.need) return res;
+    size_t want = have ? have : ((size_t)1 << 20);
+    while (want < L.need)
+        want *= 2;
+    void *p;
+    BRAID_CHECK(braid_cuda_host_alloc(&p, want));
+    pthread_mutex_lock(&cc->lock);
+    if (cc->stage_bytes >= want || cc->nretired == BRAID_CUDA_MAX_RETIRED) {
+        int enough = cc->stage_bytes >= L.need, nretired = cc->nretired;
+        pthread_mutex_unlock(&cc->lock);
+        braid_cuda_host_free(p); /* nothing waits on this area */
+        return enough ? BRAID_SUCCESS
+                      : braid_set_error(BRAID_ERR_NOMEM,
+                                        "staging area: %d outgrown areas still in use", nretired);
+    }
+    /* The old area may be in use by the running call: retired, freed once nothing is pending. */
+    if (cc->stage) cc->retired[cc->nretired++] = cc->stage;
+    cc->stage = p;
+    cc->stage_bytes = want;
+    pthread_mutex_unlock(&cc->lock);
+    return BRAID_SUCCESS;
 }
 
 braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const braid_op_args_t *a)
