@@ -64,6 +64,15 @@ void braid_cuda_comm_free(struct braid_comm *comm)
     comm->cuda = NULL;
 }
 
+/* The size an area of `have` bytes grows to for `need`: doubled (from 1 MiB) until it fits. */
+static size_t stage_grow(size_t have, size_t need)
+{
+    size_t want = have ? have : ((size_t)1 << 20);
+    while (want < need)
+        want *= 2;
+    return want;
+}
+
 /* Under cc->lock. */
 static braid_result_t stage_reserve(struct braid_cuda_comm *cc, size_t bytes)
 {
@@ -83,9 +92,7 @@ static braid_result_t stage_reserve(struct braid_cuda_comm *cc, size_t bytes)
     if (pending && cc->nretired == BRAID_CUDA_MAX_RETIRED)
         return braid_set_error(BRAID_ERR_NOMEM, "staging area: %d outgrown areas still in use",
                                cc->nretired);
-    size_t want = cc->stage_bytes ? cc->stage_bytes : ((size_t)1 << 20);
-    while (want < bytes)
-        want *= 2;
+    size_t want = stage_grow(cc->stage_bytes, bytes);
     void *p;
     BRAID_CHECK(braid_cuda_host_alloc(&p, want));
     if (pending && cc->stage)
@@ -144,9 +151,7 @@ braid_result_t braid_cuda_stage_prepare(struct braid_comm *comm, const braid_op_
     size_t have = cc->stage_bytes;
     pthread_mutex_unlock(&cc->lock);
     if (res < 0 || have >= L.need) return res;
-    size_t want = have ? have : ((size_t)1 << 20);
-    while (want < L.need)
-        want *= 2;
+    size_t want = stage_grow(have, L.need);
     void *p;
     BRAID_CHECK(braid_cuda_host_alloc(&p, want));
     pthread_mutex_lock(&cc->lock);

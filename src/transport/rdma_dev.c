@@ -105,13 +105,22 @@ static int port_addr(struct ibv_context *ctx, int port, int gid_index, int gid_l
     return ifindex_addr(be.ndev_ifindex, a);
 }
 
+/* BRAID_IB_GID_INDEX: -1 (the default: any GID with an address) or a GID index. Not read with
+ * braid_param_int, which takes non-negative values only and would leave its complaint about
+ * -1 as the thread's last error; the environment lint checks the range [-1, 255]. */
+static int gid_index_param(void)
+{
+    char *end = NULL;
+    long v = strtol(braid_param_str("IB_GID_INDEX"), &end, 0);
+    return end && *end == '\0' && v >= -1 && v <= 255 ? (int)v : -1;
+}
+
 /* Walks the active ports BRAID_IB_HCA allows; with want_addr, stops at the first one with an
  * address (BRAID_IB_GID_INDEX picks its GID). 1 if one was found. */
 static int find_port(int want_addr, struct sockaddr_storage *a, char *desc, size_t desc_len)
 {
     const char *spec = braid_param_str("IB_HCA");
-    int64_t gid_index = -1;
-    if (braid_param_int("IB_GID_INDEX", &gid_index) != 0) gid_index = -1;
+    int gid_index = gid_index_param();
     int n = 0, found = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list) return 0;
@@ -128,7 +137,7 @@ static int find_port(int want_addr, struct sockaddr_storage *a, char *desc, size
                 int gid = -1;
                 if (!want_addr) {
                     found = 1;
-                } else if (port_addr(ctx, p, (int)gid_index, pa.gid_tbl_len, a, &gid) == 0) {
+                } else if (port_addr(ctx, p, gid_index, pa.gid_tbl_len, a, &gid) == 0) {
                     found = 1;
                     snprintf(desc, desc_len, "%s:%d GID %d (%s)", ibv_get_device_name(list[i]), p,
                              gid, pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
@@ -350,8 +359,7 @@ void braid_rdma_print_devices(FILE *f)
         if (list) ibv_free_device_list(list);
         return;
     }
-    int64_t gid_index = -1;
-    if (braid_param_int("IB_GID_INDEX", &gid_index) != 0) gid_index = -1;
+    int gid_index = gid_index_param();
     const char *spec = braid_param_str("IB_HCA");
     for (int i = 0; i < n; i++) {
         const char *name = ibv_get_device_name(list[i]);
@@ -369,7 +377,7 @@ void braid_rdma_print_devices(FILE *f)
             int gid = -1;
             char addr[INET6_ADDRSTRLEN] = "-";
             if (pa.state == IBV_PORT_ACTIVE &&
-                port_addr(ctx, p, (int)gid_index, pa.gid_tbl_len, &a, &gid) == 0)
+                port_addr(ctx, p, gid_index, pa.gid_tbl_len, &a, &gid) == 0)
                 inet_ntop(a.ss_family,
                           a.ss_family == AF_INET
                               ? (const void *)&((struct sockaddr_in *)&a)->sin_addr

@@ -86,6 +86,10 @@ static int by_host_blocks(braid_comm_t comm, int rank, int n, void *arg)
     setenv("BRAID_HOSTNAME", host, 1);
     braid_comm_t sub;
     MP_OK(rank, braid_comm_split(comm, rank / 2, 0, &sub));
+    /* Nothing failed, so there is no message (choosing the network transport once read the
+     * default BRAID_IB_GID_INDEX=-1 as a bad value and left that as the thread's error). */
+    MP_CHECK(rank, !braid_last_error()[0], "a successful split left the error '%s'",
+             braid_last_error());
     int size = rank / 2 == (n - 1) / 2 && n % 2 ? 1 : 2;
     if (expect_shape(sub, rank, rank % 2, size)) return 1;
     if (check_colls(sub, rank, 7)) return 1;
