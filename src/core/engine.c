@@ -62,6 +62,8 @@ typedef struct {
     const void *rbuf;
     void *sbuf;
     braid_conn_t *rconn, *sconn; /* the current step's connections */
+    int rinto;   /* a direct receive of the current step's payload is under way (recv_into) */
+    int rdirect; /* the current step's payload came straight into the output: nothing to release */
     int plan_done; /* the plan has no more steps (channel 0 may still take its hello) */
     int done;
     uint64_t tl0; /* BRAID_TRACE: when the current step was taken, 0 = not recorded */
@@ -429,6 +431,40 @@ static const void *apply_ref(run_t *r, chan_state_t *cs)
     }
 }
 
+/* Direct receives in ring plans (transports with recv_peek/recv_into: tcp): a recv or
+ * recvCopySend step takes its payload straight into its place in the output, not a slot, which
+ * saves a copy per chunk (all-gather, broadcast, an all-reduce's second half). Ring plans write
+ * an output range once; run_plan ends direct mode before it returns. */
+static int direct_step(const run_t *r, const chan_state_t *cs, size_t bytes)
+{
+    const braid_transport_t *t = cs->rconn->ops;
+    braid_prim_t p = (braid_prim_t)cs->step.prim;
+    return r->by_ref && r->out && bytes && t->recv_peek && t->recv_into && t->recv_undirect &&
+           (p == BRAID_PRIM_RECV || p == BRAID_PRIM_RECV_COPY_SEND);
+}
+
+/* BRAID_SUCCESS with cs->rbuf set once the payload is in the output, with cs->rbuf NULL for a
+ * message recv_get must read (empty or flagged); BRAID_INPROGRESS while waiting. */
+static braid_result_t recv_direct(run_t *r, chan_state_t *cs, size_t bytes)
+{
+    braid_conn_t *c = cs->rconn;
+    char *dst = r->out + cs->step.out_off * r->es;
+    if (!cs->rinto) {
+        const braid_msg_hdr_t *h;
+        braid_result_t res = c->ops->recv_peek(c, &h);
+        if (res != BRAID_SUCCESS) return res;
+        if (h->flags || !h->bytes) return BRAID_SUCCESS;
+        BRAID_CHECK(check_header(r, c, h, NULL, bytes, 0));
+        cs->rinto = 1;
+    }
+    braid_result_t res = c->ops->recv_into(c, dst);
+    if (res != BRAID_SUCCESS) return res;
+    cs->rinto = 0;
+    cs->rdirect = 1;
+    cs->rbuf = dst;
+    return BRAID_SUCCESS;
+}
+
 /* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
  * *wait_dir_p then say what it waits for. */
 /* The connection a step uses: the ring's, or the point-to-point one with peer. */
@@ -515,6 +551,17 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
             if (res != BRAID_SUCCESS) return res;
         }
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
+        if (direct_step(r, cs, bytes)) {
+            braid_result_t res = recv_direct(r, cs, bytes);
+            if (res == BRAID_INPROGRESS) {
+                *wait_conn_p = c;
+                *wait_dir_p = BRAID_WAIT_RECV;
+            }
+            if (res != BRAID_SUCCESS) return res;
+        }
+    }
+    if (braid_prim_recvs(p) && !cs->rbuf) {
+        braid_conn_t *c = cs->rconn;
         braid_result_t res = c->ops->recv_get(c, &cs->rhdr, &cs->rbuf);
         if (res == BRAID_INPROGRESS) {
             *wait_conn_p = c;
@@ -558,7 +605,8 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         else
             BRAID_CHECK(t->send_post(cs->sconn, &h));
     }
-    if (braid_prim_recvs(p)) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
+    if (braid_prim_recvs(p) && !cs->rdirect) BRAID_CHECK(cs->rconn->ops->recv_release(cs->rconn));
+    cs->rdirect = 0;
     cs->have_step = 0;
     if (cs->tl0) timeline_step(r, ch, cs, bytes);
     return BRAID_SUCCESS;
@@ -618,10 +666,12 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
         braid_conn_t *rc = comm->ring[c].recv;
         if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, NULL, 0);
     }
-    /* Whatever the outcome, no frame may refer to the caller's buffers once we return. */
+    /* Whatever the outcome, no frame may refer to the caller's buffers once we return, and no
+     * direct receive may still write the output. */
     for (int c = 0; r.by_ref && c < comm->nchannels; c++) {
-        braid_conn_t *sc = comm->ring[c].send;
+        braid_conn_t *sc = comm->ring[c].send, *rc = comm->ring[c].recv;
         if (sc && sc->ops->send_detach) sc->ops->send_detach(sc);
+        if (rc && rc->ops->recv_undirect) rc->ops->recv_undirect(rc);
     }
     return res;
 }

@@ -144,7 +144,11 @@ typedef struct tcp_conn {
      * payloads into its own buffers (only headers are read ahead); rx_user is the buffer
      * frame pos is being read into (NULL = none). */
     int direct;
+    int direct_seen; /* recv_peek was used: the pump reads no frame ahead of the one asked for */
     char *rx_user;
+    /* Payload bytes of completed direct receives: read from the socket straight into the
+     * caller's buffer, or copied there from a slot (the frame had been read ahead). */
+    uint64_t rx_direct_bytes, rx_copied_bytes;
     _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
@@ -218,6 +222,11 @@ void braid_tcp_rev_read(tcp_sock_t *s);
 void braid_tcp_set_failed(tcp_conn_t *c, braid_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void braid_tcp_sock_unwatch(tcp_sock_t *s);
+
+/* For tests: payload bytes that direct receives (recv_into) on the communicator's ring
+ * connections took straight from the socket (*direct_p) and copied from a slot (*copied_p),
+ * summed over the channels, since the communicator was created. */
+void braid_tcp_ring_rx_bytes(struct braid_comm *comm, uint64_t *direct_p, uint64_t *copied_p);
 
 /* For tests: the address and port the communicator's data listener is bound to
  * (BRAID_ERR_INVALID_USAGE if it has none). */

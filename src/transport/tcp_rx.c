@@ -142,6 +142,9 @@ braid_result_t braid_tcp_rx_pump(tcp_conn_t *c)
         }
         c->rhdr[c->rhead % c->nslots] = s->hdr;
         c->rhead++;
+        /* A consumer that takes some payloads with recv_into gets one frame per call here:
+         * the next one may be for its own buffer. */
+        if (c->direct_seen) break;
         tcp_sock_t *n = &c->sock[c->rhead % (uint32_t)c->nsocks];
         if (n->bb_len - n->bb_off < BRAID_TCP_HDR_BYTES && !n->have_hdr) break;
     }
@@ -188,6 +191,7 @@ braid_result_t braid_tcp_recv_peek(braid_conn_t *conn, const braid_msg_hdr_t **h
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     c->direct = 1;
+    c->direct_seen = 1;
     if (c->rhead == c->pos) {
         tcp_sock_t *s = &c->sock[c->rhead % (uint32_t)c->nsocks];
         if (!s->have_hdr) {
@@ -227,12 +231,27 @@ braid_result_t braid_tcp_recv_into(braid_conn_t *conn, void *dst)
         if (c->rhead == c->pos) return BRAID_INPROGRESS;
     }
     uint32_t i = c->pos % c->nslots;
-    if (c->rx_user)
+    if (c->rx_user) {
         c->rx_user = NULL; /* it is there already */
-    else if (c->rhdr[i].bytes)
+        c->rx_direct_bytes += c->rhdr[i].bytes;
+    } else if (c->rhdr[i].bytes) {
         memcpy(dst, braid_tcp_slot(c, c->pos), c->rhdr[i].bytes);
+        c->rx_copied_bytes += c->rhdr[i].bytes;
+    }
     c->pos++;
     return BRAID_SUCCESS;
+}
+
+void braid_tcp_ring_rx_bytes(struct braid_comm *comm, uint64_t *direct_p, uint64_t *copied_p)
+{
+    *direct_p = *copied_p = 0;
+    for (int ch = 0; ch < comm->nchannels; ch++) {
+        braid_conn_t *conn = comm->ring[ch].recv;
+        if (!conn || conn->ops != &braid_transport_tcp) continue;
+        const tcp_conn_t *c = (const tcp_conn_t *)conn;
+        *direct_p += c->rx_direct_bytes;
+        *copied_p += c->rx_copied_bytes;
+    }
 }
 
 braid_result_t braid_tcp_recv_release(braid_conn_t *conn)
