@@ -18,8 +18,10 @@
  *   the collective returns, send_detach copies what is still queued into the frames' slots.
  * - Receiving: only the engine's thread reads data sockets, on demand (recv_get / wait), so
  *   a receive costs no thread hand-off; wait() sleeps in ppoll on the socket. Point-to-point
- *   receives (core/p2p.c) take the payload straight into the caller's buffer (recv_peek reads
- *   the header, recv_into the payload): the kernel copies once, into the user's memory.
+ *   receives (core/p2p.c) and the ring's copy steps (recv, recvCopySend in core/engine.c)
+ *   take the payload straight into the caller's buffer (recv_peek reads the header, recv_into
+ *   the payload): the kernel copies once, into the user's memory. Such a connection reads no
+ *   frame ahead of the one asked for (direct_seen): the next may be for the user's buffer.
  * - Failures travel as ABORT frames: forward on a send socket (after the frames already
  *   posted), and backward on a receive socket (the sender never gets other data there; its
  *   progress thread watches for it and for EOF).
