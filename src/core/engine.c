@@ -465,8 +465,6 @@ static braid_result_t recv_direct(run_t *r, chan_state_t *cs, size_t bytes)
     return BRAID_SUCCESS;
 }
 
-/* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
- * *wait_dir_p then say what it waits for. */
 /* The connection a step uses: the ring's, or the point-to-point one with peer. */
 static braid_result_t step_conn(run_t *r, int ch, int peer, int send, braid_conn_t **conn_p)
 {
@@ -504,26 +502,33 @@ static void timeline_step(run_t *r, int ch, const chan_state_t *cs, size_t bytes
     braid_timeline_add(r->comm, &ev);
 }
 
+/* res, and when it is BRAID_INPROGRESS, what the step waits for (*wait_conn_p, *wait_dir_p). */
+static braid_result_t waits_on(braid_result_t res, braid_conn_t *c, braid_wait_dir_t dir,
+                               braid_conn_t **wait_conn_p, braid_wait_dir_t *wait_dir_p)
+{
+    if (res == BRAID_INPROGRESS) {
+        *wait_conn_p = c;
+        *wait_dir_p = dir;
+    }
+    return res;
+}
+
+/* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
+ * *wait_dir_p then say what it waits for. */
 static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
                                braid_wait_dir_t *wait_dir_p)
 {
     if (ch == 0 && r->hello_send) {
-        braid_result_t res = give_hello(r);
-        if (res == BRAID_INPROGRESS) {
-            *wait_conn_p = r->comm->ring[0].send;
-            *wait_dir_p = BRAID_WAIT_SEND;
-        }
+        braid_result_t res = waits_on(give_hello(r), r->comm->ring[0].send, BRAID_WAIT_SEND,
+                                      wait_conn_p, wait_dir_p);
         if (res != BRAID_SUCCESS) return res;
     }
     if (!cs->have_step) {
         if (!cs->plan_done && !braid_plan_next(&cs->cur, &cs->step)) cs->plan_done = 1;
         if (cs->plan_done) {
             if (ch == 0 && r->hello_recv) {
-                braid_result_t res = take_hello(r);
-                if (res == BRAID_INPROGRESS) {
-                    *wait_conn_p = r->comm->ring[0].recv;
-                    *wait_dir_p = BRAID_WAIT_RECV;
-                }
+                braid_result_t res = waits_on(take_hello(r), r->comm->ring[0].recv, BRAID_WAIT_RECV,
+                                              wait_conn_p, wait_dir_p);
                 if (res != BRAID_SUCCESS) return res;
             }
             cs->done = 1;
@@ -543,32 +548,22 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     if (braid_prim_recvs(p) && !cs->rbuf) {
         braid_conn_t *c = cs->rconn;
         if (r->hello_recv && c == r->comm->ring[0].recv) { /* the hello comes first */
-            braid_result_t res = take_hello(r);
-            if (res == BRAID_INPROGRESS) {
-                *wait_conn_p = c;
-                *wait_dir_p = BRAID_WAIT_RECV;
-            }
+            braid_result_t res =
+                waits_on(take_hello(r), c, BRAID_WAIT_RECV, wait_conn_p, wait_dir_p);
             if (res != BRAID_SUCCESS) return res;
         }
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
         if (direct_step(r, cs, bytes)) {
-            braid_result_t res = recv_direct(r, cs, bytes);
-            if (res == BRAID_INPROGRESS) {
-                *wait_conn_p = c;
-                *wait_dir_p = BRAID_WAIT_RECV;
-            }
+            braid_result_t res =
+                waits_on(recv_direct(r, cs, bytes), c, BRAID_WAIT_RECV, wait_conn_p, wait_dir_p);
             if (res != BRAID_SUCCESS) return res;
         }
     }
     if (braid_prim_recvs(p) && !cs->rbuf) {
         braid_conn_t *c = cs->rconn;
-        braid_result_t res = c->ops->recv_get(c, &cs->rhdr, &cs->rbuf);
-        if (res == BRAID_INPROGRESS) {
-            *wait_conn_p = c;
-            *wait_dir_p = BRAID_WAIT_RECV;
-            return res;
-        }
-        BRAID_CHECK(res);
+        braid_result_t res = waits_on(c->ops->recv_get(c, &cs->rhdr, &cs->rbuf), c, BRAID_WAIT_RECV,
+                                      wait_conn_p, wait_dir_p);
+        if (res != BRAID_SUCCESS) return res;
         BRAID_CHECK(check_header(r, c, cs->rhdr, cs->rbuf, bytes, 0));
         /* A chunk written straight into the output must be where this step puts it. */
         const char *rb = cs->rbuf;
@@ -583,13 +578,9 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
     if (braid_prim_sends(p) && !cs->sbuf) {
         braid_conn_t *c = cs->sconn;
         if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
-        braid_result_t res = c->ops->send_get(c, &cs->sbuf);
-        if (res == BRAID_INPROGRESS) {
-            *wait_conn_p = c;
-            *wait_dir_p = BRAID_WAIT_SEND;
-            return res;
-        }
-        BRAID_CHECK(res);
+        braid_result_t res =
+            waits_on(c->ops->send_get(c, &cs->sbuf), c, BRAID_WAIT_SEND, wait_conn_p, wait_dir_p);
+        if (res != BRAID_SUCCESS) return res;
     }
     const void *src = braid_prim_sends(p) && bytes ? apply_ref(r, cs) : NULL;
     if (!src) apply(r, cs);
