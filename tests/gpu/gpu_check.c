@@ -25,12 +25,16 @@
 #include "reduce/reduce.h"
 
 #include <cuda_runtime_api.h>
+#include <dirent.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +46,45 @@
             exit(3);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* ---- hang diagnosis: SIGUSR2 (tests/gpu/bounded.sh sends it to a step that ran out of time)
+ * makes every thread of the process write its backtrace to stderr, one thread at a time. The
+ * frames are offsets into the binary or library, resolved with addr2line against the build. */
+static atomic_flag bt_lock = ATOMIC_FLAG_INIT;
+
+static void bt_thread(int sig)
+{
+    (void)sig;
+    void *f[48];
+    int n = backtrace(f, 48);
+    while (atomic_flag_test_and_set(&bt_lock))
+        ;
+    char hdr[64];
+    int len = snprintf(hdr, sizeof(hdr), "== backtrace pid %d tid %ld\n", (int)getpid(),
+                       (long)syscall(SYS_gettid));
+    if (write(2, hdr, (size_t)len) < 0) len = 0;
+    backtrace_symbols_fd(f, n, 2);
+    atomic_flag_clear(&bt_lock);
+}
+
+static void bt_all(int sig)
+{
+    (void)sig;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') syscall(SYS_tgkill, getpid(), atoi(e->d_name), SIGUSR1);
+    closedir(d);
+}
+
+static void bt_install(void)
+{
+    void *f[2];
+    (void)backtrace(f, 2); /* loads the unwinder now, not in a handler */
+    signal(SIGUSR1, bt_thread);
+    signal(SIGUSR2, bt_all);
+}
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_rand(void)
@@ -316,6 +359,7 @@ int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
 int main(int argc, char **argv)
 {
     setlinebuf(stdout);
+    bt_install();
     const char *cmd = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 2;
     if (!strcmp(cmd, "probe")) {

@@ -16,6 +16,7 @@ if [ ! -f "$B/CMakeCache.txt" ]; then
     -DBRAID_WITH_HWLOC=OFF -DBRAID_WITH_VERBS=OFF >/dev/null
 fi
 cmake --build "$B" -j"$(nproc)" --target braid_gpu_check all_reduce_perf braid-run nccl braid
+bash tests/gpu/ptx_check.sh # here, not on the device (device_run.sh skips it)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/build/bin" "$tmp/build/lib" "$tmp/build/nccl/lib"
