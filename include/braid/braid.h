@@ -378,6 +378,15 @@ BRAID_API braid_result_t braid_allgather_stream(const void *sendbuf, void *recvb
                                                 size_t sendcount, braid_datatype_t dtype,
                                                 braid_comm_t comm, braid_stream_t stream);
 
+/**
+ * Waits until the work queued on stream so far is done (bounded by the communicator's timeout,
+ * ended by braid_comm_abort): a blocking call made after it reads what that work wrote (the
+ * NCCL drop-in orders its blocking calls on the caller's stream this way). A communicator
+ * without a CUDA device has no stream work to wait for: BRAID_SUCCESS at once.
+ * BRAID_ERR_INVALID_ARG for a stream CUDA does not know.
+ */
+BRAID_API braid_result_t braid_comm_stream_wait(braid_comm_t comm, braid_stream_t stream);
+
 /* ---- Point-to-point, groups and the collectives built on them ------------------------------
  * Counts and displacements are in elements of dtype. These calls follow NCCL's semantics. */
 

@@ -67,7 +67,17 @@ static void timeline_call(struct braid_comm *comm, const braid_op_args_t *a, uin
 
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
-    if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
+    if (a->on_device) {
+        /* The blocking form reads the buffers after the device work issued before it on the
+         * legacy default stream and the blocking streams (a cudaMemcpy from pageable memory
+         * returns before its DMA lands); the engine's own streams are non-blocking. */
+        braid_result_t w = braid_cuda_stream_wait(comm, NULL);
+        if (w < 0) {
+            braid_comm_fail_call(comm, w);
+            return w;
+        }
+        return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
+    }
     uint32_t seq = ++comm->seq;
     braid_msg_hdr_t desc = braid_engine_desc(a, seq);
     braid_engine_record(comm, &desc);

@@ -122,6 +122,16 @@ braid_result_t braid_allgather_stream(const void *sendbuf, void *recvbuf, size_t
     return run_stream(comm, &a, stream);
 }
 
+braid_result_t braid_comm_stream_wait(braid_comm_t comm, braid_stream_t stream)
+{
+    braid_clear_error();
+    BRAID_CHECK(braid_comm_enter_call(comm, "comm_stream_wait"));
+    braid_result_t res =
+        comm->cuda_dev < 0 ? BRAID_SUCCESS : braid_cuda_stream_wait(comm, (void *)stream);
+    braid_comm_leave_call(comm);
+    return res;
+}
+
 int braid_cuda_device_count(void)
 {
     return braid_cuda_ndevices(NULL);

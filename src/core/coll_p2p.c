@@ -33,6 +33,40 @@ static size_t extent(const size_t *counts, const size_t *displs, int n)
     return e;
 }
 
+/* The elements sendbuf and recvbuf span on rank me (0: not used; SIZE_MAX: overflow). */
+static void spans(const braid_pcoll_t *pc, int n, int me, size_t *in_p, size_t *out_p)
+{
+    size_t in = 0, out = 0;
+    switch (pc->coll) {
+    case BRAID_COLL_ALLTOALL:
+        in = out = pc->count * (size_t)n;
+        break;
+    case BRAID_COLL_ALLTOALLV:
+        in = extent(pc->sendcounts, pc->sdispls, n);
+        out = extent(pc->recvcounts, pc->rdispls, n);
+        break;
+    case BRAID_COLL_GATHER:
+        in = pc->count;
+        out = me == pc->root ? pc->count * (size_t)n : 0;
+        break;
+    case BRAID_COLL_SCATTER:
+        in = me == pc->root ? pc->count * (size_t)n : 0;
+        out = pc->count;
+        break;
+    case BRAID_COLL_ALLGATHERV:
+        in = pc->count;
+        out = extent(pc->recvcounts, pc->rdispls, n);
+        break;
+    case BRAID_COLL_REDUCE_SCATTERV:
+        for (int i = 0; i < n; i++)
+            in += pc->recvcounts[i];
+        out = pc->recvcounts[me];
+        break;
+    }
+    *in_p = in;
+    *out_p = out;
+}
+
 braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t *pc, int call)
 {
     uint32_t seq = ++comm->seq;
@@ -44,8 +78,19 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
     int n = comm->nranks;
     size_t es = braid_dtype_size(pc->dtype);
+    const braid_pcoll_t *orig = pc;
     braid_pcoll_t p = *pc;
-    void *tmp = NULL;
+    void *tmp = NULL, *staged = NULL;
+    size_t in_e, out_e;
+    spans(pc, n, comm->rank, &in_e, &out_e);
+    if (pc->dev_send || pc->dev_recv) { /* device buffers: host images (p2p_dev.c) */
+        braid_result_t sres = braid_pcoll_stage_in(comm, &p, in_e * es, out_e * es, &staged);
+        if (sres < 0) {
+            braid_comm_fail_call(comm, sres);
+            return sres;
+        }
+        pc = &p; /* the in-place copy and PreMulSum below read the host image */
+    }
     /* alltoall(v) in place: the input is read from a copy. */
     if ((pc->coll == BRAID_COLL_ALLTOALL || pc->coll == BRAID_COLL_ALLTOALLV) && pc->sendbuf &&
         pc->sendbuf == pc->recvbuf) {
@@ -108,6 +153,11 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     }
     braid_p2p_batch_free(&b);
     free(tmp);
+    if (staged) {
+        braid_result_t sres = braid_pcoll_stage_out(comm, orig, &p, res >= 0 ? out_e * es : 0,
+                                                    staged);
+        if (res >= 0) res = sres;
+    }
     if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 }
@@ -157,37 +207,12 @@ static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
                                arrs[k][i]);
     }
     if (pc->count > lim) return ARG_ERR("%s: count=%zu overflows the byte size", name, pc->count);
-    /* The bytes each buffer spans on this rank (0: not used). */
-    size_t in = 0, out = 0;
-    switch (pc->coll) {
-    case BRAID_COLL_ALLTOALL:
-        in = out = pc->count * (size_t)n;
-        break;
-    case BRAID_COLL_ALLTOALLV:
-        in = extent(pc->sendcounts, pc->sdispls, n);
-        out = extent(pc->recvcounts, pc->rdispls, n);
-        break;
-    case BRAID_COLL_GATHER:
-        in = pc->count;
-        out = me == pc->root ? pc->count * (size_t)n : 0;
-        break;
-    case BRAID_COLL_SCATTER:
-        in = me == pc->root ? pc->count * (size_t)n : 0;
-        out = pc->count;
-        break;
-    case BRAID_COLL_ALLGATHERV:
-        if (pc->count != pc->recvcounts[me])
-            return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count, me,
-                           pc->recvcounts[me]);
-        in = pc->count;
-        out = extent(pc->recvcounts, pc->rdispls, n);
-        break;
-    case BRAID_COLL_REDUCE_SCATTERV:
-        for (int i = 0; i < n; i++)
-            in += pc->recvcounts[i];
-        out = pc->recvcounts[me];
-        break;
-    }
+    if (pc->coll == BRAID_COLL_ALLGATHERV && pc->count != pc->recvcounts[me])
+        return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count, me,
+                       pc->recvcounts[me]);
+    /* The elements each buffer spans on this rank (0: not used). */
+    size_t in, out;
+    spans(pc, n, me, &in, &out);
     if (in == SIZE_MAX || out == SIZE_MAX || in > lim * (size_t)n || out > lim * (size_t)n)
         return ARG_ERR("%s: the displacements overflow the byte size", name);
     if (in && !pc->sendbuf) return ARG_ERR("%s: sendbuf is NULL with data to send", name);
@@ -386,6 +411,17 @@ braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_
     return res;
 }
 
+/* Which of the buffers the call uses are device memory (staged: p2p_dev.c). */
+static braid_result_t dev_buffers(struct braid_comm *comm, braid_pcoll_t *pc)
+{
+    const char *name = braid_coll_name(pc->coll);
+    size_t in, out;
+    spans(pc, comm->nranks, comm->rank, &in, &out);
+    if (in) BRAID_CHECK(braid_dev_buf_check(comm, name, "sendbuf", pc->sendbuf, &pc->dev_send));
+    if (out) BRAID_CHECK(braid_dev_buf_check(comm, name, "recvbuf", pc->recvbuf, &pc->dev_recv));
+    return BRAID_SUCCESS;
+}
+
 static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int iform,
                                     braid_request_t *req_p)
 {
@@ -394,6 +430,7 @@ static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int ifo
     if (iform && !req_p) res = ARG_ERR("%s: req_p is NULL", name);
     if (res >= 0) res = validate(comm, &pc);
     if (res >= 0) res = check_same_buffer(comm, &pc);
+    if (res >= 0) res = dev_buffers(comm, &pc);
     if (braid_group_depth() > 0) {
         braid_group_note(res, name);
         if (res < 0) { /* group end reports it, issues nothing of the group, tells the peers */

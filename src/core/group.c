@@ -504,9 +504,11 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
     const char *name = p2p_name(kind, iform);
     braid_result_t res = BRAID_SUCCESS;
     if (iform && !req_p) res = braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL", name);
-    if (res >= 0)
-        res = p2p_check(comm, name, kind == BRAID_P2P_SEND ? sbuf : rbuf,
-                        kind == BRAID_P2P_SEND ? "sendbuf" : "recvbuf", count, dtype, peer);
+    const void *buf = kind == BRAID_P2P_SEND ? sbuf : rbuf;
+    const char *bufname = kind == BRAID_P2P_SEND ? "sendbuf" : "recvbuf";
+    int on_dev = 0;
+    if (res >= 0) res = p2p_check(comm, name, buf, bufname, count, dtype, peer);
+    if (res >= 0 && count) res = braid_dev_buf_check(comm, name, bufname, buf, &on_dev);
     braid_p2p_op_t op = {.kind = (uint8_t)kind,
                          .peer = peer,
                          .sbuf = sbuf,
@@ -515,7 +517,8 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
                          .dtype = dtype,
                          .coll = BRAID_COLL_SEND,
                          .op = BRAID_SUM,
-                         .root = -1};
+                         .root = -1,
+                         .on_dev = on_dev};
     if (group.depth > 0 && res < 0) { /* kept so that group end can tell the peer */
         braid_group_note(res, name);
         braid_group_item_t it = {.kind = BRAID_ITEM_P2P, .op = op};

@@ -45,6 +45,8 @@ typedef struct {
     int *blk_op, *blk_dir, nblk;
     struct pollfd *pfd; /* as many: wait_all's */
     int err_op;         /* the operation whose step failed, -1 = none */
+    braid_result_t stage_res; /* a staged receive's copy to the device failed (p2p_dev.c) */
+    char stage_msg[256];
 } runner_t;
 
 static void timeline_op(runner_t *r, const braid_p2p_op_t *op)
@@ -71,6 +73,13 @@ static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
     op->done = 1;
+    if (op->shadow) {
+        res = braid_p2p_stage_out(r->comm, op, res);
+        if (res < 0 && r->stage_res >= 0) {
+            r->stage_res = res;
+            snprintf(r->stage_msg, sizeof(r->stage_msg), "%s", braid_last_error());
+        }
+    }
     if (op->tl0 && res == BRAID_SUCCESS) timeline_op(r, op);
     r->remaining--;
     if (op->req && r->done) r->done(r->comm, op, res, r->arg);
@@ -125,6 +134,7 @@ static braid_result_t link_new(runner_t *r)
         op->next = -1;
         op->tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
         r->remaining++;
+        if (op->on_dev && !op->shadow) BRAID_CHECK(braid_p2p_stage_in(r->comm, op));
         switch ((braid_p2p_kind_t)op->kind) {
         case BRAID_P2P_COPY: /* run_copies, once the sends of this batch are on their way */
             if (r->copy_tail >= 0)
@@ -723,6 +733,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             }
         }
     braid_result_t res = run_loop(&r, pull);
+    if (res >= 0 && r.stage_res < 0) res = braid_set_error(r.stage_res, "%s", r.stage_msg);
     if (res < 0) {
         char why[2048], what[200] = "";
         snprintf(why, sizeof(why), "%s", braid_last_error());

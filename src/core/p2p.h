@@ -83,6 +83,10 @@ typedef struct braid_p2p_op {
     int cma;        /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
     void *cma_slot; /* moved by CMA: its descriptor (the send's slot, as either end maps it) */
     uint64_t tl0;   /* BRAID_TRACE: when it was linked, 0 = not recorded */
+    /* A device buffer (p2p_dev.c): on_dev set by the call's checks; once the runner takes the
+     * operation, sbuf/rbuf is the host copy `shadow` and dev_buf the caller's buffer. */
+    int on_dev;
+    void *dev_buf, *shadow;
 } braid_p2p_op_t;
 
 typedef struct braid_p2p_batch {
@@ -182,7 +186,28 @@ typedef struct braid_pcoll {
      * BRAID_OP_WIRE_PREMULSUM on the messages and sum in the kernels, scalar its value. */
     int premul;
     uint64_t scalar;
+    int dev_send, dev_recv; /* the buffer is device memory: staged (p2p_dev.c) */
 } braid_pcoll_t;
+
+/* Device buffers (p2p_dev.c). braid_dev_buf_check: *on_dev = 1 when p is memory of comm's
+ * CUDA device; device memory of another device, or on a communicator without one, is an error
+ * naming the buffer. braid_p2p_stage_in (the runner, before it moves op): a device buffer's
+ * host copy (a send's bytes copied); braid_p2p_stage_out (when op completes with res): a
+ * receive's bytes copied to the device; returns res, or the copy's error. */
+braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
+                                   const void *p, int *on_dev);
+braid_result_t braid_p2p_stage_in(struct braid_comm *comm, braid_p2p_op_t *op);
+braid_result_t braid_p2p_stage_out(struct braid_comm *comm, braid_p2p_op_t *op, braid_result_t res);
+/* A p2p collective's device buffers: p (a copy of the call) gets host images of its
+ * in_bytes/out_bytes (the input's bytes copied), *tmp_p the allocation (NULL: none); then
+ * braid_pcoll_stage_out copies the output to orig's recvbuf and frees tmp. */
+braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, size_t in_bytes,
+                                    size_t out_bytes, void **tmp_p);
+braid_result_t braid_pcoll_stage_out(struct braid_comm *comm, const braid_pcoll_t *orig,
+                                     const braid_pcoll_t *p, size_t out_bytes, void *tmp);
+/* Tests: the staging copies through fn (plain memcpy of simulated device memory) instead of
+ * CUDA; NULL restores CUDA. */
+void braid_p2p_test_set_copier(braid_result_t (*fn)(void *dst, const void *src, size_t bytes));
 
 /* Runs a validated p2p collective on the calling thread: takes the next sequence number and,
  * on failure, records the sticky error and tells the peers (as braid_coll_execute). call is

@@ -201,12 +201,15 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].noticed = 0;
     b->ops[b->nops].cma = 0;
     b->ops[b->nops].cma_slot = NULL;
+    b->ops[b->nops].dev_buf = b->ops[b->nops].shadow = NULL;
     b->nops++;
     return BRAID_SUCCESS;
 }
 
 void braid_p2p_batch_free(braid_p2p_batch_t *b)
 {
+    for (int i = 0; i < b->nops; i++) /* a staged operation that never ran */
+        free(b->ops[i].shadow);
     free(b->ops);
     b->ops = NULL;
     b->nops = b->cap = 0;

@@ -38,6 +38,10 @@ void braid_cuda_test_set_classifier(int (*fn)(const void *p));
  * with cudaStreamNonBlocking: never the legacy default stream, which waits for every blocking
  * stream, a user stream held by a stream-ordered call included) and waits for the copy. */
 braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
+/* Copies bytes between host and comm's device memory on its staging stream (created on first
+ * use) and waits for the copy: the staged sends, receives and p2p collectives (p2p_dev.c). */
+braid_result_t braid_cuda_comm_copy(struct braid_comm *comm, void *dst, const void *src,
+                                    size_t bytes);
 /* cudaMalloc / cudaFree on the current device (braid_cuda_mem_alloc's work). */
 braid_result_t braid_cuda_dev_alloc(void **p_p, size_t bytes);
 braid_result_t braid_cuda_dev_free(void *p);

@@ -78,6 +78,17 @@ void braid_cuda_comm_free(struct braid_comm *comm)
     (void)comm;
 }
 
+braid_result_t braid_cuda_comm_copy(struct braid_comm *comm, void *dst, const void *src,
+                                    size_t bytes)
+{
+    (void)comm;
+    (void)dst;
+    (void)src;
+    return braid_set_error(BRAID_ERR_UNSUPPORTED, "copy of %zu B of device memory: built without "
+                                                  "CUDA",
+                           bytes);
+}
+
 braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct braid_op_args *a)
 {
     (void)comm;

@@ -74,18 +74,40 @@ static size_t stage_grow(size_t have, size_t need)
 }
 
 /* Under cc->lock. */
+static braid_result_t copy_stream_make(struct braid_cuda_comm *cc)
+{
+    if (cc->copy_stream) return BRAID_SUCCESS;
+    cudaStream_t s;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return braid_set_error(BRAID_ERR_SYSTEM, "cannot create the staging stream: %s",
+                               cudaGetErrorString(e));
+    }
+    cc->copy_stream = s;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_cuda_comm_copy(struct braid_comm *comm, void *dst, const void *src,
+                                    size_t bytes)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    if (!cc) return braid_set_error(BRAID_ERR_INTERNAL, "device buffer on a comm without CUDA");
+    if (cudaSetDevice(cc->dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return braid_set_error(BRAID_ERR_SYSTEM, "cannot select CUDA device %d", cc->dev);
+    }
+    pthread_mutex_lock(&cc->lock);
+    braid_result_t res = copy_stream_make(cc);
+    void *stream = cc->copy_stream;
+    pthread_mutex_unlock(&cc->lock);
+    return res < 0 ? res : braid_cuda_memcpy(dst, src, bytes, stream);
+}
+
+/* Under cc->lock. */
 static braid_result_t stage_reserve(struct braid_cuda_comm *cc, size_t bytes)
 {
-    if (!cc->copy_stream) {
-        cudaStream_t s;
-        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return braid_set_error(BRAID_ERR_SYSTEM, "cannot create the staging stream: %s",
-                                   cudaGetErrorString(e));
-        }
-        cc->copy_stream = s;
-    }
+    BRAID_CHECK(copy_stream_make(cc));
     int pending = tickets_pending(cc);
     if (!pending) free_retired(cc);
     if (cc->stage_bytes >= bytes) return BRAID_SUCCESS;

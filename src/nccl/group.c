@@ -64,9 +64,27 @@ ncclResult_t shim_group_add_init(ncclComm_t comm)
     return ncclSuccess;
 }
 
+/* The operations run blocking (complete on return, so the stream's later work sees their
+ * results), after the work already queued on their streams (their inputs may come from it):
+ * each distinct (communicator, stream) of ops is waited for first. */
+static ncclResult_t wait_streams(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < i && (ops[j].comm != ops[i].comm || ops[j].stream != ops[i].stream))
+            j++;
+        if (j < i) continue;
+        braid_result_t r = braid_comm_stream_wait(ops[i].comm->bc, (braid_stream_t)ops[i].stream);
+        if (r != BRAID_SUCCESS) return shim_braid_fail(ops[i].comm, r, ops[i].name);
+    }
+    return ncclSuccess;
+}
+
 /* Runs one operation outside a group, in the calling thread. */
 static ncclResult_t run_one(const shim_op_t *op)
 {
+    ncclResult_t w = wait_streams(op, 1);
+    if (w != ncclSuccess) return w;
     atomic_fetch_add(&op->comm->active, 1);
     braid_result_t r = shim_op_issue(op);
     ncclResult_t res = r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
@@ -131,9 +149,10 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
     if (n == 0) return ncclSuccess;
     if (n == 1) return run_one(&ops[0]);
+    ncclResult_t res = wait_streams(ops, n);
+    if (res != ncclSuccess) return res;
     for (size_t i = 0; i < n; i++)
         atomic_fetch_add(&ops[i].comm->active, 1);
-    ncclResult_t res = ncclSuccess;
     braid_result_t r = braid_group_start();
     int open = r == BRAID_SUCCESS;
     if (!open) res = shim_braid_fail(NULL, r, "ncclGroupEnd (braid_group_start)");

@@ -13,6 +13,8 @@
  *   ringbw N [MiB]  all-reduce bus bandwidth of N communicators of one process (concurrent
  *                   kernels) against the memory-traffic model of the ring (gpu_engine.c)
  *   kill N          N ranks, one killed mid-collective: the others get an error, not a hang
+ *   p2p N           N ranks as processes: sendrecv (a ring in a group) and alltoall on device
+ *                   buffers, checked
  * After each coll/threads sweep every rank reports whether the device engine ran its calls
  * ("RESULT engine/..."): with BRAID_DEV_ENGINE=device (run.sh sets it) a call the engine
  * could not take is an error, so a silent fallback to staging cannot pass.
@@ -318,6 +320,48 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
     return bad ? 1 : 0;
 }
 
+/* Sends and receives (a ring in a group, i-forms) and alltoall on device buffers: staged
+ * through host memory (src/core/p2p_dev.c); results checked element by element. */
+static int p2p_rank(braid_comm_t comm, int rank, int n, void *argp)
+{
+    (void)argp;
+    const size_t cnt = 100003; /* prime, 400 KB of int32 */
+    size_t bytes = cnt * 4;
+    int32_t *h = malloc(bytes * (size_t)n), *d = NULL;
+    CK(cudaMalloc((void **)&d, bytes * (size_t)(2 * n)));
+    int to = (rank + 1) % n, from = (rank + n - 1) % n, bad = 0;
+    for (size_t i = 0; i < cnt * (size_t)n; i++)
+        h[i] = (int32_t)(rank * 1000003 + (int)i);
+    CK(cudaMemcpy(d, h, bytes * (size_t)n, cudaMemcpyHostToDevice));
+    CK(cudaMemset(d + cnt * (size_t)n, 0xa5, bytes * (size_t)n));
+    braid_result_t r = braid_group_start();
+    if (r == BRAID_SUCCESS) r = braid_send(d, cnt, BRAID_INT32, to, comm);
+    if (r == BRAID_SUCCESS) r = braid_recv(d + cnt * (size_t)n, cnt, BRAID_INT32, from, comm);
+    braid_result_t e = braid_group_end();
+    if (r != BRAID_SUCCESS || e != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: sendrecv: %s\n", rank, braid_last_error());
+        return 1;
+    }
+    CK(cudaMemcpy(h, d + cnt * (size_t)n, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < cnt && bad < 3; i++)
+        if (h[i] != (int32_t)(from * 1000003 + (int)i))
+            fprintf(stderr, "rank %d: sendrecv element %zu: %d\n", rank, i, h[i]), bad++;
+    for (size_t i = 0; i < cnt * (size_t)n; i++)
+        h[i] = (int32_t)(rank * 1000003 + (int)i);
+    if (braid_alltoall(d, d + cnt * (size_t)n, cnt, BRAID_INT32, comm) != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: alltoall: %s\n", rank, braid_last_error());
+        return 1;
+    }
+    CK(cudaMemcpy(h, d + cnt * (size_t)n, bytes * (size_t)n, cudaMemcpyDeviceToHost));
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < cnt && bad < 6; i++)
+            if (h[(size_t)p * cnt + i] != (int32_t)(p * 1000003 + (int)((size_t)rank * cnt + i)))
+                fprintf(stderr, "rank %d: alltoall from %d element %zu\n", rank, p, i), bad++;
+    cudaFree(d);
+    free(h);
+    return bad ? 1 : 0;
+}
+
 int coll_rank(braid_comm_t comm, int rank, int n, void *argp)
 {
     coll_arg_t *ca = argp;
@@ -394,6 +438,12 @@ int main(int argc, char **argv)
         }
         return rc;
     }
+    if (!strcmp(cmd, "p2p")) {
+        int bad = mp_run(n, p2p_rank, NULL, 120);
+        printf("RESULT p2p/n=%d %s %d rank(s) failed (sendrecv and alltoall, device buffers)\n", n,
+               bad ? "FAIL" : "PASS", bad);
+        return bad ? 1 : 0;
+    }
     if (!strcmp(cmd, "threads")) return cmd_threads(n);
     if (!strcmp(cmd, "ringbw")) return cmd_ringbw(n, argc > 3 ? (size_t)atol(argv[3]) : 256);
     if (!strcmp(cmd, "nodev")) {
@@ -414,7 +464,8 @@ int main(int argc, char **argv)
         return !ok;
     }
     fprintf(stderr,
-            "usage: %s reduce | bw [MiB] | coll N | threads N | ringbw N [MiB] | kill N | nodev\n",
+            "usage: %s reduce | bw [MiB] | coll N | threads N | ringbw N [MiB] | kill N | p2p N | "
+            "nodev\n",
             argv[0]);
     return 2;
 }

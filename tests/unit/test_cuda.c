@@ -172,3 +172,17 @@ Test(cuda, mem_alloc_checks_arguments_and_needs_a_device, .timeout = 30)
               braid_last_error());
     cr_assert_null(p);
 }
+
+/* braid_comm_stream_wait: a communicator without a device has no stream work to wait for; a
+ * bad communicator is an argument error. (On a GPU, the drop-in's calls use it on every
+ * stream: tests/gpu/run.sh's nccl-tests.) */
+Test(cuda, comm_stream_wait_without_a_device_returns_at_once, .timeout = 30)
+{
+    braid_comm_t c = one_rank();
+    if (c->cuda_dev >= 0) cr_skip_test("this communicator has a CUDA device");
+    cr_assert_eq(braid_comm_stream_wait(c, NULL), BRAID_SUCCESS, "%s", braid_last_error());
+    cr_assert_eq(braid_comm_stream_wait(c, (braid_stream_t)(uintptr_t)0x1234), BRAID_SUCCESS);
+    cr_assert_eq(braid_comm_stream_wait(NULL, NULL), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "comm"), "%s", braid_last_error());
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}

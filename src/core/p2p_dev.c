@@ -1,0 +1,163 @@
+/* Device buffers in sends, receives and the collectives on the send/recv connections
+ * (alltoall(v), gather, scatter, allgatherv, reduce_scatterv): staged through host memory.
+ *
+ * The device engine (src/cuda) runs the ring and tree collectives on device buffers; these
+ * calls are not plans it runs, so their device buffers go through host memory, as every
+ * buffer of a communicator that spans hosts does: a send's buffer is copied to the host when
+ * the runner takes the operation (p2p.c link_new), a receive lands in host memory and is copied
+ * to the device when it completes, before its request does; a p2p collective copies its input
+ * before and its output after running on host buffers. As the blocking collectives, they first
+ * wait for the device work issued before them on the legacy default stream (and so the
+ * blocking streams). The copies run on the communicator's staging stream (non-blocking; never
+ * the legacy default stream) and are waited for.
+ *
+ * Which memory a buffer is, is decided per call (braid_cuda_ptr_device), as for every
+ * collective: device memory of the communicator's device is staged; of another device,
+ * BRAID_ERR_INVALID_ARG; device memory on a communicator without a device,
+ * BRAID_ERR_UNSUPPORTED. Tests on machines without a GPU simulate device memory with the
+ * classifier hook and the copies with braid_p2p_test_set_copier. */
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/p2p_impl.h"
+#include "cuda/cuda.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static braid_result_t (*_Atomic test_copier)(void *dst, const void *src, size_t bytes);
+
+void braid_p2p_test_set_copier(braid_result_t (*fn)(void *dst, const void *src, size_t bytes))
+{
+    atomic_store(&test_copier, fn);
+}
+
+static braid_result_t dev_copy(struct braid_comm *comm, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return BRAID_SUCCESS;
+    braid_result_t (*fn)(void *, const void *, size_t) =
+        atomic_load_explicit(&test_copier, memory_order_relaxed);
+    return fn ? fn(dst, src, bytes) : braid_cuda_comm_copy(comm, dst, src, bytes);
+}
+
+/* Before a staged operation touches a device buffer: the work issued before it on the legacy
+ * default stream and the blocking streams is done (as braid_coll_execute waits for it). */
+static braid_result_t dev_ready(struct braid_comm *comm)
+{
+    if (atomic_load_explicit(&test_copier, memory_order_relaxed)) return BRAID_SUCCESS;
+    return braid_cuda_stream_wait(comm, NULL);
+}
+
+braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
+                                   const void *p, int *on_dev)
+{
+    *on_dev = 0;
+    int d = p ? braid_cuda_ptr_device(p) : -1;
+    if (d < 0) return BRAID_SUCCESS;
+    if (comm->cuda_dev < 0) {
+        const char *why;
+        (void)braid_cuda_ndevices(&why);
+        return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                               "%s: %s is CUDA device memory (device %d) but this communicator "
+                               "has no CUDA device (%s)",
+                               name, bufname, d, why);
+    }
+    if (d != comm->cuda_dev)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "%s: %s is memory of CUDA device %d but this communicator uses "
+                               "device %d (the current device at its init)",
+                               name, bufname, d, comm->cuda_dev);
+    *on_dev = 1;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_p2p_stage_in(struct braid_comm *comm, braid_p2p_op_t *op)
+{
+    size_t bytes = braid_p2p_op_bytes(op);
+    BRAID_CHECK(dev_ready(comm));
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        return braid_set_error(BRAID_ERR_NOMEM, "%s of %zu B from device memory: out of memory",
+                               op->kind == BRAID_P2P_SEND ? "send" : "receive", bytes);
+    if (op->kind == BRAID_P2P_SEND) {
+        braid_result_t res = dev_copy(comm, h, op->sbuf, bytes);
+        if (res < 0) {
+            free(h);
+            return res;
+        }
+        op->dev_buf = (void *)op->sbuf;
+        op->sbuf = h;
+    } else {
+        op->dev_buf = op->rbuf;
+        op->rbuf = h;
+    }
+    op->shadow = h;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_p2p_stage_out(struct braid_comm *comm, braid_p2p_op_t *op, braid_result_t res)
+{
+    if (!op->shadow) return res;
+    if (res == BRAID_SUCCESS && op->kind == BRAID_P2P_RECV)
+        res = dev_copy(comm, op->dev_buf, op->shadow, braid_p2p_op_bytes(op));
+    if (op->kind == BRAID_P2P_SEND)
+        op->sbuf = op->dev_buf;
+    else
+        op->rbuf = op->dev_buf;
+    free(op->shadow);
+    op->shadow = NULL;
+    return res;
+}
+
+/* ---- p2p collectives ---------------------------------------------------------------------- */
+braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, size_t in_bytes,
+                                    size_t out_bytes, void **tmp_p)
+{
+    *tmp_p = NULL;
+    const char *s = p->sendbuf;
+    char *o = p->recvbuf;
+    int sd = p->dev_send && in_bytes, rd = p->dev_recv && out_bytes;
+    if (!sd && !rd) return BRAID_SUCCESS;
+    BRAID_CHECK(dev_ready(comm));
+    /* Both on the device and overlapping (the in-place forms): one host image of their union,
+     * so that the positions relate as on the device. */
+    int both = sd && rd && s < o + out_bytes && o < s + in_bytes;
+    const char *lo = both ? (s < o ? s : o) : NULL;
+    size_t span = 0;
+    if (both) {
+        const char *hi = s + in_bytes > o + out_bytes ? s + in_bytes : o + out_bytes;
+        span = (size_t)(hi - lo);
+    }
+    size_t total = both ? span : (sd ? in_bytes : 0) + (rd ? out_bytes : 0);
+    char *h = malloc(total ? total : 1);
+    if (!h)
+        return braid_set_error(BRAID_ERR_NOMEM,
+                               "%s: out of memory for %zu B of host staging (device buffers)",
+                               braid_coll_name(p->coll), total);
+    braid_result_t res;
+    if (both) {
+        res = dev_copy(comm, h, lo, span);
+        p->sendbuf = h + (s - lo);
+        p->recvbuf = h + (o - lo);
+    } else {
+        res = sd ? dev_copy(comm, h, s, in_bytes) : BRAID_SUCCESS;
+        if (sd) p->sendbuf = h;
+        if (rd) p->recvbuf = h + (sd ? in_bytes : 0);
+    }
+    if (res < 0) {
+        free(h);
+        return res;
+    }
+    *tmp_p = h;
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_pcoll_stage_out(struct braid_comm *comm, const braid_pcoll_t *orig,
+                                     const braid_pcoll_t *p, size_t out_bytes, void *tmp)
+{
+    if (!tmp) return BRAID_SUCCESS;
+    braid_result_t res = BRAID_SUCCESS;
+    if (orig->dev_recv && out_bytes) res = dev_copy(comm, orig->recvbuf, p->recvbuf, out_bytes);
+    free(tmp);
+    return res;
+}

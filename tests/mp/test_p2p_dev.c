@@ -1,0 +1,212 @@
+/* Device buffers in sends, receives and the collectives on the send/recv connections (suite
+ * "p2p_dev"): staged through host memory (src/core/p2p_dev.c). No GPU here: each rank's
+ * "device memory" is an arena the classifier hook calls device 0, the communicator's device is
+ * set by hand, and the staging copies go through the copier hook (memcpy, counted), so the
+ * tests see every byte cross between the arena and the host. On a GPU the same paths run with
+ * cudaMemcpy (tests/gpu/run.sh: nccl-tests' sendrecv and alltoall). */
+#include "braid/braid.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/p2p.h"
+#include "cuda/cuda.h"
+#include "mp.h"
+
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ARENA_BYTES ((size_t)1 << 20)
+static char arena[ARENA_BYTES] __attribute__((aligned(64)));
+static _Atomic size_t to_dev, from_dev; /* bytes the copier moved */
+static int fail_to_dev;                 /* the copier refuses copies into the arena */
+
+static int in_arena(const void *p)
+{
+    uintptr_t x = (uintptr_t)p, b = (uintptr_t)arena;
+    return x >= b && x < b + ARENA_BYTES;
+}
+
+static int classify(const void *p)
+{
+    return in_arena(p) ? 0 : -1;
+}
+
+static braid_result_t copier(void *dst, const void *src, size_t bytes)
+{
+    if (in_arena(dst)) {
+        if (fail_to_dev) return braid_set_error(BRAID_ERR_SYSTEM, "simulated copy failure");
+        to_dev += bytes;
+    }
+    if (in_arena(src)) from_dev += bytes;
+    memcpy(dst, src, bytes);
+    return BRAID_SUCCESS;
+}
+
+static void fake_device(braid_comm_t c)
+{
+    braid_cuda_test_set_classifier(classify);
+    braid_p2p_test_set_copier(copier);
+    c->cuda_dev = 0;
+}
+
+static int32_t val(int rank, size_t i, int salt)
+{
+    return (int32_t)(rank * 100003 + (int)i * 7 + salt);
+}
+
+/* Sends, receives (grouped, blocking, i-forms) and alltoall/gather/scatter on arena buffers. */
+static int dev_ranks(braid_comm_t c, int r, int n, void *arg)
+{
+    (void)arg;
+    fake_device(c);
+    const size_t cnt = 997; /* prime */
+    int32_t *sb = (int32_t *)(void *)arena, *rb = (int32_t *)(void *)(arena + 65536);
+    for (size_t i = 0; i < cnt; i++)
+        sb[i] = val(r, i, 1);
+    memset(rb, 0xa5, cnt * 4);
+    int to = (r + 1) % n, from = (r + n - 1) % n;
+    /* a ring exchange in a group (NCCL's sendrecv) */
+    MP_CHECK(r, braid_group_start() == BRAID_SUCCESS, "%s", braid_last_error());
+    MP_CHECK(r, braid_send(sb, cnt, BRAID_INT32, to, c) == BRAID_SUCCESS, "%s", braid_last_error());
+    MP_CHECK(r, braid_recv(rb, cnt, BRAID_INT32, from, c) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, braid_group_end() == BRAID_SUCCESS, "%s", braid_last_error());
+    for (size_t i = 0; i < cnt; i++)
+        MP_CHECK(r, rb[i] == val(from, i, 1), "group: element %zu: %d, want %d", i, rb[i],
+                 val(from, i, 1));
+    MP_CHECK(r, from_dev >= cnt * 4 && to_dev >= cnt * 4, "copies: %zu from, %zu to the device",
+             (size_t)from_dev, (size_t)to_dev);
+    /* i-forms, and a receive into the arena at an odd offset (unaligned) */
+    int32_t *rb2 = (int32_t *)(void *)(arena + 131072 + 4);
+    braid_request_t rq[2];
+    MP_CHECK(r, braid_irecv(rb2, cnt, BRAID_INT32, from, c, &rq[0]) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, braid_isend(sb, cnt, BRAID_INT32, to, c, &rq[1]) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    for (int i = 0; i < 2; i++)
+        MP_CHECK(r, braid_wait(rq[i]) == BRAID_SUCCESS, "%s", braid_last_error());
+    MP_CHECK(r, !memcmp(rb2, rb, cnt * 4), "irecv into device memory differs");
+    /* blocking, a device send to a host receive (even ranks send first) */
+    int32_t host[997];
+    if (r % 2 == 0 && to != r) {
+        MP_CHECK(r, braid_send(sb, cnt, BRAID_INT32, to, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+    }
+    if (from % 2 == 0 && from != r) {
+        MP_CHECK(r, braid_recv(host, cnt, BRAID_INT32, from, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+        MP_CHECK(r, host[cnt - 1] == val(from, cnt - 1, 1), "blocking recv");
+    }
+    MP_CHECK(r, braid_barrier(c) == BRAID_SUCCESS, "%s", braid_last_error());
+    /* alltoall: device to device, then in place */
+    const size_t k = 13;
+    int32_t *a_in = (int32_t *)(void *)(arena + 262144), *a_out = a_in + 4096;
+    for (size_t i = 0; i < k * (size_t)n; i++)
+        a_in[i] = val(r, i, 2);
+    size_t f0 = from_dev, t0 = to_dev;
+    MP_CHECK(r, braid_alltoall(a_in, a_out, k, BRAID_INT32, c) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, from_dev - f0 >= k * (size_t)n * 4 && to_dev - t0 >= k * (size_t)n * 4,
+             "alltoall: %zu B from, %zu B to the device", (size_t)(from_dev - f0),
+             (size_t)(to_dev - t0));
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < k; i++)
+            MP_CHECK(r, a_out[(size_t)p * k + i] == val(p, (size_t)r * k + i, 2),
+                     "alltoall from %d element %zu", p, i);
+    MP_CHECK(r, braid_alltoall(a_in, a_in, k, BRAID_INT32, c) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, !memcmp(a_in, a_out, k * (size_t)n * 4), "alltoall in place differs");
+    /* gather to rank n-1 (device output, host input), in place at the root */
+    int root = n - 1;
+    int32_t g_in[13];
+    int32_t *g_out = (int32_t *)(void *)(arena + 393216);
+    for (size_t i = 0; i < k; i++)
+        g_in[i] = val(r, i, 3);
+    const void *gs = g_in;
+    if (r == root) {
+        memcpy(g_out + (size_t)r * k, g_in, sizeof(g_in));
+        gs = g_out + (size_t)r * k;
+    }
+    MP_CHECK(r, braid_gather(gs, g_out, k, BRAID_INT32, root, c) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    if (r == root)
+        for (int p = 0; p < n; p++)
+            MP_CHECK(r, g_out[(size_t)p * k + 5] == val(p, 5, 3), "gather from %d", p);
+    /* scatter from rank 0 (device input) into device output */
+    int32_t *s_in = (int32_t *)(void *)(arena + 524288), *s_out = s_in + 4096;
+    if (r == 0)
+        for (size_t i = 0; i < k * (size_t)n; i++)
+            s_in[i] = val(0, i, 4);
+    MP_CHECK(r, braid_scatter(s_in, s_out, k, BRAID_INT32, 0, c) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    for (size_t i = 0; i < k; i++)
+        MP_CHECK(r, s_out[i] == val(0, (size_t)r * k + i, 4), "scatter element %zu", i);
+    return 0;
+}
+
+Test(p2p_dev, device_buffers_are_staged_for_sends_receives_and_alltoall, .timeout = 60)
+{
+    for (int n = 1; n <= 4; n += 3)
+        cr_assert_eq(mp_run(n, dev_ranks, NULL, 45), 0, "n=%d: see the ranks' messages", n);
+}
+
+/* A receive whose copy to the device fails: its call returns that error, naming it. */
+static int copy_fails(braid_comm_t c, int r, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    fake_device(c);
+    int32_t *b = (int32_t *)(void *)arena;
+    for (int i = 0; i < 64; i++)
+        b[i] = i;
+    if (r == 0) {
+        MP_CHECK(r, braid_send(b, 64, BRAID_INT32, 1, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+        return 0;
+    }
+    fail_to_dev = 1;
+    braid_result_t res = braid_recv(b + 64, 64, BRAID_INT32, 0, c);
+    MP_CHECK(r, res == BRAID_ERR_SYSTEM, "recv returned %d: %s", res, braid_last_error());
+    MP_CHECK(r, strstr(braid_last_error(), "simulated copy failure"), "%s", braid_last_error());
+    return 0;
+}
+
+Test(p2p_dev, a_failed_copy_to_the_device_fails_the_receive, .timeout = 60)
+{
+    cr_assert_eq(mp_run(2, copy_fails, NULL, 45), 0);
+}
+
+Test(p2p_dev, device_buffers_of_another_device_or_without_one_are_refused, .timeout = 30)
+{
+    braid_unique_id_t id;
+    braid_comm_t c = NULL;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    braid_cuda_test_set_classifier(classify);
+    int saved = c->cuda_dev;
+    c->cuda_dev = -1;
+    cr_assert_eq(braid_send(arena, 4, BRAID_INT32, 0, c), BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "send: sendbuf is CUDA device memory (device 0) but "
+                                         "this communicator has no CUDA device"),
+              "%s", braid_last_error());
+    c->cuda_dev = 1;
+    braid_request_t rq = NULL;
+    cr_assert_eq(braid_irecv(arena, 4, BRAID_INT32, 0, c, &rq), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "irecv: recvbuf is memory of CUDA device 0 but this "
+                                         "communicator uses device 1"),
+              "%s", braid_last_error());
+    cr_assert_null(rq);
+    int32_t host[4] = {0};
+    cr_assert_eq(braid_alltoall(host, arena, 4, BRAID_INT32, c), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "alltoall: recvbuf is memory of CUDA device 0"), "%s",
+              braid_last_error());
+    /* count 0 moves nothing: no buffer is looked at */
+    cr_assert_eq(braid_group_start(), BRAID_SUCCESS);
+    cr_assert_eq(braid_send(arena, 0, BRAID_INT32, 0, c), BRAID_SUCCESS, "%s", braid_last_error());
+    cr_assert_eq(braid_recv(arena, 0, BRAID_INT32, 0, c), BRAID_SUCCESS, "%s", braid_last_error());
+    cr_assert_eq(braid_group_end(), BRAID_SUCCESS, "%s", braid_last_error());
+    braid_cuda_test_set_classifier(NULL);
+    c->cuda_dev = saved;
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
