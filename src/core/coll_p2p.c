@@ -154,8 +154,8 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     braid_p2p_batch_free(&b);
     free(tmp);
     if (staged) {
-        braid_result_t sres = braid_pcoll_stage_out(comm, orig, &p, res >= 0 ? out_e * es : 0,
-                                                    staged);
+        braid_result_t sres =
+            braid_pcoll_stage_out(comm, orig, &p, res >= 0 ? out_e * es : 0, staged);
         if (res >= 0) res = sres;
     }
     if (res < 0) braid_comm_fail_call(comm, res);

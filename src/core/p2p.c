@@ -43,8 +43,8 @@ typedef struct {
     void *arg;
     /* What the last pass waits for (a peer and direction per blocked head). */
     int *blk_op, *blk_dir, nblk;
-    struct pollfd *pfd; /* as many: wait_all's */
-    int err_op;         /* the operation whose step failed, -1 = none */
+    struct pollfd *pfd;       /* as many: wait_all's */
+    int err_op;               /* the operation whose step failed, -1 = none */
     braid_result_t stage_res; /* a staged receive's copy to the device failed (p2p_dev.c) */
     char stage_msg[256];
 } runner_t;

@@ -3,7 +3,8 @@
  *
  * Nothing here runs at load time: the runtime is first touched by braid_cuda_ndevices (once
  * per process, pthread_once), so a CUDA build starts on a machine without a driver and behaves
- * as a CPU build there. libbraid never links libcuda: driver functions braid needs (stream
+ * as a CPU build there. That first touch sets CUDA_DEVICE_MAX_CONNECTIONS=32 unless it is set
+ * (see probe). libbraid never links libcuda: driver functions braid needs (stream
  * memory operations, VMM) are fetched with cudaGetDriverEntryPointByVersion (braid_cuda_driver_fn
  * in stream.c and the transport). */
 #include "cuda/cuda.h"
@@ -14,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
@@ -33,6 +35,14 @@ static void probe(void)
         snprintf(probe_why, sizeof(probe_why), "disabled by BRAID_CUDA=0");
         return;
     }
+    /* Stream-ordered calls hold the caller's stream in the GPU's front end until the worker
+     * has run them (stream.c). With more streams in use than hardware work queues
+     * (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set), an engine kernel can be queued behind
+     * another communicator's held stream, and that stream waits for the kernel: on the H200,
+     * 4-8 communicators in one process hung so, and ran with 32 queues (perf/RESULTS.md, GPU,
+     * session 26). The driver reads the variable when it creates the context, which has not
+     * happened yet unless the program touched CUDA before braid; a value the user set stays. */
+    if (!getenv("CUDA_DEVICE_MAX_CONNECTIONS")) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {

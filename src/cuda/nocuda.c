@@ -84,8 +84,9 @@ braid_result_t braid_cuda_comm_copy(struct braid_comm *comm, void *dst, const vo
     (void)comm;
     (void)dst;
     (void)src;
-    return braid_set_error(BRAID_ERR_UNSUPPORTED, "copy of %zu B of device memory: built without "
-                                                  "CUDA",
+    return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                           "copy of %zu B of device memory: built without "
+                           "CUDA",
                            bytes);
 }
 

@@ -258,8 +258,18 @@ static int one_coll(braid_comm_t comm, int rank, int n, int coll, braid_datatype
     }
     /* the output poisoned (0xa5) where it is not the input: a result never written fails */
     memset(hout, 0xa5, out_e * es + 64);
-    if (!in_place) CK(cudaMemcpy(dout, hout, out_e * es, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(din, h, (coll == 5 ? count : in_e) * es, cudaMemcpyHostToDevice));
+    /* The stream form writes its inputs on the call's stream (s is a non-blocking stream: the
+     * collective on it is not ordered after the legacy default stream, where a cudaMemcpy from
+     * pageable memory returns before its DMA lands); the blocking form reads after the legacy
+     * stream's work (braid waits for it), as a caller of cudaMemcpy expects. */
+    size_t in_bytes = (coll == 5 ? count : in_e) * es;
+    if (use_stream) {
+        if (!in_place) CK(cudaMemcpyAsync(dout, hout, out_e * es, cudaMemcpyHostToDevice, s));
+        CK(cudaMemcpyAsync(din, h, in_bytes, cudaMemcpyHostToDevice, s));
+    } else {
+        if (!in_place) CK(cudaMemcpy(dout, hout, out_e * es, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(din, h, in_bytes, cudaMemcpyHostToDevice));
+    }
     braid_result_t r = BRAID_SUCCESS;
     void *st = use_stream ? (void *)s : NULL;
     switch (coll) {

@@ -251,7 +251,11 @@ run bw/64MiB 30 gpu "$B/braid_gpu_check" bw 64
 run stage/n=2 45 gpu env BRAID_DEV_ENGINE=stage GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 2
 run nodev 30 gpu "$B/braid_gpu_check" nodev
 if command -v compute-sanitizer >/dev/null; then
-  run sanitizer 60 gpu compute-sanitizer --tool memcheck --error-exitcode 1 "$B/braid_gpu_check" bw 16
+  # memcheck errors only (exit 99): under the tool the kernels are far below their bandwidth
+  # targets (the second run of session 26: 0 errors, 0.08 of the copy)
+  san="compute-sanitizer --tool memcheck --error-exitcode 99"
+  run sanitizer 120 gpu bash -c "$san $B/braid_gpu_check bw 16 >/dev/null; [ \$? -ne 99 ] &&
+    BRAID_TIMEOUT=60 $san $B/braid_gpu_check threads 2; [ \$? -ne 99 ]"
 else
   row "sanitizer" "SKIP" "compute-sanitizer is not installed here"
 fi
