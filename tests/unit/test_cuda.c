@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A fake device arena: pointers inside it are "device 1" memory, everything else host. */
@@ -185,4 +186,25 @@ Test(cuda, comm_stream_wait_without_a_device_returns_at_once, .timeout = 30)
     cr_assert_eq(braid_comm_stream_wait(NULL, NULL), BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_last_error(), "comm"), "%s", braid_last_error());
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+/* The first CUDA call sets CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work queues for the held
+ * streams of several communicators, src/cuda/device.c) unless the user set it. */
+Test(cuda, first_cuda_call_sets_max_connections_unless_set, .timeout = 30)
+{
+    if (!braid_cuda_built()) cr_skip_test("built without CUDA");
+    unsetenv("BRAID_CUDA");
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    (void)braid_cuda_ndevices(NULL);
+    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    cr_assert(v && !strcmp(v, "32"), "CUDA_DEVICE_MAX_CONNECTIONS=%s", v ? v : "(unset)");
+}
+
+Test(cuda, a_max_connections_the_user_set_stays, .timeout = 30)
+{
+    if (!braid_cuda_built()) cr_skip_test("built without CUDA");
+    unsetenv("BRAID_CUDA");
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+    (void)braid_cuda_ndevices(NULL);
+    cr_assert_str_eq(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "1");
 }
