@@ -1,5 +1,6 @@
 #include "proc.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,4 +108,42 @@ pid_t proc_thread_named(const char *name)
     }
     closedir(d);
     return tid;
+}
+
+static int bindable(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((unsigned short)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(s);
+    return ok;
+}
+
+int proc_free_port(void)
+{
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
+        fclose(f);
+    }
+    static unsigned seed;
+    if (!seed) seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    int span = lo - 10001; /* ports 10000 .. lo - 1 */
+    for (int i = 0; span > 1000 && i < 2000; i++) {
+        int port = 10001 + (int)(rand_r(&seed) % (unsigned)span);
+        if (bindable(port) && bindable(port - 1)) return port;
+    }
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (s >= 0) close(s);
+    return port;
 }

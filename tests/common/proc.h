@@ -23,6 +23,11 @@ char *proc_slurp(const char *path);
 /* The name of this process's thread tid (a /proc/self/task entry) in comm, without the
  * newline; 0, or -1 if it cannot be read. */
 int proc_task_comm(const char *tid, char *comm, size_t len);
+/* A TCP port of 127.0.0.1 free (bindable) at the call, below the kernel's ephemeral range
+ * (net.ipv4.ip_local_port_range), so the outgoing connections of tests running alongside,
+ * which take ephemeral ports, cannot take it before the caller's program binds it; it and the
+ * port below it were free. Falls back to an ephemeral port when that range leaves no room. */
+int proc_free_port(void);
 /* The id of a thread of this process named name (/proc/self/task/<tid>/comm), -1 if none. */
 pid_t proc_thread_named(const char *name);
 

@@ -45,17 +45,6 @@ char *tr_slurp(const char *dir, const char *name)
     return proc_slurp(p);
 }
 
-int tr_free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 #define TR_MAX 8
 
 void tr_kill_mid_training(const char *dir, char *const argv[], int n, int victim,
@@ -63,7 +52,7 @@ void tr_kill_mid_training(const char *dir, char *const argv[], int n, int victim
 {
     cr_assert(n >= 2 && n <= TR_MAX && victim >= 0 && victim < n, "n %d victim %d", n, victim);
     char root[64], nr[32], secret[64] = "BRAID_SECRET=0123456789abcdef0123456789abcdef";
-    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", tr_free_port());
+    snprintf(root, sizeof(root), "BRAID_ROOT=127.0.0.1:%d", proc_free_port());
     snprintf(nr, sizeof(nr), "BRAID_NRANKS=%d", n);
     pid_t pids[TR_MAX];
     char rk[TR_MAX][32], outs[TR_MAX][16], errs[TR_MAX][16];

@@ -17,8 +17,6 @@ void tr_setup(char *bin, size_t blen, char *dir, size_t dlen, const char *tmpl);
 void tr_teardown(const char *dir);
 /* dir/name as a string (free() it; "" when missing). */
 char *tr_slurp(const char *dir, const char *name);
-/* A loopback TCP port free at the time of the call. */
-int tr_free_port(void);
 /* n ranks of argv started by hand, without a launcher (which would kill the others itself):
  * BRAID_RANK, BRAID_NRANKS, BRAID_ROOT (a free port), BRAID_SECRET, BRAID_TIMEOUT=20; rank r's
  * stdout/stderr in dir/out<r>, dir/err<r>. Once dir/out0 shows "epoch 2 " (within 150 s),

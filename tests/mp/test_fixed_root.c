@@ -3,6 +3,7 @@
 #include "braid/braid.h"
 #include "core/bootstrap.h"
 #include "data.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -15,17 +16,6 @@
 #include <unistd.h>
 
 TestSuite(fixedroot, .timeout = 60);
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 Test(fixedroot, same_id_everywhere_and_flagged)
 {
@@ -107,15 +97,15 @@ static void job(int n, int port)
 
 Test(fixedroot, ranks_bootstrap_without_exchanging_the_id)
 {
-    job(1, free_port());
-    job(3, free_port());
-    job(5, free_port());
+    job(1, proc_free_port());
+    job(3, proc_free_port());
+    job(5, proc_free_port());
 }
 
 /* Only rank 0 listens: a rank 1 started first waits for it (connections are retried). */
 Test(fixedroot, late_rank0)
 {
-    int port = free_port();
+    int port = proc_free_port();
     char root[64];
     snprintf(root, sizeof(root), "127.0.0.1:%d", port);
     setenv("BRAID_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);

@@ -1,6 +1,8 @@
 /* The perf tools and braid_comm_init_env under the launchers users have: braid-run, Open MPI's
  * mpirun, and torchrun-style environment variables set by hand. Each run checks its results
  * (all_reduce_perf -c 1) and must report 0 wrong values. */
+#include "proc.h"
+
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -24,17 +26,6 @@ static void find_bindir(void)
     cr_assert(n > 0);
     bindir[n] = '\0';
     *strrchr(bindir, '/') = '\0';
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* Runs a shell command, returns its output (caller frees) and exit status. */
@@ -76,7 +67,7 @@ Test(launchers, perf_tool_under_open_mpi_mpirun)
              "mpirun --allow-run-as-root --oversubscribe -np 3 --mca btl self,vader "
              "-x BRAID_ROOT=127.0.0.1:%d -x BRAID_SECRET=00112233445566778899aabbccddeeff "
              "%s/all_reduce_perf -b 8 -e 1M -f 8 -o all 2>&1",
-             free_port(), bindir);
+             proc_free_port(), bindir);
     int st;
     char *out = run(cmd, &st);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d:\n%s", st, out);
@@ -88,7 +79,7 @@ Test(launchers, torchrun_style_environment_by_hand)
 {
     char cmd[8 * PATH_MAX];
     /* braid's root listens on MASTER_PORT + 1 (torchrun's store owns MASTER_PORT). */
-    int port = free_port() - 1;
+    int port = proc_free_port() - 1;
     size_t o = 0;
     for (int r = 0; r < 3; r++)
         o += (size_t)snprintf(cmd + o, sizeof(cmd) - o,

@@ -6,6 +6,7 @@
  * addressing, id and environment tests are in test_bootstrap_addr.c. */
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 
@@ -639,17 +640,6 @@ Test(bootstrap, allgather_too_large, .timeout = 30)
 
 /* ---- the environment flow, and a root that dies ----------------------------------------- */
 
-static int free_port(void)
-{
-    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof(in);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&in, sizeof(in)), 0);
-    getsockname(fd, (struct sockaddr *)&in, &l);
-    close(fd);
-    return ntohs(in.sin_port);
-}
-
 static int env_port;
 static int env_root_dies;
 
@@ -703,7 +693,7 @@ Test(bootstrap, env_flow, .timeout = 30)
 {
     job_t j;
     job_defaults(&j, 4, body_env);
-    env_port = free_port();
+    env_port = proc_free_port();
     run_job(&j, 0, NULL);
     assert_all_ok(&j);
 }
@@ -712,7 +702,7 @@ Test(bootstrap, root_death_is_remote_error, .timeout = 30)
 {
     job_t j;
     job_defaults(&j, 3, body_env);
-    env_port = free_port();
+    env_port = proc_free_port();
     env_root_dies = 1;
     run_job(&j, 0, NULL);
     for (int i = 1; i < 3; i++) {
