@@ -67,17 +67,7 @@ static void timeline_call(struct braid_comm *comm, const braid_op_args_t *a, uin
 
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
-    if (a->on_device) {
-        /* The blocking form reads the buffers after the device work issued before it on the
-         * legacy default stream and the blocking streams (a cudaMemcpy from pageable memory
-         * returns before its DMA lands); the engine's own streams are non-blocking. */
-        braid_result_t w = braid_cuda_stream_wait(comm, NULL);
-        if (w < 0) {
-            braid_comm_fail_call(comm, w);
-            return w;
-        }
-        return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
-    }
+    if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
     uint32_t seq = ++comm->seq;
     braid_msg_hdr_t desc = braid_engine_desc(a, seq);
     braid_engine_record(comm, &desc);
@@ -232,6 +222,10 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
     braid_result_t vres = nb && !req_p ? braid_set_error(BRAID_ERR_INVALID_ARG, "%s: req_p is NULL",
                                                          braid_coll_name(a->coll))
                                        : validate(comm, &v);
+    /* Device buffers are read after the device work issued before the call (braid_dev_ready),
+     * waited for here, on the caller's thread: never on the worker, which may have to release
+     * a stream the legacy stream waits for. */
+    if (vres >= 0 && v.on_device) vres = braid_dev_ready(comm);
     if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
         braid_group_note(vres, braid_coll_name(a->coll));
         if (vres < 0) { /* kept so that group end can tell the peers */

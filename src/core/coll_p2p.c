@@ -81,14 +81,12 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     const braid_pcoll_t *orig = pc;
     braid_pcoll_t p = *pc;
     void *tmp = NULL, *staged = NULL;
+    braid_result_t res;
     size_t in_e, out_e;
     spans(pc, n, comm->rank, &in_e, &out_e);
     if (pc->dev_send || pc->dev_recv) { /* device buffers: host images (p2p_dev.c) */
-        braid_result_t sres = braid_pcoll_stage_in(comm, &p, in_e * es, out_e * es, &staged);
-        if (sres < 0) {
-            braid_comm_fail_call(comm, sres);
-            return sres;
-        }
+        res = braid_pcoll_stage_in(comm, &p, in_e * es, out_e * es, &staged);
+        if (res < 0) goto fail;
         pc = &p; /* the in-place copy and PreMulSum below read the host image */
     }
     /* alltoall(v) in place: the input is read from a copy. */
@@ -98,9 +96,11 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
                                                        : extent(pc->sendcounts, pc->sdispls, n);
         if (elems) {
             tmp = malloc(elems * es);
-            if (!tmp)
-                return braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",
-                                       name, seq, elems);
+            if (!tmp) {
+                res = braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",
+                                      name, seq, elems);
+                goto fail;
+            }
             memcpy(tmp, pc->sendbuf, elems * es);
             p.sendbuf = tmp;
         }
@@ -112,18 +112,20 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             elems += pc->recvcounts[i];
         if (elems) {
             tmp = malloc(elems * es);
-            if (!tmp)
-                return braid_set_error(BRAID_ERR_NOMEM,
-                                       "%s #%u: out of memory for the premulsum input (%zu "
-                                       "elements)",
-                                       name, seq, elems);
+            if (!tmp) {
+                res = braid_set_error(BRAID_ERR_NOMEM,
+                                      "%s #%u: out of memory for the premulsum input (%zu "
+                                      "elements)",
+                                      name, seq, elems);
+                goto fail;
+            }
             braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
             p.sendbuf = tmp;
         }
     }
     braid_p2p_batch_t b = {0};
     uint64_t tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
-    braid_result_t res = braid_pcoll_plan(&p, n, comm->rank, seq, &b);
+    res = braid_pcoll_plan(&p, n, comm->rank, seq, &b);
     for (int i = 0; i < b.nops; i++)
         b.ops[i].call = call;
     if (res >= 0) res = braid_p2p_run(comm, &b, NULL, NULL, NULL);
@@ -159,6 +161,10 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
         if (res >= 0) res = sres;
     }
     if (res < 0) braid_comm_fail_call(comm, res);
+    return res;
+fail: /* before anything was sent: nothing but the host images to free */
+    free(staged);
+    braid_comm_fail_call(comm, res);
     return res;
 }
 
@@ -431,6 +437,7 @@ static braid_result_t pcoll_call_in(braid_pcoll_t pc, braid_comm_t comm, int ifo
     if (res >= 0) res = validate(comm, &pc);
     if (res >= 0) res = check_same_buffer(comm, &pc);
     if (res >= 0) res = dev_buffers(comm, &pc);
+    if (res >= 0 && (pc.dev_send || pc.dev_recv)) res = braid_dev_ready(comm);
     if (braid_group_depth() > 0) {
         braid_group_note(res, name);
         if (res < 0) { /* group end reports it, issues nothing of the group, tells the peers */

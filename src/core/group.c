@@ -509,6 +509,7 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
     int on_dev = 0;
     if (res >= 0) res = p2p_check(comm, name, buf, bufname, count, dtype, peer);
     if (res >= 0 && count) res = braid_dev_buf_check(comm, name, bufname, buf, &on_dev);
+    if (res >= 0 && on_dev) res = braid_dev_ready(comm);
     braid_p2p_op_t op = {.kind = (uint8_t)kind,
                          .peer = peer,
                          .sbuf = sbuf,

@@ -196,6 +196,12 @@ typedef struct braid_pcoll {
  * receive's bytes copied to the device; returns res, or the copy's error. */
 braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
                                    const void *p, int *on_dev);
+/* A call on device buffers (not a stream-ordered one), on the caller's thread as it is made:
+ * waits, bounded by the timeout, for the device work issued before it on the legacy default
+ * stream and the blocking streams (a cudaMemcpy from pageable memory returns before its DMA
+ * lands; braid's own streams are non-blocking). Never on the worker: a stream-ordered call
+ * queued there holds its stream, and the legacy stream waits for it. */
+braid_result_t braid_dev_ready(struct braid_comm *comm);
 braid_result_t braid_p2p_stage_in(struct braid_comm *comm, braid_p2p_op_t *op);
 braid_result_t braid_p2p_stage_out(struct braid_comm *comm, braid_p2p_op_t *op, braid_result_t res);
 /* A p2p collective's device buffers: p (a copy of the call) gets host images of its
@@ -208,6 +214,8 @@ braid_result_t braid_pcoll_stage_out(struct braid_comm *comm, const braid_pcoll_
 /* Tests: the staging copies through fn (plain memcpy of simulated device memory) instead of
  * CUDA; NULL restores CUDA. */
 void braid_p2p_test_set_copier(braid_result_t (*fn)(void *dst, const void *src, size_t bytes));
+/* Tests: braid_dev_ready calls fn instead of waiting for CUDA (NULL restores it). */
+void braid_dev_test_set_ready(braid_result_t (*fn)(void));
 
 /* Runs a validated p2p collective on the calling thread: takes the next sequence number and,
  * on failure, records the sticky error and tells the peers (as braid_coll_execute). call is

@@ -186,15 +186,31 @@ braid_result_t braid_cuda_run_queued(struct braid_comm *comm, struct braid_reque
 
 braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream)
 {
-    cudaEvent_t ev;
+    struct braid_cuda_comm *cc = comm->cuda;
+    if (!cc) return braid_set_error(BRAID_ERR_INTERNAL, "stream wait on a comm without CUDA");
+    /* On the communicator's device (a thread may drive communicators of several devices; the
+     * legacy stream and an event are per device), the caller's current device restored. */
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != cc->dev && cudaSetDevice(cc->dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return braid_set_error(BRAID_ERR_SYSTEM, "cannot select CUDA device %d", cc->dev);
+    }
+    cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream);
+    braid_result_t res;
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "cannot record on stream %p: %s", stream,
-                               cudaGetErrorString(e));
+        res = braid_set_error(BRAID_ERR_INVALID_ARG,
+                              "cannot record on stream %p (the communicator's device %d): %s",
+                              stream, cc->dev, cudaGetErrorString(e));
+    } else {
+        res = wait_event(comm, ev,
+                         stream ? "waiting for the caller's stream"
+                                : "waiting for the legacy default stream");
     }
-    braid_result_t res = wait_event(comm, ev, "stream-ordered call");
-    cudaEventDestroy(ev);
+    if (ev) cudaEventDestroy(ev);
+    if (prev >= 0 && prev != cc->dev) cudaSetDevice(prev);
     return res;
 }

@@ -338,7 +338,7 @@ static int p2p_rank(braid_comm_t comm, int rank, int n, void *argp)
     const size_t cnt = 100003; /* prime, 400 KB of int32 */
     size_t bytes = cnt * 4;
     int32_t *h = malloc(bytes * (size_t)n), *d = NULL;
-    CK(cudaMalloc((void **)&d, bytes * (size_t)(2 * n)));
+    CK(cudaMalloc((void **)&d, bytes * (size_t)(2 * n + 2)));
     int to = (rank + 1) % n, from = (rank + n - 1) % n, bad = 0;
     for (size_t i = 0; i < cnt * (size_t)n; i++)
         h[i] = (int32_t)(rank * 1000003 + (int)i);
@@ -367,6 +367,23 @@ static int p2p_rank(braid_comm_t comm, int rank, int n, void *argp)
         for (size_t i = 0; i < cnt && bad < 6; i++)
             if (h[(size_t)p * cnt + i] != (int32_t)(p * 1000003 + (int)((size_t)rank * cnt + i)))
                 fprintf(stderr, "rank %d: alltoall from %d element %zu\n", rank, p, i), bad++;
+    /* i-forms on device buffers, then a stream-ordered call on the legacy stream before the
+     * wait: the worker runs the queued send while the legacy stream is held, so nothing of it
+     * may wait for the legacy stream there (a session-26 review found it did) */
+    braid_request_t rq[2];
+    float *f = (float *)(void *)(d + cnt * (size_t)n);
+    CK(cudaMemset(f, 0, 64 * sizeof(float)));
+    r = braid_irecv(d + cnt * (size_t)(n + 1), cnt, BRAID_INT32, from, comm, &rq[0]);
+    if (r == BRAID_SUCCESS) r = braid_isend(d, cnt, BRAID_INT32, to, comm, &rq[1]);
+    if (r == BRAID_SUCCESS) r = braid_allreduce_stream(f, f, 64, BRAID_FLOAT32, BRAID_SUM, comm, 0);
+    for (int i = 0; i < 2 && r == BRAID_SUCCESS; i++)
+        r = braid_wait(rq[i]);
+    if (r == BRAID_SUCCESS && cudaStreamSynchronize(0) != cudaSuccess) r = BRAID_ERR_SYSTEM;
+    if (r != BRAID_SUCCESS) {
+        fprintf(stderr, "rank %d: isend/irecv around a stream call: %s\n", rank,
+                braid_last_error());
+        bad++;
+    }
     cudaFree(d);
     free(h);
     return bad ? 1 : 0;

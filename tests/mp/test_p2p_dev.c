@@ -12,6 +12,7 @@
 #include "mp.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -209,4 +210,53 @@ Test(p2p_dev, device_buffers_of_another_device_or_without_one_are_refused, .time
     braid_cuda_test_set_classifier(NULL);
     c->cuda_dev = saved;
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+/* The wait for the device work issued before a call (braid_dev_ready) runs on the caller's
+ * thread as the call is made, never on the worker that runs queued operations (it may have to
+ * release a stream the legacy stream waits for): recorded through the test hook. */
+static pthread_t caller;
+static _Atomic int ready_calls, ready_elsewhere;
+static braid_result_t ready_hook(void)
+{
+    ready_calls++;
+    if (!pthread_equal(pthread_self(), caller)) ready_elsewhere++;
+    return BRAID_SUCCESS;
+}
+
+static int ready_ranks(braid_comm_t c, int r, int n, void *arg)
+{
+    (void)arg;
+    fake_device(c);
+    caller = pthread_self();
+    braid_dev_test_set_ready(ready_hook);
+    int32_t *sb = (int32_t *)(void *)arena, *rb = sb + 4096;
+    for (int i = 0; i < 1000; i++)
+        sb[i] = val(r, (size_t)i, 5);
+    int to = (r + 1) % n, from = (r + n - 1) % n;
+    braid_request_t rq[3];
+    float x = 1, y = 0;
+    /* a host collective queued first, so the sends and receives run on the worker */
+    MP_CHECK(r, braid_iallreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, c, &rq[0]) == BRAID_SUCCESS,
+             "%s", braid_last_error());
+    MP_CHECK(r, braid_irecv(rb, 1000, BRAID_INT32, from, c, &rq[1]) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, braid_isend(sb, 1000, BRAID_INT32, to, c, &rq[2]) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    for (int i = 0; i < 3; i++)
+        MP_CHECK(r, braid_wait(rq[i]) == BRAID_SUCCESS, "%s", braid_last_error());
+    MP_CHECK(r, rb[999] == val(from, 999, 5) && y == (float)n, "results");
+    braid_request_t a2a;
+    MP_CHECK(r, braid_ialltoall(sb, rb, 3, BRAID_INT32, c, &a2a) == BRAID_SUCCESS, "%s",
+             braid_last_error());
+    MP_CHECK(r, braid_wait(a2a) == BRAID_SUCCESS, "%s", braid_last_error());
+    MP_CHECK(r, ready_calls == 3 && ready_elsewhere == 0,
+             "braid_dev_ready: %d calls, %d on another thread than the caller's", ready_calls,
+             ready_elsewhere);
+    return 0;
+}
+
+Test(p2p_dev, the_wait_for_earlier_device_work_is_on_the_callers_thread, .timeout = 60)
+{
+    cr_assert_eq(mp_run(2, ready_ranks, NULL, 45), 0);
 }
