@@ -9,8 +9,41 @@
  * communicator without a device are BRAID_ERR_UNSUPPORTED. */
 #include "core/comm.h"
 #include "core/log.h"
+#include "core/p2p.h"
 #include "core/worker.h"
 #include "cuda/cuda.h"
+
+/* Whether device d's memory (d >= 0) can be bufname of a call on comm: an error naming it
+ * when the communicator has no device or another one. */
+static braid_result_t dev_usable(struct braid_comm *comm, const char *name, const char *bufname,
+                                 int d)
+{
+    if (comm->cuda_dev < 0) {
+        const char *why;
+        (void)braid_cuda_ndevices(&why);
+        return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                               "%s: %s is CUDA device memory (device %d) but this communicator "
+                               "has no CUDA device (%s)",
+                               name, bufname, d, why);
+    }
+    if (d != comm->cuda_dev)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "%s: %s is memory of CUDA device %d but this communicator uses "
+                               "device %d (the current device at its init)",
+                               name, bufname, d, comm->cuda_dev);
+    return BRAID_SUCCESS;
+}
+
+braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
+                                   const void *p, int *on_dev)
+{
+    *on_dev = 0;
+    int d = p ? braid_cuda_ptr_device(p) : -1;
+    if (d < 0) return BRAID_SUCCESS;
+    BRAID_CHECK(dev_usable(comm, name, bufname, d));
+    *on_dev = 1;
+    return BRAID_SUCCESS;
+}
 
 braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t *a, int has_send,
                                        int has_recv)
@@ -20,29 +53,15 @@ braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t 
     a->on_device = 0;
     if (sd < 0 && rd < 0) return BRAID_SUCCESS;
     const char *name = braid_coll_name(a->coll);
-    const char *bad = sd >= 0 ? "sendbuf" : "recvbuf";
-    int dev = sd >= 0 ? sd : rd;
-    if (comm->cuda_dev < 0) {
-        const char *why;
-        (void)braid_cuda_ndevices(&why);
-        return braid_set_error(BRAID_ERR_UNSUPPORTED,
-                               "%s: %s is CUDA device memory (device %d) but this communicator "
-                               "has no CUDA device (%s)",
-                               name, bad, dev, why);
-    }
+    if (comm->cuda_dev < 0)
+        return dev_usable(comm, name, sd >= 0 ? "sendbuf" : "recvbuf", sd >= 0 ? sd : rd);
     if ((sd == -1 && rd >= 0) || (sd >= 0 && rd == -1))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "%s: sendbuf is %s memory and recvbuf %s memory: both must be "
                                "device memory or both host memory",
                                name, sd >= 0 ? "device" : "host", rd >= 0 ? "device" : "host");
-    for (int i = 0; i < 2; i++) {
-        int d = i ? rd : sd;
-        if (d >= 0 && d != comm->cuda_dev)
-            return braid_set_error(BRAID_ERR_INVALID_ARG,
-                                   "%s: %s is memory of CUDA device %d but this communicator "
-                                   "uses device %d (the current device at its init)",
-                                   name, i ? "recvbuf" : "sendbuf", d, comm->cuda_dev);
-    }
+    if (sd >= 0) BRAID_CHECK(dev_usable(comm, name, "sendbuf", sd));
+    if (rd >= 0) BRAID_CHECK(dev_usable(comm, name, "recvbuf", rd));
     a->on_device = 1;
     return BRAID_SUCCESS;
 }

@@ -189,11 +189,11 @@ typedef struct braid_pcoll {
     int dev_send, dev_recv; /* the buffer is device memory: staged (p2p_dev.c) */
 } braid_pcoll_t;
 
-/* Device buffers (p2p_dev.c). braid_dev_buf_check: *on_dev = 1 when p is memory of comm's
- * CUDA device; device memory of another device, or on a communicator without one, is an error
- * naming the buffer. braid_p2p_stage_in (the runner, before it moves op): a device buffer's
- * host copy (a send's bytes copied); braid_p2p_stage_out (when op completes with res): a
- * receive's bytes copied to the device; returns res, or the copy's error. */
+/* Device buffers (p2p_dev.c; braid_dev_buf_check in coll_dev.c). braid_dev_buf_check: *on_dev = 1
+ * when p is memory of comm's CUDA device; device memory of another device, or on a communicator
+ * without one, is an error naming the buffer. braid_p2p_stage_in (the runner, before it moves op):
+ * a device buffer's host copy (a send's bytes copied); braid_p2p_stage_out (when op completes with
+ * res): a receive's bytes copied to the device; returns res, or the copy's error. */
 braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
                                    const void *p, int *on_dev);
 /* A call on device buffers (not a stream-ordered one), on the caller's thread as it is made:

@@ -56,29 +56,6 @@ braid_result_t braid_dev_ready(struct braid_comm *comm)
     return braid_cuda_stream_wait(comm, NULL);
 }
 
-braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, const char *bufname,
-                                   const void *p, int *on_dev)
-{
-    *on_dev = 0;
-    int d = p ? braid_cuda_ptr_device(p) : -1;
-    if (d < 0) return BRAID_SUCCESS;
-    if (comm->cuda_dev < 0) {
-        const char *why;
-        (void)braid_cuda_ndevices(&why);
-        return braid_set_error(BRAID_ERR_UNSUPPORTED,
-                               "%s: %s is CUDA device memory (device %d) but this communicator "
-                               "has no CUDA device (%s)",
-                               name, bufname, d, why);
-    }
-    if (d != comm->cuda_dev)
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "%s: %s is memory of CUDA device %d but this communicator uses "
-                               "device %d (the current device at its init)",
-                               name, bufname, d, comm->cuda_dev);
-    *on_dev = 1;
-    return BRAID_SUCCESS;
-}
-
 braid_result_t braid_p2p_stage_in(struct braid_comm *comm, braid_p2p_op_t *op)
 {
     size_t bytes = braid_p2p_op_bytes(op);
