@@ -73,7 +73,11 @@ else
   fail "braid_torch not built"
 fi
 echo "== braid test suite"
-build/bin/braid_tests --jobs "$jobs" || fail "braid test suite"
+build/bin/braid_tests --jobs "$jobs" 2>&1 | tee build/tests.log
+rc=${PIPESTATUS[0]}
+# the summary names the failed tests and their assertions (CI shows only the tail of the log)
+[ $rc -eq 0 ] || fail "braid test suite (exit $rc; build/tests.log):
+$(grep -E "^\[(FAIL|----)\]|Synthesis|Timed out|[Cc]rash" build/tests.log | tail -n 30)"
 if [ $status -eq 0 ]; then
   echo "== tests/run.sh: every step passed"
 else
