@@ -163,7 +163,7 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
     if (res < 0) braid_comm_fail_call(comm, res);
     return res;
 fail: /* before anything was sent: nothing but the host images to free */
-    free(staged);
+    braid_dev_shadow_put(staged);
     braid_comm_fail_call(comm, res);
     return res;
 }

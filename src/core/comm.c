@@ -516,6 +516,7 @@ static void comm_free(struct braid_comm *c)
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
+    braid_dev_shadows_free(c);
     braid_direct_log_picks(c);
     braid_direct_free(c);
     braid_comm_close_conns(c);

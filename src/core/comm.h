@@ -209,6 +209,8 @@ struct braid_comm {
      * init), -1 when the process has none; the CUDA state (staging, stream-ordered queue). */
     int cuda_dev;
     struct braid_cuda_comm *cuda;
+    /* Host images of device buffers kept for reuse (core/p2p_dev.c); NULL until the first. */
+    struct braid_dev_shadows *_Atomic shadows;
 };
 
 #define BRAID_COMM_MAGIC 0x62726169645f636dULL

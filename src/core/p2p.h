@@ -214,6 +214,15 @@ braid_result_t braid_pcoll_stage_out(struct braid_comm *comm, const braid_pcoll_
 /* Tests: the staging copies through fn (plain memcpy of simulated device memory) instead of
  * CUDA; NULL restores CUDA. */
 void braid_p2p_test_set_copier(braid_result_t (*fn)(void *dst, const void *src, size_t bytes));
+/* Host images of device buffers (p2p_dev.c): braid_dev_shadow_get returns one of at least
+ * bytes, reusing one a finished call gave back (NULL: out of memory, the error set);
+ * braid_dev_shadow_put gives it back (NULL: nothing). A few are kept per communicator, so a
+ * loop of calls of one size allocates (and faults in) its images once; braid_dev_shadows_free
+ * (comm destroy) frees them. braid_dev_shadow_allocs: how many images comm allocated (tests). */
+void *braid_dev_shadow_get(struct braid_comm *comm, size_t bytes);
+void braid_dev_shadow_put(void *p);
+void braid_dev_shadows_free(struct braid_comm *comm);
+uint64_t braid_dev_shadow_allocs(struct braid_comm *comm);
 /* Tests: braid_dev_ready calls fn instead of waiting for CUDA (NULL restores it). */
 void braid_dev_test_set_ready(braid_result_t (*fn)(void));
 

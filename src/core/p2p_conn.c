@@ -209,7 +209,7 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
 void braid_p2p_batch_free(braid_p2p_batch_t *b)
 {
     for (int i = 0; i < b->nops; i++) /* a staged operation that never ran */
-        free(b->ops[i].shadow);
+        braid_dev_shadow_put(b->ops[i].shadow);
     free(b->ops);
     b->ops = NULL;
     b->nops = b->cap = 0;

@@ -22,9 +22,141 @@
 #include "core/p2p_impl.h"
 #include "cuda/cuda.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- host images, kept for reuse -------------------------------------------------------------
+ * A call on device buffers gets host memory for its images and gives it back when it is done.
+ * Allocating them per call made every large message map fresh pages and fault each one in as
+ * the device copy wrote it (glibc maps blocks of more than 32 MiB at most and unmaps them at
+ * free). Up to SHADOW_KEEP images of SHADOW_KEEP_BYTES in all stay with the communicator
+ * (the smallest go first); a get takes the smallest kept one that is large enough. The memory
+ * is plain malloc'd memory, not pinned: pinning (cudaMallocHost / cudaHostRegister) on the
+ * worker could wait for streams other communicators hold (see cuda/stage.c). */
+#define SHADOW_KEEP 4
+#define SHADOW_KEEP_BYTES ((size_t)1 << 30)
+#define SHADOW_HDR 64 /* keeps the image 64-byte aligned */
+
+struct braid_dev_shadows {
+    pthread_mutex_t lock;
+    void *keep[SHADOW_KEEP]; /* images (past their headers) */
+    int nkeep;
+    size_t kept_bytes;
+    uint64_t allocs;
+};
+
+typedef struct {
+    struct braid_dev_shadows *pool;
+    size_t cap;
+} shadow_hdr_t;
+
+static shadow_hdr_t *hdr_of(void *p)
+{
+    return (shadow_hdr_t *)(void *)((char *)p - SHADOW_HDR);
+}
+
+static struct braid_dev_shadows *pool_of(struct braid_comm *comm)
+{
+    struct braid_dev_shadows *s = atomic_load(&comm->shadows);
+    if (s) return s;
+    s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    struct braid_dev_shadows *none = NULL;
+    if (atomic_compare_exchange_strong(&comm->shadows, &none, s)) return s;
+    pthread_mutex_destroy(&s->lock); /* another thread made it first */
+    free(s);
+    return none;
+}
+
+void *braid_dev_shadow_get(struct braid_comm *comm, size_t bytes)
+{
+    struct braid_dev_shadows *s = pool_of(comm);
+    if (!s) {
+        braid_set_error(BRAID_ERR_NOMEM, "host image of %zu B: out of memory", bytes);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    int best = -1;
+    for (int i = 0; i < s->nkeep; i++)
+        if (hdr_of(s->keep[i])->cap >= bytes &&
+            (best < 0 || hdr_of(s->keep[i])->cap < hdr_of(s->keep[best])->cap))
+            best = i;
+    void *p = NULL;
+    if (best >= 0) {
+        p = s->keep[best];
+        s->keep[best] = s->keep[--s->nkeep];
+        s->kept_bytes -= hdr_of(p)->cap;
+    } else {
+        s->allocs++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (p) return p;
+    size_t cap = (bytes + 4095) & ~(size_t)4095;
+    char *raw = cap >= bytes ? aligned_alloc(SHADOW_HDR, SHADOW_HDR + (cap ? cap : 4096)) : NULL;
+    if (!raw) {
+        braid_set_error(BRAID_ERR_NOMEM, "host image of %zu B: out of memory", bytes);
+        return NULL;
+    }
+    shadow_hdr_t *h = (shadow_hdr_t *)(void *)raw;
+    h->pool = s;
+    h->cap = cap ? cap : 4096;
+    return raw + SHADOW_HDR;
+}
+
+void braid_dev_shadow_put(void *p)
+{
+    if (!p) return;
+    shadow_hdr_t *h = hdr_of(p);
+    struct braid_dev_shadows *s = h->pool;
+    void *drop[SHADOW_KEEP];
+    int ndrop = 0;
+    pthread_mutex_lock(&s->lock);
+    if (h->cap <= SHADOW_KEEP_BYTES) {
+        /* room for it: the smallest kept ones go while it would not fit */
+        while (s->nkeep &&
+               (s->nkeep == SHADOW_KEEP || s->kept_bytes + h->cap > SHADOW_KEEP_BYTES)) {
+            int small = 0;
+            for (int i = 1; i < s->nkeep; i++)
+                if (hdr_of(s->keep[i])->cap < hdr_of(s->keep[small])->cap) small = i;
+            if (hdr_of(s->keep[small])->cap > h->cap) break; /* it is the smallest: drop it */
+            drop[ndrop++] = s->keep[small];
+            s->kept_bytes -= hdr_of(s->keep[small])->cap;
+            s->keep[small] = s->keep[--s->nkeep];
+        }
+        if (s->nkeep < SHADOW_KEEP && s->kept_bytes + h->cap <= SHADOW_KEEP_BYTES) {
+            s->keep[s->nkeep++] = p;
+            s->kept_bytes += h->cap;
+            p = NULL;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < ndrop; i++)
+        free(hdr_of(drop[i]));
+    if (p) free(h);
+}
+
+void braid_dev_shadows_free(struct braid_comm *comm)
+{
+    struct braid_dev_shadows *s = atomic_exchange(&comm->shadows, NULL);
+    if (!s) return;
+    for (int i = 0; i < s->nkeep; i++)
+        free(hdr_of(s->keep[i]));
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+uint64_t braid_dev_shadow_allocs(struct braid_comm *comm)
+{
+    struct braid_dev_shadows *s = atomic_load(&comm->shadows);
+    if (!s) return 0;
+    pthread_mutex_lock(&s->lock);
+    uint64_t n = s->allocs;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
 
 static braid_result_t (*_Atomic test_copier)(void *dst, const void *src, size_t bytes);
 
@@ -59,14 +191,14 @@ braid_result_t braid_dev_ready(struct braid_comm *comm)
 braid_result_t braid_p2p_stage_in(struct braid_comm *comm, braid_p2p_op_t *op)
 {
     size_t bytes = braid_p2p_op_bytes(op);
-    void *h = malloc(bytes ? bytes : 1);
+    void *h = braid_dev_shadow_get(comm, bytes);
     if (!h)
         return braid_set_error(BRAID_ERR_NOMEM, "%s of %zu B from device memory: out of memory",
                                op->kind == BRAID_P2P_SEND ? "send" : "receive", bytes);
     if (op->kind == BRAID_P2P_SEND) {
         braid_result_t res = dev_copy(comm, h, op->sbuf, bytes);
         if (res < 0) {
-            free(h);
+            braid_dev_shadow_put(h);
             return res;
         }
         op->dev_buf = (void *)op->sbuf;
@@ -88,7 +220,7 @@ braid_result_t braid_p2p_stage_out(struct braid_comm *comm, braid_p2p_op_t *op, 
         op->sbuf = op->dev_buf;
     else
         op->rbuf = op->dev_buf;
-    free(op->shadow);
+    braid_dev_shadow_put(op->shadow);
     op->shadow = NULL;
     return res;
 }
@@ -112,7 +244,7 @@ braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, s
         span = (size_t)(hi - lo);
     }
     size_t total = both ? span : (sd ? in_bytes : 0) + (rd ? out_bytes : 0);
-    char *h = malloc(total ? total : 1);
+    char *h = braid_dev_shadow_get(comm, total);
     if (!h)
         return braid_set_error(BRAID_ERR_NOMEM,
                                "%s: out of memory for %zu B of host staging (device buffers)",
@@ -128,7 +260,7 @@ braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, s
         if (rd) p->recvbuf = h + (sd ? in_bytes : 0);
     }
     if (res < 0) {
-        free(h);
+        braid_dev_shadow_put(h);
         return res;
     }
     *tmp_p = h;
@@ -141,6 +273,6 @@ braid_result_t braid_pcoll_stage_out(struct braid_comm *comm, const braid_pcoll_
     if (!tmp) return BRAID_SUCCESS;
     braid_result_t res = BRAID_SUCCESS;
     if (orig->dev_recv && out_bytes) res = dev_copy(comm, orig->recvbuf, p->recvbuf, out_bytes);
-    free(tmp);
+    braid_dev_shadow_put(tmp);
     return res;
 }

@@ -260,3 +260,89 @@ Test(p2p_dev, the_wait_for_earlier_device_work_is_on_the_callers_thread, .timeou
 {
     cr_assert_eq(mp_run(2, ready_ranks, NULL, 45), 0);
 }
+
+/* Host images are kept for reuse: a loop of calls of one size allocates its images once (they
+ * were malloc'd and freed per call: every large message faulted fresh pages in). */
+static int reuse_ranks(braid_comm_t c, int r, int n, void *arg)
+{
+    (void)arg;
+    fake_device(c);
+    const size_t cnt = 16384; /* 64 KiB */
+    int32_t *sb = (int32_t *)(void *)arena, *rb = sb + cnt;
+    int to = (r + 1) % n, from = (r + n - 1) % n;
+    uint64_t after_first = 0;
+    for (int it = 0; it < 20; it++) {
+        for (size_t i = 0; i < cnt; i++)
+            sb[i] = val(r, i, it);
+        MP_CHECK(r, braid_group_start() == BRAID_SUCCESS, "%s", braid_last_error());
+        MP_CHECK(r, braid_send(sb, cnt, BRAID_INT32, to, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+        MP_CHECK(r, braid_recv(rb, cnt, BRAID_INT32, from, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+        MP_CHECK(r, braid_group_end() == BRAID_SUCCESS, "%s", braid_last_error());
+        for (size_t i = 0; i < cnt; i += 997)
+            MP_CHECK(r, rb[i] == val(from, i, it), "iteration %d element %zu", it, i);
+        MP_CHECK(r, braid_alltoall(sb, rb, cnt / (size_t)n, BRAID_INT32, c) == BRAID_SUCCESS, "%s",
+                 braid_last_error());
+        if (it == 0) after_first = braid_dev_shadow_allocs(c);
+    }
+    uint64_t allocs = braid_dev_shadow_allocs(c);
+    /* the first iteration: a send and a receive image, one of the alltoall's in and out */
+    MP_CHECK(r, after_first >= 2 && after_first <= 3, "first iteration: %llu images",
+             (unsigned long long)after_first);
+    MP_CHECK(r, allocs == after_first, "%llu images allocated in 20 iterations, %llu in the first",
+             (unsigned long long)allocs, (unsigned long long)after_first);
+    return 0;
+}
+
+Test(p2p_dev, host_images_are_reused_across_calls, .timeout = 60)
+{
+    cr_assert_eq(mp_run(2, reuse_ranks, NULL, 45), 0);
+}
+
+/* The pool's rules: the smallest kept image that fits is taken; at most 4 are kept, the
+ * smallest dropped first; one larger than the cap on kept bytes (1 GiB) is never kept. */
+Test(p2p_dev, host_image_pool_keeps_a_few_of_the_largest, .timeout = 30)
+{
+    braid_unique_id_t id;
+    braid_comm_t c = NULL;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    void *a = braid_dev_shadow_get(c, 100), *b = braid_dev_shadow_get(c, 20000);
+    cr_assert(a && b && ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
+    memset(b, 1, 20000);
+    cr_assert_eq(braid_dev_shadow_allocs(c), 2);
+    braid_dev_shadow_put(b);
+    braid_dev_shadow_put(a);
+    /* 50 B fits both: the smaller (a) is taken; 10000 B only fits b */
+    cr_assert_eq(braid_dev_shadow_get(c, 50), a);
+    cr_assert_eq(braid_dev_shadow_get(c, 10000), b);
+    cr_assert_eq(braid_dev_shadow_allocs(c), 2);
+    void *big = braid_dev_shadow_get(c, 30000); /* none kept fits: a third */
+    cr_assert_eq(braid_dev_shadow_allocs(c), 3);
+    void *more[3];
+    for (int i = 0; i < 3; i++)
+        more[i] = braid_dev_shadow_get(c, (size_t)(i + 1) << 20);
+    braid_dev_shadow_put(a);
+    braid_dev_shadow_put(b);
+    braid_dev_shadow_put(big);
+    for (int i = 0; i < 3; i++)
+        braid_dev_shadow_put(more[i]);
+    /* six given back, four kept: the 1-3 MiB ones and the 30000 B one; a and b were freed */
+    uint64_t n0 = braid_dev_shadow_allocs(c);
+    void *x = braid_dev_shadow_get(c, 64);
+    cr_assert_eq(x, big, "the smallest kept image that fits");
+    cr_assert_eq(braid_dev_shadow_get(c, 64), more[0]);
+    cr_assert_eq(braid_dev_shadow_allocs(c), n0);
+    braid_dev_shadow_put(x);
+    braid_dev_shadow_put(more[0]);
+    /* more than 1 GiB is never kept (malloc'd lazily: nothing is touched) */
+    void *huge = braid_dev_shadow_get(c, ((size_t)1 << 30) + 1);
+    cr_assert_not_null(huge);
+    braid_dev_shadow_put(huge);
+    uint64_t n1 = braid_dev_shadow_allocs(c);
+    huge = braid_dev_shadow_get(c, ((size_t)1 << 30) + 1);
+    cr_assert_eq(braid_dev_shadow_allocs(c), n1 + 1, "an image past the cap was kept");
+    braid_dev_shadow_put(huge);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
