@@ -33,6 +33,9 @@ int braid_cuda_ptr_device(const void *p);
 /* Tests only: classify pointers with fn instead of the runtime (NULL restores the runtime).
  * This is how the argument checks for device buffers are tested on machines without a GPU. */
 void braid_cuda_test_set_classifier(int (*fn)(const void *p));
+/* Tests: the probe acts as if NVIDIA's device nodes existed (where it sets
+ * CUDA_DEVICE_MAX_CONNECTIONS); call before the first CUDA probe of the process. */
+void braid_cuda_test_set_driver_present(int yes);
 
 /* Copies bytes between any two pointers (cudaMemcpyDefault) on stream (a cudaStream_t made
  * with cudaStreamNonBlocking: never the legacy default stream, which waits for every blocking

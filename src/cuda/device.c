@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int probe_ndev;
@@ -26,6 +27,18 @@ static int (*_Atomic test_classifier)(const void *p);
 int braid_cuda_built(void)
 {
     return 1;
+}
+
+static _Atomic int test_driver; /* tests: 1 pretends NVIDIA's device nodes exist */
+
+void braid_cuda_test_set_driver_present(int yes)
+{
+    test_driver = yes;
+}
+
+static int driver_present(void)
+{
+    return test_driver || access("/dev/nvidiactl", F_OK) == 0;
 }
 
 static void probe(void)
@@ -41,8 +54,11 @@ static void probe(void)
      * another communicator's held stream, and that stream waits for the kernel: on the H200,
      * 4-8 communicators in one process hung so, and ran with 32 queues (perf/RESULTS.md, GPU,
      * session 26). The driver reads the variable when it creates the context, which has not
-     * happened yet unless the program touched CUDA before braid; a value the user set stays. */
-    if (!getenv("CUDA_DEVICE_MAX_CONNECTIONS")) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+     * happened yet unless the program touched CUDA before braid; a value the user set stays.
+     * setenv is not safe against other threads' getenv (it may move the environment under
+     * them), so it runs only where a context can follow: NVIDIA's control device exists. */
+    if (driver_present() && !getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+        setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A fake device arena: pointers inside it are "device 1" memory, everything else host. */
 static char fake_dev[4096];
@@ -189,12 +190,14 @@ Test(cuda, comm_stream_wait_without_a_device_returns_at_once, .timeout = 30)
 }
 
 /* The first CUDA call sets CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work queues for the held
- * streams of several communicators, src/cuda/device.c) unless the user set it. */
+ * streams of several communicators, src/cuda/device.c) unless the user set it, where NVIDIA's
+ * device nodes exist (here pretended through the hook). */
 Test(cuda, first_cuda_call_sets_max_connections_unless_set, .timeout = 30)
 {
     if (!braid_cuda_built()) cr_skip_test("built without CUDA");
     unsetenv("BRAID_CUDA");
     unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    braid_cuda_test_set_driver_present(1);
     (void)braid_cuda_ndevices(NULL);
     const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     cr_assert(v && !strcmp(v, "32"), "CUDA_DEVICE_MAX_CONNECTIONS=%s", v ? v : "(unset)");
@@ -205,6 +208,20 @@ Test(cuda, a_max_connections_the_user_set_stays, .timeout = 30)
     if (!braid_cuda_built()) cr_skip_test("built without CUDA");
     unsetenv("BRAID_CUDA");
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+    braid_cuda_test_set_driver_present(1);
     (void)braid_cuda_ndevices(NULL);
     cr_assert_str_eq(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "1");
+}
+
+/* Without NVIDIA's device nodes the environment is left alone: setenv could move it under
+ * another thread's getenv (a process that inits communicators from several threads). */
+Test(cuda, no_driver_leaves_the_environment_alone, .timeout = 30)
+{
+    if (!braid_cuda_built()) cr_skip_test("built without CUDA");
+    if (access("/dev/nvidiactl", F_OK) == 0) cr_skip_test("this machine has NVIDIA's driver");
+    unsetenv("BRAID_CUDA");
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    (void)braid_cuda_ndevices(NULL);
+    cr_assert_null(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "set to %s",
+                   getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
 }
