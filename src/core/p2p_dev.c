@@ -89,8 +89,6 @@ void *braid_dev_shadow_get(struct braid_comm *comm, size_t bytes)
         p = s->keep[best];
         s->keep[best] = s->keep[--s->nkeep];
         s->kept_bytes -= hdr_of(p)->cap;
-    } else {
-        s->allocs++;
     }
     pthread_mutex_unlock(&s->lock);
     if (p) return p;
@@ -103,6 +101,9 @@ void *braid_dev_shadow_get(struct braid_comm *comm, size_t bytes)
     shadow_hdr_t *h = (shadow_hdr_t *)(void *)raw;
     h->pool = s;
     h->cap = cap ? cap : 4096;
+    pthread_mutex_lock(&s->lock);
+    s->allocs++;
+    pthread_mutex_unlock(&s->lock);
     return raw + SHADOW_HDR;
 }
 
@@ -114,23 +115,34 @@ void braid_dev_shadow_put(void *p)
     void *drop[SHADOW_KEEP];
     int ndrop = 0;
     pthread_mutex_lock(&s->lock);
-    if (h->cap <= SHADOW_KEEP_BYTES) {
-        /* room for it: the smallest kept ones go while it would not fit */
-        while (s->nkeep &&
-               (s->nkeep == SHADOW_KEEP || s->kept_bytes + h->cap > SHADOW_KEEP_BYTES)) {
-            int small = 0;
-            for (int i = 1; i < s->nkeep; i++)
-                if (hdr_of(s->keep[i])->cap < hdr_of(s->keep[small])->cap) small = i;
-            if (hdr_of(s->keep[small])->cap > h->cap) break; /* it is the smallest: drop it */
-            drop[ndrop++] = s->keep[small];
-            s->kept_bytes -= hdr_of(s->keep[small])->cap;
-            s->keep[small] = s->keep[--s->nkeep];
+    /* Kept images no larger than p, smallest first: as many of them go as p needs room for;
+     * when even all of them would not make room, p goes and they stay. */
+    int order[SHADOW_KEEP], n = 0;
+    for (int i = 0; i < s->nkeep; i++) {
+        if (hdr_of(s->keep[i])->cap > h->cap) continue;
+        int j = n++;
+        for (; j > 0 && hdr_of(s->keep[order[j - 1]])->cap > hdr_of(s->keep[i])->cap; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    int count = s->nkeep, k = 0;
+    size_t bytes = s->kept_bytes;
+    while (k < n && (count == SHADOW_KEEP || bytes + h->cap > SHADOW_KEEP_BYTES)) {
+        bytes -= hdr_of(s->keep[order[k++]])->cap;
+        count--;
+    }
+    if (count < SHADOW_KEEP && bytes + h->cap <= SHADOW_KEEP_BYTES) {
+        for (int i = 0; i < k; i++) {
+            drop[ndrop++] = s->keep[order[i]];
+            s->keep[order[i]] = NULL;
         }
-        if (s->nkeep < SHADOW_KEEP && s->kept_bytes + h->cap <= SHADOW_KEEP_BYTES) {
-            s->keep[s->nkeep++] = p;
-            s->kept_bytes += h->cap;
-            p = NULL;
-        }
+        int m = 0;
+        for (int i = 0; i < s->nkeep; i++)
+            if (s->keep[i]) s->keep[m++] = s->keep[i];
+        s->keep[m++] = p;
+        s->nkeep = m;
+        s->kept_bytes = bytes + h->cap;
+        p = NULL;
     }
     pthread_mutex_unlock(&s->lock);
     for (int i = 0; i < ndrop; i++)
@@ -226,6 +238,18 @@ braid_result_t braid_p2p_stage_out(struct braid_comm *comm, braid_p2p_op_t *op, 
 }
 
 /* ---- p2p collectives ---------------------------------------------------------------------- */
+/* The blocks a v-collective receives can leave bytes of its output's extent unwritten (gaps
+ * between displacements): its host image must then start as the device's bytes, or the copy
+ * back overwrites them. */
+static int recv_has_gaps(const braid_pcoll_t *p, int n, size_t out_bytes)
+{
+    if (p->coll != BRAID_COLL_ALLTOALLV && p->coll != BRAID_COLL_ALLGATHERV) return 0;
+    size_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += p->recvcounts[i];
+    return sum * braid_dtype_size(p->dtype) < out_bytes;
+}
+
 braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, size_t in_bytes,
                                     size_t out_bytes, void **tmp_p)
 {
@@ -258,6 +282,8 @@ braid_result_t braid_pcoll_stage_in(struct braid_comm *comm, braid_pcoll_t *p, s
         res = sd ? dev_copy(comm, h, s, in_bytes) : BRAID_SUCCESS;
         if (sd) p->sendbuf = h;
         if (rd) p->recvbuf = h + (sd ? in_bytes : 0);
+        if (rd && res >= 0 && recv_has_gaps(p, comm->nranks, out_bytes))
+            res = dev_copy(comm, p->recvbuf, o, out_bytes);
     }
     if (res < 0) {
         braid_dev_shadow_put(h);

@@ -3,10 +3,10 @@
  *
  * Nothing here runs at load time: the runtime is first touched by braid_cuda_ndevices (once
  * per process, pthread_once), so a CUDA build starts on a machine without a driver and behaves
- * as a CPU build there. That first touch sets CUDA_DEVICE_MAX_CONNECTIONS=32 unless it is set
- * (see probe). libbraid never links libcuda: driver functions braid needs (stream
- * memory operations, VMM) are fetched with cudaGetDriverEntryPointByVersion (braid_cuda_driver_fn
- * in stream.c and the transport). */
+ * as a CPU build there. That first touch sets CUDA_DEVICE_MAX_CONNECTIONS=32 unless it is set,
+ * where NVIDIA's driver shows (see probe). libbraid never links libcuda: driver functions braid
+ * needs (stream memory operations, VMM) are fetched with cudaGetDriverEntryPointByVersion
+ * (braid_cuda_driver_fn in stream.c and the transport). */
 #include "cuda/cuda.h"
 #include "core/comm.h"
 #include "core/config.h"
@@ -36,9 +36,14 @@ void braid_cuda_test_set_driver_present(int yes)
     test_driver = yes;
 }
 
+/* NVIDIA's driver is loaded (its control device or its /proc directory; WSL's GPU device). */
 static int driver_present(void)
 {
-    return test_driver || access("/dev/nvidiactl", F_OK) == 0;
+    static const char *const marks[] = {"/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg"};
+    if (test_driver) return 1;
+    for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++)
+        if (access(marks[i], F_OK) == 0) return 1;
+    return 0;
 }
 
 static void probe(void)
@@ -56,7 +61,7 @@ static void probe(void)
      * session 26). The driver reads the variable when it creates the context, which has not
      * happened yet unless the program touched CUDA before braid; a value the user set stays.
      * setenv is not safe against other threads' getenv (it may move the environment under
-     * them), so it runs only where a context can follow: NVIDIA's control device exists. */
+     * them), so it runs only where a context can follow: NVIDIA's driver shows. */
     if (driver_present() && !getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
         setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     int n = 0;

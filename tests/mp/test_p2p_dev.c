@@ -346,3 +346,77 @@ Test(p2p_dev, host_image_pool_keeps_a_few_of_the_largest, .timeout = 30)
     braid_dev_shadow_put(huge);
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
+
+/* allgatherv and alltoallv into a device buffer with gaps between the blocks: the bytes in the
+ * gaps stay the caller's (the host image starts as the device's bytes; it was written back
+ * whole, so the gaps got whatever the image held). */
+static int gaps_ranks(braid_comm_t c, int r, int n, void *arg)
+{
+    (void)arg;
+    fake_device(c);
+    int32_t *out = (int32_t *)(void *)arena, in[16];
+    for (int i = 0; i < 16; i++)
+        in[i] = val(r, (size_t)i, 6);
+    size_t counts[2] = {16, 16}, displs[2] = {0, 32}, sd[2] = {0, 8}, sc[2] = {8, 8};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 64; i++)
+            out[i] = -7 - i;
+        braid_result_t res = round == 0
+                                 ? braid_allgatherv(in, 16, out, counts, displs, BRAID_INT32, c)
+                                 : braid_alltoallv(in, sc, sd, out, sc, displs, BRAID_INT32, c);
+        MP_CHECK(r, res == BRAID_SUCCESS, "%s", braid_last_error());
+        for (int i = round ? 8 : 16; i < 32; i++)
+            MP_CHECK(r, out[i] == -7 - i, "%s: gap element %d overwritten (%d)",
+                     round ? "alltoallv" : "allgatherv", i, out[i]);
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i < (round ? 8 : 16); i++)
+                MP_CHECK(r, out[32 * p + i] == val(p, (size_t)(round ? 8 * r + i : i), 6),
+                         "round %d block %d element %d", round, p, i);
+    }
+    return 0;
+}
+
+Test(p2p_dev, v_collectives_leave_the_gaps_of_a_device_output_alone, .timeout = 60)
+{
+    cr_assert_eq(mp_run(2, gaps_ranks, NULL, 45), 0);
+}
+
+/* The cap on kept bytes (1 GiB): a put drops the kept images no larger than it, smallest first,
+ * only when that makes room; else the put image goes and the kept ones stay. (The images are
+ * malloc'd and never touched here: nothing is faulted in.) */
+Test(p2p_dev, host_image_pool_drops_smaller_images_only_when_that_makes_room, .timeout = 30)
+{
+    braid_unique_id_t id;
+    braid_comm_t c = NULL;
+    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    const size_t MiB = (size_t)1 << 20;
+    void *a = braid_dev_shadow_get(c, 200 * MiB), *b = braid_dev_shadow_get(c, 700 * MiB);
+    void *d = braid_dev_shadow_get(c, 300 * MiB), *e = braid_dev_shadow_get(c, 100 * MiB);
+    void *f = braid_dev_shadow_get(c, 900 * MiB);
+    cr_assert(a && b && d && e && f, "%s", braid_last_error());
+    braid_dev_shadow_put(a);
+    braid_dev_shadow_put(b); /* kept: 200 + 700 MiB */
+    braid_dev_shadow_put(f); /* 900 MiB: both smaller ones go to make room: {900} */
+    uint64_t n0 = braid_dev_shadow_allocs(c);
+    cr_assert_eq(braid_dev_shadow_get(c, 1), f, "the 900 MiB image replaces the two smaller");
+    cr_assert_eq(braid_dev_shadow_allocs(c), n0);
+    a = braid_dev_shadow_get(c, 200 * MiB);
+    b = braid_dev_shadow_get(c, 700 * MiB);
+    cr_assert_eq(braid_dev_shadow_allocs(c), n0 + 2, "200 or 700 MiB kept next to 900");
+    braid_dev_shadow_put(f); /* kept {900} */
+    braid_dev_shadow_put(a); /* 200: nothing no larger to drop: it goes */
+    cr_assert_eq(braid_dev_shadow_get(c, 1), f, "a 200 MiB image kept past the cap");
+    braid_dev_shadow_put(a = braid_dev_shadow_get(c, 200 * MiB)); /* kept {200} */
+    braid_dev_shadow_put(b);                                      /* kept {200, 700} */
+    braid_dev_shadow_put(d); /* 300: the 200 one goes to make room: {700, 300} */
+    braid_dev_shadow_put(e); /* 100: nothing no larger to drop: it goes, {700, 300} stay */
+    uint64_t n1 = braid_dev_shadow_allocs(c);
+    cr_assert_eq(braid_dev_shadow_get(c, 50 * MiB), d, "the smallest kept should be 300 MiB");
+    cr_assert_eq(braid_dev_shadow_get(c, 650 * MiB), b, "the 700 MiB image was not kept");
+    cr_assert_eq(braid_dev_shadow_allocs(c), n1);
+    braid_dev_shadow_put(d);
+    braid_dev_shadow_put(b);
+    braid_dev_shadow_put(f);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}

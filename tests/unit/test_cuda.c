@@ -218,7 +218,9 @@ Test(cuda, a_max_connections_the_user_set_stays, .timeout = 30)
 Test(cuda, no_driver_leaves_the_environment_alone, .timeout = 30)
 {
     if (!braid_cuda_built()) cr_skip_test("built without CUDA");
-    if (access("/dev/nvidiactl", F_OK) == 0) cr_skip_test("this machine has NVIDIA's driver");
+    if (access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia", F_OK) == 0 ||
+        access("/dev/dxg", F_OK) == 0)
+        cr_skip_test("this machine has NVIDIA's driver");
     unsetenv("BRAID_CUDA");
     unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
     (void)braid_cuda_ndevices(NULL);
