@@ -550,15 +550,16 @@ static void comm_free(struct braid_comm *c)
  * 0.89-0.98 from 1 MiB once the next block was staged during the gather (session 18), but for
  * the all-reduce, reduce and reduce-scatter only: the all-gather and broadcast of 2 ranks
  * keep 256 KiB blocks in the slot (braid_direct_copy_block; perf/RESULTS.md). With more ranks
- * on the machine than cpus every synchronisation waits for context switches, and 4 MiB blocks
- * took 0.82-0.92 of the 1 MiB time at 3 and 4 ranks on 2 cpus from 4 MiB, 2 MiB ones 0.92-0.96
- * at 8 (session 18); they stop where every rank's slots together would pass 32 MiB (a
- * container's /dev/shm is often 64 MiB). */
+ * on the machine than cpus, 4 MiB blocks took 0.82-0.92 of the 1 MiB time at 3 and 4 ranks on
+ * 2 cpus in session 18, but since the reductions take up to four sources per pass (session
+ * 23) 1 MiB blocks are as fast or faster there too: 0.80-0.90 of the 4 MiB time for the
+ * all-reduce of 4 ranks at 4 MiB, 0.63-0.68 for the reduce-scatter, 0.69-0.83 for the reduce,
+ * 0.97-1.03 at 8 ranks, 0.83-0.88 for 2 ranks on one cpu (session 27). */
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
     if (braid_param_is_auto("DIRECT_BLOCK"))
-        v = (int64_t)braid_direct_auto_block(c->nranks, c->oversubscribed);
+        v = (int64_t)BRAID_DIRECT_BLOCK_DEFAULT;
     else
         BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
     if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))

@@ -171,7 +171,7 @@ struct braid_comm {
      * NULL when there are none. */
     struct braid_direct *direct;
     size_t direct_block;   /* BRAID_DIRECT_BLOCK (equal on every rank), 0 = off */
-    int direct_block_auto; /* it was auto (braid_direct_auto_block of nranks) */
+    int direct_block_auto; /* it was auto (BRAID_DIRECT_BLOCK_DEFAULT) */
     size_t direct_nt_min; /* BRAID_NT_MIN: outputs from this size use streaming stores, 0 = never */
     int direct_pipeline;  /* BRAID_DIRECT_PIPELINE: stage the next block before the gather */
     int direct_nt_slots;  /* BRAID_DIRECT_NT_SLOTS: copies into the slots by streaming stores */

@@ -33,8 +33,7 @@ static const braid_param_t params[] = {
     {"CHUNK_SIZE", "0", BRAID_PARAM_SIZE, "bytes per pipelined chunk (slot size); 0 = automatic"},
     {"DIRECT_BLOCK", "auto", BRAID_PARAM_SIZE,
      "bytes per block of the direct (single-copy) shared-memory collectives on one host: "
-     "each rank maps every local rank's segment of two such slots; auto = 1 MiB, or with "
-     "more ranks on the machine than cpus 4 MiB (2 MiB from 5 ranks, 1 MiB from 9); the "
+     "each rank maps every local rank's segment of two such slots; auto = 1 MiB; the "
      "all-gather and broadcast of 2 ranks use 256 KiB of it; 0 = off (the ring only)"},
     {"NT_MIN", "16777216", BRAID_PARAM_SIZE,
      "output bytes from which the direct shared-memory collectives write their output with "

@@ -53,26 +53,10 @@ _Static_assert(sizeof(braid_direct_line_t) == 64, "one cache line");
 
 typedef struct braid_direct braid_direct_t;
 
-/* Data bytes per slot (BRAID_DIRECT_BLOCK=auto) with no more ranks on the machine than cpus,
- * and a model's block when it knows none. */
+/* Data bytes per slot with BRAID_DIRECT_BLOCK=auto, and a model's block when it knows none. */
 #define BRAID_DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
-/* auto with more ranks than cpus, while every rank's two slots together stay within
- * BRAID_DIRECT_AUTO_SEGMENTS (halved until they do, not below the default). */
-#define BRAID_DIRECT_BLOCK_OVERSUB ((size_t)4 << 20)
-#define BRAID_DIRECT_AUTO_SEGMENTS ((size_t)32 << 20)
 /* The most the all-gather and broadcast of 2 ranks put in a block (braid_direct_copy_block). */
 #define BRAID_DIRECT_COPY_BLOCK_2 ((size_t)256 << 10)
-
-/* BRAID_DIRECT_BLOCK=auto for a communicator of n ranks on one host, oversub = more ranks on
- * the machine than cpus: 1 MiB, or with oversub 4 MiB (2 MiB from 5 ranks, 1 MiB from 9) so
- * that fewer blocks pay the synchronisations' context switches (core/comm.c says why). */
-static inline size_t braid_direct_auto_block(int n, int oversub)
-{
-    size_t b = oversub ? BRAID_DIRECT_BLOCK_OVERSUB : BRAID_DIRECT_BLOCK_DEFAULT;
-    while (b > BRAID_DIRECT_BLOCK_DEFAULT && 2 * b * (size_t)n > BRAID_DIRECT_AUTO_SEGMENTS)
-        b /= 2;
-    return b;
-}
 
 /* The block of the direct all-gather and broadcast, which only copy, with slots of block bytes
  * over n ranks: at 2 ranks at most 256 KiB of the slot (1 MiB blocks took 1.02-1.08x the time of

@@ -543,9 +543,8 @@ static int block_size(braid_comm_t comm, int rank, int n, void *arg)
     unsetenv("BRAID_DIRECT_BLOCK");
     MP_CHECK(rank, c != NULL, "no communicator");
     struct braid_comm *ci = (struct braid_comm *)c;
-    /* auto with more ranks than cpus (3 and 4 ranks on a 2-cpu machine): 4 MiB */
-    int oversub = ci->machine_nranks > ci->machine_ncpus;
-    size_t want = bc->want ? bc->want : (size_t)(oversub ? 4 : 1) << 20;
+    /* auto: 1 MiB, also with more ranks than cpus (3 and 4 ranks on a 2-cpu machine) */
+    size_t want = bc->want ? bc->want : (size_t)1 << 20;
     MP_CHECK(rank, ci->direct != NULL && ci->direct_block == want,
              "n=%d BRAID_DIRECT_BLOCK=%s: block %zu, want %zu", n,
              bc->value ? bc->value : "(unset)", ci->direct_block, want);
@@ -580,18 +579,7 @@ static int block_size(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-Test(direct, auto_block_shrinks_with_ranks_when_oversubscribed)
-{
-    /* n ranks, oversubscribed, the block auto gives */
-    size_t cases[][3] = {{2, 0, 1u << 20}, {8, 0, 1u << 20}, {64, 0, 1u << 20},
-                         {2, 1, 4u << 20}, {4, 1, 4u << 20}, {5, 1, 2u << 20},
-                         {8, 1, 2u << 20}, {9, 1, 1u << 20}, {64, 1, 1u << 20}};
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        cr_assert_eq(braid_direct_auto_block((int)cases[i][0], (int)cases[i][1]), cases[i][2],
-                     "n=%zu oversub=%zu", cases[i][0], cases[i][1]);
-}
-
-Test(direct, block_is_1m_or_4m_oversubscribed_unless_set)
+Test(direct, block_is_1m_also_oversubscribed_unless_set)
 {
     block_case_t unset = {NULL, 0}, aut = {"AUTO", 0}, set = {"128K", (size_t)128 << 10};
     cr_assert_eq(mp_run(2, block_size, &unset, 100), 0, "n=2 unset (see stderr)");
