@@ -201,7 +201,7 @@ struct braid_comm {
     pthread_mutex_t q_lock;
     pthread_cond_t q_cond;
     struct braid_request *q_head, *q_tail;
-    int q_pending; /* queued or running */
+    _Atomic int q_pending; /* queued or running; changed under q_lock, read without it */
     int worker_started, worker_stop;
     pthread_t worker;
 

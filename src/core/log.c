@@ -149,9 +149,11 @@ static void log_init(void)
 
 void braid_log_set_rank(int rank)
 {
-    log_thread_rank = rank;
+    /* on every call of a communicator: no store and no atomic read-modify-write unless needed */
+    if (log_thread_rank != rank) log_thread_rank = rank;
     int unset = -1;
-    atomic_compare_exchange_strong(&log_first_rank, &unset, rank);
+    if (atomic_load_explicit(&log_first_rank, memory_order_relaxed) == -1)
+        atomic_compare_exchange_strong(&log_first_rank, &unset, rank);
 }
 
 int braid_log_rank(void)

@@ -135,12 +135,11 @@ braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request
     return BRAID_SUCCESS;
 }
 
+/* Every blocking call asks this first, so it takes no lock: the worker's decrement follows the
+ * operation's end (a read of 0 sees all it did), and only the caller's thread adds. */
 int braid_worker_pending(struct braid_comm *comm)
 {
-    pthread_mutex_lock(&comm->q_lock);
-    int n = comm->q_pending;
-    pthread_mutex_unlock(&comm->q_lock);
-    return n;
+    return atomic_load(&comm->q_pending);
 }
 
 void braid_worker_wake(struct braid_comm *comm)
