@@ -59,7 +59,7 @@ typedef struct {
                               * links), so they overlap the latency path instead of adding to it */
     int direct;              /* the direct shared-memory segments are mapped (one host) */
     size_t direct_block;     /* their block bytes */
-    int direct_block_auto;   /* BRAID_DIRECT_BLOCK=auto: a sub-communicator's follow its size */
+    int direct_block_auto;   /* BRAID_DIRECT_BLOCK=auto (1 MiB at every size: sub-models keep it) */
     braid_link_model_t direct_link; /* one synchronisation (alpha, per peer) and busbw */
 } braid_model_t;
 

@@ -258,7 +258,6 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.recdbl_intra_rounds = 0;
     s.nic_share = hh > 1 ? share : 1;
     s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
-    if (s.direct && s.direct_block_auto) s.direct_block = BRAID_DIRECT_BLOCK_DEFAULT;
     return s;
 }
 

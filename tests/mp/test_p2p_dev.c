@@ -178,12 +178,19 @@ Test(p2p_dev, a_failed_copy_to_the_device_fails_the_receive, .timeout = 60)
     cr_assert_eq(mp_run(2, copy_fails, NULL, 45), 0);
 }
 
-Test(p2p_dev, device_buffers_of_another_device_or_without_one_are_refused, .timeout = 30)
+/* A communicator of this process alone. */
+static braid_comm_t one_rank(void)
 {
     braid_unique_id_t id;
     braid_comm_t c = NULL;
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
     cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    return c;
+}
+
+Test(p2p_dev, device_buffers_of_another_device_or_without_one_are_refused, .timeout = 30)
+{
+    braid_comm_t c = one_rank();
     braid_cuda_test_set_classifier(classify);
     int saved = c->cuda_dev;
     c->cuda_dev = -1;
@@ -304,10 +311,7 @@ Test(p2p_dev, host_images_are_reused_across_calls, .timeout = 60)
  * smallest dropped first; one larger than the cap on kept bytes (1 GiB) is never kept. */
 Test(p2p_dev, host_image_pool_keeps_a_few_of_the_largest, .timeout = 30)
 {
-    braid_unique_id_t id;
-    braid_comm_t c = NULL;
-    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    braid_comm_t c = one_rank();
     void *a = braid_dev_shadow_get(c, 100), *b = braid_dev_shadow_get(c, 20000);
     cr_assert(a && b && ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0);
     memset(b, 1, 20000);
@@ -386,10 +390,7 @@ Test(p2p_dev, v_collectives_leave_the_gaps_of_a_device_output_alone, .timeout = 
  * malloc'd and never touched here: nothing is faulted in.) */
 Test(p2p_dev, host_image_pool_drops_smaller_images_only_when_that_makes_room, .timeout = 30)
 {
-    braid_unique_id_t id;
-    braid_comm_t c = NULL;
-    cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
-    cr_assert_eq(braid_comm_init_rank(&c, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
+    braid_comm_t c = one_rank();
     const size_t MiB = (size_t)1 << 20;
     void *a = braid_dev_shadow_get(c, 200 * MiB), *b = braid_dev_shadow_get(c, 700 * MiB);
     void *d = braid_dev_shadow_get(c, 300 * MiB), *e = braid_dev_shadow_get(c, 100 * MiB);
