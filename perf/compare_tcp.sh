@@ -22,9 +22,10 @@
 #   Open MPI  mpirun --allow-run-as-root --oversubscribe -np N --mca btl tcp,self \
 #                 $MPIRUN_ARGS BUILD/bin/ompi_allreduce_perf ...   (perf/peers/build.sh if missing)
 #   Gloo      BUILD/bin/braid-run -n N BUILD/bin/gloo_allreduce_perf ...   (perf/peers/gloo_build.sh)
-# DIR/summary.txt: uptime/load before and after, versions, and out-of-place time (us) and busbw
+# DIR/summary.txt: uptime/load before and after, versions, the loopback TCP ceiling before and
+# after (perf/tcpbw, DIR/tcpbw_nN.{before,after}.txt), and out-of-place time (us) and busbw
 # (GB/s) of the three at 8 B, 1 MiB, 16 MiB, 64 MiB and the largest size, with braid/gloo and
-# braid/ompi busbw ratios; a wanted size the sweep does not hit is replaced by the nearest one it
+# braid/ompi busbw ratios and braid's busbw over the ceiling; a wanted size the sweep does not hit is replaced by the nearest one it
 # has. (Default -f 2: with -b 8 -f 4 the sweep hits only odd powers of two, 8 B .. 32 MiB, and
 # misses 1, 16 and 64 MiB; -f 2 holds every -f 4 size too.)
 set -eu
@@ -45,6 +46,20 @@ flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
     echo "#   Gloo $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?') (libgloo-dev), gloo::allreduce RING over tcp 127.0.0.1"
     env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
 } >"$dir/summary.txt"
+
+# The loopback TCP ceiling (perf/tcpbw: N processes in a ring, each sending and receiving at
+# once, best chunk size; per rank, each way), before the runs and after them: a ring
+# all-reduce's busbw can not exceed it.
+ceiling() { # when
+    for n in $ranks; do
+        if [ -x "$bin/tcpbw" ] && "$bin/tcpbw" -n "$n" -s 128M >"$dir/tcpbw_n$n.$1.txt" 2>&1; then
+            echo "# tcpbw $1, $n ranks: $(awk '/best/ { print $NF }' "$dir/tcpbw_n$n.$1.txt") GB/s" >>"$dir/summary.txt"
+        else
+            echo "# tcpbw $1, $n ranks: failed, see $dir/tcpbw_n$n.$1.txt" >>"$dir/summary.txt"
+        fi
+    done
+}
+ceiling before
 
 status=0
 run_tool() { # tool n round
@@ -82,6 +97,7 @@ if [ "$rounds" -gt 1 ]; then
     done
     echo "# tables and plots: per size, the median of $rounds rounds" >>"$dir/summary.txt"
 fi
+ceiling after
 echo "# uptime at end: $(uptime)" >>"$dir/summary.txt"
 
 # Plot every CSV that has rows.
@@ -99,19 +115,22 @@ fi
 
 # Table: out-of-place time (us) and busbw (GB/s) of the three at a few sizes.
 {
-    printf '\n%-5s %10s %11s %11s %11s %9s %9s %9s %11s %10s\n' ranks size braid_us ompi_us \
-        gloo_us braid_BW ompi_BW gloo_BW braid/gloo braid/ompi
+    printf '\n%-5s %10s %11s %11s %11s %9s %9s %9s %11s %10s %8s %9s\n' ranks size braid_us ompi_us \
+        gloo_us braid_BW ompi_BW gloo_BW braid/gloo braid/ompi tcp_BW braid/tcp
     for n in $ranks; do
+        # the higher of the two ceilings
+        tcp=$(cat "$dir/tcpbw_n$n".*.txt 2>/dev/null | awk '/best/ && $NF > m { m = $NF } END { print m + 0 }')
         b="$dir/braid_n$n.csv" o="$dir/ompi_n$n.csv" g="$dir/gloo_n$n.csv"
         [ -s "$b" ] || b=/dev/null
         [ -s "$o" ] || o=/dev/null
         [ -s "$g" ] || g=/dev/null
         [ "$b$o$g" = /dev/null/dev/null/dev/null ] && continue
-        awk -F, -v n="$n" -v B="$b" -v O="$o" '
+        awk -F, -v n="$n" -v B="$b" -v O="$o" -v tcp="$tcp" '
             FNR == 1 { file = FILENAME == B ? 1 : FILENAME == O ? 2 : 3; next }
             { t[file, $3] = $8; bw[file, $3] = $10; have[$3] = 1; if ($3 + 0 > max) max = $3 + 0 }
             function us(f, s) { return ((f, s) in t) ? sprintf("%11.1f", t[f, s]) : sprintf("%11s", "-") }
             function gb(f, s) { return ((f, s) in bw) ? sprintf("%9.3f", bw[f, s]) : sprintf("%9s", "-") }
+            function frac(s) { return tcp > 0 && ((1, s) in bw) ? sprintf("%.2f", bw[1, s] / tcp) : "-" }
             function ratio(s, f) {
                 return ((1, s) in bw) && ((f, s) in bw) && bw[f, s] > 0 ? sprintf("%.2f", bw[1, s] / bw[f, s]) : "-"
             }
@@ -130,12 +149,13 @@ fi
                 }
                 for (i = 1; i <= k; i++) {
                     s = sz[i]
-                    printf "%-5s %10d %s %s %s %s %s %s %11s %10s\n", n, s, us(1, s), us(2, s),
-                        us(3, s), gb(1, s), gb(2, s), gb(3, s), ratio(s, 3), ratio(s, 2)
+                    printf "%-5s %10d %s %s %s %s %s %s %11s %10s %8.3f %9s\n", n, s, us(1, s), us(2, s),
+                        us(3, s), gb(1, s), gb(2, s), gb(3, s), ratio(s, 3), ratio(s, 2), tcp, frac(s)
                 }
             }' "$b" "$o" "$g"
     done
-    echo "(out of place; BW = busbw GB/s; ratios = braid busbw / gloo, / Open MPI busbw)"
+    echo "(out of place; BW = busbw GB/s; ratios = braid busbw / gloo, / Open MPI busbw; tcp_BW: the"
+    echo " loopback TCP ceiling of perf/tcpbw, the higher of before and after; braid/tcp: braid's busbw over it)"
 } | tee -a "$dir/summary.txt"
 echo "results in $dir"
 exit $status

@@ -1,4 +1,4 @@
-/* parse_bytes for the standalone perf tools (membw, xcore): "256M" -> 268435456 (K, M, G:
+/* parse_bytes for the standalone perf tools (membw, xcore, tcpbw): "256M" -> 268435456 (K, M, G:
  * powers of 1024); 0 when it is not a size. */
 #ifndef BRAID_PERF_PARSE_BYTES_H
 #define BRAID_PERF_PARSE_BYTES_H

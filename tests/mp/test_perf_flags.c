@@ -387,3 +387,40 @@ Test(perftools, footer_survives_wrong_data_on_another_rank, .timeout = 400)
         free(out);
     }
 }
+
+/* perf/tcpbw (the loopback TCP ceiling of compare_tcp.sh): one rate per chunk size and the best
+ * of them; a connection without the run's token is closed and the run goes on; bad flags fail. */
+static double tcpbw_rate(const char *out, const char *what)
+{
+    const char *p = strstr(out, what);
+    double v = -1;
+    if (p && sscanf(p + strlen(what), " GB/s %lf", &v) != 1) v = -1;
+    return v;
+}
+
+Test(perftools, tcpbw_reports_a_rate_per_chunk_and_the_best)
+{
+    char cmd[PATH_MAX + 128];
+    snprintf(cmd, sizeof(cmd), "TCPBW_TEST_STRANGER=1 %s/tcpbw -n 3 -s 4M -c '64K 1M' -r 2 2>&1",
+             bindir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    static char out[8192];
+    size_t len = fread(out, 1, sizeof(out) - 1, p);
+    out[len] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    double a = tcpbw_rate(out, "tcpbw ranks 3 chunk 65536"),
+           b = tcpbw_rate(out, "tcpbw ranks 3 chunk 1048576"),
+           best = tcpbw_rate(out, "tcpbw ranks 3 best");
+    cr_assert(a > 0 && b > 0, "%s", out);
+    cr_assert_float_eq(best, a > b ? a : b, 1e-9, "%s", out);
+    cr_assert(strstr(out, "rank 1: closed a connection without the run's token"), "%s", out);
+
+    snprintf(cmd, sizeof(cmd), "%s/tcpbw -n 1 >/dev/null 2>&1", bindir);
+    st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    snprintf(cmd, sizeof(cmd), "%s/tcpbw -c 12Q >/dev/null 2>&1", bindir);
+    st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}

@@ -1,0 +1,338 @@
+/* tcpbw: how many bytes per second the kernel's TCP moves between processes of this machine
+ * over loopback, measured the way the TCP all-reduce reports need it for a ceiling: N
+ * processes in a ring (rank r sends to r + 1 and receives from r - 1, both at once: a sender
+ * thread and the main thread), each sending BYTES in send() calls of CHUNK bytes from one
+ * cache-hot buffer, and the rate is BYTES over the slowest rank's time, best of R repetitions
+ * after a warm-up one. A ring all-reduce moves 2(N-1)/N bytes per byte reduced through each
+ * rank's sockets, so its busbw can not exceed this rate (per rank, each way), and it also
+ * reduces and copies between the transfers, which this probe does not.
+ *
+ *   tcpbw [-n RANKS] [-s BYTES] [-c "CHUNK ..."] [-r REPS]
+ *
+ * Prints per chunk size "tcpbw ranks N chunk C GB/s X" and then "tcpbw ranks N best GB/s X"
+ * (GB = 1e9 bytes; per rank, each way). Defaults: N = 2, BYTES = 256 MiB, CHUNK = "64K 256K
+ * 1M 4M", R = 5 (the rate moves by up to 1.2x between runs on the 2-vCPU VMs).
+ *
+ * The connections are between 127.0.0.1 and ephemeral ports of 127.0.0.1 only; a connection
+ * that does not first send the run's 16 random bytes is closed (TCPBW_TEST_STRANGER set: rank
+ * 0 first makes such a connection, for the tests). Every socket operation has a 30 s timeout
+ * and the whole run 120 s (SIGALRM), so a dead peer fails the run rather than hangs it. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "parse_bytes.h"
+
+#define MAX_RANKS 64
+#define MAX_CHUNKS 8
+#define TOKEN_BYTES 16
+#define IO_TIMEOUT_S 30
+#define RUN_TIMEOUT_S 120
+
+/* Shared between the parent and the ranks (MAP_SHARED). */
+typedef struct {
+    uint8_t token[TOKEN_BYTES];
+    _Atomic int port[MAX_RANKS]; /* 0 until the rank listens */
+    _Atomic int arrived;         /* barrier: ranks that reached it */
+    _Atomic int generation;      /* barrier: bumped by the last one in */
+    double secs[MAX_RANKS];      /* this repetition's time of every rank */
+} shared_t;
+
+typedef struct {
+    int fd;
+    size_t bytes, chunk;
+    const char *buf;
+    int err;
+} tx_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void barrier(shared_t *sh, int n)
+{
+    int gen = atomic_load(&sh->generation);
+    if (atomic_fetch_add(&sh->arrived, 1) == n - 1) {
+        atomic_store(&sh->arrived, 0);
+        atomic_fetch_add(&sh->generation, 1);
+        return;
+    }
+    while (atomic_load(&sh->generation) == gen)
+        sched_yield(); /* the run's SIGALRM ends a barrier a dead rank never reaches */
+}
+
+static void set_timeouts(int fd)
+{
+    struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, char *p, size_t n)
+{
+    while (n) {
+        ssize_t k = recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void *tx_main(void *arg)
+{
+    tx_t *t = arg;
+    for (size_t done = 0; done < t->bytes;) {
+        size_t m = t->bytes - done < t->chunk ? t->bytes - done : t->chunk;
+        if (send_all(t->fd, t->buf, m)) {
+            t->err = errno ? errno : EPIPE;
+            return NULL;
+        }
+        done += m;
+    }
+    return NULL;
+}
+
+/* The ring's two connections of rank r: *out to r + 1, *in from r - 1 (after its token). */
+static int connect_ring(shared_t *sh, int n, int r, int *out, int *in)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) || listen(ls, 4) ||
+        getsockname(ls, (struct sockaddr *)&a, &al)) {
+        perror("tcpbw: listen on 127.0.0.1");
+        return -1;
+    }
+    atomic_store(&sh->port[r], ntohs(a.sin_port));
+    int next = (r + 1) % n, port;
+    while (!(port = atomic_load(&sh->port[next])))
+        sched_yield();
+    a.sin_port = htons((uint16_t)port);
+    if (r == 0 && getenv("TCPBW_TEST_STRANGER")) { /* the tests: a connection with wrong bytes */
+        int x = socket(AF_INET, SOCK_STREAM, 0);
+        uint8_t junk[TOKEN_BYTES];
+        memset(junk, 0x5a, sizeof(junk));
+        if (x < 0 || connect(x, (struct sockaddr *)&a, sizeof(a)) ||
+            send_all(x, (const char *)junk, sizeof(junk)))
+            perror("tcpbw: the stranger's connection");
+        close(x);
+    }
+    *out = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    if (*out < 0 || connect(*out, (struct sockaddr *)&a, sizeof(a))) {
+        perror("tcpbw: connect");
+        return -1;
+    }
+    setsockopt(*out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    set_timeouts(*out);
+    if (send_all(*out, (const char *)sh->token, TOKEN_BYTES)) {
+        perror("tcpbw: send the token");
+        return -1;
+    }
+    for (;;) { /* the first connection that sends the token is rank r - 1's */
+        *in = accept(ls, NULL, NULL);
+        if (*in < 0) {
+            if (errno == EINTR) continue;
+            perror("tcpbw: accept");
+            return -1;
+        }
+        set_timeouts(*in);
+        uint8_t got[TOKEN_BYTES];
+        if (!recv_all(*in, (char *)got, sizeof(got)) && !memcmp(got, sh->token, sizeof(got))) break;
+        fprintf(stderr, "tcpbw: rank %d: closed a connection without the run's token\n", r);
+        close(*in);
+    }
+    close(ls);
+    return 0;
+}
+
+/* One rank: reps + 1 repetitions per chunk size (the first a warm-up), times into sh. */
+static int rank_main(shared_t *sh, int n, int r, size_t bytes, const size_t *chunks, int nchunks,
+                     int reps)
+{
+    int out, in;
+    if (connect_ring(sh, n, r, &out, &in)) return 1;
+    size_t cmax = 0;
+    for (int i = 0; i < nchunks; i++)
+        if (chunks[i] > cmax) cmax = chunks[i];
+    char *sbuf = malloc(cmax), *rbuf = malloc(cmax);
+    if (!sbuf || !rbuf) return 1;
+    memset(sbuf, 'a' + r % 26, cmax);
+    for (int i = 0; i < nchunks; i++) {
+        for (int k = 0; k <= reps; k++) {
+            barrier(sh, n);
+            tx_t t = {.fd = out, .bytes = bytes, .chunk = chunks[i], .buf = sbuf};
+            pthread_t th;
+            double t0 = now_s();
+            if (pthread_create(&th, NULL, tx_main, &t)) return 1;
+            int bad = 0;
+            for (size_t got = 0; got < bytes;) {
+                size_t want = bytes - got < chunks[i] ? bytes - got : chunks[i];
+                ssize_t m = recv(in, rbuf, want, 0);
+                if (m < 0 && errno == EINTR) continue;
+                if (m <= 0) {
+                    bad = 1;
+                    break;
+                }
+                got += (size_t)m;
+            }
+            pthread_join(th, NULL);
+            double secs = now_s() - t0;
+            char want = (char)('a' + (r + n - 1) % n % 26);
+            if (bad || t.err || rbuf[0] != want) {
+                fprintf(stderr, "tcpbw: rank %d: the transfer failed (%s)\n", r,
+                        bad     ? "receive"
+                        : t.err ? strerror(t.err)
+                                : "wrong bytes");
+                return 1;
+            }
+            sh->secs[r] = secs;
+            barrier(sh, n);
+            if (r == 0 && k > 0) { /* the slowest rank's time of this repetition */
+                double worst = 0;
+                for (int j = 0; j < n; j++)
+                    if (sh->secs[j] > worst) worst = sh->secs[j];
+                sh->secs[0] = worst;
+            }
+            barrier(sh, n);
+            if (r == 0 && k > 0) printf("%d %zu %.9f\n", i, chunks[i], sh->secs[0]);
+            fflush(stdout);
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    close(out);
+    close(in);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: tcpbw [-n RANKS (2..%d)] [-s BYTES] [-c \"CHUNK ...\"] [-r REPS]\n",
+            MAX_RANKS);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    int n = 2, reps = 5, nchunks = 0;
+    size_t bytes = (size_t)256 << 20, chunks[MAX_CHUNKS];
+    const char *clist = "64K 256K 1M 4M";
+    int opt;
+    while ((opt = getopt(argc, argv, "n:s:c:r:")) != -1) {
+        switch (opt) {
+        case 'n':
+            n = atoi(optarg);
+            break;
+        case 's':
+            if (!(bytes = parse_bytes(optarg))) usage();
+            break;
+        case 'c':
+            clist = optarg;
+            break;
+        case 'r':
+            reps = atoi(optarg);
+            break;
+        default:
+            usage();
+        }
+    }
+    if (n < 2 || n > MAX_RANKS || reps < 1) usage();
+    char *cl = strdup(clist), *save = NULL;
+    for (char *tok = strtok_r(cl, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
+        if (nchunks == MAX_CHUNKS || !(chunks[nchunks] = parse_bytes(tok))) usage();
+        nchunks++;
+    }
+    free(cl);
+    if (!nchunks) usage();
+
+    shared_t *sh =
+        mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("tcpbw: mmap");
+        return 1;
+    }
+    memset(sh, 0, sizeof(*sh));
+    if (getrandom(sh->token, sizeof(sh->token), 0) != (ssize_t)sizeof(sh->token)) {
+        perror("tcpbw: getrandom");
+        return 1;
+    }
+    int pipefd[2];
+    if (pipe(pipefd)) return 1;
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("tcpbw: fork");
+            return 1;
+        }
+        if (pids[r] == 0) {
+            alarm(RUN_TIMEOUT_S);
+            close(pipefd[0]);
+            if (r == 0 && dup2(pipefd[1], STDOUT_FILENO) < 0) _exit(1);
+            close(pipefd[1]);
+            _exit(rank_main(sh, n, r, bytes, chunks, nchunks, reps));
+        }
+    }
+    close(pipefd[1]);
+    /* Rank 0's lines: chunk index, chunk, slowest rank's seconds; best per chunk. */
+    double best[MAX_CHUNKS] = {0};
+    FILE *f = fdopen(pipefd[0], "r");
+    int idx;
+    size_t c;
+    double secs;
+    while (f && fscanf(f, "%d %zu %lf", &idx, &c, &secs) == 3)
+        if (idx >= 0 && idx < nchunks && secs > 0 && (!best[idx] || secs < best[idx]))
+            best[idx] = secs;
+    if (f) fclose(f);
+    int failed = 0;
+    for (int r = 0; r < n; r++) {
+        int st;
+        if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) failed = 1;
+    }
+    if (failed) {
+        fprintf(stderr, "tcpbw: a rank failed (or ran past %d s)\n", RUN_TIMEOUT_S);
+        return 1;
+    }
+    double top = 0;
+    for (int i = 0; i < nchunks; i++) {
+        double gbs = best[i] > 0 ? (double)bytes / best[i] / 1e9 : 0;
+        printf("tcpbw ranks %d chunk %zu GB/s %.3f\n", n, chunks[i], gbs);
+        if (gbs > top) top = gbs;
+    }
+    printf("tcpbw ranks %d best GB/s %.3f\n", n, top);
+    return top > 0 ? 0 : 1;
+}
