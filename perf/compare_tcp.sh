@@ -47,12 +47,13 @@ flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op"
     env | grep '^BRAID_' | sed 's/^BRAID_SECRET=.*/BRAID_SECRET=(set)/; s/^/# /' || true
 } >"$dir/summary.txt"
 
-# The loopback TCP ceiling (perf/tcpbw: N processes in a ring, each sending and receiving at
-# once, best chunk size; per rank, each way), before the runs and after them: a ring
-# all-reduce's busbw can not exceed it.
+# The loopback TCP ceiling (perf/tcpbw: N processes in a ring, each sending from and receiving
+# into buffers of 128 MiB at once, best of chunks 256K and 1M and socket buffers autotuned and
+# 128K; per rank, each way), before the runs and after them: a ring all-reduce's busbw is the
+# same bytes per second, with the reductions on top.
 ceiling() { # when
     for n in $ranks; do
-        if [ -x "$bin/tcpbw" ] && "$bin/tcpbw" -n "$n" -s 128M >"$dir/tcpbw_n$n.$1.txt" 2>&1; then
+        if [ -x "$bin/tcpbw" ] && "$bin/tcpbw" -n "$n" -s 128M -b "0 128K" >"$dir/tcpbw_n$n.$1.txt" 2>&1; then
             echo "# tcpbw $1, $n ranks: $(awk '/best/ { print $NF }' "$dir/tcpbw_n$n.$1.txt") GB/s" >>"$dir/summary.txt"
         else
             echo "# tcpbw $1, $n ranks: failed, see $dir/tcpbw_n$n.$1.txt" >>"$dir/summary.txt"

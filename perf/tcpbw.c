@@ -1,17 +1,20 @@
 /* tcpbw: how many bytes per second the kernel's TCP moves between processes of this machine
  * over loopback, measured the way the TCP all-reduce reports need it for a ceiling: N
  * processes in a ring (rank r sends to r + 1 and receives from r - 1, both at once: a sender
- * thread and the main thread), each sending BYTES in send() calls of CHUNK bytes from one
- * cache-hot buffer, and the rate is BYTES over the slowest rank's time, best of R repetitions
- * after a warm-up one. A ring all-reduce moves 2(N-1)/N bytes per byte reduced through each
- * rank's sockets, so its busbw can not exceed this rate (per rank, each way), and it also
- * reduces and copies between the transfers, which this probe does not.
+ * thread and the main thread), each sending BYTES from a buffer of BYTES into a buffer of BYTES
+ * (as a collective reads its input and writes its output) in send() calls of CHUNK bytes; the
+ * rate is BYTES over the slowest rank's time, best of R repetitions after a warm-up one. A ring
+ * all-reduce moves 2(N-1)/N bytes per byte reduced through each rank's sockets, so its busbw is
+ * the same bytes per second per rank each way, and it also reduces, which this probe does not.
  *
- *   tcpbw [-n RANKS] [-s BYTES] [-c "CHUNK ..."] [-r REPS]
+ *   tcpbw [-n RANKS] [-s BYTES] [-c "CHUNK ..."] [-b "SOCKBUF ..."] [-r REPS] [-H]
  *
- * Prints per chunk size "tcpbw ranks N chunk C GB/s X" and then "tcpbw ranks N best GB/s X"
- * (GB = 1e9 bytes; per rank, each way). Defaults: N = 2, BYTES = 256 MiB, CHUNK = "64K 256K
- * 1M 4M", R = 5 (the rate moves by up to 1.2x between runs on the 2-vCPU VMs).
+ * -b: SO_SNDBUF and SO_RCVBUF sizes to try, 0 = the kernel's autotuning (default "0").
+ * -H: send from and receive into one CHUNK-sized buffer each (cache-hot) instead.
+ * Prints per chunk and socket buffer size "tcpbw ranks N chunk C sockbuf B GB/s X" and then
+ * "tcpbw ranks N best GB/s X" (GB = 1e9 bytes; per rank, each way). Defaults: N = 2, BYTES =
+ * 256 MiB, CHUNK = "256K 1M", R = 5 (the rate moves by up to 1.2x between runs on the 2-vCPU
+ * VMs, and 2x when the VM changes mode).
  *
  * The connections are between 127.0.0.1 and ephemeral ports of 127.0.0.1 only; a connection
  * that does not first send the run's 16 random bytes is closed (TCPBW_TEST_STRANGER set: rank
@@ -40,7 +43,7 @@
 #include "parse_bytes.h"
 
 #define MAX_RANKS 64
-#define MAX_CHUNKS 8
+#define MAX_SIZES 8
 #define TOKEN_BYTES 16
 #define IO_TIMEOUT_S 30
 #define RUN_TIMEOUT_S 120
@@ -48,17 +51,22 @@
 /* Shared between the parent and the ranks (MAP_SHARED). */
 typedef struct {
     uint8_t token[TOKEN_BYTES];
-    _Atomic int port[MAX_RANKS]; /* 0 until the rank listens */
-    _Atomic int arrived;         /* barrier: ranks that reached it */
-    _Atomic int generation;      /* barrier: bumped by the last one in */
-    double secs[MAX_RANKS];      /* this repetition's time of every rank */
+    _Atomic int port[MAX_SIZES][MAX_RANKS]; /* per socket buffer size; 0 until the rank listens */
+    _Atomic int arrived;                    /* barrier: ranks that reached it */
+    _Atomic int generation;                 /* barrier: bumped by the last one in */
+    double secs[MAX_RANKS];                 /* this repetition's time of every rank */
 } shared_t;
+
+typedef struct {
+    int n, reps, hot, nchunks, nbufs;
+    size_t bytes, chunks[MAX_SIZES], bufs[MAX_SIZES];
+} opts_t;
 
 typedef struct {
     int fd;
     size_t bytes, chunk;
     const char *buf;
-    int err;
+    int hot, err;
 } tx_t;
 
 static double now_s(void)
@@ -80,11 +88,17 @@ static void barrier(shared_t *sh, int n)
         sched_yield(); /* the run's SIGALRM ends a barrier a dead rank never reaches */
 }
 
-static void set_timeouts(int fd)
+/* Timeouts, and the socket buffers (0: the kernel's autotuning), before connect or listen. */
+static void sock_setup(int fd, size_t sockbuf)
 {
     struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (sockbuf) {
+        int v = sockbuf > INT32_MAX / 2 ? INT32_MAX / 2 : (int)sockbuf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
 }
 
 static int send_all(int fd, const char *p, size_t n)
@@ -116,7 +130,7 @@ static void *tx_main(void *arg)
     tx_t *t = arg;
     for (size_t done = 0; done < t->bytes;) {
         size_t m = t->bytes - done < t->chunk ? t->bytes - done : t->chunk;
-        if (send_all(t->fd, t->buf, m)) {
+        if (send_all(t->fd, t->buf + (t->hot ? 0 : done), m)) {
             t->err = errno ? errno : EPIPE;
             return NULL;
         }
@@ -125,23 +139,25 @@ static void *tx_main(void *arg)
     return NULL;
 }
 
-/* The ring's two connections of rank r: *out to r + 1, *in from r - 1 (after its token). */
-static int connect_ring(shared_t *sh, int n, int r, int *out, int *in)
+/* The ring's two connections of rank r with socket buffers bufs[b]: *out to r + 1, *in from
+ * r - 1 (after its token). */
+static int connect_ring(shared_t *sh, int n, int r, int b, size_t sockbuf, int *out, int *in)
 {
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof(a);
+    if (ls >= 0) sock_setup(ls, sockbuf); /* accepted sockets inherit it */
     if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) || listen(ls, 4) ||
         getsockname(ls, (struct sockaddr *)&a, &al)) {
         perror("tcpbw: listen on 127.0.0.1");
         return -1;
     }
-    atomic_store(&sh->port[r], ntohs(a.sin_port));
+    atomic_store(&sh->port[b][r], ntohs(a.sin_port));
     int next = (r + 1) % n, port;
-    while (!(port = atomic_load(&sh->port[next])))
+    while (!(port = atomic_load(&sh->port[b][next])))
         sched_yield();
     a.sin_port = htons((uint16_t)port);
-    if (r == 0 && getenv("TCPBW_TEST_STRANGER")) { /* the tests: a connection with wrong bytes */
+    if (r == 0 && !b && getenv("TCPBW_TEST_STRANGER")) { /* the tests: a connection, wrong bytes */
         int x = socket(AF_INET, SOCK_STREAM, 0);
         uint8_t junk[TOKEN_BYTES];
         memset(junk, 0x5a, sizeof(junk));
@@ -152,12 +168,12 @@ static int connect_ring(shared_t *sh, int n, int r, int *out, int *in)
     }
     *out = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
+    if (*out >= 0) sock_setup(*out, sockbuf);
     if (*out < 0 || connect(*out, (struct sockaddr *)&a, sizeof(a))) {
         perror("tcpbw: connect");
         return -1;
     }
     setsockopt(*out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    set_timeouts(*out);
     if (send_all(*out, (const char *)sh->token, TOKEN_BYTES)) {
         perror("tcpbw: send the token");
         return -1;
@@ -169,7 +185,7 @@ static int connect_ring(shared_t *sh, int n, int r, int *out, int *in)
             perror("tcpbw: accept");
             return -1;
         }
-        set_timeouts(*in);
+        sock_setup(*in, 0); /* the timeouts; the buffers came from the listener */
         uint8_t got[TOKEN_BYTES];
         if (!recv_all(*in, (char *)got, sizeof(got)) && !memcmp(got, sh->token, sizeof(got))) break;
         fprintf(stderr, "tcpbw: rank %d: closed a connection without the run's token\n", r);
@@ -179,105 +195,140 @@ static int connect_ring(shared_t *sh, int n, int r, int *out, int *in)
     return 0;
 }
 
-/* One rank: reps + 1 repetitions per chunk size (the first a warm-up), times into sh. */
-static int rank_main(shared_t *sh, int n, int r, size_t bytes, const size_t *chunks, int nchunks,
-                     int reps)
+/* Rank r's transfers of one repetition over (out, in): its time, or < 0 on failure. */
+static double transfer(const opts_t *o, int r, int out, int in, size_t chunk, const char *sbuf,
+                       char *rbuf)
 {
-    int out, in;
-    if (connect_ring(sh, n, r, &out, &in)) return 1;
-    size_t cmax = 0;
-    for (int i = 0; i < nchunks; i++)
-        if (chunks[i] > cmax) cmax = chunks[i];
-    char *sbuf = malloc(cmax), *rbuf = malloc(cmax);
-    if (!sbuf || !rbuf) return 1;
-    memset(sbuf, 'a' + r % 26, cmax);
-    for (int i = 0; i < nchunks; i++) {
-        for (int k = 0; k <= reps; k++) {
-            barrier(sh, n);
-            tx_t t = {.fd = out, .bytes = bytes, .chunk = chunks[i], .buf = sbuf};
-            pthread_t th;
-            double t0 = now_s();
-            if (pthread_create(&th, NULL, tx_main, &t)) return 1;
-            int bad = 0;
-            for (size_t got = 0; got < bytes;) {
-                size_t want = bytes - got < chunks[i] ? bytes - got : chunks[i];
-                ssize_t m = recv(in, rbuf, want, 0);
-                if (m < 0 && errno == EINTR) continue;
-                if (m <= 0) {
-                    bad = 1;
-                    break;
-                }
-                got += (size_t)m;
-            }
-            pthread_join(th, NULL);
-            double secs = now_s() - t0;
-            char want = (char)('a' + (r + n - 1) % n % 26);
-            if (bad || t.err || rbuf[0] != want) {
-                fprintf(stderr, "tcpbw: rank %d: the transfer failed (%s)\n", r,
-                        bad     ? "receive"
-                        : t.err ? strerror(t.err)
-                                : "wrong bytes");
-                return 1;
-            }
-            sh->secs[r] = secs;
-            barrier(sh, n);
-            if (r == 0 && k > 0) { /* the slowest rank's time of this repetition */
-                double worst = 0;
-                for (int j = 0; j < n; j++)
-                    if (sh->secs[j] > worst) worst = sh->secs[j];
-                sh->secs[0] = worst;
-            }
-            barrier(sh, n);
-            if (r == 0 && k > 0) printf("%d %zu %.9f\n", i, chunks[i], sh->secs[0]);
-            fflush(stdout);
+    tx_t t = {.fd = out, .bytes = o->bytes, .chunk = chunk, .buf = sbuf, .hot = o->hot};
+    pthread_t th;
+    double t0 = now_s();
+    if (pthread_create(&th, NULL, tx_main, &t)) return -1;
+    int bad = 0;
+    size_t got = 0;
+    while (got < o->bytes) {
+        size_t want = o->bytes - got < chunk ? o->bytes - got : chunk;
+        ssize_t m = recv(in, rbuf + (o->hot ? 0 : got), want, 0);
+        if (m < 0 && errno == EINTR) continue;
+        if (m <= 0) {
+            bad = 1;
+            break;
         }
+        got += (size_t)m;
+    }
+    pthread_join(th, NULL);
+    double secs = now_s() - t0;
+    char want = (char)('a' + (r + o->n - 1) % o->n % 26); /* the sender's bytes */
+    if (!bad && !t.err && rbuf[0] == want && rbuf[o->hot ? 0 : o->bytes - 1] == want) return secs;
+    fprintf(stderr, "tcpbw: rank %d: the transfer failed (%s)\n", r,
+            bad     ? "receive"
+            : t.err ? strerror(t.err)
+                    : "wrong bytes");
+    return -1;
+}
+
+/* One rank: per socket buffer size a ring, per chunk size reps + 1 repetitions (the first a
+ * warm-up); rank 0 prints each repetition's slowest time. */
+static int rank_main(shared_t *sh, const opts_t *o, int r)
+{
+    int n = o->n;
+    size_t len = o->bytes;
+    if (o->hot) {
+        len = 0;
+        for (int i = 0; i < o->nchunks; i++)
+            if (o->chunks[i] > len) len = o->chunks[i];
+    }
+    char *sbuf = malloc(len), *rbuf = malloc(len);
+    if (!sbuf || !rbuf) {
+        fprintf(stderr, "tcpbw: rank %d: out of memory for 2 x %zu bytes\n", r, len);
+        return 1;
+    }
+    memset(sbuf, 'a' + r % 26, len);
+    memset(rbuf, 0, len); /* faulted in before the first repetition */
+    for (int b = 0; b < o->nbufs; b++) {
+        int out, in;
+        if (connect_ring(sh, n, r, b, o->bufs[b], &out, &in)) return 1;
+        for (int i = 0; i < o->nchunks; i++) {
+            for (int k = 0; k <= o->reps; k++) {
+                barrier(sh, n);
+                double secs = transfer(o, r, out, in, o->chunks[i], sbuf, rbuf);
+                if (secs < 0) return 1;
+                sh->secs[r] = secs;
+                barrier(sh, n);
+                if (r == 0 && k > 0) { /* the slowest rank's time of this repetition */
+                    double worst = 0;
+                    for (int j = 0; j < n; j++)
+                        if (sh->secs[j] > worst) worst = sh->secs[j];
+                    printf("%d %d %.9f\n", b, i, worst);
+                    fflush(stdout);
+                }
+                barrier(sh, n); /* nobody rewrites secs before rank 0 read them */
+            }
+        }
+        close(out);
+        close(in);
     }
     free(sbuf);
     free(rbuf);
-    close(out);
-    close(in);
     return 0;
 }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: tcpbw [-n RANKS (2..%d)] [-s BYTES] [-c \"CHUNK ...\"] [-r REPS]\n",
+    fprintf(stderr,
+            "usage: tcpbw [-n RANKS (2..%d)] [-s BYTES] [-c \"CHUNK ...\"] [-b \"SOCKBUF ...\"] "
+            "[-r REPS] [-H]\n",
             MAX_RANKS);
     exit(2);
 }
 
+/* A list of at most MAX_SIZES sizes; zero allowed where zero_ok. */
+static int parse_list(const char *list, size_t *out, int zero_ok)
+{
+    char *cl = strdup(list), *save = NULL;
+    int k = 0;
+    for (char *tok = strtok_r(cl, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
+        if (k == MAX_SIZES) usage();
+        out[k] = strcmp(tok, "0") ? parse_bytes(tok) : 0;
+        if (!out[k] && !(zero_ok && !strcmp(tok, "0"))) usage();
+        k++;
+    }
+    free(cl);
+    if (!k) usage();
+    return k;
+}
+
 int main(int argc, char **argv)
 {
-    int n = 2, reps = 5, nchunks = 0;
-    size_t bytes = (size_t)256 << 20, chunks[MAX_CHUNKS];
-    const char *clist = "64K 256K 1M 4M";
+    opts_t o = {.n = 2, .reps = 5, .bytes = (size_t)256 << 20};
+    const char *clist = "256K 1M", *blist = "0";
     int opt;
-    while ((opt = getopt(argc, argv, "n:s:c:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:c:b:r:H")) != -1) {
         switch (opt) {
         case 'n':
-            n = atoi(optarg);
+            o.n = atoi(optarg);
             break;
         case 's':
-            if (!(bytes = parse_bytes(optarg))) usage();
+            if (!(o.bytes = parse_bytes(optarg))) usage();
             break;
         case 'c':
             clist = optarg;
             break;
+        case 'b':
+            blist = optarg;
+            break;
         case 'r':
-            reps = atoi(optarg);
+            o.reps = atoi(optarg);
+            break;
+        case 'H':
+            o.hot = 1;
             break;
         default:
             usage();
         }
     }
-    if (n < 2 || n > MAX_RANKS || reps < 1) usage();
-    char *cl = strdup(clist), *save = NULL;
-    for (char *tok = strtok_r(cl, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
-        if (nchunks == MAX_CHUNKS || !(chunks[nchunks] = parse_bytes(tok))) usage();
-        nchunks++;
-    }
-    free(cl);
-    if (!nchunks) usage();
+    if (o.n < 2 || o.n > MAX_RANKS || o.reps < 1 || optind < argc) usage();
+    o.nchunks = parse_list(clist, o.chunks, 0);
+    o.nbufs = parse_list(blist, o.bufs, 1);
 
     shared_t *sh =
         mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -292,8 +343,9 @@ int main(int argc, char **argv)
     }
     int pipefd[2];
     if (pipe(pipefd)) return 1;
+    fflush(stdout);
     pid_t pids[MAX_RANKS];
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < o.n; r++) {
         pids[r] = fork();
         if (pids[r] < 0) {
             perror("tcpbw: fork");
@@ -304,22 +356,21 @@ int main(int argc, char **argv)
             close(pipefd[0]);
             if (r == 0 && dup2(pipefd[1], STDOUT_FILENO) < 0) _exit(1);
             close(pipefd[1]);
-            _exit(rank_main(sh, n, r, bytes, chunks, nchunks, reps));
+            _exit(rank_main(sh, &o, r));
         }
     }
     close(pipefd[1]);
-    /* Rank 0's lines: chunk index, chunk, slowest rank's seconds; best per chunk. */
-    double best[MAX_CHUNKS] = {0};
+    /* Rank 0's lines: buffer index, chunk index, slowest rank's seconds; the best of each. */
+    double best[MAX_SIZES][MAX_SIZES] = {{0}}, secs;
     FILE *f = fdopen(pipefd[0], "r");
-    int idx;
-    size_t c;
-    double secs;
-    while (f && fscanf(f, "%d %zu %lf", &idx, &c, &secs) == 3)
-        if (idx >= 0 && idx < nchunks && secs > 0 && (!best[idx] || secs < best[idx]))
-            best[idx] = secs;
+    int b, i;
+    while (f && fscanf(f, "%d %d %lf", &b, &i, &secs) == 3)
+        if (b >= 0 && b < o.nbufs && i >= 0 && i < o.nchunks && secs > 0 &&
+            (!best[b][i] || secs < best[b][i]))
+            best[b][i] = secs;
     if (f) fclose(f);
     int failed = 0;
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < o.n; r++) {
         int st;
         if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) failed = 1;
     }
@@ -328,11 +379,13 @@ int main(int argc, char **argv)
         return 1;
     }
     double top = 0;
-    for (int i = 0; i < nchunks; i++) {
-        double gbs = best[i] > 0 ? (double)bytes / best[i] / 1e9 : 0;
-        printf("tcpbw ranks %d chunk %zu GB/s %.3f\n", n, chunks[i], gbs);
-        if (gbs > top) top = gbs;
-    }
-    printf("tcpbw ranks %d best GB/s %.3f\n", n, top);
+    for (b = 0; b < o.nbufs; b++)
+        for (i = 0; i < o.nchunks; i++) {
+            double gbs = best[b][i] > 0 ? (double)o.bytes / best[b][i] / 1e9 : 0;
+            printf("tcpbw ranks %d chunk %zu sockbuf %zu GB/s %.3f\n", o.n, o.chunks[i], o.bufs[b],
+                   gbs);
+            if (gbs > top) top = gbs;
+        }
+    printf("tcpbw ranks %d best GB/s %.3f\n", o.n, top);
     return top > 0 ? 0 : 1;
 }

@@ -388,39 +388,62 @@ Test(perftools, footer_survives_wrong_data_on_another_rank, .timeout = 400)
     }
 }
 
-/* perf/tcpbw (the loopback TCP ceiling of compare_tcp.sh): one rate per chunk size and the best
- * of them; a connection without the run's token is closed and the run goes on; bad flags fail. */
+/* perf/tcpbw (the loopback TCP ceiling of compare_tcp.sh): one rate per chunk and socket buffer
+ * size and the best of them; a connection without the run's token is closed and the run goes
+ * on; bad flags fail. */
 static double tcpbw_rate(const char *out, const char *what)
 {
     const char *p = strstr(out, what);
     double v = -1;
-    if (p && sscanf(p + strlen(what), " GB/s %lf", &v) != 1) v = -1;
+    if (!p || sscanf(p + strlen(what), " GB/s %lf", &v) != 1) v = -1;
     return v;
 }
 
-Test(perftools, tcpbw_reports_a_rate_per_chunk_and_the_best)
+static char *tcpbw_run(const char *args, int *status)
 {
-    char cmd[PATH_MAX + 128];
-    snprintf(cmd, sizeof(cmd), "TCPBW_TEST_STRANGER=1 %s/tcpbw -n 3 -s 4M -c '64K 1M' -r 2 2>&1",
-             bindir);
+    char cmd[PATH_MAX + 256];
+    snprintf(cmd, sizeof(cmd), "%s/tcpbw %s 2>&1", bindir, args);
     FILE *p = popen(cmd, "r");
     cr_assert(p);
-    static char out[8192];
-    size_t len = fread(out, 1, sizeof(out) - 1, p);
+    char *out = calloc(1, 8192);
+    size_t len = fread(out, 1, 8191, p);
     out[len] = '\0';
     int st = pclose(p);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
-    double a = tcpbw_rate(out, "tcpbw ranks 3 chunk 65536"),
-           b = tcpbw_rate(out, "tcpbw ranks 3 chunk 1048576"),
-           best = tcpbw_rate(out, "tcpbw ranks 3 best");
-    cr_assert(a > 0 && b > 0, "%s", out);
-    cr_assert_float_eq(best, a > b ? a : b, 1e-9, "%s", out);
-    cr_assert(strstr(out, "rank 1: closed a connection without the run's token"), "%s", out);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return out;
+}
 
-    snprintf(cmd, sizeof(cmd), "%s/tcpbw -n 1 >/dev/null 2>&1", bindir);
-    st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    snprintf(cmd, sizeof(cmd), "%s/tcpbw -c 12Q >/dev/null 2>&1", bindir);
-    st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+Test(perftools, tcpbw_reports_a_rate_per_chunk_and_sockbuf_and_the_best)
+{
+    int st;
+    setenv("TCPBW_TEST_STRANGER", "1", 1);
+    char *out = tcpbw_run("-n 3 -s 4M -c '64K 1M' -b '0 64K' -r 2", &st);
+    unsetenv("TCPBW_TEST_STRANGER");
+    cr_assert_eq(st, 0, "%s", out);
+    const char *rows[] = {"chunk 65536 sockbuf 0", "chunk 1048576 sockbuf 0",
+                          "chunk 65536 sockbuf 65536", "chunk 1048576 sockbuf 65536"};
+    double top = 0;
+    for (int i = 0; i < 4; i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "tcpbw ranks 3 %s", rows[i]);
+        double v = tcpbw_rate(out, what);
+        cr_assert(v > 0, "%s: %s", what, out);
+        if (v > top) top = v;
+    }
+    cr_assert_float_eq(tcpbw_rate(out, "tcpbw ranks 3 best"), top, 1e-9, "%s", out);
+    cr_assert(strstr(out, "rank 1: closed a connection without the run's token"), "%s", out);
+    free(out);
+
+    out = tcpbw_run("-n 2 -s 1M -c 64K -H -r 1", &st); /* one cache-hot buffer */
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(tcpbw_rate(out, "tcpbw ranks 2 chunk 65536 sockbuf 0") > 0, "%s", out);
+    free(out);
+
+    const char *bad[] = {"-n 1", "-c 12Q", "-b 7X", "-c 0", "-r 0", "stray"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        out = tcpbw_run(bad[i], &st);
+        cr_assert_eq(st, 2, "%s: %s", bad[i], out);
+        cr_assert(strstr(out, "usage: tcpbw"), "%s: %s", bad[i], out);
+        free(out);
+    }
 }
