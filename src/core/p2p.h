@@ -241,9 +241,11 @@ typedef struct {
     int kind;     /* braid_item_kind_t */
     int call;     /* 1-based position in the group */
     int rejected; /* it failed its checks (kept only to tell the peers: group_reject.c) */
-    braid_op_args_t args;
-    braid_pcoll_t pc;
-    braid_p2p_op_t op;
+    union {       /* by kind (an item was the three side by side, 328 bytes, copied per call) */
+        braid_op_args_t args; /* BRAID_ITEM_COLL */
+        braid_pcoll_t pc;     /* BRAID_ITEM_PCOLL */
+        braid_p2p_op_t op;    /* BRAID_ITEM_P2P */
+    };
     struct braid_request *req; /* of an i-form call, completed at group end; else NULL */
 } braid_group_item_t;
 
