@@ -210,7 +210,8 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
     braid_result_t res = BRAID_SUCCESS;
     char msg[1024];
     msg[0] = '\0'; /* not "" : that fills the whole 1 KiB on every call */
-    braid_p2p_batch_t b = {0};
+    braid_p2p_op_t ops_st[4];
+    braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(ops_st, 4);
     /* The collectives in call order. */
     for (int i = 0; i < n && res >= 0; i++) {
         braid_group_item_t *it = &items[i];
@@ -546,7 +547,8 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
                                    "it: it would wait forever (post the send first, or both in "
                                    "a group)",
                                    peer);
-        braid_p2p_batch_t b = {0};
+        braid_p2p_op_t ops_st[1];
+        braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(ops_st, 1);
         BRAID_CHECK(braid_p2p_batch_add(&b, &op));
         braid_p2p_assign_seq(comm, &b, 0);
         res = braid_p2p_run(comm, &b, NULL, NULL, NULL);

@@ -92,7 +92,12 @@ typedef struct braid_p2p_op {
 typedef struct braid_p2p_batch {
     braid_p2p_op_t *ops;
     int nops, cap;
+    int heap; /* ops was allocated here (else it is the caller's: BRAID_P2P_BATCH_ON) */
 } braid_p2p_batch_t;
+
+/* A batch that starts in the caller's array of n operations (on the stack: no allocation for
+ * the common small batch); it moves to the heap when it outgrows it. */
+#define BRAID_P2P_BATCH_ON(arr, n) ((braid_p2p_batch_t){.ops = (arr), .cap = (n)})
 
 /* Appends an operation (copied); BRAID_ERR_NOMEM on failure. */
 braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op);

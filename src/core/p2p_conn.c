@@ -7,6 +7,7 @@
 #include "core/p2p_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- connections ----------------------------------------------------------------------- */
 braid_result_t braid_p2p_connect(struct braid_comm *comm)
@@ -190,10 +191,13 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
         /* From 4 (544 bytes): glibc's per-thread cache serves up to 1 KiB without touching
          * its bins (8 operations were 1088 bytes). */
         int cap = b->cap ? b->cap * 2 : 4;
-        braid_p2p_op_t *n = realloc(b->ops, (size_t)cap * sizeof(*n));
+        braid_p2p_op_t *n =
+            b->heap ? realloc(b->ops, (size_t)cap * sizeof(*n)) : malloc((size_t)cap * sizeof(*n));
         if (!n) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %d operations", cap);
+        if (!b->heap && b->nops) memcpy(n, b->ops, (size_t)b->nops * sizeof(*n));
         b->ops = n;
         b->cap = cap;
+        b->heap = 1;
     }
     b->ops[b->nops] = *op;
     b->ops[b->nops].off = 0;
@@ -212,9 +216,9 @@ void braid_p2p_batch_free(braid_p2p_batch_t *b)
 {
     for (int i = 0; i < b->nops; i++) /* a staged operation that never ran */
         braid_dev_shadow_put(b->ops[i].shadow);
-    free(b->ops);
+    if (b->heap) free(b->ops);
     b->ops = NULL;
-    b->nops = b->cap = 0;
+    b->nops = b->cap = b->heap = 0;
 }
 
 void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from)
