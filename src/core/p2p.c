@@ -606,7 +606,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
     uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
     uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
     uint64_t idle_since = 0, next_check = 0, check_gap = 0;
-    unsigned turn = 0;
+    unsigned turn = 0, idle_passes = 0;
     for (;;) {
         BRAID_CHECK(link_new(r));
         if (!r->remaining) {
@@ -621,9 +621,13 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if (moved) {
             idle_since = 0;
             next_check = check_gap = 0;
+            idle_passes = 0;
             continue;
         }
-        if (pull && pull(comm, r->b, r->arg) > 0) continue;
+        /* The worker's queue (under its lock): while spinning every 16th idle pass (the passes
+         * come one pause apart, and the submitting threads take that lock too), after it on
+         * every pass (those are a yield or a sleep of at most 1 ms apart). */
+        if (pull && (idle_passes++ & 15) == 0 && pull(comm, r->b, r->arg) > 0) continue;
         if (!r->nblk)
             return braid_set_error(BRAID_ERR_INTERNAL, "%d operations neither move nor wait",
                                    r->remaining);
@@ -640,6 +644,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             braid_cpu_relax(); /* one: 16 in a row looked away for 0.4 us (see yield.h) */
             continue;
         }
+        idle_passes = 0; /* past the spin: the queue on every pass */
         if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
             continue;
         if (now - idle_since > timeout_ns)
