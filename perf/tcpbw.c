@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -349,6 +350,8 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] < 0) {
             perror("tcpbw: fork");
+            for (int k = 0; k < r; k++) /* they would wait for the missing rank until SIGALRM */
+                kill(pids[k], SIGKILL);
             return 1;
         }
         if (pids[r] == 0) {
