@@ -123,7 +123,8 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             p.sendbuf = tmp;
         }
     }
-    braid_p2p_batch_t b = {0};
+    braid_p2p_op_t ops_st[8]; /* the plan of up to 4 ranks' all-to-all: no allocation */
+    braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(ops_st, 8);
     uint64_t tl0 = braid_timeline_enabled() ? braid_now_ns() : 0;
     res = braid_pcoll_plan(&p, n, comm->rank, seq, &b);
     for (int i = 0; i < b.nops; i++)
