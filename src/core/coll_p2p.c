@@ -289,6 +289,7 @@ static braid_result_t copy_arrays(struct braid_comm *comm, braid_pcoll_t *pc)
 {
     size_t n = (size_t)comm->nranks;
     const size_t *src[4] = {pc->sendcounts, pc->sdispls, pc->recvcounts, pc->rdispls};
+    if (!src[0] && !src[1] && !src[2] && !src[3]) return BRAID_SUCCESS; /* not a v form */
     size_t *all = calloc(4 * n, sizeof(size_t));
     if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for %zu counts", 4 * n);
     size_t **dst[4] = {&pc->sendcounts, &pc->sdispls, &pc->recvcounts, &pc->rdispls};
