@@ -191,3 +191,49 @@ Test(p2p_plan, gather_scatter_allgatherv_reduce_scatterv)
             }
         }
 }
+
+/* A batch that starts in the caller's array (BRAID_P2P_BATCH_ON) fills it, then moves to the
+ * heap with every operation kept, and batch_free frees only what it allocated (ASan: a free of
+ * the stack array, or a leak of the heap one, fails the test); a batch from {0} allocates at
+ * once. The runner resets each added operation's progress fields. */
+Test(p2p_plan, batch_on_the_stack_moves_to_the_heap_when_full)
+{
+    braid_p2p_op_t st[2];
+    memset(st, 0, sizeof(st));
+    braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(st, 2);
+    for (int i = 0; i < 7; i++) {
+        braid_p2p_op_t op = {.kind = BRAID_P2P_SEND,
+                             .peer = 10 + i,
+                             .count = (size_t)i,
+                             .done = 1,
+                             .nmsgs = 3,
+                             .off = 99};
+        cr_assert_eq(braid_p2p_batch_add(&b, &op), BRAID_SUCCESS);
+        cr_assert_eq(b.ops == st, i < 2, "op %d: %s", i, b.ops == st ? "stack" : "heap");
+        cr_assert_eq(b.heap, i >= 2);
+    }
+    cr_assert_eq(b.nops, 7);
+    cr_assert_geq(b.cap, 7);
+    for (int i = 0; i < 7; i++) {
+        cr_assert_eq(b.ops[i].peer, 10 + i);
+        cr_assert_eq(b.ops[i].count, (size_t)i);
+        cr_assert_eq(b.ops[i].done, 0);
+        cr_assert_eq(b.ops[i].nmsgs, 0);
+        cr_assert_eq(b.ops[i].off, 0);
+        cr_assert_eq(b.ops[i].next, -1);
+    }
+    braid_p2p_batch_free(&b);
+    cr_assert_null(b.ops);
+    cr_assert_eq(b.nops + b.cap + b.heap, 0);
+
+    braid_p2p_batch_t h = {0};
+    braid_p2p_op_t op = {.kind = BRAID_P2P_RECV, .peer = 1};
+    cr_assert_eq(braid_p2p_batch_add(&h, &op), BRAID_SUCCESS);
+    cr_assert(h.heap && h.ops && h.nops == 1);
+    braid_p2p_batch_free(&h);
+
+    braid_p2p_batch_t s1 = BRAID_P2P_BATCH_ON(st, 2); /* never outgrown: nothing to free */
+    cr_assert_eq(braid_p2p_batch_add(&s1, &op), BRAID_SUCCESS);
+    cr_assert(!s1.heap && s1.ops == st);
+    braid_p2p_batch_free(&s1);
+}
