@@ -687,6 +687,15 @@ static braid_p2p_op_t *failed_op(runner_t *r)
     return NULL;
 }
 
+/* The runner's per-peer arrays, when braid_p2p_run took them from the heap. */
+static void free_arrays(int heap, int *ints, const void **ptrs, struct pollfd *pfd)
+{
+    if (!heap) return;
+    free(ints);
+    free(ptrs);
+    free(pfd);
+}
+
 braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
                              braid_p2p_done_fn done, void *arg)
 {
@@ -711,9 +720,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     const void **ptrs = heap ? calloc((size_t)n * 2, sizeof(void *)) : ptrs_st;
     r.pfd = heap ? malloc((size_t)(2 * n + 1) * sizeof(*r.pfd)) : pfd_st;
     if (!ints || !ptrs || !r.pfd) {
-        free(ints);
-        free(ptrs);
-        free(r.pfd);
+        free_arrays(heap, ints, ptrs, r.pfd);
         return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a batch over %d ranks", n);
     }
     if (!heap) memset(ptrs_st, 0, (size_t)n * 2 * sizeof(void *));
@@ -739,11 +746,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             !r.rr_own) {
             r.rr_own = malloc(r.st->chunk);
             if (!r.rr_own) {
-                if (heap) {
-                    free(ints);
-                    free(ptrs);
-                    free(r.pfd);
-                }
+                free_arrays(heap, ints, ptrs, r.pfd);
                 return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a %zu B chunk",
                                        r.st->chunk);
             }
@@ -773,11 +776,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             }
         braid_restore_error(why);
     }
-    if (heap) {
-        free(ints);
-        free(ptrs);
-        free(r.pfd);
-    }
+    free_arrays(heap, ints, ptrs, r.pfd);
     free(r.rr_own);
     return res;
 }

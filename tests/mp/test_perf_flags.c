@@ -26,13 +26,9 @@ static void find_bindir(void)
     *strrchr(bindir, '/') = '\0';
 }
 
-/* Runs "braid-run -n N <tool> <args>" with env prefix; returns stdout+stderr (caller frees)
- * and the exit status. */
-static char *run_tool(const char *env, int n, const char *tool, const char *args, int *status)
+/* Runs the shell command cmd; returns its output (caller frees) and exit status. */
+static char *run_cmd(const char *cmd, int *status)
 {
-    char cmd[3 * PATH_MAX];
-    snprintf(cmd, sizeof(cmd), "env %s %s/braid-run -n %d --timeout 100 %s/%s %s 2>&1", env, bindir,
-             n, bindir, tool, args);
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen %s", cmd);
     size_t cap = 1 << 16, len = 0, k;
@@ -45,6 +41,17 @@ static char *run_tool(const char *env, int n, const char *tool, const char *args
     int st = pclose(p);
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
     return out;
+}
+
+/* Runs "braid-run -n N <tool> <args>" with env prefix; returns stdout+stderr (caller frees)
+ * and the exit status. */
+static char *run_tool(const char *env, int n, const char *tool, const char *args, int *status)
+{
+    char cmd[3 * PATH_MAX];
+    int w = snprintf(cmd, sizeof(cmd), "env %s %s/braid-run -n %d --timeout 100 %s/%s %s 2>&1", env,
+                     bindir, n, bindir, tool, args);
+    cr_assert(w > 0 && (size_t)w < sizeof(cmd), "command too long");
+    return run_cmd(cmd, status);
 }
 
 /* Result rows: lines that start with a size (spaces then a digit). */
@@ -403,14 +410,7 @@ static char *tcpbw_run(const char *args, int *status)
 {
     char cmd[PATH_MAX + 256];
     snprintf(cmd, sizeof(cmd), "%s/tcpbw %s 2>&1", bindir, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    char *out = calloc(1, 8192);
-    size_t len = fread(out, 1, 8191, p);
-    out[len] = '\0';
-    int st = pclose(p);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-    return out;
+    return run_cmd(cmd, status);
 }
 
 Test(perftools, tcpbw_reports_a_rate_per_chunk_and_sockbuf_and_the_best)
