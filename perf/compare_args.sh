@@ -59,3 +59,11 @@ median_csv() {
             }
         }' "$@" >"$out"
 }
+
+# xcore_probe: "xcore 256K N GB/s", the rate at which one cpu fetches what another just wrote
+# (perf/xcore, as compare_modes.sh's probe), for the summaries' per-round lines: some machines
+# change speed between rounds (perf/RESULTS.md, "a machine with two speeds").
+xcore_probe() {
+    [ -x "$bin/xcore" ] || return 0
+    "$bin/xcore" -t 2 -b 256K -e 256K -r 200 2>/dev/null | awk '$1 == "xcore" { printf "xcore 256K %s GB/s", $7 }'
+}

@@ -9,9 +9,11 @@
 #
 # Every (collective, transport, N) runs both tools R times, the tool order alternating from one
 # round to the next. Raw output: DIR/<coll>_<transport>_n<N>_<tool>.r<K>.{csv,log}. DIR/summary.txt
-# holds the load before and after, versions, and per size the median over the rounds of each
-# tool's out-of-place busbw (GB/s), braid/ompi, and a '<' mark where braid is below Open MPI
-# at 64 KiB or more.
+# holds the load before and after, the cross-core rate (xcore) after each round, and per size
+# the median over the rounds of each tool's out-of-place busbw (GB/s), their ratio braid/ompi,
+# the paired ratio (the median over the rounds of braid/ompi within one round, the two runs back
+# to back: robust to a machine that changes speed between rounds), the rounds where braid was
+# at or above Open MPI, and a '<' mark where the ratio is below 1 at 64 KiB or more.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -64,7 +66,7 @@ while [ "$r" -le "$rounds" ]; do
             done
         done
     done
-    echo "# round $r done $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$sum"
+    echo "# round $r done $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg), $(xcore_probe)" >>"$sum"
     r=$((r + 1))
 done
 echo "# uptime at end: $(uptime)" >>"$sum"
@@ -75,8 +77,11 @@ for c in sendrecv alltoall; do
             echo "" >>"$sum"
             echo "$c, $tr, $n ranks: median busbw GB/s over $rounds rounds (out of place)" >>"$sum"
             awk -F, -v OFS=' ' '
-                FNR == 1 { tool = FILENAME ~ /_braid\./ ? "braid" : "ompi"; next }
-                { k = $3 + 0; v[tool, k, ++m[tool, k]] = $10 + 0; sizes[k] = 1 }
+                FNR == 1 {
+                    tool = FILENAME ~ /_braid\./ ? "braid" : "ompi"
+                    rnd = FILENAME; sub(/.*\.r/, "", rnd); sub(/\.csv$/, "", rnd); next
+                }
+                { k = $3 + 0; v[tool, k, ++m[tool, k]] = $10 + 0; sizes[k] = 1; per[tool, k, rnd] = $10 + 0; rnds[rnd] = 1 }
                 function med(tool, k,   a, i, j, t, c) {
                     c = m[tool, k]; if (!c) return -1
                     for (i = 1; i <= c; i++) a[i] = v[tool, k, i]
@@ -84,13 +89,21 @@ for c in sendrecv alltoall; do
                     return a[int((c + 1) / 2)]
                 }
                 END {
-                    printf "%12s %10s %10s %8s\n", "size", "braid", "ompi", "ratio"
+                    printf "%12s %10s %10s %8s %8s %6s\n", "size", "braid", "ompi", "ratio", "paired", "ahead"
                     ns = 0; for (k in sizes) s[++ns] = k + 0
                     for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (s[j] < s[i]) { t = s[i]; s[i] = s[j]; s[j] = t }
                     for (i = 1; i <= ns; i++) {
                         k = s[i]; b = med("braid", k); o = med("ompi", k)
                         ratio = o > 0 ? b / o : 0
-                        printf "%12d %10.3f %10.3f %8.2f%s\n", k, b, o, ratio, (k >= 65536 && b < o) ? " <" : ""
+                        # paired: the median over the rounds of braid / ompi within one round
+                        # (the two runs back to back), robust to a machine that changes speed
+                        # between rounds; ahead: the rounds where braid was at or above ompi
+                        np = 0; ah = 0
+                        for (r in rnds) if (((("braid", k, r) in per) && (("ompi", k, r) in per)) && per["ompi", k, r] > 0) {
+                            q = per["braid", k, r] / per["ompi", k, r]; v["pair", k, ++np] = q; ah += q >= 1
+                        }
+                        m["pair", k] = np; p = np ? med("pair", k) : 0
+                        printf "%12d %10.3f %10.3f %8.2f %8.2f %6s%s\n", k, b, o, ratio, p, ah "/" np, (k >= 65536 && b < o) ? " <" : ""
                     }
                 }' "$dir/${c}_${tr}_n${n}"_*.r*.csv >>"$sum"
         done
