@@ -4,6 +4,7 @@
 #include "shim.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,23 +18,25 @@ static const char *dtype_names[ncclNumTypes] = {"ncclInt8",     "ncclUint8",    
                                                 "ncclFloat16",  "ncclFloat32",    "ncclFloat64",
                                                 "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
 
-static ncclResult_t map_dtype(ncclComm_t comm, const char *call, ncclDataType_t dt,
-                              braid_datatype_t *out)
+/* The argument checks write their message to msg (SHIM_MSG_BYTES) and return the NCCL code. */
+static ncclResult_t map_dtype(const char *call, ncclDataType_t dt, braid_datatype_t *out, char *msg)
 {
-    if ((int)dt < 0 || (int)dt >= ncclNumTypes)
-        return shim_group_fail(shim_fail(
-            comm, ncclInvalidArgument, "%s: datatype=%d is not an ncclDataType_t", call, (int)dt));
+    if ((int)dt < 0 || (int)dt >= ncclNumTypes) {
+        snprintf(msg, SHIM_MSG_BYTES, "%s: datatype=%d is not an ncclDataType_t", call, (int)dt);
+        return ncclInvalidArgument;
+    }
     braid_datatype_t b = (braid_datatype_t)dtype_map[dt];
-    if (braid_dtype_size(b) == 0)
-        return shim_group_fail(shim_fail(comm, ncclInvalidUsage,
-                                         "%s: datatype %s is not supported by this braid build",
-                                         call, dtype_names[dt]));
+    if (braid_dtype_size(b) == 0) {
+        snprintf(msg, SHIM_MSG_BYTES, "%s: datatype %s is not supported by this braid build", call,
+                 dtype_names[dt]);
+        return ncclInvalidUsage;
+    }
     *out = b;
     return ncclSuccess;
 }
 
 static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, ncclDataType_t dt,
-                           braid_redop_t *out)
+                           braid_redop_t *out, char *msg)
 {
     static const braid_redop_t builtin[ncclNumOps] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN,
                                                       BRAID_AVG};
@@ -51,15 +54,18 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
         b = comm->redops[i].op;
         pthread_mutex_unlock(&comm->lock);
     }
-    if (!ok)
-        return shim_group_fail(shim_fail(comm, ncclInvalidArgument,
-                                         "%s: op=%d is neither a built-in ncclRedOp_t nor an op "
-                                         "created on this communicator",
-                                         call, (int)op));
-    if (!same_type)
-        return shim_group_fail(shim_fail(comm, ncclInvalidArgument,
-                                         "%s: op=%d was created for another datatype than %s", call,
-                                         (int)op, dtype_names[dt]));
+    if (!ok) {
+        snprintf(msg, SHIM_MSG_BYTES,
+                 "%s: op=%d is neither a built-in ncclRedOp_t nor an op created on this "
+                 "communicator",
+                 call, (int)op);
+        return ncclInvalidArgument;
+    }
+    if (!same_type) {
+        snprintf(msg, SHIM_MSG_BYTES, "%s: op=%d was created for another datatype than %s", call,
+                 (int)op, (int)dt >= 0 && (int)dt < ncclNumTypes ? dtype_names[dt] : "this one");
+        return ncclInvalidArgument;
+    }
     *out = b;
     return ncclSuccess;
 }
@@ -70,7 +76,10 @@ static ncclResult_t ready(ncclComm_t comm, const char *call)
     return res == ncclSuccess ? res : shim_group_fail(res);
 }
 
-/* The checks every collective shares, then submission. */
+/* The checks every collective shares, then submission. A call that fails them still goes to
+ * braid, with a datatype or op braid refuses too (shim_reject): it takes its place in the
+ * communicator's call order and the peers' call of that number fails naming it, instead of
+ * waiting for it or pairing with this rank's next call. */
 static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
                          size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
                          int root, ncclComm_t comm, cudaStream_t stream)
@@ -84,15 +93,20 @@ static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf
                    .sendbuf = sendbuf,
                    .recvbuf = recvbuf,
                    .count = count,
-                   .op = BRAID_SUM,
+                   .dtype = (braid_datatype_t)-1,
+                   .op = (braid_redop_t)-1,
                    .root = root,
                    .stream = stream};
-    if ((res = map_dtype(comm, call, dt, &o.dtype)) != ncclSuccess) return res;
-    if (reduces && (res = map_op(comm, call, op, dt, &o.op)) != ncclSuccess) return res;
-    if (rooted && (root < 0 || root >= comm->nranks))
-        return shim_group_fail(shim_fail(
-            comm, ncclInvalidArgument, "%s: %s=%d is outside [0, nranks=%d)", call,
-            kind == SHIM_SEND || kind == SHIM_RECV ? "peer" : "root", root, comm->nranks));
+    char msg[SHIM_MSG_BYTES];
+    res = map_dtype(call, dt, &o.dtype, msg);
+    if (res == ncclSuccess && reduces) res = map_op(comm, call, op, dt, &o.op, msg);
+    if (res == ncclSuccess && rooted && (root < 0 || root >= comm->nranks)) {
+        snprintf(msg, sizeof(msg), "%s: %s=%d is outside [0, nranks=%d)", call,
+                 kind == SHIM_SEND || kind == SHIM_RECV ? "peer" : "root", root, comm->nranks);
+        res = ncclInvalidArgument;
+    }
+    /* The value at fault stays in o (a bad datatype or op as -1): braid refuses it too. */
+    if (res != ncclSuccess) return shim_reject(&o, res, msg);
     return shim_submit(&o);
 }
 
@@ -222,7 +236,9 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
     if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
         return shim_fail(comm, ncclInvalidArgument, "%s: residence=%d", call, (int)residence);
     braid_datatype_t bdt;
-    if ((res = map_dtype(comm, call, datatype, &bdt)) != ncclSuccess) return res;
+    char msg[SHIM_MSG_BYTES];
+    if ((res = map_dtype(call, datatype, &bdt, msg)) != ncclSuccess)
+        return shim_fail(comm, res, "%s", msg);
     if (residence == ncclScalarDevice)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: ncclScalarDevice is not supported (braid reads the scalar at "

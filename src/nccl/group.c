@@ -7,7 +7,10 @@
  *   communicator's collectives in call order, its sends and receives together (posted in any
  *   order), several communicators (one thread driving several ranks) concurrently.
  * A call that fails its argument checks inside a group returns its error at once, and the
- * group's ncclGroupEnd then runs nothing and returns that error (as NCCL does). */
+ * group's ncclGroupEnd then runs nothing and returns that error (as NCCL does). braid still
+ * gets the group, the refused call with the value braid refuses too, so that the group's calls
+ * take their numbers and the peers' calls fail naming the refusal (braid's rejected groups)
+ * instead of waiting for this rank or pairing with its next calls. */
 #include "shim.h"
 
 #include <stdio.h>
@@ -22,6 +25,7 @@ typedef struct {
     size_t ninits, icap;
     ncclResult_t err; /* first failure recorded inside the group */
     char errmsg[SHIM_MSG_BYTES];
+    int refused; /* ops holds a call whose arguments were refused (shim_reject) */
 } group_t;
 
 static _Thread_local group_t G;
@@ -92,10 +96,10 @@ static ncclResult_t run_one(const shim_op_t *op)
     return res;
 }
 
-ncclResult_t shim_submit(const shim_op_t *op)
+/* Appends op to the thread's open group (the calls after a failure too: braid numbers them
+ * all when it is told of the refusal). */
+static ncclResult_t append(const shim_op_t *op)
 {
-    if (G.depth == 0) return run_one(op);
-    if (G.err != ncclSuccess) return ncclSuccess; /* the group fails at its end anyway */
     if (G.nops == G.cap) {
         size_t cap = G.cap ? 2 * G.cap : 16;
         shim_op_t *p = realloc(G.ops, cap * sizeof(*p));
@@ -106,6 +110,42 @@ ncclResult_t shim_submit(const shim_op_t *op)
     }
     G.ops[G.nops++] = *op;
     return ncclSuccess;
+}
+
+ncclResult_t shim_submit(const shim_op_t *op)
+{
+    return G.depth == 0 ? run_one(op) : append(op);
+}
+
+ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
+{
+    if (G.depth > 0) {
+        shim_fail(op->comm, res, "%s", msg);
+        group_error(res);
+        if (append(op) == ncclSuccess) G.refused = 1;
+        return res;
+    }
+    atomic_fetch_add(&op->comm->active, 1);
+    braid_result_t r = shim_op_issue(op); /* refused there too: its peers are told */
+    atomic_fetch_sub(&op->comm->active, 1);
+    if (r == BRAID_SUCCESS) /* cannot be: op holds the value at fault */
+        return shim_fail(op->comm, ncclInternalError, "%s (yet braid ran the call)", msg);
+    return shim_fail(op->comm, res, "%s", msg);
+}
+
+/* A group with a refused call, at its ncclGroupEnd: braid gets it whole and refuses it (nothing
+ * runs) after telling the peers. */
+static void tell_refused(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_add(&ops[i].comm->active, 1);
+    if (braid_group_start() == BRAID_SUCCESS) {
+        for (size_t i = 0; i < n; i++)
+            (void)shim_op_issue(&ops[i]);
+        (void)braid_group_end();
+    }
+    for (size_t i = 0; i < n; i++)
+        atomic_fetch_sub(&ops[i].comm->active, 1);
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -156,9 +196,11 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     braid_result_t r = braid_group_start();
     int open = r == BRAID_SUCCESS;
     if (!open) res = shim_braid_fail(NULL, r, "ncclGroupEnd (braid_group_start)");
-    for (size_t i = 0; i < n && res == ncclSuccess; i++) {
+    /* All of them, after a refused one too: braid then tells the peers of every call. */
+    for (size_t i = 0; open && i < n; i++) {
         r = shim_op_issue(&ops[i]);
-        if (r != BRAID_SUCCESS) res = shim_braid_fail(ops[i].comm, r, ops[i].name);
+        if (r != BRAID_SUCCESS && res == ncclSuccess)
+            res = shim_braid_fail(ops[i].comm, r, ops[i].name);
     }
     if (open) {
         r = braid_group_end();
@@ -186,6 +228,7 @@ ncclResult_t ncclGroupEnd(void)
     ncclResult_t res;
     if (G.err != ncclSuccess) {
         /* Nothing of a failed group runs; its deferred inits fail. */
+        if (G.refused && !G.ninits) tell_refused(G.ops, G.nops);
         for (size_t i = 0; i < G.ninits; i++) {
             G.inits[i]->init_deferred = 0;
             atomic_store(&G.inits[i]->state, G.err);

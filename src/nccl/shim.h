@@ -112,6 +112,10 @@ int shim_group_depth(void);
 ncclResult_t shim_group_add_init(ncclComm_t comm);
 /* Runs op now (outside a group) or appends it to the thread's group. */
 ncclResult_t shim_submit(const shim_op_t *op);
+/* A call whose arguments failed the shim's checks (res, message msg), with the value at fault
+ * in op: braid gets it too (now, or at the group's end), so that it takes its place in the
+ * call order and the peers are told; returns res with msg as the last error. */
+ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg);
 /* Records a call's failure (already reported with shim_fail) inside an open group, so that
  * its ncclGroupEnd fails; returns res. */
 ncclResult_t shim_group_fail(ncclResult_t res);

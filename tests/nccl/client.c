@@ -281,7 +281,7 @@ static int test_premulsum(ncclComm_t world)
 }
 
 /* ---- nonblocking, split, initall ------------------------------------------------------------ */
-static int allreduce_check(ncclComm_t c, int rank, int n, int seed, const char *what)
+int allreduce_check(ncclComm_t c, int rank, int n, int seed, const char *what)
 {
     size_t count = 777;
     int32_t *a = malloc(count * 4);
@@ -387,14 +387,6 @@ static int test_initall(ncclComm_t world)
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
-#define EXPECT(call, want, word)                                                                   \
-    do {                                                                                           \
-        ncclResult_t e_ = (call);                                                                  \
-        const char *m_ = ncclGetLastError(NULL);                                                   \
-        CHECK(e_ == (want) && strstr(m_, (word)), "%s -> %d '%s' (want %d naming '%s')", #call,    \
-              (int)e_, m_, (int)(want), (word));                                                   \
-    } while (0)
-
 static int test_errors(ncclComm_t world)
 {
     float x[16] = {0};
@@ -502,8 +494,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--require-premulsum"))
             require_premulsum = 1;
         else if (!strcmp(argv[i], "all")) {
-            static const char *all[] = {"api",   "coll",    "groups", "p2p",      "nonblocking",
-                                        "split", "initall", "errors", "premulsum"};
+            static const char *all[] = {"api",   "coll",    "groups", "p2p",     "nonblocking",
+                                        "split", "initall", "errors", "refused", "premulsum"};
             for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
                 tests[nt++] = all[k];
         } else
@@ -534,6 +526,8 @@ int main(int argc, char **argv)
             fail = test_initall(world);
         else if (!strcmp(t, "errors"))
             fail = test_errors(world);
+        else if (!strcmp(t, "refused"))
+            fail = test_refused(world);
         else if (!strcmp(t, "premulsum"))
             fail = test_premulsum(world);
         else if (!strcmp(t, "env"))

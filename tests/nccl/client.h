@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 extern int g_rank, g_nranks;
 
@@ -28,6 +29,15 @@ extern int g_rank, g_nranks;
         ncclResult_t r_ = (call);                                                                  \
         CHECK(r_ == ncclSuccess, "%s -> %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),      \
               ncclGetLastError(NULL));                                                             \
+    } while (0)
+
+/* Expects call to return want with a last-error message that contains word. */
+#define EXPECT(call, want, word)                                                                   \
+    do {                                                                                           \
+        ncclResult_t e_ = (call);                                                                  \
+        const char *m_ = ncclGetLastError(NULL);                                                   \
+        CHECK(e_ == (want) && strstr(m_, (word)), "%s -> %d '%s' (want %d naming '%s')", #call,    \
+              (int)e_, m_, (int)(want), (word));                                                   \
     } while (0)
 
 /* ---- data.c: inputs from (rank, index, seed) and an independent reference --------------- */
@@ -56,5 +66,8 @@ size_t check_rank(const void *got, ncclDataType_t dt, ncclRedOp_t op, int src, i
 /* ---- tests (client.c, client_p2p.c) --------------------------------------------------------- */
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
+int test_refused(ncclComm_t world);
+/* An all-reduce on c (rank, n: its rank and size) checked against the reference (client.c). */
+int allreduce_check(ncclComm_t c, int rank, int n, int seed, const char *what);
 
 #endif

@@ -191,3 +191,53 @@ int test_p2p(ncclComm_t world)
     printf("rank %d: p2p ok\n", g_rank);
     return 0;
 }
+
+/* A call refused on one rank only (its arguments fail the checks there): that rank gets the
+ * argument error, and its peers' matching calls fail at once naming the refusal, instead of
+ * waiting out the timeout or pairing with the refusing rank's next call. Each case runs on its
+ * own split of world (the split fails); world goes on. */
+int test_refused(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank, last = n - 1;
+    if (n < 2) return 0;
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
+    for (int grouped = 0; grouped < 2; grouped++) {
+        ncclComm_t sub = NULL;
+        NCCLOK(ncclCommSplit(world, 0, me, &sub, NULL));
+        ncclResult_t r;
+        if (!grouped) {
+            if (me == last)
+                EXPECT(ncclAllReduce(x, y, 8, (ncclDataType_t)99, ncclSum, sub, NULL),
+                       ncclInvalidArgument, "datatype=99");
+            else {
+                r = ncclAllReduce(x, y, 8, ncclFloat32, ncclSum, sub, NULL);
+                CHECK(r == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "rejected"),
+                      "a peer's refused all-reduce: %d '%s'", (int)r, ncclGetLastError(NULL));
+            }
+        } else {
+            /* A ring of sends and receives; the last rank's receive names a bad peer. */
+            NCCLOK(ncclGroupStart());
+            NCCLOK(ncclSend(x, 8, ncclFloat32, (me + 1) % n, sub, NULL));
+            if (me == last)
+                EXPECT(ncclRecv(y, 8, ncclFloat32, n + 3, sub, NULL), ncclInvalidArgument, "peer=");
+            else
+                NCCLOK(ncclRecv(y, 8, ncclFloat32, (me + n - 1) % n, sub, NULL));
+            r = ncclGroupEnd();
+            if (me == last)
+                CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "peer="),
+                      "the refusing rank's group end: %d '%s'", (int)r, ncclGetLastError(NULL));
+            else {
+                /* A peer whose part went through (its send was buffered, its receive came
+                 * from a rank that did not refuse) learns it at its next call. */
+                if (r == ncclSuccess) r = ncclAllReduce(x, x, 8, ncclFloat32, ncclSum, sub, NULL);
+                CHECK(r != ncclSuccess && strstr(ncclGetLastError(NULL), "rejected"),
+                      "a peer's group end: %d '%s'", (int)r, ncclGetLastError(NULL));
+            }
+        }
+        if (me == last) CHECK(y[0] == 0, "a refused call moved data (%g)", y[0]);
+        NCCLOK(ncclCommDestroy(sub));
+    }
+    if (allreduce_check(world, me, n, 21, "after refused calls")) return 1;
+    printf("rank %d: refused ok\n", me);
+    return 0;
+}
