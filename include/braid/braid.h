@@ -459,6 +459,8 @@ BRAID_API braid_result_t braid_allgatherv(const void *sendbuf, size_t sendcount,
 BRAID_API braid_result_t braid_reduce_scatterv(const void *sendbuf, void *recvbuf,
                                                const size_t *recvcounts, braid_datatype_t dtype,
                                                braid_redop_t op, braid_comm_t comm);
+/** Non-blocking forms of the collectives above (braid_wait / braid_test complete them). The
+ * count and displacement arrays of the v forms are copied before the call returns. */
 BRAID_API braid_result_t braid_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
                                          braid_datatype_t dtype, braid_comm_t comm,
                                          braid_request_t *req_p);

@@ -143,7 +143,19 @@ static int alltoallv_case(braid_comm_t comm, int rank, int n, void *arg)
                 data_fill(in + sd[j] * es, dt, BRAID_SUM, rank, 0, sc[j], seed_of(rank, j));
             char *o = ip ? in : out;
             if (!ip) memset(out, 0x5A, span);
-            MP_OK(rank, braid_alltoallv(in, sc, sd, o, rc, rd, dt, comm));
+            if (dt % 2) { /* the i-form; its arrays may change once it returns */
+                size_t a[4][64];
+                memcpy(a[0], sc, sizeof(sc));
+                memcpy(a[1], sd, sizeof(sd));
+                memcpy(a[2], rc, sizeof(rc));
+                memcpy(a[3], rd, sizeof(rd));
+                braid_request_t q;
+                MP_OK(rank, braid_ialltoallv(in, a[0], a[1], o, a[2], a[3], dt, comm, &q));
+                memset(a, 0xEE, sizeof(a));
+                MP_OK(rank, braid_wait(q));
+            } else {
+                MP_OK(rank, braid_alltoallv(in, sc, sd, o, rc, rd, dt, comm));
+            }
             for (int s = 0; s < n; s++) {
                 char what[96];
                 snprintf(what, sizeof(what), "alltoallv n=%d %s ip=%d from %d (%zu)", n,
@@ -211,7 +223,12 @@ static int gather_scatter(braid_comm_t comm, int rank, int n, void *arg)
                                       seed_of(root, d) + 1);
                     memset(small, 0x22, blk);
                     void *recv = ip && rank == root ? big + (size_t)root * blk : small;
-                    MP_OK(rank, braid_scatter(big, recv, c, dt, root, comm));
+                    if ((ci + (size_t)root) % 2) {
+                        MP_OK(rank, braid_iscatter(big, recv, c, dt, root, comm, &q));
+                        MP_OK(rank, braid_wait(q));
+                    } else {
+                        MP_OK(rank, braid_scatter(big, recv, c, dt, root, comm));
+                    }
                     snprintf(what, sizeof(what), "scatter n=%d %s c=%zu root=%d ip=%d", n,
                              braid_dtype_name(dt), c, root, ip);
                     MP_CHECK(rank,
@@ -259,7 +276,17 @@ static int v_collectives(braid_comm_t comm, int rank, int n, void *arg)
                 memcpy(out + dp[rank] * es, in, rc[rank] * es);
                 send = out + dp[rank] * es;
             }
-            MP_OK(rank, braid_allgatherv(send, rc[rank], out, rc, dp, dt, comm));
+            if (ip) { /* the i-form; its arrays may change once it returns */
+                size_t a[2][64];
+                memcpy(a[0], rc, sizeof(rc));
+                memcpy(a[1], dp, sizeof(dp));
+                braid_request_t q;
+                MP_OK(rank, braid_iallgatherv(send, rc[rank], out, a[0], a[1], dt, comm, &q));
+                memset(a, 0xEE, sizeof(a));
+                MP_OK(rank, braid_wait(q));
+            } else {
+                MP_OK(rank, braid_allgatherv(send, rc[rank], out, rc, dp, dt, comm));
+            }
             for (int s = 0; s < n; s++) {
                 char what[96];
                 snprintf(what, sizeof(what), "allgatherv n=%d %s ip=%d from %d", n,
