@@ -610,7 +610,12 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
         for (int k = 0; k < nops; k++) {
             int op = !coll->has_op ? PERF_NO_OP : o->op == PERF_ALL ? perf_all_ops[k] : o->op;
             if (!b->supports(b, coll, dtype, op)) {
-                if (bt.out)
+                if (bt.out && coll->kind == PERF_HYPERCUBE)
+                    fprintf(bt.out,
+                            "# skipping %s: the hypercube needs a power-of-two number "
+                            "of ranks, not %d\n",
+                            perf_dtype_name(dtype), b->nranks);
+                else if (bt.out)
                     fprintf(bt.out, "# skipping %s %s: not supported by %s\n",
                             perf_dtype_name(dtype), perf_op_name(op), b->name);
                 continue;

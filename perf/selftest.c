@@ -538,6 +538,28 @@ static void test_geometry(void)
     EXPECT(a == 2.0 && b == 1.5);
     perf_bw(PERF_BROADCAST, 1000000000, 1.0, 4, &a, &b);
     EXPECT(a == 1.0 && b == 1.0);
+    /* nccl-tests' factors: (n-1)/n for the all-to-all, gather, scatter, hypercube and
+     * reduce-scatter, 1 for sendrecv */
+    static const perf_coll_kind_t nm1[] = {PERF_ALLTOALL, PERF_GATHER, PERF_SCATTER, PERF_HYPERCUBE,
+                                           PERF_REDUCE_SCATTER};
+    for (size_t i = 0; i < sizeof(nm1) / sizeof(nm1[0]); i++) {
+        perf_bw(nm1[i], 1000000000, 0.5, 4, &a, &b);
+        EXPECT(a == 2.0 && b == 1.5);
+    }
+    perf_bw(PERF_SENDRECV, 1000000000, 0.5, 4, &a, &b);
+    EXPECT(a == 2.0 && b == 2.0);
+    /* their geometry: all-to-all blocks of a multiple of 16 bytes, hypercube of 4 elements,
+     * scatter's in-place receive in the root's block, sendrecv the whole size */
+    perf_geom(PERF_ALLTOALL, 1000, 4, 3, &g); /* 250 elements: 83 per rank -> 80 */
+    EXPECT(g.count == 80 && g.send_bytes == 960 && g.recv_bytes == 960);
+    perf_geom(PERF_HYPERCUBE, 1000, 4, 3, &g); /* 250 / 12 = 20 -> 80 per rank */
+    EXPECT(g.count == 80 && g.send_bytes == 320 && g.recv_bytes == 960);
+    perf_geom(PERF_SCATTER, 1024, 4, 4, &g);
+    EXPECT(g.count == 64 && g.send_bytes == 1024 && g.recv_bytes == 256 && g.recv_ip_off == 256);
+    perf_geom(PERF_GATHER, 1024, 4, 4, &g);
+    EXPECT(g.count == 64 && g.send_bytes == 256 && g.recv_bytes == 1024 && g.send_ip_off == 256);
+    perf_geom(PERF_SENDRECV, 1000, 8, 3, &g);
+    EXPECT(g.count == 125 && g.send_bytes == 1000 && g.recv_bytes == 1000);
 }
 
 /* Generated data reduced with braid's semantics must match the expected values exactly. */

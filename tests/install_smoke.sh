@@ -21,6 +21,10 @@ cmake -S "$prefix/proj" -B "$prefix/proj/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/
 cmake --build "$prefix/proj/b" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
+# The installed perf tools, the point-to-point ones included.
+for t in all_reduce_perf alltoall_perf sendrecv_perf; do
+  "$prefix/bin/braid-run" -n 2 "$prefix/bin/$t" -b 8 -e 4K -f 8 -n 2 -c 1 | grep -q "Out of bounds values : 0 OK"
+done
 # braid's NCCL drop-in: a ready NCCL_HOME under the prefix, picked on purpose (-I/-L/rpath).
 nh="$prefix/lib/braid/nccl"
 test -f "$nh/include/nccl.h" && test -L "$nh/lib/libnccl.so"

@@ -1,10 +1,12 @@
 /* The perf tools against nccl-tests 2.19 semantics, run as real processes under braid-run:
  * -r -1 (every root), -z 0..3, -N run cycles, -R registration, -u misalignment, -J JSON, -S,
  * -I/-K, -M, the flags accepted with a note, NCCL_TESTS_SPLIT, the header and footer lines,
- * and the footer printed even when another rank finds wrong data (PERF_TEST_CORRUPT_RANK). */
+ * and the footer printed even when another rank finds wrong data (PERF_TEST_CORRUPT_RANK); the
+ * point-to-point tools' data and bus bandwidth; the harness's own selftest. */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,6 +378,68 @@ Test(perftools, timeout_flag)
     out = run_tool("", 1, "all_reduce_perf", "-b 8 -e 8 -T x", &st);
     cr_assert_eq(st, 2, "%s", out);
     free(out);
+}
+
+/* perf_selftest: the harness on a fake backend (geometry, busbw factors, generators, flags),
+ * run by the suite as well as by ctest. */
+Test(perftools, harness_selftest)
+{
+    int st;
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof(cmd), "%s/perf_selftest 2>&1", bindir);
+    char *out = run_cmd(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "perf_selftest: OK (0 failures)"), "%s", out);
+    free(out);
+}
+
+/* Every row's bus bandwidth is its algorithm bandwidth times factor (both placements; the
+ * columns are printed to 2 decimals). */
+static void assert_busbw_factor(const char *out, double factor)
+{
+    int rows = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *p = l;
+        while (*p == ' ')
+            p++;
+        if (p == l || !isdigit((unsigned char)*p)) continue;
+        double v[13];
+        char t[3][16];
+        int k =
+            sscanf(l, "%lf %lf %15s %15s %lf %lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], t[0],
+                   t[1], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12]);
+        cr_assert_eq(k, 13, "row: %.200s", l);
+        for (int c = 6; c <= 10; c += 4)
+            cr_assert(fabs(v[c + 1] - v[c] * factor) <= 0.011,
+                      "busbw %.2f for algbw %.2f, factor %.3f: %.200s", v[c + 1], v[c], factor, l);
+        rows++;
+    }
+    cr_assert_gt(rows, 0, "no rows:\n%s", out);
+}
+
+/* The point-to-point tools (nccl-tests' alltoall, gather, scatter, sendrecv and hypercube):
+ * their data checked (-c 1) at 2..4 ranks, gather and scatter from every root, and their bus
+ * bandwidth factors: (n-1)/n, 1 for sendrecv. The hypercube needs a power-of-two number of
+ * ranks and says so otherwise. */
+Test(perftools, p2p_tools_check_data_and_scale_busbw)
+{
+    static const char *tools[] = {"alltoall_perf", "gather_perf", "scatter_perf", "sendrecv_perf",
+                                  "hypercube_perf"};
+    for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++)
+        for (int n = 2; n <= 4; n++) {
+            int st, hyper = !strcmp(tools[i], "hypercube_perf");
+            char *out = run_tool("", n, tools[i], "-b 8 -e 256K -f 8 -n 2 -w 1 -c 1 -r -1", &st);
+            cr_assert_eq(st, 0, "%s n=%d: %s", tools[i], n, out);
+            assert_footer(out, tools[i], 0);
+            if (hyper && n == 3) {
+                cr_assert(strstr(out, "power-of-two number of ranks, not 3"), "%s", out);
+                cr_assert_eq(count_rows(out, NULL), 0, "%s", out);
+            } else {
+                assert_rows_ok(out, 4);
+                assert_busbw_factor(out, strstr(tools[i], "sendrecv") ? 1.0 : (n - 1.0) / n);
+            }
+            free(out);
+        }
 }
 
 /* A rank other than 0 that finds wrong data must not cut off rank 0's footer: the error count
