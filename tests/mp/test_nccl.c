@@ -221,4 +221,33 @@ Test(nccl, nccl_environment, .init = setenv_bin)
     cr_expect_eq(st, 0, "%s", out);
     cr_expect(!strstr(out, "braid INFO"), "BRAID_DEBUG=WARN wins over NCCL_DEBUG=INFO:\n%s", out);
     free(out);
+    /* The rest of the table: each mapping is logged, and the channels and slots show in braid's
+     * INIT line (NCCL_BUFFSIZE / 8 per slot). */
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT "
+                   "-x NCCL_SOCKET_IFNAME=lo -x NCCL_ALGO=tree -x NCCL_NCHANNELS=2 "
+                   "-x NCCL_BUFFSIZE=1048576 -x NCCL_HOSTID=hostA -x NCCL_NSOCKS_PERTHREAD=2 "
+                   "-x NCCL_SOCKET_NTHREADS=2 -x NCCL_IB_HCA=mlx5_0 -x NCCL_IB_GID_INDEX=3 "
+                   "./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    static const char *logged[] = {"NCCL_SOCKET_IFNAME -> BRAID_SOCKET_IFNAME=lo",
+                                   "NCCL_ALGO -> BRAID_ALGO=tree",
+                                   "NCCL_NCHANNELS -> BRAID_NCHANNELS=2",
+                                   "NCCL_BUFFSIZE -> BRAID_CHUNK_SIZE=131072",
+                                   "NCCL_HOSTID -> BRAID_HOSTNAME=hostA",
+                                   "NCCL_SOCKET_NTHREADS -> BRAID_NSOCKS_PERPEER=4",
+                                   "NCCL_IB_HCA -> BRAID_IB_HCA=mlx5_0",
+                                   "NCCL_IB_GID_INDEX -> BRAID_IB_GID_INDEX=3",
+                                   "2 channel(s), chunk 131072 B"};
+    for (size_t i = 0; i < sizeof(logged) / sizeof(logged[0]); i++)
+        cr_expect_eq(count_of(out, logged[i]), 2, "'%s' once per rank:\n%s", logged[i], out);
+    free(out);
+    /* What braid has no equivalent for is ignored, with a note; BRAID_* still wins. */
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT "
+                   "-x NCCL_ALGO=Ring,NVLS -x NCCL_NCHANNELS=3 -x BRAID_NCHANNELS=1 "
+                   "./nccl_client env");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "NCCL_ALGO=Ring,NVLS ignored"), "%s", out);
+    cr_expect(strstr(out, "NCCL_NCHANNELS ignored: BRAID_NCHANNELS=1 is set"), "%s", out);
+    cr_expect_eq(count_of(out, " 1 channel(s)"), 2, "%s", out);
+    free(out);
 }
