@@ -247,6 +247,10 @@ braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res,
                                     ...) __attribute__((format(printf, 3, 4)));
 /* Tells every peer this rank failed, wakes local waiters. */
 void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
+/* The first failure notice (braid_comm_fail_peers) of a peer on any incoming connection of
+ * this rank, as that peer's error; BRAID_SUCCESS if none. For ranks blocked on another
+ * peer's data (the engine's and the p2p runner's periodic checks while they sleep). */
+braid_result_t braid_comm_peer_failure(struct braid_comm *comm);
 /* A call of comm failed with res (< 0; the thread's last error says why): the communicator
  * takes the error (sticky) and every peer is told "rank R: <why>". */
 void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res);

@@ -430,6 +430,15 @@ static braid_result_t shm_peer_check(braid_conn_t *conn)
     return check_peer((shm_conn_t *)conn, 1);
 }
 
+static braid_result_t shm_peer_failed(braid_conn_t *conn)
+{
+    shm_conn_t *c = (shm_conn_t *)conn;
+    int peer_bit = c->base.is_send ? SHM_FAIL_RECEIVER : SHM_FAIL_SENDER;
+    if (!(atomic_load_explicit(&c->f->failed, memory_order_acquire) & peer_bit))
+        return BRAID_SUCCESS;
+    return check_peer(c, 0); /* the failure's code and reason */
+}
+
 static void shm_wake(braid_conn_t *conn)
 {
     shm_conn_t *c = (shm_conn_t *)conn;
@@ -485,4 +494,5 @@ const braid_transport_t braid_transport_shm = {
     .close = shm_close,
     .send_released = shm_send_released,
     .peer_check = shm_peer_check,
+    .peer_failed = shm_peer_failed,
 };

@@ -155,6 +155,14 @@ void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
     else
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
                              text[0] ? text : "no reason given");
+    if (code != BRAID_TCP_GOODBYE) atomic_store_explicit(&c->peer_failed, 1, memory_order_release);
+}
+
+static braid_result_t tcp_peer_failed(braid_conn_t *conn)
+{
+    tcp_conn_t *c = (tcp_conn_t *)conn;
+    if (!atomic_load_explicit(&c->peer_failed, memory_order_acquire)) return BRAID_SUCCESS;
+    return braid_tcp_failure(c);
 }
 
 /* A send that failed because the peer closed: the peer may have said why first (an ABORT frame
@@ -629,4 +637,5 @@ const braid_transport_t braid_transport_tcp = {
     .recv_undirect = braid_tcp_recv_undirect,
     .send_inflight = tcp_send_inflight,
     .wait_fd = tcp_wait_fd,
+    .peer_failed = tcp_peer_failed,
 };

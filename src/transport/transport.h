@@ -155,6 +155,12 @@ typedef struct braid_transport {
      * now (ordered after this thread's earlier reads of the peer's memory). */
     braid_result_t (*send_released)(braid_conn_t *conn);
     braid_result_t (*peer_check)(braid_conn_t *conn);
+    /* Optional (NULL: not supported): the peer's failure notice on conn, when the peer failed
+     * its end with fail() (its communicator failed: BRAID_ERR_REMOTE with its reason, or its
+     * BRAID_ERR_MISMATCH), else BRAID_SUCCESS. A closed connection or a dead peer is not
+     * reported here (the waits that need the peer report those). Reads only what this side
+     * has already received (tcp: the frames recv_get has read). */
+    braid_result_t (*peer_failed)(braid_conn_t *conn);
 } braid_transport_t;
 
 extern const braid_transport_t braid_transport_shm;

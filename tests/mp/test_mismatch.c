@@ -220,6 +220,30 @@ Test(mismatch, call_rejected_on_one_rank_only)
     run_all(&root);
 }
 
+/* Seven ranks, where recursive doubling pairs extra ranks with core ones: the rejecting rank
+ * tells its ring successor, whose failure notice must reach ranks that wait on other peers
+ * (they waited out their timeout in a cycle before braid_comm_peer_failure). Every forced
+ * algorithm and the automatic choice, over shm and tcp. */
+Test(mismatch, call_rejected_on_one_rank_at_7_ranks_every_algorithm, .timeout = 400)
+{
+    static const char *algos[] = {"", "ring", "recdbl", "tree"}, *transports[] = {"shm", "tcp"};
+    setenv("BRAID_TIMEOUT", "20", 1);
+    case_t c = {REJECTED, 9, "rejected", "op 99"};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+            setenv("BRAID_TRANSPORT", transports[t], 1);
+            if (algos[a][0])
+                setenv("BRAID_ALGO", algos[a], 1);
+            else
+                unsetenv("BRAID_ALGO");
+            cr_expect_eq(mp_run(7, run_case, &c, 60), 0, "%s, algorithm '%s'", transports[t],
+                         algos[a]);
+        }
+    unsetenv("BRAID_ALGO");
+    unsetenv("BRAID_TRANSPORT");
+    unsetenv("BRAID_TIMEOUT");
+}
+
 Test(mismatch, split_rejected_on_one_rank_only)
 {
     case_t c = {REJECTED_SPLIT, 0, "rejected its comm_split", "called comm_split"};

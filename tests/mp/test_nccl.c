@@ -166,7 +166,15 @@ Test(nccl, client_4_ranks, .init = setenv_bin)
 }
 Test(nccl, client_5_ranks, .init = setenv_bin)
 {
-    client(5, "api coll groups p2p errors");
+    client(5, "all");
+}
+Test(nccl, client_6_ranks, .init = setenv_bin)
+{
+    client(6, "all");
+}
+Test(nccl, client_7_ranks, .init = setenv_bin)
+{
+    client(7, "all");
 }
 Test(nccl, client_8_ranks, .init = setenv_bin)
 {

@@ -129,39 +129,58 @@ static int all_pairs(ncclComm_t world)
     return 0;
 }
 
-static int extras(ncclComm_t world)
+/* All-to-all, gather and scatter: every datatype, counts 0, 1 and 101, out of place and in
+ * place (all-to-all: sendbuf == recvbuf; gather: the root sends from its block of recvbuf;
+ * scatter: the root receives into its block of sendbuf), the root moving with the case. */
+static int extras_case(ncclComm_t world, ncclDataType_t dt, size_t count, int ip, int root)
 {
-    int n = g_nranks, root = n / 2;
-    size_t count = 101;
-    float *s = malloc((size_t)n * count * 4), *r = malloc((size_t)n * count * 4);
+    int n = g_nranks, me = g_rank;
+    size_t es = dt_size(dt), blk = count * es;
+    char *s = malloc((size_t)n * blk + 1), *r = malloc((size_t)n * blk + 1);
     CHECK(s && r, "malloc");
+    char what[96];
+    snprintf(what, sizeof(what), "%s count %zu %s root %d", dt_name(dt), count,
+             ip ? "in place" : "out of place", root);
     /* all-to-all: the block for rank p is seeded by (me, p) */
     for (int p = 0; p < n; p++)
-        fill(s + (size_t)p * count, ncclFloat32, ncclSum, g_rank, n, 0, count,
-             pair_seed(g_rank, p, 2));
-    NCCLOK(ncclAlltoAll(s, r, count, ncclFloat32, world, NULL));
-    for (int p = 0; p < n; p++) {
-        float want;
-        for (size_t i = 0; i < count; i++) {
-            store(&want, ncclFloat32, 0,
-                  in_value(ncclFloat32, ncclSum, p, n, i, pair_seed(p, g_rank, 2)));
-            CHECK(r[(size_t)p * count + i] == want, "alltoall block %d index %zu", p, i);
-        }
+        fill(s + (size_t)p * blk, dt, ncclSum, me, n, 0, count, pair_seed(me, p, 2));
+    char *a2a_out = ip ? s : r;
+    NCCLOK(ncclAlltoAll(s, a2a_out, count, dt, world, NULL));
+    for (int p = 0; p < n; p++)
+        CHECK(!check_rank(a2a_out + (size_t)p * blk, dt, ncclSum, p, n, 0, count,
+                          pair_seed(p, me, 2), "alltoall"),
+              "alltoall %s: block %d", what, p);
+    /* gather */
+    const char *gsend = s;
+    fill(s, dt, ncclSum, me, n, 0, count, 90);
+    if (ip && me == root) {
+        memcpy(r + (size_t)root * blk, s, blk);
+        gsend = r + (size_t)root * blk;
     }
-    fill(s, ncclFloat32, ncclSum, g_rank, n, 0, count, 90);
-    NCCLOK(ncclGather(s, r, count, ncclFloat32, root, world, NULL));
-    if (g_rank == root)
+    NCCLOK(ncclGather(gsend, r, count, dt, root, world, NULL));
+    for (int p = 0; me == root && p < n; p++)
+        CHECK(!check_rank(r + (size_t)p * blk, dt, ncclSum, p, n, 0, count, 90, "gather"),
+              "gather %s: block %d", what, p);
+    /* scatter */
+    if (me == root)
         for (int p = 0; p < n; p++)
-            CHECK(!check_rank(r + (size_t)p * count, ncclFloat32, ncclSum, p, n, 0, count, 90,
-                              "gather"),
-                  "gather block %d", p);
-    if (g_rank == root)
-        for (int p = 0; p < n; p++)
-            fill(s + (size_t)p * count, ncclFloat32, ncclSum, p, n, 0, count, 91);
-    NCCLOK(ncclScatter(s, r, count, ncclFloat32, root, world, NULL));
-    CHECK(!check_rank(r, ncclFloat32, ncclSum, g_rank, n, 0, count, 91, "scatter"), "scatter");
+            fill(s + (size_t)p * blk, dt, ncclSum, p, n, 0, count, 91);
+    char *srecv = ip && me == root ? s + (size_t)root * blk : r;
+    NCCLOK(ncclScatter(s, srecv, count, dt, root, world, NULL));
+    CHECK(!check_rank(srecv, dt, ncclSum, me, n, 0, count, 91, "scatter"), "scatter %s", what);
     free(s);
     free(r);
+    return 0;
+}
+
+static int extras(ncclComm_t world)
+{
+    static const size_t counts[] = {0, 1, 101};
+    int k = 0;
+    for (int dt = 0; dt < ncclNumTypes; dt++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+            for (int ip = 0; ip < 2; ip++, k++)
+                if (extras_case(world, (ncclDataType_t)dt, counts[c], ip, k % g_nranks)) return 1;
     return 0;
 }
 
