@@ -249,8 +249,12 @@ braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res,
 void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const char *why);
 /* The first failure notice (braid_comm_fail_peers) of a peer on any incoming connection of
  * this rank, as that peer's error; BRAID_SUCCESS if none. For ranks blocked on another
- * peer's data (the engine's and the p2p runner's periodic checks while they sleep). */
+ * peer's data: the engine's and the p2p runner's periodic checks while they sleep, once they
+ * have slept BRAID_PEER_FAILURE_GRACE_NS (a notice may overtake the last messages of a call
+ * this rank can still complete: those arrive well within it, and the call then succeeds, the
+ * error coming from the next one). */
 braid_result_t braid_comm_peer_failure(struct braid_comm *comm);
+#define BRAID_PEER_FAILURE_GRACE_NS 50000000ull
 /* A call of comm failed with res (< 0; the thread's last error says why): the communicator
  * takes the error (sticky) and every peer is told "rank R: <why>". */
 void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res);

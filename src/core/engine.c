@@ -222,10 +222,9 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
  * earlier call (which this rank never read), is a mismatch; one of this call's number on a
  * connection the plan does not use (ring plans use the ring, the others the point-to-point
  * connections) means its sender runs another algorithm. Header-only messages of this call
- * are the descriptor exchange's. A peer's failure notice on any of them fails the call
- * (braid_comm_peer_failure: the communicator failed there); other errors of the connections
- * are left to the waits that need them; messages of later calls (a peer ahead of this rank)
- * are normal. */
+ * are the descriptor exchange's. Errors of the connections are left to the waits that need
+ * them (and to braid_comm_peer_failure, from the wait loop); messages of later calls (a peer
+ * ahead of this rank) are normal. */
 static braid_result_t check_foreign(run_t *r, int algo)
 {
     struct braid_comm *comm = r->comm;
@@ -270,8 +269,7 @@ static braid_result_t check_foreign(run_t *r, int algo)
                                "runs it with another algorithm",
                                peer, braid_coll_name(h.coll), h.seq, comm->rank);
     }
-    BRAID_CHECK(braid_p2p_check_foreign(comm, &r->hdr));
-    return braid_comm_peer_failure(comm);
+    return braid_p2p_check_foreign(comm, &r->hdr);
 }
 
 braid_result_t braid_engine_check_foreign(struct braid_comm *comm, const braid_op_args_t *a,
@@ -784,6 +782,8 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
                 r.noticed = wconn->peer + 1;
             }
             BRAID_CHECK(check_foreign(&r, algo));
+            if (now - idle_since >= BRAID_PEER_FAILURE_GRACE_NS)
+                BRAID_CHECK(braid_comm_peer_failure(comm));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;
             next_check = now + check_gap;

@@ -657,7 +657,8 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if (now >= next_check) {
             give_notices(r);
             BRAID_CHECK(check_coll_foreign(r));
-            BRAID_CHECK(braid_comm_peer_failure(comm)); /* a peer failed the communicator */
+            if (now - idle_since >= BRAID_PEER_FAILURE_GRACE_NS)
+                BRAID_CHECK(braid_comm_peer_failure(comm)); /* a peer failed the communicator */
             check_gap = check_gap ? check_gap * 2 : 1000000ull;
             if (check_gap > 64000000ull) check_gap = 64000000ull;
             next_check = now + check_gap;
