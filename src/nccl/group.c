@@ -1,8 +1,8 @@
 /* ncclGroupStart/End. Groups are per thread and nest; between the outermost start and its end,
  * calls are recorded, not run:
- * - communicator inits (one thread may init several ranks, as ncclCommInitAll does) start
- *   together at ncclGroupEnd, each on its own thread; blocking ones are waited for, and with a
- *   non-blocking one among them ncclGroupEnd returns ncclInProgress;
+ * - communicator inits and splits (one thread may init or split several ranks, as
+ *   ncclCommInitAll does) start together at ncclGroupEnd, each on its own thread; blocking ones
+ *   are waited for, and with a non-blocking one among them ncclGroupEnd returns ncclInProgress;
  * - operations run at ncclGroupEnd inside one braid group (braid_group_start/end): each
  *   communicator's collectives in call order, its sends and receives together (posted in any
  *   order), several communicators (one thread driving several ranks) concurrently.
@@ -219,6 +219,13 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     return res;
 }
 
+/* The group's phantom splits (a NCCL_SPLIT_NOCOLOR rank's part), done or never started. */
+static void free_phantoms(void)
+{
+    for (size_t i = 0; i < G.ninits; i++)
+        shim_comm_free_phantom(G.inits[i]);
+}
+
 ncclResult_t ncclGroupEnd(void)
 {
     shim_clear();
@@ -237,11 +244,16 @@ ncclResult_t ncclGroupEnd(void)
     } else if (G.ninits && G.nops) {
         res = shim_fail(NULL, ncclInvalidUsage,
                         "ncclGroupEnd: a group holds communicator inits and other operations");
+        for (size_t i = 0; i < G.ninits; i++) {
+            G.inits[i]->init_deferred = 0;
+            atomic_store(&G.inits[i]->state, ncclInvalidUsage);
+        }
     } else if (G.ninits) {
         res = run_inits(G.inits, G.ninits);
     } else {
         res = run_ops(G.ops, G.nops);
     }
+    free_phantoms();
     group_reset();
     return res;
 }
@@ -256,6 +268,7 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
             G.inits[i]->init_deferred = 0;
             atomic_store(&G.inits[i]->state, ncclInvalidUsage);
         }
+        free_phantoms();
         group_reset();
     }
     if (simInfo) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;

@@ -78,8 +78,37 @@ static void comm_free(ncclComm_t c)
     free(c);
 }
 
+/* A split recorded in a group, at its ncclGroupEnd (on the group's thread or its own). */
+static void split_run(ncclComm_t c)
+{
+    ncclComm_t p = c->split_parent;
+    braid_comm_t bc = NULL;
+    atomic_fetch_add(&p->active, 1);
+    braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, &bc);
+    atomic_fetch_sub(&p->active, 1);
+    if (r != BRAID_SUCCESS) {
+        atomic_store(&c->state, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
+        return;
+    }
+    if (bc) {
+        c->bc = bc;
+        braid_comm_rank(bc, &c->rank);
+        braid_comm_size(bc, &c->nranks);
+    }
+    atomic_store(&c->state, ncclSuccess);
+}
+
+void shim_comm_free_phantom(ncclComm_t c)
+{
+    if (c->split_phantom) comm_free(c);
+}
+
 void shim_init_run(ncclComm_t c)
 {
+    if (c->split_parent) {
+        split_run(c);
+        return;
+    }
     braid_comm_t bc = NULL;
     braid_result_t r = braid_comm_init_rank(&bc, c->nranks, *(braid_unique_id_t *)&c->id, c->rank);
     if (r != BRAID_SUCCESS) {
@@ -308,6 +337,25 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
                          "%s: color=%d (a non-negative color or NCCL_SPLIT_NOCOLOR)", call, color);
     int blocking = comm->blocking;
     if (config && (res = check_config(config, &blocking, call)) != ncclSuccess) return res;
+    if (shim_group_depth() > 0) {
+        /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
+         * (each on its own thread there); the new communicator is usable after it. */
+        int phantom = color == NCCL_SPLIT_NOCOLOR;
+        ncclComm_t c = comm_new(0, NULL, 0, phantom ? 1 : blocking);
+        if (!c) return shim_group_fail(shim_fail(comm, ncclSystemError, "%s: out of memory", call));
+        c->split_parent = comm;
+        c->split_color = color;
+        c->split_key = key;
+        c->split_phantom = phantom;
+        c->cudadev = comm->cudadev;
+        res = shim_group_add_init(c);
+        if (res != ncclSuccess) {
+            comm_free(c);
+            return res;
+        }
+        *newcomm = phantom ? NULL : c;
+        return ncclSuccess;
+    }
     braid_comm_t nbc = NULL;
     atomic_fetch_add(&comm->active, 1);
     braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
@@ -369,6 +417,10 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
     if (!comm || comm->magic != SHIM_COMM_MAGIC)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
                          (void *)comm);
+    /* A split's rank and size are known once it ran. */
+    if (comm->split_parent && comm->init_deferred)
+        return shim_fail(comm, ncclInvalidUsage, "%s: the split runs at ncclGroupEnd", call);
+    if (comm->split_parent && atomic_load(&comm->state) == ncclInProgress) return ncclInProgress;
     return ncclSuccess;
 }
 

@@ -31,6 +31,11 @@ struct ncclComm {
     /* The init: its arguments, and its thread for non-blocking or grouped inits. */
     ncclUniqueId id;
     int init_deferred; /* recorded in an open group, not started yet */
+    /* An ncclCommSplit recorded in an open group: the init splits split_parent at
+     * ncclGroupEnd. split_phantom: this rank takes no part in the result (NCCL_SPLIT_NOCOLOR),
+     * so the struct only carries its part of the split and ncclGroupEnd frees it. */
+    ncclComm_t split_parent;
+    int split_color, split_key, split_phantom;
     int init_thread_live;
     pthread_t init_thread;
     /* Calls inside braid on this communicator (ncclCommAbort waits for them to leave). */
@@ -78,6 +83,8 @@ void shim_init_run(ncclComm_t comm);
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
 /* Joins the init thread of comm if it has one. */
 void shim_init_join(ncclComm_t comm);
+/* Frees a phantom split (split_phantom) once its part ran or will never run. */
+void shim_comm_free_phantom(ncclComm_t comm);
 
 /* ---- group.c -------------------------------------------------------------------------------- */
 typedef enum {

@@ -376,9 +376,39 @@ static int test_initall(ncclComm_t world)
     for (int i = 0; i < ND; i++)
         NCCLOK(ncclAllReduce(buf[i], buf[i], count, ncclFloat32, ncclMax, comms[i], NULL));
     NCCLOK(ncclGroupEnd());
-    for (int i = 0; i < ND; i++) {
+    for (int i = 0; i < ND; i++)
         CHECK(!check_reduced(buf[i], ncclFloat32, ncclMax, ND, 0, count, 21, 0, "initall"),
               "initall comm %d", i);
+    /* One thread splits its three ranks in a group (outside one, the first split would wait
+     * for the others): rank 1 takes no part, ranks 0 and 2 swap places by their keys. */
+    ncclComm_t sub[ND];
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i++) {
+        sub[i] = (ncclComm_t)&sub[i];
+        NCCLOK(ncclCommSplit(comms[i], i == 1 ? NCCL_SPLIT_NOCOLOR : 7, ND - i, &sub[i], NULL));
+    }
+    CHECK(sub[1] == NULL, "NOCOLOR gave a communicator");
+    CHECK(ncclCommCount(sub[0], &(int){0}) == ncclInvalidUsage,
+          "a split used before its group end");
+    NCCLOK(ncclGroupEnd());
+    int sr[ND] = {-1, -1, -1}, sn = 0;
+    for (int i = 0; i < ND; i += 2) {
+        NCCLOK(ncclCommUserRank(sub[i], &sr[i]));
+        NCCLOK(ncclCommCount(sub[i], &sn));
+        CHECK(sn == 2, "split size %d", sn);
+        fill(buf[i], ncclFloat32, ncclSum, sr[i], 2, 0, count, 22);
+    }
+    CHECK(sr[0] == 1 && sr[2] == 0, "split ranks %d %d (keys reverse them)", sr[0], sr[2]);
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i += 2)
+        NCCLOK(ncclAllReduce(buf[i], buf[i], count, ncclFloat32, ncclSum, sub[i], NULL));
+    NCCLOK(ncclGroupEnd());
+    for (int i = 0; i < ND; i += 2) {
+        CHECK(!check_reduced(buf[i], ncclFloat32, ncclSum, 2, 0, count, 22, 0, "grouped split"),
+              "grouped split comm %d", i);
+        NCCLOK(ncclCommDestroy(sub[i]));
+    }
+    for (int i = 0; i < ND; i++) {
         NCCLOK(ncclCommDestroy(comms[i]));
         free(buf[i]);
     }
