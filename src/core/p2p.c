@@ -252,6 +252,11 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
     return BRAID_SUCCESS;
 }
 
+/* Single messages from this size go by reference too where the transport can (tcp): the
+ * kernel copies them from the caller's buffer, and send_detach copies only what is still
+ * queued when the send completes (nothing, when the socket took it at once). */
+#define BRAID_P2P_REF_MIN ((size_t)4096)
+
 /* Moves the send at the head of peer's FIFO as far as its slots allow. */
 static braid_result_t step_send(runner_t *r, int peer, int *moved)
 {
@@ -282,7 +287,8 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         braid_msg_hdr_t h = braid_p2p_op_hdr(op);
         h.bytes = (uint32_t)nb;
         const char *src = (const char *)op->sbuf + op->off;
-        if (bytes > chunk && c->ops->send_post_ref && c->ops->send_detach) {
+        if ((bytes > chunk || nb >= BRAID_P2P_REF_MIN) && c->ops->send_post_ref &&
+            c->ops->send_detach) {
             BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
             r->used_ref[peer] = 1;
         } else {

@@ -195,6 +195,49 @@ Test(tcp, frames_sent_from_user_buffers_are_detached_on_return)
     cr_assert_eq(mp_run(3, detach_fn, NULL, 60), 0, "see stderr");
 }
 
+/* Point-to-point sends of one message each (256 KiB, under the 512 KiB slot) go by reference
+ * too: with the receiver asleep the sockets fill, later sends stay queued, and each blocking
+ * send must copy its queued frame out before it returns (the sender overwrites its buffer at
+ * once). Also isends, whose buffers are overwritten after the wait. */
+static int p2p_detach_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    enum { MSGS = 48, COUNT = 64 * 1024 };
+    float *buf = data_xmalloc(COUNT * sizeof(float));
+    char what[64];
+    for (int m = 0; m < MSGS; m++) {
+        snprintf(what, sizeof(what), "message %d", m);
+        if (rank == 0) {
+            data_fill(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, COUNT, 100 + m);
+            if (m % 2) {
+                MP_OK(rank, braid_send(buf, COUNT, BRAID_FLOAT32, 1, comm));
+            } else {
+                braid_request_t q;
+                MP_OK(rank, braid_isend(buf, COUNT, BRAID_FLOAT32, 1, comm, &q));
+                MP_OK(rank, braid_wait(q));
+            }
+            for (size_t i = COUNT; i-- > 0;)
+                buf[i] = -1.0f;
+        } else {
+            if (m == 0) usleep(300000);
+            memset(buf, 0, COUNT * sizeof(float));
+            MP_OK(rank, braid_recv(buf, COUNT, BRAID_FLOAT32, 0, comm));
+            MP_CHECK(rank,
+                     !data_check_rank(buf, BRAID_FLOAT32, BRAID_SUM, 0, 0, COUNT, 100 + m, what),
+                     "%s: wrong data", what);
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+Test(tcp, single_message_sends_by_reference_are_detached_on_return)
+{
+    use_tcp();
+    cr_assert_eq(mp_run(2, p2p_detach_fn, NULL, 60), 0, "see stderr");
+}
+
 /* reduce_scatter with recvbuf == sendbuf (accepted: "in place" in braid.h): this rank's
  * output block is the range its first send reads, and it is written as soon as the chain from
  * the next rank arrives, which does not wait for that send to leave. With 4 MiB chunks and
