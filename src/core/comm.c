@@ -112,23 +112,6 @@ void braid_comm_fail_peers(struct braid_comm *comm, braid_result_t code, const c
     braid_direct_fail(comm, code, why);
 }
 
-/* A wait looks at its own connection only; a rank blocked on one peer while another peer
- * failed the communicator (found a mismatch, timed out) learns it here instead of waiting out
- * its timeout in a cycle of ranks that wait on each other (a rejected call under recursive
- * doubling at 7 ranks did). */
-braid_result_t braid_comm_peer_failure(struct braid_comm *comm)
-{
-    for (int i = 0; i < comm->nchannels + 2 * comm->nranks; i++) {
-        braid_conn_t *c =
-            i < comm->nchannels ? comm->ring[i].recv
-            : i < comm->nchannels + comm->nranks
-                ? (comm->p2p_recv ? comm->p2p_recv[i - comm->nchannels] : NULL)
-                : (comm->p2p ? braid_p2p_conn(comm, i - comm->nchannels - comm->nranks, 0) : NULL);
-        if (c && c->ops->peer_failed) BRAID_CHECK(c->ops->peer_failed(c));
-    }
-    return BRAID_SUCCESS;
-}
-
 void braid_comm_fail_call(struct braid_comm *comm, braid_result_t res)
 {
     char why[1024];

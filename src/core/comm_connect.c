@@ -1,6 +1,7 @@
 /* A communicator's connections, made at init and closed at destroy (split from comm.c): the
  * ring order over hosts and NUMA nodes, the channels' rings, the pairs of the latency
- * algorithms, and the general pair connector every connection set uses. */
+ * algorithms, and the general pair connector every connection set uses; a peer's failure
+ * notice looked for on all of them (braid_comm_peer_failure). */
 #include "algos/algo.h"
 #include "algos/plan.h"
 #include "core/comm.h"
@@ -219,4 +220,27 @@ void braid_comm_close_conns(struct braid_comm *c)
     free(c->p2p_send);
     free(c->p2p_recv);
     c->p2p_send = c->p2p_recv = NULL;
+}
+
+/* A wait looks at its own connection only; a rank blocked on one peer while another peer
+ * failed the communicator (found a mismatch, timed out) learns it here instead of waiting out
+ * its timeout in a cycle of ranks that wait on each other (a rejected call under recursive
+ * doubling at 7 ranks did). */
+braid_result_t braid_comm_peer_failure(struct braid_comm *comm)
+{
+    /* Both directions: a notice also comes back the other way (tcp: on the receiver's socket
+     * to the sender). */
+    int n = comm->nranks, nch = comm->nchannels;
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < nch + 2 * n; i++) {
+            braid_conn_t *c = NULL;
+            if (i < nch)
+                c = d ? comm->ring[i].send : comm->ring[i].recv;
+            else if (i < nch + n && comm->p2p_recv)
+                c = d ? comm->p2p_send[i - nch] : comm->p2p_recv[i - nch];
+            else if (i >= nch + n && comm->p2p)
+                c = braid_p2p_conn(comm, i - nch - n, d);
+            if (c && c->ops->peer_failed) BRAID_CHECK(c->ops->peer_failed(c));
+        }
+    return BRAID_SUCCESS;
 }

@@ -304,7 +304,10 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
          * not draining too, until the transport has taken its frames from the buffer: no
          * copy. Otherwise what is still queued is copied out (send_detach). */
         int others = r->remaining - 1 - (r->ndrain - r->drain[peer]);
-        if (op->next < 0 && others > 0 && c->ops->send_inflight && c->ops->send_inflight(c)) {
+        /* Only a send of several messages: one of a single message completes at once (it is
+         * buffered, as sends of that size always were: copied out when still queued). */
+        if (op->next < 0 && others > 0 && bytes > chunk && c->ops->send_inflight &&
+            c->ops->send_inflight(c)) {
             if (!r->drain[peer]) r->ndrain++;
             r->drain[peer] = 1;
             return BRAID_SUCCESS;

@@ -59,7 +59,8 @@ ncclResult_t shim_group_add_init(ncclComm_t comm)
         ncclComm_t *p = realloc(G.inits, cap * sizeof(*p));
         if (!p)
             return group_error(
-                shim_fail(NULL, ncclSystemError, "ncclCommInitRank: out of memory in a group"));
+                shim_fail(NULL, ncclSystemError, "%s: out of memory in a group",
+                          comm->split_parent ? "ncclCommSplit" : "ncclCommInitRank"));
         G.inits = p;
         G.icap = cap;
     }
@@ -155,7 +156,7 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
-/* Starts the group's inits; waits for the blocking ones. */
+/* Starts the inits (plain ones: the splits are split.c's); waits for the blocking ones. */
 static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
 {
     ncclResult_t res = ncclSuccess;
@@ -233,25 +234,43 @@ ncclResult_t ncclGroupEnd(void)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
     if (--G.depth > 0) return ncclSuccess;
     ncclResult_t res;
-    if (G.err != ncclSuccess) {
-        /* Nothing of a failed group runs; its deferred inits fail. */
-        if (G.refused && !G.ninits) tell_refused(G.ops, G.nops);
+    size_t nplain = 0;
+    for (size_t i = 0; i < G.ninits; i++)
+        nplain += !G.inits[i]->split_parent;
+    if (G.err != ncclSuccess || (nplain && G.nops)) {
+        /* Nothing of a failed group runs: its splits are refused (so the peers' fail too), its
+         * refused operations told (tell_refused), its inits fail. */
+        ncclResult_t err = G.err != ncclSuccess ? G.err : ncclInvalidUsage;
+        char msg[SHIM_MSG_BYTES];
+        if (G.err != ncclSuccess)
+            snprintf(msg, sizeof(msg), "ncclGroupEnd: a call of the group failed: %.700s",
+                     G.errmsg);
+        else
+            snprintf(msg, sizeof(msg),
+                     "ncclGroupEnd: a group holds communicator inits and other operations");
+        (void)shim_splits_run(G.inits, G.ninits, err);
+        if (G.refused) tell_refused(G.ops, G.nops);
         for (size_t i = 0; i < G.ninits; i++) {
             G.inits[i]->init_deferred = 0;
-            atomic_store(&G.inits[i]->state, G.err);
+            atomic_store(&G.inits[i]->state, err);
         }
-        res = shim_fail(NULL, G.err, "ncclGroupEnd: a call of the group failed: %s", G.errmsg);
-    } else if (G.ninits && G.nops) {
-        res = shim_fail(NULL, ncclInvalidUsage,
-                        "ncclGroupEnd: a group holds communicator inits and other operations");
-        for (size_t i = 0; i < G.ninits; i++) {
-            G.inits[i]->init_deferred = 0;
-            atomic_store(&G.inits[i]->state, ncclInvalidUsage);
-        }
-    } else if (G.ninits) {
-        res = run_inits(G.inits, G.ninits);
+        res = shim_fail(NULL, err, "%s", msg);
     } else {
-        res = run_ops(G.ops, G.nops);
+        /* Splits first (the group's operations cannot use their results), then inits or the
+         * operations. */
+        res = shim_splits_run(G.inits, G.ninits, ncclSuccess);
+        size_t k = 0; /* the plain inits to the front (the splits are done) */
+        for (size_t i = 0; i < G.ninits; i++) {
+            ncclComm_t c = G.inits[i];
+            if (c->split_parent) {
+                shim_comm_free_phantom(c);
+                continue;
+            }
+            G.inits[k++] = c;
+        }
+        G.ninits = k;
+        ncclResult_t r = nplain ? run_inits(G.inits, G.ninits) : run_ops(G.ops, G.nops);
+        if (res == ncclSuccess) res = r;
     }
     free_phantoms();
     group_reset();

@@ -78,14 +78,19 @@ static void comm_free(ncclComm_t c)
     free(c);
 }
 
-/* A split recorded in a group, at its ncclGroupEnd (on the group's thread or its own). */
-static void split_run(ncclComm_t c)
+void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
     braid_comm_t bc = NULL;
+    c->init_deferred = 0;
     atomic_fetch_add(&p->active, 1);
-    braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, &bc);
+    /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
+    braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
     atomic_fetch_sub(&p->active, 1);
+    if (refuse) {
+        atomic_store(&c->state, refuse);
+        return;
+    }
     if (r != BRAID_SUCCESS) {
         atomic_store(&c->state, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
         return;
@@ -105,10 +110,6 @@ void shim_comm_free_phantom(ncclComm_t c)
 
 void shim_init_run(ncclComm_t c)
 {
-    if (c->split_parent) {
-        split_run(c);
-        return;
-    }
     braid_comm_t bc = NULL;
     braid_result_t r = braid_comm_init_rank(&bc, c->nranks, *(braid_unique_id_t *)&c->id, c->rank);
     if (r != BRAID_SUCCESS) {
@@ -417,10 +418,9 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
     if (!comm || comm->magic != SHIM_COMM_MAGIC)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
                          (void *)comm);
-    /* A split's rank and size are known once it ran. */
-    if (comm->split_parent && comm->init_deferred)
-        return shim_fail(comm, ncclInvalidUsage, "%s: the split runs at ncclGroupEnd", call);
-    if (comm->split_parent && atomic_load(&comm->state) == ncclInProgress) return ncclInProgress;
+    /* A split's rank and size are known once it ran (at its ncclGroupEnd), and only if it
+     * succeeded. */
+    if (comm->split_parent) return shim_ready(comm, call);
     return ncclSuccess;
 }
 

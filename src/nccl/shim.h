@@ -85,6 +85,17 @@ ncclResult_t shim_init_start_thread(ncclComm_t comm);
 void shim_init_join(ncclComm_t comm);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
+/* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
+ * error), braid is asked for a split it refuses instead, so that the peers' splits fail too,
+ * and comm's state becomes refuse. */
+void shim_split_run(ncclComm_t comm, ncclResult_t refuse);
+
+/* ---- split.c -------------------------------------------------------------------------------- */
+/* Runs the splits among inits[0..n) (split_parent set): one thread per parent, each running
+ * its parent's splits in call order (braid takes one call at a time per communicator, in the
+ * same order on every rank), or inline when there is one parent; returns when all are done,
+ * with the first failure. refuse: as shim_split_run's. */
+ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse);
 
 /* ---- group.c -------------------------------------------------------------------------------- */
 typedef enum {

@@ -436,6 +436,8 @@ static braid_result_t shm_peer_failed(braid_conn_t *conn)
     int peer_bit = c->base.is_send ? SHM_FAIL_RECEIVER : SHM_FAIL_SENDER;
     if (!(atomic_load_explicit(&c->f->failed, memory_order_acquire) & peer_bit))
         return BRAID_SUCCESS;
+    int code = c->f->fail_code[c->base.is_send ? 1 : 0];
+    if (code == BRAID_ERR_ABORTED || code == BRAID_ERR_TIMEOUT) return BRAID_SUCCESS;
     return check_peer(c, 0); /* the failure's code and reason */
 }
 

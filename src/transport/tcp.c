@@ -155,13 +155,16 @@ void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
     else
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
                              text[0] ? text : "no reason given");
-    if (code != BRAID_TCP_GOODBYE) atomic_store_explicit(&c->peer_failed, 1, memory_order_release);
+    if (code != BRAID_TCP_GOODBYE)
+        atomic_store_explicit(&c->peer_failed, code ? code : BRAID_ERR_REMOTE,
+                              memory_order_release);
 }
 
 static braid_result_t tcp_peer_failed(braid_conn_t *conn)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
-    if (!atomic_load_explicit(&c->peer_failed, memory_order_acquire)) return BRAID_SUCCESS;
+    int code = atomic_load_explicit(&c->peer_failed, memory_order_acquire);
+    if (!code || code == BRAID_ERR_ABORTED || code == BRAID_ERR_TIMEOUT) return BRAID_SUCCESS;
     return braid_tcp_failure(c);
 }
 

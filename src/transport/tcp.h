@@ -154,7 +154,7 @@ typedef struct tcp_conn {
     _Atomic int nconnected; /* receiver: sockets the progress thread handed over */
     /* Sticky failure seen on this connection (peer closed, peer's ABORT, protocol error). */
     _Atomic int failed;
-    _Atomic int peer_failed; /* failed by the peer's ABORT frame (not a goodbye or a closure) */
+    _Atomic int peer_failed; /* the code of the peer's ABORT frame (not a goodbye), else 0 */
     char fail_msg[BRAID_TCP_ABORT_MAX + 200];
     int closed;
 } tcp_conn_t;

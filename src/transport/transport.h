@@ -157,9 +157,10 @@ typedef struct braid_transport {
     braid_result_t (*peer_check)(braid_conn_t *conn);
     /* Optional (NULL: not supported): the peer's failure notice on conn, when the peer failed
      * its end with fail() (its communicator failed: BRAID_ERR_REMOTE with its reason, or its
-     * BRAID_ERR_MISMATCH), else BRAID_SUCCESS. A closed connection or a dead peer is not
-     * reported here (the waits that need the peer report those). Reads only what this side
-     * has already received (tcp: the frames recv_get has read). */
+     * BRAID_ERR_MISMATCH), else BRAID_SUCCESS. Not reported here: a closed connection, a dead
+     * peer, and a peer's own abort or timeout (BRAID_ERR_ABORTED, BRAID_ERR_TIMEOUT: every
+     * rank waiting on it finds those itself, in its wait or at its own timeout). Reads only
+     * what this side has already received (tcp: the frames its reads have taken). */
     braid_result_t (*peer_failed)(braid_conn_t *conn);
 } braid_transport_t;
 

@@ -408,6 +408,48 @@ static int test_initall(ncclComm_t world)
               "grouped split comm %d", i);
         NCCLOK(ncclCommDestroy(sub[i]));
     }
+    /* Two splits of each parent in one group (rows and columns): they run in call order. */
+    ncclComm_t rows[ND], cols[ND];
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i++) {
+        NCCLOK(ncclCommSplit(comms[i], i % 2, i, &rows[i], NULL));
+        NCCLOK(ncclCommSplit(comms[i], 0, ND - i, &cols[i], NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    for (int i = 0; i < ND; i++) {
+        int rn = 0, cn = 0, cr = -1;
+        NCCLOK(ncclCommCount(rows[i], &rn));
+        NCCLOK(ncclCommCount(cols[i], &cn));
+        NCCLOK(ncclCommUserRank(cols[i], &cr));
+        CHECK(rn == (i % 2 ? 1 : 2) && cn == ND && cr == ND - 1 - i,
+              "rank %d: row size %d, column size %d rank %d", i, rn, cn, cr);
+    }
+    for (int i = 0; i < ND; i++) {
+        NCCLOK(ncclCommDestroy(rows[i]));
+        NCCLOK(ncclCommDestroy(cols[i]));
+    }
+    /* A group that fails (a bad call on every rank) runs none of its splits: they are refused
+     * on every rank, so nobody waits for them, and the parents stay usable. */
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i++) {
+        NCCLOK(ncclCommSplit(comms[i], 0, i, &sub[i], NULL));
+        EXPECT(ncclAllReduce(buf[i], buf[i], 1, (ncclDataType_t)77, ncclSum, comms[i], NULL),
+               ncclInvalidArgument, "datatype=77");
+    }
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "datatype=77");
+    for (int i = 0; i < ND; i++) {
+        int x = 0;
+        CHECK(ncclCommCount(sub[i], &x) != ncclSuccess, "a split of a failed group was made");
+        NCCLOK(ncclCommDestroy(sub[i]));
+        fill(buf[i], ncclFloat32, ncclSum, i, ND, 0, count, 23);
+    }
+    NCCLOK(ncclGroupStart());
+    for (int i = 0; i < ND; i++)
+        NCCLOK(ncclAllReduce(buf[i], buf[i], count, ncclFloat32, ncclSum, comms[i], NULL));
+    NCCLOK(ncclGroupEnd());
+    for (int i = 0; i < ND; i++)
+        CHECK(!check_reduced(buf[i], ncclFloat32, ncclSum, ND, 0, count, 23, 0, "after"),
+              "comm %d after the failed group", i);
     for (int i = 0; i < ND; i++) {
         NCCLOK(ncclCommDestroy(comms[i]));
         free(buf[i]);
