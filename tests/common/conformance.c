@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const conf_cases[] = {"data",    "fail",  "failrecv", "kill", "close",
-                                  "timeout", "abort", "register", NULL};
+const char *const conf_cases[] = {"data",  "fail",    "failrecv", "failquiet", "kill",
+                                  "close", "timeout", "abort",    "register",  NULL};
 
 #define FAILF(rank, ...)                                                                           \
     do {                                                                                           \
@@ -384,8 +384,35 @@ static int case_fail(braid_comm_t comm, const char *tname)
     braid_result_t r = wait_for(&p, BRAID_WAIT_RECV, 30, NULL, NULL);
     int rc = expect_remote(p.rank, r, want, "receive after the peer's fail()");
     if (!rc && now_s() - t0 > 10) FAILF(p.rank, "fail() took %.1f s to arrive", now_s() - t0);
+    if (!rc && p.t->peer_failed) /* the notice, as braid_comm_peer_failure reads it */
+        rc = expect_remote(p.rank, p.t->peer_failed(p.recv), want, "peer_failed after fail()");
     if (!rc) rc = braid_boot_barrier(comm->boot) != BRAID_SUCCESS;
     pair_close(&p);
+    return rc;
+}
+
+/* A peer that fails with its own timeout or abort: the waits report it as any failure, but
+ * peer_failed does not (ranks waiting on that peer find it themselves; others must not end a
+ * call on it before their own timeout). */
+static int case_failquiet(braid_comm_t comm, const char *tname)
+{
+    static const braid_result_t codes[] = {BRAID_ERR_TIMEOUT, BRAID_ERR_ABORTED};
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        pair_t p;
+        if (pair_open(&p, comm, tname, 46 + k, 4096, 4)) return 1;
+        char why[128], want[128];
+        snprintf(why, sizeof(why), "conformance: rank %d stops (%d)", p.rank, k);
+        snprintf(want, sizeof(want), "conformance: rank %d stops (%d)", p.peer, k);
+        p.t->fail(p.send, codes[k], why);
+        braid_result_t r = wait_for(&p, BRAID_WAIT_RECV, 30, NULL, NULL);
+        rc = expect_remote(p.rank, r, want, "receive after the peer's fail()");
+        if (!rc && p.t->peer_failed && p.t->peer_failed(p.recv) != BRAID_SUCCESS)
+            FAILF(p.rank, "peer_failed reports the peer's %s: %s", braid_strerror(codes[k]),
+                  braid_last_error());
+        if (!rc) rc = braid_boot_barrier(comm->boot) != BRAID_SUCCESS;
+        pair_close(&p);
+    }
     return rc;
 }
 
@@ -401,6 +428,8 @@ static int case_failrecv(braid_comm_t comm, const char *tname)
         OK(p.rank, braid_boot_barrier(comm->boot)); /* full */
         braid_result_t r = wait_for(&p, BRAID_WAIT_SEND, 30, NULL, NULL);
         rc = expect_remote(p.rank, r, why, "send after the receiver's fail()");
+        if (!rc && p.t->peer_failed) /* found on the send side too */
+            rc = expect_remote(p.rank, p.t->peer_failed(p.send), why, "peer_failed (send side)");
     } else {
         OK(p.rank, braid_boot_barrier(comm->boot));
         p.t->fail(p.recv, BRAID_ERR_INTERNAL, why);
@@ -421,6 +450,9 @@ static int case_kill(braid_comm_t comm, const char *tname)
     double t0 = now_s();
     braid_result_t r = wait_for(&p, BRAID_WAIT_RECV, 60, NULL, NULL);
     int rc = expect_remote(p.rank, r, "rank 1", "receive from a killed peer");
+    /* A dead peer is the waits' news, not a failure notice. */
+    if (!rc && p.t->peer_failed && p.t->peer_failed(p.recv) != BRAID_SUCCESS)
+        FAILF(p.rank, "peer_failed reports a killed peer: %s", braid_last_error());
     fprintf(stderr, "rank 0: killed peer seen after %.2f s: %s\n", now_s() - t0,
             braid_last_error());
     pair_close(&p);
@@ -442,6 +474,8 @@ static int case_close(braid_comm_t comm, const char *tname)
     OK(p.rank, braid_boot_barrier(comm->boot));
     braid_result_t r = wait_for(&p, BRAID_WAIT_RECV, 60, NULL, NULL);
     int rc = expect_remote(p.rank, r, "rank 1", "receive from a peer that closed");
+    if (!rc && p.t->peer_failed && p.t->peer_failed(p.recv) != BRAID_SUCCESS)
+        FAILF(p.rank, "peer_failed reports a closed connection: %s", braid_last_error());
     if (!rc) {
         r = wait_for(&p, BRAID_WAIT_SEND, 60, NULL, NULL);
         rc = expect_remote(p.rank, r, "rank 1", "send to a peer that closed");
@@ -697,6 +731,7 @@ int conf_run(braid_comm_t comm, const char *transport, const char *name)
     if (!strcmp(name, "data")) return case_data(comm, transport);
     if (!strcmp(name, "fail")) return case_fail(comm, transport);
     if (!strcmp(name, "failrecv")) return case_failrecv(comm, transport);
+    if (!strcmp(name, "failquiet")) return case_failquiet(comm, transport);
     if (!strcmp(name, "kill")) return case_kill(comm, transport);
     if (!strcmp(name, "close")) return case_close(comm, transport);
     if (!strcmp(name, "timeout")) return case_timeout(comm, transport);

@@ -51,6 +51,7 @@ static void run_case(const char *transport, const char *name)
 CONF_TEST(shm, data)
 CONF_TEST(shm, fail)
 CONF_TEST(shm, failrecv)
+CONF_TEST(shm, failquiet)
 CONF_TEST(shm, kill)
 CONF_TEST(shm, close)
 CONF_TEST(shm, timeout)
@@ -59,6 +60,7 @@ CONF_TEST(shm, register)
 CONF_TEST(tcp, data)
 CONF_TEST(tcp, fail)
 CONF_TEST(tcp, failrecv)
+CONF_TEST(tcp, failquiet)
 CONF_TEST(tcp, kill)
 CONF_TEST(tcp, close)
 CONF_TEST(tcp, timeout)
@@ -86,5 +88,5 @@ Test(conformance, case_list)
     int n = 0;
     while (conf_cases[n])
         n++;
-    cr_expect_eq(n, 8, "conf_cases has %d entries: add their tests here", n);
+    cr_expect_eq(n, 9, "conf_cases has %d entries: add their tests here", n);
 }
