@@ -145,6 +145,11 @@ static void tx_advance(tcp_conn_t *c, tcp_sock_t *s, size_t n)
 
 void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
 {
+    /* Before the failure is published (set_failed's release store): whoever sees the
+     * connection failed sees this too. */
+    if (code != BRAID_TCP_GOODBYE)
+        atomic_store_explicit(&c->peer_failed, code ? code : BRAID_ERR_REMOTE,
+                              memory_order_release);
     if (code == BRAID_TCP_GOODBYE)
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE,
                              "%.150s destroyed its communicator (braid_comm_destroy) while this "
@@ -155,9 +160,6 @@ void braid_tcp_peer_aborted(tcp_conn_t *c, int32_t code, const char *text)
     else
         braid_tcp_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
                              text[0] ? text : "no reason given");
-    if (code != BRAID_TCP_GOODBYE)
-        atomic_store_explicit(&c->peer_failed, code ? code : BRAID_ERR_REMOTE,
-                              memory_order_release);
 }
 
 static braid_result_t tcp_peer_failed(braid_conn_t *conn)
