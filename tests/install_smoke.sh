@@ -22,8 +22,11 @@ cmake --build "$prefix/proj/b" >/dev/null
 "$prefix/bin/braid-run" -n 2 "$prefix/ex_pc"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/bin/braid-run" -n 2 "$prefix/proj/b/ex_cmake"
 # The installed perf tools, the point-to-point ones included.
+# (The output is read whole first: grep -q would stop reading early, and the tool's next
+# write would end it with SIGPIPE.)
 for t in all_reduce_perf alltoall_perf sendrecv_perf; do
-  "$prefix/bin/braid-run" -n 2 "$prefix/bin/$t" -b 8 -e 4K -f 8 -n 2 -c 1 | grep -q "Out of bounds values : 0 OK"
+  out=$("$prefix/bin/braid-run" -n 2 "$prefix/bin/$t" -b 8 -e 4K -f 8 -n 2 -c 1)
+  grep -q "Out of bounds values : 0 OK" <<<"$out"
 done
 # braid's NCCL drop-in: a ready NCCL_HOME under the prefix, picked on purpose (-I/-L/rpath).
 nh="$prefix/lib/braid/nccl"
