@@ -22,6 +22,7 @@ typedef struct {
     int nregs;
     void *tmp; /* sendrecv in place: a copy of the input */
     size_t tmp_bytes;
+    int group, in_group; /* --group 1: the -m calls of an iteration inside one braid group */
 } braid_ctx_t;
 
 static int report(perf_backend_t *b, const char *call, braid_result_t res)
@@ -91,6 +92,11 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
         if (res != BRAID_SUCCESS) return report(b, "braid_redop_create_premulsum", res);
     }
 
+    if (nonblocking && c->group && !c->in_group) { /* as nccl-tests' -m: one group */
+        if ((res = braid_group_start()) != BRAID_SUCCESS)
+            return report(b, "braid_group_start", res);
+        c->in_group = 1;
+    }
     if (nonblocking && c->nreqs == c->cap) {
         int cap = c->cap ? 2 * c->cap : 16;
         braid_request_t *r = realloc(c->reqs, (size_t)cap * sizeof(*r));
@@ -189,6 +195,11 @@ static int bk_complete(perf_backend_t *b)
 {
     braid_ctx_t *c = b->ctx;
     int rc = 0;
+    if (c->in_group) {
+        c->in_group = 0;
+        braid_result_t res = braid_group_end();
+        if (res != BRAID_SUCCESS) rc = report(b, "braid_group_end", res);
+    }
     for (int i = 0; i < c->nreqs; i++) {
         braid_result_t res = braid_wait(c->reqs[i]); /* frees the request, even on error */
         if (res != BRAID_SUCCESS && rc == 0) rc = report(b, "braid_wait", res);
@@ -446,7 +457,7 @@ int perf_braid_main(int argc, char **argv, const perf_coll_t *coll)
         if (perf_dev_select(lr ? atoi(lr) : 0)) return 2;
     }
 
-    braid_ctx_t ctx = {0};
+    braid_ctx_t ctx = {.group = opts.group};
     perf_backend_t b = {.name = "braid", .rank = -1, .ctx = &ctx};
     braid_result_t res;
     long long mem0 = rss_now();

@@ -140,6 +140,7 @@ typedef struct {
     int argc;
     char **argv;
     int device; /* --device: 0 host buffers, 1 CUDA device buffers, 2 device + stream-ordered */
+    int group;  /* --group: 1 = the -m calls of an iteration (-z 0) in one braid group */
 } perf_opts_t;
 
 /* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),

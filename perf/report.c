@@ -182,6 +182,8 @@ static void usage(const char *prog, const perf_coll_t *coll)
            "[--csv <file>] append one row per size/type/op to a CSV file (rank 0)\n\t"
            "[--device <0/1/2>] buffers in host memory (0), CUDA device memory with blocking "
            "calls (1) or with the stream-ordered calls (2)\n\t"
+           "[--group <0/1>] 1: the -m calls of an iteration (-z 0) inside one braid group, as "
+           "nccl-tests' -m runs them (0: the braid_i* forms, overlapped)\n\t"
            "[-h,--help]\n",
            prog, coll->has_op ? "" : " (ignored)", coll->has_root ? "" : " (ignored)");
 }
@@ -251,6 +253,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         {"per_iter_skip", required_argument, 0, 'K'},
         {"csv", required_argument, 0, 'F'},
         {"device", required_argument, 0, 1001}, /* long only: -D is nccl-tests' -D */
+        {"group", required_argument, 0, 1002},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -430,6 +433,13 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                 return -1;
             }
             o.device = (int)v;
+            break;
+        case 1002:
+            if (parse_int(optarg, "group", 0, &v) || v > 1) {
+                fprintf(stderr, "--group %s: 0 or 1\n", optarg);
+                return -1;
+            }
+            o.group = (int)v;
             break;
         case 'p':
         case 'y':

@@ -189,7 +189,8 @@ static braid_op_args_t seg_args(const braid_op_args_t *a, int coll, size_t base,
                          .count = C,
                          .dtype = a->dtype,
                          .op = a->op == BRAID_AVG ? BRAID_SUM : a->op,
-                         .root = -1};
+                         .root = -1,
+                         .fused = a->fused}; /* a fused group's layout is checked here */
     if (coll == BRAID_COLL_REDUCE_SCATTER) x.sendbuf = (const char *)a->sendbuf + base * es;
     if (coll == BRAID_COLL_ALLGATHER) x.recvbuf = seg_out;
     return x;

@@ -343,6 +343,8 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                c->nslots);
     BRAID_CHECK(braid_param_int("SPIN_US", &v));
     c->spin_us = (int)v;
+    BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &v));
+    c->fuse_bytes = (size_t)v;
     BRAID_CHECK(braid_param_int("YIELD_US", &v));
     c->yield_us = (int)v;
     BRAID_CHECK(braid_param_int("WORKER_RT", &v));

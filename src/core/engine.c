@@ -108,7 +108,7 @@ static void copy_bytes(void *dst, const void *src, size_t n)
 
 void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
 {
-    char dt[16], op[24] = "", root[24] = "";
+    char dt[16], op[24] = "", root[40] = "";
     if (braid_dtype_size(h->dtype))
         snprintf(dt, sizeof(dt), "%s", braid_dtype_name(h->dtype));
     else
@@ -119,7 +119,10 @@ void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
         snprintf(op, sizeof(op), ", %s", braid_redop_wire_name(h->op));
     else if (reduces)
         snprintf(op, sizeof(op), ", op %u", h->op);
-    if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
+    if (h->root > 0 && h->coll != BRAID_COLL_REDUCE && (reduces || h->coll == BRAID_COLL_ALLGATHER))
+        snprintf(root, sizeof(root), ", %d calls fused, layout %06x", h->root & 0xff,
+                 (unsigned)h->root >> 8);
+    else if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
         snprintf(root, sizeof(root), ", root %d", h->root);
     snprintf(buf, len, "%s #%u (count %llu, %s%s%s)", braid_coll_name(h->coll), h->seq,
              (unsigned long long)h->count, dt, op, root);
@@ -137,7 +140,7 @@ braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq)
                              .coll = (uint8_t)a->coll,
                              .dtype = (uint8_t)a->dtype,
                              .op = (uint8_t)(a->premul ? BRAID_OP_WIRE_PREMULSUM : a->op),
-                             .root = a->root,
+                             .root = a->fused > 0 ? a->fused : a->root,
                              .count = a->count};
 }
 

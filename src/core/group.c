@@ -203,6 +203,22 @@ static braid_result_t reject_items(struct braid_comm *comm, braid_group_item_t *
     return res;
 }
 
+/* Runs one collective of a group and completes its request. */
+static braid_result_t run_coll_item(struct braid_comm *comm, braid_group_item_t *it, char *msg,
+                                    size_t msglen)
+{
+    braid_clear_error();
+    braid_result_t res = it->kind == BRAID_ITEM_COLL ? braid_coll_execute(comm, &it->args)
+                                                     : braid_pcoll_execute(comm, &it->pc, it->call);
+    if (res < 0)
+        snprintf(msg, msglen, "group call %d (%s): %s", it->call,
+                 braid_coll_name(it->kind == BRAID_ITEM_COLL ? it->args.coll : it->pc.coll),
+                 braid_last_error());
+    if (it->req) braid_request_complete(comm, it->req, res, res < 0 ? msg : "");
+    it->req = NULL;
+    return res;
+}
+
 static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *items, int n,
                                 braid_result_t reject_res, const char *reject_msg)
 {
@@ -212,19 +228,30 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
     msg[0] = '\0'; /* not "" : that fills the whole 1 KiB on every call */
     braid_p2p_op_t ops_st[4];
     braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(ops_st, 4);
-    /* The collectives in call order. */
+    /* The collectives in call order, small all-reduces fused (group_fuse.c). */
     for (int i = 0; i < n && res >= 0; i++) {
         braid_group_item_t *it = &items[i];
-        if (it->kind == BRAID_ITEM_P2P) continue;
-        braid_clear_error();
-        res = it->kind == BRAID_ITEM_COLL ? braid_coll_execute(comm, &it->args)
-                                          : braid_pcoll_execute(comm, &it->pc, it->call);
-        if (res < 0)
-            snprintf(msg, sizeof(msg), "group call %d (%s): %s", it->call,
-                     braid_coll_name(it->kind == BRAID_ITEM_COLL ? it->args.coll : it->pc.coll),
-                     braid_last_error());
-        if (it->req) braid_request_complete(comm, it->req, res, res < 0 ? msg : "");
-        it->req = NULL;
+        if (it->kind == BRAID_ITEM_P2P || it->fused) continue;
+        braid_fuse_t f;
+        if (braid_group_fuse_find(comm, items, n, i, &f)) {
+            int fell_back;
+            res = braid_group_fuse_run(comm, items, &f, &fell_back, msg, sizeof(msg));
+            for (int j = 0; j < f.k && (res < 0 || !fell_back); j++) {
+                braid_group_item_t *x = &items[f.idx[j]];
+                x->fused = 1;
+                if (x->req) braid_request_complete(comm, x->req, res, res < 0 ? msg : "");
+                x->req = NULL;
+            }
+            if (res < 0 || !fell_back) continue;
+            for (int j = 1; j < f.k; j++) /* one by one: from i, then the others in turn */
+                items[f.idx[j]].fused = -1;
+        }
+        res = run_coll_item(comm, it, msg, sizeof(msg));
+        for (int j = i + 1; j < n && res >= 0; j++)
+            if (items[j].fused == -1) {
+                items[j].fused = 1;
+                res = run_coll_item(comm, &items[j], msg, sizeof(msg));
+            }
     }
     /* Then every send and receive at once. */
     for (int i = 0; i < n && res >= 0; i++)

@@ -6,7 +6,7 @@
  * in the order group end runs them:
  *   - each collective, in call order, as a rejected call outside a group (braid_call_reject's
  *     exchanges: on the ring for the ring/tree collectives, with every peer for those of
- *     coll_p2p.c);
+ *     coll_p2p.c), all-reduces that group end would fuse as their fused call (group_fuse.c);
  *   - then the sends and receives together: one REJECTED exchange with every rank, numbered as
  *     a collective (coll BRAID_COLL_GROUP; braid_pcoll_reject_exchange), and no pair numbers.
  *     A peer's receive from this rank finds that message where it expects data, a peer's send
@@ -34,6 +34,15 @@ braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_ite
         if (it->kind == BRAID_ITEM_P2P) {
             p2p |= it->op.peer != comm->rank; /* messages to self never leave the rank */
             continue;
+        }
+        if (it->fused) continue;
+        braid_fuse_t f; /* grouped as group end would run them (group_fuse.c) */
+        braid_group_item_t fused = {.kind = BRAID_ITEM_COLL};
+        if (braid_group_fuse_find(comm, items, n, i, &f)) {
+            for (int j = 0; j < f.k; j++)
+                items[f.idx[j]].fused = 1;
+            fused.args = f.args;
+            it = &fused;
         }
         uint32_t seq = ++comm->seq;
         braid_msg_hdr_t desc;

@@ -246,6 +246,7 @@ typedef struct {
     int kind;     /* braid_item_kind_t */
     int call;     /* 1-based position in the group */
     int rejected; /* it failed its checks (kept only to tell the peers: group_reject.c) */
+    int fused;    /* group end ran it already, as part of a fused run (group_fuse.c) */
     union {       /* by kind (an item was the three side by side, 328 bytes, copied per call) */
         braid_op_args_t args; /* BRAID_ITEM_COLL */
         braid_pcoll_t pc;     /* BRAID_ITEM_PCOLL */
@@ -287,6 +288,27 @@ braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_ite
                                         const char *reason);
 braid_result_t braid_group_add_coll(struct braid_comm *comm, const braid_op_args_t *a,
                                     braid_request_t *req_p);
+
+/* Fusion of a group's small all-reduces (group_fuse.c). A run: up to BRAID_FUSE_MAX_CALLS
+ * collective items in call order (sends and receives skipped) that run as one all-reduce. */
+#define BRAID_FUSE_MAX_CALLS 64
+typedef struct {
+    int idx[BRAID_FUSE_MAX_CALLS]; /* the items, in call order */
+    int k;                         /* how many (0: items[from] starts no run) */
+    size_t total;                  /* their counts added up */
+    braid_op_args_t args;          /* the fused call, buffers unset: counts, flag, padding */
+} braid_fuse_t;
+/* Whether items[from] starts a run of two or more (its size, else 0), from the calls'
+ * collective, count, dtype and op only (so every rank groups alike). Items marked fused are
+ * never part of one. */
+int braid_group_fuse_find(const struct braid_comm *comm, const braid_group_item_t *items, int n,
+                          int from, braid_fuse_t *f);
+/* Runs f as one all-reduce and writes the outputs; *fell_back = 1 (outputs untouched) where a
+ * rank could not pack its inputs: the calls must then run one by one. On failure msg names the
+ * calls. Completes no request. */
+braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t *items,
+                                    const braid_fuse_t *f, int *fell_back, char *msg,
+                                    size_t msglen);
 /* Takes ownership of pc's arrays. */
 braid_result_t braid_group_add_pcoll(struct braid_comm *comm, const braid_pcoll_t *pc,
                                      braid_request_t *req_p);

@@ -19,6 +19,8 @@ typedef enum {
     BAD_OP,    /* an all-reduce (op 99 on rank n-1), then the ring exchange */
     BAD_A2A,   /* an alltoall (dtype 99 on rank n-1), then an all-reduce */
     LONE_PEER, /* rank n-1: a send to peer n+6 alone; rank 0: a receive from rank n-1 */
+    BAD_FUSED, /* three all-reduces that group end fuses (small counts): rank n-1's second has
+                * recvbuf NULL */
 } kind_t;
 
 typedef struct {
@@ -26,6 +28,15 @@ typedef struct {
     size_t count;
     const char *why; /* the rejected call's message on rank n-1 contains it */
 } case_t;
+
+static void fused_calls(braid_comm_t comm, int odd, float *in, float *out, size_t k,
+                        braid_result_t *bad)
+{
+    braid_allreduce(in, out, k, BRAID_FLOAT32, BRAID_SUM, comm);
+    braid_result_t r = braid_allreduce(in, odd ? NULL : out + k, k, BRAID_FLOAT32, BRAID_SUM, comm);
+    if (odd) *bad = r;
+    braid_allreduce(in, out + 2 * k, k, BRAID_FLOAT32, BRAID_SUM, comm);
+}
 
 /* Issues the group's calls; *bad = the result of the rejected one on rank n-1. */
 static void group_calls(const case_t *c, braid_comm_t comm, int rank, int n, float *in, float *out,
@@ -59,6 +70,9 @@ static void group_calls(const case_t *c, braid_comm_t comm, int rank, int n, flo
     case LONE_PEER:
         if (odd) *bad = braid_send(in, k, BRAID_FLOAT32, n + 6, comm);
         if (rank == 0) braid_recv(out, k, BRAID_FLOAT32, n - 1, comm);
+        break;
+    case BAD_FUSED:
+        fused_calls(comm, odd, in, out, k, bad);
         break;
     }
 }
@@ -149,6 +163,11 @@ Test(group_reject, lone_send_with_a_bad_peer)
     run_both_counts(LONE_PEER, "is outside [0, nranks");
 }
 
+Test(group_reject, allreduce_with_a_null_buffer_among_fused_ones)
+{
+    run_both_counts(BAD_FUSED, "recvbuf");
+}
+
 /* Every rank rejects the same group (each kind above, all ranks odd): nothing ran, every rank
  * gets BRAID_ERR_INVALID_ARG from group end without "did not match", and the communicator
  * stays usable: a valid group of the same shape then gives the right answers. */
@@ -159,7 +178,7 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
     float in[4 * K], out[8 * K], sum[K];
     for (int i = 0; i < 4 * K; i++)
         in[i] = (float)(rank * 100 + i);
-    for (int kind = BAD_PEER; kind <= LONE_PEER; kind++) {
+    for (int kind = BAD_PEER; kind <= BAD_FUSED; kind++) {
         for (int i = 0; i < 8 * K; i++)
             out[i] = -1.0f;
         braid_result_t bad;
@@ -171,6 +190,9 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
         case BAD_A2A:
             bad = braid_alltoall(in, out, K, (braid_datatype_t)99, comm);
             braid_allreduce(in, out + 4 * K, K, BRAID_FLOAT32, BRAID_SUM, comm);
+            break;
+        case BAD_FUSED:
+            fused_calls(comm, 1, in, out, K, &bad);
             break;
         default: {
             int next = (rank + 1) % n, prev = (rank + n - 1) % n;
