@@ -76,8 +76,10 @@ static braid_result_t p2p_pattern(perf_backend_t *b, perf_coll_kind_t kind, cons
     return BRAID_SUCCESS;
 }
 
-static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
-                    size_t count, int dtype, int op, int root, int nonblocking)
+static int bk_complete(perf_backend_t *b);
+
+static int bk_start_call(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
+                         size_t count, int dtype, int op, int root, int nonblocking)
 {
     braid_ctx_t *c = b->ctx;
     braid_datatype_t dt = (braid_datatype_t)dtype;
@@ -189,6 +191,16 @@ static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send
     if (res != BRAID_SUCCESS) return report(b, call, res);
     if (rp) c->reqs[c->nreqs++] = req;
     return 0;
+}
+
+/* A failed start inside a --group group ends the group (its peers are told) and waits for
+ * the calls started in it. */
+static int bk_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
+                    size_t count, int dtype, int op, int root, int nonblocking)
+{
+    int rc = bk_start_call(b, coll, send, recv, count, dtype, op, root, nonblocking);
+    if (rc && ((braid_ctx_t *)b->ctx)->in_group) bk_complete(b);
+    return rc;
 }
 
 static int bk_complete(perf_backend_t *b)

@@ -477,6 +477,14 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         fprintf(stderr, "per-iteration skip (-K) requires per-iteration timing (-I 1)\n");
         return -1;
     }
+    if (o.group && (coll->kind == PERF_SENDRECV || coll->kind == PERF_HYPERCUBE || o.device == 2)) {
+        fprintf(stderr, "--group 1: %s\n",
+                o.device == 2 ? "the stream-ordered calls (--device 2) do not join groups"
+                              : "this tool's calls are groups of sends and receives already");
+        return -1;
+    }
+    if (o.group && (o.agg_iters < 2 || o.blocking != 0))
+        add_note(&o, "--group 1 groups the -m calls of an iteration only with -m > 1 and -z 0");
     *opts_p = o;
     return 0;
 }

@@ -422,7 +422,9 @@ BRAID_API braid_result_t braid_irecv(void *recvbuf, size_t count, braid_datatype
  * never deadlocks); several communicators of a group run concurrently. It returns when the
  * whole group completed (the requests are then done), or the first error naming the call
  * ("group call 3 (recv from rank 2): ..."). An argument error is also returned by the call
- * itself; the group then runs nothing.
+ * itself; the group then runs nothing. Consecutive small all-reduces of one dtype and op run as
+ * one all-reduce of their inputs packed together (BRAID_GROUP_FUSE_BYTES; same results, set it
+ * alike on every rank).
  */
 BRAID_API braid_result_t braid_group_start(void);
 BRAID_API braid_result_t braid_group_end(void);

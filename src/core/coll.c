@@ -103,6 +103,29 @@ braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t
     return res;
 }
 
+/* A call's descriptor in words, for mismatch messages (engine.h). */
+void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
+{
+    char dt[16], op[24] = "", root[40] = "";
+    if (braid_dtype_size(h->dtype))
+        snprintf(dt, sizeof(dt), "%s", braid_dtype_name(h->dtype));
+    else
+        snprintf(dt, sizeof(dt), "dtype %u", h->dtype);
+    int reduces = h->coll == BRAID_COLL_ALLREDUCE || h->coll == BRAID_COLL_REDUCE ||
+                  h->coll == BRAID_COLL_REDUCE_SCATTER;
+    if (reduces && (unsigned)h->op <= BRAID_OP_WIRE_PREMULSUM)
+        snprintf(op, sizeof(op), ", %s", braid_redop_wire_name(h->op));
+    else if (reduces)
+        snprintf(op, sizeof(op), ", op %u", h->op);
+    if (h->root > 0 && h->coll != BRAID_COLL_REDUCE && (reduces || h->coll == BRAID_COLL_ALLGATHER))
+        snprintf(root, sizeof(root), ", %d calls fused, layout %06x", h->root & 0x7f,
+                 (unsigned)h->root >> 7);
+    else if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
+        snprintf(root, sizeof(root), ", root %d", h->root);
+    snprintf(buf, len, "%s #%u (count %llu, %s%s%s)", braid_coll_name(h->coll), h->seq,
+             (unsigned long long)h->count, dt, op, root);
+}
+
 static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;

@@ -343,8 +343,6 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                c->nslots);
     BRAID_CHECK(braid_param_int("SPIN_US", &v));
     c->spin_us = (int)v;
-    BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &v));
-    c->fuse_bytes = (size_t)v;
     BRAID_CHECK(braid_param_int("YIELD_US", &v));
     c->yield_us = (int)v;
     BRAID_CHECK(braid_param_int("WORKER_RT", &v));
@@ -515,6 +513,7 @@ void braid_comm_thread_start(struct braid_comm *comm, const char *what)
 static void comm_free(struct braid_comm *c)
 {
     braid_comm_reg_cleanup(c);
+    free(c->fuse_buf);
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);
@@ -680,6 +679,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     c->machine_ncpus = CPU_COUNT(&all_cpus) > c->ncpus ? CPU_COUNT(&all_cpus) : c->ncpus;
     c->oversubscribed = c->machine_nranks > c->machine_ncpus;
     if (c->spin_us == 0) c->spin_us = c->oversubscribed ? 1 : 5;
+    BRAID_CHECK_GOTO(braid_group_fuse_init(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_order_ring(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_connect_rings(c), res, fail);
     BRAID_CHECK_GOTO(braid_comm_connect_latency(c), res, fail);

@@ -106,28 +106,6 @@ static void copy_bytes(void *dst, const void *src, size_t n)
     if (dst != src && n) braid_copy(dst, src, n);
 }
 
-void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
-{
-    char dt[16], op[24] = "", root[40] = "";
-    if (braid_dtype_size(h->dtype))
-        snprintf(dt, sizeof(dt), "%s", braid_dtype_name(h->dtype));
-    else
-        snprintf(dt, sizeof(dt), "dtype %u", h->dtype);
-    int reduces = h->coll == BRAID_COLL_ALLREDUCE || h->coll == BRAID_COLL_REDUCE ||
-                  h->coll == BRAID_COLL_REDUCE_SCATTER;
-    if (reduces && (unsigned)h->op <= BRAID_OP_WIRE_PREMULSUM)
-        snprintf(op, sizeof(op), ", %s", braid_redop_wire_name(h->op));
-    else if (reduces)
-        snprintf(op, sizeof(op), ", op %u", h->op);
-    if (h->root > 0 && h->coll != BRAID_COLL_REDUCE && (reduces || h->coll == BRAID_COLL_ALLGATHER))
-        snprintf(root, sizeof(root), ", %d calls fused, layout %06x", h->root & 0xff,
-                 (unsigned)h->root >> 8);
-    else if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
-        snprintf(root, sizeof(root), ", root %d", h->root);
-    snprintf(buf, len, "%s #%u (count %llu, %s%s%s)", braid_coll_name(h->coll), h->seq,
-             (unsigned long long)h->count, dt, op, root);
-}
-
 static int same_call(const braid_msg_hdr_t *a, const braid_msg_hdr_t *b)
 {
     return a->seq == b->seq && a->coll == b->coll && a->dtype == b->dtype && a->op == b->op &&
@@ -176,7 +154,9 @@ static braid_result_t check_header(run_t *r, braid_conn_t *conn, const braid_msg
     const braid_msg_hdr_t *e = &r->hdr;
     int theirs_rejected = (h->flags & BRAID_MSG_REJECTED) != 0;
     if (r->rejected) {
-        if (h->seq == e->seq && theirs_rejected) return BRAID_SUCCESS; /* rejected there too */
+        if (h->seq == e->seq && theirs_rejected && h->coll == e->coll && h->count == e->count &&
+            h->root == e->root) /* rejected there too (the same call, or fused run: group_fuse.c) */
+            return BRAID_SUCCESS;
     } else if (same_call(h, e) && !theirs_rejected && !!(h->flags & BRAID_MSG_HELLO) == hello &&
                h->bytes == bytes) {
         return BRAID_SUCCESS;

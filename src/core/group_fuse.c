@@ -22,6 +22,7 @@
  * that could pack, another value (which the reduction keeps different from the identity) from
  * one that could not. If the reduced flag is not the identity anywhere, every rank sees it,
  * leaves its outputs untouched and runs the calls one by one as without fusion. */
+#include "core/config.h"
 #include "core/log.h"
 #include "core/p2p.h"
 #include "core/worker.h"
@@ -31,6 +32,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+braid_result_t braid_group_fuse_init(struct braid_comm *comm)
+{
+    int64_t v;
+    BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &v));
+    if (v < 0 || v > (64 << 20))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_GROUP_FUSE_BYTES=%lld is outside [0, 64 MiB]", (long long)v);
+    int devices = 0; /* every rank's information is the same on every rank: they agree */
+    for (int r = 0; r < comm->nranks; r++)
+        devices += comm->peers[r].cuda_dev >= 0;
+    comm->fuse_bytes = devices == comm->nranks || comm->nranks < 2 ? 0 : (size_t)v;
+    if (!comm->fuse_bytes) return BRAID_SUCCESS;
+    comm->fuse_buf = malloc(comm->fuse_bytes + 64 * (size_t)comm->nranks);
+    if (!comm->fuse_buf)
+        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the fused calls' buffer");
+    return BRAID_SUCCESS;
+}
 
 /* The value 1 of dtype in one element (0 is all zero bits in every dtype). */
 static void dtype_one(braid_datatype_t dt, void *out)
@@ -114,7 +133,7 @@ int braid_group_fuse_find(const struct braid_comm *comm, const braid_group_item_
 {
     size_t limit = comm->fuse_bytes;
     f->k = 0;
-    if (!limit || comm->nranks < 2 || !fusable(&items[from], limit, comm->nranks)) return 0;
+    if (!limit || !fusable(&items[from], limit, comm->nranks)) return 0;
     const braid_op_args_t *first = &items[from].args;
     size_t es = braid_dtype_size(first->dtype), total = 0;
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the counts */
@@ -143,7 +162,7 @@ int braid_group_fuse_find(const struct braid_comm *comm, const braid_group_item_
                           .dtype = first->dtype,
                           .op = first->op,
                           .root = -1,
-                          .fused = (int32_t)((((h ^ (h >> 32)) & 0x7fffff) << 8) | (uint64_t)f->k)};
+                          .fused = (int32_t)((((h ^ (h >> 32)) & 0xffffff) << 7) | (uint64_t)f->k)};
     return f->k;
 }
 
@@ -173,10 +192,9 @@ braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t 
     *fell_back = 0;
     const braid_op_args_t *a0 = &f->args;
     size_t es = braid_dtype_size(a0->dtype), bytes = a0->count * es;
-    uint8_t ok[8], bad[8], stack[1024];
+    uint8_t ok[8], bad[8];
     flag_values(a0->dtype, a0->op, comm->nranks, ok, bad);
-    char *buf = bytes <= sizeof(stack) ? (char *)stack : malloc(bytes);
-    if (!buf) return braid_set_error(BRAID_ERR_NOMEM, "group: out of memory for fused calls");
+    char *buf = comm->fuse_buf; /* bytes <= fuse_bytes + 64 bytes per rank (the padding) */
     int pack = !must_fall_back(items, f, es);
     size_t off = 0;
     for (int j = 0; j < f->k; j++) {
@@ -196,6 +214,8 @@ braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t 
         braid_debug(COLL, "group calls %d-%d: a rank could not pack its inputs, run one by one",
                     items[f->idx[0]].call, items[f->idx[f->k - 1]].call);
     } else if (res >= 0) {
+        braid_debug(COLL, "group calls %d-%d: %d allreduces fused (%zu elements)",
+                    items[f->idx[0]].call, items[f->idx[f->k - 1]].call, f->k, f->total);
         off = 0;
         for (int j = 0; j < f->k; j++) {
             braid_op_args_t *b = &items[f->idx[j]].args;
@@ -206,7 +226,6 @@ braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t 
         snprintf(msg, msglen, "group calls %d-%d (%d allreduces fused): %s", items[f->idx[0]].call,
                  items[f->idx[f->k - 1]].call, f->k, braid_last_error());
     }
-    if (buf != (char *)stack) free(buf);
     if (res < 0) braid_set_error(res, "%s", msg);
     return res;
 }

@@ -298,6 +298,10 @@ typedef struct {
     size_t total;                  /* their counts added up */
     braid_op_args_t args;          /* the fused call, buffers unset: counts, flag, padding */
 } braid_fuse_t;
+/* At init, after the peers' information: reads BRAID_GROUP_FUSE_BYTES and allocates the
+ * buffer (none, and no fusion, where every rank has a CUDA device: groups there hold device
+ * buffers, which are not fused). */
+braid_result_t braid_group_fuse_init(struct braid_comm *comm);
 /* Whether items[from] starts a run of two or more (its size, else 0), from the calls'
  * collective, count, dtype and op only (so every rank groups alike). Items marked fused are
  * never part of one. */

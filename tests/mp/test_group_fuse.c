@@ -10,9 +10,14 @@
 #include "mp.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { NCALLS = 9 };
 
@@ -22,8 +27,9 @@ typedef struct {
     size_t off; /* bytes past an aligned start */
 } call_t;
 
-/* Counts in bytes stay under the fusion bound (a quarter of 64 KiB) except call 5 for 8-byte
- * dtypes, which ends a run there. */
+/* Counts in bytes stay under the per-call bound (a quarter of 64 KiB) except call 5 for 4- and
+ * 8-byte dtypes, which runs alone there; the broadcast before call 7 ends a run. So a group
+ * fuses calls 0-6 and 7-8 (1- and 2-byte dtypes) or 0-4 and 7-8 (expected_runs). */
 static const call_t calls[NCALLS] = {{0, 0, 0},    {1, 0, 0}, {7, 1, 0},  {13, 0, 1}, {101, 0, 0},
                                      {4099, 1, 3}, {3, 0, 0}, {64, 1, 0}, {2, 0, 5}};
 
@@ -80,10 +86,71 @@ static int every_dtype_op(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* The fused runs every_dtype_op makes on each rank, from the rule (group_fuse.c): integer
+ * averages never fuse; *calls gets the calls fused in all. */
+static int expected_runs(int *calls)
+{
+    int runs = 0;
+    *calls = 0;
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++)
+        for (int op = 0; op < BRAID_NUM_OPS; op++) {
+            int is_float = dt >= BRAID_FLOAT16;
+            if (op == BRAID_AVG && !is_float) continue;
+            size_t es = braid_dtype_size((braid_datatype_t)dt);
+            runs += 2;
+            *calls += (4099 * es <= 16384 ? 7 : 5) + 2;
+        }
+    return runs;
+}
+
+/* Counts the "N allreduces fused" debug lines (core/group_fuse.c) of every log file in dir: the
+ * files, the lines and the calls they name; removes the files and dir. */
+static void count_fused(const char *dir, int *files, int *lines, int *calls)
+{
+    *files = *lines = *calls = 0;
+    DIR *d = opendir(dir);
+    cr_assert(d, "opendir %s", dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[512], line[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        cr_assert(f, "fopen %s", path);
+        (*files)++;
+        while (fgets(line, sizeof(line), f)) {
+            const char *p = strstr(line, " allreduces fused");
+            if (!p) continue;
+            while (p > line && p[-1] != ' ')
+                p--;
+            (*lines)++;
+            *calls += atoi(p);
+        }
+        fclose(f);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
 Test(group_fuse, every_dtype_and_op_against_the_reference, .timeout = 240)
 {
-    for (int n = 1; n <= 4; n++)
+    int want_calls = 0, want_runs = expected_runs(&want_calls);
+    for (int n = 1; n <= 4; n++) {
+        char dir[] = "/tmp/braid-fuse-XXXXXX", file[64];
+        cr_assert(mkdtemp(dir));
+        snprintf(file, sizeof(file), "%s/%%p.log", dir);
+        setenv("BRAID_DEBUG", "DEBUG", 1);
+        setenv("BRAID_DEBUG_SUBSYS", "COLL", 1);
+        setenv("BRAID_DEBUG_FILE", file, 1);
         cr_expect_eq(mp_run(n, every_dtype_op, NULL, 120), 0, "n=%d (see stderr)", n);
+        int files, lines, calls;
+        count_fused(dir, &files, &lines, &calls);
+        cr_expect_eq(files, n, "n=%d: %d log files", n, files);
+        /* one rank: nothing to fuse; else every rank fuses every run */
+        cr_expect_eq(lines, n > 1 ? n * want_runs : 0, "n=%d: %d fused runs", n, lines);
+        cr_expect_eq(calls, n > 1 ? n * want_calls : 0, "n=%d: %d calls fused", n, calls);
+    }
 }
 
 Test(group_fuse, every_dtype_and_op_over_tcp, .timeout = 240)
@@ -142,11 +209,18 @@ Test(group_fuse, a_call_reading_an_earlier_output_on_one_rank, .timeout = 120)
         cr_expect_eq(mp_run(n, chained, NULL, 60), 0, "n=%d (see stderr)", n);
 }
 
-/* Rank 0 calls all-reduces of 3 then 5 elements, the others 5 then 3: the same total. */
+/* Rank 0 calls all-reduces of 3 then 5 elements, the others 5 then 3: the same total. Under
+ * the hierarchical all-reduce a stage (reduce_scatter, allgather) must find it: counted. */
+typedef struct {
+    const char *algo;
+    atomic_int *stage_found;
+} swap_arg_t;
+
 static int swapped_counts(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)n;
-    const char *algo = arg;
+    const swap_arg_t *sa = arg;
+    const char *algo = sa->algo;
     braid_comm_t c = comm;
     if (algo) {
         c = mp_fake_host_comm(comm, rank, rank % 2, algo);
@@ -164,6 +238,8 @@ static int swapped_counts(braid_comm_t comm, int rank, int n, void *arg)
     if (r == BRAID_ERR_MISMATCH)
         MP_CHECK(rank, strstr(msg, "2 calls fused"),
                  "the message does not name the fused calls: %s", msg);
+    if (r == BRAID_ERR_MISMATCH && (strstr(msg, "reduce_scatter #") || strstr(msg, "allgather #")))
+        atomic_fetch_add(sa->stage_found, 1);
     if (algo) braid_comm_destroy(c);
     return 0;
 }
@@ -171,9 +247,17 @@ static int swapped_counts(braid_comm_t comm, int rank, int n, void *arg)
 Test(group_fuse, counts_that_add_up_alike_are_a_mismatch, .timeout = 120)
 {
     setenv("BRAID_TIMEOUT", "20", 1);
-    cr_expect_eq(mp_run(2, swapped_counts, NULL, 60), 0, "2 ranks (see stderr)");
-    cr_expect_eq(mp_run(3, swapped_counts, NULL, 60), 0, "3 ranks (see stderr)");
-    cr_expect_eq(mp_run(4, swapped_counts, "hier", 60), 0, "4 ranks, hier (see stderr)");
+    atomic_int *found =
+        mmap(NULL, sizeof(*found), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(found != MAP_FAILED);
+    atomic_init(found, 0);
+    swap_arg_t flat = {NULL, found}, hier = {"hier", found};
+    cr_expect_eq(mp_run(2, swapped_counts, &flat, 60), 0, "2 ranks (see stderr)");
+    cr_expect_eq(mp_run(3, swapped_counts, &flat, 60), 0, "3 ranks (see stderr)");
+    cr_expect_eq(atomic_load(found), 0, "a stage of hier found a flat mismatch");
+    cr_expect_eq(mp_run(4, swapped_counts, &hier, 60), 0, "4 ranks, hier (see stderr)");
+    cr_expect_gt(atomic_load(found), 0, "no rank saw the layouts differ in a stage of hier");
+    munmap(found, sizeof(*found));
 }
 
 /* The hierarchical all-reduce (2 fake hosts) runs fused calls; checked as above. */

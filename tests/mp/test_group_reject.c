@@ -26,7 +26,8 @@ typedef enum {
 typedef struct {
     kind_t kind;
     size_t count;
-    const char *why; /* the rejected call's message on rank n-1 contains it */
+    const char *why;  /* the rejected call's message on rank n-1 contains it */
+    const char *also; /* every rank's final message contains it (NULL: "rejected") */
 } case_t;
 
 static void fused_calls(braid_comm_t comm, int odd, float *in, float *out, size_t k,
@@ -112,7 +113,16 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     free(out);
     char who[32];
     snprintf(who, sizeof(who), "rank %d", n - 1);
-    return odd_expect_mismatch(comm, rank, n, r, first_msg, odd, t0, who, "rejected");
+    int rc = odd_expect_mismatch(comm, rank, n, r, first_msg, odd, t0, who,
+                                 c->also ? c->also : "rejected");
+    if (rc || c->kind != BAD_FUSED) return rc;
+    /* the rejected call named is the fused one: "rejected its allreduce #2 (..., 3 calls fused,
+     * layout ...) (group call 2 ...)" */
+    const char *m = braid_last_error(), *p = strstr(m, "rejected its allreduce #");
+    const char *q = p ? strstr(p, ") (") : NULL;
+    MP_CHECK(rank, p && q && memmem(p, (size_t)(q - p), "3 calls fused", 13),
+             "the rejected call named is not the fused one: %s", m);
+    return 0;
 }
 
 static void run_all(const case_t *c)
@@ -128,7 +138,7 @@ static void run_both_counts(kind_t kind, const char *why)
 {
     static const size_t counts[] = {5, (size_t)1 << 20};
     for (int k = 0; k < 2; k++) {
-        case_t c = {kind, counts[k], why};
+        case_t c = {kind, counts[k], why, NULL};
         run_all(&c);
     }
 }
@@ -163,9 +173,12 @@ Test(group_reject, lone_send_with_a_bad_peer)
     run_both_counts(LONE_PEER, "is outside [0, nranks");
 }
 
+/* 5 elements each: the peers fuse the three calls, and so does rank n-1's rejection (its
+ * REJECTED message names the fused call, not its first call). */
 Test(group_reject, allreduce_with_a_null_buffer_among_fused_ones)
 {
-    run_both_counts(BAD_FUSED, "recvbuf");
+    case_t c = {BAD_FUSED, 5, "recvbuf", "3 calls fused"};
+    run_all(&c);
 }
 
 /* Every rank rejects the same group (each kind above, all ranks odd): nothing ran, every rank
