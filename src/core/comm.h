@@ -206,7 +206,12 @@ struct braid_comm {
     pthread_mutex_t q_lock;
     pthread_cond_t q_cond;
     struct braid_request *q_head, *q_tail;
-    _Atomic int q_pending; /* queued or running; changed under q_lock, read without it */
+    _Atomic int q_pending;     /* queued or running; changed under q_lock, read without it */
+    int q_running;             /* a thread (the worker, a braid_wait helping) runs a queued one */
+    int q_helpers;             /* threads in braid_wait that run queued collectives (worker.c) */
+    int q_help_waiting;        /* of those, waiting for the running one to end */
+    uint64_t q_helper_left_ns; /* when the last of them returned */
+    int worker_sleep;          /* -1: the worker starts, 1: it waits for a request, 2: it polls */
     int worker_started, worker_stop;
     pthread_t worker;
 
