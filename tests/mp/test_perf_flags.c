@@ -75,14 +75,25 @@ static int count_rows(const char *out, const char *must_contain)
 }
 
 /* Every row's two #wrong columns are 0 (columns 9 and 13 of the plain layout). */
-static void assert_rows_ok(const char *out, int ncols_per_side)
+/* The next result row of a tool's output from *cur (a line that starts with spaces, then a
+ * digit), advancing *cur past it; NULL after the last. */
+static const char *next_row(const char **cur)
 {
-    int rows = 0;
-    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    for (const char *l = *cur; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         const char *p = l;
         while (*p == ' ')
             p++;
         if (p == l || !isdigit((unsigned char)*p)) continue;
+        *cur = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL;
+        return l;
+    }
+    return *cur = NULL;
+}
+
+static void assert_rows_ok(const char *out, int ncols_per_side)
+{
+    int rows = 0;
+    for (const char *cur = out, *l; (l = next_row(&cur));) {
         char tok[32][32];
         int nt = 0;
         const char *q = l;
@@ -398,11 +409,7 @@ Test(perftools, harness_selftest)
 static void assert_busbw_factor(const char *out, double factor)
 {
     int rows = 0;
-    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        const char *p = l;
-        while (*p == ' ')
-            p++;
-        if (p == l || !isdigit((unsigned char)*p)) continue;
+    for (const char *cur = out, *l; (l = next_row(&cur));) {
         double v[13];
         char t[3][16];
         int k =
