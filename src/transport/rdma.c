@@ -146,6 +146,7 @@ static void on_ctrl(rdma_conn_t *c, uint32_t imm, const char *data, uint32_t len
     else
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "%.150s failed: %s", c->desc,
                               text[0] ? text : braid_strerror(code));
+    atomic_store_explicit(&c->peer_fail, code ? code : BRAID_ERR_REMOTE, memory_order_release);
 }
 
 /* A data write arrived on QP q: messages on one QP come in order (pos = q, q + nqps, ...). */
@@ -466,6 +467,17 @@ static braid_result_t rdma_wait(braid_conn_t *conn, braid_wait_dir_t dir, uint64
     return wait_failure(c, dir);
 }
 
+/* The peer's fail() notice (transport.h): what the completions this thread polls now hold;
+ * not the peer's own abort or timeout, nor a disconnect or a QP error. */
+static braid_result_t rdma_peer_failed(braid_conn_t *conn)
+{
+    rdma_conn_t *c = (rdma_conn_t *)conn;
+    if (c->cq && atomic_load_explicit(&c->connected, memory_order_acquire)) braid_rdma_poll_cq(c);
+    int code = atomic_load_explicit(&c->peer_fail, memory_order_acquire);
+    if (!code || code == BRAID_ERR_ABORTED || code == BRAID_ERR_TIMEOUT) return BRAID_SUCCESS;
+    return braid_rdma_failure(c); /* the notice's code and text (set_failed kept them) */
+}
+
 static void rdma_wake(braid_conn_t *conn)
 {
     braid_rdma_wake_fd(((rdma_conn_t *)conn)->wake_fd);
@@ -512,6 +524,7 @@ const braid_transport_t braid_transport_rdma = {
     .wait = rdma_wait,
     .wake = rdma_wake,
     .fail = rdma_fail,
+    .peer_failed = rdma_peer_failed,
     .close = braid_rdma_close,
     .comm_cleanup = braid_rdma_comm_cleanup,
     .mem_register = braid_rdma_mem_register,

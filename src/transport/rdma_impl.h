@@ -96,6 +96,7 @@ typedef struct rdma_conn {
     int fail_sent;
     _Atomic int connected; /* QPs established */
     _Atomic int failed;    /* braid_result_t, 0 = none */
+    _Atomic int peer_fail; /* the code of the peer's fail() notice, 0 = none (peer_failed) */
     /* Set by the rdma_cm side (a DISCONNECTED event): becomes the failure once the CQ is drained,
      * so a fail() text the peer sent before disconnecting is reported instead. */
     _Atomic int disconnected;
