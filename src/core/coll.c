@@ -65,7 +65,24 @@ static void timeline_call(struct braid_comm *comm, const braid_op_args_t *a, uin
     braid_timeline_add(comm, &ev);
 }
 
+static _Thread_local int coll_depth; /* braid_coll_execute calls this thread is inside */
+
+int braid_coll_running(void)
+{
+    return coll_depth;
+}
+
+static braid_result_t coll_execute(struct braid_comm *comm, const braid_op_args_t *a);
+
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    coll_depth++;
+    braid_result_t res = coll_execute(comm, a);
+    coll_depth--;
+    return res;
+}
+
+static braid_result_t coll_execute(struct braid_comm *comm, const braid_op_args_t *a)
 {
     if (a->on_device) return braid_cuda_run_blocking(comm, a); /* comes back here, on host */
     uint32_t seq = ++comm->seq;

@@ -625,7 +625,11 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     c->nranks = nranks;
     pthread_mutex_init(&c->err_lock, NULL);
     pthread_mutex_init(&c->q_lock, NULL);
-    pthread_cond_init(&c->q_cond, NULL);
+    pthread_condattr_t ca; /* the worker's timed waits (worker.c) count on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->q_cond, &ca);
+    pthread_condattr_destroy(&ca);
     braid_log_set_rank(rank);
     c->cuda_dev = -1;
     BRAID_CHECK_GOTO(braid_config_check_transport(), res, fail);

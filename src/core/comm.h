@@ -211,6 +211,7 @@ struct braid_comm {
     int q_helpers;             /* threads in braid_wait that run queued collectives (worker.c) */
     int q_help_waiting;        /* of those, waiting for the running one to end */
     uint64_t q_helper_left_ns; /* when the last of them returned */
+    uint64_t q_helped;         /* requests run by waiting threads (tests look) */
     int worker_sleep;          /* -1: the worker starts, 1: it waits for a request, 2: it polls */
     int worker_started, worker_stop;
     pthread_t worker;

@@ -103,7 +103,9 @@ static void run_popped(struct braid_comm *comm, struct braid_request *req)
     }
     pthread_mutex_lock(&comm->q_lock);
     comm->q_running = 0;
-    if (comm->q_help_waiting) pthread_cond_broadcast(&comm->q_cond); /* the worker polls */
+    /* helpers wait for this; the worker polls, but what only it runs must not wait for that */
+    if (comm->q_help_waiting || (comm->q_head && !helpable(comm->q_head)))
+        pthread_cond_broadcast(&comm->q_cond);
 }
 
 /* Whether the worker leaves the head to a waiting thread: one helps now, or one returned
@@ -120,7 +122,7 @@ static int left_to_helpers(const struct braid_comm *comm)
 static void timed_wait(struct braid_comm *comm, uint64_t ns)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* q_cond's clock (comm.c): no wall-clock steps */
     uint64_t t = (uint64_t)ts.tv_nsec + ns;
     ts.tv_sec += (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
@@ -161,10 +163,19 @@ static void *worker_main(void *arg)
 static void help(struct braid_request *req)
 {
     struct braid_comm *comm = req->comm;
-    char keep[512]; /* the caller's last error: braid_wait leaves it as it was on success */
+    /* Not inside a collective (hier's stages wait on their sub-communicators, whose workers
+     * run alongside), nor for a real-time worker (BRAID_WORKER_RT: its thread runs first). */
+    if (!comm || braid_coll_running()) return;
+    char keep[2048]; /* the caller's last error: braid_wait leaves it as it was on success */
     braid_str_fit(keep, sizeof(keep), braid_last_error());
-    if (!comm || braid_comm_enter(comm) < 0) { /* destroyed meanwhile: its worker completes req */
+    int log_rank = braid_log_rank();
+    if (braid_comm_enter(comm) < 0) { /* destroyed meanwhile: its worker completes req */
         braid_restore_error(keep);
+        return;
+    }
+    if (comm->worker_rt > 0) {
+        braid_comm_leave(comm);
+        braid_log_set_rank(log_rank);
         return;
     }
     pthread_mutex_lock(&comm->q_lock);
@@ -172,6 +183,7 @@ static void help(struct braid_request *req)
     while (!atomic_load(&req->done) && !comm->worker_stop) {
         if (!comm->q_running && helpable(comm->q_head)) {
             struct braid_request *r = pop(comm);
+            comm->q_helped++;
             pthread_mutex_unlock(&comm->q_lock);
             run_popped(comm, r);
             continue;
@@ -182,13 +194,15 @@ static void help(struct braid_request *req)
         comm->q_help_waiting--;
     }
     comm->q_helpers--;
-    comm->q_helper_left_ns = braid_now_ns();
-    if (!atomic_load(&req->done)) {
-        comm->q_helper_left_ns = 0; /* no grace: the worker runs what is left */
+    /* Done: the grace (its program's next wait may come at once: waits for a burst of
+     * requests in turn, where the worker ran the first). Otherwise, or with something at the
+     * head only the worker runs, wake the worker. */
+    comm->q_helper_left_ns = atomic_load(&req->done) ? braid_now_ns() : 0;
+    if (comm->q_head && (!comm->q_helper_left_ns || !helpable(comm->q_head)))
         pthread_cond_broadcast(&comm->q_cond);
-    }
     pthread_mutex_unlock(&comm->q_lock);
     braid_comm_leave(comm);
+    braid_log_set_rank(log_rank);
     braid_restore_error(keep); /* a collective run for another request may have set it */
 }
 
@@ -237,8 +251,10 @@ braid_result_t braid_worker_submit(struct braid_comm *comm, struct braid_request
         comm->q_head = req;
     comm->q_tail = req;
     comm->q_pending++;
-    /* a polling worker looks again soon; a running one finds it when it is done */
-    if (comm->worker_sleep == 1 || comm->worker_stop) pthread_cond_broadcast(&comm->q_cond);
+    /* a running worker finds it when it is done; a polling one looks again soon, unless only
+     * it may run this one */
+    if (comm->worker_sleep == 1 || (comm->worker_sleep == 2 && !helpable(req)) || comm->worker_stop)
+        pthread_cond_broadcast(&comm->q_cond);
     pthread_mutex_unlock(&comm->q_lock);
     return BRAID_SUCCESS;
 }
@@ -329,7 +345,7 @@ braid_result_t braid_test_time(braid_request_t req, int *done_p, double *t_done_
     pthread_mutex_unlock(&req_lock);
     *done_p = done;
     if (done) return finish(req, t_done_p);
-    atomic_store(&req->state, BRAID_REQ_LIVE);
+    atomic_store(&req->state, queued ? BRAID_REQ_LIVE : BRAID_REQ_NEW); /* as claim found it */
     return BRAID_SUCCESS;
 }
 

@@ -24,6 +24,10 @@ void braid_request_complete(struct braid_comm *comm, struct braid_request *req, 
 /* Runs one validated collective on the calling thread (coll.c): takes the next sequence
  * number, runs the engine, records a failure as the comm's sticky error and tells peers. */
 braid_result_t braid_coll_execute(struct braid_comm *comm, const braid_op_args_t *a);
+/* How many braid_coll_execute calls the calling thread is inside (0: none). A wait inside one
+ * (the hierarchical all-reduce's stages on their sub-communicators) leaves the queue to the
+ * worker, whose running it alongside is the overlap (worker.c). */
+int braid_coll_running(void);
 /* The argument checks of every collective (coll.c); sets a->on_device (coll_dev.c). */
 braid_result_t braid_coll_validate(struct braid_comm *comm, braid_op_args_t *a);
 /* Runs validated arguments as the blocking form does (in order after queued operations). */
