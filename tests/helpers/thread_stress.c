@@ -1,8 +1,9 @@
 /* Exercises braid's threads for ThreadSanitizer (Criterion cannot run under TSan), each phase a
  * job of forked ranks (tests/common/mp.c):
  *   worker   2 ranks: non-blocking all-reduces run on the worker thread while the caller
- *            tests/waits and a second thread polls the communicator's state; then an abort
- *            from another thread interrupts a blocked call.
+ *            tests/waits and a second thread polls the communicator's state; then two threads
+ *            wait for halves of them (waits run queued collectives: core/worker.c); then an
+ *            abort from another thread interrupts a blocked call.
  *   hier     4 ranks on 2 fake hosts (BRAID_HOSTNAME, as tests/mp/test_hier.c does): the
  *            pipelined hierarchical all-reduce (src/algos/hier.c, from 2 x 4 MiB of body), whose
  *            inter-host all-reduce of a segment runs on the inter sub-communicator's worker
@@ -81,6 +82,19 @@ static void *aborter(void *arg)
 }
 
 /* ---- worker: non-blocking calls, concurrent polling, abort from another thread ------------- */
+typedef struct {
+    braid_request_t *reqs;
+    int n, bad;
+} half_t;
+
+static void *wait_half(void *arg)
+{
+    half_t *h = arg;
+    for (int k = h->n - 1; k >= 0; k--)
+        if (braid_wait(h->reqs[k]) != BRAID_SUCCESS) h->bad = 1;
+    return NULL;
+}
+
 static int worker_fn(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)n;
@@ -105,6 +119,30 @@ static int worker_fn(braid_comm_t comm, int rank, int n, void *arg)
             while (!done && !bad)
                 if (braid_test(reqs[k], &done)) bad = 1;
             for (int i = 0; i < N && !bad; i++)
+                if (bufs[k][i] != (float)(1 + 2 * (i + k))) bad = 1;
+            free(bufs[k]);
+        }
+    }
+    /* Waits that run the queue (src/core/worker.c): two threads wait for halves of each
+     * round's requests, each from its last, while the worker takes what they leave. */
+    for (int round = 0; round < 20 && !bad; round++) {
+        for (int k = 0; k < K; k++) {
+            bufs[k] = malloc(N * sizeof(float));
+            for (int i = 0; i < N; i++)
+                bufs[k][i] = (float)(rank + i + k);
+            if (braid_iallreduce(bufs[k], bufs[k], N / (k + 1), BRAID_FLOAT32, BRAID_SUM, comm,
+                                 &reqs[k]))
+                bad = 1;
+        }
+        half_t h = {reqs + K / 2, K - K / 2, 0};
+        pthread_t wt;
+        MP_CHECK(rank, pthread_create(&wt, NULL, wait_half, &h) == 0, "pthread_create");
+        half_t mine = {reqs, K / 2, 0};
+        wait_half(&mine);
+        pthread_join(wt, NULL);
+        bad |= h.bad | mine.bad;
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < N / (k + 1) && !bad; i++)
                 if (bufs[k][i] != (float)(1 + 2 * (i + k))) bad = 1;
             free(bufs[k]);
         }
