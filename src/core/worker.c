@@ -15,9 +15,10 @@
  * under one process-wide lock (req_lock / req_cond), so braid_test never touches the
  * communicator, which may have been destroyed (destroy completes every queued request first),
  * and braid_wait only after entering it through the registry (a destroyed one is refused
- * there, and a destroy waits for the waiter to leave). A request that braid_wait / braid_test returned is not freed at once but kept in a
- * quarantine of the last REQ_QUARANTINE ones, marked FREED, so a second wait on its handle is
- * refused (BRAID_ERR_INVALID_USAGE) instead of reading memory malloc gave to someone else. */
+ * there, and a destroy waits for the waiter to leave). A request that braid_wait / braid_test
+ * returned is not freed at once but kept in a quarantine of the last REQ_QUARANTINE ones, marked
+ * FREED, so a second wait on its handle is refused (BRAID_ERR_INVALID_USAGE) instead of reading
+ * memory malloc gave to someone else. */
 #include "core/worker.h"
 #include "core/log.h"
 #include "cuda/cuda.h"
