@@ -242,16 +242,13 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
                 if (x->req) braid_request_complete(comm, x->req, res, res < 0 ? msg : "");
                 x->req = NULL;
             }
-            if (res < 0 || !fell_back) continue;
-            for (int j = 1; j < f.k; j++) /* one by one: from i, then the others in turn */
-                items[f.idx[j]].fused = -1;
+            for (int j = 0; j < f.k && res >= 0 && fell_back; j++) { /* one by one */
+                items[f.idx[j]].fused = 1;
+                res = run_coll_item(comm, &items[f.idx[j]], msg, sizeof(msg));
+            }
+            continue;
         }
         res = run_coll_item(comm, it, msg, sizeof(msg));
-        for (int j = i + 1; j < n && res >= 0; j++)
-            if (items[j].fused == -1) {
-                items[j].fused = 1;
-                res = run_coll_item(comm, &items[j], msg, sizeof(msg));
-            }
     }
     /* Then every send and receive at once. */
     for (int i = 0; i < n && res >= 0; i++)
