@@ -30,6 +30,12 @@ int braid_cuda_current_device(void);
 /* Where p lives: -1 for host memory (pageable, pinned, or unknown to CUDA), else the ordinal
  * of the device whose memory it is (cudaMalloc'ed or managed memory). NULL is host. */
 int braid_cuda_ptr_device(const void *p);
+/* Where braid has no device (built without CUDA, BRAID_CUDA=0, none visible): looks for the
+ * CUDA driver library already loaded by the program (drvptr.c; at communicator init), and
+ * then braid_cuda_drv_ptr_device asks it where p lives (-1: host, or no driver loaded), so a
+ * device buffer is refused with a message rather than read as host memory. */
+void braid_cuda_drv_probe(void);
+int braid_cuda_drv_ptr_device(const void *p);
 /* Tests only: classify pointers with fn instead of the runtime (NULL restores the runtime).
  * This is how the argument checks for device buffers are tested on machines without a GPU. */
 void braid_cuda_test_set_classifier(int (*fn)(const void *p));

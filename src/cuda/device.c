@@ -109,9 +109,11 @@ int braid_cuda_ptr_device(const void *p)
 {
     int (*fn)(const void *) = atomic_load_explicit(&test_classifier, memory_order_relaxed);
     if (fn) return fn(p);
-    if (!p || probe_ndev == 0) {
-        /* The probe runs at communicator init; before it, or with no device: host. */
-        return -1;
+    if (!p) return -1;
+    if (probe_ndev == 0) {
+        /* The probe runs at communicator init; before it: host. With no device of braid's
+         * own, the program's driver may still know the pointer (drvptr.c). */
+        return braid_cuda_drv_ptr_device(p);
     }
     struct cudaPointerAttributes at;
     cudaError_t e = cudaPointerGetAttributes(&at, p);

@@ -1,5 +1,6 @@
-/* cuda.h for a build without CUDA (BRAID_WITH_CUDA=OFF or no nvcc): no device, every pointer is
- * host memory, and the stream-ordered forms answer BRAID_ERR_UNSUPPORTED (coll_dev.c). */
+/* cuda.h for a build without CUDA (BRAID_WITH_CUDA=OFF or no nvcc): no device; a pointer is host
+ * memory unless the program's own CUDA driver says otherwise (drvptr.c), and the stream-ordered
+ * forms answer BRAID_ERR_UNSUPPORTED (coll_dev.c). */
 #include "cuda/cuda.h"
 #include "core/comm.h"
 #include "core/log.h"
@@ -27,7 +28,7 @@ int braid_cuda_current_device(void)
 int braid_cuda_ptr_device(const void *p)
 {
     int (*fn)(const void *) = atomic_load_explicit(&test_classifier, memory_order_relaxed);
-    return fn ? fn(p) : -1;
+    return fn ? fn(p) : braid_cuda_drv_ptr_device(p);
 }
 
 void braid_cuda_test_set_classifier(int (*fn)(const void *p))
@@ -75,6 +76,7 @@ braid_result_t braid_cuda_comm_init(struct braid_comm *comm)
 {
     comm->cuda_dev = -1;
     comm->cuda = NULL;
+    braid_cuda_drv_probe();
     return BRAID_SUCCESS;
 }
 

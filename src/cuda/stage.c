@@ -28,7 +28,10 @@
 braid_result_t braid_cuda_comm_init(struct braid_comm *comm)
 {
     comm->cuda_dev = braid_cuda_current_device();
-    if (comm->cuda_dev < 0) return BRAID_SUCCESS;
+    if (comm->cuda_dev < 0) {
+        braid_cuda_drv_probe();
+        return BRAID_SUCCESS;
+    }
     struct braid_cuda_comm *cc = calloc(1, sizeof(*cc));
     if (!cc) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the CUDA state");
     cc->dev = comm->cuda_dev;

@@ -10,6 +10,7 @@
 #include "cuda/cuda.h"
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,49 @@ Test(cuda, device_buffers_without_a_device_name_the_buffer, .timeout = 30)
     cr_assert_eq(braid_allreduce(host, out, 4, BRAID_FLOAT32, BRAID_SUM, c), BRAID_SUCCESS);
     cr_assert_eq(out[3], 4.0f);
     braid_cuda_test_set_classifier(NULL);
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
+/* Where braid has no device of its own (a build without CUDA, or BRAID_CUDA=0 as here), the
+ * program may still use CUDA: its driver library is loaded, and a device buffer must be refused
+ * with a message rather than read as host memory. The driver is a stand-in
+ * (tests/helpers/fake_libcuda.c) loaded by path, as a program's CUDA runtime loads libcuda.so.1;
+ * braid finds it by its soname and asks it about each buffer (src/cuda/drvptr.c). */
+Test(cuda, device_buffers_of_the_programs_own_cuda_are_refused, .timeout = 30)
+{
+    setenv("BRAID_CUDA", "0", 1);
+    void *drv = dlopen(BRAID_FAKE_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(drv, "%s", dlerror());
+    void *by_name = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (by_name != drv) cr_skip_test("another libcuda.so.1 is loaded in this process");
+    dlclose(by_name);
+    char *arena = dlsym(drv, "braid_fake_cuda_arena");
+    int *calls = dlsym(drv, "braid_fake_cuda_calls");
+    cr_assert(arena && calls);
+    char *dev = arena, *managed = arena + 1024, *pinned = arena + 2048;
+
+    braid_comm_t c = one_rank();
+    cr_assert_eq(c->cuda_dev, -1);
+    float host[4] = {1, 2, 3, 4}, out[4] = {0};
+    cr_assert_eq(braid_allreduce(dev, out, 4, BRAID_FLOAT32, BRAID_SUM, c), BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "allreduce: sendbuf is CUDA device memory (device 3) "
+                                         "but this communicator has no CUDA device"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_allreduce(host, managed + 4, 4, BRAID_FLOAT32, BRAID_SUM, c),
+                 BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "allreduce: recvbuf is CUDA device memory (device 3)"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_send(dev + 8, 2, BRAID_FLOAT32, 0, c), BRAID_ERR_UNSUPPORTED);
+    cr_assert(strstr(braid_last_error(), "CUDA device memory (device 3)"), "%s",
+              braid_last_error());
+    /* Pinned host memory is host memory, and so is memory the driver does not know. */
+    memcpy(pinned, host, sizeof(host));
+    cr_assert_eq(braid_allreduce(pinned, out, 4, BRAID_FLOAT32, BRAID_SUM, c), BRAID_SUCCESS, "%s",
+                 braid_last_error());
+    cr_assert(out[0] == 1.0f && out[3] == 4.0f);
+    int before = *calls;
+    cr_assert_eq(braid_allreduce(host, out, 4, BRAID_FLOAT32, BRAID_MAX, c), BRAID_SUCCESS);
+    cr_assert_gt(*calls, before, "the driver was asked about host buffers too");
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
 
