@@ -1,16 +1,18 @@
 #!/bin/sh
-# Many small all-reduces at once: M calls per iteration (-m), as nccl-tests' -m issues them in
-# one ncclGroupStart/End, run four ways in one session, over shared memory and TCP loopback:
+# Many small all-reduces (or all-gathers, reduce-scatters: -C) at once: M calls per iteration
+# (-m), as nccl-tests' -m issues them in one ncclGroupStart/End, run four ways in one session,
+# over shared memory and TCP loopback:
 #   fused    braid, the M calls in one braid group (--group 1): group end fuses them
 #            (BRAID_GROUP_FUSE_BYTES, default 64K: src/core/group_fuse.c)
 #   unfused  the same with BRAID_GROUP_FUSE_BYTES=0 (each call on its own, in call order)
-#   iform    braid's braid_iallreduce forms, waited for together (no group)
-#   ompi     Open MPI's MPI_Iallreduce and MPI_Waitall (btl self,vader or self,tcp)
+#   iform    braid's braid_i* forms, waited for together (no group)
+#   ompi     Open MPI's MPI_Iallreduce and MPI_Waitall (btl self,vader or self,tcp); all-reduce only
 #
 #   perf/compare_group.sh [-o DIR] [-B BUILD] [-N "2 4"] [-b 8] [-e 32K] [-f 4] [-n 200] [-w 20]
-#                         [-c 1] [-d float] [-O sum] [-R 3] [-M 8] [-T "shm tcp"]
+#                         [-c 1] [-d float] [-O sum] [-R 3] [-M 8] [-T "shm tcp"] [-C all_reduce]
 #
 #   -M M     calls per iteration (default 8); -T the transports (default "shm tcp");
+#   -C       the collective: all_reduce (default), all_gather or reduce_scatter (its perf tool);
 #   the rest as perf/compare.sh (-R rounds: the four run in a rotating order each round, and the
 #   table holds each one's median of the rounds).
 # DIR/summary.txt: per transport, rank count and size, the time per call (us, out of place) of
@@ -20,21 +22,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
 name=group maxb=32K iters=200 warm=20 fac=4 rounds=3
-M=8 transports="shm tcp"
+M=8 transports="shm tcp" coll=all_reduce
 args=""
 while [ $# -gt 0 ]; do # -M and -T are this script's own; the rest go to compare_args.sh
     case $1 in
     -M) M=$2; shift 2 ;;
     -T) transports=$2; shift 2 ;;
+    -C) coll=$2; shift 2 ;;
     *) args="$args '$(printf %s "$1" | sed "s/'/'\\\\''/g")'"; shift ;;
     esac
 done
 eval "set -- $args"
+case $coll in
+all_reduce | all_gather | reduce_scatter) ;;
+*) echo "compare_group.sh: -C $coll: all_reduce, all_gather or reduce_scatter" >&2; exit 2 ;;
+esac
+tool=${coll}_perf
 . "$here/compare_args.sh"
 flags="-b $minb -e $maxb -f $fac -n $iters -w $warm -c $check -d $dtype -o $op -m $M"
 {
     echo "# compare_group.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus"
-    echo "# flags: $flags; rounds $rounds; $(mpirun --version 2>/dev/null | head -n1)"
+    echo "# $tool, flags: $flags; rounds $rounds; $(mpirun --version 2>/dev/null | head -n1)"
 } >"$dir/summary.txt"
 
 status=0
@@ -46,11 +54,12 @@ run() { # variant transport n round
     rm -f "$csv"
     # shellcheck disable=SC2086 # flags are words
     case $v in
-    fused) BRAID_TRANSPORT=$tr "$bin/braid-run" $launch -n "$n" "$bin/all_reduce_perf" $flags $xflags --group 1 --csv "$csv" ;;
+    fused) BRAID_TRANSPORT=$tr "$bin/braid-run" $launch -n "$n" "$bin/$tool" $flags $xflags --group 1 --csv "$csv" ;;
     unfused) BRAID_GROUP_FUSE_BYTES=0 BRAID_TRANSPORT=$tr "$bin/braid-run" $launch -n "$n" \
-        "$bin/all_reduce_perf" $flags $xflags --group 1 --csv "$csv" ;;
-    iform) BRAID_TRANSPORT=$tr "$bin/braid-run" $launch -n "$n" "$bin/all_reduce_perf" $flags $xflags --csv "$csv" ;;
-    ompi) mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl "self,$btl" ${MPIRUN_ARGS:-} \
+        "$bin/$tool" $flags $xflags --group 1 --csv "$csv" ;;
+    iform) BRAID_TRANSPORT=$tr "$bin/braid-run" $launch -n "$n" "$bin/$tool" $flags $xflags --csv "$csv" ;;
+    ompi) [ "$coll" = all_reduce ] || return 0
+        mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl "self,$btl" ${MPIRUN_ARGS:-} \
         "$bin/ompi_allreduce_perf" $flags --csv "$csv" ;;
     esac >"$log" 2>&1 || { echo "$v $tr n=$n failed, see $log" | tee -a "$dir/summary.txt"; status=1; }
 }

@@ -78,8 +78,8 @@ typedef struct braid_op_args {
     int premul;      /* PreMulSum (core/redop.h): op is then BRAID_SUM for the kernels */
     uint64_t scalar; /* its scalar, one element of dtype */
     int on_device;   /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
-    /* > 0: an all-reduce of a group's calls fused (core/group_fuse.c): their number (low 7
-     * bits) and a hash of their counts, which the descriptor carries as its root */
+    /* > 0: a call of a group's calls fused (core/group_fuse.c): their number (low 7 bits) and
+     * a hash of their counts, which the descriptor carries as its root */
     int32_t fused;
 } braid_op_args_t;
 

@@ -1,27 +1,33 @@
-/* Small all-reduces of a group fused into one call (braid_group_end; see p2p.h).
+/* A group's small collectives fused into one call (braid_group_end; see p2p.h).
  *
  * A group's collectives run in call order, each one a whole collective with its own latency:
  * eight all-reduces of 64 floats cost eight times one. Where consecutive collectives of a group
- * (its sends and receives, which run after them, left aside) are all-reduces of one dtype and
- * op, together at most BRAID_GROUP_FUSE_BYTES and each at most a quarter of that, they run as
- * one all-reduce of their inputs packed end to end (as NCCL's aggregated group launch and
- * Horovod's tensor fusion): one latency, and the packing copies, which are small by that bound.
- * Measured (eight calls per group, 64 KiB): 256 B-8 KiB calls took 0.4-0.8x the time without
- * fusion (0.2x with 4 ranks on 2 cpus or over tcp), 16 KiB ones 0.65-0.96x; 32 KiB ones fused
- * in pairs took up to 1.2x on 2 ranks (shared memory), hence the quarter (perf/RESULTS.md).
+ * (its sends and receives, which run after them, left aside) are small calls of one kind, they
+ * run as one call of their buffers packed together (as NCCL's aggregated group launch and
+ * Horovod's tensor fusion): one latency, and the packing copies, which are small by the bound.
+ * - all-reduces of one dtype and op: one all-reduce of the inputs end to end;
+ * - reduce-scatters of one dtype and op: one reduce-scatter whose block for rank r holds every
+ *   call's block r in turn;
+ * - all-gathers of any dtypes: one all-gather of bytes, each rank's block every call's input.
+ * Bounds: a run's largest buffers (the all-reduce's, the reduce-scatter's input, the
+ * all-gather's output) add up to at most BRAID_GROUP_FUSE_BYTES, each at most a quarter of it.
+ * Measured (eight all-reduces per group, 64 KiB): 256 B-8 KiB calls took 0.4-0.8x the time
+ * without fusion (0.2x with 4 ranks on 2 cpus or over tcp), 16 KiB ones 0.65-0.96x; 32 KiB ones
+ * fused in pairs took up to 1.2x on 2 ranks (shared memory), hence the quarter (RESULTS.md).
  *
  * Every rank must group alike, so the choice depends only on what matching calls agree on
  * (collective, count, dtype, op, and the limit, which every rank should set alike), never on
  * buffers. The fused call's descriptor carries the layout (braid_op_args_t.fused: the number
- * of calls and a hash of their counts, sent as the all-reduce's root), so ranks whose calls
- * differ but add up to the same count get BRAID_ERR_MISMATCH, not each other's elements.
+ * of calls and a hash of their counts and dtypes, sent in the descriptor's root), so ranks
+ * whose calls differ but add up to the same size get BRAID_ERR_MISMATCH, not each other's data.
  *
  * What only one rank knows: a call whose input is an earlier call's output in the same run
- * (call order matters there), or device buffers. Such a rank cannot pack its inputs, so the
- * fused call carries one more element, a flag: its identity value for the op from every rank
- * that could pack, another value (which the reduction keeps different from the identity) from
- * one that could not. If the reduced flag is not the identity anywhere, every rank sees it,
- * leaves its outputs untouched and runs the calls one by one as without fusion. */
+ * (call order matters there), or device buffers. Such a rank cannot pack its inputs, so each
+ * rank's part of the fused call carries one more element, a flag: the op's identity (a zero
+ * byte for all-gathers) from a rank that could pack, another value (which the reduction keeps
+ * different from the identity) from one that could not. If any rank's flag is not the identity
+ * every rank sees it (reduced, or gathered), leaves its outputs untouched and runs the calls one
+ * by one as without fusion. */
 #include "core/config.h"
 #include "core/log.h"
 #include "core/p2p.h"
@@ -115,52 +121,81 @@ static int flag_values(braid_datatype_t dt, braid_redop_t op, int nranks, void *
     }
 }
 
-/* Whether item it may be part of a fused run on a communicator of nranks ranks. */
-static int fusable(const braid_group_item_t *it, size_t limit, int nranks)
+/* Whether item it may be part of a fused run; *bytes_p: its largest buffer's size (what the
+ * bounds count). */
+static int fusable(const braid_group_item_t *it, int nranks, size_t *bytes_p)
 {
-    if (it->kind != BRAID_ITEM_COLL) return 0;
+    if (it->kind != BRAID_ITEM_COLL || it->fused) return 0;
     const braid_op_args_t *a = &it->args;
-    if (a->coll != BRAID_COLL_ALLREDUCE || a->premul || (unsigned)a->dtype >= BRAID_NUM_DTYPES)
-        return 0;
+    if ((unsigned)a->dtype >= BRAID_NUM_DTYPES) return 0;
+    size_t es = braid_dtype_size(a->dtype), n = (size_t)nranks;
+    if (a->count > SIZE_MAX / es / n) return 0;
     uint8_t ok[8], bad[8];
-    if (!flag_values(a->dtype, a->op, nranks, ok, bad)) return 0;
-    size_t es = braid_dtype_size(a->dtype);
-    return a->count <= limit / 4 / es;
+    switch (a->coll) {
+    case BRAID_COLL_ALLREDUCE:
+    case BRAID_COLL_REDUCE_SCATTER:
+        if (a->premul || !flag_values(a->dtype, a->op, nranks, ok, bad)) return 0;
+        *bytes_p = a->count * es * (a->coll == BRAID_COLL_ALLREDUCE ? 1 : n);
+        return 1;
+    case BRAID_COLL_ALLGATHER:
+        *bytes_p = a->count * es * n;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Whether b may join a run that a started: one collective, and for reductions one dtype and op. */
+static int same_kind(const braid_op_args_t *a, const braid_op_args_t *b)
+{
+    if (a->coll != b->coll) return 0;
+    return a->coll == BRAID_COLL_ALLGATHER || (a->dtype == b->dtype && a->op == b->op);
 }
 
 int braid_group_fuse_find(const struct braid_comm *comm, const braid_group_item_t *items, int n,
                           int from, braid_fuse_t *f)
 {
-    size_t limit = comm->fuse_bytes;
+    size_t limit = comm->fuse_bytes, sum = 0, total = 0;
     f->k = 0;
-    if (!limit || !fusable(&items[from], limit, comm->nranks)) return 0;
+    size_t b = 0;
+    if (!limit || !fusable(&items[from], comm->nranks, &b) || b > limit / 4) return 0;
     const braid_op_args_t *first = &items[from].args;
-    size_t es = braid_dtype_size(first->dtype), total = 0;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the counts */
+    int gather = first->coll == BRAID_COLL_ALLGATHER;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the counts (and dtypes of all-gathers) */
     for (int i = from; i < n && f->k < BRAID_FUSE_MAX_CALLS; i++) {
         const braid_group_item_t *it = &items[i];
         if (it->kind == BRAID_ITEM_P2P) continue; /* they run after the collectives */
-        if (it->fused || !fusable(it, limit, comm->nranks) || it->args.dtype != first->dtype ||
-            it->args.op != first->op || (total + it->args.count) * es > limit)
+        if (!fusable(it, comm->nranks, &b) || b > limit / 4 || !same_kind(first, &it->args) ||
+            sum + b > limit)
             break;
-        total += it->args.count;
-        for (int b = 0; b < 8; b++) {
-            h ^= (it->args.count >> (8 * b)) & 0xff;
+        sum += b;
+        /* all-gathers: in bytes (dtypes may differ); reductions: in elements */
+        total += gather ? it->args.count * braid_dtype_size(it->args.dtype) : it->args.count;
+        uint64_t word = it->args.count ^ (gather ? (uint64_t)it->args.dtype << 56 : 0);
+        for (int k = 0; k < 8; k++) {
+            h ^= (word >> (8 * k)) & 0xff;
             h *= 1099511628211ull;
         }
         f->idx[f->k++] = i;
     }
     if (f->k < 2) return f->k = 0;
     f->total = total;
-    /* The flag, then zeros up to a multiple of a cache line per rank: an odd count split over
-     * the ranks costs more than the bytes (tcp, 2 ranks, float32: 16385 elements 36 us, 16384
-     * 30). */
-    size_t unit = (64 / es) * (size_t)comm->nranks;
+    braid_datatype_t dt = gather ? BRAID_UINT8 : first->dtype;
+    size_t es = braid_dtype_size(dt), line = 64 / es, count;
+    if (first->coll == BRAID_COLL_ALLREDUCE) {
+        /* The flag, then zeros up to a multiple of a cache line per rank: an odd count split
+         * over the ranks costs more than the bytes (tcp, 2 ranks, float32: 16385 elements 36
+         * us, 16384 30). */
+        size_t unit = line * (size_t)comm->nranks;
+        count = (total + unit) / unit * unit;
+    } else {
+        count = (total + line) / line * line; /* each rank's block: data, flag, zeros */
+    }
     f->args =
-        (braid_op_args_t){.coll = BRAID_COLL_ALLREDUCE,
-                          .count = (total + unit) / unit * unit,
-                          .dtype = first->dtype,
-                          .op = first->op,
+        (braid_op_args_t){.coll = first->coll,
+                          .count = count,
+                          .dtype = dt,
+                          .op = gather ? BRAID_SUM : first->op,
                           .root = -1,
                           .fused = (int32_t)((((h ^ (h >> 32)) & 0xffffff) << 7) | (uint64_t)f->k)};
     return f->k;
@@ -172,59 +207,135 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
+/* The bytes call a reads (in) and writes (out) on a communicator of nranks ranks. */
+static void extents(const braid_op_args_t *a, int nranks, size_t *in, size_t *out)
+{
+    size_t bytes = a->count * braid_dtype_size(a->dtype);
+    *in = *out = bytes;
+    if (a->coll == BRAID_COLL_REDUCE_SCATTER) *in *= (size_t)nranks;
+    if (a->coll == BRAID_COLL_ALLGATHER) *out *= (size_t)nranks;
+}
+
 /* Whether this rank cannot pack the run's inputs before any output is written. */
-static int must_fall_back(const braid_group_item_t *items, const braid_fuse_t *f, size_t es)
+static int must_fall_back(const braid_group_item_t *items, const braid_fuse_t *f, int nranks)
 {
     for (int j = 0; j < f->k; j++) {
         const braid_op_args_t *b = &items[f->idx[j]].args;
         if (b->on_device) return 1;
+        size_t bin, bout;
+        extents(b, nranks, &bin, &bout);
         for (int i = 0; i < j; i++) {
             const braid_op_args_t *a = &items[f->idx[i]].args;
-            if (overlaps(a->recvbuf, a->count * es, b->sendbuf, b->count * es)) return 1;
+            size_t ain, aout;
+            extents(a, nranks, &ain, &aout);
+            if (overlaps(a->recvbuf, aout, b->sendbuf, bin)) return 1;
         }
     }
     return 0;
+}
+
+/* Copies the run's inputs into buf as the fused call takes them (or zeros, when !pack), then
+ * each block's flag and padding; *flag_p: where this rank's flag went. */
+static void pack_inputs(const struct braid_comm *comm, const braid_group_item_t *items,
+                        const braid_fuse_t *f, char *buf, int pack, size_t *flag_p)
+{
+    const braid_op_args_t *fa = &f->args;
+    size_t es = braid_dtype_size(fa->dtype), nr = (size_t)comm->nranks;
+    uint8_t ok[8] = {0}, bad[8] = {1};
+    if (fa->coll != BRAID_COLL_ALLGATHER) flag_values(fa->dtype, fa->op, comm->nranks, ok, bad);
+    /* The blocks this rank fills: all-reduce one (the whole call), reduce-scatter one per rank,
+     * all-gather its own. */
+    size_t nblocks = fa->coll == BRAID_COLL_REDUCE_SCATTER ? nr : 1;
+    size_t first = fa->coll == BRAID_COLL_ALLGATHER ? (size_t)comm->rank : 0;
+    size_t block_bytes = fa->count * es;
+    for (size_t r = first; r < first + nblocks; r++) {
+        char *blk = buf + r * block_bytes;
+        size_t off = 0;
+        for (int j = 0; j < f->k; j++) {
+            const braid_op_args_t *b = &items[f->idx[j]].args;
+            size_t bytes = b->count * braid_dtype_size(b->dtype);
+            const char *src = (const char *)b->sendbuf + (nblocks > 1 ? r * bytes : 0);
+            if (pack && bytes) memcpy(blk + off, src, bytes);
+            off += bytes;
+        }
+        if (!pack) memset(blk, 0, off); /* not used: every rank falls back */
+        memcpy(blk + off, pack ? ok : bad, es);
+        memset(blk + off + es, 0, block_bytes - off - es);
+        if (r == first) *flag_p = (size_t)(blk + off - buf);
+    }
+}
+
+/* Whether every rank could pack, from the flags the fused call brought back in buf. */
+static int all_packed(const struct braid_comm *comm, const braid_fuse_t *f, const char *buf,
+                      size_t flag)
+{
+    const braid_op_args_t *fa = &f->args;
+    size_t es = braid_dtype_size(fa->dtype);
+    uint8_t ok[8] = {0}, bad[8];
+    if (fa->coll != BRAID_COLL_ALLGATHER) {
+        flag_values(fa->dtype, fa->op, comm->nranks, ok, bad);
+        /* reduce-scatter: the reduced flag is in this rank's block */
+        if (fa->coll == BRAID_COLL_REDUCE_SCATTER) flag += (size_t)comm->rank * fa->count * es;
+        return !memcmp(buf + flag, ok, es);
+    }
+    /* all-gather: every rank's flag, at the same place in its block */
+    size_t in_block = flag - (size_t)comm->rank * fa->count;
+    for (int r = 0; r < comm->nranks; r++)
+        if (buf[(size_t)r * fa->count + in_block]) return 0;
+    return 1;
+}
+
+/* Copies the fused call's results to the calls' outputs. */
+static void unpack_outputs(const struct braid_comm *comm, braid_group_item_t *items,
+                           const braid_fuse_t *f, const char *buf)
+{
+    const braid_op_args_t *fa = &f->args;
+    size_t block_bytes = fa->count * braid_dtype_size(fa->dtype);
+    const char *mine =
+        fa->coll == BRAID_COLL_REDUCE_SCATTER ? buf + (size_t)comm->rank * block_bytes : buf;
+    size_t off = 0;
+    for (int j = 0; j < f->k; j++) {
+        braid_op_args_t *b = &items[f->idx[j]].args;
+        size_t bytes = b->count * braid_dtype_size(b->dtype);
+        if (fa->coll != BRAID_COLL_ALLGATHER) {
+            if (bytes) memcpy(b->recvbuf, mine + off, bytes);
+        } else {
+            for (int r = 0; r < comm->nranks && bytes; r++)
+                memcpy((char *)b->recvbuf + (size_t)r * bytes, buf + r * block_bytes + off, bytes);
+        }
+        off += bytes;
+    }
 }
 
 braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t *items,
                                     const braid_fuse_t *f, int *fell_back, char *msg, size_t msglen)
 {
     *fell_back = 0;
-    const braid_op_args_t *a0 = &f->args;
-    size_t es = braid_dtype_size(a0->dtype), bytes = a0->count * es;
-    uint8_t ok[8], bad[8];
-    flag_values(a0->dtype, a0->op, comm->nranks, ok, bad);
-    char *buf = comm->fuse_buf; /* bytes <= fuse_bytes + 64 bytes per rank (the padding) */
-    int pack = !must_fall_back(items, f, es);
-    size_t off = 0;
-    for (int j = 0; j < f->k; j++) {
-        const braid_op_args_t *b = &items[f->idx[j]].args;
-        if (pack && b->count) memcpy(buf + off, b->sendbuf, b->count * es);
-        off += b->count * es;
-    }
-    if (!pack) memset(buf, 0, off); /* not used: every rank falls back */
-    memcpy(buf + off, pack ? ok : bad, es);
-    memset(buf + off + es, 0, bytes - off - es);
-    braid_op_args_t a = *a0;
-    a.sendbuf = a.recvbuf = buf;
+    /* buf holds at most fuse_bytes + 64 bytes per rank (each block's flag and padding) */
+    char *buf = comm->fuse_buf;
+    size_t flag = 0;
+    pack_inputs(comm, items, f, buf, !must_fall_back(items, f, comm->nranks), &flag);
+    braid_op_args_t a = f->args;
+    a.recvbuf = buf;
+    a.sendbuf = buf;
+    size_t block_bytes = a.count * braid_dtype_size(a.dtype);
+    if (a.coll == BRAID_COLL_ALLGATHER) a.sendbuf = buf + (size_t)comm->rank * block_bytes;
+    if (a.coll == BRAID_COLL_REDUCE_SCATTER) a.recvbuf = buf + (size_t)comm->rank * block_bytes;
+    const char *name = braid_coll_name(a.coll);
+    int c0 = items[f->idx[0]].call, c1 = items[f->idx[f->k - 1]].call;
     braid_clear_error();
     braid_result_t res = braid_coll_execute(comm, &a);
-    if (res >= 0 && memcmp(buf + off, ok, es)) {
+    if (res >= 0 && !all_packed(comm, f, buf, flag)) {
         *fell_back = 1;
-        braid_debug(COLL, "group calls %d-%d: a rank could not pack its inputs, run one by one",
-                    items[f->idx[0]].call, items[f->idx[f->k - 1]].call);
+        braid_debug(COLL, "group calls %d-%d: a rank could not pack its inputs, run one by one", c0,
+                    c1);
     } else if (res >= 0) {
-        braid_debug(COLL, "group calls %d-%d: %d allreduces fused (%zu elements)",
-                    items[f->idx[0]].call, items[f->idx[f->k - 1]].call, f->k, f->total);
-        off = 0;
-        for (int j = 0; j < f->k; j++) {
-            braid_op_args_t *b = &items[f->idx[j]].args;
-            if (b->count) memcpy(b->recvbuf, buf + off, b->count * es);
-            off += b->count * es;
-        }
+        braid_debug(COLL, "group calls %d-%d: %d %ss fused (%zu %s)", c0, c1, f->k, name, f->total,
+                    a.coll == BRAID_COLL_ALLGATHER ? "bytes per rank" : "elements");
+        unpack_outputs(comm, items, f, buf);
     } else {
-        snprintf(msg, msglen, "group calls %d-%d (%d allreduces fused): %s", items[f->idx[0]].call,
-                 items[f->idx[f->k - 1]].call, f->k, braid_last_error());
+        snprintf(msg, msglen, "group calls %d-%d (%d %ss fused): %s", c0, c1, f->k, name,
+                 braid_last_error());
     }
     if (res < 0) braid_set_error(res, "%s", msg);
     return res;

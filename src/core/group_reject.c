@@ -6,7 +6,7 @@
  * in the order group end runs them:
  *   - each collective, in call order, as a rejected call outside a group (braid_call_reject's
  *     exchanges: on the ring for the ring/tree collectives, with every peer for those of
- *     coll_p2p.c), all-reduces that group end would fuse as their fused call (group_fuse.c);
+ *     coll_p2p.c), calls that group end would fuse as their fused call (group_fuse.c);
  *   - then the sends and receives together: one REJECTED exchange with every rank, numbered as
  *     a collective (coll BRAID_COLL_GROUP; braid_pcoll_reject_exchange), and no pair numbers.
  *     A peer's receive from this rank finds that message where it expects data, a peer's send

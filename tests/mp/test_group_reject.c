@@ -13,14 +13,15 @@
 #include <string.h>
 
 typedef enum {
-    BAD_PEER,  /* ring exchange (send to next, recv from prev): rank n-1's send names peer n+6 */
-    BAD_DTYPE, /* ring exchange: rank n-1's send has dtype 99 */
-    BAD_BUF,   /* ring exchange: rank n-1's recv has recvbuf NULL */
-    BAD_OP,    /* an all-reduce (op 99 on rank n-1), then the ring exchange */
-    BAD_A2A,   /* an alltoall (dtype 99 on rank n-1), then an all-reduce */
-    LONE_PEER, /* rank n-1: a send to peer n+6 alone; rank 0: a receive from rank n-1 */
-    BAD_FUSED, /* three all-reduces that group end fuses (small counts): rank n-1's second has
-                * recvbuf NULL */
+    BAD_PEER,     /* ring exchange (send to next, recv from prev): rank n-1's send names peer n+6 */
+    BAD_DTYPE,    /* ring exchange: rank n-1's send has dtype 99 */
+    BAD_BUF,      /* ring exchange: rank n-1's recv has recvbuf NULL */
+    BAD_OP,       /* an all-reduce (op 99 on rank n-1), then the ring exchange */
+    BAD_A2A,      /* an alltoall (dtype 99 on rank n-1), then an all-reduce */
+    LONE_PEER,    /* rank n-1: a send to peer n+6 alone; rank 0: a receive from rank n-1 */
+    BAD_FUSED,    /* three all-reduces that group end fuses (small counts): rank n-1's second has
+                   * recvbuf NULL */
+    BAD_FUSED_AG, /* the same with three all-gathers */
 } kind_t;
 
 typedef struct {
@@ -37,6 +38,15 @@ static void fused_calls(braid_comm_t comm, int odd, float *in, float *out, size_
     braid_result_t r = braid_allreduce(in, odd ? NULL : out + k, k, BRAID_FLOAT32, BRAID_SUM, comm);
     if (odd) *bad = r;
     braid_allreduce(in, out + 2 * k, k, BRAID_FLOAT32, BRAID_SUM, comm);
+}
+
+static void fused_gathers(braid_comm_t comm, int odd, int n, float *in, float *out, size_t k,
+                          braid_result_t *bad)
+{
+    braid_allgather(in, out, k, BRAID_FLOAT32, comm);
+    braid_result_t r = braid_allgather(in, odd ? NULL : out + n * k, k, BRAID_FLOAT32, comm);
+    if (odd) *bad = r;
+    braid_allgather(in, out + 2 * n * k, k, BRAID_FLOAT32, comm);
 }
 
 /* Issues the group's calls; *bad = the result of the rejected one on rank n-1. */
@@ -75,13 +85,16 @@ static void group_calls(const case_t *c, braid_comm_t comm, int rank, int n, flo
     case BAD_FUSED:
         fused_calls(comm, odd, in, out, k, bad);
         break;
+    case BAD_FUSED_AG:
+        fused_gathers(comm, odd, n, in, out, k, bad);
+        break;
     }
 }
 
 static int run_case(braid_comm_t comm, int rank, int n, void *arg)
 {
     const case_t *c = arg;
-    size_t len = 8 * c->count + 16;
+    size_t len = 24 * c->count + 16; /* fused_gathers: 3 x n x count */
     float *in = calloc(len, sizeof(float)), *out = calloc(len, sizeof(float));
     MP_CHECK(rank, in && out, "out of memory");
     for (size_t i = 0; i < len; i++) {
@@ -115,10 +128,12 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     snprintf(who, sizeof(who), "rank %d", n - 1);
     int rc = odd_expect_mismatch(comm, rank, n, r, first_msg, odd, t0, who,
                                  c->also ? c->also : "rejected");
-    if (rc || c->kind != BAD_FUSED) return rc;
+    if (rc || (c->kind != BAD_FUSED && c->kind != BAD_FUSED_AG)) return rc;
     /* the rejected call named is the fused one: "rejected its allreduce #2 (..., 3 calls fused,
      * layout ...) (group call 2 ...)" */
-    const char *m = braid_last_error(), *p = strstr(m, "rejected its allreduce #");
+    const char *m = braid_last_error(),
+               *p = strstr(m, c->kind == BAD_FUSED ? "rejected its allreduce #"
+                                                   : "rejected its allgather #");
     const char *q = p ? strstr(p, ") (") : NULL;
     MP_CHECK(rank, p && q && memmem(p, (size_t)(q - p), "3 calls fused", 13),
              "the rejected call named is not the fused one: %s", m);
@@ -181,6 +196,12 @@ Test(group_reject, allreduce_with_a_null_buffer_among_fused_ones)
     run_all(&c);
 }
 
+Test(group_reject, allgather_with_a_null_buffer_among_fused_ones)
+{
+    case_t c = {BAD_FUSED_AG, 5, "recvbuf", "3 calls fused"};
+    run_all(&c);
+}
+
 /* Every rank rejects the same group (each kind above, all ranks odd): nothing ran, every rank
  * gets BRAID_ERR_INVALID_ARG from group end without "did not match", and the communicator
  * stays usable: a valid group of the same shape then gives the right answers. */
@@ -191,7 +212,7 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
     float in[4 * K], out[8 * K], sum[K];
     for (int i = 0; i < 4 * K; i++)
         in[i] = (float)(rank * 100 + i);
-    for (int kind = BAD_PEER; kind <= BAD_FUSED; kind++) {
+    for (int kind = BAD_PEER; kind <= BAD_FUSED_AG; kind++) {
         for (int i = 0; i < 8 * K; i++)
             out[i] = -1.0f;
         braid_result_t bad;
@@ -206,6 +227,9 @@ static int all_reject(braid_comm_t comm, int rank, int n, void *arg)
             break;
         case BAD_FUSED:
             fused_calls(comm, 1, in, out, K, &bad);
+            break;
+        case BAD_FUSED_AG: /* 3 x n elements of out */
+            fused_gathers(comm, 1, n, in, out, 1, &bad);
             break;
         default: {
             int next = (rank + 1) % n, prev = (rank + n - 1) % n;
