@@ -399,8 +399,10 @@ braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_
     char *mine = tmp + (size_t)lr * (size_t)H * blk;
     braid_op_args_t rs =
         sub_args(BRAID_COLL_REDUCE_SCATTER, tmp, mine, (size_t)H * N, a->dtype, op, -1);
+    rs.fused = a->fused; /* a fused group's layout is checked in the stages (group_fuse.c) */
     BRAID_CHECK_GOTO(on_sub(st, st->intra, &rs), res, fail);
     rs = sub_args(BRAID_COLL_REDUCE_SCATTER, mine, a->recvbuf, N, a->dtype, op, -1);
+    rs.fused = a->fused;
     BRAID_CHECK_GOTO(on_sub(st, st->inter, &rs), res, fail);
     if (a->op == BRAID_AVG)
         braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, N, c->nranks);

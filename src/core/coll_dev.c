@@ -2,8 +2,9 @@
  * (braid_<coll>_stream). The CUDA work itself is in src/cuda (cuda.h).
  *
  * Which memory a buffer is, is decided per call: braid_cuda_ptr_device asks the runtime
- * (cudaPointerGetAttributes) only when the process has a CUDA device; otherwise every buffer
- * is host memory and the check costs a load and a compare. A communicator uses the device that
+ * (cudaPointerGetAttributes) when the process has a CUDA device; otherwise a buffer is host
+ * memory (a load and a compare) unless the program loaded CUDA's driver itself, which is then
+ * asked (src/cuda/drvptr.c). A communicator uses the device that
  * was current when it was initialised (as NCCL); device buffers of another device, or a mix of
  * host and device buffers in one call, are BRAID_ERR_INVALID_ARG; device buffers on a
  * communicator without a device are BRAID_ERR_UNSUPPORTED. */
@@ -174,7 +175,9 @@ braid_result_t braid_cuda_mem_free(void *ptr)
 {
     braid_clear_error();
     if (!ptr) return BRAID_SUCCESS;
-    if (braid_cuda_ptr_device(ptr) < 0)
+    /* Without a device of braid's own the pointer cannot be braid's (the program's own device
+     * memory is what braid_cuda_ptr_device then recognises: not braid's to free). */
+    if (braid_cuda_ndevices(NULL) < 1 || braid_cuda_ptr_device(ptr) < 0)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "braid_cuda_mem_free: ptr=%p is not CUDA device memory", ptr);
     return braid_cuda_dev_free(ptr);

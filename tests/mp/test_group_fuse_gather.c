@@ -5,7 +5,8 @@
  * checked against the independent reference (tests/common/data.c), the fused runs counted from
  * the debug log against the rule; a call that reads an earlier call's output on one rank only
  * (every rank then runs the calls one by one); calls whose counts or dtypes differ between
- * ranks but add up to the same bytes (a mismatch, not a silent exchange of data); over tcp. */
+ * ranks but add up to the same bytes (a mismatch, not a silent exchange of data), also under
+ * the hierarchical reduce-scatter; over tcp. */
 #include "data.h"
 #include "mp.h"
 
@@ -269,11 +270,15 @@ Test(group_fuse_gather, a_call_reading_an_earlier_output_on_one_rank, .timeout =
  * apart. The same with reduce-scatters of swapped counts. */
 static int swapped(braid_comm_t comm, int rank, int n, void *arg)
 {
-    (void)arg;
+    const char *algo = arg; /* non-NULL: 2 fake hosts, the reduce-scatters on that algorithm */
     char a[64] = {0}, b[64 * 8];
-    for (int kase = 0; kase < 3; kase++) {
-        braid_comm_t c;
-        MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
+    for (int kase = algo ? 2 : 0; kase < 3; kase++) {
+        braid_comm_t c = NULL;
+        if (algo)
+            c = mp_fake_host_comm(comm, rank, rank % 2, algo);
+        else
+            MP_OK(rank, braid_comm_split(comm, 0, rank, &c));
+        MP_CHECK(rank, c, "no communicator");
         int zero = rank == 0;
         MP_OK(rank, braid_group_start());
         if (kase == 0) {
@@ -302,6 +307,8 @@ Test(group_fuse_gather, layouts_that_add_up_alike_are_a_mismatch, .timeout = 120
 {
     setenv("BRAID_TIMEOUT", "20", 1);
     cr_expect_eq(mp_run(2, swapped, NULL, 60), 0, "2 ranks (see stderr)");
+    /* The hierarchical reduce-scatter checks the layout in its stages. */
+    cr_expect_eq(mp_run(4, swapped, "hier", 60), 0, "4 ranks on 2 fake hosts, hier (see stderr)");
     cr_expect_eq(mp_run(3, swapped, NULL, 60), 0, "3 ranks (see stderr)");
     setenv("BRAID_TRANSPORT", "tcp", 1);
     cr_expect_eq(mp_run(3, swapped, NULL, 60), 0, "3 ranks, tcp (see stderr)");

@@ -144,6 +144,9 @@ Test(cuda, device_buffers_of_the_programs_own_cuda_are_refused, .timeout = 30)
     int before = *calls;
     cr_assert_eq(braid_allreduce(host, out, 4, BRAID_FLOAT32, BRAID_MAX, c), BRAID_SUCCESS);
     cr_assert_gt(*calls, before, "the driver was asked about host buffers too");
+    /* The program's device memory is not braid's to free. */
+    cr_assert_eq(braid_cuda_mem_free(dev), BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "is not CUDA device memory"), "%s", braid_last_error());
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
 
