@@ -36,7 +36,7 @@ static ncclResult_t map_dtype(const char *call, ncclDataType_t dt, braid_datatyp
 }
 
 static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, ncclDataType_t dt,
-                           braid_redop_t *out, char *msg)
+                           braid_redop_t *out, int *premul, char *msg)
 {
     static const braid_redop_t builtin[ncclNumOps] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN,
                                                       BRAID_AVG};
@@ -49,7 +49,7 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
     braid_redop_t b = BRAID_SUM;
     if (i >= 0 && i < SHIM_MAX_REDOPS) {
         pthread_mutex_lock(&comm->lock);
-        ok = comm->redops[i].used;
+        ok = comm->redops[i].used == 1;
         same_type = ok && comm->redops[i].dtype == dt;
         b = comm->redops[i].op;
         pthread_mutex_unlock(&comm->lock);
@@ -67,7 +67,32 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
         return ncclInvalidArgument;
     }
     *out = b;
+    *premul = (int)i + 1;
     return ncclSuccess;
+}
+
+void shim_redop_hold(const shim_op_t *o)
+{
+    if (!o->premul) return;
+    pthread_mutex_lock(&o->comm->lock);
+    o->comm->redops[o->premul - 1].holds++;
+    pthread_mutex_unlock(&o->comm->lock);
+}
+
+void shim_redop_release(const shim_op_t *o)
+{
+    if (!o->premul) return;
+    ncclComm_t comm = o->comm;
+    int i = o->premul - 1, gone = 0;
+    pthread_mutex_lock(&comm->lock);
+    braid_redop_t b = comm->redops[i].op;
+    if (--comm->redops[i].holds == 0 && comm->redops[i].used == 3) {
+        comm->redops[i].used = 0;
+        gone = 1;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    /* The destroy the program asked for (and was told succeeded): nobody to report to. */
+    if (gone) (void)braid_redop_destroy(b, comm->bc);
 }
 
 static ncclResult_t ready(ncclComm_t comm, const char *call)
@@ -99,7 +124,7 @@ static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf
                    .stream = stream};
     char msg[SHIM_MSG_BYTES];
     res = map_dtype(call, dt, &o.dtype, msg);
-    if (res == ncclSuccess && reduces) res = map_op(comm, call, op, dt, &o.op, msg);
+    if (res == ncclSuccess && reduces) res = map_op(comm, call, op, dt, &o.op, &o.premul, msg);
     if (res == ncclSuccess && rooted && (root < 0 || root >= comm->nranks)) {
         snprintf(msg, sizeof(msg), "%s: %s=%d is outside [0, nranks=%d)", call,
                  kind == SHIM_SEND || kind == SHIM_RECV ? "peer" : "root", root, comm->nranks);
@@ -280,13 +305,15 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     long i = (long)op - ncclNumOps;
     pthread_mutex_lock(&comm->lock);
     int ok = i >= 0 && i < SHIM_MAX_REDOPS && comm->redops[i].used == 1;
+    int held = ok && comm->redops[i].holds > 0;
     braid_redop_t b = ok ? comm->redops[i].op : BRAID_SUM;
-    if (ok) comm->redops[i].used = 0;
+    if (ok) comm->redops[i].used = held ? 3 : 0;
     pthread_mutex_unlock(&comm->lock);
     if (!ok)
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: op=%d was not created on this communicator (or destroyed already)",
                          call, (int)op);
+    if (held) return ncclSuccess; /* the group's end destroys it (shim_redop_release) */
     braid_result_t r = braid_redop_destroy(b, comm->bc);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     return ncclSuccess;

@@ -35,8 +35,12 @@ int shim_group_depth(void)
     return G.depth;
 }
 
+/* Ends the outermost group: its calls were issued (or dropped), so the PreMulSum ops they held
+ * may go. */
 static void group_reset(void)
 {
+    for (size_t i = 0; i < G.nops; i++)
+        shim_redop_release(&G.ops[i]);
     free(G.ops);
     free(G.inits);
     memset(&G, 0, sizeof(G));
@@ -109,6 +113,7 @@ static ncclResult_t append(const shim_op_t *op)
         G.ops = p;
         G.cap = cap;
     }
+    shim_redop_hold(op);
     G.ops[G.nops++] = *op;
     return ncclSuccess;
 }

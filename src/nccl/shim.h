@@ -43,8 +43,12 @@ struct ncclComm {
     _Atomic int aborting;
     pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
     char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator */
+    /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
+     * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
+     * returned, and a recorded call has): braid's op is destroyed when holds (the recorded
+     * calls not yet issued) drops to 0. */
     struct {
-        int used;
+        int used, holds;
         braid_redop_t op;
         ncclDataType_t dtype;
     } redops[SHIM_MAX_REDOPS]; /* ncclRedOp_t value ncclNumOps + i */
@@ -120,7 +124,8 @@ typedef struct {
     size_t count;
     braid_datatype_t dtype;
     braid_redop_t op;
-    int root; /* root, or peer for send/recv */
+    int premul; /* 1 + the comm->redops slot of a PreMulSum op, 0 for none */
+    int root;   /* root, or peer for send/recv */
     cudaStream_t stream;
 } shim_op_t;
 
@@ -139,5 +144,11 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
 ncclResult_t shim_group_fail(ncclResult_t res);
 /* Issues op to braid in the calling thread (inside a braid group when one is open). */
 braid_result_t shim_op_issue(const shim_op_t *op);
+
+/* ---- coll.c -------------------------------------------------------------------------------- */
+/* A call recorded in a group holds its PreMulSum op (op->premul) until it was issued: a
+ * ncclRedOpDestroy meanwhile is carried out by the last release. */
+void shim_redop_hold(const shim_op_t *op);
+void shim_redop_release(const shim_op_t *op);
 
 #endif

@@ -274,6 +274,23 @@ static int test_premulsum(ncclComm_t world)
               "op of %s used with %s", dt_name(t), dt_name(other));
         NCCLOK(ncclRedOpDestroy(op, world));
     }
+    /* As PyTorch's ncclRedOpRAII inside coalescing: an op destroyed in the group that recorded
+     * calls with it (NCCL allows that once the calls returned) still serves them. */
+    float *g = (float *)(void *)s;
+    store(scalar, ncclFloat32, 0, 3);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarHostImmediate, world));
+    for (int k = 0; k < 2; k++) {
+        fill(g + k * count, ncclFloat32, ncclSum, g_rank, n, 0, count, 80 + k);
+        NCCLOK(ncclAllReduce(g + k * count, g + k * count, count, ncclFloat32, op, world, NULL));
+    }
+    NCCLOK(ncclRedOpDestroy(op, world));
+    EXPECT(ncclRedOpDestroy(op, world), ncclInvalidArgument, "destroyed already");
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++)
+        CHECK(!check_reduced(g + k * count, ncclFloat32, ncclSum, n, 0, count, 80 + k, 3,
+                             "premulsum destroyed in its group"),
+              "premulsum op destroyed in its group, call %d", k);
     free(s);
     free(o);
     printf("rank %d: premulsum ok\n", g_rank);
