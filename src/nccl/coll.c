@@ -374,8 +374,12 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
 {
     shim_clear();
     ncclResult_t res = shim_ready(comm, "ncclCommDeregister");
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess || !handle) return res; /* NCCL: a NULL handle is nothing to do */
     braid_result_t r = braid_comm_deregister(comm->bc, (braid_reg_t)handle);
+    /* braid refuses an unknown handle as an argument; NCCL's "could not find handle" is a
+     * usage error. */
+    if (r == BRAID_ERR_INVALID_ARG)
+        return shim_fail(comm, ncclInvalidUsage, "ncclCommDeregister: %s", braid_last_error());
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommDeregister");
     return ncclSuccess;
 }

@@ -87,12 +87,15 @@ static int test_api(ncclComm_t world)
           "registered all-reduce");
     NCCLOK(ncclCommDeregister(world, ha));
     NCCLOK(ncclCommDeregister(world, hb));
-    CHECK(ncclCommDeregister(world, hb) == ncclInvalidArgument, "second deregister");
+    /* As NCCL: a NULL handle is nothing to do, an unknown one is a usage error. */
+    EXPECT(ncclCommDeregister(world, hb), ncclInvalidUsage, "not registered");
+    NCCLOK(ncclCommDeregister(world, NULL));
     NCCLOK(ncclMemFree(a));
     NCCLOK(ncclMemFree(b));
     CHECK(ncclMemAlloc(NULL, 8) == ncclInvalidArgument, "ncclMemAlloc(NULL)");
     CHECK(ncclMemAlloc((void **)&a, 0) == ncclInvalidArgument, "ncclMemAlloc(size 0)");
     NCCLOK(ncclCommFinalize(world));
+    NCCLOK(ncclCommFinalize(NULL));
     /* The profiling names are the same functions. */
     int pv = 0;
     NCCLOK(pncclGetVersion(&pv));
