@@ -51,7 +51,7 @@ static ncclResult_t group_error(ncclResult_t res)
 {
     if (G.depth > 0 && G.err == ncclSuccess) {
         G.err = res;
-        snprintf(G.errmsg, sizeof(G.errmsg), "%s", ncclGetLastError(NULL));
+        snprintf(G.errmsg, sizeof(G.errmsg), "%s", shim_thread_msg());
     }
     return res;
 }
@@ -182,8 +182,9 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
         shim_init_join(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
         if (r != ncclSuccess && res == ncclSuccess) {
-            res = r;
-            shim_fail(NULL, r, "%s", ncclGetLastError(inits[i]));
+            char msg[SHIM_MSG_BYTES];
+            shim_comm_msg(inits[i], msg);
+            res = shim_fail(NULL, r, "%s", msg);
         }
     }
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
@@ -216,7 +217,7 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     if (res != ncclSuccess) {
         /* Every communicator of the group reports the failure. */
         char msg[SHIM_MSG_BYTES];
-        snprintf(msg, sizeof(msg), "%s", ncclGetLastError(NULL));
+        snprintf(msg, sizeof(msg), "%s", shim_thread_msg());
         for (size_t i = 0; i < n; i++)
             shim_fail(ops[i].comm, res, "%s", msg);
     }

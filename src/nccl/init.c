@@ -397,6 +397,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     }
     shim_init_join(comm); /* finished: reap its thread */
     if (st != ncclSuccess || !comm->bc) {
+        /* The init's failure (recorded by its thread): ncclGetLastError tells it again. */
+        char why[SHIM_MSG_BYTES];
+        shim_comm_msg(comm, why);
+        if (why[0]) shim_note(comm, why);
         *asyncError = st == ncclSuccess ? ncclInternalError : (ncclResult_t)st;
         return ncclSuccess;
     }
@@ -404,11 +408,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     const char *msg = NULL;
     braid_result_t r = braid_comm_get_error(comm->bc, &err, &msg);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommGetAsyncError");
-    if (err != BRAID_SUCCESS && msg && *msg) {
-        pthread_mutex_lock(&comm->lock);
-        if (!comm->errmsg[0]) snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
-        pthread_mutex_unlock(&comm->lock);
-    }
+    if (err != BRAID_SUCCESS && msg && *msg) shim_note(comm, msg);
     *asyncError = shim_map(err);
     return ncclSuccess;
 }

@@ -42,7 +42,7 @@ struct ncclComm {
     _Atomic int active;
     _Atomic int aborting;
     pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
-    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator */
+    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
      * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
      * returned, and a recorded call has): braid's op is destroyed when holds (the recorded
@@ -58,16 +58,23 @@ struct ncclComm {
 #define SHIM_PNAME(f) extern __typeof__(f) p##f __attribute__((alias(#f)))
 
 /* ---- errors.c ------------------------------------------------------------------------------- */
-/* Records a failure (thread message, comm message when comm is given, a WARN line when
- * NCCL_DEBUG asks for it) and returns res. */
+/* Records a failure (the thread's message, the process's (ncclGetLastError), comm's when comm
+ * is given, a WARN line when NCCL_DEBUG asks for it) and returns res. */
 ncclResult_t shim_fail(ncclComm_t comm, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The NCCL code braid's result maps to. */
 ncclResult_t shim_map(braid_result_t r);
 /* Maps a failed braid call: the message is "<call>: <braid_last_error()>". */
 ncclResult_t shim_braid_fail(ncclComm_t comm, braid_result_t r, const char *call);
-/* Clears the calling thread's message. */
+/* Clears the calling thread's message (the process's stays, as NCCL's). */
 void shim_clear(void);
+/* The calling thread's last failure (empty after shim_clear). */
+const char *shim_thread_msg(void);
+/* Copies comm's last failure into buf (SHIM_MSG_BYTES). */
+void shim_comm_msg(ncclComm_t comm, char *buf);
+/* Records msg as comm's (when comm is given) and the process's last failure, without a WARN
+ * line: for a failure found again (ncclCommGetAsyncError) rather than made by this call. */
+void shim_note(ncclComm_t comm, const char *msg);
 /* NCCL_DEBUG levels: 0 none, 1 version, 2 warn, 3 info, 4 trace. */
 int shim_debug_level(void);
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "client.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,6 +480,42 @@ static int test_initall(ncclComm_t world)
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
+static void *fail_on_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)ncclGetUniqueId(NULL);
+}
+
+/* ncclGetLastError is the process's last failure, as NCCL's: whichever thread failed (a
+ * non-blocking init's included), and later successful calls do not clear it. */
+static int last_error(void)
+{
+    pthread_t th;
+    void *ret = NULL;
+    CHECK(pthread_create(&th, NULL, fail_on_thread, NULL) == 0, "pthread_create");
+    pthread_join(th, &ret);
+    CHECK((intptr_t)ret == ncclInvalidArgument, "ncclGetUniqueId(NULL) on a thread: %d",
+          (int)(intptr_t)ret);
+    int v;
+    NCCLOK(ncclGetVersion(&v));
+    CHECK(strstr(ncclGetLastError(NULL), "uniqueId is NULL"),
+          "another thread's failure, after a success: '%s'", ncclGetLastError(NULL));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclUniqueId zero;
+    memset(&zero, 0, sizeof(zero));
+    ncclResult_t r = ncclCommInitRankConfig(&c, 1, zero, 0, &cfg), st = ncclInProgress;
+    CHECK(r == ncclInProgress || r == ncclInvalidArgument, "init with a zero id: %d", (int)r);
+    for (double t0 = now_s(); r == ncclInProgress && st == ncclInProgress && now_s() - t0 < 30;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(r == ncclInvalidArgument || st == ncclInvalidArgument, "zero id: %d", (int)st);
+    CHECK(strstr(ncclGetLastError(NULL), "ncclCommInitRank (rank 0 of 1)"),
+          "a non-blocking init's failure: '%s'", ncclGetLastError(NULL));
+    if (r == ncclInProgress) NCCLOK(ncclCommDestroy(c));
+    return 0;
+}
+
 static int test_errors(ncclComm_t world)
 {
     float x[16] = {0};
@@ -522,6 +559,7 @@ static int test_errors(ncclComm_t world)
     ncclResult_t st;
     NCCLOK(ncclCommGetAsyncError(world, &st));
     CHECK(st == ncclSuccess, "async error %d after argument errors", st);
+    if (last_error()) return 1;
     printf("rank %d: errors ok\n", g_rank);
     return 0;
 }
