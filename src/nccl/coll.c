@@ -105,11 +105,11 @@ static ncclResult_t ready(ncclComm_t comm, const char *call)
  * braid, with a datatype or op braid refuses too (shim_reject): it takes its place in the
  * communicator's call order and the peers' call of that number fails naming it, instead of
  * waiting for it or pairing with this rank's next call. */
-static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
-                         size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
-                         int root, ncclComm_t comm, cudaStream_t stream)
+static ncclResult_t coll_entered(shim_kind_t kind, const char *call, const void *sendbuf,
+                                 void *recvbuf, size_t count, ncclDataType_t dt, int reduces,
+                                 ncclRedOp_t op, int rooted, int root, ncclComm_t comm,
+                                 cudaStream_t stream)
 {
-    shim_clear();
     ncclResult_t res = ready(comm, call);
     if (res != ncclSuccess) return res;
     shim_op_t o = {.kind = kind,
@@ -133,6 +133,19 @@ static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf
     /* The value at fault stays in o (a bad datatype or op as -1): braid refuses it too. */
     if (res != ncclSuccess) return shim_reject(&o, res, msg);
     return shim_submit(&o);
+}
+
+static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
+                         size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, call);
+    if (res != ncclSuccess) return shim_group_fail(res);
+    res = coll_entered(kind, call, sendbuf, recvbuf, count, dt, reduces, op, rooted, root, comm,
+                       stream);
+    shim_leave(comm);
+    return res;
 }
 
 braid_result_t shim_op_issue(const shim_op_t *o)
@@ -249,11 +262,10 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
 }
 
 /* ---- PreMulSum ------------------------------------------------------------------------------ */
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
-                                      ncclScalarResidence_t residence, ncclComm_t comm)
+static ncclResult_t premulsum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                              ncclScalarResidence_t residence, ncclComm_t comm)
 {
     static const char *call = "ncclRedOpCreatePreMulSum";
-    shim_clear();
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
     if (!op) return shim_fail(comm, ncclInvalidArgument, "%s: op is NULL", call);
@@ -294,10 +306,20 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
     return ncclSuccess;
 }
 
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclRedOpCreatePreMulSum");
+    if (res != ncclSuccess) return res;
+    res = premulsum(op, scalar, datatype, residence, comm);
+    shim_leave(comm);
+    return res;
+}
+
+static ncclResult_t redop_destroy(ncclRedOp_t op, ncclComm_t comm)
 {
     static const char *call = "ncclRedOpDestroy";
-    shim_clear();
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
     if ((int)op >= 0 && (int)op < ncclNumOps)
@@ -317,6 +339,16 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     braid_result_t r = braid_redop_destroy(b, comm->bc);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     return ncclSuccess;
+}
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclRedOpDestroy");
+    if (res != ncclSuccess) return res;
+    res = redop_destroy(op, comm);
+    shim_leave(comm);
+    return res;
 }
 
 /* ---- memory and registration ---------------------------------------------------------------- */
@@ -357,9 +389,8 @@ ncclResult_t ncclMemFree(void *ptr)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+static ncclResult_t reg(const ncclComm_t comm, void *buff, size_t size, void **handle)
 {
-    shim_clear();
     ncclResult_t res = shim_ready(comm, "ncclCommRegister");
     if (res != ncclSuccess) return res;
     if (!handle) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
@@ -370,9 +401,8 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+static ncclResult_t dereg(const ncclComm_t comm, void *handle)
 {
-    shim_clear();
     ncclResult_t res = shim_ready(comm, "ncclCommDeregister");
     if (res != ncclSuccess || !handle) return res; /* NCCL: a NULL handle is nothing to do */
     braid_result_t r = braid_comm_deregister(comm->bc, (braid_reg_t)handle);
@@ -382,6 +412,26 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
         return shim_fail(comm, ncclInvalidUsage, "ncclCommDeregister: %s", braid_last_error());
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommDeregister");
     return ncclSuccess;
+}
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclCommRegister");
+    if (res != ncclSuccess) return res;
+    res = reg(comm, buff, size, handle);
+    shim_leave(comm);
+    return res;
+}
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclCommDeregister");
+    if (res != ncclSuccess) return res;
+    res = dereg(comm, handle);
+    shim_leave(comm);
+    return res;
 }
 
 SHIM_PNAME(ncclAllReduce);

@@ -89,16 +89,34 @@ static ncclResult_t wait_streams(const shim_op_t *ops, size_t n)
     return ncclSuccess;
 }
 
-/* Runs one operation outside a group, in the calling thread. */
+/* Runs one operation in the calling thread (its communicator entered). */
 static ncclResult_t run_one(const shim_op_t *op)
 {
     ncclResult_t w = wait_streams(op, 1);
     if (w != ncclSuccess) return w;
-    atomic_fetch_add(&op->comm->active, 1);
     braid_result_t r = shim_op_issue(op);
-    ncclResult_t res = r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
-    atomic_fetch_sub(&op->comm->active, 1);
-    return res;
+    return r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
+}
+
+/* Enters the communicators of ops (once per op: leave_all undoes it); on a failure (one closed
+ * since its call was recorded) none stays entered. */
+static ncclResult_t enter_all(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ncclResult_t res = shim_enter(ops[i].comm, ops[i].name);
+        if (res != ncclSuccess) {
+            while (i-- > 0)
+                shim_leave(ops[i].comm);
+            return res;
+        }
+    }
+    return ncclSuccess;
+}
+
+static void leave_all(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        shim_leave(ops[i].comm);
 }
 
 /* Appends op to the thread's open group (the calls after a failure too: braid numbers them
@@ -131,10 +149,8 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
         if (append(op) == ncclSuccess) G.refused = 1;
         return res;
     }
-    atomic_fetch_add(&op->comm->active, 1);
     braid_result_t r = shim_op_issue(op); /* refused there too: its peers are told */
-    atomic_fetch_sub(&op->comm->active, 1);
-    if (r == BRAID_SUCCESS) /* cannot be: op holds the value at fault */
+    if (r == BRAID_SUCCESS)               /* cannot be: op holds the value at fault */
         return shim_fail(op->comm, ncclInternalError, "%s (yet braid ran the call)", msg);
     return shim_fail(op->comm, res, "%s", msg);
 }
@@ -143,15 +159,13 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
  * runs) after telling the peers. */
 static void tell_refused(const shim_op_t *ops, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_add(&ops[i].comm->active, 1);
+    if (enter_all(ops, n) != ncclSuccess) return; /* a closed communicator: its peers fail */
     if (braid_group_start() == BRAID_SUCCESS) {
         for (size_t i = 0; i < n; i++)
             (void)shim_op_issue(&ops[i]);
         (void)braid_group_end();
     }
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_sub(&ops[i].comm->active, 1);
+    leave_all(ops, n);
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -195,11 +209,19 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
 static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
     if (n == 0) return ncclSuccess;
-    if (n == 1) return run_one(&ops[0]);
-    ncclResult_t res = wait_streams(ops, n);
+    /* Entered before anything touches them: a close on another thread waits for the group. */
+    ncclResult_t res = enter_all(ops, n);
     if (res != ncclSuccess) return res;
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_add(&ops[i].comm->active, 1);
+    if (n == 1) {
+        res = run_one(&ops[0]);
+        leave_all(ops, n);
+        return res;
+    }
+    res = wait_streams(ops, n);
+    if (res != ncclSuccess) {
+        leave_all(ops, n);
+        return res;
+    }
     braid_result_t r = braid_group_start();
     int open = r == BRAID_SUCCESS;
     if (!open) res = shim_braid_fail(NULL, r, "ncclGroupEnd (braid_group_start)");
@@ -221,8 +243,7 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
         for (size_t i = 0; i < n; i++)
             shim_fail(ops[i].comm, res, "%s", msg);
     }
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_sub(&ops[i].comm->active, 1);
+    leave_all(ops, n);
     return res;
 }
 

@@ -56,6 +56,43 @@ static int current_cuda_device(void)
     return dev;
 }
 
+/* The live communicators: a call enters one only if it is listed (and not closing), under
+ * this lock, so that a close on another thread either sees the call inside (and waits for it)
+ * or the call sees the close (and is refused) — never a call on freed memory. A handle of a
+ * freed communicator is refused too (unless its memory went to a new one). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static ncclComm_t live_head;
+
+static int live_has(ncclComm_t c)
+{
+    ncclComm_t p = live_head;
+    while (p && p != c)
+        p = p->next_live;
+    return p != NULL;
+}
+
+ncclResult_t shim_enter(ncclComm_t comm, const char *call)
+{
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    pthread_mutex_lock(&live_lock);
+    int live = live_has(comm), closing = live && comm->closing;
+    if (live && !closing) atomic_fetch_add(&comm->active, 1);
+    pthread_mutex_unlock(&live_lock);
+    if (!live)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: comm %p is not a communicator (destroyed, or never created)", call,
+                         (void *)comm);
+    if (closing)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
+                         call, (void *)comm);
+    return ncclSuccess;
+}
+
+void shim_leave(ncclComm_t comm)
+{
+    atomic_fetch_sub(&comm->active, 1); /* the last touch: a close may free comm now */
+}
+
 static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
 {
     ncclComm_t c = calloc(1, sizeof(*c));
@@ -68,11 +105,21 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     if (id) memcpy(&c->id, id, sizeof(c->id));
     atomic_store(&c->state, ncclInProgress);
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_lock(&live_lock);
+    c->next_live = live_head;
+    live_head = c;
+    pthread_mutex_unlock(&live_lock);
     return c;
 }
 
 static void comm_free(ncclComm_t c)
 {
+    pthread_mutex_lock(&live_lock);
+    ncclComm_t *pp = &live_head;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next_live;
+    if (*pp) *pp = c->next_live;
+    pthread_mutex_unlock(&live_lock);
     c->magic = 0;
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -83,10 +130,14 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
     ncclComm_t p = c->split_parent;
     braid_comm_t bc = NULL;
     c->init_deferred = 0;
-    atomic_fetch_add(&p->active, 1);
+    ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
+    if (res != ncclSuccess) {
+        atomic_store(&c->state, refuse ? refuse : res);
+        return;
+    }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
     braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
-    atomic_fetch_sub(&p->active, 1);
+    shim_leave(p);
     if (refuse) {
         atomic_store(&c->state, refuse);
         return;
@@ -156,11 +207,6 @@ void shim_init_join(ncclComm_t c)
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
 {
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument,
-                         "%s: comm %p is not a communicator (destroyed, or never created)", call,
-                         (void *)comm);
     if (comm->init_deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd (inits and other "
@@ -283,36 +329,60 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     shim_clear();
     if (!comm) return ncclSuccess; /* as NCCL */
+    ncclResult_t res = shim_enter(comm, "ncclCommFinalize");
+    if (res != ncclSuccess) return res;
     /* Host calls have completed when they returned: nothing is outstanding. */
-    return shim_ready(comm, "ncclCommFinalize");
+    res = shim_ready(comm, "ncclCommFinalize");
+    shim_leave(comm);
+    return res;
+}
+
+/* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
+ * it); 0 if some call stays longer than any of braid's waits would. */
+static int wait_idle(ncclComm_t comm)
+{
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; atomic_load(&comm->active) > 0; i++) {
+        if (i == 600000) return 0;
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
 {
     shim_clear();
     if (!comm) return ncclSuccess; /* NCCL accepts NULL */
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
-                         (void *)comm);
-    if (comm->init_deferred)
+    pthread_mutex_lock(&live_lock);
+    int live = live_has(comm), closing = live && comm->closing;
+    int deferred = live && !closing && comm->init_deferred;
+    if (live && !closing && !deferred) comm->closing = 1; /* calls are refused from now on */
+    pthread_mutex_unlock(&live_lock);
+    if (!live || closing)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
+                         (void *)comm, closing ? " (another thread closes it)" : "");
+    if (deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd", call);
     shim_init_join(comm);
     ncclResult_t res = ncclSuccess;
     if (comm->bc) {
-        if (abort) {
-            atomic_store(&comm->aborting, 1);
-            braid_comm_abort(comm->bc);
-            /* Calls of other threads return promptly once aborted: wait until they left. */
-            struct timespec ts = {0, 1000000};
-            for (int i = 0; atomic_load(&comm->active) > 0 && i < 600000; i++)
-                nanosleep(&ts, NULL);
-        }
+        /* Calls of other threads inside braid return promptly once aborted; braid's destroy
+         * aborts the ones still inside it and waits for them. */
+        if (abort) braid_comm_abort(comm->bc);
         braid_result_t r = braid_comm_destroy(comm->bc);
         /* NCCL's abort reports nothing: it frees what it can. */
         if (r != BRAID_SUCCESS && !abort) res = shim_braid_fail(NULL, r, call);
-        comm->bc = NULL;
     }
+    /* A call that entered comm before the close may still be in the shim (about to return,
+     * or between its checks and braid): comm is freed once it left. */
+    if (!wait_idle(comm)) {
+        shim_fail(NULL, ncclInternalError,
+                  "%s: a call on comm %p did not return; its memory is left allocated", call,
+                  (void *)comm);
+        return res;
+    }
+    comm->bc = NULL;
     comm_free(comm);
     return res;
 }
@@ -327,11 +397,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     return comm_close(comm, 1, "ncclCommAbort");
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                           ncclConfig_t *config)
+static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                          ncclConfig_t *config)
 {
     static const char *call = "ncclCommSplit";
-    shim_clear();
     if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
@@ -360,9 +429,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return ncclSuccess;
     }
     braid_comm_t nbc = NULL;
-    atomic_fetch_add(&comm->active, 1);
     braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
-    atomic_fetch_sub(&comm->active, 1);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     if (!nbc) {
         *newcomm = NULL;
@@ -382,14 +449,21 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
 {
     shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclCommSplit");
+    if (res != ncclSuccess) return res;
+    res = split(comm, color, key, newcomm, config);
+    shim_leave(comm);
+    return res;
+}
+
+static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
+{
     if (!asyncError)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument,
-                         "ncclCommGetAsyncError: comm %p is not a communicator", (void *)comm);
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) {
         *asyncError = ncclInProgress;
@@ -413,38 +487,46 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     return ncclSuccess;
 }
 
-static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, const char *what)
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     shim_clear();
-    if (!out) return shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
-                         (void *)comm);
+    ncclResult_t res = shim_enter(comm, "ncclCommGetAsyncError");
+    if (res != ncclSuccess) return res;
+    res = async_error(comm, asyncError);
+    shim_leave(comm);
+    return res;
+}
+
+/* The queries: *out gets comm's nranks, cudadev or rank (which). */
+static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, const char *what,
+                          const int *which)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, call);
+    if (res != ncclSuccess) return res;
+    if (!out) res = shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
     /* A split's rank and size are known once it ran (at its ncclGroupEnd), and only if it
      * succeeded. */
-    if (comm->split_parent) return shim_ready(comm, call);
-    return ncclSuccess;
+    else if (comm->split_parent)
+        res = shim_ready(comm, call);
+    if (res == ncclSuccess) *out = *which;
+    shim_leave(comm);
+    return res;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
-    ncclResult_t res = query(comm, count, "ncclCommCount", "count");
-    if (res == ncclSuccess) *count = comm->nranks;
-    return res;
+    return query(comm, count, "ncclCommCount", "count", comm ? &comm->nranks : NULL);
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 {
-    ncclResult_t res = query(comm, device, "ncclCommCuDevice", "device");
-    if (res == ncclSuccess) *device = comm->cudadev;
-    return res;
+    return query(comm, device, "ncclCommCuDevice", "device", comm ? &comm->cudadev : NULL);
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    ncclResult_t res = query(comm, rank, "ncclCommUserRank", "rank");
-    if (res == ncclSuccess) *rank = comm->rank;
-    return res;
+    return query(comm, rank, "ncclCommUserRank", "rank", comm ? &comm->rank : NULL);
 }
 
 SHIM_PNAME(ncclGetVersion);

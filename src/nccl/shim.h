@@ -7,7 +7,10 @@
  * variables mapped onto BRAID_* ones).
  *
  * Threading: a communicator may be used by one thread at a time (as NCCL requires), except
- * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. */
+ * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. Every call
+ * that takes a communicator enters it first (shim_enter: found among the live ones and not
+ * closing, its active count raised) and leaves it last; ncclCommDestroy/Abort mark it closing,
+ * so later calls are refused, and free it only once no call is inside. */
 #ifndef BRAID_NCCL_SHIM_H
 #define BRAID_NCCL_SHIM_H
 
@@ -38,9 +41,10 @@ struct ncclComm {
     int split_color, split_key, split_phantom;
     int init_thread_live;
     pthread_t init_thread;
-    /* Calls inside braid on this communicator (ncclCommAbort waits for them to leave). */
+    /* Calls inside the shim on this communicator (its close waits for them to leave). */
     _Atomic int active;
-    _Atomic int aborting;
+    int closing;                 /* ncclCommDestroy/Abort started (under the live list's lock) */
+    struct ncclComm *next_live;  /* the live communicators' list (init.c) */
     pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
     char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
@@ -85,7 +89,12 @@ void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void shim_env_init(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */
-/* Checks comm (magic) and waits for its init to finish; returns ncclSuccess when comm can be
+/* Enters comm for a call: ncclSuccess when comm is a live communicator not being closed (its
+ * active count is then raised: shim_leave it when done), else the failure (recorded, naming
+ * call). */
+ncclResult_t shim_enter(ncclComm_t comm, const char *call);
+void shim_leave(ncclComm_t comm);
+/* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
  * used, else the failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 /* Runs the init of comm in this thread (comm->state gets the result). */

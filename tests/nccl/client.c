@@ -2,7 +2,8 @@
  *
  * Usage (one rank of a job; tests/mp/test_nccl.c runs it under braid-run with 1..8 ranks):
  *   nccl_client [--require-fp8] [--require-premulsum] TEST...
- * TESTs: api coll groups p2p nonblocking split initall errors premulsum (all = each of them),
+ * TESTs: api coll groups p2p nonblocking split initall errors refused premulsum close (all =
+ * each of them),
  * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
  * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
  * NCCL_* environment tests). Exits 0 when every check passed.
@@ -32,16 +33,14 @@ static int env_int(const char *a, const char *b, int def)
     return v ? atoi(v) : def;
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* An id for a new communicator over world's ranks: rank 0 makes it, the others get it by an
- * ncclBroadcast on world. */
-static int shared_id(ncclComm_t world, ncclUniqueId *id)
+int shared_id(ncclComm_t world, ncclUniqueId *id)
 {
     memset(id, 0, sizeof(*id));
     if (g_rank == 0) NCCLOK(ncclGetUniqueId(id));
@@ -624,8 +623,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--require-premulsum"))
             require_premulsum = 1;
         else if (!strcmp(argv[i], "all")) {
-            static const char *all[] = {"api",   "coll",    "groups", "p2p",     "nonblocking",
-                                        "split", "initall", "errors", "refused", "premulsum"};
+            static const char *all[] = {"api",         "coll",      "groups",  "p2p",
+                                        "nonblocking", "split",     "initall", "errors",
+                                        "refused",     "premulsum", "close"};
             for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
                 tests[nt++] = all[k];
         } else
@@ -660,6 +660,8 @@ int main(int argc, char **argv)
             fail = test_refused(world);
         else if (!strcmp(t, "premulsum"))
             fail = test_premulsum(world);
+        else if (!strcmp(t, "close"))
+            fail = test_close(world);
         else if (!strcmp(t, "env"))
             fail = allreduce_check(world, g_rank, g_nranks, 3, "env");
         else {
