@@ -180,11 +180,17 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
 {
     ncclResult_t res = ncclSuccess;
     int nonblocking = 0;
-    for (size_t i = 0; i < n; i++)
+    /* Entered (no close can have started: a deferred init refuses it) before a close from
+     * another thread may see them, so that an abort that orphans one waits for this. */
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add(&inits[i]->active, 1);
         inits[i]->init_deferred = 0;
+    }
     if (n == 1 && inits[0]->blocking) {
         shim_init_run(inits[0]);
-        return (ncclResult_t)atomic_load(&inits[0]->state);
+        res = (ncclResult_t)atomic_load(&inits[0]->state);
+        shim_leave(inits[0]);
+        return res;
     }
     for (size_t i = 0; i < n; i++) {
         ncclResult_t r = shim_init_start_thread(inits[i]);
@@ -193,14 +199,19 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         if (!inits[i]->blocking) continue;
-        shim_init_join(inits[i]);
+        shim_init_wait(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
-        if (r != ncclSuccess && res == ncclSuccess) {
+        if (r == ncclInProgress && res == ncclSuccess)
+            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                            (void *)inits[i]);
+        else if (r != ncclSuccess && res == ncclSuccess) {
             char msg[SHIM_MSG_BYTES];
             shim_comm_msg(inits[i], msg);
             res = shim_fail(NULL, r, "%s", msg);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        shim_leave(inits[i]);
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 

@@ -105,6 +105,7 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     if (id) memcpy(&c->id, id, sizeof(c->id));
     atomic_store(&c->state, ncclInProgress);
     pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->init_done, NULL);
     pthread_mutex_lock(&live_lock);
     c->next_live = live_head;
     live_head = c;
@@ -121,8 +122,21 @@ static void comm_free(ncclComm_t c)
     if (*pp) *pp = c->next_live;
     pthread_mutex_unlock(&live_lock);
     c->magic = 0;
+    pthread_cond_destroy(&c->init_done);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+/* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
+ * it); 0 if some call stays longer than any of braid's waits would. */
+static int wait_idle(ncclComm_t comm)
+{
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; atomic_load(&comm->active) > 0; i++) {
+        if (i == 600000) return 0;
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 void shim_split_run(ncclComm_t c, ncclResult_t refuse)
@@ -159,6 +173,15 @@ void shim_comm_free_phantom(ncclComm_t c)
     if (c->split_phantom) comm_free(c);
 }
 
+/* Publishes the init's result and wakes the calls waiting for it. */
+static void init_finish(ncclComm_t c, ncclResult_t res)
+{
+    pthread_mutex_lock(&c->lock);
+    atomic_store(&c->state, res);
+    pthread_cond_broadcast(&c->init_done);
+    pthread_mutex_unlock(&c->lock);
+}
+
 void shim_init_run(ncclComm_t c)
 {
     braid_comm_t bc = NULL;
@@ -166,7 +189,8 @@ void shim_init_run(ncclComm_t c)
     if (r != BRAID_SUCCESS) {
         char call[64];
         snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
-        atomic_store(&c->state, shim_braid_fail(c, r, call));
+        /* An aborted init's failure is nobody's to read: it leaves the last error alone. */
+        init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
         return;
     }
     c->bc = bc;
@@ -175,19 +199,33 @@ void shim_init_run(ncclComm_t c)
                 NCCL_PATCH, braid_version());
     shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
               c->cudadev);
-    atomic_store(&c->state, ncclSuccess);
+    init_finish(c, ncclSuccess);
 }
 
 static void *init_thread_main(void *arg)
 {
-    shim_init_run(arg);
+    ncclComm_t c = arg;
+    shim_init_run(c);
+    int running = SHIM_INIT_RUNNING;
+    if (atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE)) return NULL;
+    /* Orphaned: ncclCommAbort returned without waiting for the init (braid's cannot be cut
+     * short, NCCL's abort ends it), so this thread finishes the abort and frees comm. */
+    pthread_detach(pthread_self());
+    if (c->bc) {
+        braid_comm_abort(c->bc);
+        (void)braid_comm_destroy(c->bc);
+        c->bc = NULL;
+    }
+    if (wait_idle(c)) comm_free(c); /* else a call never left: comm stays allocated */
     return NULL;
 }
 
 ncclResult_t shim_init_start_thread(ncclComm_t c)
 {
+    atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
     int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
     if (e) {
+        atomic_store(&c->init_owner, SHIM_INIT_NONE);
         atomic_store(&c->state, ncclSystemError);
         return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
                          strerror(e));
@@ -196,13 +234,12 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     return ncclSuccess;
 }
 
-void shim_init_join(ncclComm_t c)
+void shim_init_wait(ncclComm_t c)
 {
     pthread_mutex_lock(&c->lock);
-    int live = c->init_thread_live;
-    c->init_thread_live = 0;
+    while (atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
+        pthread_cond_wait(&c->init_done, &c->lock);
     pthread_mutex_unlock(&c->lock);
-    if (live) pthread_join(c->init_thread, NULL);
 }
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
@@ -212,8 +249,11 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call)
                          "%s: the communicator's init waits for ncclGroupEnd (inits and other "
                          "calls cannot share a group)",
                          call);
-    if (atomic_load(&comm->state) == ncclInProgress) shim_init_join(comm);
+    shim_init_wait(comm);
     int st = atomic_load(&comm->state);
+    if (st == ncclInProgress) /* woken by a close */
+        return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
+                         call, (void *)comm);
     if (st != ncclSuccess || !comm->bc) {
         char why[SHIM_MSG_BYTES];
         pthread_mutex_lock(&comm->lock);
@@ -337,18 +377,6 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return res;
 }
 
-/* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
- * it); 0 if some call stays longer than any of braid's waits would. */
-static int wait_idle(ncclComm_t comm)
-{
-    struct timespec ts = {0, 1000000};
-    for (int i = 0; atomic_load(&comm->active) > 0; i++) {
-        if (i == 600000) return 0;
-        nanosleep(&ts, NULL);
-    }
-    return 1;
-}
-
 static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
 {
     shim_clear();
@@ -356,7 +384,7 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     pthread_mutex_lock(&live_lock);
     int live = live_has(comm), closing = live && comm->closing;
     int deferred = live && !closing && comm->init_deferred;
-    if (live && !closing && !deferred) comm->closing = 1; /* calls are refused from now on */
+    if (live && !closing && !deferred) atomic_store(&comm->closing, 1); /* calls are refused */
     pthread_mutex_unlock(&live_lock);
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
@@ -364,7 +392,15 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd", call);
-    shim_init_join(comm);
+    /* The calls waiting for the init fail now. */
+    pthread_mutex_lock(&comm->lock);
+    pthread_cond_broadcast(&comm->init_done);
+    pthread_mutex_unlock(&comm->lock);
+    int running = SHIM_INIT_RUNNING;
+    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &running, SHIM_INIT_ORPHANED))
+        return ncclSuccess; /* the init's thread frees comm when braid's init returns */
+    if (comm->init_thread_live) pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
     ncclResult_t res = ncclSuccess;
     if (comm->bc) {
         /* Calls of other threads inside braid return promptly once aborted; braid's destroy
@@ -469,7 +505,6 @@ static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
         *asyncError = ncclInProgress;
         return ncclSuccess;
     }
-    shim_init_join(comm); /* finished: reap its thread */
     if (st != ncclSuccess || !comm->bc) {
         /* The init's failure (recorded by its thread): ncclGetLastError tells it again. */
         char why[SHIM_MSG_BYTES];

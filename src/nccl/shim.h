@@ -24,6 +24,7 @@
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
 #define SHIM_MSG_BYTES 768
+enum { SHIM_INIT_NONE, SHIM_INIT_RUNNING, SHIM_INIT_DONE, SHIM_INIT_ORPHANED };
 
 struct ncclComm {
     unsigned magic;  /* SHIM_COMM_MAGIC while alive */
@@ -39,13 +40,18 @@ struct ncclComm {
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
     ncclComm_t split_parent;
     int split_color, split_key, split_phantom;
-    int init_thread_live;
+    int init_thread_live; /* init_thread runs or ran the init: the close joins it */
     pthread_t init_thread;
+    /* Who frees comm after its init thread: SHIM_INIT_RUNNING while it runs, then (a
+     * compare-and-swap) SHIM_INIT_DONE by the thread (the program's close joins it and frees),
+     * or SHIM_INIT_ORPHANED by an ncclCommAbort that returned at once: the thread frees comm. */
+    _Atomic int init_owner;
+    pthread_cond_t init_done; /* broadcast (under lock) when state is set or a close starts */
     /* Calls inside the shim on this communicator (its close waits for them to leave). */
     _Atomic int active;
-    int closing;                 /* ncclCommDestroy/Abort started (under the live list's lock) */
-    struct ncclComm *next_live;  /* the live communicators' list (init.c) */
-    pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
+    _Atomic int closing;        /* ncclCommDestroy/Abort started (set under the live list's lock) */
+    struct ncclComm *next_live; /* the live communicators' list (init.c) */
+    pthread_mutex_t lock;       /* errmsg, redops, joining the init thread */
     char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
      * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
@@ -101,8 +107,8 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 void shim_init_run(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
-/* Joins the init thread of comm if it has one. */
-void shim_init_join(ncclComm_t comm);
+/* Waits until comm's init finished or a close started. */
+void shim_init_wait(ncclComm_t comm);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
