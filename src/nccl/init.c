@@ -321,7 +321,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     shim_init_run(c);
     res = (ncclResult_t)atomic_load(&c->state);
     if (res != ncclSuccess) {
-        comm_free(c); /* the message stays in this thread's last error */
+        comm_free(c); /* the message stays the last error */
+        *comm = NULL; /* as NCCL */
         return res;
     }
     *comm = c;
@@ -540,9 +541,17 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
     ncclResult_t res = shim_enter(comm, call);
     if (res != ncclSuccess) return res;
     if (!out) res = shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
+    /* As NCCL's ncclCommEnsureReady: not while a non-blocking init runs (the values may not
+     * be known yet: ncclCommGetAsyncError tells when it is done), and a failed init's error
+     * after it. */
+    else if (atomic_load(&comm->state) == ncclInProgress && !comm->init_deferred)
+        res = shim_fail(comm, ncclInvalidArgument,
+                        "%s: the communicator's init is in progress (wait for "
+                        "ncclCommGetAsyncError to return ncclSuccess)",
+                        call);
     /* A split's rank and size are known once it ran (at its ncclGroupEnd), and only if it
      * succeeded. */
-    else if (comm->split_parent)
+    else if (comm->split_parent || atomic_load(&comm->state) != ncclSuccess)
         res = shim_ready(comm, call);
     if (res == ncclSuccess) *out = *which;
     shim_leave(comm);

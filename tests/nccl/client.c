@@ -511,6 +511,11 @@ static int last_error(void)
     CHECK(r == ncclInvalidArgument || st == ncclInvalidArgument, "zero id: %d", (int)st);
     CHECK(strstr(ncclGetLastError(NULL), "ncclCommInitRank (rank 0 of 1)"),
           "a non-blocking init's failure: '%s'", ncclGetLastError(NULL));
+    int x; /* the queries of a failed init's communicator return its error */
+    if (r == ncclInProgress) EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "init failed");
+    c = (ncclComm_t)&c; /* a failed blocking init returns NULL */
+    EXPECT(ncclCommInitRank(&c, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
+    CHECK(c == NULL, "a failed blocking init left *comm %p", (void *)c);
     if (r == ncclInProgress) NCCLOK(ncclCommDestroy(c));
     return 0;
 }

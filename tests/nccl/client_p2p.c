@@ -328,6 +328,10 @@ static int abort_init(void)
     ncclResult_t r = ncclCommInitRankConfig(&c, 2, id, 0, &cfg);
     CHECK(r == ncclInProgress, "a non-blocking init nobody joins: %d", (int)r);
     usleep(100000); /* the init thread read BRAID_TIMEOUT */
+    int x; /* the queries refuse a communicator whose init runs (NCCL's ncclCommEnsureReady) */
+    EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
     double t0 = now_s();
     NCCLOK(ncclCommAbort(c));
     double dt = now_s() - t0;
