@@ -269,16 +269,24 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
 {
     *blocking_p = 1;
     if (!config) return ncclSuccess;
-    /* Fields past trafficClass belong to later NCCL versions; NCCL's size/magic checks. */
-    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, netName))
+    /* As NCCL's parseCommConfig: a config from an older nccl.h is shorter (2.14-2.16's: 24
+     * bytes, up to blocking) and a later one longer; its first size bytes (at most ours) count,
+     * over the defaults, and a field its version did not have yet keeps the default. */
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.magic = 0;
+    size_t size;
+    memcpy(&size, config, sizeof(size));
+    memcpy(&c, config, size < sizeof(c) ? size : sizeof(c));
+    if (c.magic != 0xcafebeef)
         return shim_fail(NULL, ncclInvalidArgument,
                          "%s: config is not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x, "
                          "size %zu)",
-                         call, config->magic, config->size);
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+                         call, c.magic, size);
+    if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;
+    if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
         return shim_fail(NULL, ncclInvalidArgument, "%s: config->blocking=%d (0 or 1)", call,
-                         config->blocking);
-    if (config->blocking == 0) *blocking_p = 0;
+                         c.blocking);
+    if (c.blocking == 0) *blocking_p = 0;
     return ncclSuccess;
 }
 

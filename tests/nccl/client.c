@@ -341,6 +341,23 @@ static int test_nonblocking(ncclComm_t world)
     NCCLOK(ncclGroupEnd());
     if (allreduce_check(c, g_rank, g_nranks, 6, "grouped init")) return 1;
     NCCLOK(ncclCommDestroy(c));
+    /* A config from NCCL 2.14-2.16's nccl.h (24 bytes, up to blocking) is accepted, as NCCL
+     * does: its non-blocking init. */
+    struct {
+        size_t size;
+        unsigned magic, version;
+        int blocking;
+    } old = {sizeof(old), 0xcafebeef, NCCL_VERSION(2, 14, 0), 0};
+    CHECK(sizeof(old) == 24, "the 2.14 config is %zu bytes", sizeof(old));
+    if (shared_id(world, &id)) return 1;
+    r = ncclCommInitRankConfig(&c, g_nranks, id, g_rank, (ncclConfig_t *)(void *)&old);
+    CHECK(r == ncclInProgress, "init with NCCL 2.14's config: %d %s", (int)r,
+          ncclGetLastError(NULL));
+    for (st = ncclInProgress, t0 = now_s(); st == ncclInProgress && now_s() - t0 < 60;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclSuccess, "init with NCCL 2.14's config: state %d", (int)st);
+    if (allreduce_check(c, g_rank, g_nranks, 8, "NCCL 2.14's config")) return 1;
+    NCCLOK(ncclCommDestroy(c));
     printf("rank %d: nonblocking ok (%d polls)\n", g_rank, polls);
     return 0;
 }
