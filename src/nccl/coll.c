@@ -36,7 +36,7 @@ static ncclResult_t map_dtype(const char *call, ncclDataType_t dt, braid_datatyp
 }
 
 static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, ncclDataType_t dt,
-                           braid_redop_t *out, char *msg)
+                           braid_redop_t *out, int *premul, char *msg)
 {
     static const braid_redop_t builtin[ncclNumOps] = {BRAID_SUM, BRAID_PROD, BRAID_MAX, BRAID_MIN,
                                                       BRAID_AVG};
@@ -49,7 +49,7 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
     braid_redop_t b = BRAID_SUM;
     if (i >= 0 && i < SHIM_MAX_REDOPS) {
         pthread_mutex_lock(&comm->lock);
-        ok = comm->redops[i].used;
+        ok = comm->redops[i].used == 1;
         same_type = ok && comm->redops[i].dtype == dt;
         b = comm->redops[i].op;
         pthread_mutex_unlock(&comm->lock);
@@ -67,7 +67,32 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
         return ncclInvalidArgument;
     }
     *out = b;
+    *premul = (int)i + 1;
     return ncclSuccess;
+}
+
+void shim_redop_hold(const shim_op_t *o)
+{
+    if (!o->premul) return;
+    pthread_mutex_lock(&o->comm->lock);
+    o->comm->redops[o->premul - 1].holds++;
+    pthread_mutex_unlock(&o->comm->lock);
+}
+
+void shim_redop_release(const shim_op_t *o)
+{
+    if (!o->premul) return;
+    ncclComm_t comm = o->comm;
+    int i = o->premul - 1, gone = 0;
+    pthread_mutex_lock(&comm->lock);
+    braid_redop_t b = comm->redops[i].op;
+    if (--comm->redops[i].holds == 0 && comm->redops[i].used == 3) {
+        comm->redops[i].used = 0;
+        gone = 1;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    /* The destroy the program asked for (and was told succeeded): nobody to report to. */
+    if (gone) (void)braid_redop_destroy(b, comm->bc);
 }
 
 static ncclResult_t ready(ncclComm_t comm, const char *call)
@@ -80,11 +105,11 @@ static ncclResult_t ready(ncclComm_t comm, const char *call)
  * braid, with a datatype or op braid refuses too (shim_reject): it takes its place in the
  * communicator's call order and the peers' call of that number fails naming it, instead of
  * waiting for it or pairing with this rank's next call. */
-static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
-                         size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
-                         int root, ncclComm_t comm, cudaStream_t stream)
+static ncclResult_t coll_entered(shim_kind_t kind, const char *call, const void *sendbuf,
+                                 void *recvbuf, size_t count, ncclDataType_t dt, int reduces,
+                                 ncclRedOp_t op, int rooted, int root, ncclComm_t comm,
+                                 cudaStream_t stream)
 {
-    shim_clear();
     ncclResult_t res = ready(comm, call);
     if (res != ncclSuccess) return res;
     shim_op_t o = {.kind = kind,
@@ -99,7 +124,7 @@ static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf
                    .stream = stream};
     char msg[SHIM_MSG_BYTES];
     res = map_dtype(call, dt, &o.dtype, msg);
-    if (res == ncclSuccess && reduces) res = map_op(comm, call, op, dt, &o.op, msg);
+    if (res == ncclSuccess && reduces) res = map_op(comm, call, op, dt, &o.op, &o.premul, msg);
     if (res == ncclSuccess && rooted && (root < 0 || root >= comm->nranks)) {
         snprintf(msg, sizeof(msg), "%s: %s=%d is outside [0, nranks=%d)", call,
                  kind == SHIM_SEND || kind == SHIM_RECV ? "peer" : "root", root, comm->nranks);
@@ -108,6 +133,19 @@ static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf
     /* The value at fault stays in o (a bad datatype or op as -1): braid refuses it too. */
     if (res != ncclSuccess) return shim_reject(&o, res, msg);
     return shim_submit(&o);
+}
+
+static ncclResult_t coll(shim_kind_t kind, const char *call, const void *sendbuf, void *recvbuf,
+                         size_t count, ncclDataType_t dt, int reduces, ncclRedOp_t op, int rooted,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, call);
+    if (res != ncclSuccess) return shim_group_fail(res);
+    res = coll_entered(kind, call, sendbuf, recvbuf, count, dt, reduces, op, rooted, root, comm,
+                       stream);
+    shim_leave(comm);
+    return res;
 }
 
 braid_result_t shim_op_issue(const shim_op_t *o)
@@ -224,11 +262,10 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
 }
 
 /* ---- PreMulSum ------------------------------------------------------------------------------ */
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
-                                      ncclScalarResidence_t residence, ncclComm_t comm)
+static ncclResult_t premulsum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                              ncclScalarResidence_t residence, ncclComm_t comm)
 {
     static const char *call = "ncclRedOpCreatePreMulSum";
-    shim_clear();
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
     if (!op) return shim_fail(comm, ncclInvalidArgument, "%s: op is NULL", call);
@@ -269,10 +306,20 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
     return ncclSuccess;
 }
 
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclRedOpCreatePreMulSum");
+    if (res != ncclSuccess) return res;
+    res = premulsum(op, scalar, datatype, residence, comm);
+    shim_leave(comm);
+    return res;
+}
+
+static ncclResult_t redop_destroy(ncclRedOp_t op, ncclComm_t comm)
 {
     static const char *call = "ncclRedOpDestroy";
-    shim_clear();
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
     if ((int)op >= 0 && (int)op < ncclNumOps)
@@ -280,16 +327,28 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     long i = (long)op - ncclNumOps;
     pthread_mutex_lock(&comm->lock);
     int ok = i >= 0 && i < SHIM_MAX_REDOPS && comm->redops[i].used == 1;
+    int held = ok && comm->redops[i].holds > 0;
     braid_redop_t b = ok ? comm->redops[i].op : BRAID_SUM;
-    if (ok) comm->redops[i].used = 0;
+    if (ok) comm->redops[i].used = held ? 3 : 0;
     pthread_mutex_unlock(&comm->lock);
     if (!ok)
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: op=%d was not created on this communicator (or destroyed already)",
                          call, (int)op);
+    if (held) return ncclSuccess; /* the group's end destroys it (shim_redop_release) */
     braid_result_t r = braid_redop_destroy(b, comm->bc);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     return ncclSuccess;
+}
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclRedOpDestroy");
+    if (res != ncclSuccess) return res;
+    res = redop_destroy(op, comm);
+    shim_leave(comm);
+    return res;
 }
 
 /* ---- memory and registration ---------------------------------------------------------------- */
@@ -330,9 +389,8 @@ ncclResult_t ncclMemFree(void *ptr)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+static ncclResult_t reg(const ncclComm_t comm, void *buff, size_t size, void **handle)
 {
-    shim_clear();
     ncclResult_t res = shim_ready(comm, "ncclCommRegister");
     if (res != ncclSuccess) return res;
     if (!handle) return shim_fail(comm, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
@@ -343,14 +401,37 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, vo
     return ncclSuccess;
 }
 
+static ncclResult_t dereg(const ncclComm_t comm, void *handle)
+{
+    ncclResult_t res = shim_ready(comm, "ncclCommDeregister");
+    if (res != ncclSuccess || !handle) return res; /* NCCL: a NULL handle is nothing to do */
+    braid_result_t r = braid_comm_deregister(comm->bc, (braid_reg_t)handle);
+    /* braid refuses an unknown handle as an argument; NCCL's "could not find handle" is a
+     * usage error. */
+    if (r == BRAID_ERR_INVALID_ARG)
+        return shim_fail(comm, ncclInvalidUsage, "ncclCommDeregister: %s", braid_last_error());
+    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommDeregister");
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclCommRegister");
+    if (res != ncclSuccess) return res;
+    res = reg(comm, buff, size, handle);
+    shim_leave(comm);
+    return res;
+}
+
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
 {
     shim_clear();
-    ncclResult_t res = shim_ready(comm, "ncclCommDeregister");
+    ncclResult_t res = shim_enter(comm, "ncclCommDeregister");
     if (res != ncclSuccess) return res;
-    braid_result_t r = braid_comm_deregister(comm->bc, (braid_reg_t)handle);
-    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommDeregister");
-    return ncclSuccess;
+    res = dereg(comm, handle);
+    shim_leave(comm);
+    return res;
 }
 
 SHIM_PNAME(ncclAllReduce);

@@ -1,5 +1,6 @@
-/* Results and messages: braid's result codes as NCCL reports them, the per-thread and
- * per-communicator last-error messages behind ncclGetLastError, NCCL_DEBUG output. */
+/* Results and messages: braid's result codes as NCCL reports them, the last-error messages
+ * (the process's, behind ncclGetLastError; each thread's and each communicator's, for the
+ * shim's own use), NCCL_DEBUG output. */
 #include "shim.h"
 
 #include <stdarg.h>
@@ -9,11 +10,43 @@
 #include <strings.h>
 #include <unistd.h>
 
+/* The calling thread's last failure: what a group records of its failed call, unaffected by
+ * the failures of other threads. */
 static _Thread_local char thread_msg[SHIM_MSG_BYTES];
+/* The process's last failure, as NCCL's ncclLastError: set by every failure of any thread
+ * (a non-blocking init's thread included), never cleared, whatever comm is asked about. */
+static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_msg[SHIM_MSG_BYTES];
 
 void shim_clear(void)
 {
     thread_msg[0] = '\0';
+}
+
+const char *shim_thread_msg(void)
+{
+    return thread_msg;
+}
+
+void shim_comm_msg(ncclComm_t comm, char *buf)
+{
+    pthread_mutex_lock(&comm->lock);
+    memcpy(buf, comm->errmsg, SHIM_MSG_BYTES);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+void shim_note(ncclComm_t comm, const char *msg)
+{
+    char copy[SHIM_MSG_BYTES];
+    snprintf(copy, sizeof(copy), "%s", msg); /* msg may be comm->errmsg */
+    if (comm) {
+        pthread_mutex_lock(&comm->lock);
+        memcpy(comm->errmsg, copy, sizeof(copy));
+        pthread_mutex_unlock(&comm->lock);
+    }
+    pthread_mutex_lock(&last_lock);
+    memcpy(last_msg, copy, sizeof(copy));
+    pthread_mutex_unlock(&last_lock);
 }
 
 int shim_debug_level(void)
@@ -53,11 +86,7 @@ ncclResult_t shim_fail(ncclComm_t comm, ncclResult_t res, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     memcpy(thread_msg, msg, sizeof(msg));
-    if (comm && comm->magic == SHIM_COMM_MAGIC) {
-        pthread_mutex_lock(&comm->lock);
-        memcpy(comm->errmsg, msg, sizeof(msg));
-        pthread_mutex_unlock(&comm->lock);
-    }
+    shim_note(comm && comm->magic == SHIM_COMM_MAGIC ? comm : NULL, msg);
     if (shim_debug_level() >= 2) emit("WARN", msg);
     return res;
 }
@@ -128,14 +157,13 @@ const char *ncclGetErrorString(ncclResult_t result)
 
 const char *ncclGetLastError(ncclComm_t comm)
 {
+    (void)comm; /* NCCL ignores it too: one message per process */
+    /* A copy per thread: another thread's failure cannot rewrite it while the caller reads. */
     static _Thread_local char copy[SHIM_MSG_BYTES];
-    if (comm && comm->magic == SHIM_COMM_MAGIC) {
-        pthread_mutex_lock(&comm->lock);
-        memcpy(copy, comm->errmsg, sizeof(copy));
-        pthread_mutex_unlock(&comm->lock);
-        if (copy[0]) return copy;
-    }
-    return thread_msg;
+    pthread_mutex_lock(&last_lock);
+    memcpy(copy, last_msg, sizeof(copy));
+    pthread_mutex_unlock(&last_lock);
+    return copy;
 }
 
 void ncclResetDebugInit(void) {}

@@ -35,8 +35,12 @@ int shim_group_depth(void)
     return G.depth;
 }
 
+/* Ends the outermost group: its calls were issued (or dropped), so the PreMulSum ops they held
+ * may go. */
 static void group_reset(void)
 {
+    for (size_t i = 0; i < G.nops; i++)
+        shim_redop_release(&G.ops[i]);
     free(G.ops);
     free(G.inits);
     memset(&G, 0, sizeof(G));
@@ -47,7 +51,7 @@ static ncclResult_t group_error(ncclResult_t res)
 {
     if (G.depth > 0 && G.err == ncclSuccess) {
         G.err = res;
-        snprintf(G.errmsg, sizeof(G.errmsg), "%s", ncclGetLastError(NULL));
+        snprintf(G.errmsg, sizeof(G.errmsg), "%s", shim_thread_msg());
     }
     return res;
 }
@@ -85,16 +89,34 @@ static ncclResult_t wait_streams(const shim_op_t *ops, size_t n)
     return ncclSuccess;
 }
 
-/* Runs one operation outside a group, in the calling thread. */
+/* Runs one operation in the calling thread (its communicator entered). */
 static ncclResult_t run_one(const shim_op_t *op)
 {
     ncclResult_t w = wait_streams(op, 1);
     if (w != ncclSuccess) return w;
-    atomic_fetch_add(&op->comm->active, 1);
     braid_result_t r = shim_op_issue(op);
-    ncclResult_t res = r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
-    atomic_fetch_sub(&op->comm->active, 1);
-    return res;
+    return r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
+}
+
+/* Enters the communicators of ops (once per op: leave_all undoes it); on a failure (one closed
+ * since its call was recorded) none stays entered. */
+static ncclResult_t enter_all(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ncclResult_t res = shim_enter(ops[i].comm, ops[i].name);
+        if (res != ncclSuccess) {
+            while (i-- > 0)
+                shim_leave(ops[i].comm);
+            return res;
+        }
+    }
+    return ncclSuccess;
+}
+
+static void leave_all(const shim_op_t *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        shim_leave(ops[i].comm);
 }
 
 /* Appends op to the thread's open group (the calls after a failure too: braid numbers them
@@ -109,6 +131,7 @@ static ncclResult_t append(const shim_op_t *op)
         G.ops = p;
         G.cap = cap;
     }
+    shim_redop_hold(op);
     G.ops[G.nops++] = *op;
     return ncclSuccess;
 }
@@ -126,10 +149,8 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
         if (append(op) == ncclSuccess) G.refused = 1;
         return res;
     }
-    atomic_fetch_add(&op->comm->active, 1);
     braid_result_t r = shim_op_issue(op); /* refused there too: its peers are told */
-    atomic_fetch_sub(&op->comm->active, 1);
-    if (r == BRAID_SUCCESS) /* cannot be: op holds the value at fault */
+    if (r == BRAID_SUCCESS)               /* cannot be: op holds the value at fault */
         return shim_fail(op->comm, ncclInternalError, "%s (yet braid ran the call)", msg);
     return shim_fail(op->comm, res, "%s", msg);
 }
@@ -138,15 +159,13 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
  * runs) after telling the peers. */
 static void tell_refused(const shim_op_t *ops, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_add(&ops[i].comm->active, 1);
+    if (enter_all(ops, n) != ncclSuccess) return; /* a closed communicator: its peers fail */
     if (braid_group_start() == BRAID_SUCCESS) {
         for (size_t i = 0; i < n; i++)
             (void)shim_op_issue(&ops[i]);
         (void)braid_group_end();
     }
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_sub(&ops[i].comm->active, 1);
+    leave_all(ops, n);
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -161,11 +180,17 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
 {
     ncclResult_t res = ncclSuccess;
     int nonblocking = 0;
-    for (size_t i = 0; i < n; i++)
+    /* Entered (no close can have started: a deferred init refuses it) before a close from
+     * another thread may see them, so that an abort that orphans one waits for this. */
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add(&inits[i]->active, 1);
         inits[i]->init_deferred = 0;
+    }
     if (n == 1 && inits[0]->blocking) {
         shim_init_run(inits[0]);
-        return (ncclResult_t)atomic_load(&inits[0]->state);
+        res = (ncclResult_t)atomic_load(&inits[0]->state);
+        shim_leave(inits[0]);
+        return res;
     }
     for (size_t i = 0; i < n; i++) {
         ncclResult_t r = shim_init_start_thread(inits[i]);
@@ -174,13 +199,19 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         if (!inits[i]->blocking) continue;
-        shim_init_join(inits[i]);
+        shim_init_wait(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
-        if (r != ncclSuccess && res == ncclSuccess) {
-            res = r;
-            shim_fail(NULL, r, "%s", ncclGetLastError(inits[i]));
+        if (r == ncclInProgress && res == ncclSuccess)
+            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                            (void *)inits[i]);
+        else if (r != ncclSuccess && res == ncclSuccess) {
+            char msg[SHIM_MSG_BYTES];
+            shim_comm_msg(inits[i], msg);
+            res = shim_fail(NULL, r, "%s", msg);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        shim_leave(inits[i]);
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 
@@ -189,11 +220,19 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
 static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 {
     if (n == 0) return ncclSuccess;
-    if (n == 1) return run_one(&ops[0]);
-    ncclResult_t res = wait_streams(ops, n);
+    /* Entered before anything touches them: a close on another thread waits for the group. */
+    ncclResult_t res = enter_all(ops, n);
     if (res != ncclSuccess) return res;
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_add(&ops[i].comm->active, 1);
+    if (n == 1) {
+        res = run_one(&ops[0]);
+        leave_all(ops, n);
+        return res;
+    }
+    res = wait_streams(ops, n);
+    if (res != ncclSuccess) {
+        leave_all(ops, n);
+        return res;
+    }
     braid_result_t r = braid_group_start();
     int open = r == BRAID_SUCCESS;
     if (!open) res = shim_braid_fail(NULL, r, "ncclGroupEnd (braid_group_start)");
@@ -211,12 +250,11 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     if (res != ncclSuccess) {
         /* Every communicator of the group reports the failure. */
         char msg[SHIM_MSG_BYTES];
-        snprintf(msg, sizeof(msg), "%s", ncclGetLastError(NULL));
+        snprintf(msg, sizeof(msg), "%s", shim_thread_msg());
         for (size_t i = 0; i < n; i++)
             shim_fail(ops[i].comm, res, "%s", msg);
     }
-    for (size_t i = 0; i < n; i++)
-        atomic_fetch_sub(&ops[i].comm->active, 1);
+    leave_all(ops, n);
     return res;
 }
 

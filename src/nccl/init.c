@@ -56,6 +56,43 @@ static int current_cuda_device(void)
     return dev;
 }
 
+/* The live communicators: a call enters one only if it is listed (and not closing), under
+ * this lock, so that a close on another thread either sees the call inside (and waits for it)
+ * or the call sees the close (and is refused) — never a call on freed memory. A handle of a
+ * freed communicator is refused too (unless its memory went to a new one). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static ncclComm_t live_head;
+
+static int live_has(ncclComm_t c)
+{
+    ncclComm_t p = live_head;
+    while (p && p != c)
+        p = p->next_live;
+    return p != NULL;
+}
+
+ncclResult_t shim_enter(ncclComm_t comm, const char *call)
+{
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    pthread_mutex_lock(&live_lock);
+    int live = live_has(comm), closing = live && comm->closing;
+    if (live && !closing) atomic_fetch_add(&comm->active, 1);
+    pthread_mutex_unlock(&live_lock);
+    if (!live)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: comm %p is not a communicator (destroyed, or never created)", call,
+                         (void *)comm);
+    if (closing)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
+                         call, (void *)comm);
+    return ncclSuccess;
+}
+
+void shim_leave(ncclComm_t comm)
+{
+    atomic_fetch_sub(&comm->active, 1); /* the last touch: a close may free comm now */
+}
+
 static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
 {
     ncclComm_t c = calloc(1, sizeof(*c));
@@ -68,14 +105,38 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     if (id) memcpy(&c->id, id, sizeof(c->id));
     atomic_store(&c->state, ncclInProgress);
     pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->init_done, NULL);
+    pthread_mutex_lock(&live_lock);
+    c->next_live = live_head;
+    live_head = c;
+    pthread_mutex_unlock(&live_lock);
     return c;
 }
 
 static void comm_free(ncclComm_t c)
 {
+    pthread_mutex_lock(&live_lock);
+    ncclComm_t *pp = &live_head;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next_live;
+    if (*pp) *pp = c->next_live;
+    pthread_mutex_unlock(&live_lock);
     c->magic = 0;
+    pthread_cond_destroy(&c->init_done);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+/* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
+ * it); 0 if some call stays longer than any of braid's waits would. */
+static int wait_idle(ncclComm_t comm)
+{
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; atomic_load(&comm->active) > 0; i++) {
+        if (i == 600000) return 0;
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 void shim_split_run(ncclComm_t c, ncclResult_t refuse)
@@ -83,10 +144,14 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
     ncclComm_t p = c->split_parent;
     braid_comm_t bc = NULL;
     c->init_deferred = 0;
-    atomic_fetch_add(&p->active, 1);
+    ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
+    if (res != ncclSuccess) {
+        atomic_store(&c->state, refuse ? refuse : res);
+        return;
+    }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
     braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
-    atomic_fetch_sub(&p->active, 1);
+    shim_leave(p);
     if (refuse) {
         atomic_store(&c->state, refuse);
         return;
@@ -108,6 +173,15 @@ void shim_comm_free_phantom(ncclComm_t c)
     if (c->split_phantom) comm_free(c);
 }
 
+/* Publishes the init's result and wakes the calls waiting for it. */
+static void init_finish(ncclComm_t c, ncclResult_t res)
+{
+    pthread_mutex_lock(&c->lock);
+    atomic_store(&c->state, res);
+    pthread_cond_broadcast(&c->init_done);
+    pthread_mutex_unlock(&c->lock);
+}
+
 void shim_init_run(ncclComm_t c)
 {
     braid_comm_t bc = NULL;
@@ -115,7 +189,8 @@ void shim_init_run(ncclComm_t c)
     if (r != BRAID_SUCCESS) {
         char call[64];
         snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
-        atomic_store(&c->state, shim_braid_fail(c, r, call));
+        /* An aborted init's failure is nobody's to read: it leaves the last error alone. */
+        init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
         return;
     }
     c->bc = bc;
@@ -124,19 +199,33 @@ void shim_init_run(ncclComm_t c)
                 NCCL_PATCH, braid_version());
     shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
               c->cudadev);
-    atomic_store(&c->state, ncclSuccess);
+    init_finish(c, ncclSuccess);
 }
 
 static void *init_thread_main(void *arg)
 {
-    shim_init_run(arg);
+    ncclComm_t c = arg;
+    shim_init_run(c);
+    int running = SHIM_INIT_RUNNING;
+    if (atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE)) return NULL;
+    /* Orphaned: ncclCommAbort returned without waiting for the init (braid's cannot be cut
+     * short, NCCL's abort ends it), so this thread finishes the abort and frees comm. */
+    pthread_detach(pthread_self());
+    if (c->bc) {
+        braid_comm_abort(c->bc);
+        (void)braid_comm_destroy(c->bc);
+        c->bc = NULL;
+    }
+    if (wait_idle(c)) comm_free(c); /* else a call never left: comm stays allocated */
     return NULL;
 }
 
 ncclResult_t shim_init_start_thread(ncclComm_t c)
 {
+    atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
     int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
     if (e) {
+        atomic_store(&c->init_owner, SHIM_INIT_NONE);
         atomic_store(&c->state, ncclSystemError);
         return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
                          strerror(e));
@@ -145,29 +234,26 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     return ncclSuccess;
 }
 
-void shim_init_join(ncclComm_t c)
+void shim_init_wait(ncclComm_t c)
 {
     pthread_mutex_lock(&c->lock);
-    int live = c->init_thread_live;
-    c->init_thread_live = 0;
+    while (atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
+        pthread_cond_wait(&c->init_done, &c->lock);
     pthread_mutex_unlock(&c->lock);
-    if (live) pthread_join(c->init_thread, NULL);
 }
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
 {
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument,
-                         "%s: comm %p is not a communicator (destroyed, or never created)", call,
-                         (void *)comm);
     if (comm->init_deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd (inits and other "
                          "calls cannot share a group)",
                          call);
-    if (atomic_load(&comm->state) == ncclInProgress) shim_init_join(comm);
+    shim_init_wait(comm);
     int st = atomic_load(&comm->state);
+    if (st == ncclInProgress) /* woken by a close */
+        return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
+                         call, (void *)comm);
     if (st != ncclSuccess || !comm->bc) {
         char why[SHIM_MSG_BYTES];
         pthread_mutex_lock(&comm->lock);
@@ -183,16 +269,24 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
 {
     *blocking_p = 1;
     if (!config) return ncclSuccess;
-    /* Fields past trafficClass belong to later NCCL versions; NCCL's size/magic checks. */
-    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, netName))
+    /* As NCCL's parseCommConfig: a config from an older nccl.h is shorter (2.14-2.16's: 24
+     * bytes, up to blocking) and a later one longer; its first size bytes (at most ours) count,
+     * over the defaults, and a field its version did not have yet keeps the default. */
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.magic = 0;
+    size_t size;
+    memcpy(&size, config, sizeof(size));
+    memcpy(&c, config, size < sizeof(c) ? size : sizeof(c));
+    if (c.magic != 0xcafebeef)
         return shim_fail(NULL, ncclInvalidArgument,
                          "%s: config is not initialised with NCCL_CONFIG_INITIALIZER (magic 0x%x, "
                          "size %zu)",
-                         call, config->magic, config->size);
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+                         call, c.magic, size);
+    if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;
+    if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
         return shim_fail(NULL, ncclInvalidArgument, "%s: config->blocking=%d (0 or 1)", call,
-                         config->blocking);
-    if (config->blocking == 0) *blocking_p = 0;
+                         c.blocking);
+    if (c.blocking == 0) *blocking_p = 0;
     return ncclSuccess;
 }
 
@@ -235,7 +329,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     shim_init_run(c);
     res = (ncclResult_t)atomic_load(&c->state);
     if (res != ncclSuccess) {
-        comm_free(c); /* the message stays in this thread's last error */
+        comm_free(c); /* the message stays the last error */
+        *comm = NULL; /* as NCCL */
         return res;
     }
     *comm = c;
@@ -282,35 +377,57 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     shim_clear();
+    if (!comm) return ncclSuccess; /* as NCCL */
+    ncclResult_t res = shim_enter(comm, "ncclCommFinalize");
+    if (res != ncclSuccess) return res;
     /* Host calls have completed when they returned: nothing is outstanding. */
-    return shim_ready(comm, "ncclCommFinalize");
+    res = shim_ready(comm, "ncclCommFinalize");
+    shim_leave(comm);
+    return res;
 }
 
 static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
 {
     shim_clear();
     if (!comm) return ncclSuccess; /* NCCL accepts NULL */
-    if (comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
-                         (void *)comm);
-    if (comm->init_deferred)
+    pthread_mutex_lock(&live_lock);
+    int live = live_has(comm), closing = live && comm->closing;
+    int deferred = live && !closing && comm->init_deferred;
+    if (live && !closing && !deferred) atomic_store(&comm->closing, 1); /* calls are refused */
+    pthread_mutex_unlock(&live_lock);
+    if (!live || closing)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
+                         (void *)comm, closing ? " (another thread closes it)" : "");
+    if (deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd", call);
-    shim_init_join(comm);
+    /* The calls waiting for the init fail now. */
+    pthread_mutex_lock(&comm->lock);
+    pthread_cond_broadcast(&comm->init_done);
+    pthread_mutex_unlock(&comm->lock);
+    int running = SHIM_INIT_RUNNING;
+    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &running, SHIM_INIT_ORPHANED))
+        return ncclSuccess; /* the init's thread frees comm when braid's init returns */
+    if (comm->init_thread_live) pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
     ncclResult_t res = ncclSuccess;
     if (comm->bc) {
-        if (abort) {
-            atomic_store(&comm->aborting, 1);
-            braid_comm_abort(comm->bc);
-            /* Calls of other threads return promptly once aborted: wait until they left. */
-            struct timespec ts = {0, 1000000};
-            for (int i = 0; atomic_load(&comm->active) > 0 && i < 600000; i++)
-                nanosleep(&ts, NULL);
-        }
+        /* Calls of other threads inside braid return promptly once aborted; braid's destroy
+         * aborts the ones still inside it and waits for them. */
+        if (abort) braid_comm_abort(comm->bc);
         braid_result_t r = braid_comm_destroy(comm->bc);
-        if (r != BRAID_SUCCESS) res = shim_braid_fail(NULL, r, call);
-        comm->bc = NULL;
+        /* NCCL's abort reports nothing: it frees what it can. */
+        if (r != BRAID_SUCCESS && !abort) res = shim_braid_fail(NULL, r, call);
     }
+    /* A call that entered comm before the close may still be in the shim (about to return,
+     * or between its checks and braid): comm is freed once it left. */
+    if (!wait_idle(comm)) {
+        shim_fail(NULL, ncclInternalError,
+                  "%s: a call on comm %p did not return; its memory is left allocated", call,
+                  (void *)comm);
+        return res;
+    }
+    comm->bc = NULL;
     comm_free(comm);
     return res;
 }
@@ -325,11 +442,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     return comm_close(comm, 1, "ncclCommAbort");
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                           ncclConfig_t *config)
+static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                          ncclConfig_t *config)
 {
     static const char *call = "ncclCommSplit";
-    shim_clear();
     if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
     ncclResult_t res = shim_ready(comm, call);
     if (res != ncclSuccess) return res;
@@ -358,9 +474,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return ncclSuccess;
     }
     braid_comm_t nbc = NULL;
-    atomic_fetch_add(&comm->active, 1);
     braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
-    atomic_fetch_sub(&comm->active, 1);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
     if (!nbc) {
         *newcomm = NULL;
@@ -380,21 +494,31 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
 {
     shim_clear();
+    ncclResult_t res = shim_enter(comm, "ncclCommSplit");
+    if (res != ncclSuccess) return res;
+    res = split(comm, color, key, newcomm, config);
+    shim_leave(comm);
+    return res;
+}
+
+static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
+{
     if (!asyncError)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument,
-                         "ncclCommGetAsyncError: comm %p is not a communicator", (void *)comm);
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) {
         *asyncError = ncclInProgress;
         return ncclSuccess;
     }
-    shim_init_join(comm); /* finished: reap its thread */
     if (st != ncclSuccess || !comm->bc) {
+        /* The init's failure (recorded by its thread): ncclGetLastError tells it again. */
+        char why[SHIM_MSG_BYTES];
+        shim_comm_msg(comm, why);
+        if (why[0]) shim_note(comm, why);
         *asyncError = st == ncclSuccess ? ncclInternalError : (ncclResult_t)st;
         return ncclSuccess;
     }
@@ -402,47 +526,59 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     const char *msg = NULL;
     braid_result_t r = braid_comm_get_error(comm->bc, &err, &msg);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, "ncclCommGetAsyncError");
-    if (err != BRAID_SUCCESS && msg && *msg) {
-        pthread_mutex_lock(&comm->lock);
-        if (!comm->errmsg[0]) snprintf(comm->errmsg, sizeof(comm->errmsg), "%s", msg);
-        pthread_mutex_unlock(&comm->lock);
-    }
+    if (err != BRAID_SUCCESS && msg && *msg) shim_note(comm, msg);
     *asyncError = shim_map(err);
     return ncclSuccess;
 }
 
-static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, const char *what)
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
     shim_clear();
-    if (!out) return shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
-    if (!comm || comm->magic != SHIM_COMM_MAGIC)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator", call,
-                         (void *)comm);
+    ncclResult_t res = shim_enter(comm, "ncclCommGetAsyncError");
+    if (res != ncclSuccess) return res;
+    res = async_error(comm, asyncError);
+    shim_leave(comm);
+    return res;
+}
+
+/* The queries: *out gets comm's nranks, cudadev or rank (which). */
+static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, const char *what,
+                          const int *which)
+{
+    shim_clear();
+    ncclResult_t res = shim_enter(comm, call);
+    if (res != ncclSuccess) return res;
+    if (!out) res = shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
+    /* As NCCL's ncclCommEnsureReady: not while a non-blocking init runs (the values may not
+     * be known yet: ncclCommGetAsyncError tells when it is done), and a failed init's error
+     * after it. */
+    else if (atomic_load(&comm->state) == ncclInProgress && !comm->init_deferred)
+        res = shim_fail(comm, ncclInvalidArgument,
+                        "%s: the communicator's init is in progress (wait for "
+                        "ncclCommGetAsyncError to return ncclSuccess)",
+                        call);
     /* A split's rank and size are known once it ran (at its ncclGroupEnd), and only if it
      * succeeded. */
-    if (comm->split_parent) return shim_ready(comm, call);
-    return ncclSuccess;
+    else if (comm->split_parent || atomic_load(&comm->state) != ncclSuccess)
+        res = shim_ready(comm, call);
+    if (res == ncclSuccess) *out = *which;
+    shim_leave(comm);
+    return res;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
-    ncclResult_t res = query(comm, count, "ncclCommCount", "count");
-    if (res == ncclSuccess) *count = comm->nranks;
-    return res;
+    return query(comm, count, "ncclCommCount", "count", comm ? &comm->nranks : NULL);
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 {
-    ncclResult_t res = query(comm, device, "ncclCommCuDevice", "device");
-    if (res == ncclSuccess) *device = comm->cudadev;
-    return res;
+    return query(comm, device, "ncclCommCuDevice", "device", comm ? &comm->cudadev : NULL);
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    ncclResult_t res = query(comm, rank, "ncclCommUserRank", "rank");
-    if (res == ncclSuccess) *rank = comm->rank;
-    return res;
+    return query(comm, rank, "ncclCommUserRank", "rank", comm ? &comm->rank : NULL);
 }
 
 SHIM_PNAME(ncclGetVersion);

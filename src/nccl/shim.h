@@ -7,7 +7,10 @@
  * variables mapped onto BRAID_* ones).
  *
  * Threading: a communicator may be used by one thread at a time (as NCCL requires), except
- * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. */
+ * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. Every call
+ * that takes a communicator enters it first (shim_enter: found among the live ones and not
+ * closing, its active count raised) and leaves it last; ncclCommDestroy/Abort mark it closing,
+ * so later calls are refused, and free it only once no call is inside. */
 #ifndef BRAID_NCCL_SHIM_H
 #define BRAID_NCCL_SHIM_H
 
@@ -21,6 +24,7 @@
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
 #define SHIM_MSG_BYTES 768
+enum { SHIM_INIT_NONE, SHIM_INIT_RUNNING, SHIM_INIT_DONE, SHIM_INIT_ORPHANED };
 
 struct ncclComm {
     unsigned magic;  /* SHIM_COMM_MAGIC while alive */
@@ -36,15 +40,25 @@ struct ncclComm {
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
     ncclComm_t split_parent;
     int split_color, split_key, split_phantom;
-    int init_thread_live;
+    int init_thread_live; /* init_thread runs or ran the init: the close joins it */
     pthread_t init_thread;
-    /* Calls inside braid on this communicator (ncclCommAbort waits for them to leave). */
+    /* Who frees comm after its init thread: SHIM_INIT_RUNNING while it runs, then (a
+     * compare-and-swap) SHIM_INIT_DONE by the thread (the program's close joins it and frees),
+     * or SHIM_INIT_ORPHANED by an ncclCommAbort that returned at once: the thread frees comm. */
+    _Atomic int init_owner;
+    pthread_cond_t init_done; /* broadcast (under lock) when state is set or a close starts */
+    /* Calls inside the shim on this communicator (its close waits for them to leave). */
     _Atomic int active;
-    _Atomic int aborting;
-    pthread_mutex_t lock;        /* errmsg, redops, joining the init thread */
-    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator */
+    _Atomic int closing;        /* ncclCommDestroy/Abort started (set under the live list's lock) */
+    struct ncclComm *next_live; /* the live communicators' list (init.c) */
+    pthread_mutex_t lock;       /* errmsg, redops, joining the init thread */
+    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
+    /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
+     * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
+     * returned, and a recorded call has): braid's op is destroyed when holds (the recorded
+     * calls not yet issued) drops to 0. */
     struct {
-        int used;
+        int used, holds;
         braid_redop_t op;
         ncclDataType_t dtype;
     } redops[SHIM_MAX_REDOPS]; /* ncclRedOp_t value ncclNumOps + i */
@@ -54,16 +68,23 @@ struct ncclComm {
 #define SHIM_PNAME(f) extern __typeof__(f) p##f __attribute__((alias(#f)))
 
 /* ---- errors.c ------------------------------------------------------------------------------- */
-/* Records a failure (thread message, comm message when comm is given, a WARN line when
- * NCCL_DEBUG asks for it) and returns res. */
+/* Records a failure (the thread's message, the process's (ncclGetLastError), comm's when comm
+ * is given, a WARN line when NCCL_DEBUG asks for it) and returns res. */
 ncclResult_t shim_fail(ncclComm_t comm, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The NCCL code braid's result maps to. */
 ncclResult_t shim_map(braid_result_t r);
 /* Maps a failed braid call: the message is "<call>: <braid_last_error()>". */
 ncclResult_t shim_braid_fail(ncclComm_t comm, braid_result_t r, const char *call);
-/* Clears the calling thread's message. */
+/* Clears the calling thread's message (the process's stays, as NCCL's). */
 void shim_clear(void);
+/* The calling thread's last failure (empty after shim_clear). */
+const char *shim_thread_msg(void);
+/* Copies comm's last failure into buf (SHIM_MSG_BYTES). */
+void shim_comm_msg(ncclComm_t comm, char *buf);
+/* Records msg as comm's (when comm is given) and the process's last failure, without a WARN
+ * line: for a failure found again (ncclCommGetAsyncError) rather than made by this call. */
+void shim_note(ncclComm_t comm, const char *msg);
 /* NCCL_DEBUG levels: 0 none, 1 version, 2 warn, 3 info, 4 trace. */
 int shim_debug_level(void);
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -74,15 +95,20 @@ void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void shim_env_init(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */
-/* Checks comm (magic) and waits for its init to finish; returns ncclSuccess when comm can be
+/* Enters comm for a call: ncclSuccess when comm is a live communicator not being closed (its
+ * active count is then raised: shim_leave it when done), else the failure (recorded, naming
+ * call). */
+ncclResult_t shim_enter(ncclComm_t comm, const char *call);
+void shim_leave(ncclComm_t comm);
+/* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
  * used, else the failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 /* Runs the init of comm in this thread (comm->state gets the result). */
 void shim_init_run(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
-/* Joins the init thread of comm if it has one. */
-void shim_init_join(ncclComm_t comm);
+/* Waits until comm's init finished or a close started. */
+void shim_init_wait(ncclComm_t comm);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
@@ -120,7 +146,8 @@ typedef struct {
     size_t count;
     braid_datatype_t dtype;
     braid_redop_t op;
-    int root; /* root, or peer for send/recv */
+    int premul; /* 1 + the comm->redops slot of a PreMulSum op, 0 for none */
+    int root;   /* root, or peer for send/recv */
     cudaStream_t stream;
 } shim_op_t;
 
@@ -139,5 +166,11 @@ ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
 ncclResult_t shim_group_fail(ncclResult_t res);
 /* Issues op to braid in the calling thread (inside a braid group when one is open). */
 braid_result_t shim_op_issue(const shim_op_t *op);
+
+/* ---- coll.c -------------------------------------------------------------------------------- */
+/* A call recorded in a group holds its PreMulSum op (op->premul) until it was issued: a
+ * ncclRedOpDestroy meanwhile is carried out by the last release. */
+void shim_redop_hold(const shim_op_t *op);
+void shim_redop_release(const shim_op_t *op);
 
 #endif

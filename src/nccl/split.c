@@ -81,8 +81,11 @@ ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse)
         for (size_t i = 0; i < jobs[k].n && res == ncclSuccess; i++) {
             ncclComm_t c = jobs[k].list[i];
             int st = atomic_load(&c->state);
-            if (st != ncclSuccess)
-                res = shim_fail(NULL, (ncclResult_t)st, "%s", ncclGetLastError(c));
+            if (st != ncclSuccess) {
+                char msg[SHIM_MSG_BYTES];
+                shim_comm_msg(c, msg);
+                res = shim_fail(NULL, (ncclResult_t)st, "%s", msg);
+            }
         }
     free(jobs);
     free(lists);

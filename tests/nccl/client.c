@@ -2,7 +2,8 @@
  *
  * Usage (one rank of a job; tests/mp/test_nccl.c runs it under braid-run with 1..8 ranks):
  *   nccl_client [--require-fp8] [--require-premulsum] TEST...
- * TESTs: api coll groups p2p nonblocking split initall errors premulsum (all = each of them),
+ * TESTs: api coll groups p2p nonblocking split initall errors refused premulsum close (all =
+ * each of them),
  * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
  * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
  * NCCL_* environment tests). Exits 0 when every check passed.
@@ -14,6 +15,7 @@
 #define _GNU_SOURCE
 #include "client.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,16 +33,14 @@ static int env_int(const char *a, const char *b, int def)
     return v ? atoi(v) : def;
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* An id for a new communicator over world's ranks: rank 0 makes it, the others get it by an
- * ncclBroadcast on world. */
-static int shared_id(ncclComm_t world, ncclUniqueId *id)
+int shared_id(ncclComm_t world, ncclUniqueId *id)
 {
     memset(id, 0, sizeof(*id));
     if (g_rank == 0) NCCLOK(ncclGetUniqueId(id));
@@ -87,12 +87,15 @@ static int test_api(ncclComm_t world)
           "registered all-reduce");
     NCCLOK(ncclCommDeregister(world, ha));
     NCCLOK(ncclCommDeregister(world, hb));
-    CHECK(ncclCommDeregister(world, hb) == ncclInvalidArgument, "second deregister");
+    /* As NCCL: a NULL handle is nothing to do, an unknown one is a usage error. */
+    EXPECT(ncclCommDeregister(world, hb), ncclInvalidUsage, "not registered");
+    NCCLOK(ncclCommDeregister(world, NULL));
     NCCLOK(ncclMemFree(a));
     NCCLOK(ncclMemFree(b));
     CHECK(ncclMemAlloc(NULL, 8) == ncclInvalidArgument, "ncclMemAlloc(NULL)");
     CHECK(ncclMemAlloc((void **)&a, 0) == ncclInvalidArgument, "ncclMemAlloc(size 0)");
     NCCLOK(ncclCommFinalize(world));
+    NCCLOK(ncclCommFinalize(NULL));
     /* The profiling names are the same functions. */
     int pv = 0;
     NCCLOK(pncclGetVersion(&pv));
@@ -274,6 +277,23 @@ static int test_premulsum(ncclComm_t world)
               "op of %s used with %s", dt_name(t), dt_name(other));
         NCCLOK(ncclRedOpDestroy(op, world));
     }
+    /* As PyTorch's ncclRedOpRAII inside coalescing: an op destroyed in the group that recorded
+     * calls with it (NCCL allows that once the calls returned) still serves them. */
+    float *g = (float *)(void *)s;
+    store(scalar, ncclFloat32, 0, 3);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarHostImmediate, world));
+    for (int k = 0; k < 2; k++) {
+        fill(g + k * count, ncclFloat32, ncclSum, g_rank, n, 0, count, 80 + k);
+        NCCLOK(ncclAllReduce(g + k * count, g + k * count, count, ncclFloat32, op, world, NULL));
+    }
+    NCCLOK(ncclRedOpDestroy(op, world));
+    EXPECT(ncclRedOpDestroy(op, world), ncclInvalidArgument, "destroyed already");
+    NCCLOK(ncclGroupEnd());
+    for (int k = 0; k < 2; k++)
+        CHECK(!check_reduced(g + k * count, ncclFloat32, ncclSum, n, 0, count, 80 + k, 3,
+                             "premulsum destroyed in its group"),
+              "premulsum op destroyed in its group, call %d", k);
     free(s);
     free(o);
     printf("rank %d: premulsum ok\n", g_rank);
@@ -320,6 +340,23 @@ static int test_nonblocking(ncclComm_t world)
     NCCLOK(ncclCommInitRank(&c, g_nranks, id, g_rank));
     NCCLOK(ncclGroupEnd());
     if (allreduce_check(c, g_rank, g_nranks, 6, "grouped init")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    /* A config from NCCL 2.14-2.16's nccl.h (24 bytes, up to blocking) is accepted, as NCCL
+     * does: its non-blocking init. */
+    struct {
+        size_t size;
+        unsigned magic, version;
+        int blocking;
+    } old = {sizeof(old), 0xcafebeef, NCCL_VERSION(2, 14, 0), 0};
+    CHECK(sizeof(old) == 24, "the 2.14 config is %zu bytes", sizeof(old));
+    if (shared_id(world, &id)) return 1;
+    r = ncclCommInitRankConfig(&c, g_nranks, id, g_rank, (ncclConfig_t *)(void *)&old);
+    CHECK(r == ncclInProgress, "init with NCCL 2.14's config: %d %s", (int)r,
+          ncclGetLastError(NULL));
+    for (st = ncclInProgress, t0 = now_s(); st == ncclInProgress && now_s() - t0 < 60;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclSuccess, "init with NCCL 2.14's config: state %d", (int)st);
+    if (allreduce_check(c, g_rank, g_nranks, 8, "NCCL 2.14's config")) return 1;
     NCCLOK(ncclCommDestroy(c));
     printf("rank %d: nonblocking ok (%d polls)\n", g_rank, polls);
     return 0;
@@ -459,6 +496,47 @@ static int test_initall(ncclComm_t world)
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
+static void *fail_on_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)ncclGetUniqueId(NULL);
+}
+
+/* ncclGetLastError is the process's last failure, as NCCL's: whichever thread failed (a
+ * non-blocking init's included), and later successful calls do not clear it. */
+static int last_error(void)
+{
+    pthread_t th;
+    void *ret = NULL;
+    CHECK(pthread_create(&th, NULL, fail_on_thread, NULL) == 0, "pthread_create");
+    pthread_join(th, &ret);
+    CHECK((intptr_t)ret == ncclInvalidArgument, "ncclGetUniqueId(NULL) on a thread: %d",
+          (int)(intptr_t)ret);
+    int v;
+    NCCLOK(ncclGetVersion(&v));
+    CHECK(strstr(ncclGetLastError(NULL), "uniqueId is NULL"),
+          "another thread's failure, after a success: '%s'", ncclGetLastError(NULL));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclUniqueId zero;
+    memset(&zero, 0, sizeof(zero));
+    ncclResult_t r = ncclCommInitRankConfig(&c, 1, zero, 0, &cfg), st = ncclInProgress;
+    CHECK(r == ncclInProgress || r == ncclInvalidArgument, "init with a zero id: %d", (int)r);
+    for (double t0 = now_s(); r == ncclInProgress && st == ncclInProgress && now_s() - t0 < 30;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(r == ncclInvalidArgument || st == ncclInvalidArgument, "zero id: %d", (int)st);
+    CHECK(strstr(ncclGetLastError(NULL), "ncclCommInitRank (rank 0 of 1)"),
+          "a non-blocking init's failure: '%s'", ncclGetLastError(NULL));
+    int x; /* the queries of a failed init's communicator return its error */
+    if (r == ncclInProgress) EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "init failed");
+    c = (ncclComm_t)&c; /* a failed blocking init returns NULL */
+    EXPECT(ncclCommInitRank(&c, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
+    CHECK(c == NULL, "a failed blocking init left *comm %p", (void *)c);
+    if (r == ncclInProgress) NCCLOK(ncclCommDestroy(c));
+    return 0;
+}
+
 static int test_errors(ncclComm_t world)
 {
     float x[16] = {0};
@@ -502,6 +580,7 @@ static int test_errors(ncclComm_t world)
     ncclResult_t st;
     NCCLOK(ncclCommGetAsyncError(world, &st));
     CHECK(st == ncclSuccess, "async error %d after argument errors", st);
+    if (last_error()) return 1;
     printf("rank %d: errors ok\n", g_rank);
     return 0;
 }
@@ -566,8 +645,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--require-premulsum"))
             require_premulsum = 1;
         else if (!strcmp(argv[i], "all")) {
-            static const char *all[] = {"api",   "coll",    "groups", "p2p",     "nonblocking",
-                                        "split", "initall", "errors", "refused", "premulsum"};
+            static const char *all[] = {"api",         "coll",      "groups",  "p2p",
+                                        "nonblocking", "split",     "initall", "errors",
+                                        "refused",     "premulsum", "close"};
             for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
                 tests[nt++] = all[k];
         } else
@@ -602,6 +682,8 @@ int main(int argc, char **argv)
             fail = test_refused(world);
         else if (!strcmp(t, "premulsum"))
             fail = test_premulsum(world);
+        else if (!strcmp(t, "close"))
+            fail = test_close(world);
         else if (!strcmp(t, "env"))
             fail = allreduce_check(world, g_rank, g_nranks, 3, "env");
         else {

@@ -64,6 +64,13 @@ size_t check_rank(const void *got, ncclDataType_t dt, ncclRedOp_t op, int src, i
                   size_t count, int seed, const char *what);
 
 /* ---- tests (client.c, client_p2p.c) --------------------------------------------------------- */
+/* CLOCK_MONOTONIC in seconds. */
+double now_s(void);
+/* An id for a new communicator over world's ranks: rank 0 makes it, the others get it by an
+ * ncclBroadcast on world. */
+int shared_id(ncclComm_t world, ncclUniqueId *id);
+/* Communicators closed by another thread during calls (client_p2p.c). */
+int test_close(ncclComm_t world);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);

@@ -1,11 +1,15 @@
 /* Groups and point-to-point in the NCCL client: several collectives in one group, nested
  * groups (nothing runs before the outermost ncclGroupEnd), sends and receives posted in
  * adversarial orders (a ring with even ranks receiving first, every pair with peers in reverse
- * order, several messages per pair, self), the NCCL 2.28 all-to-all, gather and scatter. */
+ * order, several messages per pair, self), the NCCL 2.28 all-to-all, gather and scatter. And
+ * communicators closed under other threads' calls (test_close). */
+#define _GNU_SOURCE
 #include "client.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int test_groups(ncclComm_t world)
 {
@@ -258,5 +262,93 @@ int test_refused(ncclComm_t world)
     }
     if (allreduce_check(world, me, n, 21, "after refused calls")) return 1;
     printf("rank %d: refused ok\n", me);
+    return 0;
+}
+
+/* ---- close ---------------------------------------------------------------------------------- */
+typedef struct {
+    ncclComm_t comm;
+    float *buf;
+    ncclResult_t res;
+    int calls;
+} looper_t;
+
+enum { LOOP_COUNT = 1 << 15 };
+
+static void *loop_allreduce(void *arg)
+{
+    looper_t *l = arg;
+    while (l->res == ncclSuccess) {
+        l->res = ncclAllReduce(l->buf, l->buf, LOOP_COUNT, ncclFloat, ncclSum, l->comm, NULL);
+        l->calls++;
+    }
+    return NULL;
+}
+
+/* A thread loops all-reduces on a new communicator while this one aborts (abort = 1) or
+ * destroys it: the loop must end with an error (its call in flight returns, or its next call
+ * is refused), never use the freed communicator (the ASan build sees that). */
+static int close_during_calls(ncclComm_t world, int abort, int round)
+{
+    ncclUniqueId id;
+    if (shared_id(world, &id)) return 1;
+    looper_t l = {.res = ncclSuccess};
+    NCCLOK(ncclCommInitRank(&l.comm, g_nranks, id, g_rank));
+    l.buf = calloc(LOOP_COUNT, sizeof(float));
+    CHECK(l.buf, "calloc");
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, loop_allreduce, &l) == 0, "pthread_create");
+    usleep(20000 + 10000 * round);
+    double t0 = now_s();
+    NCCLOK(abort ? ncclCommAbort(l.comm) : ncclCommDestroy(l.comm));
+    double dt = now_s() - t0;
+    pthread_join(th, NULL);
+    free(l.buf);
+    CHECK(l.res != ncclSuccess, "the loop ended without an error");
+    CHECK(dt < 10, "%s took %.1f s", abort ? "ncclCommAbort" : "ncclCommDestroy", dt);
+    return 0;
+}
+
+/* NCCL's abort ends a non-blocking init still running; braid's init cannot be cut short, so
+ * the drop-in's abort returns at once and the init's thread frees the communicator later.
+ * Rank 0 inits a communicator of 2 ranks that nobody joins (its init runs until the timeout,
+ * set to 3 s here so that its thread ends soon) and aborts it. */
+static int abort_init(void)
+{
+    if (g_rank != 0) return 0;
+    char old[64] = "";
+    const char *t = getenv("BRAID_TIMEOUT");
+    if (t) snprintf(old, sizeof(old), "%s", t);
+    setenv("BRAID_TIMEOUT", "3", 1);
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, 2, id, 0, &cfg);
+    CHECK(r == ncclInProgress, "a non-blocking init nobody joins: %d", (int)r);
+    usleep(100000); /* the init thread read BRAID_TIMEOUT */
+    int x; /* the queries refuse a communicator whose init runs (NCCL's ncclCommEnsureReady) */
+    EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
+    double t0 = now_s();
+    NCCLOK(ncclCommAbort(c));
+    double dt = now_s() - t0;
+    if (old[0])
+        setenv("BRAID_TIMEOUT", old, 1);
+    else
+        unsetenv("BRAID_TIMEOUT");
+    CHECK(dt < 1, "ncclCommAbort of a running init took %.2f s", dt);
+    return 0;
+}
+
+int test_close(ncclComm_t world)
+{
+    if (abort_init()) return 1;
+    for (int round = 0; round < 3; round++)
+        for (int abort = 1; abort >= 0; abort--)
+            if (close_during_calls(world, abort, round)) return 1;
+    printf("rank %d: close ok\n", g_rank);
     return 0;
 }
