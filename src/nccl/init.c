@@ -113,7 +113,7 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     return c;
 }
 
-static void comm_free(ncclComm_t c)
+static void live_unlink(ncclComm_t c)
 {
     pthread_mutex_lock(&live_lock);
     ncclComm_t *pp = &live_head;
@@ -121,10 +121,33 @@ static void comm_free(ncclComm_t c)
         pp = &(*pp)->next_live;
     if (*pp) *pp = c->next_live;
     pthread_mutex_unlock(&live_lock);
+}
+
+static void comm_free(ncclComm_t c)
+{
+    live_unlink(c);
     c->magic = 0;
     pthread_cond_destroy(&c->init_done);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+void shim_comm_free(ncclComm_t c)
+{
+    comm_free(c);
+}
+
+void shim_comm_retire(ncclComm_t c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->bc = NULL;
+    int pinned = c->pins > 0;
+    c->retired = pinned;
+    pthread_mutex_unlock(&c->lock);
+    if (pinned)
+        live_unlink(c); /* its handle is refused from now on; the last release frees it */
+    else
+        comm_free(c);
 }
 
 /* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
@@ -214,9 +237,8 @@ static void *init_thread_main(void *arg)
     if (c->bc) {
         braid_comm_abort(c->bc);
         (void)braid_comm_destroy(c->bc);
-        c->bc = NULL;
     }
-    if (wait_idle(c)) comm_free(c); /* else a call never left: comm stays allocated */
+    if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
     return NULL;
 }
 
@@ -427,8 +449,7 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
                   (void *)comm);
         return res;
     }
-    comm->bc = NULL;
-    comm_free(comm);
+    shim_comm_retire(comm);
     return res;
 }
 

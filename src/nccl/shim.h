@@ -51,7 +51,11 @@ struct ncclComm {
     _Atomic int active;
     _Atomic int closing;        /* ncclCommDestroy/Abort started (set under the live list's lock) */
     struct ncclComm *next_live; /* the live communicators' list (init.c) */
-    pthread_mutex_t lock;       /* errmsg, redops, joining the init thread */
+    pthread_mutex_t lock;       /* errmsg, redops, pins, retired, joining the init thread */
+    /* Calls recorded in open groups that hold a PreMulSum op of this communicator: they touch
+     * the struct when their group ends, so a close while pins > 0 leaves it allocated (unlisted,
+     * retired) and the last release frees it. */
+    int pins, retired;
     char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
      * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
@@ -109,6 +113,11 @@ void shim_init_run(ncclComm_t comm);
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
 /* Waits until comm's init finished or a close started. */
 void shim_init_wait(ncclComm_t comm);
+/* Frees comm (its braid communicator destroyed already), or, while group calls still pin it,
+ * unlists it and leaves the free to the last shim_redop_release. */
+void shim_comm_retire(ncclComm_t comm);
+/* Frees comm's struct (unlisting it if listed). */
+void shim_comm_free(ncclComm_t comm);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
@@ -169,7 +178,8 @@ braid_result_t shim_op_issue(const shim_op_t *op);
 
 /* ---- coll.c -------------------------------------------------------------------------------- */
 /* A call recorded in a group holds its PreMulSum op (op->premul) until it was issued: a
- * ncclRedOpDestroy meanwhile is carried out by the last release. */
+ * ncclRedOpDestroy meanwhile is carried out by the last release. The hold also pins the
+ * communicator's struct (see pins), so a release after a close is safe and may free it. */
 void shim_redop_hold(const shim_op_t *op);
 void shim_redop_release(const shim_op_t *op);
 
