@@ -166,7 +166,8 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
     braid_comm_t bc = NULL;
-    c->init_deferred = 0;
+    /* c stays init_deferred (no close can free it): ncclGroupEnd clears that after its last
+     * touch. */
     ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
     if (res != ncclSuccess) {
         atomic_store(&c->state, refuse ? refuse : res);
@@ -196,8 +197,7 @@ void shim_comm_free_phantom(ncclComm_t c)
     if (c->split_phantom) comm_free(c);
 }
 
-/* Publishes the init's result and wakes the calls waiting for it. */
-static void init_finish(ncclComm_t c, ncclResult_t res)
+void shim_init_finish(ncclComm_t c, ncclResult_t res)
 {
     pthread_mutex_lock(&c->lock);
     atomic_store(&c->state, res);
@@ -213,7 +213,7 @@ void shim_init_run(ncclComm_t c)
         char call[64];
         snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
         /* An aborted init's failure is nobody's to read: it leaves the last error alone. */
-        init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
+        shim_init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
         return;
     }
     c->bc = bc;
@@ -222,7 +222,7 @@ void shim_init_run(ncclComm_t c)
                 NCCL_PATCH, braid_version());
     shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
               c->cudadev);
-    init_finish(c, ncclSuccess);
+    shim_init_finish(c, ncclSuccess);
 }
 
 static void *init_thread_main(void *arg)

@@ -34,7 +34,9 @@ struct ncclComm {
     _Atomic int state;
     /* The init: its arguments, and its thread for non-blocking or grouped inits. */
     ncclUniqueId id;
-    int init_deferred; /* recorded in an open group, not started yet */
+    /* Recorded in an open group, not started yet: a close is refused, so ncclGroupEnd owns
+     * comm until it clears this (its last touch, after state and init_owner are published). */
+    _Atomic int init_deferred;
     /* An ncclCommSplit recorded in an open group: the init splits split_parent at
      * ncclGroupEnd. split_phantom: this rank takes no part in the result (NCCL_SPLIT_NOCOLOR),
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
@@ -107,6 +109,8 @@ void shim_leave(ncclComm_t comm);
 /* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
  * used, else the failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
+/* Publishes comm's init result (state) and wakes the calls waiting for it. */
+void shim_init_finish(ncclComm_t comm, ncclResult_t res);
 /* Runs the init of comm in this thread (comm->state gets the result). */
 void shim_init_run(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
