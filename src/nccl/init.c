@@ -238,6 +238,8 @@ static void *init_thread_main(void *arg)
         braid_comm_abort(c->bc);
         (void)braid_comm_destroy(c->bc);
     }
+    shim_info("comm %p: orphaned init done (aborted while it ran): freeing the communicator",
+              (void *)c);
     if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
     return NULL;
 }

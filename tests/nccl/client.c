@@ -675,6 +675,7 @@ int main(int argc, char **argv)
             tests[nt++] = argv[i];
     }
     if (nt == 1 && !strcmp(tests[0], "kill")) return test_kill();
+    if (nt == 1 && !strcmp(tests[0], "abort_init")) return test_abort_init();
     ncclUniqueId id;
     NCCLOK(ncclGetUniqueId(&id));
     ncclComm_t world;
