@@ -185,10 +185,18 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     for (size_t i = 0; i < n; i++)
         atomic_fetch_add(&inits[i]->active, 1);
     if (n == 1 && inits[0]->blocking) {
-        atomic_store(&inits[0]->init_deferred, 0);
-        shim_init_run(inits[0]);
-        res = (ncclResult_t)atomic_load(&inits[0]->state);
-        shim_leave(inits[0]);
+        /* Inline, under the orphan protocol too: an abort from another thread returns at once
+         * (as NCCL's) and this thread frees comm after braid's init returned. */
+        ncclComm_t c = inits[0];
+        atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
+        atomic_store(&c->init_deferred, 0);
+        int orphaned = shim_init_run_owned(c);
+        res = (ncclResult_t)atomic_load(&c->state);
+        if (orphaned)
+            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                            (void *)c);
+        shim_leave(c);
+        if (orphaned) shim_init_orphan_end(c);
         return res;
     }
     for (size_t i = 0; i < n; i++) {

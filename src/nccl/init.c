@@ -225,15 +225,17 @@ void shim_init_run(ncclComm_t c)
     shim_init_finish(c, ncclSuccess);
 }
 
-static void *init_thread_main(void *arg)
+int shim_init_run_owned(ncclComm_t c)
 {
-    ncclComm_t c = arg;
     shim_init_run(c);
     int running = SHIM_INIT_RUNNING;
-    if (atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE)) return NULL;
-    /* Orphaned: ncclCommAbort returned without waiting for the init (braid's cannot be cut
-     * short, NCCL's abort ends it), so this thread finishes the abort and frees comm. */
-    pthread_detach(pthread_self());
+    return !atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE);
+}
+
+void shim_init_orphan_end(ncclComm_t c)
+{
+    /* ncclCommAbort returned without waiting for the init (braid's cannot be cut short, NCCL's
+     * abort ends it), so the init's runner finishes the abort and frees comm. */
     if (c->bc) {
         braid_comm_abort(c->bc);
         (void)braid_comm_destroy(c->bc);
@@ -241,6 +243,14 @@ static void *init_thread_main(void *arg)
     shim_info("comm %p: orphaned init done (aborted while it ran): freeing the communicator",
               (void *)c);
     if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
+}
+
+static void *init_thread_main(void *arg)
+{
+    ncclComm_t c = arg;
+    if (!shim_init_run_owned(c)) return NULL; /* the program's close joins this thread */
+    pthread_detach(pthread_self());
+    shim_init_orphan_end(c);
     return NULL;
 }
 

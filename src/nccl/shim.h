@@ -113,6 +113,12 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 void shim_init_finish(ncclComm_t comm, ncclResult_t res);
 /* Runs the init of comm in this thread (comm->state gets the result). */
 void shim_init_run(ncclComm_t comm);
+/* Runs the init of comm in this thread with init_owner SHIM_INIT_RUNNING (set by the caller
+ * before a close can see comm): 1 when an ncclCommAbort orphaned it meanwhile (returned at
+ * once); the caller then stops touching comm but for shim_init_orphan_end, once it left it. */
+int shim_init_run_owned(ncclComm_t comm);
+/* Finishes the abort of an orphaned comm: destroys braid's communicator, frees comm. */
+void shim_init_orphan_end(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
 /* Waits until comm's init finished or a close started. */

@@ -309,6 +309,23 @@ static int close_during_calls(ncclComm_t world, int abort, int round)
     return 0;
 }
 
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t res;
+    double dt; /* how long the abort took */
+} aborter_t;
+
+/* Aborts a->comm after its init started. */
+static void *abort_later(void *arg)
+{
+    aborter_t *a = arg;
+    usleep(300000);
+    double t0 = now_s();
+    a->res = ncclCommAbort(a->comm);
+    a->dt = now_s() - t0;
+    return NULL;
+}
+
 /* NCCL's abort ends a non-blocking init still running; braid's init cannot be cut short, so
  * the drop-in's abort returns at once and the init's thread frees the communicator when braid's
  * init returns. Run alone (nccl_client abort_init, without braid-run: one process), with
@@ -333,6 +350,19 @@ int test_abort_init(void)
     NCCLOK(ncclCommAbort(c));
     double dt = now_s() - t0;
     CHECK(dt < 1, "ncclCommAbort of a running init took %.2f s", dt);
+    /* A grouped blocking init runs in ncclGroupEnd's thread: another thread's abort returns
+     * at once there too, and the group's end fails. */
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&c, 2, id, 0));
+    aborter_t ab = {.comm = c, .dt = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, abort_later, &ab) == 0, "pthread_create");
+    r = ncclGroupEnd();
+    pthread_join(th, NULL);
+    CHECK(r != ncclSuccess, "the group of an aborted init succeeded");
+    CHECK(ab.res == ncclSuccess && ab.dt >= 0 && ab.dt < 1,
+          "ncclCommAbort of a grouped init running: %d after %.2f s", (int)ab.res, ab.dt);
     /* Past BRAID_TIMEOUT (3 s): the inits failed and their threads freed the communicators. */
     usleep(4500000);
     printf("rank %d: abort_init ok\n", g_rank);
