@@ -427,7 +427,13 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     pthread_mutex_lock(&live_lock);
     int live = live_has(comm), closing = live && comm->closing;
     int deferred = live && !closing && comm->init_deferred;
-    if (live && !closing && !deferred) atomic_store(&comm->closing, 1); /* calls are refused */
+    /* As NCCL's ncclCommDestroy (ncclCommEnsureReady): not while the init runs (it would wait
+     * for it, up to braid's timeout); the communicator stays as it was, an abort ends it. */
+    int running = live && !closing && !deferred && !abort &&
+                  atomic_load(&comm->init_owner) == SHIM_INIT_RUNNING &&
+                  atomic_load(&comm->state) == ncclInProgress;
+    if (live && !closing && !deferred && !running)
+        atomic_store(&comm->closing, 1); /* calls are refused */
     pthread_mutex_unlock(&live_lock);
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
@@ -435,12 +441,17 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd", call);
+    if (running)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (wait for "
+                         "ncclCommGetAsyncError to return ncclSuccess, or ncclCommAbort it)",
+                         call);
     /* The calls waiting for the init fail now. */
     pthread_mutex_lock(&comm->lock);
     pthread_cond_broadcast(&comm->init_done);
     pthread_mutex_unlock(&comm->lock);
-    int running = SHIM_INIT_RUNNING;
-    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &running, SHIM_INIT_ORPHANED))
+    int owner = SHIM_INIT_RUNNING;
+    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &owner, SHIM_INIT_ORPHANED))
         return ncclSuccess; /* the init's thread frees comm when braid's init returns */
     if (comm->init_thread_live) pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;

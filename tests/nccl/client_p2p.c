@@ -346,9 +346,15 @@ int test_abort_init(void)
     EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
+    /* ncclCommDestroy is refused at once while the init runs (NCCL's ncclCommEnsureReady);
+     * the communicator stays, and an abort ends it. */
     double t0 = now_s();
-    NCCLOK(ncclCommAbort(c));
+    EXPECT(ncclCommDestroy(c), ncclInvalidArgument, "in progress");
     double dt = now_s() - t0;
+    CHECK(dt < 1, "ncclCommDestroy of a running init took %.2f s", dt);
+    t0 = now_s();
+    NCCLOK(ncclCommAbort(c));
+    dt = now_s() - t0;
     CHECK(dt < 1, "ncclCommAbort of a running init took %.2f s", dt);
     /* A grouped blocking init runs in ncclGroupEnd's thread: another thread's abort returns
      * at once there too, and the group's end fails. */
