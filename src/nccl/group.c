@@ -209,11 +209,14 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         if (!inits[i]->blocking) continue;
-        shim_init_wait(inits[i]);
+        int done = shim_init_wait(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
         if (r == ncclInProgress && res == ncclSuccess)
-            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
-                            (void *)inits[i]);
+            res = done ? shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                                   (void *)inits[i])
+                       : shim_fail(NULL, ncclInternalError,
+                                   "ncclGroupEnd: the init of comm %p did not finish in %d s",
+                                   (void *)inits[i], SHIM_WAIT_LIMIT_S);
         else if (r != ncclSuccess && res == ncclSuccess) {
             char msg[SHIM_MSG_BYTES];
             shim_comm_msg(inits[i], msg);

@@ -3,6 +3,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,11 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     if (id) memcpy(&c->id, id, sizeof(c->id));
     atomic_store(&c->state, ncclInProgress);
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->init_done, NULL);
+    pthread_condattr_t ca; /* monotonic: shim_init_wait's bound ignores clock changes */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->init_done, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_lock(&live_lock);
     c->next_live = live_head;
     live_head = c;
@@ -156,7 +161,7 @@ static int wait_idle(ncclComm_t comm)
 {
     struct timespec ts = {0, 1000000};
     for (int i = 0; atomic_load(&comm->active) > 0; i++) {
-        if (i == 600000) return 0;
+        if (i == SHIM_WAIT_LIMIT_S * 1000) return 0;
         nanosleep(&ts, NULL);
     }
     return 1;
@@ -170,18 +175,18 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
      * touch. */
     ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
     if (res != ncclSuccess) {
-        atomic_store(&c->state, refuse ? refuse : res);
+        shim_init_finish(c, refuse ? refuse : res);
         return;
     }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
     braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
     shim_leave(p);
     if (refuse) {
-        atomic_store(&c->state, refuse);
+        shim_init_finish(c, refuse);
         return;
     }
     if (r != BRAID_SUCCESS) {
-        atomic_store(&c->state, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
+        shim_init_finish(c, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
         return;
     }
     if (bc) {
@@ -189,7 +194,7 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
         braid_comm_rank(bc, &c->rank);
         braid_comm_size(bc, &c->nranks);
     }
-    atomic_store(&c->state, ncclSuccess);
+    shim_init_finish(c, ncclSuccess);
 }
 
 void shim_comm_free_phantom(ncclComm_t c)
@@ -260,7 +265,7 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
     if (e) {
         atomic_store(&c->init_owner, SHIM_INIT_NONE);
-        atomic_store(&c->state, ncclSystemError);
+        shim_init_finish(c, ncclSystemError);
         return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
                          strerror(e));
     }
@@ -268,12 +273,17 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     return ncclSuccess;
 }
 
-void shim_init_wait(ncclComm_t c)
+int shim_init_wait(ncclComm_t c)
 {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += SHIM_WAIT_LIMIT_S;
+    int done = 1;
     pthread_mutex_lock(&c->lock);
-    while (atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
-        pthread_cond_wait(&c->init_done, &c->lock);
+    while (done && atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
+        done = pthread_cond_timedwait(&c->init_done, &c->lock, &until) != ETIMEDOUT;
     pthread_mutex_unlock(&c->lock);
+    return done || atomic_load(&c->state) != ncclInProgress || atomic_load(&c->closing);
 }
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
@@ -283,7 +293,10 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call)
                          "%s: the communicator's init waits for ncclGroupEnd (inits and other "
                          "calls cannot share a group)",
                          call);
-    shim_init_wait(comm);
+    if (!shim_init_wait(comm))
+        return shim_fail(comm, ncclInternalError,
+                         "%s: the communicator's init did not finish in %d s", call,
+                         SHIM_WAIT_LIMIT_S);
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) /* woken by a close */
         return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",

@@ -24,6 +24,10 @@
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
 #define SHIM_MSG_BYTES 768
+/* The longest the shim waits for an init or for calls to leave a communicator: longer than any
+ * of braid's own bounded waits (BRAID_TIMEOUT and the like), so it only ends a wait that would
+ * otherwise hang on a defect. */
+#define SHIM_WAIT_LIMIT_S 600
 enum { SHIM_INIT_NONE, SHIM_INIT_RUNNING, SHIM_INIT_DONE, SHIM_INIT_ORPHANED };
 
 struct ncclComm {
@@ -121,8 +125,8 @@ int shim_init_run_owned(ncclComm_t comm);
 void shim_init_orphan_end(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
-/* Waits until comm's init finished or a close started. */
-void shim_init_wait(ncclComm_t comm);
+/* Waits until comm's init finished or a close started (1), or SHIM_WAIT_LIMIT_S passed (0). */
+int shim_init_wait(ncclComm_t comm);
 /* Frees comm (its braid communicator destroyed already), or, while group calls still pin it,
  * unlists it and leaves the free to the last shim_redop_release. */
 void shim_comm_retire(ncclComm_t comm);
