@@ -128,13 +128,25 @@ static void live_unlink(ncclComm_t c)
     pthread_mutex_unlock(&live_lock);
 }
 
+/* Freed structs wait here before their memory goes back to malloc, so that a stale handle of a
+ * destroyed communicator cannot match a new one at the same address (and be accepted) for the
+ * next SHIM_QUARANTINE frees, as braid's handle registry does. Under live_lock. */
+#define SHIM_QUARANTINE 64
+static ncclComm_t quarantine[SHIM_QUARANTINE];
+static size_t quarantine_next;
+
 static void comm_free(ncclComm_t c)
 {
     live_unlink(c);
     c->magic = 0;
     pthread_cond_destroy(&c->init_done);
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    pthread_mutex_lock(&live_lock);
+    ncclComm_t oldest = quarantine[quarantine_next];
+    quarantine[quarantine_next] = c;
+    quarantine_next = (quarantine_next + 1) % SHIM_QUARANTINE;
+    pthread_mutex_unlock(&live_lock);
+    free(oldest);
 }
 
 void shim_comm_free(ncclComm_t c)

@@ -607,6 +607,20 @@ static int test_errors(ncclComm_t world)
     NCCLOK(ncclCommGetAsyncError(world, &st));
     CHECK(st == ncclSuccess, "async error %d after argument errors", st);
     if (last_error()) return 1;
+    /* A destroyed communicator's handle stays refused after a new one was made (its memory is
+     * not handed to the next one): here grouped inits dropped by ncclGroupSimulateEnd. */
+    ncclComm_t a = NULL, b = NULL;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&a, 1, id, 0));
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "simulation");
+    NCCLOK(ncclCommDestroy(a));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&b, 1, id, 0));
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "simulation");
+    CHECK(a != b, "a new communicator at a destroyed one's address %p", (void *)a);
+    int k;
+    EXPECT(ncclCommCount(a, &k), ncclInvalidArgument, "not a communicator");
+    NCCLOK(ncclCommDestroy(b));
     printf("rank %d: errors ok\n", g_rank);
     return 0;
 }
