@@ -76,6 +76,7 @@ void shim_redop_hold(const shim_op_t *o)
     if (!o->premul) return;
     pthread_mutex_lock(&o->comm->lock);
     o->comm->redops[o->premul - 1].holds++;
+    o->comm->pins++;
     pthread_mutex_unlock(&o->comm->lock);
 }
 
@@ -86,13 +87,16 @@ void shim_redop_release(const shim_op_t *o)
     int i = o->premul - 1, gone = 0;
     pthread_mutex_lock(&comm->lock);
     braid_redop_t b = comm->redops[i].op;
+    braid_comm_t bc = comm->bc; /* NULL once closed: braid's destroy took its ops */
     if (--comm->redops[i].holds == 0 && comm->redops[i].used == 3) {
         comm->redops[i].used = 0;
         gone = 1;
     }
+    int last = --comm->pins == 0 && comm->retired; /* closed meanwhile: ours to free */
     pthread_mutex_unlock(&comm->lock);
     /* The destroy the program asked for (and was told succeeded): nobody to report to. */
-    if (gone) (void)braid_redop_destroy(b, comm->bc);
+    if (gone && bc) (void)braid_redop_destroy(b, bc);
+    if (last) shim_comm_free(comm);
 }
 
 static ncclResult_t ready(ncclComm_t comm, const char *call)

@@ -181,29 +181,42 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     ncclResult_t res = ncclSuccess;
     int nonblocking = 0;
     /* Entered (no close can have started: a deferred init refuses it) before a close from
-     * another thread may see them, so that an abort that orphans one waits for this. */
-    for (size_t i = 0; i < n; i++) {
+     * another thread may see them (init_deferred cleared), so that a close waits for this. */
+    for (size_t i = 0; i < n; i++)
         atomic_fetch_add(&inits[i]->active, 1);
-        inits[i]->init_deferred = 0;
-    }
     if (n == 1 && inits[0]->blocking) {
-        shim_init_run(inits[0]);
-        res = (ncclResult_t)atomic_load(&inits[0]->state);
-        shim_leave(inits[0]);
+        /* Inline, under the orphan protocol too: an abort from another thread returns at once
+         * (as NCCL's) and this thread frees comm after braid's init returned. */
+        ncclComm_t c = inits[0];
+        atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
+        atomic_store(&c->init_deferred, 0);
+        int orphaned = shim_init_run_owned(c);
+        res = (ncclResult_t)atomic_load(&c->state);
+        if (orphaned)
+            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                            (void *)c);
+        shim_leave(c);
+        if (orphaned) shim_init_orphan_end(c);
         return res;
     }
     for (size_t i = 0; i < n; i++) {
         ncclResult_t r = shim_init_start_thread(inits[i]);
         if (r != ncclSuccess && res == ncclSuccess) res = r;
+        /* Only now may a close see it: an abort finds init_owner set (and orphans the init)
+         * or init_thread_live (and joins it), never a thread about to start on freed memory. */
+        atomic_store(&inits[i]->init_deferred, 0);
         if (!inits[i]->blocking) nonblocking = 1;
     }
     for (size_t i = 0; i < n; i++) {
         if (!inits[i]->blocking) continue;
-        shim_init_wait(inits[i]);
+        int done = shim_init_wait(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
         if (r == ncclInProgress && res == ncclSuccess)
-            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
-                            (void *)inits[i]);
+            res = done ? shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
+                                   (void *)inits[i])
+                       : shim_fail(NULL, ncclInternalError,
+                                   "ncclGroupEnd: the init of comm %p did not finish in %d s",
+                                   (void *)inits[i], SHIM_WAIT_LIMIT_S);
         else if (r != ncclSuccess && res == ncclSuccess) {
             char msg[SHIM_MSG_BYTES];
             shim_comm_msg(inits[i], msg);
@@ -258,11 +271,21 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     return res;
 }
 
-/* The group's phantom splits (a NCCL_SPLIT_NOCOLOR rank's part), done or never started. */
-static void free_phantoms(void)
+/* The group's inits and splits, not run (err) or already run (err == ncclSuccess: their state
+ * is set): the phantom splits (a NCCL_SPLIT_NOCOLOR rank's part, never handed out) are freed,
+ * the others released to the program (init_deferred cleared after their state is published:
+ * from then on a close on another thread may free them, so this is the last touch). */
+static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
 {
-    for (size_t i = 0; i < G.ninits; i++)
-        shim_comm_free_phantom(G.inits[i]);
+    for (size_t i = 0; i < n; i++) {
+        ncclComm_t c = inits[i];
+        if (c->split_phantom) {
+            shim_comm_free_phantom(c);
+            continue;
+        }
+        if (err != ncclSuccess) shim_init_finish(c, err);
+        atomic_store(&c->init_deferred, 0);
+    }
 }
 
 ncclResult_t ncclGroupEnd(void)
@@ -288,29 +311,24 @@ ncclResult_t ncclGroupEnd(void)
                      "ncclGroupEnd: a group holds communicator inits and other operations");
         (void)shim_splits_run(G.inits, G.ninits, err);
         if (G.refused) tell_refused(G.ops, G.nops);
-        for (size_t i = 0; i < G.ninits; i++) {
-            G.inits[i]->init_deferred = 0;
-            atomic_store(&G.inits[i]->state, err);
-        }
+        settle_inits(G.inits, G.ninits, err);
         res = shim_fail(NULL, err, "%s", msg);
     } else {
         /* Splits first (the group's operations cannot use their results), then inits or the
          * operations. */
         res = shim_splits_run(G.inits, G.ninits, ncclSuccess);
-        size_t k = 0; /* the plain inits to the front (the splits are done) */
+        size_t k = 0; /* the plain inits to the front; the splits (done) are released */
         for (size_t i = 0; i < G.ninits; i++) {
             ncclComm_t c = G.inits[i];
-            if (c->split_parent) {
-                shim_comm_free_phantom(c);
-                continue;
-            }
-            G.inits[k++] = c;
+            if (c->split_parent)
+                settle_inits(&c, 1, ncclSuccess);
+            else
+                G.inits[k++] = c;
         }
         G.ninits = k;
         ncclResult_t r = nplain ? run_inits(G.inits, G.ninits) : run_ops(G.ops, G.nops);
         if (res == ncclSuccess) res = r;
     }
-    free_phantoms();
     group_reset();
     return res;
 }
@@ -321,11 +339,7 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
     if (G.depth == 0)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart is open");
     if (--G.depth == 0) {
-        for (size_t i = 0; i < G.ninits; i++) {
-            G.inits[i]->init_deferred = 0;
-            atomic_store(&G.inits[i]->state, ncclInvalidUsage);
-        }
-        free_phantoms();
+        settle_inits(G.inits, G.ninits, ncclInvalidUsage);
         group_reset();
     }
     if (simInfo) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;

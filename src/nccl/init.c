@@ -3,6 +3,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,11 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     if (id) memcpy(&c->id, id, sizeof(c->id));
     atomic_store(&c->state, ncclInProgress);
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->init_done, NULL);
+    pthread_condattr_t ca; /* monotonic: shim_init_wait's bound ignores clock changes */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->init_done, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_lock(&live_lock);
     c->next_live = live_head;
     live_head = c;
@@ -113,7 +118,7 @@ static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blo
     return c;
 }
 
-static void comm_free(ncclComm_t c)
+static void live_unlink(ncclComm_t c)
 {
     pthread_mutex_lock(&live_lock);
     ncclComm_t *pp = &live_head;
@@ -121,10 +126,45 @@ static void comm_free(ncclComm_t c)
         pp = &(*pp)->next_live;
     if (*pp) *pp = c->next_live;
     pthread_mutex_unlock(&live_lock);
+}
+
+/* Freed structs wait here before their memory goes back to malloc, so that a stale handle of a
+ * destroyed communicator cannot match a new one at the same address (and be accepted) for the
+ * next SHIM_QUARANTINE frees, as braid's handle registry does. Under live_lock. */
+#define SHIM_QUARANTINE 64
+static ncclComm_t quarantine[SHIM_QUARANTINE];
+static size_t quarantine_next;
+
+static void comm_free(ncclComm_t c)
+{
+    live_unlink(c);
     c->magic = 0;
     pthread_cond_destroy(&c->init_done);
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    pthread_mutex_lock(&live_lock);
+    ncclComm_t oldest = quarantine[quarantine_next];
+    quarantine[quarantine_next] = c;
+    quarantine_next = (quarantine_next + 1) % SHIM_QUARANTINE;
+    pthread_mutex_unlock(&live_lock);
+    free(oldest);
+}
+
+void shim_comm_free(ncclComm_t c)
+{
+    comm_free(c);
+}
+
+void shim_comm_retire(ncclComm_t c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->bc = NULL;
+    int pinned = c->pins > 0;
+    c->retired = pinned;
+    pthread_mutex_unlock(&c->lock);
+    if (pinned)
+        live_unlink(c); /* its handle is refused from now on; the last release frees it */
+    else
+        comm_free(c);
 }
 
 /* Waits until no call is inside comm (they return promptly once braid aborted or destroyed
@@ -133,7 +173,7 @@ static int wait_idle(ncclComm_t comm)
 {
     struct timespec ts = {0, 1000000};
     for (int i = 0; atomic_load(&comm->active) > 0; i++) {
-        if (i == 600000) return 0;
+        if (i == SHIM_WAIT_LIMIT_S * 1000) return 0;
         nanosleep(&ts, NULL);
     }
     return 1;
@@ -143,21 +183,22 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
     braid_comm_t bc = NULL;
-    c->init_deferred = 0;
+    /* c stays init_deferred (no close can free it): ncclGroupEnd clears that after its last
+     * touch. */
     ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
     if (res != ncclSuccess) {
-        atomic_store(&c->state, refuse ? refuse : res);
+        shim_init_finish(c, refuse ? refuse : res);
         return;
     }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
     braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
     shim_leave(p);
     if (refuse) {
-        atomic_store(&c->state, refuse);
+        shim_init_finish(c, refuse);
         return;
     }
     if (r != BRAID_SUCCESS) {
-        atomic_store(&c->state, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
+        shim_init_finish(c, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
         return;
     }
     if (bc) {
@@ -165,7 +206,7 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
         braid_comm_rank(bc, &c->rank);
         braid_comm_size(bc, &c->nranks);
     }
-    atomic_store(&c->state, ncclSuccess);
+    shim_init_finish(c, ncclSuccess);
 }
 
 void shim_comm_free_phantom(ncclComm_t c)
@@ -173,8 +214,7 @@ void shim_comm_free_phantom(ncclComm_t c)
     if (c->split_phantom) comm_free(c);
 }
 
-/* Publishes the init's result and wakes the calls waiting for it. */
-static void init_finish(ncclComm_t c, ncclResult_t res)
+void shim_init_finish(ncclComm_t c, ncclResult_t res)
 {
     pthread_mutex_lock(&c->lock);
     atomic_store(&c->state, res);
@@ -190,7 +230,7 @@ void shim_init_run(ncclComm_t c)
         char call[64];
         snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
         /* An aborted init's failure is nobody's to read: it leaves the last error alone. */
-        init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
+        shim_init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
         return;
     }
     c->bc = bc;
@@ -199,24 +239,35 @@ void shim_init_run(ncclComm_t c)
                 NCCL_PATCH, braid_version());
     shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
               c->cudadev);
-    init_finish(c, ncclSuccess);
+    shim_init_finish(c, ncclSuccess);
+}
+
+int shim_init_run_owned(ncclComm_t c)
+{
+    shim_init_run(c);
+    int running = SHIM_INIT_RUNNING;
+    return !atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE);
+}
+
+void shim_init_orphan_end(ncclComm_t c)
+{
+    /* ncclCommAbort returned without waiting for the init (braid's cannot be cut short, NCCL's
+     * abort ends it), so the init's runner finishes the abort and frees comm. */
+    if (c->bc) {
+        braid_comm_abort(c->bc);
+        (void)braid_comm_destroy(c->bc);
+    }
+    shim_info("comm %p: orphaned init done (aborted while it ran): freeing the communicator",
+              (void *)c);
+    if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
 }
 
 static void *init_thread_main(void *arg)
 {
     ncclComm_t c = arg;
-    shim_init_run(c);
-    int running = SHIM_INIT_RUNNING;
-    if (atomic_compare_exchange_strong(&c->init_owner, &running, SHIM_INIT_DONE)) return NULL;
-    /* Orphaned: ncclCommAbort returned without waiting for the init (braid's cannot be cut
-     * short, NCCL's abort ends it), so this thread finishes the abort and frees comm. */
+    if (!shim_init_run_owned(c)) return NULL; /* the program's close joins this thread */
     pthread_detach(pthread_self());
-    if (c->bc) {
-        braid_comm_abort(c->bc);
-        (void)braid_comm_destroy(c->bc);
-        c->bc = NULL;
-    }
-    if (wait_idle(c)) comm_free(c); /* else a call never left: comm stays allocated */
+    shim_init_orphan_end(c);
     return NULL;
 }
 
@@ -226,7 +277,7 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
     if (e) {
         atomic_store(&c->init_owner, SHIM_INIT_NONE);
-        atomic_store(&c->state, ncclSystemError);
+        shim_init_finish(c, ncclSystemError);
         return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
                          strerror(e));
     }
@@ -234,12 +285,17 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     return ncclSuccess;
 }
 
-void shim_init_wait(ncclComm_t c)
+int shim_init_wait(ncclComm_t c)
 {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += SHIM_WAIT_LIMIT_S;
+    int done = 1;
     pthread_mutex_lock(&c->lock);
-    while (atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
-        pthread_cond_wait(&c->init_done, &c->lock);
+    while (done && atomic_load(&c->state) == ncclInProgress && !atomic_load(&c->closing))
+        done = pthread_cond_timedwait(&c->init_done, &c->lock, &until) != ETIMEDOUT;
     pthread_mutex_unlock(&c->lock);
+    return done || atomic_load(&c->state) != ncclInProgress || atomic_load(&c->closing);
 }
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
@@ -249,7 +305,10 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call)
                          "%s: the communicator's init waits for ncclGroupEnd (inits and other "
                          "calls cannot share a group)",
                          call);
-    shim_init_wait(comm);
+    if (!shim_init_wait(comm))
+        return shim_fail(comm, ncclInternalError,
+                         "%s: the communicator's init did not finish in %d s", call,
+                         SHIM_WAIT_LIMIT_S);
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) /* woken by a close */
         return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
@@ -393,7 +452,13 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     pthread_mutex_lock(&live_lock);
     int live = live_has(comm), closing = live && comm->closing;
     int deferred = live && !closing && comm->init_deferred;
-    if (live && !closing && !deferred) atomic_store(&comm->closing, 1); /* calls are refused */
+    /* As NCCL's ncclCommDestroy (ncclCommEnsureReady): not while the init runs (it would wait
+     * for it, up to braid's timeout); the communicator stays as it was, an abort ends it. */
+    int running = live && !closing && !deferred && !abort &&
+                  atomic_load(&comm->init_owner) == SHIM_INIT_RUNNING &&
+                  atomic_load(&comm->state) == ncclInProgress;
+    if (live && !closing && !deferred && !running)
+        atomic_store(&comm->closing, 1); /* calls are refused */
     pthread_mutex_unlock(&live_lock);
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
@@ -401,12 +466,17 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (deferred)
         return shim_fail(comm, ncclInvalidUsage,
                          "%s: the communicator's init waits for ncclGroupEnd", call);
+    if (running)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (wait for "
+                         "ncclCommGetAsyncError to return ncclSuccess, or ncclCommAbort it)",
+                         call);
     /* The calls waiting for the init fail now. */
     pthread_mutex_lock(&comm->lock);
     pthread_cond_broadcast(&comm->init_done);
     pthread_mutex_unlock(&comm->lock);
-    int running = SHIM_INIT_RUNNING;
-    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &running, SHIM_INIT_ORPHANED))
+    int owner = SHIM_INIT_RUNNING;
+    if (abort && atomic_compare_exchange_strong(&comm->init_owner, &owner, SHIM_INIT_ORPHANED))
         return ncclSuccess; /* the init's thread frees comm when braid's init returns */
     if (comm->init_thread_live) pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
@@ -427,8 +497,7 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
                   (void *)comm);
         return res;
     }
-    comm->bc = NULL;
-    comm_free(comm);
+    shim_comm_retire(comm);
     return res;
 }
 

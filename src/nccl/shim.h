@@ -24,6 +24,10 @@
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
 #define SHIM_MSG_BYTES 768
+/* The longest the shim waits for an init or for calls to leave a communicator: longer than any
+ * of braid's own bounded waits (BRAID_TIMEOUT and the like), so it only ends a wait that would
+ * otherwise hang on a defect. */
+#define SHIM_WAIT_LIMIT_S 600
 enum { SHIM_INIT_NONE, SHIM_INIT_RUNNING, SHIM_INIT_DONE, SHIM_INIT_ORPHANED };
 
 struct ncclComm {
@@ -34,7 +38,9 @@ struct ncclComm {
     _Atomic int state;
     /* The init: its arguments, and its thread for non-blocking or grouped inits. */
     ncclUniqueId id;
-    int init_deferred; /* recorded in an open group, not started yet */
+    /* Recorded in an open group, not started yet: a close is refused, so ncclGroupEnd owns
+     * comm until it clears this (its last touch, after state and init_owner are published). */
+    _Atomic int init_deferred;
     /* An ncclCommSplit recorded in an open group: the init splits split_parent at
      * ncclGroupEnd. split_phantom: this rank takes no part in the result (NCCL_SPLIT_NOCOLOR),
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
@@ -51,7 +57,11 @@ struct ncclComm {
     _Atomic int active;
     _Atomic int closing;        /* ncclCommDestroy/Abort started (set under the live list's lock) */
     struct ncclComm *next_live; /* the live communicators' list (init.c) */
-    pthread_mutex_t lock;       /* errmsg, redops, joining the init thread */
+    pthread_mutex_t lock;       /* errmsg, redops, pins, retired, joining the init thread */
+    /* Calls recorded in open groups that hold a PreMulSum op of this communicator: they touch
+     * the struct when their group ends, so a close while pins > 0 leaves it allocated (unlisted,
+     * retired) and the last release frees it. */
+    int pins, retired;
     char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
      * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
@@ -103,12 +113,25 @@ void shim_leave(ncclComm_t comm);
 /* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
  * used, else the failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
+/* Publishes comm's init result (state) and wakes the calls waiting for it. */
+void shim_init_finish(ncclComm_t comm, ncclResult_t res);
 /* Runs the init of comm in this thread (comm->state gets the result). */
 void shim_init_run(ncclComm_t comm);
+/* Runs the init of comm in this thread with init_owner SHIM_INIT_RUNNING (set by the caller
+ * before a close can see comm): 1 when an ncclCommAbort orphaned it meanwhile (returned at
+ * once); the caller then stops touching comm but for shim_init_orphan_end, once it left it. */
+int shim_init_run_owned(ncclComm_t comm);
+/* Finishes the abort of an orphaned comm: destroys braid's communicator, frees comm. */
+void shim_init_orphan_end(ncclComm_t comm);
 /* Starts the init of comm on its own thread. */
 ncclResult_t shim_init_start_thread(ncclComm_t comm);
-/* Waits until comm's init finished or a close started. */
-void shim_init_wait(ncclComm_t comm);
+/* Waits until comm's init finished or a close started (1), or SHIM_WAIT_LIMIT_S passed (0). */
+int shim_init_wait(ncclComm_t comm);
+/* Frees comm (its braid communicator destroyed already), or, while group calls still pin it,
+ * unlists it and leaves the free to the last shim_redop_release. */
+void shim_comm_retire(ncclComm_t comm);
+/* Frees comm's struct (unlisting it if listed). */
+void shim_comm_free(ncclComm_t comm);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
@@ -169,7 +192,8 @@ braid_result_t shim_op_issue(const shim_op_t *op);
 
 /* ---- coll.c -------------------------------------------------------------------------------- */
 /* A call recorded in a group holds its PreMulSum op (op->premul) until it was issued: a
- * ncclRedOpDestroy meanwhile is carried out by the last release. */
+ * ncclRedOpDestroy meanwhile is carried out by the last release. The hold also pins the
+ * communicator's struct (see pins), so a release after a close is safe and may free it. */
 void shim_redop_hold(const shim_op_t *op);
 void shim_redop_release(const shim_op_t *op);
 

@@ -37,10 +37,7 @@ ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse)
         free(jobs);
         free(lists);
         for (size_t i = 0; i < n; i++)
-            if (inits[i]->split_parent) {
-                inits[i]->init_deferred = 0;
-                atomic_store(&inits[i]->state, ncclSystemError);
-            }
+            if (inits[i]->split_parent) shim_init_finish(inits[i], ncclSystemError);
         return shim_fail(NULL, ncclSystemError, "ncclGroupEnd: out of memory for the splits");
     }
     /* Group by parent, keeping the call order within each. */
@@ -69,10 +66,8 @@ ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse)
                 pthread_join(jobs[k].th, NULL);
                 continue;
             }
-            for (size_t i = 0; i < jobs[k].n; i++) {
-                jobs[k].list[i]->init_deferred = 0;
-                atomic_store(&jobs[k].list[i]->state, ncclSystemError);
-            }
+            for (size_t i = 0; i < jobs[k].n; i++)
+                shim_init_finish(jobs[k].list[i], ncclSystemError);
             if (res == ncclSuccess)
                 res = shim_fail(NULL, ncclSystemError, "ncclGroupEnd: cannot start a split thread");
         }

@@ -203,6 +203,20 @@ Test(nccl, killed_peer_4_ranks, .init = setenv_bin)
     kill_case(4);
 }
 
+/* Aborts of running inits return at once; the orphaned inits' threads free the communicators
+ * once braid's inits fail (BRAID_TIMEOUT=3, set before the program starts: braid's threads
+ * read it), which their INFO lines tell. */
+Test(nccl, abort_running_init, .init = setenv_bin)
+{
+    int st;
+    char *out = run(&st, "cd \"$BIN\" && BRAID_TIMEOUT=3 NCCL_DEBUG=INFO timeout 60 "
+                         "./nccl_client abort_init");
+    cr_expect_eq(st, 0, "exit %d\n%s", st, out);
+    cr_expect_eq(count_of(out, "abort_init ok"), 1, "%s", out);
+    cr_expect_eq(count_of(out, "orphaned init done"), 2, "the orphaned inits' threads:\n%s", out);
+    free(out);
+}
+
 /* NCCL_* variables: NCCL_DEBUG=VERSION prints the version once; INFO with SUBSYS=INIT shows
  * braid's INIT lines; NCCL_SHM_DISABLE=1 makes braid use tcp within the host unless
  * BRAID_TRANSPORT says otherwise. */

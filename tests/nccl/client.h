@@ -71,6 +71,8 @@ double now_s(void);
 int shared_id(ncclComm_t world, ncclUniqueId *id);
 /* Communicators closed by another thread during calls (client_p2p.c). */
 int test_close(ncclComm_t world);
+/* Aborts of running inits, run alone (client_p2p.c). */
+int test_abort_init(void);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);

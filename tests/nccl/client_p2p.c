@@ -309,17 +309,32 @@ static int close_during_calls(ncclComm_t world, int abort, int round)
     return 0;
 }
 
-/* NCCL's abort ends a non-blocking init still running; braid's init cannot be cut short, so
- * the drop-in's abort returns at once and the init's thread frees the communicator later.
- * Rank 0 inits a communicator of 2 ranks that nobody joins (its init runs until the timeout,
- * set to 3 s here so that its thread ends soon) and aborts it. */
-static int abort_init(void)
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t res;
+    double dt; /* how long the abort took */
+} aborter_t;
+
+/* Aborts a->comm after its init started. */
+static void *abort_later(void *arg)
 {
-    if (g_rank != 0) return 0;
-    char old[64] = "";
-    const char *t = getenv("BRAID_TIMEOUT");
-    if (t) snprintf(old, sizeof(old), "%s", t);
-    setenv("BRAID_TIMEOUT", "3", 1);
+    aborter_t *a = arg;
+    usleep(300000);
+    double t0 = now_s();
+    a->res = ncclCommAbort(a->comm);
+    a->dt = now_s() - t0;
+    return NULL;
+}
+
+/* NCCL's abort ends a non-blocking init still running; braid's init cannot be cut short, so
+ * the drop-in's abort returns at once and the init's thread frees the communicator when braid's
+ * init returns. Run alone (nccl_client abort_init, without braid-run: one process), with
+ * BRAID_TIMEOUT=3 and NCCL_DEBUG=INFO in its environment from the start (so no variable changes
+ * while braid's threads read them): it inits communicators of 2 ranks that nobody joins (each
+ * init runs until the timeout), aborts them, and waits past the timeout so that the orphaned
+ * inits' threads free them; tests/mp/test_nccl.c counts their INFO lines. */
+int test_abort_init(void)
+{
     ncclUniqueId id;
     NCCLOK(ncclGetUniqueId(&id));
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -327,25 +342,41 @@ static int abort_init(void)
     ncclComm_t c = NULL;
     ncclResult_t r = ncclCommInitRankConfig(&c, 2, id, 0, &cfg);
     CHECK(r == ncclInProgress, "a non-blocking init nobody joins: %d", (int)r);
-    usleep(100000); /* the init thread read BRAID_TIMEOUT */
     int x; /* the queries refuse a communicator whose init runs (NCCL's ncclCommEnsureReady) */
     EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
+    /* ncclCommDestroy is refused at once while the init runs (NCCL's ncclCommEnsureReady);
+     * the communicator stays, and an abort ends it. */
     double t0 = now_s();
-    NCCLOK(ncclCommAbort(c));
+    EXPECT(ncclCommDestroy(c), ncclInvalidArgument, "in progress");
     double dt = now_s() - t0;
-    if (old[0])
-        setenv("BRAID_TIMEOUT", old, 1);
-    else
-        unsetenv("BRAID_TIMEOUT");
+    CHECK(dt < 1, "ncclCommDestroy of a running init took %.2f s", dt);
+    t0 = now_s();
+    NCCLOK(ncclCommAbort(c));
+    dt = now_s() - t0;
     CHECK(dt < 1, "ncclCommAbort of a running init took %.2f s", dt);
+    /* A grouped blocking init runs in ncclGroupEnd's thread: another thread's abort returns
+     * at once there too, and the group's end fails. */
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&c, 2, id, 0));
+    aborter_t ab = {.comm = c, .dt = -1};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, abort_later, &ab) == 0, "pthread_create");
+    r = ncclGroupEnd();
+    pthread_join(th, NULL);
+    CHECK(r != ncclSuccess, "the group of an aborted init succeeded");
+    CHECK(ab.res == ncclSuccess && ab.dt >= 0 && ab.dt < 1,
+          "ncclCommAbort of a grouped init running: %d after %.2f s", (int)ab.res, ab.dt);
+    /* Past BRAID_TIMEOUT (3 s): the inits failed and their threads freed the communicators. */
+    usleep(4500000);
+    printf("rank %d: abort_init ok\n", g_rank);
     return 0;
 }
 
 int test_close(ncclComm_t world)
 {
-    if (abort_init()) return 1;
     for (int round = 0; round < 3; round++)
         for (int abort = 1; abort >= 0; abort--)
             if (close_during_calls(world, abort, round)) return 1;
