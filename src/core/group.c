@@ -44,6 +44,14 @@ int braid_group_depth(void)
     return group.depth;
 }
 
+int braid_group_holds(const struct braid_request *req)
+{
+    for (int i = 0; req && group.depth > 0 && i < group.nparts; i++)
+        for (int j = 0; j < group.parts[i].n; j++)
+            if (group.parts[i].items[j].req == req) return 1;
+    return 0;
+}
+
 static void item_free(braid_group_item_t *it)
 {
     if (it->kind == BRAID_ITEM_PCOLL) braid_pcoll_free(&it->pc);

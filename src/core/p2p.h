@@ -271,6 +271,9 @@ typedef struct braid_task {
  * their arguments inside a group call braid_group_note (it counts the call and keeps its
  * error for group end), then add the checked call. */
 int braid_group_depth(void);
+/* Whether req is a request of a call in the calling thread's open group: it completes only at
+ * that thread's braid_group_end, so a wait for it there would never return. */
+int braid_group_holds(const struct braid_request *req);
 braid_result_t braid_group_note(braid_result_t res, const char *what);
 /* Keeps a call that failed its checks (res < 0, returned) in the group, so that group end can
  * tell the peers (the arrays of a p2p collective are not kept). */

@@ -60,6 +60,50 @@ Test(p2p_group, collectives_and_requests_in_a_group, .timeout = 120)
 
 /* Sends on one communicator and receives on another, in one group: deadlocks unless the
  * communicators progress at the same time. */
+/* A request of a call in this thread's open group completes at its group end: braid_wait on
+ * it there is refused (it would never return), braid_test never reports it done; both work
+ * once the group ended. Nested groups: still open until the outermost end. */
+static int wait_in_open_group(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float s[8], r[8] = {0}, a[8], b[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = a[i] = (float)(rank * 10 + i);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    braid_request_t q[3];
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_irecv(r, 8, BRAID_FLOAT32, prev, comm, &q[0]));
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_isend(s, 8, BRAID_FLOAT32, next, comm, &q[1]));
+    MP_OK(rank, braid_iallreduce(a, b, 8, BRAID_FLOAT32, BRAID_SUM, comm, &q[2]));
+    MP_OK(rank, braid_group_end()); /* inner: the group is still open */
+    for (int i = 0; i < 3; i++) {
+        braid_result_t res = braid_wait(q[i]);
+        MP_CHECK(rank,
+                 res == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "still open") &&
+                     strstr(braid_last_error(), "braid_wait"),
+                 "wait %d in the open group: %s: %s", i, braid_strerror(res), braid_last_error());
+        int done = 1;
+        res = braid_test(q[i], &done);
+        MP_CHECK(rank, res == BRAID_ERR_INVALID_USAGE && !done, "test %d in the open group: %s %d",
+                 i, braid_strerror(res), done);
+    }
+    MP_OK(rank, braid_group_end());
+    for (int i = 0; i < 3; i++)
+        MP_OK(rank, braid_wait(q[i]));
+    for (int i = 0; i < 8; i++) {
+        MP_CHECK(rank, r[i] == (float)(prev * 10 + i), "r[%d]=%g", i, r[i]);
+        MP_CHECK(rank, b[i] == (float)(5 * n * (n - 1) + n * i), "b[%d]=%g", i, b[i]);
+    }
+    return 0;
+}
+
+Test(p2p_group, wait_on_a_request_of_the_open_group_is_refused, .timeout = 60)
+{
+    cr_assert_eq(mp_run(1, wait_in_open_group, NULL, 20), 0, "n=1");
+    cr_assert_eq(mp_run(2, wait_in_open_group, NULL, 20), 0, "n=2");
+}
+
 static int two_comms(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
