@@ -535,26 +535,7 @@ static braid_result_t check_coll_foreign(runner_t *r)
     for (int i = 0; i < r->nblk; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
-        /* A receive's evidence is only sound where what the peer posted before its collective
-         * is visible here once its collective's message is: shared memory (checked again
-         * below). Over sockets and verbs the peer's completed send may still be in flight on
-         * its own connection when its collective's message arrives on another one; there
-         * the peer finds the mismatch instead (the notice this receive sent it). */
-        braid_conn_t *own = op->kind == BRAID_P2P_RECV ? r->st->recv[op->peer] : NULL;
-        if (own && strcmp(own->ops->name, "shm") != 0) continue;
-        braid_p2p_op_str(op, mine, sizeof(mine));
-        braid_result_t res =
-            braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine);
-        if (res == BRAID_ERR_MISMATCH && own) {
-            const braid_msg_hdr_t *h;
-            const void *buf;
-            if (own->ops->recv_get(own, &h, &buf) == BRAID_SUCCESS) continue; /* it came */
-        }
-        BRAID_CHECK(res);
-        /* A send: the peer's notice that its collective waits for this rank (same
-         * connection, so in order with what the peer sent before it). */
-        if (op->kind == BRAID_P2P_SEND)
-            BRAID_CHECK(braid_p2p_peek_coll_notice(r->comm, op->peer, mine));
+        BRAID_CHECK(braid_p2p_blocked_foreign(r->comm, op, r->blk_dir[i]));
     }
     return BRAID_SUCCESS;
 }

@@ -172,6 +172,12 @@ braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid
  * send to p: mine describes it). */
 void braid_p2p_coll_notice(struct braid_comm *comm, int peer, const braid_msg_hdr_t *mine);
 braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const char *mine);
+/* A send or receive of a batch (op, waiting in direction dir) found blocked by the runner:
+ * BRAID_ERR_MISMATCH when its peer is in a later collective (braid_p2p_coll_foreign) or, for
+ * a send, waits for this rank in one (braid_p2p_peek_coll_notice), unless the operation has
+ * completed on the peer's side since it was found blocked. */
+braid_result_t braid_p2p_blocked_foreign(struct braid_comm *comm, const braid_p2p_op_t *op,
+                                         int dir);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
