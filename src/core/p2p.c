@@ -528,15 +528,19 @@ static braid_result_t check_coll_foreign(runner_t *r)
 {
     char mine[200];
     braid_p2p_op_t *last = &r->b->ops[r->b->nops - 1];
+    /* r->err_op: the operation an error names (failed_op), the one whose check found it. */
     if (last->coll != BRAID_COLL_SEND) {
         braid_p2p_op_str(last, mine, sizeof(mine));
-        return braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine);
+        r->err_op = r->b->nops - 1;
+        BRAID_CHECK(braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine));
     }
-    for (int i = 0; i < r->nblk; i++) {
+    for (int i = 0; i < r->nblk && last->coll == BRAID_COLL_SEND; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
+        r->err_op = r->blk_op[i];
         BRAID_CHECK(braid_p2p_blocked_foreign(r->comm, op, r->blk_dir[i]));
     }
+    r->err_op = -1;
     return BRAID_SUCCESS;
 }
 
@@ -621,15 +625,18 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if (!r->nblk)
             return braid_set_error(BRAID_ERR_INTERNAL, "%d operations neither move nor wait",
                                    r->remaining);
-        braid_p2p_op_t *wop = &r->b->ops[r->blk_op[turn % (unsigned)r->nblk]];
-        int wdir = r->blk_dir[turn % (unsigned)r->nblk];
+        int wi = r->blk_op[turn % (unsigned)r->nblk], wdir = r->blk_dir[turn % (unsigned)r->nblk];
+        braid_p2p_op_t *wop = &r->b->ops[wi];
         uint64_t now = braid_now_ns();
         if (!idle_since) idle_since = now;
-        if (wop->peer == comm->rank && !pull && r->nblk == 1)
+        /* r->err_op = wi: the operation this wait's errors name (failed_op), as its message. */
+        if (wop->peer == comm->rank && !pull && r->nblk == 1) {
+            r->err_op = wi;
             return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                    "receive from self (rank %d) with no send to self posted "
                                    "before it",
                                    comm->rank);
+        }
         if (now - idle_since < spin_ns) {
             braid_cpu_relax(); /* one: 16 in a row looked away for 0.4 us (see yield.h) */
             continue;
@@ -637,13 +644,15 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         idle_passes = 0; /* past the spin: the queue on every pass */
         if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
             continue;
-        if (now - idle_since > timeout_ns)
+        if (now - idle_since > timeout_ns) {
+            r->err_op = wi;
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "timed out after %.1f s waiting to %s rank %d; rank %d may be "
                                    "hung, late or in another call",
                                    comm->timeout_s,
                                    wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
                                    wop->peer);
+        }
         if (now >= next_check) {
             give_notices(r);
             BRAID_CHECK(check_coll_foreign(r));
@@ -665,11 +674,14 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             continue;
         }
         braid_conn_t *c = wdir != BRAID_WAIT_RECV ? r->st->send[wop->peer] : r->st->recv[wop->peer];
+        r->err_op = wi;
         BRAID_CHECK(c->ops->wait(c, (braid_wait_dir_t)wdir, deadline));
+        r->err_op = -1;
     }
 }
 
-/* The operation an error belongs to: the first blocked one, else the first not done. */
+/* The operation an error belongs to: the one whose step, check or wait failed, else the first
+ * blocked one (a peer's failure), else the first not done. */
 static braid_p2p_op_t *failed_op(runner_t *r)
 {
     if (r->err_op >= 0) return &r->b->ops[r->err_op];

@@ -254,6 +254,56 @@ static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
+/* An error found while rank 0 waits in a group {send 8 MiB to rank 1 (call 1), recv from rank
+ * 2 (call 2)}, both blocked: rank 1 sleeps, rank 2 calls an all-reduce (mismatch, found by
+ * the receive's check) or sleeps too (timeout after BRAID_TIMEOUT=2, naming the operation its
+ * wait was on). The message names the group call that found it, no other. */
+static int names_the_call(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    int timeout = arg != NULL;
+    size_t count = ((size_t)8 << 20) / sizeof(float);
+    float *buf = calloc(count + 4, sizeof(float));
+    MP_CHECK(rank, buf, "out of memory");
+    if (rank == 0) {
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_send(buf, count, BRAID_FLOAT32, 1, comm));
+        MP_OK(rank, braid_recv(buf + count, 4, BRAID_FLOAT32, 2, comm));
+        braid_result_t r = braid_group_end();
+        const char *m = braid_last_error();
+        fprintf(stderr, "rank 0: %s: %s\n", braid_strerror(r), m);
+        int on_recv = strstr(m, "receive from rank 2") != NULL; /* the timeout's wait */
+        if (!timeout)
+            MP_CHECK(rank,
+                     r == BRAID_ERR_MISMATCH && strstr(m, "group call 2: recv #1 from rank 2") &&
+                         !strstr(m, "group call 1"),
+                     "mismatch: %s: %s", braid_strerror(r), m);
+        else
+            MP_CHECK(rank,
+                     r == BRAID_ERR_TIMEOUT &&
+                         strstr(m, on_recv ? "group call 2: recv #1 from rank 2"
+                                           : "group call 1: send #1 to rank 1") &&
+                         !strstr(m, on_recv ? "group call 1" : "group call 2"),
+                     "timeout: %s: %s", braid_strerror(r), m);
+    } else if (rank == 2 && !timeout) {
+        float x = 1, y;
+        braid_allreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm); /* fails: rank 0 tells */
+    } else {
+        sleep(timeout ? 4 : 2); /* past rank 0's error */
+    }
+    free(buf);
+    return 0;
+}
+
+Test(p2p_group, an_error_while_waiting_names_its_group_call, .timeout = 120)
+{
+    setenv("BRAID_TIMEOUT", "2", 1);
+    cr_expect_eq(mp_run(3, names_the_call, NULL, 30), 0, "mismatch");
+    for (int k = 0; k < 3; k++)
+        cr_expect_eq(mp_run(3, names_the_call, (void *)1, 30), 0, "timeout, run %d", k);
+    unsetenv("BRAID_TIMEOUT");
+}
+
 static void killed_peer(int n)
 {
     /* Killed once its communicator is up, never during init (a loaded machine may take seconds
