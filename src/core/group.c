@@ -264,10 +264,15 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
             braid_p2p_op_t op = items[i].op;
             op.req = items[i].req;
             res = braid_p2p_batch_add(&b, &op);
-            if (res < 0)
-                snprintf(msg, sizeof(msg), "%s", braid_last_error());
-            else
-                items[i].req = NULL;
+            if (res >= 0) {
+                items[i].req = NULL; /* the batch's now */
+                continue;
+            }
+            /* Nothing of the batch runs: the requests it took complete with the error here
+             * (those of the items left, below). */
+            snprintf(msg, sizeof(msg), "%s", braid_last_error());
+            for (int j = 0; j < b.nops; j++)
+                if (b.ops[j].req) braid_request_complete(comm, b.ops[j].req, res, msg);
         }
     if (res >= 0 && b.nops) {
         res = check_comm_ok(comm);

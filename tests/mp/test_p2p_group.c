@@ -2,7 +2,9 @@
  * inside a group with i-form requests completed at group end, a group over two communicators
  * (each runs on its worker, at the same time), errors inside a group reported at group end
  * naming the call, argument errors naming the argument, a count mismatch naming both calls, a
- * send posted against a collective on the peer, a killed peer during a receive (shm and tcp). */
+ * send posted against a collective on the peer, a killed peer during a receive (shm and tcp);
+ * a wait on a request of the open group refused, an error while waiting naming its group call,
+ * out of memory at group end completing every request. */
 #include "data.h"
 #include "mp.h"
 #include "proc.h"
@@ -13,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -302,6 +305,60 @@ Test(p2p_group, an_error_while_waiting_names_its_group_call, .timeout = 120)
     for (int k = 0; k < 3; k++)
         cr_expect_eq(mp_run(3, names_the_call, (void *)1, 30), 0, "timeout, run %d", k);
     unsetenv("BRAID_TIMEOUT");
+}
+
+/* Group end runs out of memory while it gathers the group's sends and receives into one batch
+ * (the address space limited to just above what the process uses once the calls are made):
+ * it returns BRAID_ERR_NOMEM, and every request of the group completes with it, those already
+ * moved into the batch too (braid_wait on them returned never before). */
+static int batch_out_of_memory(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    enum { N = 60000 };
+    static float x[N];
+    braid_request_t *q = calloc(N, sizeof(*q));
+    MP_CHECK(rank, q, "out of memory");
+    MP_OK(rank, braid_group_start());
+    for (int i = 0; i < N; i++)
+        MP_OK(rank, braid_isend(&x[i], 1, BRAID_FLOAT32, rank, comm, &q[i]));
+    long pages = 0, page = sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/proc/self/statm", "r");
+    MP_CHECK(rank, f && fscanf(f, "%ld", &pages) == 1, "statm");
+    fclose(f);
+    struct rlimit was, lim;
+    MP_CHECK(rank, getrlimit(RLIMIT_AS, &was) == 0, "getrlimit");
+    lim = was;
+    lim.rlim_cur = (rlim_t)(pages * page) + ((rlim_t)2 << 20); /* the batch needs ~8 MiB */
+    MP_CHECK(rank, setrlimit(RLIMIT_AS, &lim) == 0, "setrlimit");
+    braid_result_t r = braid_group_end();
+    setrlimit(RLIMIT_AS, &was);
+    MP_CHECK(rank, r == BRAID_ERR_NOMEM && strstr(braid_last_error(), "operations"),
+             "group end: %s: %s", braid_strerror(r), braid_last_error());
+    for (int i = 0; i < N; i++) {
+        r = braid_wait(q[i]);
+        MP_CHECK(rank, r == BRAID_ERR_NOMEM, "request %d: %s: %s", i, braid_strerror(r),
+                 braid_last_error());
+    }
+    free(q);
+    return 0;
+}
+
+/* The sanitizers' allocators abort where the address space runs out. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+
+Test(p2p_group, out_of_memory_for_the_batch_completes_every_request, .timeout = 60)
+{
+#ifdef UNDER_SANITIZER
+    cr_skip_test("the address space limit aborts the sanitizers' allocators");
+#endif
+    cr_assert_eq(mp_run(1, batch_out_of_memory, NULL, 30), 0);
 }
 
 static void killed_peer(int n)
