@@ -578,8 +578,9 @@ static int wait_all(runner_t *r, uint64_t deadline)
     for (int i = 0; i < r->nblk; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->peer == r->comm->rank) return 0;
+        /* A send waits on its own connection for slots and for a CMA release alike. */
         braid_conn_t *c =
-            r->blk_dir[i] == BRAID_WAIT_SEND ? r->st->send[op->peer] : r->st->recv[op->peer];
+            r->blk_dir[i] != BRAID_WAIT_RECV ? r->st->send[op->peer] : r->st->recv[op->peer];
         if (!c->ops->wait_fd || !c->ops->wait_fd(c, (braid_wait_dir_t)r->blk_dir[i], &r->pfd[k]))
             return 0;
         k++;
