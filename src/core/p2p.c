@@ -764,6 +764,10 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
         braid_p2p_op_t *op = failed_op(&r);
         if (op) braid_p2p_op_str(op, what, sizeof(what));
         braid_set_error(res, "%s%s%s", what, *what ? ": " : "", why);
+        /* The communicator fails and the peers are told before any request completes: a
+         * caller whose request returns may reuse its buffer, which a peer must no longer read
+         * (a CMA send's) nor write, and finds the communicator failed already. */
+        braid_comm_fail_call(comm, res);
         for (int p = 0; p < n; p++)
             if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
         for (int p = 0; p < n; p++) /* no transport writes the buffers after the call */

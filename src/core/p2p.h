@@ -114,8 +114,9 @@ typedef void (*braid_p2p_done_fn)(struct braid_comm *comm, braid_p2p_op_t *op, b
  * pair sequence numbers, from index `from` on; call it once per operation, in call order. */
 void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from);
 /* Runs every operation of b to completion (operations added by pull too). On failure returns
- * the error, with a message naming the operation; done is called for operations with a
- * request as they complete (with the error for those that did not). */
+ * the error, with a message naming the operation, after failing the communicator with it and
+ * telling the peers (braid_comm_fail_call); done is called for operations with a request as
+ * they complete (with the error for those that did not, once the peers were told). */
 braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
                              braid_p2p_done_fn done, void *arg);
 
