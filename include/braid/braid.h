@@ -315,7 +315,9 @@ BRAID_API braid_result_t braid_ibarrier(braid_comm_t comm, braid_request_t *req_
  * until the process exits. Waiting again on a request that braid_wait/braid_test
  * returned, or from two threads at once, is BRAID_ERR_INVALID_USAGE: returned requests
  * are kept in a quarantine of the last 256 (beyond that, a stale handle is undefined
- * behaviour, as any freed pointer).
+ * behaviour, as any freed pointer). A request of a call in a group that is still open on the
+ * calling thread completes at its braid_group_end: braid_wait and braid_test on it there are
+ * BRAID_ERR_INVALID_USAGE (the request stays valid).
  */
 BRAID_API braid_result_t braid_wait(braid_request_t req);
 /** Sets *done_p; when done, req is freed and the operation's result returned (as

@@ -217,6 +217,13 @@ static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
     if (pc->coll == BRAID_COLL_ALLGATHERV && pc->count != pc->recvcounts[me])
         return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count, me,
                        pc->recvcounts[me]);
+    /* This rank's own block is a local copy of recvcounts[me] elements that no peer checks:
+     * a larger sendcounts[me] would drop data silently, a smaller one read past the send block
+     * (past the in-place copy, or from a NULL sendbuf that spans nothing). */
+    if (pc->coll == BRAID_COLL_ALLTOALLV && pc->sendcounts[me] != pc->recvcounts[me])
+        return ARG_ERR("%s: sendcounts[%d]=%zu differs from recvcounts[%d]=%zu (this rank's own "
+                       "block)",
+                       name, me, pc->sendcounts[me], me, pc->recvcounts[me]);
     /* The elements each buffer spans on this rank (0: not used). */
     size_t in, out;
     spans(pc, n, me, &in, &out);

@@ -44,6 +44,14 @@ int braid_group_depth(void)
     return group.depth;
 }
 
+int braid_group_holds(const struct braid_request *req)
+{
+    for (int i = 0; req && group.depth > 0 && i < group.nparts; i++)
+        for (int j = 0; j < group.parts[i].n; j++)
+            if (group.parts[i].items[j].req == req) return 1;
+    return 0;
+}
+
 static void item_free(braid_group_item_t *it)
 {
     if (it->kind == BRAID_ITEM_PCOLL) braid_pcoll_free(&it->pc);
@@ -176,15 +184,6 @@ static braid_result_t check_comm_ok(struct braid_comm *comm)
     return BRAID_SUCCESS;
 }
 
-/* Records a point-to-point failure as the communicator's error and tells the peers. */
-static void p2p_failed(struct braid_comm *comm, braid_result_t res)
-{
-    char why[1024];
-    snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
-    braid_comm_set_error(comm, res, "%s", braid_last_error());
-    braid_comm_fail_peers(comm, res, why);
-}
-
 /* A group that a call's checks rejected (reject_res < 0, reject_msg its message): nothing is
  * issued, the peers are told (group_reject.c); the requests complete with the rejection.
  * Returns BRAID_SUCCESS, or the error of a peer whose calls did not match. */
@@ -256,17 +255,21 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
             braid_p2p_op_t op = items[i].op;
             op.req = items[i].req;
             res = braid_p2p_batch_add(&b, &op);
-            if (res < 0)
-                snprintf(msg, sizeof(msg), "%s", braid_last_error());
-            else
-                items[i].req = NULL;
+            if (res >= 0) {
+                items[i].req = NULL; /* the batch's now */
+                continue;
+            }
+            /* Nothing of the batch runs: the requests it took complete with the error here
+             * (those of the items left, below). */
+            snprintf(msg, sizeof(msg), "%s", braid_last_error());
+            for (int j = 0; j < b.nops; j++)
+                if (b.ops[j].req) braid_request_complete(comm, b.ops[j].req, res, msg);
         }
     if (res >= 0 && b.nops) {
         res = check_comm_ok(comm);
         if (res >= 0) {
             braid_p2p_assign_seq(comm, &b, 0);
-            res = braid_p2p_run(comm, &b, NULL, child_done, NULL);
-            if (res < 0) p2p_failed(comm, res);
+            res = braid_p2p_run(comm, &b, NULL, child_done, NULL); /* fails comm on error */
         } else {
             for (int i = 0; i < b.nops; i++)
                 if (b.ops[i].req)
@@ -469,8 +472,7 @@ void braid_task_execute(struct braid_comm *comm, struct braid_request *req)
             return;
         }
         braid_p2p_assign_seq(comm, &b, 0);
-        res = braid_p2p_run(comm, &b, pull_p2p, queued_done, NULL);
-        if (res < 0) p2p_failed(comm, res);
+        braid_p2p_run(comm, &b, pull_p2p, queued_done, NULL); /* fails comm on error */
         braid_p2p_batch_free(&b);
         return;
     }
@@ -575,8 +577,7 @@ static braid_result_t p2p_call_in(int kind, const void *sbuf, void *rbuf, size_t
         braid_p2p_batch_t b = BRAID_P2P_BATCH_ON(ops_st, 1);
         BRAID_CHECK(braid_p2p_batch_add(&b, &op));
         braid_p2p_assign_seq(comm, &b, 0);
-        res = braid_p2p_run(comm, &b, NULL, NULL, NULL);
-        if (res < 0) p2p_failed(comm, res);
+        res = braid_p2p_run(comm, &b, NULL, NULL, NULL); /* fails comm on error */
         braid_p2p_batch_free(&b);
         return res;
     }

@@ -528,34 +528,19 @@ static braid_result_t check_coll_foreign(runner_t *r)
 {
     char mine[200];
     braid_p2p_op_t *last = &r->b->ops[r->b->nops - 1];
+    /* r->err_op: the operation an error names (failed_op), the one whose check found it. */
     if (last->coll != BRAID_COLL_SEND) {
         braid_p2p_op_str(last, mine, sizeof(mine));
-        return braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine);
+        r->err_op = r->b->nops - 1;
+        BRAID_CHECK(braid_p2p_coll_foreign(r->comm, last->seq, -1, "called", mine));
     }
-    for (int i = 0; i < r->nblk; i++) {
+    for (int i = 0; i < r->nblk && last->coll == BRAID_COLL_SEND; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->coll != BRAID_COLL_SEND || op->peer == r->comm->rank) continue;
-        /* A receive's evidence is only sound where what the peer posted before its collective
-         * is visible here once its collective's message is: shared memory (checked again
-         * below). Over sockets and verbs the peer's completed send may still be in flight on
-         * its own connection when its collective's message arrives on another one; there
-         * the peer finds the mismatch instead (the notice this receive sent it). */
-        braid_conn_t *own = op->kind == BRAID_P2P_RECV ? r->st->recv[op->peer] : NULL;
-        if (own && strcmp(own->ops->name, "shm") != 0) continue;
-        braid_p2p_op_str(op, mine, sizeof(mine));
-        braid_result_t res =
-            braid_p2p_coll_foreign(r->comm, r->comm->seq + 1, op->peer, "called", mine);
-        if (res == BRAID_ERR_MISMATCH && own) {
-            const braid_msg_hdr_t *h;
-            const void *buf;
-            if (own->ops->recv_get(own, &h, &buf) == BRAID_SUCCESS) continue; /* it came */
-        }
-        BRAID_CHECK(res);
-        /* A send: the peer's notice that its collective waits for this rank (same
-         * connection, so in order with what the peer sent before it). */
-        if (op->kind == BRAID_P2P_SEND)
-            BRAID_CHECK(braid_p2p_peek_coll_notice(r->comm, op->peer, mine));
+        r->err_op = r->blk_op[i];
+        BRAID_CHECK(braid_p2p_blocked_foreign(r->comm, op, r->blk_dir[i]));
     }
+    r->err_op = -1;
     return BRAID_SUCCESS;
 }
 
@@ -593,8 +578,9 @@ static int wait_all(runner_t *r, uint64_t deadline)
     for (int i = 0; i < r->nblk; i++) {
         braid_p2p_op_t *op = &r->b->ops[r->blk_op[i]];
         if (op->peer == r->comm->rank) return 0;
+        /* A send waits on its own connection for slots and for a CMA release alike. */
         braid_conn_t *c =
-            r->blk_dir[i] == BRAID_WAIT_SEND ? r->st->send[op->peer] : r->st->recv[op->peer];
+            r->blk_dir[i] != BRAID_WAIT_RECV ? r->st->send[op->peer] : r->st->recv[op->peer];
         if (!c->ops->wait_fd || !c->ops->wait_fd(c, (braid_wait_dir_t)r->blk_dir[i], &r->pfd[k]))
             return 0;
         k++;
@@ -640,15 +626,18 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         if (!r->nblk)
             return braid_set_error(BRAID_ERR_INTERNAL, "%d operations neither move nor wait",
                                    r->remaining);
-        braid_p2p_op_t *wop = &r->b->ops[r->blk_op[turn % (unsigned)r->nblk]];
-        int wdir = r->blk_dir[turn % (unsigned)r->nblk];
+        int wi = r->blk_op[turn % (unsigned)r->nblk], wdir = r->blk_dir[turn % (unsigned)r->nblk];
+        braid_p2p_op_t *wop = &r->b->ops[wi];
         uint64_t now = braid_now_ns();
         if (!idle_since) idle_since = now;
-        if (wop->peer == comm->rank && !pull && r->nblk == 1)
+        /* r->err_op = wi: the operation this wait's errors name (failed_op), as its message. */
+        if (wop->peer == comm->rank && !pull && r->nblk == 1) {
+            r->err_op = wi;
             return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                    "receive from self (rank %d) with no send to self posted "
                                    "before it",
                                    comm->rank);
+        }
         if (now - idle_since < spin_ns) {
             braid_cpu_relax(); /* one: 16 in a row looked away for 0.4 us (see yield.h) */
             continue;
@@ -656,13 +645,15 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         idle_passes = 0; /* past the spin: the queue on every pass */
         if (now - idle_since < spin_ns + yield_ns && braid_wait_yield(comm->yield_slow_ns, now))
             continue;
-        if (now - idle_since > timeout_ns)
+        if (now - idle_since > timeout_ns) {
+            r->err_op = wi;
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "timed out after %.1f s waiting to %s rank %d; rank %d may be "
                                    "hung, late or in another call",
                                    comm->timeout_s,
                                    wdir == BRAID_WAIT_RECV ? "receive from" : "send to", wop->peer,
                                    wop->peer);
+        }
         if (now >= next_check) {
             give_notices(r);
             BRAID_CHECK(check_coll_foreign(r));
@@ -684,11 +675,14 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
             continue;
         }
         braid_conn_t *c = wdir != BRAID_WAIT_RECV ? r->st->send[wop->peer] : r->st->recv[wop->peer];
+        r->err_op = wi;
         BRAID_CHECK(c->ops->wait(c, (braid_wait_dir_t)wdir, deadline));
+        r->err_op = -1;
     }
 }
 
-/* The operation an error belongs to: the first blocked one, else the first not done. */
+/* The operation an error belongs to: the one whose step, check or wait failed, else the first
+ * blocked one (a peer's failure), else the first not done. */
 static braid_p2p_op_t *failed_op(runner_t *r)
 {
     if (r->err_op >= 0) return &r->b->ops[r->err_op];
@@ -770,6 +764,10 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
         braid_p2p_op_t *op = failed_op(&r);
         if (op) braid_p2p_op_str(op, what, sizeof(what));
         braid_set_error(res, "%s%s%s", what, *what ? ": " : "", why);
+        /* The communicator fails and the peers are told before any request completes: a
+         * caller whose request returns may reuse its buffer, which a peer must no longer read
+         * (a CMA send's) nor write, and finds the communicator failed already. */
+        braid_comm_fail_call(comm, res);
         for (int p = 0; p < n; p++)
             if (r.used_ref[p] && r.st->send[p]) r.st->send[p]->ops->send_detach(r.st->send[p]);
         for (int p = 0; p < n; p++) /* no transport writes the buffers after the call */

@@ -114,8 +114,9 @@ typedef void (*braid_p2p_done_fn)(struct braid_comm *comm, braid_p2p_op_t *op, b
  * pair sequence numbers, from index `from` on; call it once per operation, in call order. */
 void braid_p2p_assign_seq(struct braid_comm *comm, braid_p2p_batch_t *b, int from);
 /* Runs every operation of b to completion (operations added by pull too). On failure returns
- * the error, with a message naming the operation; done is called for operations with a
- * request as they complete (with the error for those that did not). */
+ * the error, with a message naming the operation, after failing the communicator with it and
+ * telling the peers (braid_comm_fail_call); done is called for operations with a request as
+ * they complete (with the error for those that did not, once the peers were told). */
 braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
                              braid_p2p_done_fn done, void *arg);
 
@@ -172,6 +173,12 @@ braid_result_t braid_p2p_take_notice(struct braid_comm *comm, int p, const braid
  * send to p: mine describes it). */
 void braid_p2p_coll_notice(struct braid_comm *comm, int peer, const braid_msg_hdr_t *mine);
 braid_result_t braid_p2p_peek_coll_notice(struct braid_comm *comm, int p, const char *mine);
+/* A send or receive of a batch (op, waiting in direction dir) found blocked by the runner:
+ * BRAID_ERR_MISMATCH when its peer is in a later collective (braid_p2p_coll_foreign) or, for
+ * a send, waits for this rank in one (braid_p2p_peek_coll_notice), unless the operation has
+ * completed on the peer's side since it was found blocked. */
+braid_result_t braid_p2p_blocked_foreign(struct braid_comm *comm, const braid_p2p_op_t *op,
+                                         int dir);
 /* From the collective engine's mismatch check: a message of collective seq from another call
  * on these connections is BRAID_ERR_MISMATCH naming both (mine describes this rank's call). */
 braid_result_t braid_p2p_check_foreign(struct braid_comm *comm, const braid_msg_hdr_t *mine);
@@ -271,6 +278,9 @@ typedef struct braid_task {
  * their arguments inside a group call braid_group_note (it counts the call and keeps its
  * error for group end), then add the checked call. */
 int braid_group_depth(void);
+/* Whether req is a request of a call in the calling thread's open group: it completes only at
+ * that thread's braid_group_end, so a wait for it there would never return. */
+int braid_group_holds(const struct braid_request *req);
 braid_result_t braid_group_note(braid_result_t res, const char *what);
 /* Keeps a call that failed its checks (res < 0, returned) in the group, so that group end can
  * tell the peers (the arrays of a p2p collective are not kept). */

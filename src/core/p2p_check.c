@@ -197,6 +197,38 @@ braid_result_t braid_p2p_coll_foreign(struct braid_comm *comm, uint32_t seq, int
     return BRAID_SUCCESS;
 }
 
+braid_result_t braid_p2p_blocked_foreign(struct braid_comm *comm, const braid_p2p_op_t *op, int dir)
+{
+    /* A receive's evidence is only sound where what the peer posted before its collective is
+     * visible here once its collective's message is: shared memory (checked again below).
+     * Over sockets and verbs the peer's completed send may still be in flight on its own
+     * connection when its collective's message arrives on another one; there the peer finds
+     * the mismatch instead (the notice this receive sent it). */
+    braid_conn_t *own = op->kind == BRAID_P2P_RECV ? braid_p2p_conn(comm, op->peer, 0) : NULL;
+    if (own && strcmp(own->ops->name, "shm") != 0) return BRAID_SUCCESS;
+    char mine[200];
+    braid_p2p_op_str(op, mine, sizeof(mine));
+    braid_result_t res = braid_p2p_coll_foreign(comm, comm->seq + 1, op->peer, "called", mine);
+    /* A send: the peer's notice that its collective waits for this rank (same connection, so
+     * in order with what the peer sent before it). */
+    if (res >= 0 && op->kind == BRAID_P2P_SEND)
+        res = braid_p2p_peek_coll_notice(comm, op->peer, mine);
+    if (res != BRAID_ERR_MISMATCH) return res;
+    /* The operation was blocked at the runner's last pass, but the peer may have completed its
+     * part since then and gone on to its collective: no mismatch when the operation can now
+     * complete (the next pass completes it). Looked at after the evidence, which the peer
+     * posted after that part. A receive: its data came. A CMA send: the receiver has read it
+     * all and released it (a send still posting chunks cannot be complete on the peer). */
+    const braid_msg_hdr_t *h;
+    const void *buf;
+    if (own && own->ops->recv_get(own, &h, &buf) == BRAID_SUCCESS) return BRAID_SUCCESS;
+    braid_conn_t *to = op->kind == BRAID_P2P_SEND ? braid_p2p_conn(comm, op->peer, 1) : NULL;
+    if (to && dir == BRAID_WAIT_RELEASED && to->ops->send_released &&
+        to->ops->send_released(to) == BRAID_SUCCESS)
+        return BRAID_SUCCESS;
+    return res;
+}
+
 /* While blocked. A collective of these connections: a peer in a ring/tree collective of its
  * number. Sends and receives: the peer an operation waits on has entered a later collective
  * (a message of a number above this rank's count of collectives on the engine's connections

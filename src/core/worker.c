@@ -315,6 +315,17 @@ static braid_result_t claim(struct braid_request *req, int *queued_p)
     return braid_set_error(BRAID_ERR_INVALID_ARG, "req %p is not a braid request", (void *)req);
 }
 
+/* A request of this thread's open group completes at its braid_group_end, which the thread
+ * cannot reach while it waits: refused instead of waiting forever (or testing forever). */
+static braid_result_t open_group_check(struct braid_request *req, const char *fn)
+{
+    if (!braid_group_holds(req)) return BRAID_SUCCESS;
+    return braid_set_error(BRAID_ERR_INVALID_USAGE,
+                           "%s: req %p belongs to a group that is still open on this thread (it "
+                           "completes at braid_group_end)",
+                           fn, (void *)req);
+}
+
 static braid_result_t finish(struct braid_request *req, double *t_done_p)
 {
     braid_result_t res = req->result;
@@ -327,6 +338,7 @@ static braid_result_t finish(struct braid_request *req, double *t_done_p)
 braid_result_t braid_wait_time(braid_request_t req, double *t_done_p)
 {
     int queued;
+    BRAID_CHECK(open_group_check(req, "braid_wait"));
     BRAID_CHECK(claim(req, &queued));
     if (queued && helpable(req) && !atomic_load(&req->done)) help(req);
     pthread_mutex_lock(&req_lock);
@@ -344,6 +356,8 @@ braid_result_t braid_wait(braid_request_t req)
 braid_result_t braid_test_time(braid_request_t req, int *done_p, double *t_done_p)
 {
     if (!done_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "done_p is NULL");
+    *done_p = 0;
+    BRAID_CHECK(open_group_check(req, "braid_test"));
     int queued;
     BRAID_CHECK(claim(req, &queued));
     pthread_mutex_lock(&req_lock);

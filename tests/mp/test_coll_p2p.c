@@ -355,6 +355,20 @@ static int arg_errors(braid_comm_t comm, int rank, int n, void *arg)
     cnt[n - 1] = SIZE_MAX / 3;
     EXPECT_ARG(braid_alltoallv(a, cnt, dsp, b, cnt, dsp, BRAID_FLOAT32, comm), "sendcounts[");
     cnt[n - 1] = 0;
+    /* This rank's own block: its send and receive counts must agree (a local copy nobody else
+     * checks). More to send than to receive, less (in place: past the input's copy), and
+     * nothing to send from a NULL sendbuf where a block is expected. */
+    size_t sc[64] = {0}, rc[64] = {0};
+    sc[rank] = 2;
+    rc[rank] = 1;
+    EXPECT_ARG(braid_alltoallv(a, sc, dsp, b, rc, dsp, BRAID_FLOAT32, comm), "sendcounts[");
+    MP_CHECK(rank, strstr(braid_last_error(), "recvcounts["), "%s", braid_last_error());
+    sc[rank] = 1;
+    rc[rank] = 2;
+    EXPECT_ARG(braid_alltoallv(a, sc, dsp, a, rc, dsp, BRAID_FLOAT32, comm), "sendcounts[");
+    sc[rank] = 0;
+    rc[rank] = 4;
+    EXPECT_ARG(braid_alltoallv(NULL, sc, dsp, b, rc, dsp, BRAID_FLOAT32, comm), "recvcounts[");
     EXPECT_ARG(braid_gather(a, b, 1, BRAID_FLOAT32, n, comm), "root=");
     EXPECT_ARG(braid_scatter(a, b, 1, BRAID_FLOAT32, -1, comm), "root=-1");
     EXPECT_ARG(braid_igather(a, b, 1, BRAID_FLOAT32, 0, comm, NULL), "req_p");

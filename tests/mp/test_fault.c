@@ -1,6 +1,7 @@
 /* Faults with real processes started by hand (no launcher): a SIGKILLed rank, a stopped rank
- * (alive but silent), abort from another thread, mismatched collectives. Survivors must return
- * the right error, naming the culprit, within a bounded time; no shm segment may be left. */
+ * (alive but silent), abort from another thread, mismatched collectives, queued sends to a rank
+ * that leaves. Survivors must return the right error, naming the culprit, within a bounded time;
+ * no shm segment may be left. */
 #include "mp.h"
 
 #include <criterion/criterion.h>
@@ -222,4 +223,41 @@ Test(fault, mismatched_collectives_name_both_calls)
     cr_assert_eq(mp_run(2, mismatched, &kind, 30), 0);
     kind = 0;
     cr_assert_eq(mp_run(3, mismatched, &kind, 30), 0);
+}
+
+/* Queued sends that fail (the receiver destroys its communicator without receiving): the
+ * worker fails the communicator and tells the peers before it completes any request, so a
+ * caller whose wait returned the error finds the communicator failed already (and no peer
+ * still reads a buffer handed back). The wait is on an early request of the batch: the
+ * worker completes the 4000 after it meanwhile. */
+static int failed_isends(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    enum { N = 4096, W = 64 }; /* W: past the sends the slots took */
+    static float x[N];
+    if (rank == 1) {
+        struct timespec ts = {0, 200 * 1000000L}; /* rank 0's sends fill the slots */
+        nanosleep(&ts, NULL);
+        return 0; /* destroys the communicator: rank 0's sends fail */
+    }
+    static braid_request_t q[N];
+    for (int i = 0; i < N; i++)
+        MP_OK(rank, braid_isend(&x[i], 1, BRAID_FLOAT32, 1, comm, &q[i]));
+    braid_result_t r = braid_wait(q[W]), err = BRAID_SUCCESS;
+    const char *msg = NULL;
+    MP_OK(rank, braid_comm_get_error(comm, &err, &msg));
+    MP_CHECK(rank, r == BRAID_ERR_REMOTE, "wait: %s: %s", braid_strerror(r), braid_last_error());
+    MP_CHECK(rank, err == BRAID_ERR_REMOTE && strstr(msg, "rank 1"),
+             "the communicator had not failed when the request completed: %s: %s",
+             braid_strerror(err), msg ? msg : "");
+    for (int i = 0; i < N; i++)
+        if (i != W) braid_wait(q[i]);
+    return 0;
+}
+
+Test(fault, a_failed_queued_send_completes_after_the_communicator_failed)
+{
+    for (int k = 0; k < 5; k++)
+        cr_assert_eq(mp_run(2, failed_isends, NULL, 30), 0, "run %d", k);
 }

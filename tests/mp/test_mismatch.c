@@ -29,6 +29,7 @@ typedef enum {
     P_REJECTED_SCATTER,  /* scatter with root = nranks */
     P_REJECTED_RSV,      /* reduce_scatterv with op 99 */
     P_REJECTED_AGV,      /* allgatherv with recvcounts NULL */
+    P_REJECTED_A2AV,     /* alltoallv sending itself one element more than it receives */
     /* Point-to-point against a collective: rank n-1 calls send / recv with rank n-2 (its ring
      * predecessor) while the others call the collective. */
     SEND_VS_ALLREDUCE,
@@ -85,6 +86,15 @@ static braid_result_t odd_call(const case_t *c, braid_comm_t comm, int rank, int
         return braid_gather(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
     case P_REJECTED_SCATTER:
         return braid_scatter(buf, buf + 4 * c->count, c->count, BRAID_FLOAT32, odd ? n : 0, comm);
+    case P_REJECTED_A2AV: {
+        size_t sc[3], rc[3], dsp[3];
+        for (int i = 0; i < 3; i++) {
+            sc[i] = rc[i] = c->count;
+            dsp[i] = (size_t)i * (c->count + 1);
+        }
+        if (odd) sc[rank]++;
+        return braid_alltoallv(buf, sc, dsp, buf + 4 * c->count, rc, dsp, BRAID_FLOAT32, comm);
+    }
     case P_REJECTED_RSV:
     case P_REJECTED_AGV: {
         size_t counts[3] = {c->count, c->count + 1, c->count + 2}, displs[3];
@@ -148,7 +158,7 @@ static int run_case(braid_comm_t comm, int rank, int n, void *arg)
     char first_msg[600];
     snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
     int rejecter = (c->kind == REJECTED || c->kind == REJECTED_ROOT || c->kind == REJECTED_SPLIT ||
-                    (c->kind >= P_REJECTED_ALLTOALL && c->kind <= P_REJECTED_AGV)) &&
+                    (c->kind >= P_REJECTED_ALLTOALL && c->kind <= P_REJECTED_A2AV)) &&
                    rank == n - 1;
     free(buf);
     if (rejecter)
@@ -264,6 +274,8 @@ Test(mismatch, p2p_collective_rejected_on_one_rank_only)
         run_all(&rsv);
         case_t agv = {P_REJECTED_AGV, counts[k], "rejected its allgatherv", "recvcounts is NULL"};
         run_all(&agv);
+        case_t a2av = {P_REJECTED_A2AV, counts[k], "rejected its alltoallv", "own block"};
+        run_all(&a2av);
     }
 }
 

@@ -2,7 +2,9 @@
  * inside a group with i-form requests completed at group end, a group over two communicators
  * (each runs on its worker, at the same time), errors inside a group reported at group end
  * naming the call, argument errors naming the argument, a count mismatch naming both calls, a
- * send posted against a collective on the peer, a killed peer during a receive (shm and tcp). */
+ * send posted against a collective on the peer, a killed peer during a receive (shm and tcp);
+ * a wait on a request of the open group refused, an error while waiting naming its group call,
+ * out of memory at group end completing every request. */
 #include "data.h"
 #include "mp.h"
 #include "proc.h"
@@ -13,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +63,50 @@ Test(p2p_group, collectives_and_requests_in_a_group, .timeout = 120)
 
 /* Sends on one communicator and receives on another, in one group: deadlocks unless the
  * communicators progress at the same time. */
+/* A request of a call in this thread's open group completes at its group end: braid_wait on
+ * it there is refused (it would never return), braid_test never reports it done; both work
+ * once the group ended. Nested groups: still open until the outermost end. */
+static int wait_in_open_group(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    float s[8], r[8] = {0}, a[8], b[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = a[i] = (float)(rank * 10 + i);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    braid_request_t q[3];
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_irecv(r, 8, BRAID_FLOAT32, prev, comm, &q[0]));
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_isend(s, 8, BRAID_FLOAT32, next, comm, &q[1]));
+    MP_OK(rank, braid_iallreduce(a, b, 8, BRAID_FLOAT32, BRAID_SUM, comm, &q[2]));
+    MP_OK(rank, braid_group_end()); /* inner: the group is still open */
+    for (int i = 0; i < 3; i++) {
+        braid_result_t res = braid_wait(q[i]);
+        MP_CHECK(rank,
+                 res == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "still open") &&
+                     strstr(braid_last_error(), "braid_wait"),
+                 "wait %d in the open group: %s: %s", i, braid_strerror(res), braid_last_error());
+        int done = 1;
+        res = braid_test(q[i], &done);
+        MP_CHECK(rank, res == BRAID_ERR_INVALID_USAGE && !done, "test %d in the open group: %s %d",
+                 i, braid_strerror(res), done);
+    }
+    MP_OK(rank, braid_group_end());
+    for (int i = 0; i < 3; i++)
+        MP_OK(rank, braid_wait(q[i]));
+    for (int i = 0; i < 8; i++) {
+        MP_CHECK(rank, r[i] == (float)(prev * 10 + i), "r[%d]=%g", i, r[i]);
+        MP_CHECK(rank, b[i] == (float)(5 * n * (n - 1) + n * i), "b[%d]=%g", i, b[i]);
+    }
+    return 0;
+}
+
+Test(p2p_group, wait_on_a_request_of_the_open_group_is_refused, .timeout = 60)
+{
+    cr_assert_eq(mp_run(1, wait_in_open_group, NULL, 20), 0, "n=1");
+    cr_assert_eq(mp_run(2, wait_in_open_group, NULL, 20), 0, "n=2");
+}
+
 static int two_comms(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
@@ -208,6 +255,110 @@ static int recv_from_victim(braid_comm_t comm, int rank, int n, void *arg)
     if (rank == 0) MP_CHECK(rank, strstr(braid_last_error(), "rank 1"), "does not name rank 1");
     MP_CHECK(rank, t < 20, "took %.2f s", t);
     return 0;
+}
+
+/* An error found while rank 0 waits in a group {send 8 MiB to rank 1 (call 1), recv from rank
+ * 2 (call 2)}, both blocked: rank 1 sleeps, rank 2 calls an all-reduce (mismatch, found by
+ * the receive's check) or sleeps too (timeout after BRAID_TIMEOUT=2, naming the operation its
+ * wait was on). The message names the group call that found it, no other. */
+static int names_the_call(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    int timeout = arg != NULL;
+    size_t count = ((size_t)8 << 20) / sizeof(float);
+    float *buf = calloc(count + 4, sizeof(float));
+    MP_CHECK(rank, buf, "out of memory");
+    if (rank == 0) {
+        MP_OK(rank, braid_group_start());
+        MP_OK(rank, braid_send(buf, count, BRAID_FLOAT32, 1, comm));
+        MP_OK(rank, braid_recv(buf + count, 4, BRAID_FLOAT32, 2, comm));
+        braid_result_t r = braid_group_end();
+        const char *m = braid_last_error();
+        fprintf(stderr, "rank 0: %s: %s\n", braid_strerror(r), m);
+        int on_recv = strstr(m, "receive from rank 2") != NULL; /* the timeout's wait */
+        if (!timeout)
+            MP_CHECK(rank,
+                     r == BRAID_ERR_MISMATCH && strstr(m, "group call 2: recv #1 from rank 2") &&
+                         !strstr(m, "group call 1"),
+                     "mismatch: %s: %s", braid_strerror(r), m);
+        else
+            MP_CHECK(rank,
+                     r == BRAID_ERR_TIMEOUT &&
+                         strstr(m, on_recv ? "group call 2: recv #1 from rank 2"
+                                           : "group call 1: send #1 to rank 1") &&
+                         !strstr(m, on_recv ? "group call 1" : "group call 2"),
+                     "timeout: %s: %s", braid_strerror(r), m);
+    } else if (rank == 2 && !timeout) {
+        float x = 1, y;
+        braid_allreduce(&x, &y, 1, BRAID_FLOAT32, BRAID_SUM, comm); /* fails: rank 0 tells */
+    } else {
+        sleep(timeout ? 4 : 2); /* past rank 0's error */
+    }
+    free(buf);
+    return 0;
+}
+
+Test(p2p_group, an_error_while_waiting_names_its_group_call, .timeout = 120)
+{
+    setenv("BRAID_TIMEOUT", "2", 1);
+    cr_expect_eq(mp_run(3, names_the_call, NULL, 30), 0, "mismatch");
+    for (int k = 0; k < 3; k++)
+        cr_expect_eq(mp_run(3, names_the_call, (void *)1, 30), 0, "timeout, run %d", k);
+    unsetenv("BRAID_TIMEOUT");
+}
+
+/* Group end runs out of memory while it gathers the group's sends and receives into one batch
+ * (the address space limited to just above what the process uses once the calls are made):
+ * it returns BRAID_ERR_NOMEM, and every request of the group completes with it, those already
+ * moved into the batch too (braid_wait on them returned never before). */
+static int batch_out_of_memory(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    enum { N = 60000 };
+    static float x[N];
+    braid_request_t *q = calloc(N, sizeof(*q));
+    MP_CHECK(rank, q, "out of memory");
+    MP_OK(rank, braid_group_start());
+    for (int i = 0; i < N; i++)
+        MP_OK(rank, braid_isend(&x[i], 1, BRAID_FLOAT32, rank, comm, &q[i]));
+    long pages = 0, page = sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/proc/self/statm", "r");
+    MP_CHECK(rank, f && fscanf(f, "%ld", &pages) == 1, "statm");
+    fclose(f);
+    struct rlimit was, lim;
+    MP_CHECK(rank, getrlimit(RLIMIT_AS, &was) == 0, "getrlimit");
+    lim = was;
+    lim.rlim_cur = (rlim_t)(pages * page) + ((rlim_t)2 << 20); /* the batch needs ~8 MiB */
+    MP_CHECK(rank, setrlimit(RLIMIT_AS, &lim) == 0, "setrlimit");
+    braid_result_t r = braid_group_end();
+    setrlimit(RLIMIT_AS, &was);
+    MP_CHECK(rank, r == BRAID_ERR_NOMEM && strstr(braid_last_error(), "operations"),
+             "group end: %s: %s", braid_strerror(r), braid_last_error());
+    for (int i = 0; i < N; i++) {
+        r = braid_wait(q[i]);
+        MP_CHECK(rank, r == BRAID_ERR_NOMEM, "request %d: %s: %s", i, braid_strerror(r),
+                 braid_last_error());
+    }
+    free(q);
+    return 0;
+}
+
+/* The sanitizers' allocators abort where the address space runs out. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+
+Test(p2p_group, out_of_memory_for_the_batch_completes_every_request, .timeout = 60)
+{
+#ifdef UNDER_SANITIZER
+    cr_skip_test("the address space limit aborts the sanitizers' allocators");
+#endif
+    cr_assert_eq(mp_run(1, batch_out_of_memory, NULL, 30), 0);
 }
 
 static void killed_peer(int n)
