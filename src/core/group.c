@@ -259,9 +259,11 @@ static braid_result_t run_items(struct braid_comm *comm, braid_group_item_t *ite
                 items[i].req = NULL; /* the batch's now */
                 continue;
             }
-            /* Nothing of the batch runs: the requests it took complete with the error here
-             * (those of the items left, below). */
+            /* Nothing of the batch runs: the peers' parts would wait for it, so they are told
+             * (as for a batch that fails while it runs), and the requests it took complete
+             * with the error here (those of the items left, below). */
             snprintf(msg, sizeof(msg), "%s", braid_last_error());
+            braid_comm_fail_call(comm, res);
             for (int j = 0; j < b.nops; j++)
                 if (b.ops[j].req) braid_request_complete(comm, b.ops[j].req, res, msg);
         }

@@ -52,26 +52,6 @@ typedef struct {
     char stage_msg[256];
 } runner_t;
 
-static void timeline_op(runner_t *r, const braid_p2p_op_t *op)
-{
-    static const char *names[] = {"send", "recv", "copy", "recv_reduce"};
-    int sends = op->kind == BRAID_P2P_SEND,
-        recvs = op->kind != BRAID_P2P_SEND && op->kind != BRAID_P2P_COPY;
-    braid_tl_event_t ev = {.name = op->kind < 4 ? names[op->kind] : "p2p",
-                           .kind = BRAID_TL_P2P,
-                           .t0 = op->tl0,
-                           .t1 = braid_now_ns(),
-                           .seq = op->seq,
-                           .bytes = op->count * braid_dtype_size(op->dtype),
-                           .dtype = -1,
-                           .op = -1,
-                           .algo = -1,
-                           .root = -1,
-                           .send_peer = sends ? op->peer : -1,
-                           .recv_peer = recvs ? op->peer : -1};
-    braid_timeline_add(r->comm, &ev);
-}
-
 static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
@@ -83,7 +63,7 @@ static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
             snprintf(r->stage_msg, sizeof(r->stage_msg), "%s", braid_last_error());
         }
     }
-    if (op->tl0 && res == BRAID_SUCCESS) timeline_op(r, op);
+    if (op->tl0 && res == BRAID_SUCCESS) braid_p2p_timeline_op(r->comm, op);
     r->remaining--;
     if (op->req && r->done) r->done(r->comm, op, res, r->arg);
 }
@@ -701,6 +681,19 @@ static void free_arrays(int heap, int *ints, const void **ptrs, struct pollfd *p
     free(pfd);
 }
 
+/* A batch that failed before it ran: as one failing while it runs (below), the peers are told
+ * (their part would wait for this rank's) and every operation completes with the error. */
+static braid_result_t fail_unrun(runner_t *r, braid_result_t res)
+{
+    char why[2048];
+    snprintf(why, sizeof(why), "%s", braid_last_error());
+    braid_comm_fail_call(r->comm, res);
+    for (int i = 0; i < r->b->nops; i++)
+        op_complete(r, &r->b->ops[i], res);
+    braid_restore_error(why);
+    return res;
+}
+
 braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, braid_p2p_pull_fn pull,
                              braid_p2p_done_fn done, void *arg)
 {
@@ -714,7 +707,7 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
                   .err_op = -1,
                   .copy_head = -1,
                   .copy_tail = -1};
-    if (!r.st) return braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state");
+    if (!r.st) return fail_unrun(&r, braid_set_error(BRAID_ERR_INTERNAL, "no send/recv state"));
     /* The per-peer arrays: on the stack up to RUN_STACK_RANKS ranks (three allocations per
      * call before, a tenth of an 8-byte send + receive's time on one rank). */
     int ints_st[11 * RUN_STACK_RANKS + 2];
@@ -726,7 +719,10 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
     r.pfd = heap ? malloc((size_t)(2 * n + 1) * sizeof(*r.pfd)) : pfd_st;
     if (!ints || !ptrs || !r.pfd) {
         free_arrays(heap, ints, ptrs, r.pfd);
-        return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a batch over %d ranks", n);
+        return fail_unrun(&r, braid_set_error(BRAID_ERR_NOMEM,
+                                              "out of memory for a batch over %d "
+                                              "ranks",
+                                              n));
     }
     if (!heap) memset(ptrs_st, 0, (size_t)n * 2 * sizeof(void *));
     r.shead = ints;
@@ -752,8 +748,9 @@ braid_result_t braid_p2p_run(struct braid_comm *comm, braid_p2p_batch_t *b, brai
             r.rr_own = malloc(r.st->chunk);
             if (!r.rr_own) {
                 free_arrays(heap, ints, ptrs, r.pfd);
-                return braid_set_error(BRAID_ERR_NOMEM, "out of memory for a %zu B chunk",
-                                       r.st->chunk);
+                return fail_unrun(&r,
+                                  braid_set_error(BRAID_ERR_NOMEM,
+                                                  "out of memory for a %zu B chunk", r.st->chunk));
             }
         }
     braid_result_t res = run_loop(&r, pull);

@@ -6,11 +6,33 @@
 #include "core/p2p_impl.h"
 #include "transport/shm_direct.h"
 #include "core/redop.h"
+#include "core/timeline.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* ---- descriptions ---------------------------------------------------------------------- */
+/* An operation's event in the timeline (BRAID_TRACE), from its start to now. */
+void braid_p2p_timeline_op(struct braid_comm *comm, const braid_p2p_op_t *op)
+{
+    static const char *names[] = {"send", "recv", "copy", "recv_reduce"};
+    int sends = op->kind == BRAID_P2P_SEND,
+        recvs = op->kind != BRAID_P2P_SEND && op->kind != BRAID_P2P_COPY;
+    braid_tl_event_t ev = {.name = op->kind < 4 ? names[op->kind] : "p2p",
+                           .kind = BRAID_TL_P2P,
+                           .t0 = op->tl0,
+                           .t1 = braid_now_ns(),
+                           .seq = op->seq,
+                           .bytes = op->count * braid_dtype_size(op->dtype),
+                           .dtype = -1,
+                           .op = -1,
+                           .algo = -1,
+                           .root = -1,
+                           .send_peer = sends ? op->peer : -1,
+                           .recv_peer = recvs ? op->peer : -1};
+    braid_timeline_add(comm, &ev);
+}
+
 void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
 {
     if (h->coll == BRAID_COLL_SEND)

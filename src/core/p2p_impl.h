@@ -43,6 +43,9 @@ uint8_t braid_p2p_copy_to_slot(struct braid_p2p_state *st, braid_conn_t *c, int 
 void braid_p2p_copy_from_slot(struct braid_p2p_state *st, braid_conn_t *c, int peer, void *dst,
                               const void *slot, size_t nb, uint8_t flags);
 
+/* Adds op's event, from its start (op->tl0) to now, to the timeline (p2p_check.c). */
+void braid_p2p_timeline_op(struct braid_comm *comm, const braid_p2p_op_t *op);
+
 /* The header a sender of op puts on its messages (bytes filled per message). */
 static inline braid_msg_hdr_t braid_p2p_op_hdr(const braid_p2p_op_t *op)
 {
