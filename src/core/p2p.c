@@ -611,8 +611,10 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
         uint64_t now = braid_now_ns();
         if (!idle_since) idle_since = now;
         /* r->err_op = wi: the operation this wait's errors name (failed_op), as its message. */
-        if (wop->peer == comm->rank && !pull && r->nblk == 1) {
-            r->err_op = wi;
+        /* Every send to self of a batch that takes no more operations was queued when it was
+         * linked: a blocked receive from self never gets its message, whatever else waits. */
+        if (!pull && r->rhead[comm->rank] >= 0) {
+            r->err_op = r->rhead[comm->rank];
             return braid_set_error(BRAID_ERR_INVALID_USAGE,
                                    "receive from self (rank %d) with no send to self posted "
                                    "before it",

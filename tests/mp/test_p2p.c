@@ -10,6 +10,7 @@
 #include "core/p2p_impl.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -497,6 +498,38 @@ static int to_self(braid_comm_t comm, int rank, int n, void *arg)
     MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "self"),
              "recv from self with nothing sent: %s %s", braid_strerror(r), braid_last_error());
     return 0;
+}
+
+/* A group's receive from self with no send to self, among receives from a peer that sends
+ * later: an error at once (not after the timeout) naming the receive; the peer's send then
+ * finds the communicator failed. */
+static int self_recv_among_others(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    int32_t a[4] = {1, 2, 3, 4}, b[4], c[4];
+    if (rank == 1) {
+        sleep(4); /* without the early error, rank 0 waited for this send */
+        braid_send(a, 4, BRAID_INT32, 0, comm); /* fails or is buffered: either is fine */
+        return 0;
+    }
+    double t0 = proc_now_s();
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_recv(c, 4, BRAID_INT32, 1, comm));
+    MP_OK(rank, braid_recv(b, 4, BRAID_INT32, rank, comm));
+    braid_result_t r = braid_group_end();
+    MP_CHECK(rank,
+             r == BRAID_ERR_INVALID_USAGE && strstr(braid_last_error(), "group call 2") &&
+                 strstr(braid_last_error(), "self"),
+             "group end: %s: %s", braid_strerror(r), braid_last_error());
+    MP_CHECK(rank, proc_now_s() - t0 < 2, "the error took %.1f s", proc_now_s() - t0);
+    return 0;
+}
+
+Test(p2p, a_groups_receive_from_self_with_no_send_fails_at_once, .timeout = 60)
+{
+    setenv("BRAID_TIMEOUT", "30", 1);
+    cr_assert_eq(mp_run(2, self_recv_among_others, NULL, 40), 0);
 }
 
 static int to_self_group(braid_comm_t comm, int rank, int n, void *arg)
