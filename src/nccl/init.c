@@ -179,6 +179,34 @@ static int wait_idle(ncclComm_t comm)
     return 1;
 }
 
+/* braid_comm_split as NCCL's split: NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color
+ * (commGetSplitInfo compares the values as they are, so -2 is one), braid takes every negative
+ * one as no color. So the ranks first gather their colors over the parent and each splits on the
+ * lowest parent rank that passed its color (one non-negative braid color per NCCL color); braid
+ * orders the new ranks by (key, parent rank), as NCCL does. refuse: this rank's split failed its
+ * checks: it still takes its part in the gather, then asks braid for a split braid refuses
+ * (newcomm NULL), so that the peers' splits fail at once naming the refusal instead of waiting
+ * for this rank. Returns braid's result; *out is NULL for no color. */
+static braid_result_t nccl_split(braid_comm_t parent, int color, int key, int refuse,
+                                 braid_comm_t *out)
+{
+    int n = 0;
+    (void)braid_comm_size(parent, &n);
+    int32_t mine = color, *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
+    /* Without memory, the NULL buffer makes braid refuse this rank's gather: the peers are told
+     * of it (rather than wait for it) and so is this rank. */
+    braid_result_t r = braid_allgather(&mine, all, 1, BRAID_INT32, parent);
+    int bcolor = BRAID_SPLIT_NOCOLOR;
+    if (r == BRAID_SUCCESS && color != NCCL_SPLIT_NOCOLOR)
+        for (bcolor = 0; bcolor < n - 1 && all[bcolor] != mine; bcolor++)
+            ;
+    free(all);
+    /* After a failed gather too, so that this rank keeps its place in the parent's calls. */
+    braid_result_t s =
+        braid_comm_split(parent, bcolor, key, refuse || r != BRAID_SUCCESS ? NULL : out);
+    return r != BRAID_SUCCESS ? r : s;
+}
+
 void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
@@ -191,7 +219,7 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
         return;
     }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
-    braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
+    braid_result_t r = nccl_split(p->bc, c->split_color, c->split_key, refuse != 0, &bc);
     shim_leave(p);
     if (refuse) {
         shim_init_finish(c, refuse);
@@ -515,18 +543,30 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
                           ncclConfig_t *config)
 {
     static const char *call = "ncclCommSplit";
-    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+    int grouped = shim_group_depth() > 0;
+    /* As NCCL (ncclGroupErrCheck): a split that fails inside a group fails its ncclGroupEnd. */
     ncclResult_t res = shim_ready(comm, call);
-    if (res != ncclSuccess) return res;
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-        return shim_fail(comm, ncclInvalidArgument,
-                         "%s: color=%d (a non-negative color or NCCL_SPLIT_NOCOLOR)", call, color);
+    if (res != ncclSuccess) {
+        /* The parent cannot take part in a split: its peers learn of it from braid only when
+         * this rank's parent failed there too (a failed init leaves them waiting, as NCCL's). */
+        if (!newcomm) res = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+        return shim_group_fail(res); /* a no-op outside a group */
+    }
+    /* Any color but NCCL_SPLIT_NOCOLOR is a color (nccl_split), so only the pointer and the
+     * config can be refused. */
     int blocking = comm->blocking;
-    if (config && (res = check_config(config, &blocking, call)) != ncclSuccess) return res;
-    if (shim_group_depth() > 0) {
+    ncclResult_t bad = ncclSuccess;
+    if (!newcomm)
+        bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+    else if (config)
+        bad = check_config(config, &blocking, call);
+    if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
+    if (grouped) {
         /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
-         * (each on its own thread there); the new communicator is usable after it. */
-        int phantom = color == NCCL_SPLIT_NOCOLOR;
+         * (each on its own thread there); the new communicator is usable after it. A refused
+         * split is recorded as a part that takes no communicator: the group fails, and its
+         * ncclGroupEnd asks braid for the splits it refuses, so the peers' splits fail. */
+        int phantom = bad != ncclSuccess || color == NCCL_SPLIT_NOCOLOR;
         ncclComm_t c = comm_new(0, NULL, 0, phantom ? 1 : blocking);
         if (!c) return shim_group_fail(shim_fail(comm, ncclSystemError, "%s: out of memory", call));
         c->split_parent = comm;
@@ -537,18 +577,17 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
         res = shim_group_add_init(c);
         if (res != ncclSuccess) {
             comm_free(c);
-            return res;
+            return shim_group_fail(bad != ncclSuccess ? bad : res);
         }
-        *newcomm = phantom ? NULL : c;
+        if (bad != ncclSuccess) return shim_group_fail(bad);
+        if (!phantom) *newcomm = c;
         return ncclSuccess;
     }
     braid_comm_t nbc = NULL;
-    braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
+    braid_result_t r = nccl_split(comm->bc, color, key, bad != ncclSuccess, &nbc);
+    if (bad != ncclSuccess) return bad; /* the peers were told; the message is the check's */
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-    if (!nbc) {
-        *newcomm = NULL;
-        return ncclSuccess;
-    }
+    if (!nbc) return ncclSuccess;
     ncclComm_t c = comm_new(0, NULL, 0, blocking);
     if (!c) {
         braid_comm_destroy(nbc);
@@ -568,7 +607,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 {
     shim_clear();
     ncclResult_t res = shim_enter(comm, "ncclCommSplit");
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess) return shim_group_fail(res); /* a no-op outside a group */
     res = split(comm, color, key, newcomm, config);
     shim_leave(comm);
     return res;

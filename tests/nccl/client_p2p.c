@@ -215,6 +215,55 @@ int test_p2p(ncclComm_t world)
     return 0;
 }
 
+/* NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color (braid's split takes a negative one
+ * as none); and a split refused on one rank (its config is not NCCL_CONFIG_INITIALIZER's), in a
+ * group or not, fails there (in a group, at ncclGroupEnd too, as NCCL's ncclGroupErrCheck) and
+ * at once on the peers, naming the refusal, instead of their waiting out BRAID_TIMEOUT (60 s). */
+static int split_refused(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank, last = n - 1, x = -1;
+    ncclComm_t sub = NULL, half = NULL;
+    NCCLOK(ncclCommSplit(world, me % 2 ? -2 : 7, -me, &half, NULL));
+    CHECK(half, "color -2 made no communicator");
+    NCCLOK(ncclCommCount(half, &x));
+    CHECK(x == (n - me % 2 + 1) / 2, "color %d: %d ranks", me % 2 ? -2 : 7, x);
+    NCCLOK(ncclCommUserRank(half, &x));
+    CHECK(x == (n - 1 - me) / 2, "color %d: rank %d (keys reverse them)", me % 2 ? -2 : 7, x);
+    if (allreduce_check(half, x, (n - me % 2 + 1) / 2, 23, "color -2")) return 1;
+    NCCLOK(ncclCommDestroy(half));
+    ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+    bad.magic = 0;
+    for (int grouped = 0; grouped < 2; grouped++) {
+        NCCLOK(ncclCommSplit(world, 0, me, &sub, NULL));
+        half = (ncclComm_t)&x; /* overwritten with NULL */
+        double t0 = now_s();
+        ncclResult_t r;
+        if (grouped) NCCLOK(ncclGroupStart());
+        r = ncclCommSplit(sub, 1, me, &half, me == last ? &bad : NULL);
+        if (grouped) {
+            CHECK(r == (me == last ? ncclInvalidArgument : ncclSuccess), "grouped split: %d", r);
+            r = ncclGroupEnd();
+        }
+        double dt = now_s() - t0;
+        if (me == last)
+            CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "config"),
+                  "the refusing rank's split (grouped %d): %d '%s'", grouped, (int)r,
+                  ncclGetLastError(NULL));
+        else
+            CHECK(r != ncclSuccess && strstr(ncclGetLastError(NULL), "rejected") && dt < 30,
+                  "a peer's split (grouped %d): %d after %.1f s '%s'", grouped, (int)r, dt,
+                  ncclGetLastError(NULL));
+        if (grouped && me != last) {
+            /* The drop-in hands out a grouped split's communicator at the call; it failed. */
+            CHECK(half && ncclCommCount(half, &x) != ncclSuccess, "a failed split was made");
+            NCCLOK(ncclCommDestroy(half));
+        } else
+            CHECK(half == NULL, "a failed split left *newcomm set");
+        NCCLOK(ncclCommDestroy(sub));
+    }
+    return 0;
+}
+
 /* A call refused on one rank only (its arguments fail the checks there): that rank gets the
  * argument error, and its peers' matching calls fail at once naming the refusal, instead of
  * waiting out the timeout or pairing with the refusing rank's next call. Each case runs on its
@@ -223,6 +272,7 @@ int test_refused(ncclComm_t world)
 {
     int n = g_nranks, me = g_rank, last = n - 1;
     if (n < 2) return 0;
+    if (split_refused(world)) return 1;
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
     for (int grouped = 0; grouped < 2; grouped++) {
         ncclComm_t sub = NULL;
