@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+static int simulate(ncclComm_t world);
+
 int test_groups(ncclComm_t world)
 {
     int n = g_nranks;
@@ -51,8 +53,51 @@ int test_groups(ncclComm_t world)
     free(a);
     free(b);
     free(d);
+    if (simulate(world)) return 1;
     printf("rank %d: groups ok\n", g_rank);
     return 0;
+}
+
+/* ncclGroupSimulateEnd as NCCL 2.26's (ncclGroupEndInternal(simInfo)): NULL is ncclGroupEnd; a
+ * simInfo without the initializer's magic fails the group; otherwise the inits run and no
+ * operation does; braid cannot estimate a collective, so a group holding one is refused with
+ * estimatedTime unchanged. Every rank makes the same calls, so nobody waits. */
+static int simulate(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank;
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER, bad = NCCL_SIM_INFO_INITIALIZER;
+    bad.magic = 0;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclSum, world, NULL));
+    NCCLOK(ncclGroupSimulateEnd(NULL));
+    CHECK(y[0] == n && y[3] == 4 * n, "ncclGroupSimulateEnd(NULL) did not run (%g)", y[0]);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclMax, world, NULL));
+    EXPECT(ncclGroupSimulateEnd(&bad), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclMax, world, NULL));
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "estimate");
+    CHECK(y[0] == n && si.estimatedTime == NCCL_UNDEF_FLOAT, "a simulated group ran (%g, %g)", y[0],
+          si.estimatedTime);
+    /* Point-to-point only: NCCL estimates nothing and launches nothing. */
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclSend(x, 4, ncclFloat32, me, world, NULL));
+    NCCLOK(ncclRecv(y, 4, ncclFloat32, me, world, NULL));
+    NCCLOK(ncclGroupSimulateEnd(&si));
+    CHECK(y[0] == n, "a simulated receive ran (%g)", y[0]);
+    /* An init runs (NCCL's async jobs do, simulated or not). */
+    ncclUniqueId id;
+    ncclComm_t one = NULL;
+    int k = 0;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    NCCLOK(ncclGroupSimulateEnd(&si));
+    NCCLOK(ncclCommCount(one, &k));
+    CHECK(k == 1, "simulated init: %d ranks", k);
+    NCCLOK(ncclCommDestroy(one));
+    return allreduce_check(world, me, n, 27, "after simulations");
 }
 
 /* Seeds of the message from rank src to rank dst (the k-th of that pair). */
