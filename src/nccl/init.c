@@ -377,6 +377,14 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
     return ncclSuccess;
 }
 
+/* NCCL's envConfigOverride: NCCL_COMM_BLOCKING=0 or 1 overrides every communicator's blocking
+ * (the config's, the default, or a split's parent's). */
+static int env_blocking(int blocking)
+{
+    int env = shim_env_comm_blocking();
+    return env >= 0 ? env : blocking;
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config)
 {
@@ -393,6 +401,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     int blocking;
     ncclResult_t res = check_config(config, &blocking, call);
     if (res != ncclSuccess) return res;
+    blocking = env_blocking(blocking);
     ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
     if (!c) return shim_fail(NULL, ncclSystemError, "%s: out of memory", call);
     if (shim_group_depth() > 0) {
@@ -491,9 +500,10 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
                          (void *)comm, closing ? " (another thread closes it)" : "");
-    if (deferred)
-        return shim_fail(comm, ncclInvalidUsage,
-                         "%s: the communicator's init waits for ncclGroupEnd", call);
+    if (deferred) /* NCCL's ncclCommEnsureReady: its initState is ncclInProgress */
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (it waits for ncclGroupEnd)",
+                         call);
     if (running)
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: the communicator's init is in progress (wait for "
@@ -560,6 +570,7 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
         bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
     else if (config)
         bad = check_config(config, &blocking, call);
+    blocking = env_blocking(blocking);
     if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
     if (grouped) {
         /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
@@ -657,10 +668,14 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
     ncclResult_t res = shim_enter(comm, call);
     if (res != ncclSuccess) return res;
     if (!out) res = shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
-    /* As NCCL's ncclCommEnsureReady: not while a non-blocking init runs (the values may not
-     * be known yet: ncclCommGetAsyncError tells when it is done), and a failed init's error
-     * after it. */
-    else if (atomic_load(&comm->state) == ncclInProgress && !comm->init_deferred)
+    /* As NCCL's ncclCommEnsureReady: not while an init waits for its group's end or runs
+     * (NCCL's initState is ncclInProgress for both; the values may not be known yet:
+     * ncclCommGetAsyncError tells when it is done), and a failed init's error after it. */
+    else if (comm->init_deferred)
+        res = shim_fail(comm, ncclInvalidArgument,
+                        "%s: the communicator's init is in progress (it waits for ncclGroupEnd)",
+                        call);
+    else if (atomic_load(&comm->state) == ncclInProgress)
         res = shim_fail(comm, ncclInvalidArgument,
                         "%s: the communicator's init is in progress (wait for "
                         "ncclCommGetAsyncError to return ncclSuccess)",

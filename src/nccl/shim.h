@@ -103,6 +103,9 @@ void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Maps the NCCL_* variables onto unset BRAID_* ones, once per process (before the first id or
  * communicator). */
 void shim_env_init(void);
+/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them (read once, as NCCL's parameters), else
+ * -1. */
+int shim_env_comm_blocking(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */
 /* Enters comm for a call: ncclSuccess when comm is a live communicator not being closed (its

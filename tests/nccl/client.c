@@ -445,8 +445,8 @@ static int test_initall(ncclComm_t world)
         NCCLOK(ncclCommSplit(comms[i], i == 1 ? NCCL_SPLIT_NOCOLOR : 7, ND - i, &sub[i], NULL));
     }
     CHECK(sub[1] == NULL, "NOCOLOR gave a communicator");
-    CHECK(ncclCommCount(sub[0], &(int){0}) == ncclInvalidUsage,
-          "a split used before its group end");
+    CHECK(ncclCommCount(sub[0], &(int){0}) == ncclInvalidArgument,
+          "a split queried before its group end (NCCL's ncclCommEnsureReady)");
     NCCLOK(ncclGroupEnd());
     int sr[ND] = {-1, -1, -1}, sn = 0;
     for (int i = 0; i < ND; i += 2) {
@@ -694,6 +694,7 @@ int main(int argc, char **argv)
     }
     if (nt == 1 && !strcmp(tests[0], "kill")) return test_kill();
     if (nt == 1 && !strcmp(tests[0], "abort_init")) return test_abort_init();
+    if (nt == 1 && !strcmp(tests[0], "env_blocking")) return test_env_blocking();
     ncclUniqueId id;
     NCCLOK(ncclGetUniqueId(&id));
     ncclComm_t world;

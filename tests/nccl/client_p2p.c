@@ -93,6 +93,10 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclGetUniqueId(&id));
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    /* Before its group's end (NCCL's ncclCommEnsureReady: initState is ncclInProgress). */
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommUserRank(one, &k), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommDestroy(one), ncclInvalidArgument, "in progress");
     NCCLOK(ncclGroupSimulateEnd(&si));
     NCCLOK(ncclCommCount(one, &k));
     CHECK(k == 1, "simulated init: %d ranks", k);
@@ -467,6 +471,26 @@ int test_abort_init(void)
     /* Past BRAID_TIMEOUT (3 s): the inits failed and their threads freed the communicators. */
     usleep(4500000);
     printf("rank %d: abort_init ok\n", g_rank);
+    return 0;
+}
+
+/* Run alone with NCCL_COMM_BLOCKING=0 (nccl_client env_blocking under braid-run): NCCL's
+ * envConfigOverride makes every communicator non-blocking, a config's blocking = 1 included. */
+int test_env_blocking(void)
+{
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id)); /* NCCL_COMM_ID: the same on every rank */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, g_nranks, id, g_rank, &cfg), st = r;
+    CHECK(r == ncclInProgress, "an init under NCCL_COMM_BLOCKING=0 returned %d", (int)r);
+    for (double t0 = now_s(); st == ncclInProgress && now_s() - t0 < 60;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclSuccess, "init state %d", (int)st);
+    if (allreduce_check(c, g_rank, g_nranks, 29, "NCCL_COMM_BLOCKING=0")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    printf("rank %d: nccl client passed\n", g_rank);
     return 0;
 }
 
