@@ -452,11 +452,26 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myran
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
 {
+    static const char *call = "ncclCommInitAll";
     shim_clear();
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
     if (ndev < 1)
-        return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev=%d must be positive",
-                         ndev);
+        return shim_fail(NULL, ncclInvalidArgument, "%s: ndev=%d must be positive", call, ndev);
+    /* As NCCL where braid sees CUDA devices: devlist holds distinct devices (ncclInvalidArgument
+     * for one out of range, ncclInvalidUsage for a repeated one), and without devlist comm i
+     * gets device i. Where braid sees none (or fewer than ndev without devlist, where NCCL's
+     * cudaSetDevice would fail), the ranks are host ranks: comm i keeps the current device, or
+     * devlist[i] unchecked. */
+    int total = braid_cuda_device_count();
+    for (int i = 0; devlist && total > 0 && i < ndev; i++) {
+        if (devlist[i] < 0 || devlist[i] >= total)
+            return shim_fail(NULL, ncclInvalidArgument, "%s: devlist[%d]=%d is not a device (%d)",
+                             call, i, devlist[i], total);
+        for (int j = 0; j < i; j++)
+            if (devlist[j] == devlist[i])
+                return shim_fail(NULL, ncclInvalidUsage, "%s: devlist[%d] and [%d] are device %d",
+                                 call, j, i, devlist[i]);
+    }
     ncclUniqueId id;
     ncclResult_t res = ncclGetUniqueId(&id);
     if (res != ncclSuccess) return res;
@@ -464,7 +479,11 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
     if (g != ncclSuccess) return g;
     for (int i = 0; i < ndev && res == ncclSuccess; i++) {
         res = ncclCommInitRank(comm + i, ndev, id, i);
-        if (res == ncclSuccess && devlist) comm[i]->cudadev = devlist[i];
+        if (res != ncclSuccess) break;
+        if (devlist)
+            comm[i]->cudadev = devlist[i];
+        else if (ndev <= total)
+            comm[i]->cudadev = i;
     }
     g = ncclGroupEnd();
     return res != ncclSuccess ? res : g;

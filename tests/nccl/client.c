@@ -425,6 +425,11 @@ static int test_initall(ncclComm_t world)
         int r = -1;
         NCCLOK(ncclCommUserRank(comms[i], &r));
         CHECK(r == i, "comm %d has rank %d", i, r);
+        /* NCCL's device i where braid sees ND devices; host ranks keep the current one. */
+        int d = -1, d0 = -1;
+        NCCLOK(ncclCommCuDevice(comms[0], &d0));
+        NCCLOK(ncclCommCuDevice(comms[i], &d));
+        CHECK(d == i || d == d0, "comm %d has device %d (comm 0: %d)", i, d, d0);
         buf[i] = malloc(count * sizeof(float));
         CHECK(buf[i], "malloc");
         fill(buf[i], ncclFloat32, ncclMax, i, ND, 0, count, 21);
