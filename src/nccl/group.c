@@ -279,8 +279,8 @@ static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
 {
     for (size_t i = 0; i < n; i++) {
         ncclComm_t c = inits[i];
-        if (c->split_phantom) {
-            shim_comm_free_phantom(c);
+        if (c->split_phantom || atomic_load(&c->closing)) { /* closing: aborted while deferred */
+            shim_comm_free(c);
             continue;
         }
         if (err != ncclSuccess) shim_init_finish(c, err);
@@ -294,6 +294,23 @@ ncclResult_t ncclGroupEnd(void)
     if (G.depth == 0)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
     if (--G.depth > 0) return ncclSuccess;
+    shim_group_claim(G.inits, G.ninits);
+    /* Plain inits aborted before the end: never run (braid's init cannot be cut short), freed;
+     * the end fails (their peers' inits wait, as NCCL's do for an aborted rank). */
+    char dropped[SHIM_MSG_BYTES] = "";
+    size_t kept = 0;
+    for (size_t i = 0; i < G.ninits; i++) {
+        ncclComm_t c = G.inits[i];
+        if (c->split_parent || !atomic_load(&c->closing)) {
+            G.inits[kept++] = c;
+            continue;
+        }
+        if (!dropped[0])
+            snprintf(dropped, sizeof(dropped), "ncclGroupEnd: comm %p was aborted before its init",
+                     (void *)c);
+        shim_comm_free(c);
+    }
+    G.ninits = kept;
     ncclResult_t res;
     size_t nplain = 0;
     for (size_t i = 0; i < G.ninits; i++)
@@ -330,6 +347,8 @@ ncclResult_t ncclGroupEnd(void)
         if (res == ncclSuccess) res = r;
     }
     group_reset();
+    if (dropped[0] && (res == ncclSuccess || res == ncclInProgress))
+        res = shim_fail(NULL, ncclInvalidArgument, "%s", dropped);
     return res;
 }
 

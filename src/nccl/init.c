@@ -207,9 +207,20 @@ static braid_result_t nccl_split(braid_comm_t parent, int color, int key, int re
     return r != BRAID_SUCCESS ? r : s;
 }
 
+void shim_group_claim(ncclComm_t *inits, size_t n)
+{
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = 0; i < n; i++)
+        if (!inits[i]->closing) atomic_store(&inits[i]->init_deferred, SHIM_DEFERRED_ENDING);
+    pthread_mutex_unlock(&live_lock);
+}
+
 void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
+    if (!refuse && atomic_load(&c->closing)) /* aborted before the group's end */
+        refuse = shim_fail(c, ncclInvalidArgument,
+                           "ncclCommSplit: comm %p was aborted before its group's end", (void *)c);
     braid_comm_t bc = NULL;
     /* c stays init_deferred (no close can free it): ncclGroupEnd clears that after its last
      * touch. */
@@ -507,18 +518,34 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (!comm) return ncclSuccess; /* NCCL accepts NULL */
     pthread_mutex_lock(&live_lock);
     int live = live_has(comm), closing = live && comm->closing;
-    int deferred = live && !closing && comm->init_deferred;
+    int deferred = live && !closing ? atomic_load(&comm->init_deferred) : 0;
+    /* An abort while ncclGroupEnd starts the init (SHIM_DEFERRED_ENDING) waits until the end
+     * lets the communicator go (its init then runs or ran), as NCCL's waits for the group job. */
+    for (int i = 0; abort && deferred == SHIM_DEFERRED_ENDING && i < SHIM_WAIT_LIMIT_S * 1000;
+         i++) {
+        pthread_mutex_unlock(&live_lock);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        pthread_mutex_lock(&live_lock);
+        live = live_has(comm);
+        closing = live && comm->closing;
+        deferred = live && !closing ? atomic_load(&comm->init_deferred) : 0;
+    }
+    /* As NCCL's ncclCommAbort of an init recorded in an open group (ncclSuccess; the group's end
+     * frees it): the end runs no init for it (a split is refused to braid, so the peers' splits
+     * fail rather than wait), fails, and frees comm. */
+    int cancel = abort && deferred == SHIM_DEFERRED_OPEN;
     /* As NCCL's ncclCommDestroy (ncclCommEnsureReady): not while the init runs (it would wait
      * for it, up to braid's timeout); the communicator stays as it was, an abort ends it. */
     int running = live && !closing && !deferred && !abort &&
                   atomic_load(&comm->init_owner) == SHIM_INIT_RUNNING &&
                   atomic_load(&comm->state) == ncclInProgress;
-    if (live && !closing && !deferred && !running)
+    if (live && !closing && (!deferred || cancel) && !running)
         atomic_store(&comm->closing, 1); /* calls are refused */
     pthread_mutex_unlock(&live_lock);
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
                          (void *)comm, closing ? " (another thread closes it)" : "");
+    if (cancel) return ncclSuccess;
     if (deferred) /* NCCL's ncclCommEnsureReady: its initState is ncclInProgress */
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: the communicator's init is in progress (it waits for ncclGroupEnd)",

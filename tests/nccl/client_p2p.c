@@ -101,6 +101,22 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclCommCount(one, &k));
     CHECK(k == 1, "simulated init: %d ranks", k);
     NCCLOK(ncclCommDestroy(one));
+    /* ncclCommAbort of an init or split waiting for its group's end returns ncclSuccess, as
+     * NCCL's; the end runs neither (the split is refused to braid on every rank here, so world
+     * stays usable), fails, and frees them. */
+    ncclComm_t sp = NULL;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    NCCLOK(ncclCommAbort(one));
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "aborted");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "not a communicator");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommSplit(world, 0, me, &sp, NULL));
+    NCCLOK(ncclCommAbort(sp));
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
+    EXPECT(ncclCommCount(sp, &k), ncclInvalidArgument, "not a communicator");
     return allreduce_check(world, me, n, 27, "after simulations");
 }
 
