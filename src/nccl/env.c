@@ -5,6 +5,7 @@
 #include "shim.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,8 +140,30 @@ static void map_socks(void)
     put("BRAID_NSOCKS_PERPEER", buf, "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS");
 }
 
+static int comm_blocking = -1;
+
+/* Not a braid variable: the shim applies it (NCCL's envConfigOverride). strtoll with base 0 and
+ * an empty value ignored, as NCCL's ncclLoadParam. */
+static void read_comm_blocking(void)
+{
+    const char *v = getenv("NCCL_COMM_BLOCKING");
+    if (!v || !*v) return;
+    errno = 0;
+    long long b = strtoll(v, NULL, 0);
+    if (errno == 0 && (b == 0 || b == 1)) comm_blocking = (int)b;
+    shim_info("NCCL_COMM_BLOCKING=%s: %s", v,
+              comm_blocking < 0 ? "ignored (0 or 1)" : "overrides every communicator's blocking");
+}
+
+int shim_env_comm_blocking(void)
+{
+    shim_env_init();
+    return comm_blocking;
+}
+
 static void env_init_once(void)
 {
+    read_comm_blocking();
     map_debug();
     map_subsys();
     same("NCCL_DEBUG_FILE", "BRAID_DEBUG_FILE");

@@ -279,8 +279,8 @@ static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
 {
     for (size_t i = 0; i < n; i++) {
         ncclComm_t c = inits[i];
-        if (c->split_phantom) {
-            shim_comm_free_phantom(c);
+        if (c->split_phantom || atomic_load(&c->closing)) { /* closing: aborted while deferred */
+            shim_comm_free(c);
             continue;
         }
         if (err != ncclSuccess) shim_init_finish(c, err);
@@ -294,6 +294,23 @@ ncclResult_t ncclGroupEnd(void)
     if (G.depth == 0)
         return shim_fail(NULL, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart is open");
     if (--G.depth > 0) return ncclSuccess;
+    shim_group_claim(G.inits, G.ninits);
+    /* Plain inits aborted before the end: never run (braid's init cannot be cut short), freed;
+     * the end fails (their peers' inits wait, as NCCL's do for an aborted rank). */
+    char dropped[SHIM_MSG_BYTES] = "";
+    size_t kept = 0;
+    for (size_t i = 0; i < G.ninits; i++) {
+        ncclComm_t c = G.inits[i];
+        if (c->split_parent || !atomic_load(&c->closing)) {
+            G.inits[kept++] = c;
+            continue;
+        }
+        if (!dropped[0])
+            snprintf(dropped, sizeof(dropped), "ncclGroupEnd: comm %p was aborted before its init",
+                     (void *)c);
+        shim_comm_free(c);
+    }
+    G.ninits = kept;
     ncclResult_t res;
     size_t nplain = 0;
     for (size_t i = 0; i < G.ninits; i++)
@@ -330,21 +347,56 @@ ncclResult_t ncclGroupEnd(void)
         if (res == ncclSuccess) res = r;
     }
     group_reset();
+    if (dropped[0] && (res == ncclSuccess || res == ncclInProgress))
+        res = shim_fail(NULL, ncclInvalidArgument, "%s", dropped);
     return res;
 }
 
+/* NCCL 2.26's ncclGroupSimulateEnd is ncclGroupEndInternal(simInfo): with simInfo NULL it is
+ * ncclGroupEnd; an inner end only counts down; a failed group fails as at ncclGroupEnd; a simInfo
+ * without NCCL_SIM_INFO_INITIALIZER's magic fails the group (ncclInvalidArgument); a group of
+ * non-blocking communicators runs as at ncclGroupEnd (groupLaunchNonBlocking drops simInfo); a
+ * blocking group runs its inits and splits (its async jobs) but launches none of its operations,
+ * and only its collectives set estimatedTime (getAlgoInfo). braid has no cost model to estimate a
+ * collective with, so a group holding one drops its operations (as NCCL) and returns
+ * ncclInvalidUsage with estimatedTime unchanged rather than a made-up time; its inits still run.
+ * Without collectives NCCL leaves estimatedTime as it was too, and so does this. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
+    if (!simInfo || G.depth != 1 || G.err != ncclSuccess) return ncclGroupEnd();
     shim_clear();
-    if (G.depth == 0)
-        return shim_fail(NULL, ncclInvalidUsage, "ncclGroupSimulateEnd: no ncclGroupStart is open");
-    if (--G.depth == 0) {
-        settle_inits(G.inits, G.ninits, ncclInvalidUsage);
-        group_reset();
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    si.magic = 0; /* as NCCL: a simInfo too short to hold the magic has none */
+    size_t size;
+    memcpy(&size, simInfo, sizeof(size));
+    memcpy(&si, simInfo, size < sizeof(si) ? size : sizeof(si));
+    if (si.magic != 0x74685283u) {
+        group_error(shim_fail(NULL, ncclInvalidArgument,
+                              "ncclGroupSimulateEnd: simInfo is not initialised with "
+                              "NCCL_SIM_INFO_INITIALIZER (magic 0x%x)",
+                              si.magic));
+        return ncclGroupEnd();
     }
-    if (simInfo) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;
+    int nonblocking = 0, colls = 0;
+    for (size_t i = 0; i < G.ninits; i++)
+        nonblocking |= !G.inits[i]->blocking;
+    /* Entered to read them (one closed since: ncclGroupEnd reports it). */
+    if (enter_all(G.ops, G.nops) != ncclSuccess) return ncclGroupEnd();
+    for (size_t i = 0; i < G.nops; i++) {
+        nonblocking |= !G.ops[i].comm->blocking;
+        colls |= G.ops[i].kind != SHIM_SEND && G.ops[i].kind != SHIM_RECV;
+    }
+    leave_all(G.ops, G.nops);
+    if (nonblocking) return ncclGroupEnd();
+    for (size_t i = 0; i < G.nops; i++) /* not run: the simulation launches nothing */
+        shim_redop_release(&G.ops[i]);
+    G.nops = 0;
+    ncclResult_t res = ncclGroupEnd(); /* the inits and splits */
+    if (res != ncclSuccess || !colls) return res;
     return shim_fail(NULL, ncclInvalidUsage,
-                     "ncclGroupSimulateEnd: braid has no simulation; the group was dropped");
+                     "ncclGroupSimulateEnd: braid has no cost model to estimate the group's "
+                     "collectives with: estimatedTime is left unchanged and the group's "
+                     "operations were not run (its inits were)");
 }
 
 /* Exposed for coll.c: records a call's argument failure inside an open group. */

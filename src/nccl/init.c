@@ -179,9 +179,48 @@ static int wait_idle(ncclComm_t comm)
     return 1;
 }
 
+/* braid_comm_split as NCCL's split: NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color
+ * (commGetSplitInfo compares the values as they are, so -2 is one), braid takes every negative
+ * one as no color. So the ranks first gather their colors over the parent and each splits on the
+ * lowest parent rank that passed its color (one non-negative braid color per NCCL color); braid
+ * orders the new ranks by (key, parent rank), as NCCL does. refuse: this rank's split failed its
+ * checks: it still takes its part in the gather, then asks braid for a split braid refuses
+ * (newcomm NULL), so that the peers' splits fail at once naming the refusal instead of waiting
+ * for this rank. Returns braid's result; *out is NULL for no color. */
+static braid_result_t nccl_split(braid_comm_t parent, int color, int key, int refuse,
+                                 braid_comm_t *out)
+{
+    int n = 0;
+    (void)braid_comm_size(parent, &n);
+    int32_t mine = color, *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
+    /* Without memory, the NULL buffer makes braid refuse this rank's gather: the peers are told
+     * of it (rather than wait for it) and so is this rank. */
+    braid_result_t r = braid_allgather(&mine, all, 1, BRAID_INT32, parent);
+    int bcolor = BRAID_SPLIT_NOCOLOR;
+    if (r == BRAID_SUCCESS && color != NCCL_SPLIT_NOCOLOR)
+        for (bcolor = 0; bcolor < n - 1 && all[bcolor] != mine; bcolor++)
+            ;
+    free(all);
+    /* After a failed gather too, so that this rank keeps its place in the parent's calls. */
+    braid_result_t s =
+        braid_comm_split(parent, bcolor, key, refuse || r != BRAID_SUCCESS ? NULL : out);
+    return r != BRAID_SUCCESS ? r : s;
+}
+
+void shim_group_claim(ncclComm_t *inits, size_t n)
+{
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = 0; i < n; i++)
+        if (!inits[i]->closing) atomic_store(&inits[i]->init_deferred, SHIM_DEFERRED_ENDING);
+    pthread_mutex_unlock(&live_lock);
+}
+
 void shim_split_run(ncclComm_t c, ncclResult_t refuse)
 {
     ncclComm_t p = c->split_parent;
+    if (!refuse && atomic_load(&c->closing)) /* aborted before the group's end */
+        refuse = shim_fail(c, ncclInvalidArgument,
+                           "ncclCommSplit: comm %p was aborted before its group's end", (void *)c);
     braid_comm_t bc = NULL;
     /* c stays init_deferred (no close can free it): ncclGroupEnd clears that after its last
      * touch. */
@@ -191,7 +230,7 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
         return;
     }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
-    braid_result_t r = braid_comm_split(p->bc, c->split_color, c->split_key, refuse ? NULL : &bc);
+    braid_result_t r = nccl_split(p->bc, c->split_color, c->split_key, refuse != 0, &bc);
     shim_leave(p);
     if (refuse) {
         shim_init_finish(c, refuse);
@@ -349,6 +388,14 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
     return ncclSuccess;
 }
 
+/* NCCL's envConfigOverride: NCCL_COMM_BLOCKING=0 or 1 overrides every communicator's blocking
+ * (the config's, the default, or a split's parent's). */
+static int env_blocking(int blocking)
+{
+    int env = shim_env_comm_blocking();
+    return env >= 0 ? env : blocking;
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config)
 {
@@ -365,6 +412,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
     int blocking;
     ncclResult_t res = check_config(config, &blocking, call);
     if (res != ncclSuccess) return res;
+    blocking = env_blocking(blocking);
     ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
     if (!c) return shim_fail(NULL, ncclSystemError, "%s: out of memory", call);
     if (shim_group_depth() > 0) {
@@ -415,11 +463,26 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myran
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
 {
+    static const char *call = "ncclCommInitAll";
     shim_clear();
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
+    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
     if (ndev < 1)
-        return shim_fail(NULL, ncclInvalidArgument, "ncclCommInitAll: ndev=%d must be positive",
-                         ndev);
+        return shim_fail(NULL, ncclInvalidArgument, "%s: ndev=%d must be positive", call, ndev);
+    /* As NCCL where braid sees CUDA devices: devlist holds distinct devices (ncclInvalidArgument
+     * for one out of range, ncclInvalidUsage for a repeated one), and without devlist comm i
+     * gets device i. Where braid sees none (or fewer than ndev without devlist, where NCCL's
+     * cudaSetDevice would fail), the ranks are host ranks: comm i keeps the current device, or
+     * devlist[i] unchecked. */
+    int total = braid_cuda_device_count();
+    for (int i = 0; devlist && total > 0 && i < ndev; i++) {
+        if (devlist[i] < 0 || devlist[i] >= total)
+            return shim_fail(NULL, ncclInvalidArgument, "%s: devlist[%d]=%d is not a device (%d)",
+                             call, i, devlist[i], total);
+        for (int j = 0; j < i; j++)
+            if (devlist[j] == devlist[i])
+                return shim_fail(NULL, ncclInvalidUsage, "%s: devlist[%d] and [%d] are device %d",
+                                 call, j, i, devlist[i]);
+    }
     ncclUniqueId id;
     ncclResult_t res = ncclGetUniqueId(&id);
     if (res != ncclSuccess) return res;
@@ -427,7 +490,11 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
     if (g != ncclSuccess) return g;
     for (int i = 0; i < ndev && res == ncclSuccess; i++) {
         res = ncclCommInitRank(comm + i, ndev, id, i);
-        if (res == ncclSuccess && devlist) comm[i]->cudadev = devlist[i];
+        if (res != ncclSuccess) break;
+        if (devlist)
+            comm[i]->cudadev = devlist[i];
+        else if (ndev <= total)
+            comm[i]->cudadev = i;
     }
     g = ncclGroupEnd();
     return res != ncclSuccess ? res : g;
@@ -451,21 +518,38 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
     if (!comm) return ncclSuccess; /* NCCL accepts NULL */
     pthread_mutex_lock(&live_lock);
     int live = live_has(comm), closing = live && comm->closing;
-    int deferred = live && !closing && comm->init_deferred;
+    int deferred = live && !closing ? atomic_load(&comm->init_deferred) : 0;
+    /* An abort while ncclGroupEnd starts the init (SHIM_DEFERRED_ENDING) waits until the end
+     * lets the communicator go (its init then runs or ran), as NCCL's waits for the group job. */
+    for (int i = 0; abort && deferred == SHIM_DEFERRED_ENDING && i < SHIM_WAIT_LIMIT_S * 1000;
+         i++) {
+        pthread_mutex_unlock(&live_lock);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        pthread_mutex_lock(&live_lock);
+        live = live_has(comm);
+        closing = live && comm->closing;
+        deferred = live && !closing ? atomic_load(&comm->init_deferred) : 0;
+    }
+    /* As NCCL's ncclCommAbort of an init recorded in an open group (ncclSuccess; the group's end
+     * frees it): the end runs no init for it (a split is refused to braid, so the peers' splits
+     * fail rather than wait), fails, and frees comm. */
+    int cancel = abort && deferred == SHIM_DEFERRED_OPEN;
     /* As NCCL's ncclCommDestroy (ncclCommEnsureReady): not while the init runs (it would wait
      * for it, up to braid's timeout); the communicator stays as it was, an abort ends it. */
     int running = live && !closing && !deferred && !abort &&
                   atomic_load(&comm->init_owner) == SHIM_INIT_RUNNING &&
                   atomic_load(&comm->state) == ncclInProgress;
-    if (live && !closing && !deferred && !running)
+    if (live && !closing && (!deferred || cancel) && !running)
         atomic_store(&comm->closing, 1); /* calls are refused */
     pthread_mutex_unlock(&live_lock);
     if (!live || closing)
         return shim_fail(NULL, ncclInvalidArgument, "%s: comm %p is not a communicator%s", call,
                          (void *)comm, closing ? " (another thread closes it)" : "");
-    if (deferred)
-        return shim_fail(comm, ncclInvalidUsage,
-                         "%s: the communicator's init waits for ncclGroupEnd", call);
+    if (cancel) return ncclSuccess;
+    if (deferred) /* NCCL's ncclCommEnsureReady: its initState is ncclInProgress */
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (it waits for ncclGroupEnd)",
+                         call);
     if (running)
         return shim_fail(comm, ncclInvalidArgument,
                          "%s: the communicator's init is in progress (wait for "
@@ -515,18 +599,31 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
                           ncclConfig_t *config)
 {
     static const char *call = "ncclCommSplit";
-    if (!newcomm) return shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+    int grouped = shim_group_depth() > 0;
+    /* As NCCL (ncclGroupErrCheck): a split that fails inside a group fails its ncclGroupEnd. */
     ncclResult_t res = shim_ready(comm, call);
-    if (res != ncclSuccess) return res;
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-        return shim_fail(comm, ncclInvalidArgument,
-                         "%s: color=%d (a non-negative color or NCCL_SPLIT_NOCOLOR)", call, color);
+    if (res != ncclSuccess) {
+        /* The parent cannot take part in a split: its peers learn of it from braid only when
+         * this rank's parent failed there too (a failed init leaves them waiting, as NCCL's). */
+        if (!newcomm) res = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+        return shim_group_fail(res); /* a no-op outside a group */
+    }
+    /* Any color but NCCL_SPLIT_NOCOLOR is a color (nccl_split), so only the pointer and the
+     * config can be refused. */
     int blocking = comm->blocking;
-    if (config && (res = check_config(config, &blocking, call)) != ncclSuccess) return res;
-    if (shim_group_depth() > 0) {
+    ncclResult_t bad = ncclSuccess;
+    if (!newcomm)
+        bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+    else if (config)
+        bad = check_config(config, &blocking, call);
+    blocking = env_blocking(blocking);
+    if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
+    if (grouped) {
         /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
-         * (each on its own thread there); the new communicator is usable after it. */
-        int phantom = color == NCCL_SPLIT_NOCOLOR;
+         * (each on its own thread there); the new communicator is usable after it. A refused
+         * split is recorded as a part that takes no communicator: the group fails, and its
+         * ncclGroupEnd asks braid for the splits it refuses, so the peers' splits fail. */
+        int phantom = bad != ncclSuccess || color == NCCL_SPLIT_NOCOLOR;
         ncclComm_t c = comm_new(0, NULL, 0, phantom ? 1 : blocking);
         if (!c) return shim_group_fail(shim_fail(comm, ncclSystemError, "%s: out of memory", call));
         c->split_parent = comm;
@@ -537,18 +634,17 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
         res = shim_group_add_init(c);
         if (res != ncclSuccess) {
             comm_free(c);
-            return res;
+            return shim_group_fail(bad != ncclSuccess ? bad : res);
         }
-        *newcomm = phantom ? NULL : c;
+        if (bad != ncclSuccess) return shim_group_fail(bad);
+        if (!phantom) *newcomm = c;
         return ncclSuccess;
     }
     braid_comm_t nbc = NULL;
-    braid_result_t r = braid_comm_split(comm->bc, color, key, &nbc);
+    braid_result_t r = nccl_split(comm->bc, color, key, bad != ncclSuccess, &nbc);
+    if (bad != ncclSuccess) return bad; /* the peers were told; the message is the check's */
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-    if (!nbc) {
-        *newcomm = NULL;
-        return ncclSuccess;
-    }
+    if (!nbc) return ncclSuccess;
     ncclComm_t c = comm_new(0, NULL, 0, blocking);
     if (!c) {
         braid_comm_destroy(nbc);
@@ -568,7 +664,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 {
     shim_clear();
     ncclResult_t res = shim_enter(comm, "ncclCommSplit");
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess) return shim_group_fail(res); /* a no-op outside a group */
     res = split(comm, color, key, newcomm, config);
     shim_leave(comm);
     return res;
@@ -618,10 +714,14 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
     ncclResult_t res = shim_enter(comm, call);
     if (res != ncclSuccess) return res;
     if (!out) res = shim_fail(comm, ncclInvalidArgument, "%s: %s is NULL", call, what);
-    /* As NCCL's ncclCommEnsureReady: not while a non-blocking init runs (the values may not
-     * be known yet: ncclCommGetAsyncError tells when it is done), and a failed init's error
-     * after it. */
-    else if (atomic_load(&comm->state) == ncclInProgress && !comm->init_deferred)
+    /* As NCCL's ncclCommEnsureReady: not while an init waits for its group's end or runs
+     * (NCCL's initState is ncclInProgress for both; the values may not be known yet:
+     * ncclCommGetAsyncError tells when it is done), and a failed init's error after it. */
+    else if (comm->init_deferred)
+        res = shim_fail(comm, ncclInvalidArgument,
+                        "%s: the communicator's init is in progress (it waits for ncclGroupEnd)",
+                        call);
+    else if (atomic_load(&comm->state) == ncclInProgress)
         res = shim_fail(comm, ncclInvalidArgument,
                         "%s: the communicator's init is in progress (wait for "
                         "ncclCommGetAsyncError to return ncclSuccess)",

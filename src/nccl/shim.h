@@ -29,6 +29,8 @@
  * otherwise hang on a defect. */
 #define SHIM_WAIT_LIMIT_S 600
 enum { SHIM_INIT_NONE, SHIM_INIT_RUNNING, SHIM_INIT_DONE, SHIM_INIT_ORPHANED };
+/* init_deferred: recorded in an open group; its ncclGroupEnd has started (shim_group_claim). */
+enum { SHIM_DEFERRED_OPEN = 1, SHIM_DEFERRED_ENDING = 2 };
 
 struct ncclComm {
     unsigned magic;  /* SHIM_COMM_MAGIC while alive */
@@ -38,8 +40,9 @@ struct ncclComm {
     _Atomic int state;
     /* The init: its arguments, and its thread for non-blocking or grouped inits. */
     ncclUniqueId id;
-    /* Recorded in an open group, not started yet: a close is refused, so ncclGroupEnd owns
-     * comm until it clears this (its last touch, after state and init_owner are published). */
+    /* Recorded in an open group, not started yet (SHIM_DEFERRED_*): a destroy is refused, so
+     * ncclGroupEnd owns comm until it clears this (its last touch, after state and init_owner
+     * are published). An abort before the end marks it closing: the end frees it unrun. */
     _Atomic int init_deferred;
     /* An ncclCommSplit recorded in an open group: the init splits split_parent at
      * ncclGroupEnd. split_phantom: this rank takes no part in the result (NCCL_SPLIT_NOCOLOR),
@@ -103,6 +106,9 @@ void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Maps the NCCL_* variables onto unset BRAID_* ones, once per process (before the first id or
  * communicator). */
 void shim_env_init(void);
+/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them (read once, as NCCL's parameters), else
+ * -1. */
+int shim_env_comm_blocking(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */
 /* Enters comm for a call: ncclSuccess when comm is a live communicator not being closed (its
@@ -132,6 +138,9 @@ int shim_init_wait(ncclComm_t comm);
 void shim_comm_retire(ncclComm_t comm);
 /* Frees comm's struct (unlisting it if listed). */
 void shim_comm_free(ncclComm_t comm);
+/* ncclGroupEnd takes its inits (SHIM_DEFERRED_ENDING): an abort from now on waits for the end
+ * to let each go; those aborted before (closing) the end frees without running them. */
+void shim_group_claim(ncclComm_t *inits, size_t n);
 /* Frees a phantom split (split_phantom) once its part ran or will never run. */
 void shim_comm_free_phantom(ncclComm_t comm);
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an

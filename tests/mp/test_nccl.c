@@ -238,6 +238,12 @@ Test(nccl, nccl_environment, .init = setenv_bin)
     cr_expect_eq(st, 0, "%s", out);
     cr_expect(strstr(out, "via shm") && !strstr(out, "via tcp"), "BRAID_TRANSPORT wins:\n%s", out);
     free(out);
+    /* NCCL_COMM_BLOCKING=0 makes a blocking config's init non-blocking (envConfigOverride). */
+    out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_COMM_BLOCKING=0 ./nccl_client "
+                   "env_blocking");
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect_eq(count_of(out, "nccl client passed"), 2, "NCCL_COMM_BLOCKING=0:\n%s", out);
+    free(out);
     out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x BRAID_DEBUG=WARN "
                    "./nccl_client env");
     cr_expect_eq(st, 0, "%s", out);

@@ -73,6 +73,8 @@ int shared_id(ncclComm_t world, ncclUniqueId *id);
 int test_close(ncclComm_t world);
 /* Aborts of running inits, run alone (client_p2p.c). */
 int test_abort_init(void);
+/* NCCL_COMM_BLOCKING=0 in the environment, run alone (client_p2p.c). */
+int test_env_blocking(void);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+static int simulate(ncclComm_t world);
+
 int test_groups(ncclComm_t world)
 {
     int n = g_nranks;
@@ -51,8 +53,71 @@ int test_groups(ncclComm_t world)
     free(a);
     free(b);
     free(d);
+    if (simulate(world)) return 1;
     printf("rank %d: groups ok\n", g_rank);
     return 0;
+}
+
+/* ncclGroupSimulateEnd as NCCL 2.26's (ncclGroupEndInternal(simInfo)): NULL is ncclGroupEnd; a
+ * simInfo without the initializer's magic fails the group; otherwise the inits run and no
+ * operation does; braid cannot estimate a collective, so a group holding one is refused with
+ * estimatedTime unchanged. Every rank makes the same calls, so nobody waits. */
+static int simulate(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank;
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER, bad = NCCL_SIM_INFO_INITIALIZER;
+    bad.magic = 0;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclSum, world, NULL));
+    NCCLOK(ncclGroupSimulateEnd(NULL));
+    CHECK(y[0] == n && y[3] == 4 * n, "ncclGroupSimulateEnd(NULL) did not run (%g)", y[0]);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclMax, world, NULL));
+    EXPECT(ncclGroupSimulateEnd(&bad), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclMax, world, NULL));
+    EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "estimate");
+    CHECK(y[0] == n && si.estimatedTime == NCCL_UNDEF_FLOAT, "a simulated group ran (%g, %g)", y[0],
+          si.estimatedTime);
+    /* Point-to-point only: NCCL estimates nothing and launches nothing. */
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclSend(x, 4, ncclFloat32, me, world, NULL));
+    NCCLOK(ncclRecv(y, 4, ncclFloat32, me, world, NULL));
+    NCCLOK(ncclGroupSimulateEnd(&si));
+    CHECK(y[0] == n, "a simulated receive ran (%g)", y[0]);
+    /* An init runs (NCCL's async jobs do, simulated or not). */
+    ncclUniqueId id;
+    ncclComm_t one = NULL;
+    int k = 0;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    /* Before its group's end (NCCL's ncclCommEnsureReady: initState is ncclInProgress). */
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommUserRank(one, &k), ncclInvalidArgument, "in progress");
+    EXPECT(ncclCommDestroy(one), ncclInvalidArgument, "in progress");
+    NCCLOK(ncclGroupSimulateEnd(&si));
+    NCCLOK(ncclCommCount(one, &k));
+    CHECK(k == 1, "simulated init: %d ranks", k);
+    NCCLOK(ncclCommDestroy(one));
+    /* ncclCommAbort of an init or split waiting for its group's end returns ncclSuccess, as
+     * NCCL's; the end runs neither (the split is refused to braid on every rank here, so world
+     * stays usable), fails, and frees them. */
+    ncclComm_t sp = NULL;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    NCCLOK(ncclCommAbort(one));
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "aborted");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
+    EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "not a communicator");
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommSplit(world, 0, me, &sp, NULL));
+    NCCLOK(ncclCommAbort(sp));
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
+    EXPECT(ncclCommCount(sp, &k), ncclInvalidArgument, "not a communicator");
+    return allreduce_check(world, me, n, 27, "after simulations");
 }
 
 /* Seeds of the message from rank src to rank dst (the k-th of that pair). */
@@ -215,6 +280,55 @@ int test_p2p(ncclComm_t world)
     return 0;
 }
 
+/* NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color (braid's split takes a negative one
+ * as none); and a split refused on one rank (its config is not NCCL_CONFIG_INITIALIZER's), in a
+ * group or not, fails there (in a group, at ncclGroupEnd too, as NCCL's ncclGroupErrCheck) and
+ * at once on the peers, naming the refusal, instead of their waiting out BRAID_TIMEOUT (60 s). */
+static int split_refused(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank, last = n - 1, x = -1;
+    ncclComm_t sub = NULL, half = NULL;
+    NCCLOK(ncclCommSplit(world, me % 2 ? -2 : 7, -me, &half, NULL));
+    CHECK(half, "color -2 made no communicator");
+    NCCLOK(ncclCommCount(half, &x));
+    CHECK(x == (n - me % 2 + 1) / 2, "color %d: %d ranks", me % 2 ? -2 : 7, x);
+    NCCLOK(ncclCommUserRank(half, &x));
+    CHECK(x == (n - 1 - me) / 2, "color %d: rank %d (keys reverse them)", me % 2 ? -2 : 7, x);
+    if (allreduce_check(half, x, (n - me % 2 + 1) / 2, 23, "color -2")) return 1;
+    NCCLOK(ncclCommDestroy(half));
+    ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+    bad.magic = 0;
+    for (int grouped = 0; grouped < 2; grouped++) {
+        NCCLOK(ncclCommSplit(world, 0, me, &sub, NULL));
+        half = (ncclComm_t)&x; /* overwritten with NULL */
+        double t0 = now_s();
+        ncclResult_t r;
+        if (grouped) NCCLOK(ncclGroupStart());
+        r = ncclCommSplit(sub, 1, me, &half, me == last ? &bad : NULL);
+        if (grouped) {
+            CHECK(r == (me == last ? ncclInvalidArgument : ncclSuccess), "grouped split: %d", r);
+            r = ncclGroupEnd();
+        }
+        double dt = now_s() - t0;
+        if (me == last)
+            CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "config"),
+                  "the refusing rank's split (grouped %d): %d '%s'", grouped, (int)r,
+                  ncclGetLastError(NULL));
+        else
+            CHECK(r != ncclSuccess && strstr(ncclGetLastError(NULL), "rejected") && dt < 30,
+                  "a peer's split (grouped %d): %d after %.1f s '%s'", grouped, (int)r, dt,
+                  ncclGetLastError(NULL));
+        if (grouped && me != last) {
+            /* The drop-in hands out a grouped split's communicator at the call; it failed. */
+            CHECK(half && ncclCommCount(half, &x) != ncclSuccess, "a failed split was made");
+            NCCLOK(ncclCommDestroy(half));
+        } else
+            CHECK(half == NULL, "a failed split left *newcomm set");
+        NCCLOK(ncclCommDestroy(sub));
+    }
+    return 0;
+}
+
 /* A call refused on one rank only (its arguments fail the checks there): that rank gets the
  * argument error, and its peers' matching calls fail at once naming the refusal, instead of
  * waiting out the timeout or pairing with the refusing rank's next call. Each case runs on its
@@ -223,6 +337,7 @@ int test_refused(ncclComm_t world)
 {
     int n = g_nranks, me = g_rank, last = n - 1;
     if (n < 2) return 0;
+    if (split_refused(world)) return 1;
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0};
     for (int grouped = 0; grouped < 2; grouped++) {
         ncclComm_t sub = NULL;
@@ -372,6 +487,26 @@ int test_abort_init(void)
     /* Past BRAID_TIMEOUT (3 s): the inits failed and their threads freed the communicators. */
     usleep(4500000);
     printf("rank %d: abort_init ok\n", g_rank);
+    return 0;
+}
+
+/* Run alone with NCCL_COMM_BLOCKING=0 (nccl_client env_blocking under braid-run): NCCL's
+ * envConfigOverride makes every communicator non-blocking, a config's blocking = 1 included. */
+int test_env_blocking(void)
+{
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id)); /* NCCL_COMM_ID: the same on every rank */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, g_nranks, id, g_rank, &cfg), st = r;
+    CHECK(r == ncclInProgress, "an init under NCCL_COMM_BLOCKING=0 returned %d", (int)r);
+    for (double t0 = now_s(); st == ncclInProgress && now_s() - t0 < 60;)
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclSuccess, "init state %d", (int)st);
+    if (allreduce_check(c, g_rank, g_nranks, 29, "NCCL_COMM_BLOCKING=0")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    printf("rank %d: nccl client passed\n", g_rank);
     return 0;
 }
 
