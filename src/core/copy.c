@@ -1,6 +1,7 @@
 /* braid_copy's vector loops (core/copy.h). */
 #include "core/copy.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -61,9 +62,14 @@ static void copy_sse2(char *dst, const char *src, size_t n, int stream)
 
 static int has_avx2(void)
 {
-    static int v = -1; /* racy but idempotent: every thread computes the same value */
-    if (v < 0) v = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return v;
+    /* Every thread computes the same value: relaxed atomics make the race a defined one. */
+    static _Atomic int v = -1;
+    int x = atomic_load_explicit(&v, memory_order_relaxed);
+    if (x < 0) {
+        x = __builtin_cpu_supports("avx2") ? 1 : 0;
+        atomic_store_explicit(&v, x, memory_order_relaxed);
+    }
+    return x;
 }
 #endif
 
