@@ -280,7 +280,7 @@ static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
     for (size_t i = 0; i < n; i++) {
         ncclComm_t c = inits[i];
         if (c->split_phantom || atomic_load(&c->closing)) { /* closing: aborted while deferred */
-            shim_comm_free(c);
+            shim_comm_free_idle(c); /* a call (ncclCommGetAsyncError) may still be inside */
             continue;
         }
         if (err != ncclSuccess) shim_init_finish(c, err);
@@ -298,7 +298,11 @@ ncclResult_t ncclGroupEnd(void)
     /* Plain inits aborted before the end: never run (braid's init cannot be cut short), freed;
      * the end fails (their peers' inits wait, as NCCL's do for an aborted rank). */
     char dropped[SHIM_MSG_BYTES] = "";
-    size_t kept = 0;
+    size_t kept = 0, nplain = 0;
+    /* Counted before the aborted ones are dropped: the peers' groups hold them too, and fail as
+     * holding inits and other operations when this one does. */
+    for (size_t i = 0; i < G.ninits; i++)
+        nplain += !G.inits[i]->split_parent;
     for (size_t i = 0; i < G.ninits; i++) {
         ncclComm_t c = G.inits[i];
         if (c->split_parent || !atomic_load(&c->closing)) {
@@ -308,13 +312,10 @@ ncclResult_t ncclGroupEnd(void)
         if (!dropped[0])
             snprintf(dropped, sizeof(dropped), "ncclGroupEnd: comm %p was aborted before its init",
                      (void *)c);
-        shim_comm_free(c);
+        shim_comm_free_idle(c);
     }
     G.ninits = kept;
     ncclResult_t res;
-    size_t nplain = 0;
-    for (size_t i = 0; i < G.ninits; i++)
-        nplain += !G.inits[i]->split_parent;
     if (G.err != ncclSuccess || (nplain && G.nops)) {
         /* Nothing of a failed group runs: its splits are refused (so the peers' fail too), its
          * refused operations told (tell_refused), its inits fail. */
@@ -363,14 +364,16 @@ ncclResult_t ncclGroupEnd(void)
  * Without collectives NCCL leaves estimatedTime as it was too, and so does this. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
-    if (!simInfo || G.depth != 1 || G.err != ncclSuccess) return ncclGroupEnd();
+    if (!simInfo || G.depth != 1) return ncclGroupEnd();
     shim_clear();
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
     si.magic = 0; /* as NCCL: a simInfo too short to hold the magic has none */
     size_t size;
     memcpy(&size, simInfo, sizeof(size));
     memcpy(&si, simInfo, size < sizeof(si) ? size : sizeof(si));
-    if (si.magic != 0x74685283u) {
+    /* A failed group (G.err) fails as at ncclGroupEnd, below, but its operations are dropped
+     * like a simulation's, not told to braid as refused: the peers' simulations issue none. */
+    if (G.err == ncclSuccess && si.magic != 0x74685283u) {
         group_error(shim_fail(NULL, ncclInvalidArgument,
                               "ncclGroupSimulateEnd: simInfo is not initialised with "
                               "NCCL_SIM_INFO_INITIALIZER (magic 0x%x)",
@@ -391,6 +394,7 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
     for (size_t i = 0; i < G.nops; i++) /* not run: the simulation launches nothing */
         shim_redop_release(&G.ops[i]);
     G.nops = 0;
+    G.refused = 0;
     ncclResult_t res = ncclGroupEnd(); /* the inits and splits */
     if (res != ncclSuccess || !colls) return res;
     return shim_fail(NULL, ncclInvalidUsage,

@@ -179,6 +179,11 @@ static int wait_idle(ncclComm_t comm)
     return 1;
 }
 
+void shim_comm_free_idle(ncclComm_t c)
+{
+    if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
+}
+
 /* braid_comm_split as NCCL's split: NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color
  * (commGetSplitInfo compares the values as they are, so -2 is one), braid takes every negative
  * one as no color. So the ranks first gather their colors over the parent and each splits on the
@@ -614,7 +619,7 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     ncclResult_t bad = ncclSuccess;
     if (!newcomm)
         bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
-    else if (config)
+    else if (config && color != NCCL_SPLIT_NOCOLOR) /* as NCCL: a NOCOLOR rank's is not read */
         bad = check_config(config, &blocking, call);
     blocking = env_blocking(blocking);
     if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */

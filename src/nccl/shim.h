@@ -138,6 +138,9 @@ int shim_init_wait(ncclComm_t comm);
 void shim_comm_retire(ncclComm_t comm);
 /* Frees comm's struct (unlisting it if listed). */
 void shim_comm_free(ncclComm_t comm);
+/* Frees a closed communicator once no call is inside it any more (bounded: one that never
+ * leaves keeps it allocated); a pinned one is freed by its last release (shim_comm_retire). */
+void shim_comm_free_idle(ncclComm_t comm);
 /* ncclGroupEnd takes its inits (SHIM_DEFERRED_ENDING): an abort from now on waits for the end
  * to let each go; those aborted before (closing) the end frees without running them. */
 void shim_group_claim(ncclComm_t *inits, size_t n);
