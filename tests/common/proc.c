@@ -147,3 +147,17 @@ int proc_free_port(void)
     if (s >= 0) close(s);
     return port;
 }
+
+int proc_pin_first_cpu(cpu_set_t *was_p)
+{
+    cpu_set_t was, one;
+    if (sched_getaffinity(0, sizeof(was), &was) != 0) return -1;
+    CPU_ZERO(&one);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &was)) {
+            CPU_SET(i, &one);
+            break;
+        }
+    if (was_p) *was_p = was;
+    return sched_setaffinity(0, sizeof(one), &one) == 0 ? 0 : -1;
+}

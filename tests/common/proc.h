@@ -3,6 +3,7 @@
 #ifndef BRAID_TEST_PROC_H
 #define BRAID_TEST_PROC_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -28,6 +29,9 @@ int proc_task_comm(const char *tid, char *comm, size_t len);
  * which take ephemeral ports, cannot take it before the caller's program binds it; it and the
  * port below it were free. Falls back to an ephemeral port when that range leaves no room. */
 int proc_free_port(void);
+/* Pins the calling thread to the first cpu it may use (children forked after inherit it); the
+ * set it had in *was_p (may be NULL). 0, or -1 if the affinity cannot be read or set. */
+int proc_pin_first_cpu(cpu_set_t *was_p);
 /* The id of a thread of this process named name (/proc/self/task/<tid>/comm), -1 if none. */
 pid_t proc_thread_named(const char *name);
 

@@ -9,6 +9,7 @@
 #include "core/ntpick.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 #include "transport/shm_direct.h"
 
 #include <criterion/criterion.h>
@@ -90,15 +91,8 @@ static int same_kind_everywhere(braid_comm_t comm, int rank, int n, void *arg)
  * where auto measures on every x86-64 CPU. */
 static cpu_set_t one_cpu(void)
 {
-    cpu_set_t was, one;
-    cr_assert_eq(sched_getaffinity(0, sizeof(was), &was), 0);
-    CPU_ZERO(&one);
-    for (int i = 0; i < CPU_SETSIZE; i++)
-        if (CPU_ISSET(i, &was)) {
-            CPU_SET(i, &one);
-            break;
-        }
-    cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    cpu_set_t was;
+    cr_assert_eq(proc_pin_first_cpu(&was), 0);
     return was;
 }
 

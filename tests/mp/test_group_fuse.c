@@ -7,6 +7,7 @@
  * elements), on one host and on fake hosts under the hierarchical all-reduce; fused calls over
  * tcp. */
 #include "data.h"
+#include "fuselog.h"
 #include "mp.h"
 
 #include <criterion/criterion.h>
@@ -103,49 +104,15 @@ static int expected_runs(int *calls)
     return runs;
 }
 
-/* Counts the "N allreduces fused" debug lines (core/group_fuse.c) of every log file in dir: the
- * files, the lines and the calls they name; removes the files and dir. */
-static void count_fused(const char *dir, int *files, int *lines, int *calls)
-{
-    *files = *lines = *calls = 0;
-    DIR *d = opendir(dir);
-    cr_assert(d, "opendir %s", dir);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512], line[512];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        cr_assert(f, "fopen %s", path);
-        (*files)++;
-        while (fgets(line, sizeof(line), f)) {
-            const char *p = strstr(line, " allreduces fused");
-            if (!p) continue;
-            while (p > line && p[-1] != ' ')
-                p--;
-            (*lines)++;
-            *calls += atoi(p);
-        }
-        fclose(f);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 Test(group_fuse, every_dtype_and_op_against_the_reference, .timeout = 240)
 {
     int want_calls = 0, want_runs = expected_runs(&want_calls);
     for (int n = 1; n <= 4; n++) {
-        char dir[] = "/tmp/braid-fuse-XXXXXX", file[64];
-        cr_assert(mkdtemp(dir));
-        snprintf(file, sizeof(file), "%s/%%p.log", dir);
-        setenv("BRAID_DEBUG", "DEBUG", 1);
-        setenv("BRAID_DEBUG_SUBSYS", "COLL", 1);
-        setenv("BRAID_DEBUG_FILE", file, 1);
+        char dir[32];
+        cr_assert_eq(fuselog_start(dir), 0);
         cr_expect_eq(mp_run(n, every_dtype_op, NULL, 120), 0, "n=%d (see stderr)", n);
-        int files, lines, calls;
-        count_fused(dir, &files, &lines, &calls);
+        static const char *const what[1] = {" allreduces fused"};
+        int lines, calls, files = fuselog_count(dir, what, 1, &lines, &calls);
         cr_expect_eq(files, n, "n=%d: %d log files", n, files);
         /* one rank: nothing to fuse; else every rank fuses every run */
         cr_expect_eq(lines, n > 1 ? n * want_runs : 0, "n=%d: %d fused runs", n, lines);

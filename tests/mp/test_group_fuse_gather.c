@@ -8,6 +8,7 @@
  * ranks but add up to the same bytes (a mismatch, not a silent exchange of data), also under
  * the hierarchical reduce-scatter; over tcp. */
 #include "data.h"
+#include "fuselog.h"
 #include "mp.h"
 
 #include <criterion/criterion.h>
@@ -151,51 +152,19 @@ static void expected(int n, int want[2][2])
     }
 }
 
-/* Counts the "N <coll>s fused" debug lines of every log file in dir: lines and calls, for
- * all-gathers and reduce-scatters; removes the files and dir. */
-static void count_fused(const char *dir, int *files, int got[2][2])
-{
-    static const char *const what[2] = {" allgathers fused", " reduce_scatters fused"};
-    *files = 0;
-    memset(got, 0, 4 * sizeof(int));
-    DIR *d = opendir(dir);
-    cr_assert(d, "opendir %s", dir);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512], line[512];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        cr_assert(f, "fopen %s", path);
-        (*files)++;
-        while (fgets(line, sizeof(line), f))
-            for (int g = 0; g < 2; g++) {
-                const char *p = strstr(line, what[g]);
-                if (!p) continue;
-                while (p > line && p[-1] != ' ')
-                    p--;
-                got[g][0]++;
-                got[g][1] += atoi(p);
-            }
-        fclose(f);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 Test(group_fuse_gather, every_dtype_and_op_against_the_reference, .timeout = 300)
 {
     for (int n = 1; n <= 4; n++) {
-        char dir[] = "/tmp/braid-fuseg-XXXXXX", file[64];
-        cr_assert(mkdtemp(dir));
-        snprintf(file, sizeof(file), "%s/%%p.log", dir);
-        setenv("BRAID_DEBUG", "DEBUG", 1);
-        setenv("BRAID_DEBUG_SUBSYS", "COLL", 1);
-        setenv("BRAID_DEBUG_FILE", file, 1);
+        char dir[32];
+        cr_assert_eq(fuselog_start(dir), 0);
         cr_expect_eq(mp_run(n, every_case, NULL, 150), 0, "n=%d (see stderr)", n);
-        int files, got[2][2], want[2][2];
-        count_fused(dir, &files, got);
+        static const char *const what[2] = {" allgathers fused", " reduce_scatters fused"};
+        int lines[2], calls[2], got[2][2], want[2][2];
+        int files = fuselog_count(dir, what, 2, lines, calls);
+        for (int g = 0; g < 2; g++) {
+            got[g][0] = lines[g];
+            got[g][1] = calls[g];
+        }
         expected(n, want);
         cr_expect_eq(files, n, "n=%d: %d log files", n, files);
         for (int g = 0; g < 2; g++) {

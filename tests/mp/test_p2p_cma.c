@@ -9,6 +9,7 @@
 #include "core/p2p.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -504,15 +505,7 @@ Test(p2p_cma, released_send_then_a_collective_on_one_cpu_is_no_mismatch, .timeou
     char *was = tr ? strdup(tr) : NULL;
     setenv("BRAID_TRANSPORT", "shm", 1);
     /* Both ranks (and their threads) on the first cpu this test may use: they inherit it. */
-    cpu_set_t allowed, one;
-    cr_assert_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-    CPU_ZERO(&one);
-    for (int i = 0; i < CPU_SETSIZE; i++)
-        if (CPU_ISSET(i, &allowed)) {
-            CPU_SET(i, &one);
-            break;
-        }
-    cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    cr_assert_eq(proc_pin_first_cpu(NULL), 0);
     for (int k = 0; k < 3; k++)
         cr_assert_eq(mp_run(2, cma_then_allreduce, NULL, 60), 0, "run %d", k);
     if (was)
