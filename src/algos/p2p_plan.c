@@ -4,7 +4,7 @@
  * Blocks. es = the dtype's size; with n ranks and this rank r, the operations are, for every
  * round k = 1..n-1 with dst = (r + k) mod n and src = (r - k) mod n (every pair exchanges in
  * both directions at once; a rank's sends are spread over distinct peers):
- *   alltoall(count):        COPY  send[r*count] -> recv[r*count];
+ *   alltoall(count):        COPY  send[r*count] -> recv[r*count] (none in place);
  *                           SEND  send[dst*count], count to dst; RECV recv[src*count] from src
  *   alltoallv:              the same with sendcounts[dst] at sdispls[dst] and
  *                           recvcounts[src] at rdispls[src] (each message's count on its header,
@@ -48,8 +48,9 @@ braid_result_t braid_pcoll_plan(const braid_pcoll_t *pc, int n, int r, uint32_t 
     char *o = pc->recvbuf;
     switch (pc->coll) {
     case BRAID_COLL_ALLTOALL:
-        BRAID_CHECK(
-            add(b, pc, seq, BRAID_P2P_COPY, r, s + (size_t)r * c * es, o + (size_t)r * c * es, c));
+        if (!pc->own_in_place)
+            BRAID_CHECK(add(b, pc, seq, BRAID_P2P_COPY, r, s + (size_t)r * c * es,
+                            o + (size_t)r * c * es, c));
         for (int k = 1; k < n; k++) {
             int dst = (r + k) % n, src = (r - k + n) % n;
             BRAID_CHECK(add(b, pc, seq, BRAID_P2P_SEND, dst, s + (size_t)dst * c * es, NULL, c));

@@ -514,6 +514,7 @@ static void comm_free(struct braid_comm *c)
 {
     braid_comm_reg_cleanup(c);
     free(c->fuse_buf);
+    free(c->pc_scratch);
     braid_redop_comm_free(c);
     braid_algo_comm_free(c);
     braid_cuda_comm_free(c);

@@ -146,6 +146,8 @@ struct braid_comm {
     int spin_us;
     size_t fuse_bytes;                  /* BRAID_GROUP_FUSE_BYTES, 0 = off (core/group_fuse.c) */
     void *fuse_buf;                     /* the fused calls' buffer: fuse_bytes + 64 per rank */
+    void *pc_scratch;                   /* the copy of an in-place all-to-all(v)'s input, kept */
+    size_t pc_scratch_bytes;            /* up to BRAID_PCOLL_SCRATCH_KEEP (core/coll_p2p.c) */
     int yield_us;                       /* then sched_yield() for this long before sleeping */
     uint64_t yield_slow_ns;             /* a longer yield starts a hold-off (core/yield.h) */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */

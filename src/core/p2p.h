@@ -199,6 +199,9 @@ typedef struct braid_pcoll {
     int premul;
     uint64_t scalar;
     int dev_send, dev_recv; /* the buffer is device memory: staged (p2p_dev.c) */
+    /* alltoall in place: sendbuf is a copy of the other ranks' blocks, the own block is
+     * already where it belongs (the plan has no COPY) */
+    int own_in_place;
 } braid_pcoll_t;
 
 /* Device buffers (p2p_dev.c; braid_dev_buf_check in coll_dev.c). braid_dev_buf_check: *on_dev = 1
