@@ -103,11 +103,14 @@ int shim_debug_level(void);
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- env.c ---------------------------------------------------------------------------------- */
+/* Reads the nccl.conf files into the environment (without overwriting), once per process: called
+ * before any NCCL_* variable is read, as NCCL's ncclGetEnv calls initEnv. */
+void shim_env_conf(void);
 /* Maps the NCCL_* variables onto unset BRAID_* ones, once per process (before the first id or
- * communicator). */
+ * communicator); the nccl.conf files first. */
 void shim_env_init(void);
-/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them (read once, as NCCL's parameters), else
- * -1. */
+/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them, else -1; read once, at the first call (the
+ * first init's or split's config, as NCCL's ncclParamCommBlocking). */
 int shim_env_comm_blocking(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */

@@ -6,7 +6,8 @@
  * each of them),
  * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
  * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
- * NCCL_* environment tests). Exits 0 when every check passed.
+ * NCCL_* environment tests); alone, as the process's only test: abort_init, env_blocking,
+ * env_conf (client_p2p.c, client_env.c). Exits 0 when every check passed.
  *
  * Rank and size come from BRAID_RANK/BRAID_NRANKS (braid-run) or OMPI_COMM_WORLD_RANK/SIZE;
  * the world communicator's id comes from NCCL_COMM_ID (set to braid-run's BRAID_ROOT when
@@ -704,6 +705,7 @@ int main(int argc, char **argv)
     if (nt == 1 && !strcmp(tests[0], "kill")) return test_kill();
     if (nt == 1 && !strcmp(tests[0], "abort_init")) return test_abort_init();
     if (nt == 1 && !strcmp(tests[0], "env_blocking")) return test_env_blocking();
+    if (nt == 1 && !strcmp(tests[0], "env_conf")) return test_env_conf();
     ncclUniqueId id;
     NCCLOK(ncclGetUniqueId(&id));
     ncclComm_t world;

@@ -75,6 +75,8 @@ int test_close(ncclComm_t world);
 int test_abort_init(void);
 /* NCCL_COMM_BLOCKING=0 in the environment, run alone (client_p2p.c). */
 int test_env_blocking(void);
+/* nccl.conf and the lazy NCCL_COMM_BLOCKING, run alone (client_env.c). */
+int test_env_conf(void);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);
