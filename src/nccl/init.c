@@ -344,19 +344,20 @@ int shim_init_wait(ncclComm_t c)
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
 {
+    /* As NCCL's ncclCommEnsureReady: a communicator whose init has not returned ncclSuccess yet
+     * (it waits for its group's end, or a non-blocking init still runs) is refused at once;
+     * the program polls ncclCommGetAsyncError until the init is done. */
     if (comm->init_deferred)
-        return shim_fail(comm, ncclInvalidUsage,
-                         "%s: the communicator's init waits for ncclGroupEnd (inits and other "
-                         "calls cannot share a group)",
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (it waits for its group's "
+                         "ncclGroupEnd)",
                          call);
-    if (!shim_init_wait(comm))
-        return shim_fail(comm, ncclInternalError,
-                         "%s: the communicator's init did not finish in %d s", call,
-                         SHIM_WAIT_LIMIT_S);
     int st = atomic_load(&comm->state);
-    if (st == ncclInProgress) /* woken by a close */
-        return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
-                         call, (void *)comm);
+    if (st == ncclInProgress)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (attempt to use it before "
+                         "ncclCommGetAsyncError returned ncclSuccess)",
+                         call);
     if (st != ncclSuccess || !comm->bc) {
         char why[SHIM_MSG_BYTES];
         pthread_mutex_lock(&comm->lock);
@@ -560,7 +561,7 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
                          "%s: the communicator's init is in progress (wait for "
                          "ncclCommGetAsyncError to return ncclSuccess, or ncclCommAbort it)",
                          call);
-    /* The calls waiting for the init fail now. */
+    /* An ncclGroupEnd waiting for the init (on another thread) stops waiting now. */
     pthread_mutex_lock(&comm->lock);
     pthread_cond_broadcast(&comm->init_done);
     pthread_mutex_unlock(&comm->lock);
@@ -610,7 +611,10 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     if (res != ncclSuccess) {
         /* The parent cannot take part in a split: its peers learn of it from braid only when
          * this rank's parent failed there too (a failed init leaves them waiting, as NCCL's). */
-        if (!newcomm) res = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+        if (!newcomm)
+            res = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
+        else
+            *newcomm = NULL;         /* as NCCL's ncclCommSplit (its fail path) */
         return shim_group_fail(res); /* a no-op outside a group */
     }
     /* Any color but NCCL_SPLIT_NOCOLOR is a color (nccl_split), so only the pointer and the
@@ -679,6 +683,13 @@ static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
 {
     if (!asyncError)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    /* An init recorded in an open group: ncclSuccess until its ncclGroupEnd, as NCCL's (its
+     * asyncResult is set to ncclInProgress there, by ncclGroupEndInternal, for a non-blocking
+     * group only). */
+    if (atomic_load(&comm->init_deferred) == SHIM_DEFERRED_OPEN) {
+        *asyncError = ncclSuccess;
+        return ncclSuccess;
+    }
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) {
         *asyncError = ncclInProgress;

@@ -119,8 +119,9 @@ int shim_env_comm_blocking(void);
  * call). */
 ncclResult_t shim_enter(ncclComm_t comm, const char *call);
 void shim_leave(ncclComm_t comm);
-/* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
- * used, else the failure (recorded, naming call). */
+/* For an entered comm: ncclSuccess when its init succeeded; ncclInvalidArgument at once while
+ * the init waits for its group's end or runs (NCCL's ncclCommEnsureReady), else the init's
+ * failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 /* Publishes comm's init result (state) and wakes the calls waiting for it. */
 void shim_init_finish(ncclComm_t comm, ncclResult_t res);

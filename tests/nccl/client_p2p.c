@@ -93,6 +93,11 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclGetUniqueId(&id));
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    /* Its async error is ncclSuccess until the group's end (NCCL sets ncclInProgress there, and
+     * only for a non-blocking one); so is that of a communicator with an operation recorded. */
+    ncclResult_t st = ncclInProgress;
+    NCCLOK(ncclCommGetAsyncError(one, &st));
+    CHECK(st == ncclSuccess, "async error %d of an init waiting for its group's end", (int)st);
     /* Before its group's end (NCCL's ncclCommEnsureReady: initState is ncclInProgress). */
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(one, &k), ncclInvalidArgument, "in progress");
@@ -461,6 +466,19 @@ int test_abort_init(void)
     EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
+    /* So do a collective, a split and ncclCommFinalize, at once (NCCL's ncclCommEnsureReady:
+     * "Attempt to use communicator before the previous operation returned ncclSuccess"),
+     * without waiting for the init (it runs until BRAID_TIMEOUT, 3 s here). */
+    float f = 1;
+    ncclComm_t sub = (ncclComm_t)&sub;
+    double t1 = now_s();
+    EXPECT(ncclAllReduce(&f, &f, 1, ncclFloat32, ncclSum, c, NULL), ncclInvalidArgument,
+           "in progress");
+    EXPECT(ncclCommSplit(c, 0, 0, &sub, NULL), ncclInvalidArgument, "in progress");
+    CHECK(sub == NULL, "a refused split left *newcomm %p", (void *)sub);
+    EXPECT(ncclCommFinalize(c), ncclInvalidArgument, "in progress");
+    double dt1 = now_s() - t1;
+    CHECK(dt1 < 1, "calls on a running non-blocking init took %.2f s", dt1);
     /* ncclCommDestroy is refused at once while the init runs (NCCL's ncclCommEnsureReady);
      * the communicator stays, and an abort ends it. */
     double t0 = now_s();
