@@ -402,29 +402,44 @@ static int env_blocking(int blocking)
     return env >= 0 ? env : blocking;
 }
 
+/* As NCCL's ncclCommInitRankDev: *comm is the new communicator from the call on, whether its
+ * init then succeeds or fails (a failed one stays the program's to destroy or abort: calls on it
+ * return the init's error); an argument refused before that sets it to NULL, but for nranks
+ * (refused before anything). Inside a group every refusal also fails the group's end (NCCL's
+ * ncclGroupErrCheck). */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config)
 {
     static const char *call = "ncclCommInitRankConfig";
     shim_clear();
     shim_env_init();
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
     if (nranks < 1)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: nranks=%d must be at least 1", call,
-                         nranks);
-    if (rank < 0 || rank >= nranks)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: rank=%d is outside [0, nranks=%d)", call,
-                         rank, nranks);
-    int blocking;
-    ncclResult_t res = check_config(config, &blocking, call);
-    if (res != ncclSuccess) return res;
+        return shim_group_fail(
+            shim_fail(NULL, ncclInvalidArgument, "%s: nranks=%d must be at least 1", call, nranks));
+    ncclResult_t res = ncclSuccess;
+    int blocking = 1;
+    if (!comm)
+        res = shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    else if (rank < 0 || rank >= nranks)
+        res = shim_fail(NULL, ncclInvalidArgument, "%s: rank=%d is outside [0, nranks=%d)", call,
+                        rank, nranks);
+    else
+        res = check_config(config, &blocking, call);
+    if (res != ncclSuccess) {
+        if (comm) *comm = NULL;
+        return shim_group_fail(res);
+    }
     blocking = env_blocking(blocking);
     ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
-    if (!c) return shim_fail(NULL, ncclSystemError, "%s: out of memory", call);
+    if (!c) {
+        *comm = NULL;
+        return shim_group_fail(shim_fail(NULL, ncclSystemError, "%s: out of memory", call));
+    }
     if (shim_group_depth() > 0) {
         res = shim_group_add_init(c);
         if (res != ncclSuccess) {
             comm_free(c);
+            *comm = NULL;
             return res;
         }
         *comm = c;
@@ -434,20 +449,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
         res = shim_init_start_thread(c);
         if (res != ncclSuccess) {
             comm_free(c);
+            *comm = NULL;
             return res;
         }
         *comm = c;
         return ncclInProgress;
     }
     shim_init_run(c);
-    res = (ncclResult_t)atomic_load(&c->state);
-    if (res != ncclSuccess) {
-        comm_free(c); /* the message stays the last error */
-        *comm = NULL; /* as NCCL */
-        return res;
-    }
-    *comm = c;
-    return ncclSuccess;
+    *comm = c; /* failed too: the message stays the last error */
+    return (ncclResult_t)atomic_load(&c->state);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
@@ -652,15 +662,25 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     braid_comm_t nbc = NULL;
     braid_result_t r = nccl_split(comm->bc, color, key, bad != ncclSuccess, &nbc);
     if (bad != ncclSuccess) return bad; /* the peers were told; the message is the check's */
-    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-    if (!nbc) return ncclSuccess;
+    if (r == BRAID_SUCCESS && !nbc) return ncclSuccess; /* NCCL_SPLIT_NOCOLOR */
+    res = r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(comm, r, call);
+    if (color == NCCL_SPLIT_NOCOLOR) return res;
+    /* As NCCL's ncclCommInitRankFunc (*newcomm written when the split's job ends): a split that
+     * ran hands out its communicator, a failed one too, in error (calls on it return the failure;
+     * the program destroys or aborts it). */
     ncclComm_t c = comm_new(0, NULL, 0, blocking);
     if (!c) {
-        braid_comm_destroy(nbc);
+        if (nbc) braid_comm_destroy(nbc);
         return shim_fail(comm, ncclSystemError, "%s: out of memory", call);
     }
-    c->bc = nbc;
     c->cudadev = comm->cudadev;
+    if (res != ncclSuccess) {
+        shim_note(c, shim_thread_msg());
+        shim_init_finish(c, res);
+        *newcomm = c;
+        return res;
+    }
+    c->bc = nbc;
     braid_comm_rank(nbc, &c->rank);
     braid_comm_size(nbc, &c->nranks);
     atomic_store(&c->state, ncclSuccess);

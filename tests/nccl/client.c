@@ -560,9 +560,25 @@ static int last_error(void)
           "a non-blocking init's failure: '%s'", ncclGetLastError(NULL));
     int x; /* the queries of a failed init's communicator return its error */
     if (r == ncclInProgress) EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "init failed");
-    ncclComm_t b = (ncclComm_t)&b; /* a failed blocking init returns NULL */
+    /* As NCCL (ncclCommInitRankDev sets *newcomm before its init job runs): a failed blocking
+     * init leaves *comm at its communicator, in error: calls on it return the init's error, and
+     * ncclCommDestroy or ncclCommAbort frees it. An argument refused before the init clears
+     * *comm (NCCL's fail path). */
+    ncclComm_t b = (ncclComm_t)&b;
     EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
-    CHECK(b == NULL, "a failed blocking init left *comm %p", (void *)b);
+    CHECK(b != NULL && b != (ncclComm_t)&b, "a failed blocking init left *comm %p", (void *)b);
+    EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "init failed");
+    ncclResult_t bst = ncclSuccess;
+    NCCLOK(ncclCommGetAsyncError(b, &bst));
+    CHECK(bst == ncclInvalidArgument, "a failed blocking init's async error %d", (int)bst);
+    NCCLOK(ncclCommDestroy(b));
+    EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "not a communicator");
+    b = (ncclComm_t)&b;
+    EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
+    NCCLOK(ncclCommAbort(b));
+    b = (ncclComm_t)&b;
+    EXPECT(ncclCommInitRank(&b, 2, zero, 2), ncclInvalidArgument, "rank=2");
+    CHECK(b == NULL, "a refused init left *comm %p", (void *)b);
     /* The failed non-blocking init's communicator is still the program's to destroy. */
     if (r == ncclInProgress) {
         CHECK(c != NULL, "a non-blocking init returned ncclInProgress and no communicator");
@@ -593,9 +609,16 @@ static int test_errors(ncclComm_t world)
     EXPECT(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, "rank");
     EXPECT(ncclCommInitRank(NULL, 2, id, 0), ncclInvalidArgument, "comm");
     EXPECT(ncclCommInitRank(&c, 1, id, 0), ncclInvalidArgument, "id"); /* all-zero id */
+    NCCLOK(ncclCommDestroy(c)); /* the failed init's communicator, as NCCL's */
     ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
     bad.magic = 0;
     EXPECT(ncclCommInitRankConfig(&c, 1, id, 0, &bad), ncclInvalidArgument, "config");
+    CHECK(c == NULL, "a refused config left *comm %p", (void *)c);
+    /* Inside a group, an init's refused argument fails the group's end too (NCCL's
+     * ncclGroupErrCheck). */
+    NCCLOK(ncclGroupStart());
+    EXPECT(ncclCommInitRank(&c, 2, id, 5), ncclInvalidArgument, "rank=5");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "rank=5");
     EXPECT(ncclCommCount(world, NULL), ncclInvalidArgument, "count");
     EXPECT(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId");
     EXPECT(ncclRedOpDestroy(ncclMax, world), ncclInvalidArgument, "built-in");

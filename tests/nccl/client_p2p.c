@@ -323,12 +323,14 @@ static int split_refused(ncclComm_t world)
             CHECK(r != ncclSuccess && strstr(ncclGetLastError(NULL), "rejected") && dt < 30,
                   "a peer's split (grouped %d): %d after %.1f s '%s'", grouped, (int)r, dt,
                   ncclGetLastError(NULL));
-        if (grouped && me != last) {
-            /* The drop-in hands out a grouped split's communicator at the call; it failed. */
-            CHECK(half && ncclCommCount(half, &x) != ncclSuccess, "a failed split was made");
+        if (me != last) {
+            /* As NCCL: a split that ran hands out its communicator, failed or not
+             * (ncclCommInitRankFunc writes *newcomm when its job ends); it is in error. */
+            CHECK(half && half != (ncclComm_t)&x && ncclCommCount(half, &x) != ncclSuccess,
+                  "a failed split (grouped %d) was made: %p", grouped, (void *)half);
             NCCLOK(ncclCommDestroy(half));
         } else
-            CHECK(half == NULL, "a failed split left *newcomm set");
+            CHECK(half == NULL, "a refused split left *newcomm set");
         NCCLOK(ncclCommDestroy(sub));
     }
     return 0;
