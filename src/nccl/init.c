@@ -639,9 +639,10 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
     if (grouped) {
         /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
-         * (each on its own thread there); the new communicator is usable after it. A refused
-         * split is recorded as a part that takes no communicator: the group fails, and its
-         * ncclGroupEnd asks braid for the splits it refuses, so the peers' splits fail. */
+         * (each on its own thread there); *newcomm stays NULL until then (the end writes it,
+         * split_out). A refused split is recorded as a part that takes no communicator: the
+         * group fails, and its ncclGroupEnd asks braid for the splits it refuses, so the peers'
+         * splits fail. */
         int phantom = bad != ncclSuccess || color == NCCL_SPLIT_NOCOLOR;
         ncclComm_t c = comm_new(0, NULL, 0, phantom ? 1 : blocking);
         if (!c) return shim_group_fail(shim_fail(comm, ncclSystemError, "%s: out of memory", call));
@@ -649,15 +650,14 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
         c->split_color = color;
         c->split_key = key;
         c->split_phantom = phantom;
+        c->split_out = newcomm;
         c->cudadev = comm->cudadev;
         res = shim_group_add_init(c);
         if (res != ncclSuccess) {
             comm_free(c);
             return shim_group_fail(bad != ncclSuccess ? bad : res);
         }
-        if (bad != ncclSuccess) return shim_group_fail(bad);
-        if (!phantom) *newcomm = c;
-        return ncclSuccess;
+        return bad != ncclSuccess ? shim_group_fail(bad) : ncclSuccess;
     }
     braid_comm_t nbc = NULL;
     braid_result_t r = nccl_split(comm->bc, color, key, bad != ncclSuccess, &nbc);

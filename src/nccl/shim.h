@@ -49,6 +49,9 @@ struct ncclComm {
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
     ncclComm_t split_parent;
     int split_color, split_key, split_phantom;
+    /* The program's newcomm, NULL from the call on: ncclGroupEnd writes the handle there once the
+     * split ran (failed too), as NCCL's ncclCommInitRankFunc; never for a phantom. */
+    ncclComm_t *split_out;
     int init_thread_live; /* init_thread runs or ran the init: the close joins it */
     pthread_t init_thread;
     /* Who frees comm after its init thread: SHIM_INIT_RUNNING while it runs, then (a

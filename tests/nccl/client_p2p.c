@@ -106,9 +106,10 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclCommCount(one, &k));
     CHECK(k == 1, "simulated init: %d ranks", k);
     NCCLOK(ncclCommDestroy(one));
-    /* ncclCommAbort of an init or split waiting for its group's end returns ncclSuccess, as
-     * NCCL's; the end runs neither (the split is refused to braid on every rank here, so world
-     * stays usable), fails, and frees them. */
+    /* ncclCommAbort of an init waiting for its group's end returns ncclSuccess, as NCCL's; the
+     * end does not run it, fails, and frees it. A grouped split's handle is NULL until its
+     * group's end (as NCCL's), so the program has nothing to abort before: ncclCommAbort(NULL)
+     * is a no-op, and the end runs the split. */
     ncclComm_t sp = NULL;
     NCCLOK(ncclGetUniqueId(&id));
     NCCLOK(ncclGroupStart());
@@ -117,11 +118,15 @@ static int simulate(ncclComm_t world)
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "aborted");
     EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "not a communicator");
+    sp = (ncclComm_t)&sp;
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommSplit(world, 0, me, &sp, NULL));
+    CHECK(sp == NULL, "a grouped split's handle before its group's end: %p", (void *)sp);
     NCCLOK(ncclCommAbort(sp));
-    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
-    EXPECT(ncclCommCount(sp, &k), ncclInvalidArgument, "not a communicator");
+    NCCLOK(ncclGroupEnd());
+    NCCLOK(ncclCommCount(sp, &k));
+    CHECK(k == n, "grouped split: %d ranks", k);
+    NCCLOK(ncclCommDestroy(sp));
     return allreduce_check(world, me, n, 27, "after simulations");
 }
 
