@@ -28,6 +28,7 @@ typedef struct {
     ncclResult_t err; /* first failure recorded inside the group */
     char errmsg[SHIM_MSG_BYTES];
     int refused; /* ops holds a call whose arguments were refused (shim_reject) */
+    int mode;    /* NCCL's ncclGroupBlocking: 0 not set yet, 1 blocking, 2 non-blocking */
 } group_t;
 
 static _Thread_local group_t G;
@@ -56,6 +57,19 @@ static ncclResult_t group_error(ncclResult_t res)
         snprintf(G.errmsg, sizeof(G.errmsg), "%s", shim_thread_msg());
     }
     return res;
+}
+
+ncclResult_t shim_group_mode(int blocking, const char *call)
+{
+    if (G.depth == 0) return ncclSuccess;
+    int mode = blocking ? 1 : 2;
+    if (G.mode == 0) G.mode = mode;
+    if (G.mode == mode) return ncclSuccess;
+    return group_error(shim_fail(NULL, ncclInvalidArgument,
+                                 "%s: blocking and non-blocking communicators are not allowed in "
+                                 "the same group (this one is %s, the group's first %s)",
+                                 call, blocking ? "blocking" : "non-blocking",
+                                 blocking ? "non-blocking" : "blocking"));
 }
 
 ncclResult_t shim_group_add_init(ncclComm_t comm)
@@ -135,6 +149,7 @@ static ncclResult_t append(const shim_op_t *op)
     }
     shim_redop_hold(op);
     G.ops[G.nops++] = *op;
+    G.mode = op->comm->blocking ? 1 : 2; /* NCCL's ncclGroupCommJoin: set, never checked */
     return ncclSuccess;
 }
 

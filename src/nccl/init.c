@@ -375,7 +375,8 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
     if (!config) return ncclSuccess;
     /* As NCCL's parseCommConfig: a config from an older nccl.h is shorter (2.14-2.16's: 24
      * bytes, up to blocking) and a later one longer; its first size bytes (at most ours) count,
-     * over the defaults, and a field its version did not have yet keeps the default. */
+     * over the defaults, and a field its version did not have yet keeps the default (blocking
+     * before 2.14; cgaClusterSize, minCTAs and maxCTAs before 2.17). */
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     c.magic = 0;
     size_t size;
@@ -387,9 +388,27 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
                          "size %zu)",
                          call, c.magic, size);
     if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;
-    if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
+    if (c.version < NCCL_VERSION(2, 17, 0))
+        c.cgaClusterSize = c.minCTAs = c.maxCTAs = NCCL_CONFIG_UNDEF_INT;
+    /* NCCL's checks, all ncclInvalidArgument (the fields have no effect on braid). As NCCL's,
+     * minCTAs > maxCTAs compares the values as they are, so a minCTAs set without maxCTAs
+     * (NCCL_CONFIG_UNDEF_INT, INT_MIN) is refused too. */
+    const int undef = NCCL_CONFIG_UNDEF_INT;
+    if (c.blocking != undef && c.blocking != 0 && c.blocking != 1)
         return shim_fail(NULL, ncclInvalidArgument, "%s: config->blocking=%d (0 or 1)", call,
                          c.blocking);
+    if (c.cgaClusterSize != undef && c.cgaClusterSize < 0)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config->cgaClusterSize=%d is negative",
+                         call, c.cgaClusterSize);
+    if ((c.minCTAs != undef && c.minCTAs <= 0) || (c.maxCTAs != undef && c.maxCTAs <= 0) ||
+        c.minCTAs > c.maxCTAs)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: config->minCTAs=%d, maxCTAs=%d (positive, minCTAs <= maxCTAs; "
+                         "NCCL_CONFIG_UNDEF_INT is %d)",
+                         call, c.minCTAs, c.maxCTAs, undef);
+    if (c.splitShare != undef && c.splitShare != 0 && c.splitShare != 1)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config->splitShare=%d (0 or 1)", call,
+                         c.splitShare);
     if (c.blocking == 0) *blocking_p = 0;
     return ncclSuccess;
 }
@@ -425,11 +444,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
                         rank, nranks);
     else
         res = check_config(config, &blocking, call);
+    if (res == ncclSuccess) {
+        blocking = env_blocking(blocking);
+        res = shim_group_mode(blocking, call);
+    }
     if (res != ncclSuccess) {
         if (comm) *comm = NULL;
         return shim_group_fail(res);
     }
-    blocking = env_blocking(blocking);
     ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
     if (!c) {
         *comm = NULL;
@@ -633,9 +655,14 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     ncclResult_t bad = ncclSuccess;
     if (!newcomm)
         bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
-    else if (config && color != NCCL_SPLIT_NOCOLOR) /* as NCCL: a NOCOLOR rank's is not read */
-        bad = check_config(config, &blocking, call);
-    blocking = env_blocking(blocking);
+    else if (color != NCCL_SPLIT_NOCOLOR) {
+        /* As NCCL: a NOCOLOR rank's config is not read, nor NCCL_COMM_BLOCKING (no config is
+         * parsed for it). */
+        if (config) bad = check_config(config, &blocking, call);
+        if (bad == ncclSuccess) blocking = env_blocking(blocking);
+    }
+    /* NCCL's ncclAsyncLaunch is given the parent: a split counts as its parent's mode. */
+    if (bad == ncclSuccess && grouped) bad = shim_group_mode(comm->blocking, call);
     if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
     if (grouped) {
         /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks

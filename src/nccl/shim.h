@@ -195,6 +195,11 @@ typedef struct {
 
 /* Depth of the calling thread's group nesting (0 = none). */
 int shim_group_depth(void);
+/* NCCL's ncclAsyncLaunch check, for an init or split recorded in an open group (blocking: the
+ * new communicator's, a split's parent's): the group's first init, split or operation sets the
+ * group's blocking mode (an operation sets it again, unchecked, as NCCL's ncclGroupCommJoin);
+ * one that differs is ncclInvalidArgument, recorded in the group. ncclSuccess outside a group. */
+ncclResult_t shim_group_mode(int blocking, const char *call);
 /* Adds a communicator whose init waits for the outermost ncclGroupEnd. */
 ncclResult_t shim_group_add_init(ncclComm_t comm);
 /* Runs op now (outside a group) or appends it to the thread's group. */

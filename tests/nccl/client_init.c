@@ -64,9 +64,97 @@ static int inits_and_splits(ncclComm_t world)
     return 0;
 }
 
+/* NCCL's ncclAsyncLaunch: an init or split whose communicator's blocking differs from the
+ * group's (set by its first init, split or operation; a split counts its parent's) fails with
+ * ncclInvalidArgument, its handle NULL, and so does the group's end. Every rank makes the same
+ * calls, so nothing runs anywhere (the refused split is refused to braid on every rank) and
+ * world stays usable. */
+static int mixed_blocking(ncclComm_t world)
+{
+    int me = g_rank, n = g_nranks;
+    ncclUniqueId id;
+    if (shared_id(world, &id)) return 1;
+    ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+    nb.blocking = 0;
+    ncclComm_t a = NULL, b = (ncclComm_t)&b, sp = (ncclComm_t)&sp;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommInitRankConfig(&a, n, id, me, &nb));
+    EXPECT(ncclCommInitRank(&b, n, id, me), ncclInvalidArgument, "same group");
+    CHECK(b == NULL, "a refused init left *comm %p", (void *)b);
+    EXPECT(ncclCommSplit(world, 0, me, &sp, NULL), ncclInvalidArgument, "same group");
+    CHECK(sp == NULL, "a refused split left *newcomm %p", (void *)sp);
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "same group");
+    int k = 0;
+    CHECK(ncclCommCount(a, &k) != ncclSuccess, "an init of a failed group ran");
+    NCCLOK(ncclCommDestroy(a));
+    float f[4] = {1, 2, 3, 4};
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(f, f, 4, ncclFloat32, ncclSum, world, NULL));
+    a = (ncclComm_t)&a;
+    EXPECT(ncclCommInitRankConfig(&a, n, id, me, &nb), ncclInvalidArgument, "same group");
+    CHECK(a == NULL, "a refused init left *comm %p", (void *)a);
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "same group");
+    CHECK(f[0] == 1, "a failed group ran its all-reduce (%g)", f[0]);
+    return allreduce_check(world, me, n, 54, "after groups mixing blocking modes");
+}
+
+/* ncclConfig_t as NCCL 2.26.6's parseCommConfig checks it: cgaClusterSize not negative,
+ * minCTAs and maxCTAs positive with minCTAs <= maxCTAs (compared as they are: a minCTAs set
+ * alone is above maxCTAs' NCCL_CONFIG_UNDEF_INT), splitShare 0 or 1, each ncclInvalidArgument
+ * with *comm NULL; a config older than 2.17 has no cgaClusterSize, minCTAs or maxCTAs (they are
+ * not read). Then a split of world refused for its config on every rank (world stays usable). */
+static int config_checks(ncclComm_t world)
+{
+    enum { U = NCCL_CONFIG_UNDEF_INT };
+    static const struct {
+        int cga, minc, maxc, share;
+        const char *word;
+    } bad[] = {{-1, U, U, U, "cgaClusterSize"},
+               {U, 0, U, U, "CTAs"},
+               {U, U, -2, U, "CTAs"},
+               {U, 8, 4, U, "CTAs"},
+               {U, 4, U, U, "CTAs"},
+               {U, U, U, 2, "splitShare"},
+               {U, U, U, -1, "splitShare"}};
+    ncclUniqueId id;
+    NCCLOK(ncclGetUniqueId(&id));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.cgaClusterSize = bad[i].cga;
+        cfg.minCTAs = bad[i].minc;
+        cfg.maxCTAs = bad[i].maxc;
+        cfg.splitShare = bad[i].share;
+        ncclComm_t c = (ncclComm_t)&c;
+        EXPECT(ncclCommInitRankConfig(&c, 1, id, 0, &cfg), ncclInvalidArgument, bad[i].word);
+        CHECK(c == NULL, "config %zu: *comm %p", i, (void *)c);
+    }
+    ncclConfig_t ok = NCCL_CONFIG_INITIALIZER;
+    ok.cgaClusterSize = 0;
+    ok.minCTAs = 2;
+    ok.maxCTAs = 2;
+    ok.splitShare = 1;
+    ncclComm_t c = NULL;
+    NCCLOK(ncclCommInitRankConfig(&c, 1, id, 0, &ok));
+    NCCLOK(ncclCommDestroy(c));
+    ncclConfig_t old = NCCL_CONFIG_INITIALIZER; /* 2.16: the CTA fields are not read */
+    old.version = NCCL_VERSION(2, 16, 0);
+    old.cgaClusterSize = -1;
+    old.minCTAs = 8;
+    old.maxCTAs = 4;
+    NCCLOK(ncclGetUniqueId(&id));
+    NCCLOK(ncclCommInitRankConfig(&c, 1, id, 0, &old));
+    NCCLOK(ncclCommDestroy(c));
+    ncclConfig_t share = NCCL_CONFIG_INITIALIZER;
+    share.splitShare = 3;
+    ncclComm_t sp = (ncclComm_t)&sp;
+    EXPECT(ncclCommSplit(world, 0, g_rank, &sp, &share), ncclInvalidArgument, "splitShare");
+    CHECK(sp == NULL, "a refused split left *newcomm %p", (void *)sp);
+    return allreduce_check(world, g_rank, g_nranks, 55, "after refused configs");
+}
+
 int test_inits(ncclComm_t world)
 {
-    if (inits_and_splits(world)) return 1;
+    if (inits_and_splits(world) || mixed_blocking(world) || config_checks(world)) return 1;
     printf("rank %d: inits ok\n", g_rank);
     return 0;
 }
