@@ -1,10 +1,10 @@
 /* braid's NCCL drop-in (libnccl.so.2), internal declarations. Written on braid's public API
  * (include/braid/braid.h) only.
  *
- * Files: init.c (ids, communicator lifecycle, queries), coll.c (collectives, point-to-point,
- * PreMulSum, memory and registration), group.c (ncclGroupStart/End: deferred inits and batched
- * operations), errors.c (result mapping, last-error messages, logging), env.c (NCCL_*
- * variables mapped onto BRAID_* ones).
+ * Files: init.c (ids, communicator lifecycle, queries), split.c (ncclCommSplit, and the splits
+ * of a group), coll.c (collectives, point-to-point, PreMulSum, memory and registration), group.c
+ * (ncclGroupStart/End: deferred inits and batched operations), errors.c (result mapping,
+ * last-error messages, logging), env.c (nccl.conf, NCCL_* variables mapped onto BRAID_* ones).
  *
  * Threading: a communicator may be used by one thread at a time (as NCCL requires), except
  * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. Every call
@@ -151,14 +151,21 @@ void shim_comm_free_idle(ncclComm_t comm);
 /* ncclGroupEnd takes its inits (SHIM_DEFERRED_ENDING): an abort from now on waits for the end
  * to let each go; those aborted before (closing) the end frees without running them. */
 void shim_group_claim(ncclComm_t *inits, size_t n);
-/* Frees a phantom split (split_phantom) once its part ran or will never run. */
-void shim_comm_free_phantom(ncclComm_t comm);
+/* A new communicator struct (listed among the live ones, state ncclInProgress); NULL without
+ * memory. id is the init's, NULL for a split. */
+ncclComm_t shim_comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking);
+/* Checks config as NCCL's parseCommConfig (NULL: the defaults); *blocking_p gets its blocking
+ * (1 unless it says 0). */
+ncclResult_t shim_check_config(const ncclConfig_t *config, int *blocking_p, const char *call);
+/* NCCL's envConfigOverride: NCCL_COMM_BLOCKING=0 or 1 overrides blocking (the config's, the
+ * default, or a split's parent's). */
+int shim_env_blocking(int blocking);
+
+/* ---- split.c -------------------------------------------------------------------------------- */
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
  * error), braid is asked for a split it refuses instead, so that the peers' splits fail too,
  * and comm's state becomes refuse. */
 void shim_split_run(ncclComm_t comm, ncclResult_t refuse);
-
-/* ---- split.c -------------------------------------------------------------------------------- */
 /* Runs the splits among inits[0..n) (split_parent set): one thread per parent, each running
  * its parent's splits in call order (braid takes one call at a time per communicator, in the
  * same order on every rank), or inline when there is one parent; returns when all are done,
