@@ -94,7 +94,7 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommInitRank(&one, 1, id, 0));
     /* Its async error is ncclSuccess until the group's end (NCCL sets ncclInProgress there, and
-     * only for a non-blocking one); so is that of a communicator with an operation recorded. */
+     * only for a non-blocking one). */
     ncclResult_t st = ncclInProgress;
     NCCLOK(ncclCommGetAsyncError(one, &st));
     CHECK(st == ncclSuccess, "async error %d of an init waiting for its group's end", (int)st);
