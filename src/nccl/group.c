@@ -67,7 +67,7 @@ ncclResult_t shim_group_mode(int blocking, const char *call)
     if (G.mode == mode) return ncclSuccess;
     return group_error(shim_fail(NULL, ncclInvalidArgument,
                                  "%s: blocking and non-blocking communicators are not allowed in "
-                                 "the same group (this one is %s, the group's first %s)",
+                                 "the same group (this one is %s, the group %s)",
                                  call, blocking ? "blocking" : "non-blocking",
                                  blocking ? "non-blocking" : "blocking"));
 }

@@ -235,7 +235,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 {
     shim_clear();
     ncclResult_t res = shim_enter(comm, "ncclCommSplit");
-    if (res != ncclSuccess) return shim_group_fail(res); /* a no-op outside a group */
+    if (res != ncclSuccess) {
+        if (newcomm) *newcomm = NULL; /* as NCCL's ncclCommSplit (CommCheck, its fail path) */
+        return shim_group_fail(res);  /* a no-op outside a group */
+    }
     res = split(comm, color, key, newcomm, config);
     shim_leave(comm);
     return res;

@@ -620,6 +620,9 @@ static int test_errors(ncclComm_t world)
     EXPECT(ncclCommInitRank(&c, 2, id, 5), ncclInvalidArgument, "rank=5");
     EXPECT(ncclGroupEnd(), ncclInvalidArgument, "rank=5");
     EXPECT(ncclCommCount(world, NULL), ncclInvalidArgument, "count");
+    c = (ncclComm_t)&c; /* NCCL's ncclCommSplit clears *newcomm when it refuses the call */
+    EXPECT(ncclCommSplit(NULL, 0, 0, &c, NULL), ncclInvalidArgument, "comm is NULL");
+    CHECK(c == NULL, "a split of no communicator left *newcomm %p", (void *)c);
     EXPECT(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId");
     EXPECT(ncclRedOpDestroy(ncclMax, world), ncclInvalidArgument, "built-in");
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
