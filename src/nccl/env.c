@@ -1,18 +1,75 @@
 /* NCCL_* environment variables that have a braid equivalent, mapped onto BRAID_* ones once
  * per process, before the first unique id or communicator (braid reads BRAID_* when it
  * creates them). A BRAID_* variable that is already set wins: the NCCL one is then ignored.
- * The table is documented in the README section "NCCL drop-in". */
+ * Before any NCCL_* variable is read, the nccl.conf files are (shim_env_conf). The table is
+ * documented in the README section "NCCL drop-in". */
 #include "shim.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT, conf_once = PTHREAD_ONCE_INIT,
+                      blocking_once = PTHREAD_ONCE_INIT;
+
+/* One nccl.conf file, as NCCL's setEnvFile (src/misc/param.cc): each line NAME=VALUE is set in
+ * the environment unless NAME is set already. Nothing is trimmed: a line whose first character
+ * is '#' is a comment, one without '=' is skipped, the name is what precedes the first '=' and
+ * the value the rest of the line (spaces and '=' included, the newline dropped); both are cut at
+ * 1023 bytes. A file that cannot be opened is skipped. */
+static void read_conf_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *line = NULL, name[1024], value[1024];
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) != -1) {
+        if (line[0] == '#') continue;
+        if (line[len - 1] == '\n') line[len - 1] = '\0';
+        size_t s = strcspn(line, "=");
+        if (!line[s]) continue;
+        snprintf(name, sizeof(name), "%.*s", (int)(s < 1023 ? s : 1023), line);
+        snprintf(value, sizeof(value), "%s", line + s + 1);
+        setenv(name, value, 0);
+    }
+    free(line);
+    fclose(f);
+}
+
+/* NCCL's initEnv (src/misc/param.cc, initEnvFunc): the file NCCL_CONF_FILE names when it is set
+ * and not empty, else ~/.nccl.conf (the home directory of the user's passwd entry, not $HOME),
+ * then /etc/nccl.conf. Since nothing is overwritten, the environment wins over both files and
+ * the first file over /etc's. Nothing is logged here: the log level (NCCL_DEBUG) may come from
+ * these files. */
+static void conf_once_run(void)
+{
+    char path[1024];
+    const char *user = getenv("NCCL_CONF_FILE");
+    if (user && *user) {
+        snprintf(path, sizeof(path), "%s", user);
+        read_conf_file(path);
+    } else {
+        struct passwd pw, *found = NULL;
+        char buf[4096];
+        if (getpwuid_r(getuid(), &pw, buf, sizeof(buf), &found) == 0 && found && pw.pw_dir) {
+            snprintf(path, sizeof(path), "%s/.nccl.conf", pw.pw_dir);
+            read_conf_file(path);
+        }
+    }
+    read_conf_file("/etc/nccl.conf");
+}
+
+void shim_env_conf(void)
+{
+    pthread_once(&conf_once, conf_once_run);
+}
 
 /* Sets braid_var to value unless it is set already; logs what happened. */
 static void put(const char *braid_var, const char *value, const char *from)
@@ -143,9 +200,12 @@ static void map_socks(void)
 static int comm_blocking = -1;
 
 /* Not a braid variable: the shim applies it (NCCL's envConfigOverride). strtoll with base 0 and
- * an empty value ignored, as NCCL's ncclLoadParam. */
+ * an empty value ignored, as NCCL's ncclLoadParam. Read on its own once, at the first init's or
+ * split's config (NCCL's ncclParamCommBlocking is read there, and only there), not with the
+ * other variables at the first ncclGetUniqueId. */
 static void read_comm_blocking(void)
 {
+    shim_env_conf();
     const char *v = getenv("NCCL_COMM_BLOCKING");
     if (!v || !*v) return;
     errno = 0;
@@ -157,13 +217,13 @@ static void read_comm_blocking(void)
 
 int shim_env_comm_blocking(void)
 {
-    shim_env_init();
+    pthread_once(&blocking_once, read_comm_blocking);
     return comm_blocking;
 }
 
 static void env_init_once(void)
 {
-    read_comm_blocking();
+    shim_env_conf();
     map_debug();
     map_subsys();
     same("NCCL_DEBUG_FILE", "BRAID_DEBUG_FILE");

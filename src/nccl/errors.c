@@ -51,6 +51,7 @@ void shim_note(ncclComm_t comm, const char *msg)
 
 int shim_debug_level(void)
 {
+    shim_env_conf(); /* NCCL_DEBUG may come from nccl.conf (NCCL's ncclGetEnv) */
     const char *v = getenv("NCCL_DEBUG");
     if (!v) return 0;
     if (!strcasecmp(v, "VERSION")) return 1;

@@ -1,11 +1,13 @@
 /* ncclGroupStart/End. Groups are per thread and nest; between the outermost start and its end,
- * calls are recorded, not run:
+ * calls are recorded, not run. At the end, as NCCL's groupLaunch:
  * - communicator inits and splits (one thread may init or split several ranks, as
- *   ncclCommInitAll does) start together at ncclGroupEnd, each on its own thread; blocking ones
- *   are waited for, and with a non-blocking one among them ncclGroupEnd returns ncclInProgress;
- * - operations run at ncclGroupEnd inside one braid group (braid_group_start/end): each
- *   communicator's collectives in call order, its sends and receives together (posted in any
- *   order), several communicators (one thread driving several ranks) concurrently.
+ *   ncclCommInitAll does) run together, each plain init on its own thread while the splits
+ *   run (split.c); a split's handle is written once it ran; blocking inits are waited for, and
+ *   with a non-blocking one among them ncclGroupEnd returns ncclInProgress;
+ * - then, if every init and split succeeded, the operations (on communicators that were ready
+ *   when recorded) run inside one braid group (braid_group_start/end): each communicator's
+ *   collectives in call order, its sends and receives together (posted in any order), several
+ *   communicators (one thread driving several ranks) concurrently.
  * A call that fails its argument checks inside a group returns its error at once, and the
  * group's ncclGroupEnd then runs nothing and returns that error (as NCCL does). braid still
  * gets the group, the refused call with the value braid refuses too, so that the group's calls
@@ -26,6 +28,7 @@ typedef struct {
     ncclResult_t err; /* first failure recorded inside the group */
     char errmsg[SHIM_MSG_BYTES];
     int refused; /* ops holds a call whose arguments were refused (shim_reject) */
+    int mode;    /* NCCL's ncclGroupBlocking: 0 not set yet, 1 blocking, 2 non-blocking */
 } group_t;
 
 static _Thread_local group_t G;
@@ -54,6 +57,19 @@ static ncclResult_t group_error(ncclResult_t res)
         snprintf(G.errmsg, sizeof(G.errmsg), "%s", shim_thread_msg());
     }
     return res;
+}
+
+ncclResult_t shim_group_mode(int blocking, const char *call)
+{
+    if (G.depth == 0) return ncclSuccess;
+    int mode = blocking ? 1 : 2;
+    if (G.mode == 0) G.mode = mode;
+    if (G.mode == mode) return ncclSuccess;
+    return group_error(shim_fail(NULL, ncclInvalidArgument,
+                                 "%s: blocking and non-blocking communicators are not allowed in "
+                                 "the same group (this one is %s, the group %s)",
+                                 call, blocking ? "blocking" : "non-blocking",
+                                 blocking ? "non-blocking" : "blocking"));
 }
 
 ncclResult_t shim_group_add_init(ncclComm_t comm)
@@ -133,6 +149,7 @@ static ncclResult_t append(const shim_op_t *op)
     }
     shim_redop_hold(op);
     G.ops[G.nops++] = *op;
+    G.mode = op->comm->blocking ? 1 : 2; /* NCCL's ncclGroupCommJoin: set, never checked */
     return ncclSuccess;
 }
 
@@ -175,40 +192,49 @@ ncclResult_t ncclGroupStart(void)
     return ncclSuccess;
 }
 
-/* Starts the inits (plain ones: the splits are split.c's); waits for the blocking ones. */
-static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
+/* A single blocking init and nothing else to run beside it: inline, under the orphan protocol
+ * too (an abort from another thread returns at once, as NCCL's, and this thread frees comm
+ * after braid's init returned). */
+static ncclResult_t run_init_inline(ncclComm_t c)
+{
+    /* Entered before a close from another thread may see it (init_deferred cleared). */
+    atomic_fetch_add(&c->active, 1);
+    atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
+    atomic_store(&c->init_deferred, 0);
+    int orphaned = shim_init_run_owned(c);
+    ncclResult_t res = (ncclResult_t)atomic_load(&c->state);
+    if (orphaned)
+        res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted", (void *)c);
+    shim_leave(c);
+    if (orphaned) shim_init_orphan_end(c);
+    return res;
+}
+
+/* Starts the plain inits, each on its own thread; returns the first that could not start. */
+static ncclResult_t start_inits(ncclComm_t *inits, size_t n)
 {
     ncclResult_t res = ncclSuccess;
-    int nonblocking = 0;
     /* Entered (no close can have started: a deferred init refuses it) before a close from
      * another thread may see them (init_deferred cleared), so that a close waits for this. */
     for (size_t i = 0; i < n; i++)
         atomic_fetch_add(&inits[i]->active, 1);
-    if (n == 1 && inits[0]->blocking) {
-        /* Inline, under the orphan protocol too: an abort from another thread returns at once
-         * (as NCCL's) and this thread frees comm after braid's init returned. */
-        ncclComm_t c = inits[0];
-        atomic_store(&c->init_owner, SHIM_INIT_RUNNING);
-        atomic_store(&c->init_deferred, 0);
-        int orphaned = shim_init_run_owned(c);
-        res = (ncclResult_t)atomic_load(&c->state);
-        if (orphaned)
-            res = shim_fail(NULL, ncclInvalidArgument, "ncclGroupEnd: comm %p was aborted",
-                            (void *)c);
-        shim_leave(c);
-        if (orphaned) shim_init_orphan_end(c);
-        return res;
-    }
     for (size_t i = 0; i < n; i++) {
         ncclResult_t r = shim_init_start_thread(inits[i]);
         if (r != ncclSuccess && res == ncclSuccess) res = r;
         /* Only now may a close see it: an abort finds init_owner set (and orphans the init)
          * or init_thread_live (and joins it), never a thread about to start on freed memory. */
         atomic_store(&inits[i]->init_deferred, 0);
-        if (!inits[i]->blocking) nonblocking = 1;
     }
+    return res;
+}
+
+/* Waits for the started inits: the blocking ones, or all of them with all; then leaves them.
+ * Returns the first failure. */
+static ncclResult_t wait_inits(ncclComm_t *inits, size_t n, int all)
+{
+    ncclResult_t res = ncclSuccess;
     for (size_t i = 0; i < n; i++) {
-        if (!inits[i]->blocking) continue;
+        if (!inits[i]->blocking && !all) continue;
         int done = shim_init_wait(inits[i]);
         ncclResult_t r = (ncclResult_t)atomic_load(&inits[i]->state);
         if (r == ncclInProgress && res == ncclSuccess)
@@ -225,7 +251,7 @@ static ncclResult_t run_inits(ncclComm_t *inits, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         shim_leave(inits[i]);
-    return res == ncclSuccess && nonblocking ? ncclInProgress : res;
+    return res;
 }
 
 /* Runs the group's operations as one braid group in the calling thread (braid runs several
@@ -272,20 +298,67 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
 }
 
 /* The group's inits and splits, not run (err) or already run (err == ncclSuccess: their state
- * is set): the phantom splits (a NCCL_SPLIT_NOCOLOR rank's part, never handed out) are freed,
- * the others released to the program (init_deferred cleared after their state is published:
- * from then on a close on another thread may free them, so this is the last touch). */
+ * is set). Freed: the phantom splits (a NCCL_SPLIT_NOCOLOR rank's part, never handed out), those
+ * aborted while deferred, and in a failed group the splits (never run: their handles stay NULL,
+ * as NCCL's). Released to the program: the others, a split's handle written first (NCCL's
+ * ncclCommInitRankFunc writes *newcomm when the split's job ends, after a failure too), a plain
+ * init of a failed group given err. init_deferred is cleared after their state is published:
+ * from then on a close on another thread may free them, so this is the last touch. */
 static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
 {
     for (size_t i = 0; i < n; i++) {
         ncclComm_t c = inits[i];
-        if (c->split_phantom || atomic_load(&c->closing)) { /* closing: aborted while deferred */
+        if (c->split_phantom || atomic_load(&c->closing) || (err && c->split_parent)) {
             shim_comm_free_idle(c); /* a call (ncclCommGetAsyncError) may still be inside */
             continue;
         }
         if (err != ncclSuccess) shim_init_finish(c, err);
+        if (c->split_parent) *c->split_out = c;
         atomic_store(&c->init_deferred, 0);
     }
+}
+
+/* Moves the plain inits of inits[0..n) to its front, the splits after them, each in call
+ * order; returns the number of plain inits. */
+static size_t plain_first(ncclComm_t *inits, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (inits[i]->split_parent) continue;
+        ncclComm_t c = inits[i];
+        memmove(inits + k + 1, inits + k, (i - k) * sizeof(*inits));
+        inits[k++] = c;
+    }
+    return k;
+}
+
+/* A group that no call failed, as NCCL's groupLaunch: its inits and splits (NCCL's async jobs)
+ * run together, the plain inits on their threads while this thread runs the splits, so that a
+ * split may meet peers that first finish the init (a peer blocking in ncclCommInitRank, then
+ * ncclCommSplit, while this rank groups both; run one after the other, the two sides would wait
+ * for each other). Then, only if every one of them succeeded and none was aborted (dropped), the
+ * operations: on other communicators, ready when recorded. A group with operations waits for
+ * its non-blocking inits too (its operations run blocking); one without returns ncclInProgress
+ * for them at once. */
+static ncclResult_t run_group(int dropped)
+{
+    size_t nplain = plain_first(G.inits, G.ninits), nsplit = G.ninits - nplain;
+    int nonblocking = 0;
+    for (size_t i = 0; i < nplain; i++)
+        nonblocking |= !G.inits[i]->blocking;
+    ncclResult_t res;
+    if (nplain == 1 && nsplit == 0 && G.inits[0]->blocking) {
+        res = run_init_inline(G.inits[0]);
+    } else {
+        res = start_inits(G.inits, nplain);
+        ncclResult_t r = shim_splits_run(G.inits + nplain, nsplit, ncclSuccess);
+        settle_inits(G.inits + nplain, nsplit, ncclSuccess);
+        ncclResult_t w = wait_inits(G.inits, nplain, G.nops > 0);
+        if (res == ncclSuccess) res = r;
+        if (res == ncclSuccess) res = w;
+    }
+    if (G.nops > 0 && res == ncclSuccess && !dropped) res = run_ops(G.ops, G.nops);
+    return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 
 ncclResult_t ncclGroupEnd(void)
@@ -296,13 +369,10 @@ ncclResult_t ncclGroupEnd(void)
     if (--G.depth > 0) return ncclSuccess;
     shim_group_claim(G.inits, G.ninits);
     /* Plain inits aborted before the end: never run (braid's init cannot be cut short), freed;
-     * the end fails (their peers' inits wait, as NCCL's do for an aborted rank). */
+     * the end fails without running the group's operations (their peers' inits wait, as NCCL's
+     * do for an aborted rank, and so their groups run no operation either). */
     char dropped[SHIM_MSG_BYTES] = "";
-    size_t kept = 0, nplain = 0;
-    /* Counted before the aborted ones are dropped: the peers' groups hold them too, and fail as
-     * holding inits and other operations when this one does. */
-    for (size_t i = 0; i < G.ninits; i++)
-        nplain += !G.inits[i]->split_parent;
+    size_t kept = 0;
     for (size_t i = 0; i < G.ninits; i++) {
         ncclComm_t c = G.inits[i];
         if (c->split_parent || !atomic_load(&c->closing)) {
@@ -316,36 +386,15 @@ ncclResult_t ncclGroupEnd(void)
     }
     G.ninits = kept;
     ncclResult_t res;
-    if (G.err != ncclSuccess || (nplain && G.nops)) {
+    if (G.err != ncclSuccess) {
         /* Nothing of a failed group runs: its splits are refused (so the peers' fail too), its
          * refused operations told (tell_refused), its inits fail. */
-        ncclResult_t err = G.err != ncclSuccess ? G.err : ncclInvalidUsage;
-        char msg[SHIM_MSG_BYTES];
-        if (G.err != ncclSuccess)
-            snprintf(msg, sizeof(msg), "ncclGroupEnd: a call of the group failed: %.700s",
-                     G.errmsg);
-        else
-            snprintf(msg, sizeof(msg),
-                     "ncclGroupEnd: a group holds communicator inits and other operations");
-        (void)shim_splits_run(G.inits, G.ninits, err);
+        (void)shim_splits_run(G.inits, G.ninits, G.err);
         if (G.refused) tell_refused(G.ops, G.nops);
-        settle_inits(G.inits, G.ninits, err);
-        res = shim_fail(NULL, err, "%s", msg);
+        settle_inits(G.inits, G.ninits, G.err);
+        res = shim_fail(NULL, G.err, "ncclGroupEnd: a call of the group failed: %.700s", G.errmsg);
     } else {
-        /* Splits first (the group's operations cannot use their results), then inits or the
-         * operations. */
-        res = shim_splits_run(G.inits, G.ninits, ncclSuccess);
-        size_t k = 0; /* the plain inits to the front; the splits (done) are released */
-        for (size_t i = 0; i < G.ninits; i++) {
-            ncclComm_t c = G.inits[i];
-            if (c->split_parent)
-                settle_inits(&c, 1, ncclSuccess);
-            else
-                G.inits[k++] = c;
-        }
-        G.ninits = k;
-        ncclResult_t r = nplain ? run_inits(G.inits, G.ninits) : run_ops(G.ops, G.nops);
-        if (res == ncclSuccess) res = r;
+        res = run_group(dropped[0] != 0);
     }
     group_reset();
     if (dropped[0] && (res == ncclSuccess || res == ncclInProgress))

@@ -1,5 +1,5 @@
-/* Unique ids, the communicator lifecycle (blocking, non-blocking and grouped inits, split,
- * finalize, destroy, abort) and the queries. */
+/* Unique ids, the communicator lifecycle (blocking, non-blocking and grouped inits, finalize,
+ * destroy, abort; splits are split.c's) and the queries. */
 #include "shim.h"
 
 #include <dlfcn.h>
@@ -94,7 +94,7 @@ void shim_leave(ncclComm_t comm)
     atomic_fetch_sub(&comm->active, 1); /* the last touch: a close may free comm now */
 }
 
-static ncclComm_t comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
+ncclComm_t shim_comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
 {
     ncclComm_t c = calloc(1, sizeof(*c));
     if (!c) return NULL;
@@ -184,78 +184,12 @@ void shim_comm_free_idle(ncclComm_t c)
     if (wait_idle(c)) shim_comm_retire(c); /* else a call never left: comm stays allocated */
 }
 
-/* braid_comm_split as NCCL's split: NCCL takes every color but NCCL_SPLIT_NOCOLOR as a color
- * (commGetSplitInfo compares the values as they are, so -2 is one), braid takes every negative
- * one as no color. So the ranks first gather their colors over the parent and each splits on the
- * lowest parent rank that passed its color (one non-negative braid color per NCCL color); braid
- * orders the new ranks by (key, parent rank), as NCCL does. refuse: this rank's split failed its
- * checks: it still takes its part in the gather, then asks braid for a split braid refuses
- * (newcomm NULL), so that the peers' splits fail at once naming the refusal instead of waiting
- * for this rank. Returns braid's result; *out is NULL for no color. */
-static braid_result_t nccl_split(braid_comm_t parent, int color, int key, int refuse,
-                                 braid_comm_t *out)
-{
-    int n = 0;
-    (void)braid_comm_size(parent, &n);
-    int32_t mine = color, *all = calloc(n > 0 ? (size_t)n : 1, sizeof(*all));
-    /* Without memory, the NULL buffer makes braid refuse this rank's gather: the peers are told
-     * of it (rather than wait for it) and so is this rank. */
-    braid_result_t r = braid_allgather(&mine, all, 1, BRAID_INT32, parent);
-    int bcolor = BRAID_SPLIT_NOCOLOR;
-    if (r == BRAID_SUCCESS && color != NCCL_SPLIT_NOCOLOR)
-        for (bcolor = 0; bcolor < n - 1 && all[bcolor] != mine; bcolor++)
-            ;
-    free(all);
-    /* After a failed gather too, so that this rank keeps its place in the parent's calls. */
-    braid_result_t s =
-        braid_comm_split(parent, bcolor, key, refuse || r != BRAID_SUCCESS ? NULL : out);
-    return r != BRAID_SUCCESS ? r : s;
-}
-
 void shim_group_claim(ncclComm_t *inits, size_t n)
 {
     pthread_mutex_lock(&live_lock);
     for (size_t i = 0; i < n; i++)
         if (!inits[i]->closing) atomic_store(&inits[i]->init_deferred, SHIM_DEFERRED_ENDING);
     pthread_mutex_unlock(&live_lock);
-}
-
-void shim_split_run(ncclComm_t c, ncclResult_t refuse)
-{
-    ncclComm_t p = c->split_parent;
-    if (!refuse && atomic_load(&c->closing)) /* aborted before the group's end */
-        refuse = shim_fail(c, ncclInvalidArgument,
-                           "ncclCommSplit: comm %p was aborted before its group's end", (void *)c);
-    braid_comm_t bc = NULL;
-    /* c stays init_deferred (no close can free it): ncclGroupEnd clears that after its last
-     * touch. */
-    ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
-    if (res != ncclSuccess) {
-        shim_init_finish(c, refuse ? refuse : res);
-        return;
-    }
-    /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
-    braid_result_t r = nccl_split(p->bc, c->split_color, c->split_key, refuse != 0, &bc);
-    shim_leave(p);
-    if (refuse) {
-        shim_init_finish(c, refuse);
-        return;
-    }
-    if (r != BRAID_SUCCESS) {
-        shim_init_finish(c, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
-        return;
-    }
-    if (bc) {
-        c->bc = bc;
-        braid_comm_rank(bc, &c->rank);
-        braid_comm_size(bc, &c->nranks);
-    }
-    shim_init_finish(c, ncclSuccess);
-}
-
-void shim_comm_free_phantom(ncclComm_t c)
-{
-    if (c->split_phantom) comm_free(c);
 }
 
 void shim_init_finish(ncclComm_t c, ncclResult_t res)
@@ -344,19 +278,20 @@ int shim_init_wait(ncclComm_t c)
 
 ncclResult_t shim_ready(ncclComm_t comm, const char *call)
 {
+    /* As NCCL's ncclCommEnsureReady: a communicator whose init has not returned ncclSuccess yet
+     * (it waits for its group's end, or a non-blocking init still runs) is refused at once;
+     * the program polls ncclCommGetAsyncError until the init is done. */
     if (comm->init_deferred)
-        return shim_fail(comm, ncclInvalidUsage,
-                         "%s: the communicator's init waits for ncclGroupEnd (inits and other "
-                         "calls cannot share a group)",
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (it waits for its group's "
+                         "ncclGroupEnd)",
                          call);
-    if (!shim_init_wait(comm))
-        return shim_fail(comm, ncclInternalError,
-                         "%s: the communicator's init did not finish in %d s", call,
-                         SHIM_WAIT_LIMIT_S);
     int st = atomic_load(&comm->state);
-    if (st == ncclInProgress) /* woken by a close */
-        return shim_fail(comm, ncclInvalidArgument, "%s: comm %p is being destroyed or aborted",
-                         call, (void *)comm);
+    if (st == ncclInProgress)
+        return shim_fail(comm, ncclInvalidArgument,
+                         "%s: the communicator's init is in progress (attempt to use it before "
+                         "ncclCommGetAsyncError returned ncclSuccess)",
+                         call);
     if (st != ncclSuccess || !comm->bc) {
         char why[SHIM_MSG_BYTES];
         pthread_mutex_lock(&comm->lock);
@@ -368,13 +303,14 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call)
     return ncclSuccess;
 }
 
-static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, const char *call)
+ncclResult_t shim_check_config(const ncclConfig_t *config, int *blocking_p, const char *call)
 {
     *blocking_p = 1;
     if (!config) return ncclSuccess;
     /* As NCCL's parseCommConfig: a config from an older nccl.h is shorter (2.14-2.16's: 24
      * bytes, up to blocking) and a later one longer; its first size bytes (at most ours) count,
-     * over the defaults, and a field its version did not have yet keeps the default. */
+     * over the defaults, and a field its version did not have yet keeps the default (blocking
+     * before 2.14; cgaClusterSize, minCTAs and maxCTAs before 2.17). */
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     c.magic = 0;
     size_t size;
@@ -386,44 +322,78 @@ static ncclResult_t check_config(const ncclConfig_t *config, int *blocking_p, co
                          "size %zu)",
                          call, c.magic, size);
     if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;
-    if (c.blocking != NCCL_CONFIG_UNDEF_INT && c.blocking != 0 && c.blocking != 1)
+    if (c.version < NCCL_VERSION(2, 17, 0))
+        c.cgaClusterSize = c.minCTAs = c.maxCTAs = NCCL_CONFIG_UNDEF_INT;
+    /* NCCL's checks, all ncclInvalidArgument (the fields have no effect on braid). As NCCL's,
+     * minCTAs > maxCTAs compares the values as they are, so a minCTAs set without maxCTAs
+     * (NCCL_CONFIG_UNDEF_INT, INT_MIN) is refused too. */
+    const int undef = NCCL_CONFIG_UNDEF_INT;
+    if (c.blocking != undef && c.blocking != 0 && c.blocking != 1)
         return shim_fail(NULL, ncclInvalidArgument, "%s: config->blocking=%d (0 or 1)", call,
                          c.blocking);
+    if (c.cgaClusterSize != undef && c.cgaClusterSize < 0)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config->cgaClusterSize=%d is negative",
+                         call, c.cgaClusterSize);
+    if ((c.minCTAs != undef && c.minCTAs <= 0) || (c.maxCTAs != undef && c.maxCTAs <= 0) ||
+        c.minCTAs > c.maxCTAs)
+        return shim_fail(NULL, ncclInvalidArgument,
+                         "%s: config->minCTAs=%d, maxCTAs=%d (positive, minCTAs <= maxCTAs; "
+                         "NCCL_CONFIG_UNDEF_INT is %d)",
+                         call, c.minCTAs, c.maxCTAs, undef);
+    if (c.splitShare != undef && c.splitShare != 0 && c.splitShare != 1)
+        return shim_fail(NULL, ncclInvalidArgument, "%s: config->splitShare=%d (0 or 1)", call,
+                         c.splitShare);
     if (c.blocking == 0) *blocking_p = 0;
     return ncclSuccess;
 }
 
-/* NCCL's envConfigOverride: NCCL_COMM_BLOCKING=0 or 1 overrides every communicator's blocking
- * (the config's, the default, or a split's parent's). */
-static int env_blocking(int blocking)
+int shim_env_blocking(int blocking)
 {
     int env = shim_env_comm_blocking();
     return env >= 0 ? env : blocking;
 }
 
+/* As NCCL's ncclCommInitRankDev: *comm is the new communicator from the call on, whether its
+ * init then succeeds or fails (a failed one stays the program's to destroy or abort: calls on it
+ * return the init's error); an argument refused before that sets it to NULL, but for nranks
+ * (refused before anything). Inside a group every refusal also fails the group's end (NCCL's
+ * ncclGroupErrCheck). */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config)
 {
     static const char *call = "ncclCommInitRankConfig";
     shim_clear();
     shim_env_init();
-    if (!comm) return shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
     if (nranks < 1)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: nranks=%d must be at least 1", call,
-                         nranks);
-    if (rank < 0 || rank >= nranks)
-        return shim_fail(NULL, ncclInvalidArgument, "%s: rank=%d is outside [0, nranks=%d)", call,
-                         rank, nranks);
-    int blocking;
-    ncclResult_t res = check_config(config, &blocking, call);
-    if (res != ncclSuccess) return res;
-    blocking = env_blocking(blocking);
-    ncclComm_t c = comm_new(nranks, &commId, rank, blocking);
-    if (!c) return shim_fail(NULL, ncclSystemError, "%s: out of memory", call);
+        return shim_group_fail(
+            shim_fail(NULL, ncclInvalidArgument, "%s: nranks=%d must be at least 1", call, nranks));
+    ncclResult_t res = ncclSuccess;
+    int blocking = 1;
+    if (!comm)
+        res = shim_fail(NULL, ncclInvalidArgument, "%s: comm is NULL", call);
+    else if (rank < 0 || rank >= nranks)
+        res = shim_fail(NULL, ncclInvalidArgument, "%s: rank=%d is outside [0, nranks=%d)", call,
+                        rank, nranks);
+    else
+        res = shim_check_config(config, &blocking, call);
+    if (res == ncclSuccess) {
+        blocking = shim_env_blocking(blocking);
+        res = shim_group_mode(blocking, call);
+    }
+    if (res != ncclSuccess) {
+        if (comm) *comm = NULL;
+        return shim_group_fail(res);
+    }
+    ncclComm_t c = shim_comm_new(nranks, &commId, rank, blocking);
+    if (!c) {
+        *comm = NULL;
+        return shim_group_fail(shim_fail(NULL, ncclSystemError, "%s: out of memory", call));
+    }
     if (shim_group_depth() > 0) {
         res = shim_group_add_init(c);
         if (res != ncclSuccess) {
             comm_free(c);
+            *comm = NULL;
             return res;
         }
         *comm = c;
@@ -433,20 +403,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
         res = shim_init_start_thread(c);
         if (res != ncclSuccess) {
             comm_free(c);
+            *comm = NULL;
             return res;
         }
         *comm = c;
         return ncclInProgress;
     }
     shim_init_run(c);
-    res = (ncclResult_t)atomic_load(&c->state);
-    if (res != ncclSuccess) {
-        comm_free(c); /* the message stays the last error */
-        *comm = NULL; /* as NCCL */
-        return res;
-    }
-    *comm = c;
-    return ncclSuccess;
+    *comm = c; /* failed too: the message stays the last error */
+    return (ncclResult_t)atomic_load(&c->state);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
@@ -560,7 +525,7 @@ static ncclResult_t comm_close(ncclComm_t comm, int abort, const char *call)
                          "%s: the communicator's init is in progress (wait for "
                          "ncclCommGetAsyncError to return ncclSuccess, or ncclCommAbort it)",
                          call);
-    /* The calls waiting for the init fail now. */
+    /* An ncclGroupEnd waiting for the init (on another thread) stops waiting now. */
     pthread_mutex_lock(&comm->lock);
     pthread_cond_broadcast(&comm->init_done);
     pthread_mutex_unlock(&comm->lock);
@@ -600,85 +565,17 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     return comm_close(comm, 1, "ncclCommAbort");
 }
 
-static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                          ncclConfig_t *config)
-{
-    static const char *call = "ncclCommSplit";
-    int grouped = shim_group_depth() > 0;
-    /* As NCCL (ncclGroupErrCheck): a split that fails inside a group fails its ncclGroupEnd. */
-    ncclResult_t res = shim_ready(comm, call);
-    if (res != ncclSuccess) {
-        /* The parent cannot take part in a split: its peers learn of it from braid only when
-         * this rank's parent failed there too (a failed init leaves them waiting, as NCCL's). */
-        if (!newcomm) res = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
-        return shim_group_fail(res); /* a no-op outside a group */
-    }
-    /* Any color but NCCL_SPLIT_NOCOLOR is a color (nccl_split), so only the pointer and the
-     * config can be refused. */
-    int blocking = comm->blocking;
-    ncclResult_t bad = ncclSuccess;
-    if (!newcomm)
-        bad = shim_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", call);
-    else if (config && color != NCCL_SPLIT_NOCOLOR) /* as NCCL: a NOCOLOR rank's is not read */
-        bad = check_config(config, &blocking, call);
-    blocking = env_blocking(blocking);
-    if (newcomm) *newcomm = NULL; /* as NCCL: until the split completed */
-    if (grouped) {
-        /* As NCCL: the split runs at ncclGroupEnd, so that one thread may split several ranks
-         * (each on its own thread there); the new communicator is usable after it. A refused
-         * split is recorded as a part that takes no communicator: the group fails, and its
-         * ncclGroupEnd asks braid for the splits it refuses, so the peers' splits fail. */
-        int phantom = bad != ncclSuccess || color == NCCL_SPLIT_NOCOLOR;
-        ncclComm_t c = comm_new(0, NULL, 0, phantom ? 1 : blocking);
-        if (!c) return shim_group_fail(shim_fail(comm, ncclSystemError, "%s: out of memory", call));
-        c->split_parent = comm;
-        c->split_color = color;
-        c->split_key = key;
-        c->split_phantom = phantom;
-        c->cudadev = comm->cudadev;
-        res = shim_group_add_init(c);
-        if (res != ncclSuccess) {
-            comm_free(c);
-            return shim_group_fail(bad != ncclSuccess ? bad : res);
-        }
-        if (bad != ncclSuccess) return shim_group_fail(bad);
-        if (!phantom) *newcomm = c;
-        return ncclSuccess;
-    }
-    braid_comm_t nbc = NULL;
-    braid_result_t r = nccl_split(comm->bc, color, key, bad != ncclSuccess, &nbc);
-    if (bad != ncclSuccess) return bad; /* the peers were told; the message is the check's */
-    if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-    if (!nbc) return ncclSuccess;
-    ncclComm_t c = comm_new(0, NULL, 0, blocking);
-    if (!c) {
-        braid_comm_destroy(nbc);
-        return shim_fail(comm, ncclSystemError, "%s: out of memory", call);
-    }
-    c->bc = nbc;
-    c->cudadev = comm->cudadev;
-    braid_comm_rank(nbc, &c->rank);
-    braid_comm_size(nbc, &c->nranks);
-    atomic_store(&c->state, ncclSuccess);
-    *newcomm = c;
-    return ncclSuccess;
-}
-
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                           ncclConfig_t *config)
-{
-    shim_clear();
-    ncclResult_t res = shim_enter(comm, "ncclCommSplit");
-    if (res != ncclSuccess) return shim_group_fail(res); /* a no-op outside a group */
-    res = split(comm, color, key, newcomm, config);
-    shim_leave(comm);
-    return res;
-}
-
 static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
 {
     if (!asyncError)
         return shim_fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    /* An init recorded in an open group: ncclSuccess until its ncclGroupEnd, as NCCL's (its
+     * asyncResult is set to ncclInProgress there, by ncclGroupEndInternal, for a non-blocking
+     * group only). */
+    if (atomic_load(&comm->init_deferred) == SHIM_DEFERRED_OPEN) {
+        *asyncError = ncclSuccess;
+        return ncclSuccess;
+    }
     int st = atomic_load(&comm->state);
     if (st == ncclInProgress) {
         *asyncError = ncclInProgress;
@@ -764,7 +661,6 @@ SHIM_PNAME(ncclCommInitAll);
 SHIM_PNAME(ncclCommFinalize);
 SHIM_PNAME(ncclCommDestroy);
 SHIM_PNAME(ncclCommAbort);
-SHIM_PNAME(ncclCommSplit);
 SHIM_PNAME(ncclCommGetAsyncError);
 SHIM_PNAME(ncclCommCount);
 SHIM_PNAME(ncclCommCuDevice);

@@ -1,10 +1,10 @@
 /* braid's NCCL drop-in (libnccl.so.2), internal declarations. Written on braid's public API
  * (include/braid/braid.h) only.
  *
- * Files: init.c (ids, communicator lifecycle, queries), coll.c (collectives, point-to-point,
- * PreMulSum, memory and registration), group.c (ncclGroupStart/End: deferred inits and batched
- * operations), errors.c (result mapping, last-error messages, logging), env.c (NCCL_*
- * variables mapped onto BRAID_* ones).
+ * Files: init.c (ids, communicator lifecycle, queries), split.c (ncclCommSplit, and the splits
+ * of a group), coll.c (collectives, point-to-point, PreMulSum, memory and registration), group.c
+ * (ncclGroupStart/End: deferred inits and batched operations), errors.c (result mapping,
+ * last-error messages, logging), env.c (nccl.conf, NCCL_* variables mapped onto BRAID_* ones).
  *
  * Threading: a communicator may be used by one thread at a time (as NCCL requires), except
  * ncclCommAbort and ncclCommGetAsyncError, which any thread may call at any time. Every call
@@ -49,6 +49,9 @@ struct ncclComm {
      * so the struct only carries its part of the split and ncclGroupEnd frees it. */
     ncclComm_t split_parent;
     int split_color, split_key, split_phantom;
+    /* The program's newcomm, NULL from the call on: ncclGroupEnd writes the handle there once the
+     * split ran (failed too), as NCCL's ncclCommInitRankFunc; never for a phantom. */
+    ncclComm_t *split_out;
     int init_thread_live; /* init_thread runs or ran the init: the close joins it */
     pthread_t init_thread;
     /* Who frees comm after its init thread: SHIM_INIT_RUNNING while it runs, then (a
@@ -103,11 +106,14 @@ int shim_debug_level(void);
 void shim_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- env.c ---------------------------------------------------------------------------------- */
+/* Reads the nccl.conf files into the environment (without overwriting), once per process: called
+ * before any NCCL_* variable is read, as NCCL's ncclGetEnv calls initEnv. */
+void shim_env_conf(void);
 /* Maps the NCCL_* variables onto unset BRAID_* ones, once per process (before the first id or
- * communicator). */
+ * communicator); the nccl.conf files first. */
 void shim_env_init(void);
-/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them (read once, as NCCL's parameters), else
- * -1. */
+/* NCCL_COMM_BLOCKING: 0 or 1 when set to one of them, else -1; read once, at the first call (the
+ * first init's or split's config, as NCCL's ncclParamCommBlocking). */
 int shim_env_comm_blocking(void);
 
 /* ---- init.c --------------------------------------------------------------------------------- */
@@ -116,8 +122,9 @@ int shim_env_comm_blocking(void);
  * call). */
 ncclResult_t shim_enter(ncclComm_t comm, const char *call);
 void shim_leave(ncclComm_t comm);
-/* For an entered comm: waits for its init to finish; returns ncclSuccess when comm can be
- * used, else the failure (recorded, naming call). */
+/* For an entered comm: ncclSuccess when its init succeeded; ncclInvalidArgument at once while
+ * the init waits for its group's end or runs (NCCL's ncclCommEnsureReady), else the init's
+ * failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
 /* Publishes comm's init result (state) and wakes the calls waiting for it. */
 void shim_init_finish(ncclComm_t comm, ncclResult_t res);
@@ -144,14 +151,21 @@ void shim_comm_free_idle(ncclComm_t comm);
 /* ncclGroupEnd takes its inits (SHIM_DEFERRED_ENDING): an abort from now on waits for the end
  * to let each go; those aborted before (closing) the end frees without running them. */
 void shim_group_claim(ncclComm_t *inits, size_t n);
-/* Frees a phantom split (split_phantom) once its part ran or will never run. */
-void shim_comm_free_phantom(ncclComm_t comm);
+/* A new communicator struct (listed among the live ones, state ncclInProgress); NULL without
+ * memory. id is the init's, NULL for a split. */
+ncclComm_t shim_comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking);
+/* Checks config as NCCL's parseCommConfig (NULL: the defaults); *blocking_p gets its blocking
+ * (1 unless it says 0). */
+ncclResult_t shim_check_config(const ncclConfig_t *config, int *blocking_p, const char *call);
+/* NCCL's envConfigOverride: NCCL_COMM_BLOCKING=0 or 1 overrides blocking (the config's, the
+ * default, or a split's parent's). */
+int shim_env_blocking(int blocking);
+
+/* ---- split.c -------------------------------------------------------------------------------- */
 /* Runs a split recorded in a group (split_parent) in the calling thread; with refuse (an
  * error), braid is asked for a split it refuses instead, so that the peers' splits fail too,
  * and comm's state becomes refuse. */
 void shim_split_run(ncclComm_t comm, ncclResult_t refuse);
-
-/* ---- split.c -------------------------------------------------------------------------------- */
 /* Runs the splits among inits[0..n) (split_parent set): one thread per parent, each running
  * its parent's splits in call order (braid takes one call at a time per communicator, in the
  * same order on every rank), or inline when there is one parent; returns when all are done,
@@ -188,6 +202,11 @@ typedef struct {
 
 /* Depth of the calling thread's group nesting (0 = none). */
 int shim_group_depth(void);
+/* NCCL's ncclAsyncLaunch check, for an init or split recorded in an open group (blocking: the
+ * new communicator's, a split's parent's): the group's first init, split or operation sets the
+ * group's blocking mode (an operation sets it again, unchecked, as NCCL's ncclGroupCommJoin);
+ * one that differs is ncclInvalidArgument, recorded in the group. ncclSuccess outside a group. */
+ncclResult_t shim_group_mode(int blocking, const char *call);
 /* Adds a communicator whose init waits for the outermost ncclGroupEnd. */
 ncclResult_t shim_group_add_init(ncclComm_t comm);
 /* Runs op now (outside a group) or appends it to the thread's group. */

@@ -217,6 +217,20 @@ Test(nccl, abort_running_init, .init = setenv_bin)
     free(out);
 }
 
+/* nccl.conf (NCCL_CONF_FILE, written by the client itself) and the lazy NCCL_COMM_BLOCKING, in
+ * one process: its NCCL_DEBUG=VERSION line prints the version once. */
+Test(nccl, conf_file, .init = setenv_bin)
+{
+    int st;
+    char *out = run(&st, "cd \"$BIN\" && env -u NCCL_CONF_FILE -u NCCL_DEBUG -u NCCL_COMM_BLOCKING "
+                         "timeout 60 ./nccl_client env_conf");
+    cr_expect_eq(st, 0, "exit %d\n%s", st, out);
+    cr_expect_eq(count_of(out, "nccl client passed"), 1, "%s", out);
+    cr_expect_eq(count_of(out, "NCCL version 2.26.6+braid"), 1,
+                 "NCCL_DEBUG=VERSION from the file:\n%s", out);
+    free(out);
+}
+
 /* NCCL_* variables: NCCL_DEBUG=VERSION prints the version once; INFO with SUBSYS=INIT shows
  * braid's INIT lines; NCCL_SHM_DISABLE=1 makes braid use tcp within the host unless
  * BRAID_TRANSPORT says otherwise. */

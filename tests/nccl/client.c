@@ -2,11 +2,12 @@
  *
  * Usage (one rank of a job; tests/mp/test_nccl.c runs it under braid-run with 1..8 ranks):
  *   nccl_client [--require-fp8] [--require-premulsum] TEST...
- * TESTs: api coll groups p2p nonblocking split initall errors refused premulsum close (all =
- * each of them),
+ * TESTs: api coll groups p2p nonblocking split initall errors refused premulsum close inits
+ * (all = each of them),
  * kill (the last rank is SIGKILLed in a collective; the others must get ncclRemoteError or
  * ncclSystemError naming it, and nothing hangs), env (init, one all-reduce, destroy: for the
- * NCCL_* environment tests). Exits 0 when every check passed.
+ * NCCL_* environment tests); alone, as the process's only test: abort_init, env_blocking,
+ * env_conf (client_p2p.c, client_env.c). Exits 0 when every check passed.
  *
  * Rank and size come from BRAID_RANK/BRAID_NRANKS (braid-run) or OMPI_COMM_WORLD_RANK/SIZE;
  * the world communicator's id comes from NCCL_COMM_ID (set to braid-run's BRAID_ROOT when
@@ -453,10 +454,11 @@ static int test_initall(ncclComm_t world)
         sub[i] = (ncclComm_t)&sub[i];
         NCCLOK(ncclCommSplit(comms[i], i == 1 ? NCCL_SPLIT_NOCOLOR : 7, ND - i, &sub[i], NULL));
     }
-    CHECK(sub[1] == NULL, "NOCOLOR gave a communicator");
-    CHECK(ncclCommCount(sub[0], &(int){0}) == ncclInvalidArgument,
-          "a split queried before its group end (NCCL's ncclCommEnsureReady)");
+    /* As NCCL: every handle is NULL until the split ran, at the group's end. */
+    for (int i = 0; i < ND; i++)
+        CHECK(sub[i] == NULL, "split %d's handle before its group's end: %p", i, (void *)sub[i]);
     NCCLOK(ncclGroupEnd());
+    CHECK(sub[1] == NULL, "NOCOLOR gave a communicator");
     int sr[ND] = {-1, -1, -1}, sn = 0;
     for (int i = 0; i < ND; i += 2) {
         NCCLOK(ncclCommUserRank(sub[i], &sr[i]));
@@ -504,9 +506,8 @@ static int test_initall(ncclComm_t world)
     }
     EXPECT(ncclGroupEnd(), ncclInvalidArgument, "datatype=77");
     for (int i = 0; i < ND; i++) {
-        int x = 0;
-        CHECK(ncclCommCount(sub[i], &x) != ncclSuccess, "a split of a failed group was made");
-        NCCLOK(ncclCommDestroy(sub[i]));
+        /* Never run: the handle stays NULL (as NCCL's). */
+        CHECK(sub[i] == NULL, "a split of a failed group was made: %p", (void *)sub[i]);
         fill(buf[i], ncclFloat32, ncclSum, i, ND, 0, count, 23);
     }
     NCCLOK(ncclGroupStart());
@@ -559,9 +560,25 @@ static int last_error(void)
           "a non-blocking init's failure: '%s'", ncclGetLastError(NULL));
     int x; /* the queries of a failed init's communicator return its error */
     if (r == ncclInProgress) EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "init failed");
-    ncclComm_t b = (ncclComm_t)&b; /* a failed blocking init returns NULL */
+    /* As NCCL (ncclCommInitRankDev sets *newcomm before its init job runs): a failed blocking
+     * init leaves *comm at its communicator, in error: calls on it return the init's error, and
+     * ncclCommDestroy or ncclCommAbort frees it. An argument refused before the init clears
+     * *comm (NCCL's fail path). */
+    ncclComm_t b = (ncclComm_t)&b;
     EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
-    CHECK(b == NULL, "a failed blocking init left *comm %p", (void *)b);
+    CHECK(b != NULL && b != (ncclComm_t)&b, "a failed blocking init left *comm %p", (void *)b);
+    EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "init failed");
+    ncclResult_t bst = ncclSuccess;
+    NCCLOK(ncclCommGetAsyncError(b, &bst));
+    CHECK(bst == ncclInvalidArgument, "a failed blocking init's async error %d", (int)bst);
+    NCCLOK(ncclCommDestroy(b));
+    EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "not a communicator");
+    b = (ncclComm_t)&b;
+    EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
+    NCCLOK(ncclCommAbort(b));
+    b = (ncclComm_t)&b;
+    EXPECT(ncclCommInitRank(&b, 2, zero, 2), ncclInvalidArgument, "rank=2");
+    CHECK(b == NULL, "a refused init left *comm %p", (void *)b);
     /* The failed non-blocking init's communicator is still the program's to destroy. */
     if (r == ncclInProgress) {
         CHECK(c != NULL, "a non-blocking init returned ncclInProgress and no communicator");
@@ -592,10 +609,20 @@ static int test_errors(ncclComm_t world)
     EXPECT(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, "rank");
     EXPECT(ncclCommInitRank(NULL, 2, id, 0), ncclInvalidArgument, "comm");
     EXPECT(ncclCommInitRank(&c, 1, id, 0), ncclInvalidArgument, "id"); /* all-zero id */
+    NCCLOK(ncclCommDestroy(c)); /* the failed init's communicator, as NCCL's */
     ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
     bad.magic = 0;
     EXPECT(ncclCommInitRankConfig(&c, 1, id, 0, &bad), ncclInvalidArgument, "config");
+    CHECK(c == NULL, "a refused config left *comm %p", (void *)c);
+    /* Inside a group, an init's refused argument fails the group's end too (NCCL's
+     * ncclGroupErrCheck). */
+    NCCLOK(ncclGroupStart());
+    EXPECT(ncclCommInitRank(&c, 2, id, 5), ncclInvalidArgument, "rank=5");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "rank=5");
     EXPECT(ncclCommCount(world, NULL), ncclInvalidArgument, "count");
+    c = (ncclComm_t)&c; /* NCCL's ncclCommSplit clears *newcomm when it refuses the call */
+    EXPECT(ncclCommSplit(NULL, 0, 0, &c, NULL), ncclInvalidArgument, "comm is NULL");
+    CHECK(c == NULL, "a split of no communicator left *newcomm %p", (void *)c);
     EXPECT(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId");
     EXPECT(ncclRedOpDestroy(ncclMax, world), ncclInvalidArgument, "built-in");
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
@@ -695,7 +722,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "all")) {
             static const char *all[] = {"api",         "coll",      "groups",  "p2p",
                                         "nonblocking", "split",     "initall", "errors",
-                                        "refused",     "premulsum", "close"};
+                                        "refused",     "premulsum", "close",   "inits"};
             for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
                 tests[nt++] = all[k];
         } else
@@ -704,6 +731,7 @@ int main(int argc, char **argv)
     if (nt == 1 && !strcmp(tests[0], "kill")) return test_kill();
     if (nt == 1 && !strcmp(tests[0], "abort_init")) return test_abort_init();
     if (nt == 1 && !strcmp(tests[0], "env_blocking")) return test_env_blocking();
+    if (nt == 1 && !strcmp(tests[0], "env_conf")) return test_env_conf();
     ncclUniqueId id;
     NCCLOK(ncclGetUniqueId(&id));
     ncclComm_t world;
@@ -734,6 +762,8 @@ int main(int argc, char **argv)
             fail = test_premulsum(world);
         else if (!strcmp(t, "close"))
             fail = test_close(world);
+        else if (!strcmp(t, "inits"))
+            fail = test_inits(world);
         else if (!strcmp(t, "env"))
             fail = allreduce_check(world, g_rank, g_nranks, 3, "env");
         else {

@@ -75,9 +75,13 @@ int test_close(ncclComm_t world);
 int test_abort_init(void);
 /* NCCL_COMM_BLOCKING=0 in the environment, run alone (client_p2p.c). */
 int test_env_blocking(void);
+/* nccl.conf and the lazy NCCL_COMM_BLOCKING, run alone (client_env.c). */
+int test_env_conf(void);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);
+/* Inits and splits in groups, blocking modes, config checks (client_init.c). */
+int test_inits(ncclComm_t world);
 /* An all-reduce on c (rank, n: its rank and size) checked against the reference (client.c). */
 int allreduce_check(ncclComm_t c, int rank, int n, int seed, const char *what);
 

@@ -93,6 +93,11 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclGetUniqueId(&id));
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommInitRank(&one, 1, id, 0));
+    /* Its async error is ncclSuccess until the group's end (NCCL sets ncclInProgress there, and
+     * only for a non-blocking one). */
+    ncclResult_t st = ncclInProgress;
+    NCCLOK(ncclCommGetAsyncError(one, &st));
+    CHECK(st == ncclSuccess, "async error %d of an init waiting for its group's end", (int)st);
     /* Before its group's end (NCCL's ncclCommEnsureReady: initState is ncclInProgress). */
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(one, &k), ncclInvalidArgument, "in progress");
@@ -101,9 +106,10 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclCommCount(one, &k));
     CHECK(k == 1, "simulated init: %d ranks", k);
     NCCLOK(ncclCommDestroy(one));
-    /* ncclCommAbort of an init or split waiting for its group's end returns ncclSuccess, as
-     * NCCL's; the end runs neither (the split is refused to braid on every rank here, so world
-     * stays usable), fails, and frees them. */
+    /* ncclCommAbort of an init waiting for its group's end returns ncclSuccess, as NCCL's; the
+     * end does not run it, fails, and frees it. A grouped split's handle is NULL until its
+     * group's end (as NCCL's), so the program has nothing to abort before: ncclCommAbort(NULL)
+     * is a no-op, and the end runs the split. */
     ncclComm_t sp = NULL;
     NCCLOK(ncclGetUniqueId(&id));
     NCCLOK(ncclGroupStart());
@@ -112,11 +118,15 @@ static int simulate(ncclComm_t world)
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "aborted");
     EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
     EXPECT(ncclCommCount(one, &k), ncclInvalidArgument, "not a communicator");
+    sp = (ncclComm_t)&sp;
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommSplit(world, 0, me, &sp, NULL));
+    CHECK(sp == NULL, "a grouped split's handle before its group's end: %p", (void *)sp);
     NCCLOK(ncclCommAbort(sp));
-    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "aborted");
-    EXPECT(ncclCommCount(sp, &k), ncclInvalidArgument, "not a communicator");
+    NCCLOK(ncclGroupEnd());
+    NCCLOK(ncclCommCount(sp, &k));
+    CHECK(k == n, "grouped split: %d ranks", k);
+    NCCLOK(ncclCommDestroy(sp));
     return allreduce_check(world, me, n, 27, "after simulations");
 }
 
@@ -318,12 +328,14 @@ static int split_refused(ncclComm_t world)
             CHECK(r != ncclSuccess && strstr(ncclGetLastError(NULL), "rejected") && dt < 30,
                   "a peer's split (grouped %d): %d after %.1f s '%s'", grouped, (int)r, dt,
                   ncclGetLastError(NULL));
-        if (grouped && me != last) {
-            /* The drop-in hands out a grouped split's communicator at the call; it failed. */
-            CHECK(half && ncclCommCount(half, &x) != ncclSuccess, "a failed split was made");
+        if (me != last) {
+            /* As NCCL: a split that ran hands out its communicator, failed or not
+             * (ncclCommInitRankFunc writes *newcomm when its job ends); it is in error. */
+            CHECK(half && half != (ncclComm_t)&x && ncclCommCount(half, &x) != ncclSuccess,
+                  "a failed split (grouped %d) was made: %p", grouped, (void *)half);
             NCCLOK(ncclCommDestroy(half));
         } else
-            CHECK(half == NULL, "a failed split left *newcomm set");
+            CHECK(half == NULL, "a refused split left *newcomm set");
         NCCLOK(ncclCommDestroy(sub));
     }
     return 0;
@@ -461,6 +473,19 @@ int test_abort_init(void)
     EXPECT(ncclCommCount(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "in progress");
     EXPECT(ncclCommCuDevice(c, &x), ncclInvalidArgument, "in progress");
+    /* So do a collective, a split and ncclCommFinalize, at once (NCCL's ncclCommEnsureReady:
+     * "Attempt to use communicator before the previous operation returned ncclSuccess"),
+     * without waiting for the init (it runs until BRAID_TIMEOUT, 3 s here). */
+    float f = 1;
+    ncclComm_t sub = (ncclComm_t)&sub;
+    double t1 = now_s();
+    EXPECT(ncclAllReduce(&f, &f, 1, ncclFloat32, ncclSum, c, NULL), ncclInvalidArgument,
+           "in progress");
+    EXPECT(ncclCommSplit(c, 0, 0, &sub, NULL), ncclInvalidArgument, "in progress");
+    CHECK(sub == NULL, "a refused split left *newcomm %p", (void *)sub);
+    EXPECT(ncclCommFinalize(c), ncclInvalidArgument, "in progress");
+    double dt1 = now_s() - t1;
+    CHECK(dt1 < 1, "calls on a running non-blocking init took %.2f s", dt1);
     /* ncclCommDestroy is refused at once while the init runs (NCCL's ncclCommEnsureReady);
      * the communicator stays, and an abort ends it. */
     double t0 = now_s();

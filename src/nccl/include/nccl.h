@@ -91,9 +91,10 @@ typedef enum {
 /**
  * Communicator options (NCCL 2.26's layout). Initialise with NCCL_CONFIG_INITIALIZER.
  * braid honours blocking (0 = ncclCommInitRankConfig returns ncclInProgress and the init
- * runs in the background); the other fields are accepted and have no effect (the number of
- * channels comes from NCCL_NCHANNELS / NCCL_MAX_NCHANNELS or BRAID_NCHANNELS, for every
- * communicator of the process).
+ * runs in the background); the other fields are checked as NCCL 2.26 checks them (an invalid
+ * one is ncclInvalidArgument) and have no effect (the number of channels comes from
+ * NCCL_NCHANNELS / NCCL_MAX_NCHANNELS or BRAID_NCHANNELS, for every communicator of the
+ * process).
  */
 typedef struct ncclConfig_v21700 {
     size_t size;
