@@ -1,7 +1,7 @@
 #!/bin/sh
-# Many small all-reduces (or all-gathers, reduce-scatters: -C) at once: M calls per iteration
-# (-m), as nccl-tests' -m issues them in one ncclGroupStart/End, run four ways in one session,
-# over shared memory and TCP loopback:
+# Many small all-reduces (or all-gathers, reduce-scatters, broadcasts, reduces: -C) at once: M
+# calls per iteration (-m), as nccl-tests' -m issues them in one ncclGroupStart/End, run four
+# ways in one session, over shared memory and TCP loopback:
 #   fused    braid, the M calls in one braid group (--group 1): group end fuses them
 #            (BRAID_GROUP_FUSE_BYTES, default 64K: src/core/group_fuse.c)
 #   unfused  the same with BRAID_GROUP_FUSE_BYTES=0 (each call on its own, in call order)
@@ -12,7 +12,8 @@
 #                         [-c 1] [-d float] [-O sum] [-R 3] [-M 8] [-T "shm tcp"] [-C all_reduce]
 #
 #   -M M     calls per iteration (default 8); -T the transports (default "shm tcp");
-#   -C       the collective: all_reduce (default), all_gather or reduce_scatter (its perf tool);
+#   -C       the collective: all_reduce (default), all_gather, reduce_scatter, broadcast or reduce
+#            (its perf tool; the rooted ones from root 0, the tools' -r);
 #   the rest as perf/compare.sh (-R rounds: the four run in a rotating order each round, and the
 #   table holds each one's median of the rounds).
 # DIR/summary.txt: per transport, rank count and size, the time per call (us, out of place) of
@@ -34,8 +35,8 @@ while [ $# -gt 0 ]; do # -M and -T are this script's own; the rest go to compare
 done
 eval "set -- $args"
 case $coll in
-all_reduce | all_gather | reduce_scatter) ;;
-*) echo "compare_group.sh: -C $coll: all_reduce, all_gather or reduce_scatter" >&2; exit 2 ;;
+all_reduce | all_gather | reduce_scatter | broadcast | reduce) ;;
+*) echo "compare_group.sh: -C $coll: all_reduce, all_gather, reduce_scatter, broadcast or reduce" >&2; exit 2 ;;
 esac
 tool=${coll}_perf
 . "$here/compare_args.sh"

@@ -302,16 +302,19 @@ fail:
     return res;
 }
 
-static braid_op_args_t sub_args(int coll, const void *in, void *out, size_t count,
-                                braid_datatype_t dt, braid_redop_t op, int root)
+/* A stage of parent call a: a fused group run's layout goes with it, so the stages check it
+ * (core/group_fuse.c; the parent call itself exchanges no descriptor). */
+static braid_op_args_t sub_args(const braid_op_args_t *a, int coll, const void *in, void *out,
+                                size_t count, braid_redop_t op, int root)
 {
     return (braid_op_args_t){.coll = coll,
                              .sendbuf = in,
                              .recvbuf = out,
                              .count = count,
-                             .dtype = dt,
+                             .dtype = a->dtype,
                              .op = op,
-                             .root = root};
+                             .root = root,
+                             .fused = a->fused};
 }
 
 /* Rooted collectives (broadcast, reduce): this rank's host h and local index lr, the root's
@@ -343,19 +346,18 @@ braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st
     int h = ro.h, lr = ro.lr, hr = ro.hr, jr = ro.jr, lead = ro.lead;
     const void *src = c->rank == a->root ? a->sendbuf : a->recvbuf;
     if (lead != jr && h == hr) {
-        braid_op_args_t b =
-            sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype, a->op, jr);
+        braid_op_args_t b = sub_args(a, BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->op, jr);
         BRAID_CHECK_GOTO(on_sub(st, st->intra, &b), res, fail);
         src = a->recvbuf;
     }
     if (lr == lead) {
-        braid_op_args_t b = sub_args(BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->dtype,
-                                     a->op, inter_rank_of(t, hr, lead));
+        braid_op_args_t b = sub_args(a, BRAID_COLL_BROADCAST, src, a->recvbuf, a->count, a->op,
+                                     inter_rank_of(t, hr, lead));
         BRAID_CHECK_GOTO(on_sub(st, st->inter, &b), res, fail);
     }
     if (lead == jr || h != hr) {
         braid_op_args_t b =
-            sub_args(BRAID_COLL_BROADCAST, a->recvbuf, a->recvbuf, a->count, a->dtype, a->op, lead);
+            sub_args(a, BRAID_COLL_BROADCAST, a->recvbuf, a->recvbuf, a->count, a->op, lead);
         BRAID_CHECK_GOTO(on_sub(st, st->intra, &b), res, fail);
     }
     return BRAID_SUCCESS;
@@ -397,12 +399,9 @@ braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_
                (const char *)a->sendbuf + (size_t)r * blk, blk);
     braid_redop_t op = a->op == BRAID_AVG ? BRAID_SUM : a->op;
     char *mine = tmp + (size_t)lr * (size_t)H * blk;
-    braid_op_args_t rs =
-        sub_args(BRAID_COLL_REDUCE_SCATTER, tmp, mine, (size_t)H * N, a->dtype, op, -1);
-    rs.fused = a->fused; /* a fused group's layout is checked in the stages (group_fuse.c) */
+    braid_op_args_t rs = sub_args(a, BRAID_COLL_REDUCE_SCATTER, tmp, mine, (size_t)H * N, op, -1);
     BRAID_CHECK_GOTO(on_sub(st, st->intra, &rs), res, fail);
-    rs = sub_args(BRAID_COLL_REDUCE_SCATTER, mine, a->recvbuf, N, a->dtype, op, -1);
-    rs.fused = a->fused;
+    rs = sub_args(a, BRAID_COLL_REDUCE_SCATTER, mine, a->recvbuf, N, op, -1);
     BRAID_CHECK_GOTO(on_sub(st, st->inter, &rs), res, fail);
     if (a->op == BRAID_AVG)
         braid_reduce_finalize(a->dtype, BRAID_AVG, a->recvbuf, a->recvbuf, N, c->nranks);
@@ -441,19 +440,19 @@ braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
         goto fail;
     }
     if ((lead == jr || h != hr) && st->intra->nranks > 1) {
-        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, a->sendbuf, lr == lead ? acc : NULL,
-                                     a->count, a->dtype, op, lead);
+        braid_op_args_t x =
+            sub_args(a, BRAID_COLL_REDUCE, a->sendbuf, lr == lead ? acc : NULL, a->count, op, lead);
         BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
         if (lr == lead) part = acc;
     }
     if (lr == lead) {
-        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, part, h == hr ? acc : NULL, a->count,
-                                     a->dtype, op, inter_rank_of(t, hr, lead));
+        braid_op_args_t x = sub_args(a, BRAID_COLL_REDUCE, part, h == hr ? acc : NULL, a->count, op,
+                                     inter_rank_of(t, hr, lead));
         BRAID_CHECK_GOTO(on_sub(st, st->inter, &x), res, fail);
         part = acc;
     }
     if (lead != jr && h == hr) {
-        braid_op_args_t x = sub_args(BRAID_COLL_REDUCE, part, acc, a->count, a->dtype, op, jr);
+        braid_op_args_t x = sub_args(a, BRAID_COLL_REDUCE, part, acc, a->count, op, jr);
         if (lr == lead) x.recvbuf = NULL; /* the leader is not the root here */
         BRAID_CHECK_GOTO(on_sub(st, st->intra, &x), res, fail);
     }

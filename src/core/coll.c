@@ -134,13 +134,17 @@ void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
         snprintf(op, sizeof(op), ", %s", braid_redop_wire_name(h->op));
     else if (reduces)
         snprintf(op, sizeof(op), ", op %u", h->op);
-    if (h->root > 0 && h->coll != BRAID_COLL_REDUCE && (reduces || h->coll == BRAID_COLL_ALLGATHER))
-        snprintf(root, sizeof(root), ", %d calls fused, layout %06x", h->root & 0x7f,
-                 (unsigned)h->root >> 7);
-    else if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
+    if (h->root >= 0 || (h->coll == BRAID_COLL_BROADCAST || h->coll == BRAID_COLL_REDUCE))
         snprintf(root, sizeof(root), ", root %d", h->root);
-    snprintf(buf, len, "%s #%u (count %llu, %s%s%s)", braid_coll_name(h->coll), h->seq,
-             (unsigned long long)h->count, dt, op, root);
+    uint64_t count = h->count;
+    char fused[48] = "";
+    if (count & BRAID_DESC_FUSED) { /* a fused group run (braid_engine_desc) */
+        unsigned layout = (unsigned)(count >> 32) & 0x7fffffff;
+        snprintf(fused, sizeof(fused), ", %u calls fused, layout %06x", layout & 0x7f, layout >> 7);
+        count &= 0xffffffffu;
+    }
+    snprintf(buf, len, "%s #%u (count %llu, %s%s%s%s)", braid_coll_name(h->coll), h->seq,
+             (unsigned long long)count, dt, op, root, fused);
 }
 
 static int overlaps(const void *a, size_t alen, const void *b, size_t blen)

@@ -79,7 +79,8 @@ typedef struct braid_op_args {
     uint64_t scalar; /* its scalar, one element of dtype */
     int on_device;   /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
     /* > 0: a call of a group's calls fused (core/group_fuse.c): their number (low 7 bits) and
-     * a hash of their counts, which the descriptor carries as its root */
+     * a hash of their counts (and dtypes), which the descriptor carries in its count's top
+     * half (braid_engine_desc) */
     int32_t fused;
 } braid_op_args_t;
 
@@ -148,6 +149,7 @@ struct braid_comm {
     void *fuse_buf;                     /* the fused calls' buffer: fuse_bytes + 64 per rank */
     void *pc_scratch;                   /* the copy of an in-place all-to-all(v)'s input, kept */
     size_t pc_scratch_bytes;            /* up to BRAID_PCOLL_SCRATCH_KEEP (core/coll_p2p.c) */
+    int fuse_rooted;                    /* broadcasts and reduces fuse too (no rank has a GPU) */
     int yield_us;                       /* then sched_yield() for this long before sleeping */
     uint64_t yield_slow_ns;             /* a longer yield starts a hold-off (core/yield.h) */
     const braid_transport_t *transport; /* forced by BRAID_TRANSPORT, or NULL */

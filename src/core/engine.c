@@ -114,12 +114,14 @@ static int same_call(const braid_msg_hdr_t *a, const braid_msg_hdr_t *b)
 
 braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq)
 {
+    /* A fused group run's layout rides in the count's top half (BRAID_DESC_FUSED, engine.h) */
+    uint64_t layout = a->fused > 0 ? BRAID_DESC_FUSED | (uint64_t)a->fused << 32 : 0;
     return (braid_msg_hdr_t){.seq = seq,
                              .coll = (uint8_t)a->coll,
                              .dtype = (uint8_t)a->dtype,
                              .op = (uint8_t)(a->premul ? BRAID_OP_WIRE_PREMULSUM : a->op),
-                             .root = a->fused > 0 ? a->fused : a->root,
-                             .count = a->count};
+                             .root = a->root,
+                             .count = a->count | layout};
 }
 
 void braid_engine_record(struct braid_comm *comm, const braid_msg_hdr_t *desc)

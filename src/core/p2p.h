@@ -302,28 +302,28 @@ braid_result_t braid_group_reject_items(struct braid_comm *comm, braid_group_ite
 braid_result_t braid_group_add_coll(struct braid_comm *comm, const braid_op_args_t *a,
                                     braid_request_t *req_p);
 
-/* Fusion of a group's small all-reduces, reduce-scatters or all-gathers (group_fuse.c). A run:
- * up to BRAID_FUSE_MAX_CALLS collective items of one kind in call order (sends and receives
- * skipped) that run as one call of that kind. */
+/* Fusion of a group's small all-reduces, reduce-scatters, all-gathers, broadcasts or reduces
+ * (group_fuse.c). A run: up to BRAID_FUSE_MAX_CALLS collective items of one kind in call order
+ * (sends and receives skipped) that run as one call of that kind. */
 #define BRAID_FUSE_MAX_CALLS 64
 typedef struct {
     int idx[BRAID_FUSE_MAX_CALLS]; /* the items, in call order */
     int k;                         /* how many (0: items[from] starts no run) */
-    size_t total;                  /* their counts added up (all-gathers: their bytes) */
+    size_t total;                  /* their counts added up (all-gathers, broadcasts: bytes) */
     braid_op_args_t args;          /* the fused call, buffers unset: counts, flag, padding */
 } braid_fuse_t;
 /* At init, after the peers' information: reads BRAID_GROUP_FUSE_BYTES and allocates the
  * buffer (none, and no fusion, where every rank has a CUDA device: groups there hold device
- * buffers, which are not fused). */
+ * buffers, which are not fused; broadcasts and reduces fuse only where no rank has one). */
 braid_result_t braid_group_fuse_init(struct braid_comm *comm);
 /* Whether items[from] starts a run of two or more (its size, else 0), from the calls'
- * collective, count, dtype and op only (so every rank groups alike). Items marked fused are
- * never part of one. */
+ * collective, count, dtype, op and root only (so every rank groups alike). Items marked fused
+ * are never part of one. */
 int braid_group_fuse_find(const struct braid_comm *comm, const braid_group_item_t *items, int n,
                           int from, braid_fuse_t *f);
 /* Runs f as one call and writes the outputs; *fell_back = 1 (outputs untouched) where a
- * rank could not pack its inputs: the calls must then run one by one. On failure msg names the
- * calls. Completes no request. */
+ * rank could not pack its inputs: the calls must then run one by one (never for broadcasts and
+ * reduces). On failure msg names the calls. Completes no request. */
 braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t *items,
                                     const braid_fuse_t *f, int *fell_back, char *msg,
                                     size_t msglen);

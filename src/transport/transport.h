@@ -41,7 +41,7 @@ typedef struct {
     uint8_t op;     /* braid_redop_t */
     uint8_t flags;  /* BRAID_MSG_* */
     int32_t root;   /* root rank or -1 */
-    uint64_t count; /* the collective's count argument */
+    uint64_t count; /* the collective's count argument (a fused run's: core/engine.h) */
 } braid_msg_hdr_t;
 
 #define BRAID_MSG_ABORT 0x1 /* the sender aborted: the payload is an error text */

@@ -36,7 +36,7 @@ static inline uint8_t ref_d_to_e4m3(double v)
     double a = fabs(v);
     if (a >= REF_E4M3_MAX) return sign | 0x7e;
     if (a < 0x1p-6) return sign | (uint8_t)rint(a * 0x1p9); /* 8 is the smallest normal */
-    int e;
+    int e = 0; /* frexp sets it (gcc -O3's -Wmaybe-uninitialized does not see that) */
     double q = rint(ldexp(frexp(a, &e), 4)); /* [8, 16] */
     int E = e - 1;
     if (q == 16.0) {
@@ -53,7 +53,7 @@ static inline uint8_t ref_d_to_e5m2(double v)
     double a = fabs(v);
     if (a >= REF_E5M2_MAX) return sign | 0x7b;
     if (a < 0x1p-14) return sign | (uint8_t)rint(a * 0x1p16);
-    int e;
+    int e = 0; /* frexp sets it (gcc -O3's -Wmaybe-uninitialized does not see that) */
     double q = rint(ldexp(frexp(a, &e), 3)); /* [4, 8] */
     int E = e - 1;
     if (q == 8.0) {
