@@ -138,8 +138,10 @@ void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h)
         snprintf(root, sizeof(root), ", root %d", h->root);
     uint64_t count = h->count;
     char fused[48] = "";
-    if (count & BRAID_DESC_FUSED) { /* a fused group run (braid_engine_desc) */
-        unsigned layout = (unsigned)(count >> 32) & 0x7fffffff;
+    unsigned layout = (unsigned)(count >> 32) & 0x7fffffff;
+    /* a fused group run (braid_engine_desc), not a rejected call's unchecked count */
+    if ((count & BRAID_DESC_FUSED) && (layout & 0x7f) >= 2 &&
+        (layout & 0x7f) <= BRAID_FUSE_MAX_CALLS) {
         snprintf(fused, sizeof(fused), ", %u calls fused, layout %06x", layout & 0x7f, layout >> 7);
         count &= 0xffffffffu;
     }

@@ -51,7 +51,8 @@ static const braid_param_t params[] = {
      "merged by rank 0 at braid_comm_destroy; off when empty"},
     {"GROUP_FUSE_BYTES", "64K", BRAID_PARAM_SIZE,
      "consecutive all-reduces (or reduce-scatters: one dtype and op; all-gathers; broadcasts: "
-     "one root; reduces: one root, dtype and op) of a group whose largest buffers add up to at "
+     "one root; reduces: one root, dtype and op, not avg; these two where no rank has a CUDA "
+     "device) of a group whose largest buffers add up to at "
      "most this many bytes, each at most a quarter of it, run as one call of their buffers "
      "packed together; set alike on every rank; 0 = each call on its own"},
     {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},

@@ -15,11 +15,12 @@ braid_result_t braid_engine_run_plan(struct braid_comm *comm, const braid_op_arg
 /* The header that describes call a (number seq) on every message it sends; recorded in
  * comm->hist by braid_engine_record so later calls can name it. The call of a fused group run
  * (a->fused > 0, core/group_fuse.c) carries its layout in the count's top half: the count
- * field is then BRAID_DESC_FUSED | a->fused << 32 | a->count. No other call sets bit 63 (the
- * argument checks refuse counts from 2^56) and a fused count is below 2^32 (its bytes are
- * bounded by BRAID_GROUP_FUSE_BYTES, at most 64 MiB), so every executor and transport that
- * carries and compares the count (ring engine, direct path, tcp frames) checks the layout,
- * and the root field stays the root. */
+ * field is then BRAID_DESC_FUSED | a->fused << 32 | a->count. No accepted call sets bit 63 (the
+ * argument checks refuse counts from 2^56; a rejected call's descriptor may carry any count,
+ * which braid_engine_describe prints as it is unless it reads as a layout) and a fused count is
+ * below 2^32 (its bytes are bounded by BRAID_GROUP_FUSE_BYTES, at most 64 MiB), so every executor
+ * and transport that carries and compares the count (ring engine, direct path, tcp frames) checks
+ * the layout, and the root field stays the root. */
 #define BRAID_DESC_FUSED (1ull << 63)
 braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq);
 void braid_engine_record(struct braid_comm *comm, const braid_msg_hdr_t *desc);

@@ -469,9 +469,10 @@ braid_result_t braid_group_fuse_run(struct braid_comm *comm, braid_group_item_t 
     uint64_t late = 0;
     braid_op_args_t a = f->args;
     int is_rooted = rooted(a.coll);
-    if (is_rooted)
-        pack_rooted(comm, items, f, buf, &late);
-    else
+    if (is_rooted) { /* a failed communicator: the call below fails at once, outputs untouched */
+        if (!atomic_load(&comm->aborted) && !atomic_load(&comm->error))
+            pack_rooted(comm, items, f, buf, &late);
+    } else
         pack_inputs(comm, items, f, buf, !must_fall_back(comm, items, f), &flag);
     a.recvbuf = buf;
     a.sendbuf = buf;

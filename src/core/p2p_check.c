@@ -2,6 +2,7 @@
  * checks against other calls (split from p2p.c): a p2p collective's messages seen by the
  * collective engine, a collective's messages seen by a blocked p2p operation, and the notices
  * of blocked receives (see p2p.h). */
+#include "core/engine.h"
 #include "core/log.h"
 #include "core/p2p_impl.h"
 #include "transport/shm_direct.h"
@@ -44,10 +45,8 @@ void braid_p2p_hdr_str(const braid_msg_hdr_t *h, int to, char *buf, size_t len)
         snprintf(buf, len, "%s #%u (count %llu to rank %d, %s, %s, root %d)",
                  braid_coll_name(h->coll), h->seq, (unsigned long long)h->count, to,
                  braid_dtype_name(h->dtype), braid_redop_wire_name(h->op), h->root);
-    else
-        snprintf(buf, len, "%s #%u (count %llu, %s, %s, root %d)", braid_coll_name(h->coll), h->seq,
-                 (unsigned long long)h->count, braid_dtype_name(h->dtype),
-                 braid_redop_wire_name(h->op), h->root);
+    else /* a ring collective's descriptor, a fused run's layout decoded */
+        braid_engine_describe(buf, len, h);
 }
 
 void braid_p2p_op_str(const braid_p2p_op_t *op, char *buf, size_t len)

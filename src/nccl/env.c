@@ -56,10 +56,11 @@ static void conf_once_run(void)
         snprintf(path, sizeof(path), "%s", user);
         read_conf_file(path);
     } else {
-        struct passwd pw, *found = NULL;
-        char buf[4096];
-        if (getpwuid_r(getuid(), &pw, buf, sizeof(buf), &found) == 0 && found && pw.pw_dir) {
-            snprintf(path, sizeof(path), "%s/.nccl.conf", pw.pw_dir);
+        /* getpwuid as NCCL (its buffer holds any entry; this runs once, before threads of
+         * braid's exist) */
+        struct passwd *pw = getpwuid(getuid());
+        if (pw && pw->pw_dir) {
+            snprintf(path, sizeof(path), "%s/.nccl.conf", pw->pw_dir);
             read_conf_file(path);
         }
     }

@@ -339,13 +339,13 @@ static size_t plain_first(ncclComm_t *inits, size_t n)
  * for each other). Then, only if every one of them succeeded and none was aborted (dropped), the
  * operations: on other communicators, ready when recorded. A group with operations waits for
  * its non-blocking inits too (its operations run blocking); one without returns ncclInProgress
- * for them at once. */
+ * for them at once. A non-blocking group (its first init, split or operation was on a
+ * non-blocking communicator) that succeeded returns ncclInProgress, as NCCL's, though its splits
+ * and operations are done when it returns. */
 static ncclResult_t run_group(int dropped)
 {
     size_t nplain = plain_first(G.inits, G.ninits), nsplit = G.ninits - nplain;
-    int nonblocking = 0;
-    for (size_t i = 0; i < nplain; i++)
-        nonblocking |= !G.inits[i]->blocking;
+    int nonblocking = G.mode == 2; /* NCCL's ncclGroupBlocking: ncclInProgress for such a group */
     ncclResult_t res;
     if (nplain == 1 && nsplit == 0 && G.inits[0]->blocking) {
         res = run_init_inline(G.inits[0]);

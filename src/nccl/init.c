@@ -423,10 +423,13 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myran
                                       ncclUniqueId *commIds, ncclConfig_t *config)
 {
     shim_clear();
-    if (nId < 1 || !commIds)
-        return shim_fail(NULL, ncclInvalidArgument,
-                         "ncclCommInitRankScalable: nId=%d, commIds=%p (at least one id)", nId,
-                         (void *)commIds);
+    /* As NCCL's ncclCommInitRankDev (nId in [1, nranks]); in a group the refusal fails its end
+     * (ncclGroupErrCheck). */
+    if (nId < 1 || nId > nranks || !commIds)
+        return shim_group_fail(shim_fail(NULL, ncclInvalidArgument,
+                                         "ncclCommInitRankScalable: nId=%d, commIds=%p (at least "
+                                         "one id, at most nranks=%d)",
+                                         nId, (void *)commIds, nranks));
     /* Every rank holds every id: the first one is enough for braid's bootstrap. */
     return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }

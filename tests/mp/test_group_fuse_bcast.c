@@ -477,3 +477,35 @@ Test(group_fuse_bcast, layouts_that_add_up_alike_are_a_mismatch, .timeout = 240)
     swap_run(3, NULL, found, "3 ranks, tcp");
     munmap(found, NSWAP * sizeof(*found));
 }
+
+/* A communicator that failed before the group's end (here: aborted): the fused broadcasts fail
+ * at once and the root's outputs stay untouched, as each call's one by one would (the root
+ * packed its inputs into its outputs before the fused call learned of the failure). */
+static int aborted_first(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    MP_OK(rank, braid_barrier(comm));
+    MP_OK(rank, braid_comm_abort(comm));
+    int32_t in[3][5], out[3][5];
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 5; i++) {
+            in[c][i] = 100 * c + i;
+            out[c][i] = -7;
+        }
+    MP_OK(rank, braid_group_start());
+    for (int c = 0; c < 3; c++)
+        (void)braid_broadcast(in[c], out[c], 5, BRAID_INT32, 0, comm);
+    braid_result_t res = braid_group_end();
+    MP_CHECK(rank, res == BRAID_ERR_ABORTED, "the group's end after an abort: %d", (int)res);
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 5; i++)
+            MP_CHECK(rank, out[c][i] == -7, "call %d's output [%d] = %d after a failed group", c, i,
+                     (int)out[c][i]);
+    return 0;
+}
+
+Test(group_fuse_bcast, an_aborted_communicator_leaves_the_outputs_untouched, .timeout = 60)
+{
+    cr_expect_eq(mp_run(2, aborted_first, NULL, 30), 0, "see stderr");
+}

@@ -561,9 +561,10 @@ static int last_error(void)
     int x; /* the queries of a failed init's communicator return its error */
     if (r == ncclInProgress) EXPECT(ncclCommUserRank(c, &x), ncclInvalidArgument, "init failed");
     /* As NCCL (ncclCommInitRankDev sets *newcomm before its init job runs): a failed blocking
-     * init leaves *comm at its communicator, in error: calls on it return the init's error, and
-     * ncclCommDestroy or ncclCommAbort frees it. An argument refused before the init clears
-     * *comm (NCCL's fail path). */
+     * init leaves *comm at its communicator, in error, which ncclCommDestroy or ncclCommAbort
+     * frees. Calls on it return the init's error (the shim's own rule: NCCL 2.26's
+     * ncclCommEnsureReady passes a blocking communicator, whose queries give zeros). An argument
+     * refused before the init clears *comm (NCCL's fail path). */
     ncclComm_t b = (ncclComm_t)&b;
     EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
     CHECK(b != NULL && b != (ncclComm_t)&b, "a failed blocking init left *comm %p", (void *)b);

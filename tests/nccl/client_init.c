@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rank 0 groups an init of a new communicator, a split of world and an all-reduce on world;
  * the other ranks make the same calls one by one, blocking. NCCL runs the group's init and
@@ -152,9 +153,65 @@ static int config_checks(ncclComm_t world)
     return allreduce_check(world, g_rank, g_nranks, 55, "after refused configs");
 }
 
+/* Waits, bounded, for a non-blocking communicator's init or split to finish; 0 when it did. */
+static int wait_ready(ncclComm_t c, const char *what)
+{
+    ncclResult_t st = ncclInProgress;
+    for (double t0 = now_s(); st == ncclInProgress && now_s() - t0 < 60;) {
+        NCCLOK(ncclCommGetAsyncError(c, &st));
+        if (st == ncclInProgress) usleep(200);
+    }
+    CHECK(st == ncclSuccess, "%s: async error %d", what, (int)st);
+    return 0;
+}
+
+/* ncclCommInitRankScalable as NCCL's ncclCommInitRankDev: nId ids every rank holds, nId in
+ * [1, nranks] (ncclInvalidArgument otherwise, failing an open group's end as ncclGroupErrCheck);
+ * and a non-blocking group (its split's parent is non-blocking) returns ncclInProgress at its
+ * end, as NCCL's, even with no plain init in it. */
+static int scalable_and_nonblocking_split(ncclComm_t world)
+{
+    int me = g_rank, n = g_nranks;
+    ncclUniqueId ids[2];
+    if (shared_id(world, &ids[0]) || shared_id(world, &ids[1])) return 1;
+    int nid = n > 1 ? 2 : 1;
+    ncclComm_t c = NULL;
+    ncclResult_t r;
+    NCCLOK(ncclCommInitRankScalable(&c, n, me, nid, ids, NULL));
+    if (allreduce_check(c, me, n, 56, "scalable init")) return 1;
+    NCCLOK(ncclCommDestroy(c));
+    EXPECT(ncclCommInitRankScalable(&c, n, me, 0, ids, NULL), ncclInvalidArgument, "nId");
+    EXPECT(ncclCommInitRankScalable(&c, n, me, n + 1, ids, NULL), ncclInvalidArgument, "nId");
+    EXPECT(ncclCommInitRankScalable(&c, n, me, 1, NULL, NULL), ncclInvalidArgument, "commIds");
+    NCCLOK(ncclGroupStart());
+    EXPECT(ncclCommInitRankScalable(&c, n, me, n + 1, ids, NULL), ncclInvalidArgument, "nId");
+    r = ncclGroupEnd();
+    CHECK(r == ncclInvalidArgument, "a group with a refused scalable init ended with %d", (int)r);
+    ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+    nb.blocking = 0;
+    ncclComm_t p = NULL, sp = NULL;
+    ncclUniqueId id;
+    if (shared_id(world, &id)) return 1;
+    r = ncclCommInitRankConfig(&p, n, id, me, &nb);
+    CHECK(r == ncclInProgress || r == ncclSuccess, "non-blocking init: %d", (int)r);
+    if (wait_ready(p, "non-blocking parent")) return 1;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommSplit(p, 0, me, &sp, NULL));
+    r = ncclGroupEnd();
+    CHECK(r == ncclInProgress, "a non-blocking group of a split ended with %d", (int)r);
+    CHECK(sp != NULL, "no communicator from the non-blocking group's split");
+    if (wait_ready(sp, "non-blocking split")) return 1;
+    if (allreduce_check(sp, me, n, 57, "split in a non-blocking group")) return 1;
+    NCCLOK(ncclCommDestroy(sp));
+    NCCLOK(ncclCommDestroy(p));
+    return 0;
+}
+
 int test_inits(ncclComm_t world)
 {
-    if (inits_and_splits(world) || mixed_blocking(world) || config_checks(world)) return 1;
+    if (inits_and_splits(world) || mixed_blocking(world) || config_checks(world) ||
+        scalable_and_nonblocking_split(world))
+        return 1;
     printf("rank %d: inits ok\n", g_rank);
     return 0;
 }

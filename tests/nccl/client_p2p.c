@@ -122,7 +122,6 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclCommSplit(world, 0, me, &sp, NULL));
     CHECK(sp == NULL, "a grouped split's handle before its group's end: %p", (void *)sp);
-    NCCLOK(ncclCommAbort(sp));
     NCCLOK(ncclGroupEnd());
     NCCLOK(ncclCommCount(sp, &k));
     CHECK(k == n, "grouped split: %d ranks", k);
