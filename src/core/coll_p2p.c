@@ -114,7 +114,9 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
         pc->sendbuf == pc->recvbuf) {
         size_t elems = pc->coll == BRAID_COLL_ALLTOALL ? pc->count * (size_t)n
                                                        : extent(pc->sendcounts, pc->sdispls, n);
-        if (elems) {
+        if (pc->coll == BRAID_COLL_ALLTOALL && n == 1) {
+            p.own_in_place = 1; /* nothing to copy: the own block is all */
+        } else if (elems) {
             char *copy = scratch(comm, elems * es, &tmp);
             if (!copy) {
                 res = braid_set_error(BRAID_ERR_NOMEM, "%s #%u: out of memory for %zu elements",

@@ -56,13 +56,24 @@ static void conf_once_run(void)
         snprintf(path, sizeof(path), "%s", user);
         read_conf_file(path);
     } else {
-        /* getpwuid as NCCL (its buffer holds any entry; this runs once, before threads of
-         * braid's exist) */
-        struct passwd *pw = getpwuid(getuid());
-        if (pw && pw->pw_dir) {
-            snprintf(path, sizeof(path), "%s/.nccl.conf", pw->pw_dir);
+        /* the home directory as NCCL's getpwuid finds it; getpwuid_r (the program's threads
+         * may run) with a buffer grown until the entry fits */
+        struct passwd pw, *found = NULL;
+        size_t len = 4096;
+        char *buf = NULL;
+        int rc = ERANGE;
+        while (rc == ERANGE && len <= ((size_t)1 << 24)) {
+            char *nb = realloc(buf, len);
+            if (!nb) break;
+            buf = nb;
+            rc = getpwuid_r(getuid(), &pw, buf, len, &found);
+            len *= 2;
+        }
+        if (rc == 0 && found && pw.pw_dir) {
+            snprintf(path, sizeof(path), "%s/.nccl.conf", pw.pw_dir);
             read_conf_file(path);
         }
+        free(buf);
     }
     read_conf_file("/etc/nccl.conf");
 }

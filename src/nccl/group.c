@@ -429,15 +429,11 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
                               si.magic));
         return ncclGroupEnd();
     }
-    int nonblocking = 0, colls = 0;
-    for (size_t i = 0; i < G.ninits; i++)
-        nonblocking |= !G.inits[i]->blocking;
+    int nonblocking = G.mode == 2, colls = 0; /* NCCL's ncclGroupBlocking */
     /* Entered to read them (one closed since: ncclGroupEnd reports it). */
     if (enter_all(G.ops, G.nops) != ncclSuccess) return ncclGroupEnd();
-    for (size_t i = 0; i < G.nops; i++) {
-        nonblocking |= !G.ops[i].comm->blocking;
+    for (size_t i = 0; i < G.nops; i++)
         colls |= G.ops[i].kind != SHIM_SEND && G.ops[i].kind != SHIM_RECV;
-    }
     leave_all(G.ops, G.nops);
     if (nonblocking) return ncclGroupEnd();
     for (size_t i = 0; i < G.nops; i++) /* not run: the simulation launches nothing */

@@ -204,7 +204,24 @@ static int scalable_and_nonblocking_split(ncclComm_t world)
     if (allreduce_check(sp, me, n, 57, "split in a non-blocking group")) return 1;
     NCCLOK(ncclCommDestroy(sp));
     NCCLOK(ncclCommDestroy(p));
-    return 0;
+    /* The group's mode is its first init's, split's (its parent's) or operation's, not the new
+     * communicator's own: a non-blocking split of blocking world with an all-reduce on world is
+     * a blocking group, which ncclGroupSimulateEnd simulates (the all-reduce is not run; braid
+     * has no estimate: ncclInvalidUsage); the split runs. */
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    float f[4] = {1, 2, 3, 4};
+    sp = NULL;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclCommSplit(world, 0, me, &sp, &nb));
+    NCCLOK(ncclAllReduce(f, f, 4, ncclFloat32, ncclSum, world, NULL));
+    r = ncclGroupSimulateEnd(&si);
+    CHECK(r == ncclInvalidUsage, "a simulated blocking group with a collective ended with %d",
+          (int)r);
+    CHECK(f[0] == 1, "a simulated group ran its all-reduce (%g)", f[0]);
+    CHECK(sp != NULL, "no communicator from the simulated group's split");
+    if (wait_ready(sp, "split in a simulated group")) return 1;
+    NCCLOK(ncclCommDestroy(sp));
+    return allreduce_check(world, me, n, 58, "after a simulated group");
 }
 
 int test_inits(ncclComm_t world)
