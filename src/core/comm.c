@@ -222,13 +222,20 @@ int braid_host_id(char out[BRAID_HOST_ID_BYTES])
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
         return 0;
     }
-    char host[64] = "", boot[40], ns[40] = "";
+    char host[64] = "", boot[40], ns[40] = "", pidns[40] = "";
     gethostname(host, sizeof(host) - 1);
     int err = read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
     ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
     ns[n > 0 ? n : 0] = '\0';
-    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.24s", host, boot, ns);
+    /* So do PID namespaces: shared memory's failure checks (pidfd, kill), /proc/<pid>/fd and
+     * process_vm_readv name peers by pid, which means nothing in another PID namespace (two
+     * containers of one pod share the hostname and network namespace, not the pids). The
+     * number in "pid:[4026531836]". */
+    n = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+    pidns[n > 0 ? n : 0] = '\0';
+    const char *pn = strchr(pidns, '[');
+    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.16s|%.10s", host, boot, ns, pn ? pn + 1 : "");
     return err;
 }
 

@@ -102,7 +102,9 @@ static const braid_param_t params[] = {
      "RoCE GID index for RDMA; -1 = automatic (a RoCE v2 IPv4 GID first)"},
     {"IB_QPS_PER_CONN", "1", BRAID_PARAM_INT,
      "RDMA queue pairs per connection (1-8); messages are striped over them in order"},
-    {"HOSTNAME", "", BRAID_PARAM_STR, "override the host identity used to group ranks by host"},
+    {"HOSTNAME", "", BRAID_PARAM_STR,
+     "override the host identity used to group ranks by host (default: the hostname, boot "
+     "id, network and PID namespaces: ranks in other namespaces are other hosts)"},
     {"NUMA_ID", "", BRAID_PARAM_STR,
      "override the NUMA node this rank publishes for ring ordering (tests); default: from its "
      "cpu binding"},
