@@ -376,6 +376,15 @@ static braid_result_t wait_all(dctx_t *x, uint64_t g, uint32_t tag)
     return BRAID_SUCCESS;
 }
 
+/* The end of a call that ran blocks [g0, g) with its input read in place: waits for every
+ * peer's 2g+2 of the last block (done reading). Whether any block ran is told by the counter,
+ * never by the tag: 2g+2 is 0 modulo 2^32 for g = 2^31 - 1 (mod 2^31). */
+static braid_result_t wait_last(dctx_t *x, uint64_t g0, uint64_t g)
+{
+    if (g == g0) return BRAID_SUCCESS;
+    return wait_all(x, g - 1, (uint32_t)(2 * (g - 1) + 2));
+}
+
 /* A call's buffer's region: ref set and returned when [in, in + bytes) lies in a region of
  * braid_mem_alloc and every peer can open this process's descriptors (then the peers read an
  * input in place, or write an all-reduce's output), else NULL (the blocks are copied). */
@@ -531,7 +540,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * (size_t)n * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
         int s = (int)(*g & 1);
@@ -558,9 +567,8 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
                           : (size_t)me * lb;
         reduce_all(x, src, 0, len, out + off * es, NULL, 0);
         braid_direct_publish(d, s, t + 1);
-        last = t + 1;
     }
-    if (ref && last) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 
@@ -580,7 +588,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
         int s = (int)(*g & 1);
@@ -600,9 +608,8 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
         uint64_t *synced = braid_direct_synced(d);
         if (*synced < *g + 1) *synced = *g + 1;
         braid_direct_publish(d, s, t + 1);
-        last = t + 1;
     }
-    if (ref && last) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 
@@ -622,12 +629,11 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = me == root ? mapped_region(x->d, in, count * es, &rb) : NULL;
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
         int s = (int)(*g & 1);
         uint32_t t = (uint32_t)(2 * *g + 1);
-        last = t;
         if (me == root) {
             BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
             if (out && out != in) out_copy(x, out + off * es, in + off * es, lb);
@@ -644,7 +650,8 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     /* The root returns once every rank copied the last block: then a rank that called
      * something else (another root, count) is seen in its descriptor, and a mapped buffer is
      * free again. */
-    if (me == root && last) {
+    if (me == root && *g > g0) {
+        uint32_t last = (uint32_t)(2 * (*g - 1) + 1);
         for (int k = 1; k < n; k++)
             BRAID_CHECK(wait_tag(x, (me + k) % n, (int)((*g - 1) & 1), last, 1));
         uint64_t *synced = braid_direct_synced(d);
@@ -670,12 +677,11 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = block_len(count, off, blk), lb = len * es;
         int s = (int)(*g & 1);
         uint32_t t2 = (uint32_t)(2 * *g + 2);
-        last = t2;
         size_t so, sl;
         BRAID_CHECK(stage_block(x, *g, in + off * es, len, ref, &so, &sl));
         BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
@@ -696,7 +702,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
             out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
-    if (ref && last && me != root) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref && me != root) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 

@@ -42,6 +42,7 @@ typedef struct {
     int32_t code;
     int32_t pid;
     uint32_t block;            /* data bytes per slot, for the peers' check */
+    _Atomic uint32_t tag_zero; /* a slot's tag was 0 once (2g + 2 wraps): 0 is a real tag now */
     char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
     ref_t out_ref[2];          /* per slot: the call's output, with BRAID_DIRECT_OUT_MAPPED */
     struct {
@@ -118,6 +119,14 @@ uint64_t *braid_direct_synced(braid_direct_t *d)
     return &d->synced;
 }
 
+void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g)
+{
+    d->blocks = g;
+    d->synced = g;
+    for (uint64_t b = g - 2; b < g; b++)
+        braid_direct_publish(d, (int)(b & 1), (uint32_t)(2 * b + 2));
+}
+
 braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d)
 {
     return d->pick;
@@ -153,6 +162,9 @@ char *braid_direct_scratch(braid_direct_t *d)
 void braid_direct_publish(braid_direct_t *d, int s, uint32_t tag)
 {
     braid_direct_line_t *l = braid_direct_line(d, d->me, s);
+    /* Once in 2^31 blocks (2g + 2 for g = 2^31 - 1 modulo 2^31): peek must not take this tag
+     * for a slot never written. */
+    if (!tag) atomic_store_explicit(&ctrl(d, d->me)->tag_zero, 1, memory_order_release);
     atomic_store_explicit(&l->tag, tag, memory_order_release);
     /* A peer announces itself in sleepers, then re-checks the tag (a full fence between on
      * both sides): either it sees this tag or this load sees it. */
@@ -460,7 +472,11 @@ int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int 
         if (r == d->me || (from >= 0 && r != from)) continue;
         for (int s = 0; s < 2; s++) {
             braid_direct_line_t *l = braid_direct_line(d, r, s);
-            if (!atomic_load_explicit(&l->tag, memory_order_acquire)) continue;
+            /* Tag 0: never published, unless the owner's tags wrapped (then it is 2g + 2 of a
+             * block g = 2^31 - 1 modulo 2^31, its flag set before that tag). */
+            if (!atomic_load_explicit(&l->tag, memory_order_acquire) &&
+                !atomic_load_explicit(&ctrl(d, r)->tag_zero, memory_order_acquire))
+                continue;
             if (from < 0 ? l->seq != seq : (int32_t)(l->seq - seq) < 0) continue;
             *peer_p = r;
             *h_p = (braid_msg_hdr_t){.seq = l->seq,

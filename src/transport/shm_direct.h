@@ -11,7 +11,9 @@
  * Tags: each rank counts the blocks it ran on the communicator (g, the same on every rank
  * since every rank runs the same calls) and publishes block g's progress in slot g % 2's tag
  * with a release store (2g + 1: the input is in, 2g + 2: its reduced slice is in); readers
- * compare with a wrap-safe difference. A slot is rewritten for block g + 2 only, which needs
+ * compare with a wrap-safe difference. 2g + 2 is 0 once in 2^31 blocks, so a tag of 0 never
+ * means "no block" by itself: the algorithms count blocks, braid_direct_peek also asks whether
+ * the owner ever published 0. A slot is rewritten for block g + 2 only, which needs
  * every peer past block g + 1: so a tag seen is never stale and data never overwritten under a
  * reader (algos/direct.c gives the argument per collective).
  *
@@ -128,6 +130,10 @@ char *braid_direct_peer_out(braid_direct_t *d, int r, int s);
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */
 uint64_t *braid_direct_synced(braid_direct_t *d);
+/* For tests (the tags' wrap-around): the block counter starts at g >= 2, this rank's slots
+ * holding the tags blocks g - 2 and g - 1 left (2b + 2). Every rank sets the same g between
+ * direct calls and must see every other rank's set before its next direct call (a barrier). */
+void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g);
 /* The algorithms' pickers of streaming or plain stores into the slots (core/ntpick.h), one
  * per collective and size class (algos/direct.c), zeroed at setup. */
 #define BRAID_DIRECT_PICKERS 96
