@@ -266,8 +266,9 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
 
 /* The sources of block g (slot s, `bytes` bytes of payload): every rank's slot data, or, for
  * a rank whose line says its buffer is mapped (braid_mem_alloc), that buffer in place (mine:
- * this rank's own pointer). */
-static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_in, const char **src)
+ * this rank's own pointer; rest: the bytes the call reads from a mapped buffer's block on). */
+static braid_result_t sources(dctx_t *x, int s, size_t bytes, size_t rest, const char *mine_in,
+                              const char **src)
 {
     braid_direct_t *d = x->d;
     int n = x->comm->nranks, me = x->comm->rank;
@@ -277,8 +278,8 @@ static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_i
             src[j] = braid_direct_data(d, j, s, bytes);
         else if (j == me)
             src[j] = mine_in;
-        else if (!(src[j] = braid_direct_peer_buffer(d, j, l)))
-            return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
+        else
+            BRAID_CHECK(braid_direct_peer_buffer(d, j, l, rest, &src[j]));
     }
     return BRAID_SUCCESS;
 }
@@ -436,8 +437,10 @@ static braid_result_t stage_block(dctx_t *x, uint64_t g, const char *blk, size_t
 static braid_result_t staged_sources(dctx_t *x, uint64_t g, const char *blk, size_t len,
                                      const char **src)
 {
+    size_t es = braid_dtype_size(x->a->dtype);
+    size_t rest = x->a->count * es - (size_t)(blk - (const char *)x->a->sendbuf);
     BRAID_CHECK(wait_all(x, g, (uint32_t)(2 * g + 1)));
-    BRAID_CHECK(sources(x, (int)(g & 1), len * braid_dtype_size(x->a->dtype), blk, src));
+    BRAID_CHECK(sources(x, (int)(g & 1), len * es, rest, blk, src));
     src[x->comm->rank] = blk;
     return BRAID_SUCCESS;
 }
@@ -463,7 +466,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         uint32_t t = (uint32_t)(2 * *g + 1);
         BRAID_CHECK(copy_in(x, *g, in, bytes, t, NULL));
         BRAID_CHECK(wait_all(x, *g, t));
-        BRAID_CHECK(sources(x, s, bytes, in, src));
+        BRAID_CHECK(sources(x, s, bytes, bytes, in, src));
         reduce_all(x, src, 0, a->count, out, NULL, 0);
         ++*g;
         return BRAID_SUCCESS;
@@ -490,8 +493,8 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
                 slot = 1;
                 continue;
             }
-            char *po = braid_direct_peer_out(d, j, s);
-            if (!po) return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
+            char *po;
+            BRAID_CHECK(braid_direct_peer_out(d, j, s, bytes, &po));
             dst[ndst++] = (dst_t){po + off * es, x->nt};
         }
         if (slot) dst[ndst++] = (dst_t){braid_direct_data(d, me, s, lb), x->pk.nt};
@@ -559,7 +562,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
                                   x->pk.nt);
         braid_direct_publish(d, s, t);
         BRAID_CHECK(wait_all(x, *g, t));
-        BRAID_CHECK(sources(x, s, tb, in + off * es, src));
+        BRAID_CHECK(sources(x, s, tb, (count * (size_t)n - off) * es, in + off * es, src));
         /* part me of rank j: at me * len in its slot, at me * count of its mapped buffer */
         for (int j = 0; j < n; j++)
             src[j] += (braid_direct_line(d, j, s)->flags & BRAID_DIRECT_MAPPED)
@@ -601,8 +604,8 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
             BRAID_CHECK(wait_peer(x, j, s, t));
             braid_direct_line_t *l = braid_direct_line(d, j, s);
             const char *p = braid_direct_data(d, j, s, lb);
-            if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, j, l)))
-                return BRAID_ERR_SYSTEM;
+            if (l->flags & BRAID_DIRECT_MAPPED)
+                BRAID_CHECK(braid_direct_peer_buffer(d, j, l, (count - off) * es, &p));
             out_copy(x, out + ((size_t)j * count + off) * es, p, lb);
         }
         uint64_t *synced = braid_direct_synced(d);
@@ -642,8 +645,8 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         BRAID_CHECK(wait_peer(x, root, s, t));
         braid_direct_line_t *l = braid_direct_line(d, root, s);
         const char *p = braid_direct_data(d, root, s, lb);
-        if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, root, l)))
-            return BRAID_ERR_SYSTEM;
+        if (l->flags & BRAID_DIRECT_MAPPED)
+            BRAID_CHECK(braid_direct_peer_buffer(d, root, l, (count - off) * es, &p));
         out_copy(x, out + off * es, p, lb);
         BRAID_CHECK(copy_in(x, *g, NULL, 0, t, NULL));
     }

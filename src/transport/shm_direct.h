@@ -119,13 +119,17 @@ void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t 
 void braid_direct_put_out_ref(braid_direct_t *d, int s, int fd, uint32_t id, uint64_t bytes,
                               uint64_t off);
 /* Rank r's block in place, from the reference in its line (its region mapped once through
- * /proc/<pid>/fd, cached for the communicator's life); NULL with an error naming the rank
- * when it cannot be mapped. */
+ * /proc/<pid>/fd, cached; the len bytes the call reads from there faulted in when it is mapped):
+ * *p_p. Errors name the rank: BRAID_ERR_REMOTE when it died, closed or failed, else
+ * BRAID_ERR_SYSTEM. The cache holds max(BRAID_DIRECT_MAPS, 2n + 8) mappings (a block maps at most
+ * 2(n - 1)); a mapping goes when the owner's descriptor number comes back with another region
+ * (the old one was freed), or, the cache full, the one looked up longest ago. */
 #define BRAID_DIRECT_MAPS 128
-const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l);
+braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l,
+                                        uint64_t len, const char **p_p);
 /* Rank r's output for slot s, from the reference in its control page, mapped the same way
  * (writable: the peers' regions are mapped read-write). */
-char *braid_direct_peer_out(braid_direct_t *d, int r, int s);
+braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p);
 /* The block counter (blocks this rank ran on the communicator). */
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */

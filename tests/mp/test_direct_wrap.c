@@ -166,7 +166,7 @@ static int peek_at_zero(braid_comm_t comm, int rank, int n, void *arg)
     (void)n;
     braid_comm_t c = mp_fake_host_comm(comm, rank, 0, "direct");
     MP_CHECK(rank, c != NULL && direct_of(c), "no direct segments");
-    static float v[4096]; /* 16 KiB: the large all-reduce, which publishes 2g + 2 */
+    static float v[4096];       /* 16 KiB: the large all-reduce, which publishes 2g + 2 */
     for (int i = 0; i < 2; i++) /* both slots hold earlier calls' descriptors */
         MP_OK(rank, braid_allreduce(v, v, 4096, BRAID_FLOAT32, BRAID_SUM, c));
     if (set_counter(comm, c, rank, wrap_block(0))) return 1;
