@@ -266,8 +266,9 @@ static void reduce_all(dctx_t *x, const char *const *src, size_t e, size_t cnt, 
 
 /* The sources of block g (slot s, `bytes` bytes of payload): every rank's slot data, or, for
  * a rank whose line says its buffer is mapped (braid_mem_alloc), that buffer in place (mine:
- * this rank's own pointer). */
-static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_in, const char **src)
+ * this rank's own pointer; rest: the bytes the call reads from a mapped buffer's block on). */
+static braid_result_t sources(dctx_t *x, int s, size_t bytes, size_t rest, const char *mine_in,
+                              const char **src)
 {
     braid_direct_t *d = x->d;
     int n = x->comm->nranks, me = x->comm->rank;
@@ -277,8 +278,8 @@ static braid_result_t sources(dctx_t *x, int s, size_t bytes, const char *mine_i
             src[j] = braid_direct_data(d, j, s, bytes);
         else if (j == me)
             src[j] = mine_in;
-        else if (!(src[j] = braid_direct_peer_buffer(d, j, l)))
-            return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
+        else
+            BRAID_CHECK(braid_direct_peer_buffer(d, j, l, rest, &src[j]));
     }
     return BRAID_SUCCESS;
 }
@@ -376,6 +377,15 @@ static braid_result_t wait_all(dctx_t *x, uint64_t g, uint32_t tag)
     return BRAID_SUCCESS;
 }
 
+/* The end of a call that ran blocks [g0, g) with its input read in place: waits for every
+ * peer's 2g+2 of the last block (done reading). Whether any block ran is told by the counter,
+ * never by the tag: 2g+2 is 0 modulo 2^32 for g = 2^31 - 1 (mod 2^31). */
+static braid_result_t wait_last(dctx_t *x, uint64_t g0, uint64_t g)
+{
+    if (g == g0) return BRAID_SUCCESS;
+    return wait_all(x, g - 1, (uint32_t)(2 * (g - 1) + 2));
+}
+
 /* A call's buffer's region: ref set and returned when [in, in + bytes) lies in a region of
  * braid_mem_alloc and every peer can open this process's descriptors (then the peers read an
  * input in place, or write an all-reduce's output), else NULL (the blocks are copied). */
@@ -427,8 +437,10 @@ static braid_result_t stage_block(dctx_t *x, uint64_t g, const char *blk, size_t
 static braid_result_t staged_sources(dctx_t *x, uint64_t g, const char *blk, size_t len,
                                      const char **src)
 {
+    size_t es = braid_dtype_size(x->a->dtype);
+    size_t rest = x->a->count * es - (size_t)(blk - (const char *)x->a->sendbuf);
     BRAID_CHECK(wait_all(x, g, (uint32_t)(2 * g + 1)));
-    BRAID_CHECK(sources(x, (int)(g & 1), len * braid_dtype_size(x->a->dtype), blk, src));
+    BRAID_CHECK(sources(x, (int)(g & 1), len * es, rest, blk, src));
     src[x->comm->rank] = blk;
     return BRAID_SUCCESS;
 }
@@ -454,7 +466,7 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
         uint32_t t = (uint32_t)(2 * *g + 1);
         BRAID_CHECK(copy_in(x, *g, in, bytes, t, NULL));
         BRAID_CHECK(wait_all(x, *g, t));
-        BRAID_CHECK(sources(x, s, bytes, in, src));
+        BRAID_CHECK(sources(x, s, bytes, bytes, in, src));
         reduce_all(x, src, 0, a->count, out, NULL, 0);
         ++*g;
         return BRAID_SUCCESS;
@@ -481,8 +493,8 @@ static braid_result_t allreduce(dctx_t *x, const braid_op_args_t *a, const char 
                 slot = 1;
                 continue;
             }
-            char *po = braid_direct_peer_out(d, j, s);
-            if (!po) return BRAID_ERR_SYSTEM; /* the message names the rank and the region */
+            char *po;
+            BRAID_CHECK(braid_direct_peer_out(d, j, s, bytes, &po));
             dst[ndst++] = (dst_t){po + off * es, x->nt};
         }
         if (slot) dst[ndst++] = (dst_t){braid_direct_data(d, me, s, lb), x->pk.nt};
@@ -531,7 +543,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * (size_t)n * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es, tb = lb * (size_t)n;
         int s = (int)(*g & 1);
@@ -550,7 +562,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
                                   x->pk.nt);
         braid_direct_publish(d, s, t);
         BRAID_CHECK(wait_all(x, *g, t));
-        BRAID_CHECK(sources(x, s, tb, in + off * es, src));
+        BRAID_CHECK(sources(x, s, tb, (count * (size_t)n - off) * es, in + off * es, src));
         /* part me of rank j: at me * len in its slot, at me * count of its mapped buffer */
         for (int j = 0; j < n; j++)
             src[j] += (braid_direct_line(d, j, s)->flags & BRAID_DIRECT_MAPPED)
@@ -558,9 +570,8 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
                           : (size_t)me * lb;
         reduce_all(x, src, 0, len, out + off * es, NULL, 0);
         braid_direct_publish(d, s, t + 1);
-        last = t + 1;
     }
-    if (ref && last) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 
@@ -580,7 +591,7 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
         int s = (int)(*g & 1);
@@ -593,16 +604,15 @@ static braid_result_t allgather(dctx_t *x, const braid_op_args_t *a)
             BRAID_CHECK(wait_peer(x, j, s, t));
             braid_direct_line_t *l = braid_direct_line(d, j, s);
             const char *p = braid_direct_data(d, j, s, lb);
-            if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, j, l)))
-                return BRAID_ERR_SYSTEM;
+            if (l->flags & BRAID_DIRECT_MAPPED)
+                BRAID_CHECK(braid_direct_peer_buffer(d, j, l, (count - off) * es, &p));
             out_copy(x, out + ((size_t)j * count + off) * es, p, lb);
         }
         uint64_t *synced = braid_direct_synced(d);
         if (*synced < *g + 1) *synced = *g + 1;
         braid_direct_publish(d, s, t + 1);
-        last = t + 1;
     }
-    if (ref && last) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 
@@ -622,12 +632,11 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = me == root ? mapped_region(x->d, in, count * es, &rb) : NULL;
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = count - off < blk ? count - off : blk, lb = len * es;
         int s = (int)(*g & 1);
         uint32_t t = (uint32_t)(2 * *g + 1);
-        last = t;
         if (me == root) {
             BRAID_CHECK(copy_in(x, *g, in + off * es, lb, t, ref));
             if (out && out != in) out_copy(x, out + off * es, in + off * es, lb);
@@ -636,15 +645,16 @@ static braid_result_t broadcast(dctx_t *x, const braid_op_args_t *a)
         BRAID_CHECK(wait_peer(x, root, s, t));
         braid_direct_line_t *l = braid_direct_line(d, root, s);
         const char *p = braid_direct_data(d, root, s, lb);
-        if ((l->flags & BRAID_DIRECT_MAPPED) && !(p = braid_direct_peer_buffer(d, root, l)))
-            return BRAID_ERR_SYSTEM;
+        if (l->flags & BRAID_DIRECT_MAPPED)
+            BRAID_CHECK(braid_direct_peer_buffer(d, root, l, (count - off) * es, &p));
         out_copy(x, out + off * es, p, lb);
         BRAID_CHECK(copy_in(x, *g, NULL, 0, t, NULL));
     }
     /* The root returns once every rank copied the last block: then a rank that called
      * something else (another root, count) is seen in its descriptor, and a mapped buffer is
      * free again. */
-    if (me == root && last) {
+    if (me == root && *g > g0) {
+        uint32_t last = (uint32_t)(2 * (*g - 1) + 1);
         for (int k = 1; k < n; k++)
             BRAID_CHECK(wait_tag(x, (me + k) % n, (int)((*g - 1) & 1), last, 1));
         uint64_t *synced = braid_direct_synced(d);
@@ -670,12 +680,11 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
     uint64_t *g = braid_direct_counter(d);
     braid_mem_ref_t rb;
     const braid_mem_ref_t *ref = mapped_region(x->d, in, count * es, &rb);
-    uint32_t last = 0;
+    uint64_t g0 = *g;
     for (size_t off = 0; off < count; off += blk, ++*g) {
         size_t len = block_len(count, off, blk), lb = len * es;
         int s = (int)(*g & 1);
         uint32_t t2 = (uint32_t)(2 * *g + 2);
-        last = t2;
         size_t so, sl;
         BRAID_CHECK(stage_block(x, *g, in + off * es, len, ref, &so, &sl));
         BRAID_CHECK(staged_sources(x, *g, in + off * es, len, src));
@@ -696,7 +705,7 @@ static braid_result_t reduce(dctx_t *x, const braid_op_args_t *a, const char **s
             out_copy(x, out + (off + jo) * es, braid_direct_data(d, j, s, lb) + jo * es, jl * es);
         }
     }
-    if (ref && last && me != root) BRAID_CHECK(wait_all(x, *g - 1, last));
+    if (ref && me != root) BRAID_CHECK(wait_last(x, g0, *g));
     return BRAID_SUCCESS;
 }
 

@@ -42,6 +42,7 @@ typedef struct {
     int32_t code;
     int32_t pid;
     uint32_t block;            /* data bytes per slot, for the peers' check */
+    _Atomic uint32_t tag_zero; /* a slot's tag was 0 once (2g + 2 wraps): 0 is a real tag now */
     char msg[BRAID_FAIL_TEXT]; /* a nested cause keeps its end (braid_str_fit) */
     ref_t out_ref[2];          /* per slot: the call's output, with BRAID_DIRECT_OUT_MAPPED */
     struct {
@@ -53,6 +54,7 @@ _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
 typedef struct {
     int rank;
+    int32_t fd; /* the owner's descriptor number (its reuse for another region: this one is gone) */
     uint32_t id;
     char *base;
     uint64_t bytes;
@@ -70,8 +72,8 @@ struct braid_direct {
     uint64_t synced;         /* blocks below it were published by every peer (algos/direct.c) */
     char *scratch;           /* BRAID_DIRECT_SCRATCH bytes for the algorithms */
     braid_nt_pick_t pick[BRAID_DIRECT_PICKERS];
-    peer_map_t maps[BRAID_DIRECT_MAPS]; /* peers' braid_mem_alloc regions mapped here */
-    int nmaps;
+    peer_map_t *maps; /* peers' braid_mem_alloc regions mapped here, maps_cap entries */
+    int nmaps, maps_cap;
     int refs_ok; /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
 };
 
@@ -118,6 +120,14 @@ uint64_t *braid_direct_synced(braid_direct_t *d)
     return &d->synced;
 }
 
+void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g)
+{
+    d->blocks = g;
+    d->synced = g;
+    for (uint64_t b = g - 2; b < g; b++)
+        braid_direct_publish(d, (int)(b & 1), (uint32_t)(2 * b + 2));
+}
+
 braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d)
 {
     return d->pick;
@@ -153,6 +163,9 @@ char *braid_direct_scratch(braid_direct_t *d)
 void braid_direct_publish(braid_direct_t *d, int s, uint32_t tag)
 {
     braid_direct_line_t *l = braid_direct_line(d, d->me, s);
+    /* Once in 2^31 blocks (2g + 2 for g = 2^31 - 1 modulo 2^31): peek must not take this tag
+     * for a slot never written. */
+    if (!tag) atomic_store_explicit(&ctrl(d, d->me)->tag_zero, 1, memory_order_release);
     atomic_store_explicit(&l->tag, tag, memory_order_release);
     /* A peer announces itself in sleepers, then re-checks the tag (a full fence between on
      * both sides): either it sees this tag or this load sees it. */
@@ -254,6 +267,7 @@ static void release(braid_direct_t *d)
         if (d->seg[r]) munmap(d->seg[r], d->map_len);
         if (d->pidfd[r] >= 0) close(d->pidfd[r]);
     }
+    free(d->maps);
     free(d->seg);
     free(d->pidfd);
     free(d->pid);
@@ -399,8 +413,12 @@ braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
         d->pid = calloc((size_t)n, sizeof(int));
         d->next_check_ns = calloc((size_t)n, sizeof(uint64_t));
         d->scratch = malloc(BRAID_DIRECT_SCRATCH);
+        /* One block may map every peer's input and output (the large all-reduce). */
+        d->maps_cap = 2 * n + 8 > BRAID_DIRECT_MAPS ? 2 * n + 8 : BRAID_DIRECT_MAPS;
+        d->maps = calloc((size_t)d->maps_cap, sizeof(peer_map_t));
     }
-    if (!d || !all || !d->seg || !d->pidfd || !d->pid || !d->next_check_ns || !d->scratch) {
+    if (!d || !all || !d->seg || !d->pidfd || !d->pid || !d->next_check_ns || !d->scratch ||
+        !d->maps) {
         if (d) {
             for (int r = 0; d->pidfd && r < n; r++)
                 d->pidfd[r] = -1;
@@ -414,6 +432,7 @@ braid_result_t braid_direct_setup(struct braid_comm *comm, size_t block)
                 free(d->pid);
                 free(d->next_check_ns);
                 free(d->scratch);
+                free(d->maps);
             }
         }
         free(d);
@@ -460,7 +479,11 @@ int braid_direct_peek_from(struct braid_comm *comm, uint32_t seq, int from, int 
         if (r == d->me || (from >= 0 && r != from)) continue;
         for (int s = 0; s < 2; s++) {
             braid_direct_line_t *l = braid_direct_line(d, r, s);
-            if (!atomic_load_explicit(&l->tag, memory_order_acquire)) continue;
+            /* Tag 0: never published, unless the owner's tags wrapped (then it is 2g + 2 of a
+             * block g = 2^31 - 1 modulo 2^31, its flag set before that tag). */
+            if (!atomic_load_explicit(&l->tag, memory_order_acquire) &&
+                !atomic_load_explicit(&ctrl(d, r)->tag_zero, memory_order_acquire))
+                continue;
             if (from < 0 ? l->seq != seq : (int32_t)(l->seq - seq) < 0) continue;
             *peer_p = r;
             *h_p = (braid_msg_hdr_t){.seq = l->seq,
@@ -493,71 +516,111 @@ int braid_direct_refs_ok(const braid_direct_t *d)
     return d->refs_ok;
 }
 
-/* Rank r's region of ref, mapped (cached) here; NULL with an error naming the rank. */
-static char *map_ref(braid_direct_t *d, int r, ref_t ref)
+/* Drops the mappings of rank r's regions that the reference ref proves closed: the owner
+ * reuses a descriptor number only after it closed it (braid_mem_free), so an entry with ref's
+ * descriptor and another id maps a freed region, whose pages only this mapping keeps alive.
+ * Entries looked up in this block stay (the algorithm may hold their pointers). */
+static void drop_closed(braid_direct_t *d, int r, ref_t ref)
+{
+    for (int i = 0; i < d->nmaps; i++) {
+        peer_map_t *m = &d->maps[i];
+        if (m->rank != r || m->fd != ref.fd || m->id == ref.id || m->used == d->blocks) continue;
+        munmap(m->base, m->bytes);
+        *m = d->maps[--d->nmaps];
+        i--;
+    }
+}
+
+/* Faults in the pages of [off, off + len) of a region of `bytes` just mapped at base: the
+ * call's bytes, not the region's (a 32 GiB arena of which a call uses 1 MiB). With no fault-in a
+ * page's first read cost about 1 us on the VMs this was measured on, which made a 2-rank
+ * all-reduce of 256 KiB from a 16 MiB region take 88 us per call in a 100-call sweep (30 with the
+ * pages faulted in at mapping; 23-26 in a 3000-call one). MADV_POPULATE_READ (Linux 5.14) in
+ * one call, else a read per page. */
+static void fault_in(char *base, uint64_t bytes, uint64_t off, uint64_t len)
+{
+    uint64_t lo = off & ~(uint64_t)4095, hi = len > bytes - off ? bytes : off + len;
+    if (hi <= lo) return;
+#ifdef MADV_POPULATE_READ
+    if (madvise(base + lo, hi - lo, MADV_POPULATE_READ) == 0) return;
+#endif
+    volatile const char *p = base;
+    for (uint64_t o = lo; o < hi; o += 4096)
+        (void)p[o];
+}
+
+/* Rank r's region of ref, mapped (cached) here: *p_p = the byte at ref.off, the call using len
+ * bytes from there. An error names the rank: BRAID_ERR_REMOTE when it died, closed or failed
+ * (then its descriptors may be gone), else BRAID_ERR_SYSTEM. */
+static braid_result_t map_ref(braid_direct_t *d, int r, ref_t ref, uint64_t len, char **p_p)
 {
     for (int i = 0; i < d->nmaps; i++) {
         peer_map_t *m = &d->maps[i];
         if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) {
             m->used = d->blocks;
-            return m->base + ref.off;
+            *p_p = m->base + ref.off;
+            return BRAID_SUCCESS;
         }
     }
+    drop_closed(d, r, ref);
     /* A bounded cache (peers' regions may be freed and others allocated over a long run): the
      * mapping looked up longest ago makes room, never one looked up in this block, whose
-     * pointers the algorithm may still hold (its inputs while it writes into the outputs). */
-    peer_map_t *slot = d->nmaps < BRAID_DIRECT_MAPS ? &d->maps[d->nmaps] : &d->maps[0];
-    for (int i = 1; d->nmaps == BRAID_DIRECT_MAPS && i < d->nmaps; i++)
+     * pointers the algorithm may still hold (its inputs while it writes into the outputs). The
+     * cache holds 2n + 8 entries at least, more than a block maps. */
+    int full = d->nmaps == d->maps_cap;
+    peer_map_t *slot = full ? &d->maps[0] : &d->maps[d->nmaps];
+    for (int i = 1; full && i < d->nmaps; i++)
         if (d->maps[i].used < slot->used) slot = &d->maps[i];
-    if (d->nmaps == BRAID_DIRECT_MAPS && slot->used == d->blocks) {
-        braid_set_error(BRAID_ERR_SYSTEM,
-                        "direct: cannot map rank %d's buffer from braid_mem_alloc: %d peer "
-                        "regions are in use in this block already",
-                        r, BRAID_DIRECT_MAPS);
-        return NULL;
-    }
+    if (full && slot->used == d->blocks)
+        return braid_set_error(BRAID_ERR_INTERNAL,
+                               "direct: cannot map rank %d's buffer from braid_mem_alloc: %d peer "
+                               "regions are in use in this block already",
+                               r, d->maps_cap);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", d->pid[r], (int)ref.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        /* A peer that died (or failed, or closed) since it published the reference. */
+        int e = errno;
+        BRAID_CHECK(braid_direct_check_peer(d, r, 1));
+        errno = e;
+        return braid_set_error(BRAID_ERR_SYSTEM,
+                               "direct: cannot open rank %d's buffer from braid_mem_alloc (%s): %m",
+                               r, path);
+    }
     struct stat st;
     void *base = MAP_FAILED;
-    if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
-        base = mmap(NULL, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (fd >= 0) close(fd);
-    if (base != MAP_FAILED) {
-        /* Fault in every page now, not on the first call that reads it: with MAP_POPULATE
-         * alone a page's first read here still cost about 1 us on the VMs this was measured
-         * on (no fault counted), which made a 2-rank all-reduce of 256 KiB from a 16 MiB
-         * region take 63 us per call in a 100-call sweep (88 without either, 30 with this;
-         * 23-26 in a 3000-call one). */
-        volatile const char *p = base;
-        for (uint64_t o = 0; o < ref.bytes; o += 4096)
-            (void)p[o];
-    }
-    if (base == MAP_FAILED) {
-        braid_set_error(BRAID_ERR_SYSTEM,
-                        "direct: cannot map rank %d's buffer from braid_mem_alloc (%s, %llu "
-                        "bytes): %m",
-                        r, path, (unsigned long long)ref.bytes);
-        return NULL;
-    }
-    if (d->nmaps == BRAID_DIRECT_MAPS)
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size >= ref.bytes && ref.off <= ref.bytes)
+        base = mmap(NULL, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return braid_set_error(BRAID_ERR_SYSTEM,
+                               "direct: cannot map rank %d's buffer from braid_mem_alloc (%s, %llu "
+                               "bytes): %m",
+                               r, path, (unsigned long long)ref.bytes);
+    fault_in(base, ref.bytes, ref.off, len);
+    if (full)
         munmap(slot->base, slot->bytes);
     else
         d->nmaps++;
-    *slot =
-        (peer_map_t){.rank = r, .id = ref.id, .base = base, .bytes = ref.bytes, .used = d->blocks};
-    return (char *)base + ref.off;
+    *slot = (peer_map_t){
+        .rank = r, .fd = ref.fd, .id = ref.id, .base = base, .bytes = ref.bytes, .used = d->blocks};
+    *p_p = (char *)base + ref.off;
+    return BRAID_SUCCESS;
 }
 
-const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l)
+braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l,
+                                        uint64_t len, const char **p_p)
 {
     ref_t ref;
     memcpy(&ref, l->data, sizeof(ref));
-    return map_ref(d, r, ref);
+    char *p;
+    BRAID_CHECK(map_ref(d, r, ref, len, &p));
+    *p_p = p;
+    return BRAID_SUCCESS;
 }
 
-char *braid_direct_peer_out(braid_direct_t *d, int r, int s)
+braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p)
 {
-    return map_ref(d, r, ctrl(d, r)->out_ref[s]);
+    return map_ref(d, r, ctrl(d, r)->out_ref[s], len, p_p);
 }

@@ -11,7 +11,9 @@
  * Tags: each rank counts the blocks it ran on the communicator (g, the same on every rank
  * since every rank runs the same calls) and publishes block g's progress in slot g % 2's tag
  * with a release store (2g + 1: the input is in, 2g + 2: its reduced slice is in); readers
- * compare with a wrap-safe difference. A slot is rewritten for block g + 2 only, which needs
+ * compare with a wrap-safe difference. 2g + 2 is 0 once in 2^31 blocks, so a tag of 0 never
+ * means "no block" by itself: the algorithms count blocks, braid_direct_peek also asks whether
+ * the owner ever published 0. A slot is rewritten for block g + 2 only, which needs
  * every peer past block g + 1: so a tag seen is never stale and data never overwritten under a
  * reader (algos/direct.c gives the argument per collective).
  *
@@ -117,17 +119,25 @@ void braid_direct_put_ref(braid_direct_line_t *l, int fd, uint32_t id, uint64_t 
 void braid_direct_put_out_ref(braid_direct_t *d, int s, int fd, uint32_t id, uint64_t bytes,
                               uint64_t off);
 /* Rank r's block in place, from the reference in its line (its region mapped once through
- * /proc/<pid>/fd, cached for the communicator's life); NULL with an error naming the rank
- * when it cannot be mapped. */
+ * /proc/<pid>/fd, cached; the len bytes the call reads from there faulted in when it is mapped):
+ * *p_p. Errors name the rank: BRAID_ERR_REMOTE when it died, closed or failed, else
+ * BRAID_ERR_SYSTEM. The cache holds max(BRAID_DIRECT_MAPS, 2n + 8) mappings (a block maps at most
+ * 2(n - 1)); a mapping goes when the owner's descriptor number comes back with another region
+ * (the old one was freed), or, the cache full, the one looked up longest ago. */
 #define BRAID_DIRECT_MAPS 128
-const char *braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l);
+braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_direct_line_t *l,
+                                        uint64_t len, const char **p_p);
 /* Rank r's output for slot s, from the reference in its control page, mapped the same way
  * (writable: the peers' regions are mapped read-write). */
-char *braid_direct_peer_out(braid_direct_t *d, int r, int s);
+braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p);
 /* The block counter (blocks this rank ran on the communicator). */
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */
 uint64_t *braid_direct_synced(braid_direct_t *d);
+/* For tests (the tags' wrap-around): the block counter starts at g >= 2, this rank's slots
+ * holding the tags blocks g - 2 and g - 1 left (2b + 2). Every rank sets the same g between
+ * direct calls and must see every other rank's set before its next direct call (a barrier). */
+void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g);
 /* The algorithms' pickers of streaming or plain stores into the slots (core/ntpick.h), one
  * per collective and size class (algos/direct.c), zeroed at setup. */
 #define BRAID_DIRECT_PICKERS 96

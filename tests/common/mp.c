@@ -48,6 +48,7 @@ static void child(mp_job_t *job, int rank, mp_fn_t fn, void *arg)
 void mp_start(mp_job_t *job, int n, mp_fn_t fn, void *arg)
 {
     memset(job, 0, sizeof(*job));
+    if (n > MP_MAX_RANKS) abort();
     job->n = n;
     if (pipe(job->pipefd) != 0) abort();
     fflush(stdout);
@@ -66,7 +67,7 @@ int mp_wait(mp_job_t *job, double timeout_s)
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int left = job->n, failed = 0;
-    int waited[64] = {0};
+    int waited[MP_MAX_RANKS] = {0};
     while (left) {
         for (int r = 0; r < job->n; r++) {
             if (waited[r]) continue;

@@ -14,15 +14,17 @@
 /* Returns 0 on success, anything else is a failure (printed by the function itself). */
 typedef int (*mp_fn_t)(braid_comm_t comm, int rank, int n, void *arg);
 
+#define MP_MAX_RANKS 72
+
 typedef struct {
     int n;
-    pid_t pids[64];
-    int status[64]; /* waitpid status, valid after mp_wait */
+    pid_t pids[MP_MAX_RANKS];
+    int status[MP_MAX_RANKS]; /* waitpid status, valid after mp_wait */
     int pipefd[2];
 } mp_job_t;
 
-/* Forks n ranks running fn (each inits its comm, runs fn, destroys the comm, exits 0 if fn
- * returned 0). Does not wait. */
+/* Forks n <= MP_MAX_RANKS ranks running fn (each inits its comm, runs fn, destroys the comm, exits
+ * 0 if fn returned 0). Does not wait. */
 void mp_start(mp_job_t *job, int n, mp_fn_t fn, void *arg);
 /* Waits for every rank up to timeout_s (then SIGKILLs the rest and marks them). Returns the
  * number of ranks that did not exit 0. */
