@@ -539,13 +539,15 @@ static void drop_closed(braid_direct_t *d, int r, ref_t ref)
  * one call, else a read per page. */
 static void fault_in(char *base, uint64_t bytes, uint64_t off, uint64_t len)
 {
-    uint64_t lo = off & ~(uint64_t)4095, hi = len > bytes - off ? bytes : off + len;
+    long ps = sysconf(_SC_PAGESIZE); /* 16 or 64 KiB on some arm64 kernels */
+    uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
+    uint64_t lo = off & ~(page - 1), hi = len > bytes - off ? bytes : off + len;
     if (hi <= lo) return;
 #ifdef MADV_POPULATE_READ
     if (madvise(base + lo, hi - lo, MADV_POPULATE_READ) == 0) return;
 #endif
     volatile const char *p = base;
-    for (uint64_t o = lo; o < hi; o += 4096)
+    for (uint64_t o = lo; o < hi; o += page)
         (void)p[o];
 }
 
