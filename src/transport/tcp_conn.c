@@ -320,11 +320,22 @@ braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int cha
             return r;
         }
     }
+    /* Frames go out only on watched sockets (tx_push skips the others): a socket the progress
+     * thread cannot watch fails the connect now, not as a timeout later. */
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->nsocks; i++) {
         tcp_sock_t *s = &c->sock[i];
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = s};
-        if (epoll_ctl(st->ep, EPOLL_CTL_ADD, s->fd, &ev) == 0) s->in_epoll = 1;
+        if (epoll_ctl(st->ep, EPOLL_CTL_ADD, s->fd, &ev) != 0) {
+            braid_result_t r = braid_set_error(
+                BRAID_ERR_SYSTEM,
+                "tcp: cannot watch socket %d of the connection to %s: epoll_ctl: %m", i, c->desc);
+            pthread_mutex_unlock(&c->mu);
+            c->base.is_send = 0; /* nothing to flush */
+            braid_transport_tcp.close(&c->base);
+            return r;
+        }
+        s->in_epoll = 1;
     }
     pthread_mutex_unlock(&c->mu);
     *conn_p = &c->base;
