@@ -197,6 +197,8 @@ typedef struct tcp_state {
      * receive connection still waiting for its sockets reports it (braid_tcp_recv_accept). */
     _Atomic int accept_err;
     _Atomic uint64_t accept_err_since;
+    /* While the communicator is destroyed: when its connections stop flushing (0 = unset). */
+    _Atomic uint64_t flush_deadline;
 } tcp_state_t;
 
 /* tcp_conn.c */
