@@ -554,13 +554,20 @@ static void send_abort(tcp_conn_t *c, int32_t code, const char *why)
  * the communicator's timeout; skipped after braid_comm_abort or when this connection failed.
  * After the communicator failed, only to deliver a queued ABORT frame (behind the frames
  * posted before it), for at most 2 s: without it the peer would see a closed connection
- * instead of the cause (a mismatch this rank found). */
+ * instead of the cause (a mismatch this rank found). While the communicator is destroyed its
+ * connections share one deadline, set by the first: a destroy takes the timeout at most, not
+ * the timeout per connection. */
 static void flush_sends(tcp_conn_t *c)
 {
     struct braid_comm *comm = c->base.comm;
     double limit_s = comm->timeout_s;
     if (atomic_load(&comm->error) && limit_s > 2.0) limit_s = 2.0;
     uint64_t deadline = braid_now_ns() + (uint64_t)(limit_s * 1e9);
+    if (atomic_load(&comm->destroying)) {
+        uint64_t first = 0;
+        if (!atomic_compare_exchange_strong(&c->st->flush_deadline, &first, deadline))
+            deadline = first;
+    }
     for (;;) {
         if (atomic_load(&c->failed) || atomic_load(&comm->aborted)) return;
         if (atomic_load(&comm->error) && !c->abort_set) return;
@@ -574,7 +581,7 @@ static void flush_sends(tcp_conn_t *c)
         if (done || fd < 0) return;
         if (braid_now_ns() > deadline) {
             braid_warn(NET, "tcp: closing the connection to %s with %u frame(s) unsent", c->desc,
-                       head - atomic_load(&c->tail));
+                       (unsigned)(head - atomic_load(&c->tail)));
             return;
         }
         struct pollfd p = {.fd = fd, .events = POLLOUT};

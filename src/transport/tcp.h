@@ -165,7 +165,7 @@ typedef struct tcp_pending {
     int fd;
     uint8_t buf[BRAID_TCP_HELLO_BYTES];
     size_t got;
-    uint64_t deadline_ns;
+    uint64_t since_ns, deadline_ns; /* accepted at, dropped at (no hello) */
     char from[64];
 } tcp_pending_t;
 
@@ -184,13 +184,21 @@ typedef struct tcp_state {
     _Atomic int stop;
     pthread_mutex_t tlock; /* held by the progress thread while it handles events */
     tcp_conn_t *conns;
-    tcp_pending_t *pending;
+    tcp_pending_t *pending; /* newest first */
     int npending;
+    int pending_cap; /* at most this many wait for a hello; the listener pauses meanwhile */
+    int listen_on;   /* the listener is watched for connections */
+    /* Connections closed to make room since the last warning (at most one per 10 s), and when
+     * that was. */
+    int crowd_dropped;
+    uint64_t crowd_warned_ns;
     uint64_t accept_paused_until; /* after EMFILE and the like (0 = accepting) */
     /* errno of the listener's failing accept (0 = none) and since when (braid_now_ns): a
      * receive connection still waiting for its sockets reports it (braid_tcp_recv_accept). */
     _Atomic int accept_err;
     _Atomic uint64_t accept_err_since;
+    /* While the communicator is destroyed: when its connections stop flushing (0 = unset). */
+    _Atomic uint64_t flush_deadline;
 } tcp_state_t;
 
 /* tcp_conn.c */

@@ -12,7 +12,8 @@
  * matched them all.
  *
  * The progress thread (started with the state, all signals blocked) sleeps in epoll_wait on:
- * the listener (accepts; a hello must arrive within 10 s, at most 64 are pending), hellos
+ * the listener (accepts; a hello must arrive within 10 s; at most pending_cap connections wait
+ * for theirs, see expire_pending), hellos
  * (a wrong secret, garbage or an unexpected rank/channel/socket is closed and logged with a
  * warning; the listener keeps serving), send sockets (EPOLLIN: an ABORT frame or EOF from the
  * receiver; EPOLLOUT, armed only while frames are queued: finish them) and an eventfd (stop).
@@ -40,7 +41,11 @@
 #include <unistd.h>
 
 #define HELLO_TIMEOUT_NS 10000000000ull
-#define MAX_PENDING 64
+/* Connections waiting for their hello beyond those the job's own ranks may open at once. */
+#define PENDING_MARGIN 64
+/* A pending connection younger than this is never dropped to make room: a rank's hello is in
+ * the socket by the time its connect returns, so it gets read. */
+#define PENDING_MIN_AGE_NS 1000000000ull
 
 static void *progress_main(void *arg);
 
@@ -62,6 +67,10 @@ braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p)
     if (!st) return braid_set_error(BRAID_ERR_NOMEM, "tcp: out of memory");
     st->comm = comm;
     st->nsocks = (int)nsocks;
+    /* Every rank may connect at once (braid_comm_connect_pairs: n - 1 peers to each rank),
+     * with up to BRAID_TCP_MAX_SOCKS sockets each (BRAID_P2P_TCP_NSOCKS may exceed
+     * BRAID_NSOCKS_PERPEER); strangers get the margin. */
+    st->pending_cap = comm->nranks * BRAID_TCP_MAX_SOCKS + PENDING_MARGIN;
     st->listen_fd = -1;
     st->tag_listen = TCP_EV_LISTEN;
     st->tag_efd = TCP_EV_EFD;
@@ -122,13 +131,18 @@ braid_result_t braid_tcp_listen(tcp_state_t *st)
     }
     st->laddrlen = sizeof(st->laddr);
     getsockname(fd, (struct sockaddr *)&st->laddr, &st->laddrlen);
+    /* Under tlock: the progress thread sees the listener's fd with its first event. */
+    pthread_mutex_lock(&st->tlock);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &st->tag_listen};
     if (epoll_ctl(st->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        pthread_mutex_unlock(&st->tlock);
         braid_result_t r = braid_set_error(BRAID_ERR_SYSTEM, "tcp: epoll_ctl: %m");
         close(fd);
         return r;
     }
     st->listen_fd = fd;
+    st->listen_on = 1;
+    pthread_mutex_unlock(&st->tlock);
     braid_boot_addr_str(&st->laddr, as, sizeof(as));
     braid_info(NET, "tcp: rank %d listens on %s (%s)", st->comm->rank, as, why);
     return BRAID_SUCCESS;
@@ -306,11 +320,22 @@ braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int cha
             return r;
         }
     }
+    /* Frames go out only on watched sockets (tx_push skips the others): a socket the progress
+     * thread cannot watch fails the connect now, not as a timeout later. */
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->nsocks; i++) {
         tcp_sock_t *s = &c->sock[i];
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = s};
-        if (epoll_ctl(st->ep, EPOLL_CTL_ADD, s->fd, &ev) == 0) s->in_epoll = 1;
+        if (epoll_ctl(st->ep, EPOLL_CTL_ADD, s->fd, &ev) != 0) {
+            braid_result_t r = braid_set_error(
+                BRAID_ERR_SYSTEM,
+                "tcp: cannot watch socket %d of the connection to %s: epoll_ctl: %m", i, c->desc);
+            pthread_mutex_unlock(&c->mu);
+            c->base.is_send = 0; /* nothing to flush */
+            braid_transport_tcp.close(&c->base);
+            return r;
+        }
+        s->in_epoll = 1;
     }
     pthread_mutex_unlock(&c->mu);
     *conn_p = &c->base;
@@ -363,23 +388,31 @@ static void pending_drop(tcp_state_t *st, tcp_pending_t *p, const char *why)
     free(p);
 }
 
+/* Watches the listener for connections (on) or not: while accepting fails (EMFILE and the
+ * like; the level-triggered event would spin) or pending_cap connections wait for their hello
+ * (the rest wait in the kernel's backlog). */
+static void listen_watch(tcp_state_t *st, int on)
+{
+    if (st->listen_on == on) return;
+    struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.ptr = &st->tag_listen};
+    if (epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev) == 0) st->listen_on = on;
+}
+
 static void accept_all(tcp_state_t *st)
 {
-    for (;;) {
+    while (st->npending < st->pending_cap) {
         struct sockaddr_storage a;
         socklen_t al = sizeof(a);
         int fd = accept4(st->listen_fd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                /* Out of fds or memory: stop watching the listener for a while, or the
-                 * level-triggered event would spin. */
+                /* Out of fds or memory: stop watching the listener for a while. */
                 braid_warn(NET, "tcp: accept on the data listener failed: %m");
                 if (!atomic_load(&st->accept_err))
                     atomic_store(&st->accept_err_since, braid_now_ns());
                 atomic_store(&st->accept_err, errno);
-                struct epoll_event ev = {.events = 0, .data.ptr = &st->tag_listen};
-                epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev);
+                listen_watch(st, 0);
                 st->accept_paused_until = braid_now_ns() + 100000000ull;
             }
             return;
@@ -394,19 +427,15 @@ static void accept_all(tcp_state_t *st)
         }
         p->kind = TCP_EV_HELLO;
         p->fd = fd;
-        p->deadline_ns = braid_now_ns() + HELLO_TIMEOUT_NS;
+        p->since_ns = braid_now_ns();
+        p->deadline_ns = p->since_ns + HELLO_TIMEOUT_NS;
         braid_boot_addr_str(&a, p->from, sizeof(p->from));
-        if (st->npending >= MAX_PENDING) {
-            /* Expire the oldest (dropped after this batch of events). */
-            tcp_pending_t *o = st->pending;
-            while (o && o->next)
-                o = o->next;
-            if (o) o->deadline_ns = 0;
-        }
-        p->next = st->pending;
+        p->next = st->pending; /* newest first */
         st->pending = p;
         st->npending++;
     }
+    /* Full: expire_pending makes room and watches the listener again. */
+    listen_watch(st, 0);
 }
 
 static tcp_conn_t *find_recv_conn(tcp_state_t *st, const braid_tcp_hello_t *h)
@@ -468,14 +497,42 @@ static void hello_read(tcp_state_t *st, tcp_pending_t *p)
     syscall(SYS_futex, (uint32_t *)&c->nconnected, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Drops connections whose hello did not come within 10 s and, while pending_cap of them
+ * wait, the oldest ones that have waited PENDING_MIN_AGE_NS: idle strangers can hold neither
+ * the listener nor the process's descriptors, and a rank's connection accepted after them
+ * gets its hello read. Watches the listener again once there is room. Runs after each batch
+ * of events (at least every 100 ms while connections are pending). */
 static void expire_pending(tcp_state_t *st)
 {
     uint64_t now = braid_now_ns();
+    tcp_pending_t *oldest = NULL;
     for (tcp_pending_t *p = st->pending, *nx; p; p = nx) {
         nx = p->next;
         if (now >= p->deadline_ns)
-            pending_drop(st, p, p->deadline_ns ? "no hello within 10 s" : "too many pending");
+            pending_drop(st, p, "no hello within 10 s");
+        else
+            oldest = p;
     }
+    int dropped = 0;
+    while (oldest && st->npending >= st->pending_cap &&
+           now - oldest->since_ns >= PENDING_MIN_AGE_NS) {
+        tcp_pending_t *o = oldest;
+        oldest = NULL;
+        for (tcp_pending_t *p = st->pending; p != o; p = p->next)
+            oldest = p; /* the one before o: the next oldest */
+        pending_drop(st, o, NULL);
+        dropped++;
+    }
+    st->crowd_dropped += dropped;
+    if (st->crowd_dropped && now - st->crowd_warned_ns >= HELLO_TIMEOUT_NS) {
+        braid_warn(NET,
+                   "tcp: closed %d connection(s) to the data listener that sent no hello for 1 s "
+                   "while %d others waited for theirs (too many pending)",
+                   st->crowd_dropped, st->npending);
+        st->crowd_dropped = 0;
+        st->crowd_warned_ns = now;
+    }
+    if (st->npending < st->pending_cap && !st->accept_paused_until) listen_watch(st, 1);
 }
 
 static void *progress_main(void *arg)
@@ -483,8 +540,9 @@ static void *progress_main(void *arg)
     tcp_state_t *st = arg;
     braid_comm_thread_start(st->comm, "tcp");
     struct epoll_event evs[64];
+    int timeout_ms = -1; /* 100 ms while connections wait for a hello or the listener pauses */
     while (!atomic_load(&st->stop)) {
-        int n = epoll_wait(st->ep, evs, 64, st->npending || st->accept_paused_until ? 100 : -1);
+        int n = epoll_wait(st->ep, evs, 64, timeout_ms);
         if (n < 0 && errno != EINTR) {
             braid_warn(NET, "tcp: epoll_wait failed: %m");
             struct timespec ts = {0, 10000000};
@@ -513,12 +571,10 @@ static void *progress_main(void *arg)
                 pthread_mutex_unlock(&c->mu);
             }
         }
-        if (st->npending) expire_pending(st);
-        if (st->accept_paused_until && braid_now_ns() >= st->accept_paused_until) {
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &st->tag_listen};
-            epoll_ctl(st->ep, EPOLL_CTL_MOD, st->listen_fd, &ev);
+        if (st->accept_paused_until && braid_now_ns() >= st->accept_paused_until)
             st->accept_paused_until = 0;
-        }
+        if (st->listen_fd >= 0) expire_pending(st);
+        timeout_ms = st->npending || (st->listen_fd >= 0 && !st->listen_on) ? 100 : -1;
         pthread_mutex_unlock(&st->tlock);
     }
     return NULL;

@@ -2,7 +2,8 @@
  * forks each test, so setenv stays local to the test): collective correctness for n = 2, 3,
  * 4, 8, several channels and sockets per peer, IPv6, a SIGKILLed rank (BRAID_ERR_REMOTE naming
  * it, promptly), a SIGSTOPped rank (BRAID_ERR_TIMEOUT naming it), abort from another thread,
- * a malformed frame, connections with a wrong secret or garbage on the data port, and no fd or
+ * a malformed frame, connections with a wrong secret or garbage on the data port, a flood of
+ * idle connections there (bounded descriptors, the job's connection still comes), and no fd or
  * thread left after braid_comm_destroy. Inputs depend on (rank, index, seed); results are
  * checked bit-exactly against tests/common/data.c. */
 #include "core/bootstrap.h"
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -438,6 +440,127 @@ Test(tcp, wrong_secret_and_garbage_on_the_data_port_are_rejected)
 {
     use_tcp();
     cr_assert_eq(mp_run(3, strangers, NULL, 60), 0, "see stderr");
+}
+
+/* ---- a flood of idle connections on the data port ------------------------------------------
+ */
+
+static int count_fds(void)
+{
+    idset_t set;
+    list_dir("/proc/self/fd", &set);
+    int k = 0;
+    for (int i = 0; i < 1024; i++)
+        k += __builtin_popcountll(set.bits[i]);
+    return k;
+}
+
+/* A forked stranger opens k connections to addr that never send anything, tells the parent on
+ * the pipe, and keeps them open until killed. */
+static pid_t flooder(const struct sockaddr_storage *addr, socklen_t alen, int k)
+{
+    int pfd[2];
+    if (pipe(pfd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the rank, whatever it returns */
+        close(pfd[0]);
+        for (int i = 0; i < k; i++) {
+            int fd = socket(addr->ss_family, SOCK_STREAM, 0);
+            if (fd < 0 || connect(fd, (const struct sockaddr *)addr, alen) != 0) _exit(1);
+        }
+        char c = 1;
+        if (write(pfd[1], &c, 1) != 1) _exit(1);
+        for (;;)
+            pause();
+    }
+    close(pfd[1]);
+    char c = 0;
+    ssize_t r = pid > 0 ? read(pfd[0], &c, 1) : -1;
+    close(pfd[0]);
+    if (r != 1) {
+        if (pid > 0) kill(pid, SIGKILL);
+        return -1;
+    }
+    return pid;
+}
+
+#define FLOOD_CHANNEL 40 /* a channel no communicator uses */
+
+/* Rank 0's data port gets more idle connections than it lets wait for a hello, accepted in one
+ * batch (its progress thread is held meanwhile); then rank 1 connects a new channel to it
+ * behind them. The connection must come through, carry a frame, and rank 0's descriptors
+ * stay bounded by the pending cap (each batch of accepts used to drop one connection at most:
+ * every idle one kept a descriptor for 10 s). */
+static int flood_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    uint8_t info[BRAID_TCP_INFO_BYTES] = {0};
+    size_t ilen = sizeof(info);
+    braid_conn_t *rc = NULL, *sc = NULL;
+    if (rank == 0) {
+        tcp_state_t *st = comm->tcp_state;
+        struct sockaddr_storage la;
+        socklen_t ll;
+        MP_OK(rank, braid_tcp_listen_addr(comm, &la, &ll));
+        MP_OK(rank, braid_transport_tcp.recv_setup(comm, 1, FLOOD_CHANNEL, &rc, info, &ilen));
+        int cap = st->pending_cap, base = count_fds();
+        pthread_mutex_lock(&st->tlock);
+        pid_t pid = flooder(&la, ll, cap + 120);
+        pthread_mutex_unlock(&st->tlock);
+        MP_CHECK(rank, pid > 0, "the flooder failed");
+        MP_OK(rank, braid_broadcast(info, info, sizeof(info), BRAID_UINT8, 0, comm));
+        int most = 0;
+        for (int i = 0; i < 30; i++) {
+            int k = count_fds() - base;
+            if (k > most) most = k;
+            usleep(50000);
+        }
+        fprintf(stderr, "rank 0: up to %d more descriptors (cap %d)\n", most, cap);
+        MP_CHECK(rank, most <= cap + 4, "%d descriptors more than before the flood (cap %d)", most,
+                 cap);
+        double t0 = now_s();
+        MP_OK(rank, braid_transport_tcp.recv_accept(rc));
+        fprintf(stderr, "rank 0: rank 1's connection came through after %.2f s\n", now_s() - t0);
+        const braid_msg_hdr_t *h = NULL;
+        const void *buf = NULL;
+        braid_result_t r;
+        uint64_t deadline = braid_now_ns() + 30000000000ull;
+        while ((r = rc->ops->recv_get(rc, &h, &buf)) == BRAID_INPROGRESS)
+            MP_OK(rank, rc->ops->wait(rc, BRAID_WAIT_RECV, deadline));
+        MP_OK(rank, r);
+        MP_CHECK(rank, h->bytes == 64 * sizeof(uint32_t) && h->seq == 77, "header %u %u", h->bytes,
+                 h->seq);
+        for (uint32_t i = 0; i < 64; i++)
+            MP_CHECK(rank, ((const uint32_t *)buf)[i] == i * 2654435761u + 1, "word %u", i);
+        MP_OK(rank, rc->ops->recv_release(rc));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    } else {
+        MP_OK(rank, braid_broadcast(info, info, sizeof(info), BRAID_UINT8, 0, comm));
+    }
+    if (rank == 1) {
+        MP_OK(rank, braid_transport_tcp.send_connect(comm, 0, FLOOD_CHANNEL, info, ilen, &sc));
+        void *buf;
+        MP_OK(rank, sc->ops->send_get(sc, &buf));
+        for (uint32_t i = 0; i < 64; i++)
+            ((uint32_t *)buf)[i] = i * 2654435761u + 1;
+        braid_msg_hdr_t h = {.bytes = 64 * sizeof(uint32_t), .seq = 77, .root = -1};
+        MP_OK(rank, sc->ops->send_post(sc, &h));
+    }
+    MP_OK(rank, braid_barrier(comm));
+    if (rc) rc->ops->close(rc);
+    if (sc) sc->ops->close(sc);
+    for (int dt = 0; dt < BRAID_NUM_DTYPES; dt += 4)
+        if (data_check_allreduce(comm, rank, n, dt, BRAID_SUM, 30011, 0, 0, 91 + dt, "tcp"))
+            return 1;
+    return 0;
+}
+
+Test(tcp, idle_connection_flood_on_the_data_port_is_bounded, .timeout = 120)
+{
+    use_tcp();
+    cr_assert_eq(mp_run(3, flood_fn, NULL, 100), 0, "see stderr");
 }
 
 /* ---- a malformed frame --------------------------------------------------------------------- */
