@@ -55,7 +55,8 @@ static const braid_param_t params[] = {
      "device) of a group whose largest buffers add up to at "
      "most this many bytes, each at most a quarter of it, run as one call of their buffers "
      "packed together; set alike on every rank; 0 = each call on its own"},
-    {"NSLOTS", "8", BRAID_PARAM_INT, "staging slots per connection (chunks in flight)"},
+    {"NSLOTS", "8", BRAID_PARAM_INT,
+     "staging slots per connection (chunks in flight; a power of two, 2-64)"},
     {"SPIN_US", "0", BRAID_PARAM_INT,
      "microseconds to spin before sleeping in a wait; 0 = automatic (short when oversubscribed)"},
     {"YIELD_US", "2000", BRAID_PARAM_INT,
@@ -88,12 +89,12 @@ static const braid_param_t params[] = {
      "test hook: 1 = this rank's CMA probes fail (as if its peers' memory were unreadable)"},
     {"SOCKET_IFNAME", "", BRAID_PARAM_STR,
      "network interfaces for bootstrap and TCP (NCCL grammar: prefixes, ^ excludes, = exact)"},
-    {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1-8)"},
+    {"NSOCKS_PERPEER", "1", BRAID_PARAM_INT, "TCP sockets per peer and channel (1, 2, 4 or 8)"},
     {"P2P_TCP_CHUNK_SIZE", "0", BRAID_PARAM_SIZE,
      "bytes per message of send/recv and all-to-all over TCP (their connections' slots); "
      "0 = automatic (512 KiB up to 8 ranks, else BRAID_CHUNK_SIZE's; never below it)"},
     {"P2P_TCP_NSOCKS", "0", BRAID_PARAM_INT,
-     "TCP sockets per peer of the send/recv and all-to-all connections (1-8); 0 = "
+     "TCP sockets per peer of the send/recv and all-to-all connections (1, 2, 4 or 8); 0 = "
      "BRAID_NSOCKS_PERPEER's"},
     {"IB_HCA", "", BRAID_PARAM_STR,
      "RDMA devices and ports (NCCL grammar: mlx5_0:1, prefixes, ^ excludes, = exact); unset: "
@@ -241,27 +242,32 @@ braid_result_t braid_param_double(const char *name, double *val_p)
 static const struct {
     const char *name, *choices;
     int64_t lo, hi;
+    int pow2; /* 0 or a power of two: the transports map a uint32 frame counter onto slots
+               * and sockets by its remainder (and a socket's next frame by adding their
+               * number), which agree across the counter's wrap at 2^32 only for powers of
+               * two */
 } checks[] = {
-    {"DEBUG", "NONE,WARN,INFO,DEBUG,TRACE", 0, 0},
-    {"TRANSPORT", "shm,tcp,rdma", 0, 0},
-    {"ALGO", "auto,ring,hier,recdbl,tree,direct", 0, 0},
-    {"THREAD_AFFINITY", "rank,numa,none", 0, 0},
-    {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0},
-    {"TUNE_MEASURE", NULL, 0, 20},
-    {"NSOCKS_PERPEER", NULL, 1, 8},
-    {"WORKER_RT", NULL, 0, 99},
-    {"WORKER_SLICE_US", NULL, 0, 100000},
-    {"P2P_TCP_NSOCKS", NULL, 0, 8},
-    {"P2P_CMA_PIECE", NULL, 0, INT64_MAX},
-    {"P2P_CMA_HELP", "auto,0,1", 0, 0},
-    {"IB_GID_INDEX", NULL, -1, 255},
-    {"IB_QPS_PER_CONN", NULL, 1, 8},
-    {"DEV_ENGINE", "auto,device,stage", 0, 0},
-    {"DEV_NCHANNELS", NULL, 1, 16},
-    {"DEV_BLOCKS", NULL, 1, 8},
-    {"DEV_NSLOTS", NULL, 1, 64},
-    {"DEV_THREADS", NULL, 32, 512},
-    {"DEV_SPINS", NULL, 1, 1 << 30},
+    {"DEBUG", "NONE,WARN,INFO,DEBUG,TRACE", 0, 0, 0},
+    {"TRANSPORT", "shm,tcp,rdma", 0, 0, 0},
+    {"ALGO", "auto,ring,hier,recdbl,tree,direct", 0, 0, 0},
+    {"THREAD_AFFINITY", "rank,numa,none", 0, 0, 0},
+    {"REDUCE_ISA", "auto,avx512,avx2,generic", 0, 0, 0},
+    {"TUNE_MEASURE", NULL, 0, 20, 0},
+    {"NSLOTS", NULL, 2, 64, 1},
+    {"NSOCKS_PERPEER", NULL, 1, 8, 1},
+    {"WORKER_RT", NULL, 0, 99, 0},
+    {"WORKER_SLICE_US", NULL, 0, 100000, 0},
+    {"P2P_TCP_NSOCKS", NULL, 0, 8, 1},
+    {"P2P_CMA_PIECE", NULL, 0, INT64_MAX, 0},
+    {"P2P_CMA_HELP", "auto,0,1", 0, 0, 0},
+    {"IB_GID_INDEX", NULL, -1, 255, 0},
+    {"IB_QPS_PER_CONN", NULL, 1, 8, 0},
+    {"DEV_ENGINE", "auto,device,stage", 0, 0, 0},
+    {"DEV_NCHANNELS", NULL, 1, 16, 0},
+    {"DEV_BLOCKS", NULL, 1, 8, 0},
+    {"DEV_NSLOTS", NULL, 1, 64, 0},
+    {"DEV_THREADS", NULL, 32, 512, 0},
+    {"DEV_SPINS", NULL, 1, 1 << 30, 0},
 };
 
 /* Edit distance of a and b, case-insensitive, '_' ignored (CHUNKSIZE ~ CHUNK_SIZE). */
@@ -328,11 +334,13 @@ int braid_param_valid(const braid_param_t *p, char *why, size_t len)
     char saved[512], hint[64];
     const char *choices = NULL;
     int64_t lo = 0, hi = 0;
+    int pow2 = 0;
     for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++)
         if (!strcmp(checks[i].name, p->name)) {
             choices = checks[i].choices;
             lo = checks[i].lo;
             hi = checks[i].hi;
+            pow2 = checks[i].pow2;
         }
     const char *v = braid_param_str(p->name);
     snprintf(saved, sizeof(saved), "%s", braid_last_error()); /* keep the caller's error */
@@ -351,8 +359,13 @@ int braid_param_valid(const braid_param_t *p, char *why, size_t len)
         errno = 0;
         char *end = NULL;
         long long x = strtoll(v, &end, 0);
-        ok = !errno && end != v && *end == '\0' && x >= lo && x <= hi;
-        if (!ok) snprintf(why, len, "not an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+        ok = !errno && end != v && *end == '\0' && x >= lo && x <= hi && (!pow2 || !(x & (x - 1)));
+        if (!ok)
+            snprintf(why, len, "not %s in [%lld, %lld]",
+                     !pow2 ? "an integer"
+                     : lo  ? "a power of two"
+                           : "0 or a power of two",
+                     (long long)lo, (long long)hi);
     } else if ((p->type == BRAID_PARAM_INT || p->type == BRAID_PARAM_SIZE) &&
                !(braid_param_is_auto(p->name) && !strcmp(p->defval, "auto"))) {
         int64_t x;
@@ -420,7 +433,7 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
 braid_result_t braid_config_check_transport(void)
 {
     char why[256];
-    static const char *const socks[] = {"NSOCKS_PERPEER", "P2P_TCP_NSOCKS"};
+    static const char *const socks[] = {"NSLOTS", "NSOCKS_PERPEER", "P2P_TCP_NSOCKS"};
     for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++) {
         const braid_param_t *p = find(socks[i]);
         if (p && !braid_param_valid(p, why, sizeof(why)))

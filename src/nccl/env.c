@@ -204,8 +204,11 @@ static void map_socks(void)
     if (!a && !b) return;
     int n = (a ? atoi(a) : 1) * (b ? atoi(b) : 1);
     if (n < 1) return;
+    int p2 = 1; /* braid takes 1, 2, 4 or 8: the largest of them up to n */
+    while (p2 * 2 <= n && p2 < 8)
+        p2 *= 2;
     char buf[16];
-    snprintf(buf, sizeof(buf), "%d", n > 64 ? 64 : n);
+    snprintf(buf, sizeof(buf), "%d", p2);
     put("BRAID_NSOCKS_PERPEER", buf, "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS");
 }
 

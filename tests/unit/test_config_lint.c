@@ -148,15 +148,31 @@ Test(configlint, transport_settings_checked_at_init, .timeout = 30)
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
     setenv("BRAID_NSOCKS_PERPEER", "0", 1);
     cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "BRAID_NSOCKS_PERPEER='0' is not an integer in [1, 8]"),
-              "%s", braid_last_error());
+    cr_assert(
+        strstr(braid_last_error(), "BRAID_NSOCKS_PERPEER='0' is not a power of two in [1, 8]"),
+        "%s", braid_last_error());
     unsetenv("BRAID_NSOCKS_PERPEER");
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
     setenv("BRAID_P2P_TCP_NSOCKS", "9", 1);
     cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_ERR_INVALID_ARG);
-    cr_assert(strstr(braid_last_error(), "BRAID_P2P_TCP_NSOCKS='9' is not an integer in [0, 8]"),
-              "%s", braid_last_error());
+    cr_assert(
+        strstr(braid_last_error(), "BRAID_P2P_TCP_NSOCKS='9' is not 0 or a power of two in [0, 8]"),
+        "%s", braid_last_error());
     unsetenv("BRAID_P2P_TCP_NSOCKS");
+    /* Slots and sockets are powers of two (a frame counter's remainder picks them, which must
+     * agree across its wrap at 2^32): 3 is refused at init, naming the variable. */
+    static const char *const pow2[][2] = {
+        {"BRAID_NSLOTS", "3"}, {"BRAID_NSOCKS_PERPEER", "3"}, {"BRAID_P2P_TCP_NSOCKS", "6"}};
+    for (size_t i = 0; i < sizeof(pow2) / sizeof(pow2[0]); i++) {
+        cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
+        setenv(pow2[i][0], pow2[i][1], 1);
+        cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_ERR_INVALID_ARG, "%s=%s",
+                     pow2[i][0], pow2[i][1]);
+        cr_assert(strstr(braid_last_error(), pow2[i][0]) &&
+                      strstr(braid_last_error(), "power of two"),
+                  "%s", braid_last_error());
+        unsetenv(pow2[i][0]);
+    }
     cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
     cr_assert_eq(braid_comm_init_rank(&comm, 1, id, 0), BRAID_SUCCESS, "%s", braid_last_error());
     braid_comm_destroy(comm);
