@@ -567,6 +567,10 @@ static void flush_sends(tcp_conn_t *c)
         uint64_t first = 0;
         if (!atomic_compare_exchange_strong(&c->st->flush_deadline, &first, deadline))
             deadline = first;
+        /* the connections flush one after another: each still gets up to 2 s when one before
+         * it used the shared deadline up on a peer that does not read */
+        uint64_t floor_ns = braid_now_ns() + (uint64_t)((limit_s < 2.0 ? limit_s : 2.0) * 1e9);
+        if (deadline < floor_ns) deadline = floor_ns;
     }
     for (;;) {
         if (atomic_load(&c->failed) || atomic_load(&comm->aborted)) return;

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -71,6 +72,11 @@ braid_result_t braid_tcp_state_get(struct braid_comm *comm, tcp_state_t **st_p)
      * with up to BRAID_TCP_MAX_SOCKS sockets each (BRAID_P2P_TCP_NSOCKS may exceed
      * BRAID_NSOCKS_PERPEER); strangers get the margin. */
     st->pending_cap = comm->nranks * BRAID_TCP_MAX_SOCKS + PENDING_MARGIN;
+    struct rlimit nofile; /* never more than a quarter of the process's descriptors */
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        st->pending_cap > (int)(nofile.rlim_cur / 4))
+        st->pending_cap =
+            nofile.rlim_cur / 4 > PENDING_MARGIN ? (int)(nofile.rlim_cur / 4) : PENDING_MARGIN;
     st->listen_fd = -1;
     st->tag_listen = TCP_EV_LISTEN;
     st->tag_efd = TCP_EV_EFD;

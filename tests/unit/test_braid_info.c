@@ -167,7 +167,7 @@ Test(braidinfo, params_mask_secret_and_flag_invalid_values)
                               "--params", out, sizeof(out)),
                  1, "%s", out);
     cr_assert(strstr(out, "^ INVALID: not one of shm,tcp,rdma; did you mean tcp?"), "%s", out);
-    cr_assert(strstr(out, "^ INVALID: not an integer in [1, 8]"), "%s", out);
+    cr_assert(strstr(out, "^ INVALID: not a power of two in [1, 8]"), "%s", out);
     cr_assert(strstr(out, "^ INVALID: not 32 hex digits"), "%s", out);
     cr_assert_null(strstr(out, "xyz"), "%s", out);
     cr_assert(strstr(out, "BRAID_CHUNKSIZE is not a braid variable and has no effect; did you "
