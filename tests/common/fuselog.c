@@ -49,3 +49,18 @@ int fuselog_count(const char *dir, const char *const *what, int nwhat, int *line
     rmdir(dir);
     return files;
 }
+
+void fuselog_rule(const long *bytes, int k, long limit, int *runs, int *fused)
+{
+    for (int i = 0; i < k;) {
+        long sum = 0;
+        int j = i;
+        while (j < k && bytes[j] >= 0 && bytes[j] <= limit / 4 && sum + bytes[j] <= limit)
+            sum += bytes[j++];
+        if (j - i >= 2) {
+            (*runs)++;
+            *fused += j - i;
+        }
+        i = j > i ? j : i + 1;
+    }
+}

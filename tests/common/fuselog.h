@@ -10,5 +10,9 @@ int fuselog_start(char *dir);
  * it (lines[i]) and adds up the numbers written just before it (calls[i]); removes the files
  * and the folder. Returns the number of files, or -1 when the folder cannot be read. */
 int fuselog_count(const char *dir, const char *const *what, int nwhat, int *lines, int *calls);
+/* The fusion rule (group_fuse.c) applied to one group's calls of bytes[] (each call's largest
+ * buffer; -1 ends a run without being part of one) with BRAID_GROUP_FUSE_BYTES = limit: adds
+ * the runs of two or more calls to *runs and their calls to *fused. */
+void fuselog_rule(const long *bytes, int k, long limit, int *runs, int *fused);
 
 #endif

@@ -140,23 +140,6 @@ static int every_case(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-/* The rule (group_fuse.c), applied to one group's calls of bytes[] (each call's buffer; -1
- * ends a run without being part of one): adds the runs of two or more and their calls. */
-static void rule(const long *bytes, int k, int *runs, int *fused)
-{
-    for (int i = 0; i < k;) {
-        long sum = 0;
-        int j = i;
-        while (j < k && bytes[j] >= 0 && bytes[j] <= LIMIT / 4 && sum + bytes[j] <= LIMIT)
-            sum += bytes[j++];
-        if (j - i >= 2) {
-            (*runs)++;
-            *fused += j - i;
-        }
-        i = j > i ? j : i + 1;
-    }
-}
-
 /* What every_case fuses on each rank of n >= 2: runs and calls of broadcasts, of reduces. The
  * two calls of the other root are a run of their own; avg reduces never fuse. */
 static void expected(int want[2][2])
@@ -174,7 +157,8 @@ static void expected(int want[2][2])
             for (int op = 0; op < (g == 0 ? 1 : BRAID_NUM_OPS); op++) {
                 want[g][0]++; /* the other root's two calls */
                 want[g][1] += 2;
-                if (g == 0 || op != BRAID_AVG) rule(bytes, k, &want[g][0], &want[g][1]);
+                if (g == 0 || op != BRAID_AVG)
+                    fuselog_rule(bytes, k, LIMIT, &want[g][0], &want[g][1]);
             }
         }
     }

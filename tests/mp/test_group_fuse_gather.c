@@ -113,23 +113,6 @@ static int every_case(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-/* The rule (group_fuse.c), applied to one group's calls of bytes[] (each call's largest buffer;
- * -1 ends a run without being part of one): adds the runs of two or more and their calls. */
-static void rule(const long *bytes, int k, int *runs, int *fused)
-{
-    for (int i = 0; i < k;) {
-        long sum = 0;
-        int j = i;
-        while (j < k && bytes[j] >= 0 && bytes[j] <= LIMIT / 4 && sum + bytes[j] <= LIMIT)
-            sum += bytes[j++];
-        if (j - i >= 2) {
-            (*runs)++;
-            *fused += j - i;
-        }
-        i = j > i ? j : i + 1;
-    }
-}
-
 /* What every_case fuses on each of n ranks: runs and calls of all-gathers, of reduce-scatters. */
 static void expected(int n, int want[2][2])
 {
@@ -146,7 +129,7 @@ static void expected(int n, int want[2][2])
             for (int op = 0; op < (g == 0 ? 1 : BRAID_NUM_OPS); op++) {
                 int is_float = dt >= BRAID_FLOAT16;
                 if (g == 1 && op == BRAID_AVG && !is_float) continue; /* never fused */
-                rule(bytes, k, &want[g][0], &want[g][1]);
+                fuselog_rule(bytes, k, LIMIT, &want[g][0], &want[g][1]);
             }
         }
     }

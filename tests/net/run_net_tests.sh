@@ -41,21 +41,23 @@ perf="$build/bin/all_reduce_perf"
 [ -x "$perf" ] || perf=""
 
 passed=0 failed=0
+report() { # name, status, start time: counts and prints the case ($work/out's tail on failure)
+    if [ "$2" -eq 0 ]; then
+        passed=$((passed + 1))
+        printf "[PASS] %-44s %5.1f s\n" "$1" "$(awk -v a="$3" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
+    else
+        failed=$((failed + 1))
+        printf "[FAIL] %-44s (status %d)\n" "$1" "$2"
+        tail -n 25 "$work/out" | sed 's/^/    /'
+    fi
+}
 run() { # name, then netns.sh arguments
-    local name=$1 t0 t1 rc
+    local name=$1 t0 rc
     shift
     t0=$(date +%s.%N)
     "$net" --timeout 60 "$@" >"$work/out" 2>&1
     rc=$?
-    t1=$(date +%s.%N)
-    if [ $rc -eq 0 ]; then
-        passed=$((passed + 1))
-        printf "[PASS] %-44s %5.1f s\n" "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
-    else
-        failed=$((failed + 1))
-        printf "[FAIL] %-44s (status %d)\n" "$name" $rc
-        tail -n 25 "$work/out" | sed 's/^/    /'
-    fi
+    report "$name" $rc "$t0"
 }
 perf_args=(-b 8 -e 8M -f 8 -n 3 -w 1 -c 1 -d all)
 
@@ -210,7 +212,7 @@ run "2 hosts, ring: link down -> timeout naming a rank" --hosts 2 --link-down 1:
 # init failed: "shm: cannot open rank 0's segment"). 3 ranks, rank 1 alone in a new PID
 # namespace: braid-info --peers shows two hosts, and every collective's check passes.
 pidns_case() {
-    local name="1 host, 2 PID namespaces: not one host" t0 t1 ok=1 wrap
+    local name="1 host, 2 PID namespaces: not one host" t0 rc=0 wrap
     if ! unshare -p -f true 2>/dev/null; then
         echo "[SKIP] $name (unshare -p unavailable)"
         return
@@ -218,19 +220,11 @@ pidns_case() {
     t0=$(date +%s.%N)
     wrap='if [ "$BRAID_RANK" = 1 ]; then exec unshare -p -f "$@"; else exec "$@"; fi'
     timeout 120 "$build/bin/braid-run" -n 3 sh -c "$wrap" sh "$(cd "$build/bin" && pwd)/braid-info" \
-        --peers >"$work/out" 2>&1 || ok=0
-    grep -q "^3 ranks, 2 on this host" "$work/out" || ok=0
+        --peers >"$work/out" 2>&1 || rc=1
+    grep -q "^3 ranks, 2 on this host" "$work/out" || rc=1
     timeout 120 "$build/bin/braid-run" -n 3 sh -c "$wrap" sh "$check" coll >>"$work/out" 2>&1 ||
-        ok=0
-    t1=$(date +%s.%N)
-    if [ $ok -eq 1 ]; then
-        passed=$((passed + 1))
-        printf "[PASS] %-44s %5.1f s\n" "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
-    else
-        failed=$((failed + 1))
-        printf "[FAIL] %-44s\n" "$name"
-        tail -n 25 "$work/out" | sed 's/^/    /'
-    fi
+        rc=1
+    report "$name" $rc "$t0"
 }
 pidns_case
 leftover=$(ip netns list | grep -c '^braidtest-' || true)
