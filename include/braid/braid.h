@@ -211,10 +211,13 @@ BRAID_API braid_result_t braid_comm_deregister(braid_comm_t comm, braid_reg_t ha
  * (a non-dumpable process, no CAP_SYS_PTRACE across user namespaces: probed at
  * communicator setup), the region is copied in like any other buffer. Not tied to a communicator;
  * thread-safe. *ptr_p is set only on success. The first call in which a peer reads a region
- * maps it whole and faults in every page of it (so a region's pages are all allocated then);
- * the peer keeps it mapped (read-write) until its communicator is destroyed, or until it is the
- * least recently used of more than 128 regions the peer mapped on that communicator, so its
- * pages are returned to the system only then. */
+ * maps it whole, faulting in the pages that call uses; the peer keeps it mapped (read-write)
+ * until its communicator is destroyed, until the region was freed and its descriptor number
+ * reused, or until it is the least recently used of more than max(128, 2 x nranks + 8)
+ * regions the peer mapped on that communicator, so its pages are returned to the system only
+ * then. A call that fails returns once its peers stopped using its buffers (it waits for them
+ * up to the communicator's timeout, 100 ms once it is aborted, then a warning names a peer
+ * still in the call), so they are the caller's again after an error as after success. */
 BRAID_API braid_result_t braid_mem_alloc(void **ptr_p, size_t bytes);
 /** Frees memory from braid_mem_alloc (NULL is a no-op); any other pointer, or one freed
  * already, is BRAID_ERR_INVALID_ARG. Not during a collective that uses it. */

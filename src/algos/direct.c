@@ -45,7 +45,12 @@
  * BRAID_ERR_MISMATCH naming both calls. A wait spins (BRAID_SPIN_US), yields (BRAID_YIELD_US),
  * then sleeps on the tag (futex), checking the peer (failure notice, closed, dead), the abort
  * flag, the timeout and, from 1 ms on, messages of peers that run this call with another
- * algorithm (braid_engine_check_foreign). */
+ * algorithm (braid_engine_check_foreign).
+ *
+ * Failure with buffers in place: a rank whose call published a block by reference posts its
+ * failure and returns only once no peer is still in the call (braid_direct_drain); a peer
+ * checks the owner's failure before each mapping of its buffers (so one that entered late
+ * never uses them). A caller may reuse its buffers after an error as after success. */
 #include "algos/direct.h"
 #include "core/engine.h"
 #include "core/log.h"
@@ -98,6 +103,7 @@ typedef struct {
      * write into. */
     int out_mapped;
     braid_mem_ref_t out_rb;
+    int exposed; /* a block was published by reference: peers may use this rank's buffers */
 } dctx_t;
 
 /* A copy of a reduced slice: block-relative base, and whether it takes streaming stores. */
@@ -345,6 +351,7 @@ static braid_result_t copy_in_skip(dctx_t *x, uint64_t g, const char *src, size_
             x->out_rb.off + (uint64_t)((const char *)x->a->recvbuf - (const char *)x->out_rb.ptr));
     }
     if (l->flags != flags) l->flags = flags;
+    x->exposed |= flags != 0;
     if (ref)
         braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes,
                              ref->off + (uint64_t)(src - (const char *)ref->ptr));
@@ -553,6 +560,7 @@ static braid_result_t reduce_scatter(dctx_t *x, const braid_op_args_t *a, const 
         put_desc(l, &x->desc);
         int by_ref = ref && tb > BRAID_DIRECT_INLINE;
         l->flags = by_ref ? BRAID_DIRECT_MAPPED : 0;
+        x->exposed |= by_ref;
         char *mine = braid_direct_data(d, me, s, tb);
         if (by_ref)
             braid_direct_put_ref(l, ref->fd, ref->id, ref->bytes, ref->off + (uint64_t)(off * es));
@@ -715,6 +723,7 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
     ctx_init(&x, c, a, seq);
     src_t t;
     BRAID_CHECK(src_init(&t, c->nranks));
+    braid_direct_enter(x.d, seq);
     braid_result_t res;
     switch (a->coll) {
     case BRAID_COLL_ALLREDUCE:
@@ -740,6 +749,13 @@ braid_result_t braid_direct_run(struct braid_comm *c, const braid_op_args_t *a, 
 #if defined(__x86_64__)
     if (x.nt) _mm_sfence();
 #endif
+    braid_direct_leave(x.d);
+    /* A failed call returns once no peer can still read or write its buffers in place. */
+    if (res < 0 && x.exposed) {
+        char why[1024];
+        snprintf(why, sizeof(why), "rank %d: %s", c->rank, braid_last_error());
+        braid_direct_drain(c, seq, res, why);
+    }
     if (x.tl0) timeline_block(&x, (size_t)-1);
     braid_direct_pick_block(&x.pk, c, (size_t)-1); /* after an error too: the peers count it */
     return res;

@@ -49,6 +49,9 @@ typedef struct {
         _Atomic uint64_t stamp;   /* the run's folded_at, 0 = none */
         _Atomic uint64_t mean[2]; /* the doubles' bits */
     } run[BRAID_DIRECT_PICKERS];  /* braid_direct_set_run */
+    /* (seq << 1) | 1 while the owner runs direct call seq, else 0 (braid_direct_enter/leave);
+     * a line of its own, written twice per call. */
+    _Alignas(64) _Atomic uint64_t active;
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
 
@@ -74,7 +77,8 @@ struct braid_direct {
     braid_nt_pick_t pick[BRAID_DIRECT_PICKERS];
     peer_map_t *maps; /* peers' braid_mem_alloc regions mapped here, maps_cap entries */
     int nmaps, maps_cap;
-    int refs_ok; /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
+    int refs_ok;            /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
+    uint64_t test_stall_ns; /* braid_direct_test_stall */
 };
 
 static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)
@@ -126,6 +130,11 @@ void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g)
     d->synced = g;
     for (uint64_t b = g - 2; b < g; b++)
         braid_direct_publish(d, (int)(b & 1), (uint32_t)(2 * b + 2));
+}
+
+void braid_direct_test_stall(braid_direct_t *d, uint64_t ns)
+{
+    d->test_stall_ns = ns;
 }
 
 braid_nt_pick_t *braid_direct_pickers(braid_direct_t *d)
@@ -231,6 +240,53 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
     if (gone)
         return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died", r, d->pid[r]);
     return BRAID_SUCCESS;
+}
+
+/* Whether rank r closed its segments or died (no error set). */
+static int peer_gone(braid_direct_t *d, int r)
+{
+    if (atomic_load_explicit(&ctrl(d, r)->failed, memory_order_acquire) & FAIL_CLOSED) return 1;
+    if (d->pidfd[r] < 0) return pid_gone(d->pid[r]);
+    struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+void braid_direct_enter(braid_direct_t *d, uint32_t seq)
+{
+    atomic_store_explicit(&ctrl(d, d->me)->active, ((uint64_t)seq << 1) | 1, memory_order_relaxed);
+}
+
+void braid_direct_leave(braid_direct_t *d)
+{
+    atomic_store_explicit(&ctrl(d, d->me)->active, 0, memory_order_release);
+}
+
+void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t code, const char *why)
+{
+    braid_direct_t *d = comm->direct;
+    braid_direct_fail(comm, code, why);
+    atomic_thread_fence(memory_order_seq_cst); /* the failure before the reads of `active` */
+    uint64_t want = ((uint64_t)seq << 1) | 1, start = braid_now_ns();
+    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    for (int r = 0; r < d->n; r++) {
+        long pause_ns = 20000;
+        while (r != d->me &&
+               atomic_load_explicit(&ctrl(d, r)->active, memory_order_acquire) == want &&
+               !peer_gone(d, r)) {
+            uint64_t idle = braid_now_ns() - start;
+            int aborted = atomic_load_explicit(&comm->aborted, memory_order_relaxed);
+            if (idle > (aborted ? 100000000ull : timeout_ns)) {
+                braid_warn(SHM,
+                           "rank %d: rank %d has not left the call in %.1f s; it may still read "
+                           "or write this rank's buffers of braid_mem_alloc",
+                           comm->rank, r, (double)idle / 1e9);
+                break;
+            }
+            struct timespec ts = {0, pause_ns};
+            nanosleep(&ts, NULL);
+            if (pause_ns < 1000000) pause_ns *= 2;
+        }
+    }
 }
 
 static void wake_all(braid_direct_t *d)
@@ -556,6 +612,13 @@ static void fault_in(char *base, uint64_t bytes, uint64_t off, uint64_t len)
  * (then its descriptors may be gone), else BRAID_ERR_SYSTEM. */
 static braid_result_t map_ref(braid_direct_t *d, int r, ref_t ref, uint64_t len, char **p_p)
 {
+    /* A peer that failed may have returned from the call, its buffers its own again (see
+     * braid_direct_drain): checked before each use of them. The fence orders this rank's
+     * `active` (braid_direct_enter) before the read, as the failing rank orders its failure
+     * before reading `active`, so one of the two sees the other. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ctrl(d, r)->failed, memory_order_acquire) & (FAIL_SET | FAIL_CLOSED))
+        return braid_direct_check_peer(d, r, 1);
     for (int i = 0; i < d->nmaps; i++) {
         peer_map_t *m = &d->maps[i];
         if (m->rank == r && m->id == ref.id && ref.off <= m->bytes) {
@@ -624,5 +687,12 @@ braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_di
 
 braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p)
 {
-    return map_ref(d, r, ctrl(d, r)->out_ref[s], len, p_p);
+    BRAID_CHECK(map_ref(d, r, ctrl(d, r)->out_ref[s], len, p_p));
+    if (d->test_stall_ns) {
+        struct timespec ts = {(time_t)(d->test_stall_ns / 1000000000ull),
+                              (long)(d->test_stall_ns % 1000000000ull)};
+        d->test_stall_ns = 0;
+        nanosleep(&ts, NULL);
+    }
+    return BRAID_SUCCESS;
 }

@@ -130,6 +130,17 @@ braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_di
 /* Rank r's output for slot s, from the reference in its control page, mapped the same way
  * (writable: the peers' regions are mapped read-write). */
 braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p);
+/* A call's bounds for its peers: enter sets this rank's marker to call seq before the call
+ * publishes anything, leave clears it after its last access to the peers' memory. */
+void braid_direct_enter(braid_direct_t *d, uint32_t seq);
+void braid_direct_leave(braid_direct_t *d);
+/* After this rank's call seq failed with its own buffers published for the peers to read or
+ * write in place (braid_mem_alloc): posts its failure (braid_direct_fail) and waits until no
+ * peer can still use them: each peer has left call seq, or is not in it (it sees the failure
+ * before it maps a peer's buffer), or closed or died. A peer still in the call after the
+ * timeout (100 ms once the communicator is aborted) is named in a warning. The error stays. */
+void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t code,
+                        const char *why);
 /* The block counter (blocks this rank ran on the communicator). */
 uint64_t *braid_direct_counter(braid_direct_t *d);
 /* The algorithms' record of the blocks every peer is known to have published. */
@@ -138,6 +149,9 @@ uint64_t *braid_direct_synced(braid_direct_t *d);
  * holding the tags blocks g - 2 and g - 1 left (2b + 2). Every rank sets the same g between
  * direct calls and must see every other rank's set before its next direct call (a barrier). */
 void braid_direct_test_set_counter(braid_direct_t *d, uint64_t g);
+/* For tests (a peer still writing when a rank fails): the next braid_direct_peer_out sleeps
+ * ns after mapping the peer's output, before the caller writes into it. */
+void braid_direct_test_stall(braid_direct_t *d, uint64_t ns);
 /* The algorithms' pickers of streaming or plain stores into the slots (core/ntpick.h), one
  * per collective and size class (algos/direct.c), zeroed at setup. */
 #define BRAID_DIRECT_PICKERS 96
