@@ -158,6 +158,10 @@ struct braid_bootstrap {
     int joined;      /* the root acknowledged the hello */
     int reserve_err; /* errno of the socket() that failed; the connection used the reserve */
     char root[96];
+    braid_boot_addr_t id; /* the root's address and secret (braid_boot_root_accept_failing) */
+    /* Connections the root closed before answering the hello (join_again reconnects), whether
+     * the last one was, and whether the root sent anything on this one. */
+    int drops, dropped, replied;
 };
 
 /* How long a client that gave up waits for the root's answer to BOOT_MSG_GIVEUP. */
@@ -200,7 +204,7 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
         if (abortable && aborted(bs))
             return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
         char why[256];
-        if (!bs->joined && braid_boot_root_accept_failing(1.0, why, sizeof(why)))
+        if (!bs->joined && braid_boot_root_accept_failing(&bs->id, 1.0, why, sizeof(why)))
             return fail(bs, BRAID_ERR_SYSTEM,
                         "bootstrap: rank %d cannot join: the bootstrap root in this process "
                         "cannot accept connections: %s",
@@ -218,6 +222,7 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
 
 static braid_result_t root_closed(braid_bootstrap_t *bs)
 {
+    bs->dropped = !bs->joined && !bs->replied; /* braid_boot_init reconnects */
     if (!bs->joined)
         return fail(bs, BRAID_ERR_REMOTE,
                     "bootstrap root %s closed the connection before all ranks joined (the root "
@@ -264,6 +269,7 @@ static braid_result_t recv_all(braid_bootstrap_t *bs, void *buf, size_t len, dou
         ssize_t n = recv(bs->fd, (char *)buf + got, len - got, MSG_DONTWAIT);
         if (n > 0) {
             got += (size_t)n;
+            bs->replied = 1;
             continue;
         }
         if (n == 0) {
@@ -425,6 +431,11 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
         }
         close(fd);
         last = err;
+        if (err == ECONNREFUSED && bs->drops)
+            return fail(bs, BRAID_ERR_REMOTE,
+                        "bootstrap root %s closed the connection before all ranks joined, and "
+                        "no longer listens",
+                        bs->root);
         if (!connect_retryable(err))
             return fail(bs, BRAID_ERR_SYSTEM, "bootstrap: rank %d cannot connect to root %s: %s",
                         bs->rank, bs->root, strerror(err));
@@ -442,6 +453,31 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
                         bs->rank, bs->root, bs->timeout_s, strerror(last));
         backoff = fmin(backoff * 2, 0.5);
     }
+}
+
+/* The root closed the connection before any reply to the hello (it closes connections beyond
+ * its limit of waiting ones, and a wrong secret): forgets the error and waits a backoff to
+ * reconnect (0), or, at the deadline, fails naming what it may mean. */
+static braid_result_t join_again(braid_bootstrap_t *bs, double deadline)
+{
+    close(bs->fd);
+    bs->fd = -1;
+    bs->dropped = 0;
+    bs->err = 0;
+    double until =
+        fmin(boot_now() + fmin(0.01 * (1 << (bs->drops < 6 ? bs->drops : 6)), 0.5), deadline);
+    bs->drops++;
+    while (boot_now() < until) {
+        if (aborted(bs)) return fail(bs, BRAID_ERR_ABORTED, "bootstrap: rank %d aborted", bs->rank);
+        usleep((useconds_t)(fmin(until - boot_now(), 0.1) * 1e6) + 1);
+    }
+    if (boot_now() < deadline) return BRAID_SUCCESS;
+    return fail(bs, BRAID_ERR_REMOTE,
+                "bootstrap: rank %d could not join: root %s closed the connection %d time(s) "
+                "without answering the hello within %g s (it drops a hello with a wrong job "
+                "secret or from another braid version, and connections beyond those it lets wait "
+                "for a hello; see its log)",
+                bs->rank, bs->root, bs->drops, bs->timeout_s);
 }
 
 braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t *root, int rank,
@@ -466,8 +502,10 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     bs->timeout_s = timeout_s;
     bs->abort_flag = abort_flag;
     braid_boot_addr_str(&root->addr, bs->root, sizeof(bs->root));
+    bs->id = *root;
     double deadline = deadline_after(timeout_s);
     braid_result_t res;
+again:
     BRAID_CHECK_GOTO(connect_root(bs, root, deadline), res, out);
 
     braid_boot_hello_t h = {
@@ -492,6 +530,10 @@ braid_result_t braid_boot_init(braid_bootstrap_t **bs_p, const braid_boot_addr_t
     *bs_p = bs;
     return BRAID_SUCCESS;
 out:
+    if (bs->dropped && !bs->reserve_err) {
+        res = join_again(bs, deadline);
+        if (res == BRAID_SUCCESS) goto again;
+    }
     if (bs->reserve_err) {
         close(bs->fd);
         bs->fd = -1;

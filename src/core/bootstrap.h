@@ -14,8 +14,10 @@
  * returns BRAID_ERR_ABORTED) at least every 100 ms. A client whose deadline passes tells the
  * root, which fails every rank with one BRAID_ERR_TIMEOUT message naming the missing ranks.
  *
- * Files: bootstrap.c (id, hello, client), bootstrap_root.c (the service), bootstrap_addr.c
- * (host:port, BRAID_SOCKET_IFNAME, secrets, environment), bootstrap_wire.h (wire format). */
+ * Files: bootstrap.c (id, hello, client), bootstrap_root.c (the service), bootstrap_sock.c
+ * (the services' listeners and sockets, closed in a forked child; accept failures per root),
+ * bootstrap_threads.c (their threads and handles), bootstrap_addr.c (host:port,
+ * BRAID_SOCKET_IFNAME, secrets, environment), bootstrap_wire.h (wire format). */
 #ifndef BRAID_CORE_BOOTSTRAP_H
 #define BRAID_CORE_BOOTSTRAP_H
 
@@ -56,9 +58,13 @@ braid_result_t braid_boot_random_secret(uint8_t secret[BRAID_SECRET_BYTES]);
  * of this host (EADDRNOTAVAIL: a NAT or virtual address) the listener binds the wildcard
  * address of the same family and port. timeout_s <= 0 means no timeout.
  *
- * Details: until the first rank joins the service waits indefinitely; afterwards a join
- * phase or an allgather that makes no progress for timeout_s fails every rank with
- * BRAID_ERR_TIMEOUT naming the missing ranks. After a failure the service keeps answering
+ * Details: a service that no rank joined within timeout_s (plus the hello deadline,
+ * min(5 s, timeout_s)) exits: the id was never used;
+ * afterwards a join phase or an allgather that makes no progress for timeout_s fails every
+ * rank with BRAID_ERR_TIMEOUT naming the missing ranks. At most 256 connections without a
+ * hello (a quarter of the descriptor limit if less) are open at once; while that many wait,
+ * the listener pauses (newer ones wait in the kernel's backlog) and the oldest that waited
+ * 1 s are closed to make room. After a failure the service keeps answering
  * late joiners with the error for timeout_s, then exits. The thread blocks all signals. */
 braid_result_t braid_boot_root_start(braid_boot_addr_t *addr, double timeout_s);
 
@@ -70,12 +76,25 @@ int braid_boot_root_count(void);
  * not exit while the service still has replies to deliver (the last barrier's results to
  * the other ranks): rank 0 calls braid_boot_root_wait after its own braid_boot_close. */
 typedef struct braid_boot_root braid_boot_root_t;
-/* 1 when a root service of this process has failed to accept connections for min_s seconds
- * (out of file descriptors, say), with the reason in why; its own rank's client then fails
- * with that cause instead of waiting for ranks the root cannot let in. */
-int braid_boot_root_accept_failing(double min_s, char *why, size_t len);
+/* 1 when the root service of this process that serves root (its secret and port) has failed
+ * to accept connections for min_s seconds (out of file descriptors, say), with the reason in
+ * why; its own rank's client then fails with that cause instead of waiting for ranks the root
+ * cannot let in. The record ends when that root accepts again or exits. */
+int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, char *why,
+                                   size_t len);
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
                                             braid_boot_root_t **root_p);
+/* The same, listening on every address of this host (dual-stack [::], else 0.0.0.0) with
+ * addr's port: rank 0 of an id from a root string (BRAID_ROOT, MASTER_ADDR,
+ * braid_unique_id_from_root), whose name may resolve on this host to another address than the
+ * one the other ranks connect to (Debian maps the hostname to 127.0.1.1). Every hello is
+ * authenticated with the job secret. */
+braid_result_t braid_boot_root_start_every(braid_boot_addr_t *addr, double timeout_s,
+                                           braid_boot_root_t **root_p);
+/* Stops the service of a root nobody will join (a split that failed after its leader created
+ * the id): it exits within one poll, closing its listener. Takes the place of
+ * braid_boot_root_wait (frees the handle). */
+void braid_boot_root_stop(braid_boot_root_t *root);
 /* Waits up to timeout_s until the service exited or is quiescent (no collective in progress
  * and every queued reply handed to the kernel; call it after this process's own rank closed
  * its connection, so no new collective can complete), then frees the handle. The service
@@ -83,10 +102,13 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
 braid_result_t braid_boot_root_wait(braid_boot_root_t *root, double timeout_s);
 
 /* Connects to the root and waits until all nranks ranks are in. Connecting is retried with
- * backoff until the deadline (ranks may start before the root listens). timeout_s (<= 0 = no
- * deadline) applies to this call and to every later call on bs; abort_flag (may be NULL)
- * must stay valid until braid_boot_close. Errors from the root (another rank's bad
- * nranks, a duplicate rank, a timeout naming the missing ranks) come back with their code.
+ * backoff until the deadline (ranks may start before the root listens), and so is a
+ * connection the root closes before answering the hello (it closes those beyond its limit of
+ * waiting connections, and a wrong secret: named in the error when the deadline passes).
+ * timeout_s (<= 0 = no deadline) applies to this call and to every later call on bs;
+ * abort_flag (may be NULL) must stay valid until braid_boot_close. Errors from the root
+ * (another rank's bad nranks, a duplicate rank, a timeout naming the missing ranks) come back
+ * with their code.
  * After any error (including BRAID_ERR_ABORTED and BRAID_ERR_TIMEOUT) bs is unusable: every
  * later call returns the same error; only braid_boot_report_error and braid_boot_close
  * remain useful. Not thread-safe: one thread at a time per bs. */

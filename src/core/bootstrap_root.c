@@ -8,7 +8,13 @@
  * straight into the round's result buffer, which, once complete, is queued (refcounted) to
  * every rank. Any failure (mismatch, a rank that closes while others wait, an error report, a
  * timeout) is sent to every rank as BOOT_MSG_FAIL, after which the service only answers
- * with that failure until its ranks closed (or timeout_s passed), then exits. */
+ * with that failure until its ranks closed (or timeout_s passed), then exits. A service that
+ * nobody joined within timeout_s, or that braid_boot_root_stop stopped, exits too.
+ *
+ * At most unauth_cap connections wait for their hello; while that many do, the listener is not
+ * polled (newer connections wait in the kernel's backlog) and make_room closes the oldest that
+ * waited CROWD_MIN_AGE_S, so strangers can neither lock the ranks out nor use up the process's
+ * descriptors. The sockets, accept failures and the cap are in bootstrap_sock.c. */
 #include "core/bootstrap.h"
 #include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
@@ -29,6 +35,9 @@
 
 #define HELLO_TIMEOUT_S 5.0
 #define MAX_UNAUTH 256 /* connections that have not sent their hello yet */
+/* A connection without a hello younger than this is never closed to make room: a rank's hello
+ * is in the socket when its connect returns, and gets read. */
+#define CROWD_MIN_AGE_S 1.0
 
 /* A message queued to one or more connections; data holds header + payload. */
 typedef struct {
@@ -63,8 +72,11 @@ typedef struct {
 } conn_t;
 
 typedef struct {
-    int lfd;
+    int lfd, port;
     double timeout_s, hello_timeout_s;
+    int unauth_cap;    /* connections without a hello that may wait (bootstrap_sock.c) */
+    int crowd_dropped; /* closed to make room since the last warning (one per 10 s) */
+    double crowd_warned;
     double accept_paused_until; /* after EMFILE and the like, so the loop does not spin */
     atomic_int *done;           /* set when the thread ends (see reap_locked) */
     int accept_err;             /* errno of the last failed accept (0: none) */
@@ -85,6 +97,7 @@ typedef struct {
     int round_count, round_first;
     uint8_t *contributed;
     double last_progress;
+    int stale; /* nobody joined within timeout_s */
     /* failure */
     int failed;
     double failed_at;
@@ -127,7 +140,7 @@ static void conn_free(conn_t *c)
         msg_unref(o->m);
         free(o);
     }
-    if (c->fd >= 0) close(c->fd);
+    braid_boot_sock_close(c->fd);
     free(c->in_text);
     free(c);
 }
@@ -468,71 +481,33 @@ static void drop_conn(root_t *r, int i)
     r->conns[i] = r->conns[--r->nconns];
 }
 
-/* strerror plus, when the process is out of file descriptors, what to do about it. */
-static void accept_why(int err, char *buf, size_t len)
-{
-    if (err == EMFILE || err == ENFILE) {
-        struct rlimit rl = {0};
-        getrlimit(RLIMIT_NOFILE, &rl);
-        snprintf(buf, len,
-                 "%s (%s: %s; raise the open-files limit, now %llu: ulimit -n, or "
-                 "LimitNOFILE= in systemd)",
-                 strerror(err), err == EMFILE ? "EMFILE" : "ENFILE",
-                 err == EMFILE ? "this process is out of file descriptors"
-                               : "the system is out of file descriptors",
-                 (unsigned long long)rl.rlim_cur);
-    } else {
-        snprintf(buf, len, "%s", strerror(err));
-    }
-}
-
-/* Any root of this process that cannot accept (errno, since when in ms of boot_now; 0: none),
- * for the clients of this process (braid_boot_root_accept_failing). */
-static atomic_int g_accept_err;
-static _Atomic long long g_accept_since_ms;
-
-int braid_boot_root_accept_failing(double min_s, char *why, size_t len)
-{
-    int err = atomic_load(&g_accept_err);
-    long long since = atomic_load(&g_accept_since_ms);
-    if (!err || boot_now() * 1000.0 - (double)since < min_s * 1000.0) return 0;
-    accept_why(err, why, len);
-    return 1;
-}
-
+/* Accepts while fewer than unauth_cap connections wait for their hello. */
 static void accept_conns(root_t *r)
 {
-    for (;;) {
+    while (r->nunauth < r->unauth_cap) {
         struct sockaddr_storage peer;
         socklen_t pl = sizeof(peer);
-        int fd = accept4(r->lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = braid_boot_sock_accept(r->lfd, &peer, &pl);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 char why[256];
                 r->accept_err = errno;
-                accept_why(r->accept_err, why, sizeof(why));
+                braid_boot_accept_why(r->accept_err, why, sizeof(why));
                 if (r->accept_fails++ == 0) {
                     r->accept_failing_since = boot_now();
-                    atomic_store(&g_accept_since_ms, (long long)(boot_now() * 1000.0));
-                    atomic_store(&g_accept_err, r->accept_err);
+                    braid_boot_accept_record(r->secret, r->port, r->accept_err,
+                                             r->accept_failing_since);
                     braid_warn(BOOT, "bootstrap root %s: accept failed: %s", r->where, why);
                 }
                 r->accept_paused_until = boot_now() + 0.1;
             }
             return;
         }
-        if (r->accept_fails) atomic_store(&g_accept_err, 0);
+        if (r->accept_fails) braid_boot_accept_record(r->secret, r->port, 0, 0);
         r->accept_fails = 0;
-        char name[96];
-        braid_boot_addr_str(&peer, name, sizeof(name));
         conn_t *c = NULL;
-        if (r->nunauth >= MAX_UNAUTH) {
-            braid_warn(BOOT,
-                       "rejected connection from %s: too many connections without a "
-                       "hello",
-                       name);
-        } else if (r->nconns == r->capconns) {
+        if (r->nconns == r->capconns) {
             int cap = r->capconns ? 2 * r->capconns : 16;
             conn_t **nc = realloc(r->conns, (size_t)cap * sizeof(*nc));
             if (nc) {
@@ -540,9 +515,9 @@ static void accept_conns(root_t *r)
                 r->capconns = cap;
             }
         }
-        if (r->nunauth < MAX_UNAUTH && r->nconns < r->capconns) c = calloc(1, sizeof(*c));
+        if (r->nconns < r->capconns) c = calloc(1, sizeof(*c));
         if (!c) {
-            close(fd);
+            braid_boot_sock_close(fd);
             continue;
         }
         c->fd = fd;
@@ -550,9 +525,37 @@ static void accept_conns(root_t *r)
         c->role = ROLE_UNAUTH;
         c->out_tail = &c->out;
         c->hello_deadline = boot_now() + r->hello_timeout_s;
-        snprintf(c->peer, sizeof(c->peer), "%s", name);
+        braid_boot_addr_str(&peer, c->peer, sizeof(c->peer));
         r->conns[r->nconns++] = c;
         r->nunauth++;
+    }
+}
+
+/* While unauth_cap connections wait for their hello, closes the oldest of them that waited
+ * CROWD_MIN_AGE_S, until one more fits (the listener is polled again then). */
+static void make_room(root_t *r, double now)
+{
+    r->unauth_cap = braid_boot_sock_unauth_cap(MAX_UNAUTH);
+    while (r->nunauth >= r->unauth_cap) {
+        int oldest = -1;
+        for (int i = 0; i < r->nconns; i++)
+            if (r->conns[i]->role == ROLE_UNAUTH &&
+                (oldest < 0 || r->conns[i]->hello_deadline < r->conns[oldest]->hello_deadline))
+                oldest = i;
+        /* accepted at hello_deadline - hello_timeout_s */
+        if (oldest < 0 ||
+            now - (r->conns[oldest]->hello_deadline - r->hello_timeout_s) < CROWD_MIN_AGE_S)
+            break;
+        drop_conn(r, oldest);
+        r->crowd_dropped++;
+    }
+    if (r->crowd_dropped && now - r->crowd_warned >= 10.0) {
+        braid_warn(BOOT,
+                   "bootstrap root %s: closed %d connection(s) that sent no hello for %g s while "
+                   "%d others waited for theirs (too many connections without a hello)",
+                   r->where, r->crowd_dropped, CROWD_MIN_AGE_S, r->nunauth);
+        r->crowd_dropped = 0;
+        r->crowd_warned = now;
     }
 }
 
@@ -566,12 +569,13 @@ static void check_timeouts(root_t *r, double now)
             drop_conn(r, i--);
         }
     }
+    make_room(r, now);
     char list[512];
     /* Ranks still missing while the listener cannot accept (out of fds): fail now with that
      * cause rather than let them time out "waiting for ranks to join". */
     if (!r->failed && r->accept_fails > 0 && now - r->accept_failing_since >= 1.0 && !r->all_in) {
         char why[256];
-        accept_why(r->accept_err, why, sizeof(why));
+        braid_boot_accept_why(r->accept_err, why, sizeof(why));
         if (r->nranks)
             rank_list(list, sizeof(list), r->joined, r->nranks);
         else
@@ -583,6 +587,18 @@ static void check_timeouts(root_t *r, double now)
         return;
     }
     if (r->failed || r->timeout_s <= 0 || now - r->last_progress < r->timeout_s) return;
+    if (r->njoined == 0) {
+        /* Nobody joined: the id was never used (a split that failed, a program that gave
+         * up). There is no rank to tell; finished() ends the service. The hello deadline on
+         * top: a connection accepted at the end still gets its hello read (and a root that
+         * just closed silent strangers still serves). */
+        if (now - r->last_progress >= r->timeout_s + r->hello_timeout_s && !r->stale) {
+            braid_info(BOOT, "bootstrap root %s: no rank joined within %g s; exiting", r->where,
+                       r->timeout_s + r->hello_timeout_s);
+            r->stale = 1;
+        }
+        return;
+    }
     if (r->nranks && !r->all_in && r->njoined > 0) {
         rank_list(list, sizeof(list), r->joined, r->nranks);
         root_fail(r, BRAID_ERR_TIMEOUT, "bootstrap: waited %g s for %s to join (%d of %d in)",
@@ -601,6 +617,7 @@ static int finished(root_t *r, double now)
     int open = 0;
     for (int i = 0; i < r->nconns; i++)
         open += r->conns[i]->role != ROLE_UNAUTH;
+    if (r->stale || (r->handle && braid_boot_handle_stopped(r->handle))) return 1;
     if (!r->failed) return r->all_in && open == 0;
     double linger = r->timeout_s > 0 ? r->timeout_s : 60.0;
     if (now - r->failed_at >= linger) return 1;
@@ -632,8 +649,9 @@ static void *root_main(void *arg)
             pfds = np;
             cap = r->nconns + 16;
         }
-        pfds[0] =
-            (struct pollfd){.fd = r->lfd, .events = now >= r->accept_paused_until ? POLLIN : 0};
+        /* Not while unauth_cap connections wait for a hello (make_room frees one). */
+        short lev = now >= r->accept_paused_until && r->nunauth < r->unauth_cap ? POLLIN : 0;
+        pfds[0] = (struct pollfd){.fd = r->lfd, .events = lev};
         for (int i = 0; i < r->nconns; i++) {
             conn_t *c = r->conns[i];
             /* Doomed connections: flush the failure, then half-close so the client reads it
@@ -671,7 +689,8 @@ static void *root_main(void *arg)
     free(r->contributed);
     msg_unref(r->round);
     msg_unref(r->fail_msg);
-    close(r->lfd);
+    braid_boot_sock_close(r->lfd);
+    if (r->accept_fails) braid_boot_accept_record(r->secret, r->port, 0, 0);
     if (r->handle) {
         braid_boot_handle_set(r->handle, 1, 1);
         braid_boot_handle_unref(r->handle);
@@ -682,47 +701,34 @@ static void *root_main(void *arg)
     return NULL;
 }
 
+static braid_result_t root_start(braid_boot_addr_t *addr, double timeout_s, int every_address,
+                                 braid_boot_root_t **root_p);
+
 braid_result_t braid_boot_root_start(braid_boot_addr_t *addr, double timeout_s)
 {
-    return braid_boot_root_start_handle(addr, timeout_s, NULL);
+    return root_start(addr, timeout_s, 0, NULL);
 }
 
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
                                             braid_boot_root_t **root_p)
 {
+    return root_start(addr, timeout_s, 0, root_p);
+}
+
+braid_result_t braid_boot_root_start_every(braid_boot_addr_t *addr, double timeout_s,
+                                           braid_boot_root_t **root_p)
+{
+    return root_start(addr, timeout_s, 1, root_p);
+}
+
+static braid_result_t root_start(braid_boot_addr_t *addr, double timeout_s, int every_address,
+                                 braid_boot_root_t **root_p)
+{
     if (!addr || (addr->addr.ss_family != AF_INET && addr->addr.ss_family != AF_INET6))
         return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap root: bad address");
-    char where[96];
-    braid_boot_addr_str(&addr->addr, where, sizeof(where));
-    int fd = socket(addr->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: socket failed: %s",
-                               strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int rc = bind(fd, (const struct sockaddr *)&addr->addr, addr->addrlen);
-    if (rc < 0 && errno == EADDRNOTAVAIL) {
-        /* Not an address of this host (NAT, virtual IP): listen on the wildcard address. */
-        struct sockaddr_storage any;
-        memset(&any, 0, sizeof(any));
-        any.ss_family = addr->addr.ss_family;
-        if (any.ss_family == AF_INET)
-            ((struct sockaddr_in *)&any)->sin_port = ((struct sockaddr_in *)&addr->addr)->sin_port;
-        else
-            ((struct sockaddr_in6 *)&any)->sin6_port =
-                ((struct sockaddr_in6 *)&addr->addr)->sin6_port;
-        braid_info(BOOT, "bootstrap root: %s is not local, listening on all addresses", where);
-        rc = bind(fd, (const struct sockaddr *)&any, addr->addrlen);
-    }
-    if (rc < 0 || listen(fd, 1024) < 0) {
-        int err = errno;
-        close(fd);
-        return braid_set_error(BRAID_ERR_SYSTEM, "bootstrap root: cannot listen on %s: %s", where,
-                               strerror(err));
-    }
     struct sockaddr_storage bound;
-    socklen_t bl = sizeof(bound);
-    getsockname(fd, (struct sockaddr *)&bound, &bl);
+    int fd = braid_boot_sock_listen(addr, every_address, &bound);
+    if (fd < 0) return BRAID_ERR_SYSTEM;
     uint16_t port = bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                : ((struct sockaddr_in6 *)&bound)->sin6_port;
     root_t *r = calloc(1, sizeof(*r));
@@ -731,10 +737,13 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
         r = NULL;
     }
     if (!r) {
-        close(fd);
+        braid_boot_sock_close(fd);
         return braid_set_error(BRAID_ERR_NOMEM, "bootstrap root: out of memory");
     }
     r->lfd = fd;
+    r->port = ntohs(port);
+    r->last_progress = boot_now(); /* for "nobody joined" */
+    r->unauth_cap = braid_boot_sock_unauth_cap(MAX_UNAUTH);
     r->timeout_s = timeout_s;
     r->hello_timeout_s = timeout_s > 0 && timeout_s < HELLO_TIMEOUT_S ? timeout_s : HELLO_TIMEOUT_S;
     memcpy(r->secret, addr->secret, BRAID_SECRET_BYTES);
@@ -748,10 +757,10 @@ braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double time
 
     atomic_int *done = calloc(1, sizeof(*done));
     r->done = done;
-    rc = done ? braid_boot_thread_spawn(root_main, r, done) : ENOMEM;
+    int rc = done ? braid_boot_thread_spawn(root_main, r, done) : ENOMEM;
     if (rc) {
         free(done);
-        close(fd);
+        braid_boot_sock_close(fd);
         if (r->handle) {
             braid_boot_handle_unref(r->handle);
             braid_boot_handle_unref(r->handle);

@@ -21,6 +21,7 @@ struct braid_boot_root {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs, exited, quiet;
+    atomic_int stop; /* braid_boot_root_stop */
 };
 
 void braid_boot_handle_unref(braid_boot_root_t *h)
@@ -44,6 +45,18 @@ void braid_boot_handle_set(braid_boot_root_t *h, int exited, int quiet)
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
+}
+
+int braid_boot_handle_stopped(braid_boot_root_t *h)
+{
+    return h && atomic_load(&h->stop);
+}
+
+void braid_boot_root_stop(braid_boot_root_t *h)
+{
+    if (!h) return;
+    atomic_store(&h->stop, 1);
+    braid_boot_handle_unref(h);
 }
 
 int braid_boot_root_count(void)
@@ -107,10 +120,12 @@ static void forget_self(atomic_int *done)
 static void roots_child_after_fork(void)
 {
     /* The child has none of the parent's threads: forget them (their memory is the parent's
-     * copy; freeing the flags is all there is to do). */
+     * copy; freeing the flags is all there is to do; their sockets are closed by
+     * bootstrap_sock.c's handler). */
     for (int i = 0; i < nthreads; i++)
         free(threads[i].done);
     nthreads = 0;
+    atomic_store(&live_roots, 0);
     pthread_mutex_init(&threads_mu, NULL); /* the parent may have held it while forking */
 }
 

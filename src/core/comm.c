@@ -32,8 +32,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static pthread_mutex_t hosted_lock = PTHREAD_MUTEX_INITIALIZER;
-
 const char *braid_coll_name(int coll)
 {
     switch (coll) {
@@ -249,73 +247,6 @@ int braid_machine_id(char out[BRAID_HOST_ID_BYTES])
     }
     int h = braid_host_id(out);
     return h ? h : err;
-}
-
-/* ---- roots hosted by this process --------------------------------------------------------
- * braid_get_unique_id starts a root service; the communicator created from that id in this
- * process adopts it, so destroy can wait until the service delivered its last replies. */
-typedef struct hosted_root {
-    uint8_t secret[BRAID_SECRET_BYTES];
-    braid_boot_root_t *root;
-    struct hosted_root *next;
-} hosted_root_t;
-static hosted_root_t *hosted;
-
-static void hosted_add(const uint8_t *secret, braid_boot_root_t *root)
-{
-    hosted_root_t *h = calloc(1, sizeof(*h));
-    if (!h) return; /* the service still runs; destroy just will not wait for it */
-    memcpy(h->secret, secret, BRAID_SECRET_BYTES);
-    h->root = root;
-    pthread_mutex_lock(&hosted_lock);
-    h->next = hosted;
-    hosted = h;
-    pthread_mutex_unlock(&hosted_lock);
-}
-
-static braid_boot_root_t *hosted_take(const uint8_t *secret)
-{
-    braid_boot_root_t *root = NULL;
-    pthread_mutex_lock(&hosted_lock);
-    for (hosted_root_t **p = &hosted; *p; p = &(*p)->next)
-        if (!braid_secret_cmp((*p)->secret, secret)) {
-            hosted_root_t *h = *p;
-            *p = h->next;
-            root = h->root;
-            free(h);
-            break;
-        }
-    pthread_mutex_unlock(&hosted_lock);
-    return root;
-}
-
-/* ---- unique id -------------------------------------------------------------------------- */
-braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
-{
-    braid_clear_error();
-    if (!id_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "id_p is NULL");
-    braid_boot_addr_t a;
-    memset(&a, 0, sizeof(a));
-    BRAID_CHECK(braid_boot_local_addr(&a.addr, &a.addrlen));
-    BRAID_CHECK(braid_boot_random_secret(a.secret));
-    double timeout;
-    BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
-    braid_boot_root_t *root;
-    BRAID_CHECK(braid_boot_root_start_handle(&a, timeout, &root));
-    hosted_add(a.secret, root);
-    braid_boot_id_encode(&a, id_p);
-    return BRAID_SUCCESS;
-}
-
-braid_result_t braid_unique_id_from_root(const char *root, braid_unique_id_t *id_p)
-{
-    braid_clear_error();
-    if (!root) return braid_set_error(BRAID_ERR_INVALID_ARG, "root is NULL");
-    if (!id_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "id_p is NULL");
-    braid_boot_addr_t a;
-    BRAID_CHECK(braid_boot_fixed_root(root, &a));
-    braid_boot_id_encode(&a, id_p);
-    return BRAID_SUCCESS;
 }
 
 /* ---- init --------------------------------------------------------------------------------- */
@@ -727,13 +658,14 @@ braid_result_t braid_comm_init_rank(braid_comm_t *comm_p, int nranks, braid_uniq
                                nranks);
     braid_boot_addr_t root;
     BRAID_CHECK(braid_boot_id_decode(&id, &root));
-    braid_boot_root_t *hosted_root = hosted_take(root.secret);
+    braid_boot_root_t *hosted_root = braid_hosted_take(root.secret);
     if (root.rank0_hosts && rank == 0 && !hosted_root) {
-        /* An id from braid_unique_id_from_root: nobody listens yet; rank 0 opens the root. */
+        /* An id from braid_unique_id_from_root: nobody listens yet; rank 0 opens the root, on
+         * every address (the others may have resolved its name to another one). */
         double timeout;
         BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
         braid_boot_addr_t listen = root;
-        BRAID_CHECK(braid_boot_root_start_handle(&listen, timeout, &hosted_root));
+        BRAID_CHECK(braid_boot_root_start_every(&listen, timeout, &hosted_root));
     }
     return comm_init(comm_p, nranks, &root, rank, hosted_root);
 }
@@ -749,8 +681,8 @@ braid_result_t braid_comm_init_env(braid_comm_t *comm_p)
     if (is_root) {
         double timeout;
         BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
-        braid_boot_addr_t listen = root;
-        BRAID_CHECK(braid_boot_root_start_handle(&listen, timeout, &hosted_root));
+        braid_boot_addr_t listen = root; /* on every address, as above */
+        BRAID_CHECK(braid_boot_root_start_every(&listen, timeout, &hosted_root));
     }
     return comm_init(comm_p, nranks, &root, rank, hosted_root);
 }

@@ -4,8 +4,9 @@
  * Protocol, all on the parent's bootstrap (so it is collective over the parent):
  *   1. allgather (color, key) of every rank; each rank computes its group and position;
  *   2. the group's new rank 0 (its leader) creates a unique id (which starts a bootstrap root
- *      service in the leader's process), and a second allgather hands every rank its leader's
- *      id (with a flag saying whether the leader managed to create it);
+ *      service in the leader's process, on the address the parent's bootstrap uses), and a
+ *      second allgather hands every rank its leader's id (with a flag saying whether the
+ *      leader managed to create it); if that allgather fails the leader stops its root;
  *   3. each member calls braid_comm_init_rank with that id: the new communicator has its own
  *      bootstrap, connections and sequence numbers, and is destroyed independently.
  * Ranks with a negative color take part in both allgathers and get NULL. */
@@ -86,10 +87,18 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
     memset(&myid, 0, sizeof(myid));
     braid_result_t id_res = BRAID_SUCCESS;
     if (m > 0 && newrank == 0) {
-        id_res = braid_get_unique_id(&myid.id);
+        /* The new root listens where the parent's bootstrap goes, not on whichever interface
+         * braid_get_unique_id would pick. */
+        id_res = braid_unique_id_near(&comm->boot_addr, &myid.id);
         myid.ok = id_res == BRAID_SUCCESS;
     }
-    BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &myid, ids, sizeof(myid)), res, out);
+    res = braid_boot_allgather(comm->boot, &myid, ids, sizeof(myid));
+    if (res < 0) {
+        /* Nobody will join the root this rank just opened: stop it (else its thread and
+         * listener would wait for the group until its timeout). */
+        if (myid.ok) braid_unique_id_abandon(&myid.id);
+        goto out;
+    }
     if (m == 0) {
         braid_debug(INIT, "comm_split: rank %d has no color and joins no group", comm->rank);
         *newcomm_p = NULL;

@@ -1,7 +1,10 @@
 /* Suite `fixedroot`: braid_unique_id_from_root, the NCCL_COMM_ID way to bootstrap: every rank
- * makes the same id from "host:port" on its own, and rank 0's init opens the root there. */
+ * makes the same id from "host:port" on its own, and rank 0's init opens the root there (on
+ * every address: the name may resolve to another address on rank 0's host than elsewhere). A
+ * split of such a communicator opens its root on the address its parent's bootstrap uses. */
 #include "braid/braid.h"
 #include "core/bootstrap.h"
+#include "core/comm.h"
 #include "data.h"
 #include "proc.h"
 
@@ -141,4 +144,72 @@ Test(fixedroot, late_rank0)
     waitpid(p1, &s1, 0);
     cr_expect(WIFEXITED(s0) && WEXITSTATUS(s0) == 0, "rank 0 failed");
     cr_expect(WIFEXITED(s1) && WEXITSTATUS(s1) == 0, "rank 1 failed");
+}
+
+/* Rank `r` of 2 with root string `root`: one all-reduce, and (split) a split of the job whose
+ * bootstrap root must listen on a loopback address like its parent's, not on the first
+ * interface that is up. Exits 0 when all went well. */
+static void fixed_rank(int r, const char *root, int split)
+{
+    alarm(50);
+    braid_unique_id_t id;
+    braid_comm_t comm, sub = NULL;
+    if (braid_unique_id_from_root(root, &id) || braid_comm_init_rank(&comm, 2, id, r)) {
+        fprintf(stderr, "rank %d (root %s): %s\n", r, root, braid_last_error());
+        _exit(1);
+    }
+    int bad = data_check_allreduce(comm, r, 2, BRAID_FLOAT32, BRAID_SUM, 517, 0, 0, 9, "fixed");
+    if (split && !bad) {
+        if (braid_comm_split(comm, 0, r, &sub)) {
+            fprintf(stderr, "rank %d: split: %s\n", r, braid_last_error());
+            _exit(1);
+        }
+        const struct sockaddr_storage *a = &sub->boot_addr.addr;
+        int loop = a->ss_family == AF_INET &&
+                   ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24 == 127;
+        char s[96];
+        braid_boot_addr_str(a, s, sizeof(s));
+        if (!loop) fprintf(stderr, "rank %d: the split's root is %s, not loopback\n", r, s);
+        bad |= !loop;
+        bad |= data_check_allreduce(sub, r, 2, BRAID_INT32, BRAID_SUM, 33, 0, 0, 4, "split");
+        braid_comm_destroy(sub);
+    }
+    braid_comm_destroy(comm);
+    _exit(bad);
+}
+
+static void fixed_pair(const char *root0, const char *root1, int split)
+{
+    setenv("BRAID_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+    setenv("BRAID_TIMEOUT", "8", 1);
+    pid_t p0 = fork();
+    if (p0 == 0) fixed_rank(0, root0, split);
+    pid_t p1 = fork();
+    if (p1 == 0) fixed_rank(1, root1, split);
+    int s0, s1;
+    waitpid(p0, &s0, 0);
+    waitpid(p1, &s1, 0);
+    cr_expect(WIFEXITED(s0) && WEXITSTATUS(s0) == 0, "rank 0 failed");
+    cr_expect(WIFEXITED(s1) && WEXITSTATUS(s1) == 0, "rank 1 failed");
+}
+
+/* The root's name resolves to another address on rank 0's host than on rank 1's (Debian maps
+ * the hostname to 127.0.1.1 in /etc/hosts): rank 0 listens on every address, so rank 1 gets in
+ * (it used to wait for its timeout: the root listened on 127.0.0.2 only). */
+Test(fixedroot, rank0_listens_on_every_address)
+{
+    int port = proc_free_port();
+    char r0[64], r1[64];
+    snprintf(r0, sizeof(r0), "127.0.0.2:%d", port);
+    snprintf(r1, sizeof(r1), "127.0.0.1:%d", port);
+    fixed_pair(r0, r1, 0);
+}
+
+/* The split's root listens where the parent's bootstrap goes (loopback here), not on the
+ * first non-loopback interface that is up. */
+Test(fixedroot, split_root_follows_the_parent_bootstrap)
+{
+    char r[64];
+    snprintf(r, sizeof(r), "127.0.0.1:%d", proc_free_port());
+    fixed_pair(r, r, 1);
 }

@@ -1,7 +1,10 @@
 /* braid_comm_split as real processes: groups by parity, by blocks with a different faked host
  * per rank (so the sub-communicators connect over tcp), no color, keys that reverse the order,
  * a split of a split, the parent still usable (also with operations pending), and collectives
- * on every sub-communicator checked bit-exactly against the reference (tests/common/data.c). */
+ * on every sub-communicator checked bit-exactly against the reference (tests/common/data.c);
+ * a split that fails after its leader opened the new root stops that root. */
+#include "core/bootstrap.h"
+#include "core/comm.h"
 #include "core/split.h"
 #include "data.h"
 #include "mp.h"
@@ -9,6 +12,8 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* allreduce (sum, avg), broadcast from the last rank, reduce_scatter and allgather on comm. */
 static int check_colls(braid_comm_t comm, int who, int seed)
@@ -216,4 +221,46 @@ Test(split, after_pending_nonblocking_n3)
 Test(split, bad_arguments)
 {
     cr_assert_eq(mp_run(1, bad_args, NULL, 30), 0, "some rank failed (see stderr)");
+}
+
+/* The split's second exchange (the leaders' ids) fails after rank 0, a leader, opened the new
+ * communicator's root: rank 1 sends a block of another size there (the root fails the
+ * exchange for both). Nobody will ever join that root: it must stop at once, not listen (with
+ * its thread) forever. Rank 1 speaks the split's protocol on the parent's bootstrap itself. */
+static int failed_split(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    if (rank == 1) {
+        int32_t mine[2] = {-1, 0}, all[4]; /* (color, key): no color */
+        MP_OK(rank, braid_boot_allgather(comm->boot, mine, all, sizeof(mine)));
+        char odd[4] = {0}, odds[8];
+        braid_result_t r = braid_boot_allgather(comm->boot, odd, odds, sizeof(odd));
+        MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "%s: %s", braid_strerror(r), braid_last_error());
+        return 0;
+    }
+    int base = braid_boot_root_count();
+    struct braid_comm *nc = NULL;
+    braid_result_t r = braid_comm_split_internal(comm, 0, 0, 0, &nc);
+    MP_CHECK(rank, r == BRAID_ERR_MISMATCH && !nc, "%s: %s", braid_strerror(r), braid_last_error());
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double dt = 0;
+    while (braid_boot_root_count() > base && dt < 5) {
+        usleep(20 * 1000);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        dt = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
+    }
+    MP_CHECK(rank, braid_boot_root_count() <= base && dt < 1.5,
+             "%d root services (%d before the split) after %.1f s", braid_boot_root_count(), base,
+             dt);
+    return 0;
+}
+
+Test(split, failed_split_stops_the_new_root)
+{
+    setenv("BRAID_TIMEOUT", "20", 1);
+    setenv("BRAID_DEBUG", "NONE", 1);
+    /* destroy reports an error (the parent's bootstrap failed): the job still exits 0 */
+    cr_assert_eq(mp_run(2, failed_split, NULL, 60), 0, "some rank failed (see stderr)");
 }
