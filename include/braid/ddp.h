@@ -300,7 +300,9 @@ BRAID_API void braid_ddp_powersgd_options_init(braid_ddp_powersgd_options_t *opt
  *   Q = M^T P;  all-reduce Q (sum, / n for BRAID_AVG);  grad = P Q^T;  error = M - P Q^T.
  * Bytes per step: (rows + cols) * r * 4 per compressed matrix instead of rows * cols * 4.
  * Q starts (and without warm_start restarts each step t, seed + t * 0xD1B54A32D192ED03) as
- * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank. The P
+ * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank; with
+ * warm_start a column of Q whose norm fell below 2^-64 (zero: e.g. the gradient was zero on
+ * every rank) restarts from that formula, since P = M Q would stay zero from then on. The P
  * all-reduce (with the raw gradients) starts when the bucket is ready (launch()); the
  * orthonormalisation, Q = M^T P and the Q all-reduce in next(), when the layer launches the next
  * bucket (or in finish for the last), so they overlap the rest of backward; P Q^T and the error
