@@ -262,9 +262,12 @@ BRAID_API braid_result_t braid_ddp_stats(braid_ddp_t ddp, braid_ddp_stats_t *sta
  * Gradient compression hook (fills *hook_p; pass it in braid_ddp_options_t.hook): float32
  * buckets are cast to wire_dtype (BRAID_FLOAT16 or BRAID_BFLOAT16, round to nearest even),
  * all-reduced in it (braid reduces both in float32 and rounds once per step), and cast back.
- * Half the bytes per step; float16 saturates to infinity from 65520 and flushes below 2^-24
- * (scale the loss if gradients can be that large or small). Buckets of other dtypes go
- * uncompressed. Free with braid_ddp_hook_compress_free after braid_ddp_destroy.
+ * With BRAID_AVG each gradient is multiplied by 1/n in float32 before the cast and the
+ * quotients are summed (as torch's fp16_compress_hook), so only the average, not the sum,
+ * must fit the wire type. Half the bytes per step; float16 saturates to infinity from 65520
+ * and flushes below 2^-24 (scale the loss if gradients can be that large or small). Buckets
+ * of other dtypes go uncompressed. Free with braid_ddp_hook_compress_free after
+ * braid_ddp_destroy.
  */
 BRAID_API braid_result_t braid_ddp_hook_compress(braid_ddp_hook_t *hook_p,
                                                  braid_datatype_t wire_dtype);
@@ -297,7 +300,9 @@ BRAID_API void braid_ddp_powersgd_options_init(braid_ddp_powersgd_options_t *opt
  *   Q = M^T P;  all-reduce Q (sum, / n for BRAID_AVG);  grad = P Q^T;  error = M - P Q^T.
  * Bytes per step: (rows + cols) * r * 4 per compressed matrix instead of rows * cols * 4.
  * Q starts (and without warm_start restarts each step t, seed + t * 0xD1B54A32D192ED03) as
- * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank. The P
+ * Q[k][j] = braid_ddp_powersgd_q0(seed, param index, k, j, r), the same on every rank; with
+ * warm_start a column of Q whose norm fell below 2^-64 (zero: e.g. the gradient was zero on
+ * every rank) restarts from that formula, since P = M Q would stay zero from then on. The P
  * all-reduce (with the raw gradients) starts when the bucket is ready (launch()); the
  * orthonormalisation, Q = M^T P and the Q all-reduce in next(), when the layer launches the next
  * bucket (or in finish for the last), so they overlap the rest of backward; P Q^T and the error

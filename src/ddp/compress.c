@@ -1,9 +1,12 @@
 /* Gradient compression hooks: a float32 bucket is cast to float16 or bfloat16 (round to
  * nearest even), all-reduced in that type (braid reduces float16/bfloat16 in float32 and
- * rounds once per step), and cast back in complete(). Half the bytes on the wire; the price
- * is the narrow type's precision (11 or 8 significant bits) and, for float16, its range
- * (|x| >= 65520 becomes infinity, below 2^-24 zero). Buckets of other dtypes are reduced
- * uncompressed. The hook's state holds one wire buffer per bucket, grown as needed. */
+ * rounds once per step), and cast back in complete(). For BRAID_AVG the gradients are first
+ * multiplied by 1/n in float32 and the quotients summed (as torch's fp16_compress_hook
+ * divides before the cast), so partial sums stay within the average's range. Half the bytes
+ * on the wire; the price is the narrow type's precision (11 or 8 significant bits) and, for
+ * float16, its range (|x| >= 65520 becomes infinity, below 2^-24 zero). Buckets of other
+ * dtypes are reduced uncompressed. The hook's state holds one wire buffer per bucket, grown
+ * as needed. */
 #include "ddp_impl.h"
 
 #include <stdlib.h>
@@ -133,9 +136,24 @@ static braid_result_t compress_launch(void *state, const braid_ddp_bucket_t *b,
         s->bufs[b->index] = p;
         s->caps[b->index] = b->count;
     }
-    void *w = s->bufs[b->index];
-    braid_ddp_cast(b->data, BRAID_FLOAT32, w, s->wire, b->count);
-    return braid_iallreduce(w, w, b->count, s->wire, b->op, b->comm, req_p);
+    uint16_t *w = s->bufs[b->index];
+    if (b->op != BRAID_AVG) {
+        braid_ddp_cast(b->data, BRAID_FLOAT32, w, s->wire, b->count);
+        return braid_iallreduce(w, w, b->count, s->wire, b->op, b->comm, req_p);
+    }
+    /* divide first, in float32, and sum the quotients: braid's avg sums in the wire type
+     * (every step rounds its partial sum to it: float16 overflows once a partial sum passes
+     * 65504, even where the average fits) and divides at the end */
+    int n = 1;
+    if (braid_comm_size(b->comm, &n) != BRAID_SUCCESS || n < 1) n = 1;
+    const float inv = 1.0f / (float)n, *f = b->data;
+    if (s->wire == BRAID_FLOAT16)
+        for (size_t i = 0; i < b->count; i++)
+            w[i] = f32_to_f16(f[i] * inv);
+    else
+        for (size_t i = 0; i < b->count; i++)
+            w[i] = f32_to_bf16(f[i] * inv);
+    return braid_iallreduce(w, w, b->count, s->wire, BRAID_SUM, b->comm, req_p);
 }
 
 static braid_result_t compress_complete(void *state, const braid_ddp_bucket_t *b)

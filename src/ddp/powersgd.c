@@ -217,9 +217,11 @@ static void orthogonalize(float *P, size_t rows, size_t r)
         for (size_t k = 0; k < rows; k++)
             nn += (double)P[k * r + i] * (double)P[k * r + i];
         if (nn > 0) {
-            float inv = (float)(1.0 / sqrt(nn));
+            /* in double: |P[k]| / |P| <= 1, where 1 / |P| alone can be beyond float's range
+             * (|P| < 2^-128: tiny gradients) */
+            double inv = 1.0 / sqrt(nn);
             for (size_t k = 0; k < rows; k++)
-                P[k * r + i] *= inv;
+                P[k * r + i] = (float)((double)P[k * r + i] * inv);
         }
         for (size_t j = i + 1; j < r; j++) {
             double dot = 0;
@@ -268,6 +270,27 @@ static braid_result_t psgd_next(void *state, const braid_ddp_bucket_t *b, braid_
     return braid_iallreduce(bk->qbuf, bk->qbuf, bk->nq, BRAID_FLOAT32, BRAID_SUM, b->comm, req_p);
 }
 
+/* Warm start: Q (this step's, the same on every rank) for the next step. A column of Q that is
+ * zero or nearly (|column| < 2^-64; e.g. M was zero on every rank: a parameter unused this
+ * step) starts over from the initial formula instead: kept, it would make the next P = M Q
+ * zero, and so every later Q, and the gradient would be approximated as zero for good (all of
+ * it left in the error buffer). */
+static void keep_q(const psgd_state_t *s, psgd_param_t *p, const float *Q)
+{
+    for (size_t j = 0; j < p->r; j++) {
+        const float *qj = Q + j * p->cols;
+        double nn = 0;
+        for (size_t k = 0; k < p->cols; k++)
+            nn += (double)qj[k] * (double)qj[k];
+        if (nn >= 0x1p-128) {
+            memcpy(p->q + j * p->cols, qj, p->cols * sizeof(float));
+            continue;
+        }
+        for (size_t k = 0; k < p->cols; k++)
+            p->q[j * p->cols + k] = (float)braid_ddp_powersgd_q0(s->o.seed, p->index, k, j, p->r);
+    }
+}
+
 /* After Q's all-reduce: approx = P Q^T into the gradients, the error feedback, warm start. */
 static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
 {
@@ -295,7 +318,7 @@ static braid_result_t psgd_complete(void *state, const braid_ddp_bucket_t *b)
                 for (size_t c = 0; c < p->cols; c++)
                     ei[c] -= mi[c];
         }
-        if (s->o.warm_start) memcpy(p->q, Q, p->cols * p->r * sizeof(float));
+        if (s->o.warm_start) keep_q(s, p, Q);
     }
     return BRAID_SUCCESS;
 }

@@ -131,11 +131,19 @@ braid_datatype_t reduceDtype(const char *op, const at::Tensor &t, const ::c10d::
 
 // ---- WorkBraid ---------------------------------------------------------------------------
 WorkBraid::WorkBraid(int rank, ::c10d::OpType type, const char *name,
-                     std::vector<at::Tensor> outputs)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<Completer> completer)
     : ::c10d::Work(rank, type), name_(name), outputs_(std::move(outputs)),
       future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())))
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      completer_(std::move(completer))
 {
+    // The first callback (the user's are added later): runs once the future is completed, on
+    // the thread that completed it, before the user's callbacks. `this` is alive: only
+    // complete() and fail() complete the future, and the Completer holds the work meanwhile.
+    future_->addCallback([this](c10::ivalue::Future &f) {
+        finish(f.hasError() ? f.exception_ptr() : nullptr);
+        if (completer_) completer_->handOff();
+    });
 }
 
 WorkBraid::~WorkBraid() = default;
@@ -165,14 +173,89 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkBraid::getFuture()
 
 void WorkBraid::complete()
 {
-    finish();
     future_->markCompleted(c10::IValue(outputs_));
 }
 
 void WorkBraid::fail(std::exception_ptr err)
 {
-    finish(err);
     future_->setError(err);
+}
+
+// ---- Completer -----------------------------------------------------------------------------
+void Completer::push(c10::intrusive_ptr<WorkBraid> work, std::exception_ptr err)
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.push_back(Item{std::move(work), std::move(err)});
+    startLocked();
+    cv_.notify_one();
+}
+
+void Completer::startLocked()
+{
+    if (leading_ || queue_.empty() || idle_ > 0) return;
+    idle_++; // counted as free from now on, so a second push starts no other thread
+    auto self = shared_from_this();
+    threads_.emplace_back([self] { self->run(); });
+}
+
+void Completer::handOff()
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!leading_) return;
+    leading_ = false;
+    startLocked();
+    cv_.notify_one();
+}
+
+void Completer::run()
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+        // (idle_ counts this thread already: a new thread is counted by startLocked)
+        cv_.wait(lock, [&] { return (!leading_ && !queue_.empty()) || (stop_ && queue_.empty()); });
+        if (queue_.empty()) break; // stopped and drained
+        Item it = std::move(queue_.front());
+        queue_.pop_front();
+        idle_--;
+        leading_ = true;
+        uint64_t mine = ++lead_;
+        lock.unlock();
+        try {
+            if (it.err)
+                it.work->fail(it.err);
+            else
+                it.work->complete();
+        } catch (...) {
+            // the future was completed already (only we should) or a callback threw; the
+            // future's own callbacks catch a Python callback's error
+        }
+        it.work.reset();
+        lock.lock();
+        if (leading_ && lead_ == mine) { // the hand-off did not run (the future was not ours)
+            leading_ = false;
+            cv_.notify_one();
+        }
+        idle_++;
+    }
+    idle_--;
+    cv_.notify_all();
+}
+
+void Completer::stop()
+{
+    std::vector<std::thread> threads;
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        stop_ = true;
+        threads.swap(threads_);
+    }
+    cv_.notify_all();
+    for (auto &t : threads) {
+        if (t.get_id() == std::this_thread::get_id())
+            t.detach(); // the group was destroyed from one of its own future callbacks
+        else
+            t.join();
+    }
 }
 
 // ---- the process group ---------------------------------------------------------------------
@@ -240,9 +323,11 @@ ProcessGroupBraid::~ProcessGroupBraid()
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();
     for (auto &j : left)
-        j.work->fail(std::make_exception_ptr(
-            Error(std::string("braid: ") + j.work->name() +
-                  ": the process group was destroyed before the operation ran")));
+        completer_->push(j.work,
+                         std::make_exception_ptr(
+                             Error(std::string("braid: ") + j.work->name() +
+                                   ": the process group was destroyed before the operation ran")));
+    completer_->stop();
     braid_comm_destroy(comm_);
 }
 
@@ -257,7 +342,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::enqueue(::c10d::OpType type,
                                                             std::chrono::milliseconds timeout,
                                                             std::vector<at::Tensor> outputs, Fn fn)
 {
-    auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs));
+    auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs), completer_);
     {
         std::unique_lock<std::mutex> lock(mu_);
         queue_.push_back(Job{work, timeout, std::move(fn), nullptr, nullptr});
@@ -271,7 +356,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::enqueueP2P(::c10d::OpType ty
                                                                std::vector<at::Tensor> outputs,
                                                                Post post, Fn after)
 {
-    auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs));
+    auto work = c10::make_intrusive<WorkBraid>(rank_, type, name, std::move(outputs), completer_);
     {
         std::unique_lock<std::mutex> lock(mu_);
         queue_.push_back(
@@ -279,6 +364,18 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupBraid::enqueueP2P(::c10d::OpType ty
     }
     cv_.notify_one();
     return work;
+}
+
+void ProcessGroupBraid::applyTimeout(std::chrono::milliseconds timeout, const char *op)
+{
+    // an operation's own timeout, else (kUnsetTimeout = -1) the group's, else 30 minutes
+    double want = timeout.count() > 0    ? (double)timeout.count() / 1000.0
+                  : timeout_.count() > 0 ? (double)timeout_.count() / 1000.0
+                                         : 1800.0;
+    if (want == applied_timeout_s_) return;
+    braid_result_t r = braid_comm_set_timeout(comm_, want);
+    if (r != BRAID_SUCCESS) fail(op, r);
+    applied_timeout_s_ = want;
 }
 
 bool ProcessGroupBraid::progressInFlight(bool block)
@@ -293,13 +390,14 @@ bool ProcessGroupBraid::progressInFlight(bool block)
             continue;
         }
         any = true;
+        std::exception_ptr err;
         try {
             if (r != BRAID_SUCCESS) fail(f.work->name(), r);
             if (f.after) f.after();
-            f.work->complete();
         } catch (...) {
-            f.work->fail(std::current_exception());
+            err = std::current_exception();
         }
+        completer_->push(f.work, err); // after `after` copied into the user's tensor
         inflight_.erase(inflight_.begin() + (long)i);
     }
     return any;
@@ -329,27 +427,23 @@ void ProcessGroupBraid::runWorker()
         }
         if (have && job.post) {
             try {
-                inflight_.push_back(InFlight{job.work, job.post(), job.after});
+                // the group's timeout (an earlier operation's own may still be applied)
+                applyTimeout(::c10d::kUnsetTimeout, job.work->name());
+                braid_request_t req = job.post();
+                inflight_.push_back(InFlight{job.work, req, std::move(job.post), job.after});
             } catch (...) {
-                job.work->fail(std::current_exception());
+                completer_->push(job.work, std::current_exception());
             }
             idle_us = 10;
         } else if (have) {
+            std::exception_ptr err;
             try {
-                // an operation's own timeout (kUnsetTimeout = -1: the group's) for this op only
-                double want = job.timeout.count() > 0 ? (double)job.timeout.count() / 1000.0
-                              : timeout_.count() > 0  ? (double)timeout_.count() / 1000.0
-                                                      : 1800.0;
-                if (want != applied_timeout_s_) {
-                    braid_result_t r = braid_comm_set_timeout(comm_, want);
-                    if (r != BRAID_SUCCESS) fail(job.work->name(), r);
-                    applied_timeout_s_ = want;
-                }
+                applyTimeout(job.timeout, job.work->name()); // for this operation only
                 job.fn();
-                job.work->complete();
             } catch (...) {
-                job.work->fail(std::current_exception());
+                err = std::current_exception();
             }
+            completer_->push(job.work, err);
         } else {
             // poll with a growing interval while idle; block when an operation waits
             idle_us = progressInFlight(waiting) ? 10 : std::min(idle_us * 2, 1000);

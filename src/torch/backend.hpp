@@ -1,7 +1,9 @@
 // braid as a c10d backend: ProcessGroupBraid runs every operation on braid's public C API
 // (include/braid/braid.h only) on one worker thread per group, in the order the operations were
-// issued. Each call returns a WorkBraid at once; the worker completes it (and its future, which
-// DDP's reducer waits on) with the output tensors, or with braid's error message.
+// issued. Each call returns a WorkBraid at once; when the worker has run it, the group's
+// Completer completes it (its future, which DDP's reducer waits on, then the work) with the
+// output tensors, or with braid's error message, on threads other than the worker: a future's
+// callbacks run where the future is completed, and may issue operations and wait for them.
 #pragma once
 
 #include <torch/version.h>
@@ -19,6 +21,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -40,10 +43,52 @@ struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+class WorkBraid;
+
+// Completes the works the group's worker has run, in the order it ran them, off the worker
+// thread. The future's callbacks run on the thread that completes it, and a callback may issue
+// an operation and wait for it (torch's powerSGD_hook does): run on the worker, it would wait
+// for an operation queued behind itself. One thread at a time takes the next work from the
+// queue (the leader); it completes the future, and the future's first callback (added when the
+// work is made, so it runs before the user's) finishes the work (wait() returns) and hands the
+// leader role on, before the user's callbacks run. A callback that blocks thus holds its own
+// thread, never the queue: when work is queued and no thread is free, another one starts (as
+// many as callbacks block at once). The order stays: a work's future and wait() complete only
+// after the earlier works' did.
+class Completer : public std::enable_shared_from_this<Completer>
+{
+  public:
+    // Queues work for completion with its outputs (err null) or with err.
+    void push(c10::intrusive_ptr<WorkBraid> work, std::exception_ptr err);
+    // The first callback of every work's future: the next work may be completed.
+    void handOff();
+    // Completes what is queued, then ends the threads (joins them; a thread that calls stop
+    // from a callback detaches itself). Nothing may be pushed after.
+    void stop();
+
+  private:
+    struct Item {
+        c10::intrusive_ptr<WorkBraid> work;
+        std::exception_ptr err;
+    };
+    void run();
+    void startLocked(); // starts a thread when work waits and none is free (mu_ held)
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Item> queue_;
+    bool leading_ = false; // a thread is completing the queue's former head
+    uint64_t lead_ = 0;    // counts the leaders (a leader hands off once)
+    int idle_ = 0;         // threads waiting for work
+    bool stop_ = false;
+    std::vector<std::thread> threads_;
+};
+
 class WorkBraid : public ::c10d::Work
 {
   public:
-    WorkBraid(int rank, ::c10d::OpType type, const char *name, std::vector<at::Tensor> outputs);
+    WorkBraid(int rank, ::c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
+              std::shared_ptr<Completer> completer);
     ~WorkBraid() override;
 
     // Waits up to timeout (kNoTimeout: until done); rethrows the operation's error.
@@ -51,7 +96,8 @@ class WorkBraid : public ::c10d::Work
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
-    // Called once by the worker thread.
+    // Called once, by the Completer: completes the future (the work itself is finished by
+    // the future's first callback, so wait() returns only once the future is completed).
     void complete();
     void fail(std::exception_ptr err);
 
@@ -64,6 +110,7 @@ class WorkBraid : public ::c10d::Work
     const char *name_;
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
+    std::shared_ptr<Completer> completer_;
 };
 
 class ProcessGroupBraid : public BRAID_TORCH_BASE
@@ -149,6 +196,9 @@ class ProcessGroupBraid : public BRAID_TORCH_BASE
     struct InFlight {
         c10::intrusive_ptr<WorkBraid> work;
         braid_request_t req;
+        // The closure that posted req, kept until req completed: it holds the staging
+        // (contiguous) copies that braid reads or writes meanwhile.
+        Post post;
         Fn after;
     };
 
@@ -166,6 +216,9 @@ class ProcessGroupBraid : public BRAID_TORCH_BASE
     void runWorker();
     // Completes the in-flight operations that are done (every one when block); true if any.
     bool progressInFlight(bool block);
+    // Sets the communicator's timeout to timeout's (kUnsetTimeout: the group's) unless it is
+    // applied already (throws Error naming op on failure).
+    void applyTimeout(std::chrono::milliseconds timeout, const char *op);
     braid_comm_t splitChild();
 
     braid_comm_t comm_ = nullptr;
@@ -180,6 +233,7 @@ class ProcessGroupBraid : public BRAID_TORCH_BASE
     bool stop_ = false;
     bool running_ = false;
     std::thread worker_;
+    std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
 };
 
 // Helpers shared by the collectives (backend.cpp).

@@ -156,3 +156,84 @@ Test(ddp_compress, float16_and_bfloat16_hooks_reduce_in_the_narrow_type, .timeou
     w = BRAID_BFLOAT16;
     cr_assert_eq(mp_run(4, compress_fn, &w, 60), 0, "bfloat16 hook, n=4 (see stderr)");
 }
+
+/* AVG: gradients near +-30000 on 4 ranks. Their average fits float16 (max 65504) but their
+ * sum does not: the hook must divide by n in float32 before the cast and sum in the narrow
+ * type (as torch's fp16_compress_hook), not sum in it and divide at the end (every ring step
+ * rounds its partial sum to float16, infinity past 65504). The exact part (small integers,
+ * n a power of 2) must be exact, the large part within the rounding bound of n sums of
+ * float16 values, never infinite; on the ring (forced) and on braid's choice. */
+static float big_val(int rank, size_t e)
+{
+    float v = 30000.0f + (float)((rank * 7 + (int)e * 3) % 16) * 64.0f;
+    return e % 3 == 1 ? -v : v;
+}
+
+typedef struct {
+    braid_datatype_t wire;
+    const char *algo; /* BRAID_ALGO of the layer's communicator ("" = braid's choice) */
+} avg_case_t;
+
+static int compress_avg_fn(braid_comm_t world, int rank, int n, void *arg)
+{
+    const avg_case_t *c = arg;
+    braid_datatype_t wire = c->wire;
+    braid_comm_t comm = mp_fake_host_comm(world, rank, 0, c->algo);
+    MP_CHECK(rank, comm != NULL, "no communicator");
+    enum { N = 777 };
+    static float p[N], g[N];
+    braid_ddp_param_t ps = {p, g, N, BRAID_FLOAT32, NULL, 0};
+    braid_ddp_hook_t hook;
+    MP_OK(rank, braid_ddp_hook_compress(&hook, wire));
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    MP_CHECK(rank, o.op == BRAID_AVG, "default op %d", (int)o.op);
+    o.hook = &hook;
+    braid_ddp_t ddp;
+    braid_result_t r = braid_ddp_create(&ddp, comm, &ps, 1, &o);
+    MP_CHECK(rank, r == BRAID_SUCCESS, "create: %s", braid_ddp_last_error());
+    const double u = wire == BRAID_FLOAT16 ? 0x1p-11 : 0x1p-8;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t e = 0; e < N; e++)
+            g[e] = pass == 0 ? (float)((rank * 5 + (int)e) % 13 - 6) : big_val(rank, e);
+        MP_OK(rank, braid_ddp_grad_ready(ddp, 0));
+        r = braid_ddp_finish(ddp);
+        MP_CHECK(rank, r == BRAID_SUCCESS, "finish: %s", braid_ddp_last_error());
+        for (size_t e = 0; e < N; e++) {
+            double want = 0, mag = 0;
+            for (int q = 0; q < n; q++) {
+                double v = pass == 0 ? (double)((q * 5 + (int)e) % 13 - 6) : big_val(q, e);
+                want += v / n;
+                mag += fabs(v) / n;
+            }
+            double got = g[e];
+            MP_CHECK(rank, isfinite(got), "%s: pass %d: [%zu] = %g, the average is %g", c->algo,
+                     pass, e, got, want);
+            if (pass == 0)
+                MP_CHECK(rank, got == want, "%s: exact pass: [%zu] = %a, expected %a", c->algo, e,
+                         got, want);
+            else
+                MP_CHECK(rank, fabs(got - want) <= 2.0 * n * u * mag,
+                         "%s: [%zu] = %.9g, average %.9g (bound %.3g)", c->algo, e, got, want,
+                         2.0 * n * u * mag);
+        }
+    }
+    braid_ddp_destroy(ddp);
+    braid_ddp_hook_compress_free(&hook);
+    MP_OK(rank, braid_comm_destroy(comm));
+    return 0;
+}
+
+Test(ddp_compress, avg_divides_before_the_cast_so_a_large_sum_does_not_overflow, .timeout = 120)
+{
+    /* the ring rounds every partial sum (3 steps at n = 4); braid's own choice on one host */
+    static const char *algos[] = {"ring", ""};
+    for (int a = 0; a < 2; a++) {
+        avg_case_t c = {BRAID_FLOAT16, algos[a]};
+        cr_assert_eq(mp_run(4, compress_avg_fn, &c, 60), 0,
+                     "float16 hook, AVG, n=4, algo '%s' (see stderr)", c.algo);
+        c.wire = BRAID_BFLOAT16;
+        cr_assert_eq(mp_run(4, compress_avg_fn, &c, 60), 0,
+                     "bfloat16 hook, AVG, n=4, algo '%s' (see stderr)", c.algo);
+    }
+}

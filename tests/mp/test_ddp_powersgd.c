@@ -449,3 +449,71 @@ Test(ddp_powersgd, poll_rejects_null)
     cr_assert_eq(braid_ddp_poll(NULL), BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_ddp_last_error(), "ddp"), "%s", braid_ddp_last_error());
 }
+
+/* A matrix whose gradient is zero on every rank in one step (a parameter unused in that step,
+ * with find_unused_parameters its gradient is reduced as zeros): P = M Q is zero, so is the new
+ * Q = M^T P, and warm start must not keep that Q (every later P = M Q would be zero: the
+ * gradient replaced by zeros for good, everything piling up in the error buffer); a column of
+ * Q that is (as good as) zero restarts from the initial formula. And a matrix of tiny
+ * (subnormal) gradients: normalising P must not overflow (1 / |P| is beyond float's range)
+ * into infinities and NaN. On every step after the first the hook's output is finite, not
+ * zero, and the same on every rank. */
+#define ZR 16
+#define ZC 12
+
+static double zero_grad(int rank, int step, size_t e, int tiny)
+{
+    double v = (double)((int)((e * 7 + (size_t)step * 3 + (size_t)rank * 5) % 11) - 5);
+    return tiny ? v * 1e-41 : v;
+}
+
+static int psgd_zero_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const int tiny = *(const int *)arg;
+    (void)n;
+    static float w[ZR * ZC], g[ZR * ZC];
+    braid_ddp_param_t p = {w, g, ZR * ZC, BRAID_FLOAT32, NULL, ZR};
+    braid_ddp_hook_t hook;
+    braid_ddp_powersgd_options_t po;
+    braid_ddp_powersgd_options_init(&po);
+    po.rank = 1;
+    MP_OK(rank, braid_ddp_hook_powersgd(&hook, &po));
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    o.hook = &hook;
+    o.find_unused_parameters = 1;
+    braid_ddp_t d;
+    braid_result_t r = braid_ddp_create(&d, comm, &p, 1, &o);
+    MP_CHECK(rank, r == BRAID_SUCCESS, "create: %s", braid_ddp_last_error());
+    for (int step = 0; step < 4; step++) {
+        for (size_t e = 0; e < ZR * ZC; e++)
+            g[e] = (float)zero_grad(rank, step, e, tiny);
+        /* step 0 without tiny: the parameter is unused (zeros on every rank) */
+        if (tiny || step > 0) MP_OK(rank, braid_ddp_grad_ready(d, 0));
+        r = braid_ddp_finish(d);
+        MP_CHECK(rank, r == BRAID_SUCCESS, "finish: %s", braid_ddp_last_error());
+        double n2 = 0;
+        for (size_t e = 0; e < ZR * ZC; e++) {
+            MP_CHECK(rank, isfinite(g[e]), "step %d: grad[%zu] = %g", step, e, (double)g[e]);
+            n2 += (double)g[e] * g[e];
+        }
+        double lo = n2, hi = n2;
+        MP_OK(rank, braid_allreduce(&lo, &lo, 1, BRAID_FLOAT64, BRAID_MIN, comm));
+        MP_OK(rank, braid_allreduce(&hi, &hi, 1, BRAID_FLOAT64, BRAID_MAX, comm));
+        MP_CHECK(rank, lo == hi, "step %d: |grad|^2 differs across ranks (%g .. %g)", step, lo, hi);
+        if (step > 0)
+            MP_CHECK(rank, n2 > 0, "step %d: the hook's gradient is all zero (tiny=%d)", step,
+                     tiny);
+    }
+    braid_ddp_destroy(d);
+    braid_ddp_hook_powersgd_free(&hook);
+    return 0;
+}
+
+Test(ddp_powersgd, zero_or_tiny_gradient_does_not_stall_the_approximation, .timeout = 120)
+{
+    for (int tiny = 0; tiny <= 1; tiny++)
+        for (int n = 1; n <= 2; n++)
+            cr_assert_eq(mp_run(n, psgd_zero_fn, &tiny, 60), 0, "n=%d tiny=%d (see stderr)", n,
+                         tiny);
+}
