@@ -269,6 +269,17 @@ static braid_result_t shm_send_connect(struct braid_comm *comm, int peer, int ch
         free(c);
         return braid_set_error(BRAID_ERR_INTERNAL, "shm: rank %d's segment is malformed", peer);
     }
+    /* The receiver sized the slots from its chunk size and this rank cuts its chunks from its
+     * own (the engine's plans): they must be the same, or this rank would write past a slot. */
+    if (c->f->slot_size != comm->chunk_bytes) {
+        unsigned long long theirs = c->f->slot_size;
+        munmap(m, c->map_len);
+        free(c);
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "shm: rank %d uses %llu-byte chunks but rank %d uses %zu "
+                               "(BRAID_CHUNK_SIZE must be the same on every rank)",
+                               peer, theirs, comm->rank, comm->chunk_bytes);
+    }
     c->data = (char *)m + c->f->data_off;
     atomic_store_explicit(&c->f->sender_pid, (int32_t)getpid(), memory_order_release);
     c->peer_pid = comm->peers[peer].pid;
