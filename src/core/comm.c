@@ -11,6 +11,7 @@
 #include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
+#include "core/settings.h"
 #include "core/split.h"
 #include "core/worker.h"
 #include "core/yield.h"
@@ -567,15 +568,6 @@ static void comm_free(struct braid_comm *c)
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
-    if (braid_param_is_auto("DIRECT_BLOCK"))
-        v = (int64_t)BRAID_DIRECT_BLOCK_DEFAULT;
-    else
-        BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
-    if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
-                               (long long)v);
-    size_t block = (size_t)v & ~(size_t)63;
     BRAID_CHECK(braid_param_int("NT_MIN", &v));
     if (v < 0)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
@@ -597,23 +589,8 @@ static braid_result_t setup_direct(struct braid_comm *c)
         c->direct_nt_pick = !c->direct_nt_slots;
 #endif
     }
-    if (c->nranks > 1) {
-        uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
-        if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");
-        uint64_t mine = block;
-        braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(mine));
-        for (int r = 1; res == BRAID_SUCCESS && r < c->nranks; r++)
-            if (all[r] != all[0])
-                res = braid_set_error(BRAID_ERR_INVALID_USAGE,
-                                      "rank %d has BRAID_DIRECT_BLOCK=%llu but rank 0 %llu: set "
-                                      "the same on every rank",
-                                      r, (unsigned long long)all[r], (unsigned long long)all[0]);
-        free(all);
-        BRAID_CHECK(res);
-    }
-    c->direct_block = block;
-    c->direct_block_auto = braid_param_is_auto("DIRECT_BLOCK");
-    return block ? braid_direct_setup(c, block) : BRAID_SUCCESS;
+    /* c->direct_block: read and agreed on by braid_settings_agree */
+    return c->direct_block ? braid_direct_setup(c, c->direct_block) : BRAID_SUCCESS;
 }
 
 static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
@@ -646,6 +623,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
                                      (const volatile int *)&c->aborted),
                      res, fail);
+    BRAID_CHECK_GOTO(braid_settings_agree(c), res, fail);
     braid_peer_info_t me;
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);
