@@ -30,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -223,7 +224,7 @@ int braid_host_id(char out[BRAID_HOST_ID_BYTES])
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
         return 0;
     }
-    char host[64] = "", boot[40], ns[40] = "", pidns[40] = "";
+    char host[64] = "", boot[40], ns[40] = "";
     gethostname(host, sizeof(host) - 1);
     int err = read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
@@ -231,13 +232,16 @@ int braid_host_id(char out[BRAID_HOST_ID_BYTES])
     ns[n > 0 ? n : 0] = '\0';
     /* So do PID namespaces: shared memory's failure checks (pidfd, kill), /proc/<pid>/fd and
      * process_vm_readv name peers by pid, which means nothing in another PID namespace (two
-     * containers of one pod share the hostname and network namespace, not the pids). The
-     * number in "pid:[4026531836]". */
-    n = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
-    pidns[n > 0 ? n : 0] = '\0';
-    const char *pn = strchr(pidns, '[');
-    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.16s|%.10s", host, boot, ns, pn ? pn + 1 : "");
+     * containers of one pod share the hostname and network namespace, not the pids). */
+    unsigned long long pidns = braid_pidns_id();
+    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.16s|%llu", host, boot, ns, pidns);
     return err;
+}
+
+unsigned long long braid_pidns_id(void)
+{
+    struct stat st; /* the number in "pid:[4026531836]" */
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
 int braid_machine_id(char out[BRAID_HOST_ID_BYTES])

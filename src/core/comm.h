@@ -324,5 +324,8 @@ void braid_comm_reg_cleanup(struct braid_comm *comm);
 int braid_host_id(char out[BRAID_HOST_ID_BYTES]);
 /* The machine (kernel boot id; the host id where it cannot be read); returns as above. */
 int braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
+/* The inode of this process's PID namespace (unique on the machine while the namespace lives;
+ * part of the host id, and of shared-memory segment names); 0 where /proc cannot tell. */
+unsigned long long braid_pidns_id(void);
 
 #endif
