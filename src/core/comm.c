@@ -173,6 +173,7 @@ static braid_result_t set_timeout(braid_comm_t comm, double timeout_s)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "comm_set_timeout: timeout_s %g is not a positive finite number",
                                timeout_s);
+    if (timeout_s > BRAID_TIMEOUT_MAX_S) timeout_s = BRAID_TIMEOUT_MAX_S;
     pthread_mutex_lock(&comm->q_lock);
     int pending = comm->q_pending;
     if (!pending) set_timeout_tree(comm, timeout_s);
@@ -336,7 +337,8 @@ static braid_result_t read_tuning(struct braid_comm *c)
 {
     int64_t v;
     BRAID_CHECK(braid_param_double("TIMEOUT", &c->timeout_s));
-    if (c->timeout_s <= 0) c->timeout_s = 1e9;
+    if (!(c->timeout_s > 0) || c->timeout_s > BRAID_TIMEOUT_MAX_S)
+        c->timeout_s = BRAID_TIMEOUT_MAX_S;
     BRAID_CHECK(braid_param_int("NCHANNELS", &v));
     c->nchannels = v ? (int)v : 1;
     if (c->nchannels > BRAID_MAX_CHANNELS)
