@@ -234,7 +234,9 @@ BRAID_API braid_result_t braid_comm_size(braid_comm_t comm, int *size_p);
  * as BRAID_TIMEOUT does for every communicator at init. Applies to operations started
  * afterwards, on comm and on the sub-communicators braid made for it; communicators
  * braid_comm_split makes from comm start with it. timeout_s must be > 0 and finite
- * (BRAID_ERR_INVALID_ARG); BRAID_ERR_INVALID_USAGE while a non-blocking operation is pending.
+ * (BRAID_ERR_INVALID_ARG); values above 1e9 s (about 32 years, what BRAID_TIMEOUT=0 means) are
+ * taken as 1e9, which braid_comm_get_timeout then returns. BRAID_ERR_INVALID_USAGE while a
+ * non-blocking operation is pending.
  * Not thread-safe with a blocking collective on comm in another thread.
  */
 BRAID_API braid_result_t braid_comm_set_timeout(braid_comm_t comm, double timeout_s);

@@ -299,7 +299,7 @@ static void ctx_init(dctx_t *x, struct braid_comm *c, const braid_op_args_t *a, 
     x->desc = braid_engine_desc(a, seq);
     x->spin_ns = (uint64_t)c->spin_us * 1000ull;
     x->yield_ns = (uint64_t)c->yield_us * 1000ull;
-    x->timeout_ns = (uint64_t)(c->timeout_s * 1e9);
+    x->timeout_ns = braid_timeout_ns(c->timeout_s);
     /* The bytes the call writes into its output (reduce-scatter's go through the reduction) */
     size_t es = braid_dtype_size(a->dtype), out_bytes = a->count * es;
     if (a->coll == BRAID_COLL_ALLGATHER) out_bytes *= (size_t)c->nranks;

@@ -25,6 +25,7 @@
 #include "algos/algo.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "core/split.h"
 #include "core/worker.h"
 #include "reduce/reduce.h"
@@ -74,8 +75,12 @@ static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
 {
     const braid_topo_t *t = &st->topo;
     int h = t->host[c->rank], lr = t->local_rank[c->rank];
-    BRAID_CHECK(braid_comm_split_internal(c, h, c->rank, 1, &st->intra));
-    BRAID_CHECK(braid_comm_split_internal(c, lr, h, 1, &st->inter));
+    /* the parent's agreed settings, whatever a rank's environment says by now */
+    braid_settings_inherit(c);
+    braid_result_t res = braid_comm_split_internal(c, h, c->rank, 1, &st->intra);
+    if (res == BRAID_SUCCESS) res = braid_comm_split_internal(c, lr, h, 1, &st->inter);
+    braid_settings_inherit(NULL);
+    BRAID_CHECK(res);
     if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] ||
         st->inter->rank != inter_rank_of(t, h, lr) || st->inter->nranks != inter_size_of(t, lr))
         return braid_set_error(BRAID_ERR_INTERNAL,

@@ -419,7 +419,7 @@ braid_result_t braid_pcoll_reject_exchange(struct braid_comm *comm, const braid_
     sent[me] = got[me] = 1;
     char mine[300];
     rejected_str(desc, reason, mine, sizeof(mine));
-    uint64_t start = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t start = braid_now_ns(), timeout_ns = braid_timeout_ns(comm->timeout_s);
     braid_result_t res = BRAID_SUCCESS;
     for (unsigned turn = 0; res >= 0; turn++) {
         int left = 0, wp = -1, wsend = 0;

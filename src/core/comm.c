@@ -11,6 +11,7 @@
 #include "core/timeline.h"
 #include "core/p2p.h"
 #include "core/redop.h"
+#include "core/settings.h"
 #include "core/split.h"
 #include "core/worker.h"
 #include "core/yield.h"
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -169,6 +171,7 @@ static braid_result_t set_timeout(braid_comm_t comm, double timeout_s)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "comm_set_timeout: timeout_s %g is not a positive finite number",
                                timeout_s);
+    if (timeout_s > BRAID_TIMEOUT_MAX_S) timeout_s = BRAID_TIMEOUT_MAX_S;
     pthread_mutex_lock(&comm->q_lock);
     int pending = comm->q_pending;
     if (!pending) set_timeout_tree(comm, timeout_s);
@@ -220,7 +223,7 @@ int braid_host_id(char out[BRAID_HOST_ID_BYTES])
         snprintf(out, BRAID_HOST_ID_BYTES, "%s", forced);
         return 0;
     }
-    char host[64] = "", boot[40], ns[40] = "", pidns[40] = "";
+    char host[64] = "", boot[40], ns[40] = "";
     gethostname(host, sizeof(host) - 1);
     int err = read_boot_id(boot, sizeof(boot));
     /* Network namespaces act as hosts in tests (and containers are hosts in practice). */
@@ -228,13 +231,16 @@ int braid_host_id(char out[BRAID_HOST_ID_BYTES])
     ns[n > 0 ? n : 0] = '\0';
     /* So do PID namespaces: shared memory's failure checks (pidfd, kill), /proc/<pid>/fd and
      * process_vm_readv name peers by pid, which means nothing in another PID namespace (two
-     * containers of one pod share the hostname and network namespace, not the pids). The
-     * number in "pid:[4026531836]". */
-    n = readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
-    pidns[n > 0 ? n : 0] = '\0';
-    const char *pn = strchr(pidns, '[');
-    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.16s|%.10s", host, boot, ns, pn ? pn + 1 : "");
+     * containers of one pod share the hostname and network namespace, not the pids). */
+    unsigned long long pidns = braid_pidns_id();
+    snprintf(out, BRAID_HOST_ID_BYTES, "%.20s|%.8s|%.16s|%llu", host, boot, ns, pidns);
     return err;
+}
+
+unsigned long long braid_pidns_id(void)
+{
+    struct stat st; /* the number in "pid:[4026531836]" */
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
 int braid_machine_id(char out[BRAID_HOST_ID_BYTES])
@@ -262,7 +268,8 @@ static braid_result_t read_tuning(struct braid_comm *c)
 {
     int64_t v;
     BRAID_CHECK(braid_param_double("TIMEOUT", &c->timeout_s));
-    if (c->timeout_s <= 0) c->timeout_s = 1e9;
+    if (!(c->timeout_s > 0) || c->timeout_s > BRAID_TIMEOUT_MAX_S)
+        c->timeout_s = BRAID_TIMEOUT_MAX_S;
     BRAID_CHECK(braid_param_int("NCHANNELS", &v));
     c->nchannels = v ? (int)v : 1;
     if (c->nchannels > BRAID_MAX_CHANNELS)
@@ -498,15 +505,6 @@ static void comm_free(struct braid_comm *c)
 static braid_result_t setup_direct(struct braid_comm *c)
 {
     int64_t v;
-    if (braid_param_is_auto("DIRECT_BLOCK"))
-        v = (int64_t)BRAID_DIRECT_BLOCK_DEFAULT;
-    else
-        BRAID_CHECK(braid_param_int("DIRECT_BLOCK", &v));
-    if (v != 0 && (v < 4096 || v > ((int64_t)64 << 20)))
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_DIRECT_BLOCK=%lld is outside [4096, 64 MiB] (0 = off)",
-                               (long long)v);
-    size_t block = (size_t)v & ~(size_t)63;
     BRAID_CHECK(braid_param_int("NT_MIN", &v));
     if (v < 0)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NT_MIN=%lld is negative",
@@ -528,23 +526,8 @@ static braid_result_t setup_direct(struct braid_comm *c)
         c->direct_nt_pick = !c->direct_nt_slots;
 #endif
     }
-    if (c->nranks > 1) {
-        uint64_t *all = malloc((size_t)c->nranks * sizeof(uint64_t));
-        if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory at init");
-        uint64_t mine = block;
-        braid_result_t res = braid_boot_allgather(c->boot, &mine, all, sizeof(mine));
-        for (int r = 1; res == BRAID_SUCCESS && r < c->nranks; r++)
-            if (all[r] != all[0])
-                res = braid_set_error(BRAID_ERR_INVALID_USAGE,
-                                      "rank %d has BRAID_DIRECT_BLOCK=%llu but rank 0 %llu: set "
-                                      "the same on every rank",
-                                      r, (unsigned long long)all[r], (unsigned long long)all[0]);
-        free(all);
-        BRAID_CHECK(res);
-    }
-    c->direct_block = block;
-    c->direct_block_auto = braid_param_is_auto("DIRECT_BLOCK");
-    return block ? braid_direct_setup(c, block) : BRAID_SUCCESS;
+    /* c->direct_block: read and agreed on by braid_settings_agree */
+    return c->direct_block ? braid_direct_setup(c, c->direct_block) : BRAID_SUCCESS;
 }
 
 static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_boot_addr_t *root,
@@ -577,6 +560,7 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
                                      (const volatile int *)&c->aborted),
                      res, fail);
+    BRAID_CHECK_GOTO(braid_settings_agree(c), res, fail);
     braid_peer_info_t me;
     memset(&me, 0, sizeof(me));
     BRAID_CHECK_GOTO(read_placement(c, &me.place), res, fail);

@@ -18,6 +18,17 @@
 #define BRAID_P2P_MAX_CHUNK ((size_t)64 << 10)
 #define BRAID_P2P_MAX_SLOTS 4
 #define BRAID_HOST_ID_BYTES 64
+/* The longest timeout, about 32 years: BRAID_TIMEOUT=0 and anything longer, and longer values
+ * given to braid_comm_set_timeout, are taken as this. In nanoseconds it fits a uint64_t with room
+ * for the clock it is added to. */
+#define BRAID_TIMEOUT_MAX_S 1e9
+
+/* timeout_s in nanoseconds, at most BRAID_TIMEOUT_MAX_S's (never past a uint64_t); 0 for <= 0. */
+static inline uint64_t braid_timeout_ns(double timeout_s)
+{
+    if (!(timeout_s > 0)) return 0;
+    return (uint64_t)((timeout_s < BRAID_TIMEOUT_MAX_S ? timeout_s : BRAID_TIMEOUT_MAX_S) * 1e9);
+}
 
 typedef enum {
     BRAID_COLL_ALLREDUCE = 1,
@@ -333,5 +344,8 @@ void braid_comm_reg_cleanup(struct braid_comm *comm);
 int braid_host_id(char out[BRAID_HOST_ID_BYTES]);
 /* The machine (kernel boot id; the host id where it cannot be read); returns as above. */
 int braid_machine_id(char out[BRAID_HOST_ID_BYTES]);
+/* The inode of this process's PID namespace (unique on the machine while the namespace lives;
+ * part of the host id, and of shared-memory segment names); 0 where /proc cannot tell. */
+unsigned long long braid_pidns_id(void);
 
 #endif

@@ -17,7 +17,8 @@ static const braid_param_t params[] = {
     {"DEBUG_FILE", "", BRAID_PARAM_STR, "log to this file instead of stderr (%h host, %p pid)"},
     {"TIMEOUT", "300", BRAID_PARAM_DOUBLE,
      "seconds a blocking wait on a live but silent peer may last before BRAID_ERR_TIMEOUT; 0 = "
-     "no timeout (wait forever; braid_comm_abort still ends every wait)"},
+     "no timeout (wait forever; braid_comm_abort still ends every wait); at most 1e9 (about 32 "
+     "years: 0 and longer values are taken as 1e9)"},
     {"TRANSPORT", "", BRAID_PARAM_STR,
      "force a transport: shm, tcp, rdma (default: shm within a host, else rdma when a verbs "
      "device is up, else tcp)"},

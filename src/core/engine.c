@@ -499,6 +499,22 @@ static braid_result_t waits_on(braid_result_t res, braid_conn_t *c, braid_wait_d
     return res;
 }
 
+/* A step's chunk (from this rank's settings) must fit its connections' slots (the receiver's):
+ * refused, never written or read past a slot. */
+static braid_result_t check_fits(const run_t *r, const chan_state_t *cs)
+{
+    size_t bytes = cs->step.count * r->es;
+    const braid_conn_t *c = cs->sconn && bytes > cs->sconn->slot_size   ? cs->sconn
+                            : cs->rconn && bytes > cs->rconn->slot_size ? cs->rconn
+                                                                        : NULL;
+    if (!c) return BRAID_SUCCESS;
+    return braid_set_error(BRAID_ERR_INTERNAL,
+                           "%s #%u: a %zu-byte chunk does not fit the %zu-byte slots of the "
+                           "connection %s rank %d (%s)",
+                           braid_coll_name(r->a->coll), r->hdr.seq, bytes, c->slot_size,
+                           c->is_send ? "to" : "from", c->peer, c->ops->name);
+}
+
 /* Tries to advance one channel by one step. BRAID_INPROGRESS when blocked; *wait_conn_p and
  * *wait_dir_p then say what it waits for. */
 static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t **wait_conn_p,
@@ -528,6 +544,7 @@ static braid_result_t try_step(run_t *r, int ch, chan_state_t *cs, braid_conn_t 
         braid_prim_t p = (braid_prim_t)cs->step.prim;
         if (braid_prim_recvs(p)) BRAID_CHECK(step_conn(r, ch, cs->step.recv_peer, 0, &cs->rconn));
         if (braid_prim_sends(p)) BRAID_CHECK(step_conn(r, ch, cs->step.send_peer, 1, &cs->sconn));
+        BRAID_CHECK(check_fits(r, cs));
     }
     braid_prim_t p = (braid_prim_t)cs->step.prim;
     size_t bytes = cs->step.count * r->es;
@@ -705,7 +722,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
     }
     uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
     uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
-    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t timeout_ns = braid_timeout_ns(comm->timeout_s);
     uint64_t idle_since = 0, next_check = 0, check_gap = 0;
     while (remaining) {
         int progressed = 0;

@@ -579,7 +579,7 @@ static braid_result_t run_loop(runner_t *r, braid_p2p_pull_fn pull)
     struct braid_comm *comm = r->comm;
     uint64_t spin_ns = (uint64_t)comm->spin_us * 1000ull;
     uint64_t yield_ns = (uint64_t)comm->yield_us * 1000ull;
-    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t timeout_ns = braid_timeout_ns(comm->timeout_s);
     uint64_t idle_since = 0, next_check = 0, check_gap = 0;
     unsigned turn = 0, idle_passes = 0;
     for (;;) {

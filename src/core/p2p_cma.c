@@ -222,7 +222,7 @@ static int claim_piece(const braid_p2p_cma_t *cma, braid_cma_desc_t *d, uint64_t
 /* The receiver, every piece claimed: waits for the sender to finish the ones it copies. */
 static braid_result_t wait_done(struct braid_comm *comm, braid_conn_t *c, braid_cma_desc_t *d)
 {
-    uint64_t t0 = 0, next_check = 0, timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t t0 = 0, next_check = 0, timeout_ns = braid_timeout_ns(comm->timeout_s);
     for (unsigned i = 0; atomic_load_explicit(&d->done, memory_order_acquire) < d->bytes; i++) {
         if (i < 256) {
             braid_cpu_relax();
@@ -300,7 +300,7 @@ void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf)
     braid_cma_desc_t *d = buf;
     uint64_t claimed = atomic_exchange_explicit(&d->claim, UINT64_MAX / 2, memory_order_acq_rel);
     if (claimed > d->bytes) claimed = d->bytes;
-    uint64_t t0 = braid_now_ns(), timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t t0 = braid_now_ns(), timeout_ns = braid_timeout_ns(comm->timeout_s);
     char keep[2048]; /* the call's error, which peer_check would overwrite */
     snprintf(keep, sizeof(keep), "%s", braid_last_error());
     while (atomic_load_explicit(&d->done, memory_order_acquire) < claimed) {

@@ -294,7 +294,7 @@ static braid_result_t launch(void *ctx, uint64_t budget)
     if (rc != 0) return cuda_err((cudaError_t)rc, "kernel launch");
     cudaError_t ce = cudaEventRecord(e->ev, e->stream);
     if (ce != cudaSuccess) return cuda_err(ce, "event record");
-    uint64_t t0 = braid_now_ns(), limit = (uint64_t)((comm->timeout_s + 10.0) * 1e9);
+    uint64_t t0 = braid_now_ns(), limit = braid_timeout_ns(comm->timeout_s + 10.0);
     unsigned k = 0;
     for (;;) {
         ce = cudaEventQuery(e->ev);
@@ -478,7 +478,7 @@ int braid_cuda_engine_prepare(struct braid_comm *comm, const braid_op_args_t *a)
     if (!engine_runs(a)) return 0;
     if (cc->eng_state == 0 && a->count) {
         /* The setup is collective and runs in call order: after the queued operations. */
-        uint64_t t0 = braid_now_ns(), limit = (uint64_t)(comm->timeout_s * 1e9);
+        uint64_t t0 = braid_now_ns(), limit = braid_timeout_ns(comm->timeout_s);
         while (braid_worker_pending(comm) > 0) {
             if (atomic_load(&comm->aborted))
                 return braid_set_error(BRAID_ERR_ABORTED, "%s_stream: %s", braid_coll_name(a->coll),

@@ -141,7 +141,7 @@ static uint64_t now_ns(void)
 /* Polls until ev completed: bounded by the comm's timeout, ended by abort or a stopping worker. */
 static braid_result_t wait_event(struct braid_comm *comm, cudaEvent_t ev, const char *what)
 {
-    uint64_t t0 = now_ns(), limit = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t t0 = now_ns(), limit = braid_timeout_ns(comm->timeout_s);
     struct timespec nap = {0, 20000};
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);

@@ -211,7 +211,7 @@ static braid_result_t sq_room(rdma_conn_t *c, int q, uint32_t need)
     while (c->sq_out[q] + 1 + need >= c->sq_max) { /* two kept for fail() */
         braid_rdma_poll_cq(c);
         BRAID_CHECK(braid_rdma_failure(c));
-        if (!deadline) deadline = braid_now_ns() + (uint64_t)(c->base.comm->timeout_s * 1e9);
+        if (!deadline) deadline = braid_now_ns() + braid_timeout_ns(c->base.comm->timeout_s);
         if (braid_now_ns() > deadline)
             return braid_set_error(BRAID_ERR_TIMEOUT, "rdma: send queue to %s stuck", c->desc);
     }

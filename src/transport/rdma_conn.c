@@ -437,7 +437,7 @@ static braid_result_t do_connect(rdma_conn_t *c, const rdma_info_t *in)
         memcpy(&s->sin6_addr, in->ip, 16);
     }
     describe(c, &dst);
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t deadline = braid_now_ns() + braid_timeout_ns(comm->timeout_s);
     c->ch = rdma_create_event_channel();
     if (!c->ch || set_nonblock(c->ch->fd))
         return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_create_event_channel: %m");
@@ -535,7 +535,7 @@ braid_result_t braid_rdma_recv_accept(braid_conn_t *conn)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
     struct braid_comm *comm = conn->comm;
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t deadline = braid_now_ns() + braid_timeout_ns(comm->timeout_s);
     while (!braid_rdma_all_connected(c)) {
         BRAID_CHECK(braid_rdma_failure(c));
         if (atomic_load(&comm->aborted))

@@ -15,8 +15,8 @@
  *
  * Cleanup: the receiver unlinks the segment in recv_accept, once the sender has mapped it (the
  * communicator runs a bootstrap barrier between), so nothing stays in /dev/shm after a crash.
- * Segment names carry the creator's pid; at setup, segments of dead creators (left by a crash
- * during setup) are removed. */
+ * Segment names carry the creator's PID namespace and pid (braid_shm_segment_name); at setup,
+ * segments of dead creators of this PID namespace (left by a crash during setup) are removed. */
 #include "core/comm.h"
 #include "core/log.h"
 #include "transport/transport.h"
@@ -157,15 +157,31 @@ static int open_pidfd(int pid)
 #endif
 }
 
-/* Removes segments whose creator is dead (left by a crash between create and unlink). */
+void braid_shm_segment_name(char *out, size_t len, const char *tag)
+{
+    static _Atomic uint32_t counter;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = (uint32_t)braid_now_ns();
+    snprintf(out, len, "/braid-ns%llu-%d-%s%u-%08x", braid_pidns_id(), (int)getpid(), tag,
+             atomic_fetch_add(&counter, 1), rnd);
+}
+
+/* Removes segments whose creator is dead (left by a crash between create and unlink), of this
+ * PID namespace only: /dev/shm may be shared with other PID namespaces (docker --ipc=host, the
+ * containers of a pod), whose pids mean nothing here, so their live segments would look stale.
+ * Names of the format before the namespace was in them (braid-<pid>-...) are left alone too:
+ * which namespace made them cannot be told, and braid no longer makes them. */
 static void sweep_stale_segments(void)
 {
     DIR *d = opendir("/dev/shm");
     if (!d) return;
+    unsigned long long mine = braid_pidns_id();
     struct dirent *e;
     while ((e = readdir(d))) {
-        int pid;
-        if (sscanf(e->d_name, "braid-%d-", &pid) == 1 && pid > 0 && !pid_alive(pid)) {
+        unsigned long long ns;
+        int pid, end = 0;
+        if (sscanf(e->d_name, "braid-ns%llu-%d-%n", &ns, &pid, &end) == 2 && end > 0 &&
+            ns == mine && pid > 0 && !pid_alive(pid)) {
             char name[300];
             snprintf(name, sizeof(name), "/%s", e->d_name);
             if (shm_unlink(name) == 0) braid_info(SHM, "removed stale segment %s", name);
@@ -177,7 +193,6 @@ static void sweep_stale_segments(void)
 static braid_result_t shm_recv_setup(struct braid_comm *comm, int peer, int channel,
                                      braid_conn_t **conn_p, void *info, size_t *info_len_p)
 {
-    static _Atomic uint32_t counter;
     static pthread_once_t sweep_once = PTHREAD_ONCE_INIT;
     pthread_once(&sweep_once, sweep_stale_segments);
 
@@ -188,10 +203,7 @@ static braid_result_t shm_recv_setup(struct braid_comm *comm, int peer, int chan
     size_t slot = comm->chunk_bytes;
     uint64_t data_off = (sizeof(shm_fifo_t) + 4095) & ~(uint64_t)4095;
     c->map_len = data_off + (size_t)nslots * slot;
-    uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = (uint32_t)braid_now_ns();
-    snprintf(c->name, sizeof(c->name), "/braid-%d-%u-%08x", (int)getpid(),
-             atomic_fetch_add(&counter, 1), rnd);
+    braid_shm_segment_name(c->name, sizeof(c->name), "");
     int fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         braid_result_t r =
@@ -268,6 +280,17 @@ static braid_result_t shm_send_connect(struct braid_comm *comm, int peer, int ch
         munmap(m, c->map_len);
         free(c);
         return braid_set_error(BRAID_ERR_INTERNAL, "shm: rank %d's segment is malformed", peer);
+    }
+    /* The receiver sized the slots from its chunk size and this rank cuts its chunks from its
+     * own (the engine's plans): they must be the same, or this rank would write past a slot. */
+    if (c->f->slot_size != comm->chunk_bytes) {
+        unsigned long long theirs = c->f->slot_size;
+        munmap(m, c->map_len);
+        free(c);
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "shm: rank %d uses %llu-byte chunks but rank %d uses %zu "
+                               "(BRAID_CHUNK_SIZE must be the same on every rank)",
+                               peer, theirs, comm->rank, comm->chunk_bytes);
     }
     c->data = (char *)m + c->f->data_off;
     atomic_store_explicit(&c->f->sender_pid, (int32_t)getpid(), memory_order_release);

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -376,14 +375,10 @@ static int probe_peer(int pid, int fd)
 static braid_result_t direct_setup(struct braid_comm *comm, size_t block, braid_direct_t *d,
                                    seg_info_t *all, char *name)
 {
-    static _Atomic uint32_t counter;
     int n = comm->nranks;
     seg_info_t mine;
     memset(&mine, 0, sizeof(mine));
-    uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) rnd = (uint32_t)braid_now_ns();
-    snprintf(name, sizeof(mine.name), "/braid-%d-d%u-%08x", (int)getpid(),
-             atomic_fetch_add(&counter, 1), rnd);
+    braid_shm_segment_name(name, sizeof(mine.name), "d");
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) {
         if (ftruncate(fd, (off_t)d->map_len) == 0) {

@@ -562,7 +562,7 @@ static void flush_sends(tcp_conn_t *c)
     struct braid_comm *comm = c->base.comm;
     double limit_s = comm->timeout_s;
     if (atomic_load(&comm->error) && limit_s > 2.0) limit_s = 2.0;
-    uint64_t deadline = braid_now_ns() + (uint64_t)(limit_s * 1e9);
+    uint64_t deadline = braid_now_ns() + braid_timeout_ns(limit_s);
     if (atomic_load(&comm->destroying)) {
         uint64_t first = 0;
         if (!atomic_compare_exchange_strong(&c->st->flush_deadline, &first, deadline))

@@ -317,7 +317,7 @@ braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int cha
     tcp_conn_t *c;
     BRAID_CHECK(conn_new(st, peer, channel, 1, (int)in.nsocks, slot, &c));
     braid_tcp_conn_describe(c, &in.addr);
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t deadline = braid_now_ns() + braid_timeout_ns(comm->timeout_s);
     for (int i = 0; i < c->nsocks; i++) {
         braid_result_t r = connect_sock(c, &in, i, deadline);
         if (r < 0) {
@@ -352,7 +352,7 @@ braid_result_t braid_tcp_recv_accept(braid_conn_t *conn)
 {
     tcp_conn_t *c = (tcp_conn_t *)conn;
     struct braid_comm *comm = conn->comm;
-    uint64_t deadline = braid_now_ns() + (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t deadline = braid_now_ns() + braid_timeout_ns(comm->timeout_s);
     for (;;) {
         int got = atomic_load_explicit(&c->nconnected, memory_order_acquire);
         if (got == c->nsocks) return BRAID_SUCCESS;

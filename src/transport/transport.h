@@ -171,6 +171,11 @@ extern const braid_transport_t braid_transport_shm;
  * receiving end, read by the sending end (core/ntpick.h). */
 void braid_shm_rx_cost_set(braid_conn_t *recv_conn, int nt, uint64_t ps_per_byte);
 uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt);
+/* A new name for a shared-memory segment in /dev/shm: "/braid-ns<PID namespace inode>-<pid>-"
+ * tag, a counter, "-" and 8 random hex digits (at most 52 bytes with the NUL for a tag of up to
+ * 2 characters). The shm transport's setup removes segments of dead creators of its own PID
+ * namespace only (shm.c). */
+void braid_shm_segment_name(char *out, size_t len, const char *tag);
 
 /* The built-in transport called name ("shm", "tcp"), or NULL if not built (registry.c). */
 const braid_transport_t *braid_transport_by_name(const char *name);

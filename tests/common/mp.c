@@ -113,8 +113,9 @@ int mp_shm_leftovers(const mp_job_t *job)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int pid;
-        if (sscanf(e->d_name, "braid-%d-", &pid) != 1) continue;
+        unsigned long long ns;
+        int pid; /* braid-ns<PID namespace>-<pid>-... (src/transport/shm.c) */
+        if (sscanf(e->d_name, "braid-ns%llu-%d-", &ns, &pid) != 2) continue;
         for (int r = 0; r < job->n; r++)
             if (job->pids[r] == pid) n++;
     }

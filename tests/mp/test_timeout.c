@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -101,4 +102,55 @@ Test(timeout, comm_timeout_overrides_env)
     waitpid(job.pids[2], NULL, 0);
     cr_assert(WIFEXITED(st0) && WEXITSTATUS(st0) == 0, "rank 0 did not time out naming rank 2");
     cr_assert(WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "rank 1 did not fail cleanly");
+}
+
+/* A timeout beyond any wait (1e12 s by braid_comm_set_timeout, 1e11 s by BRAID_TIMEOUT) is
+ * taken as the longest one, 1e9 s (about 32 years): converted to nanoseconds as it was, it
+ * overflowed (every wait timed out at once) or wrapped the deadline (waits spun). Rank 1
+ * arrives 100 ms late at each call (all-reduces of two sizes, a 4 MiB send/recv), which must
+ * succeed; get_timeout gives 1e9. */
+static int huge(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    if (arg) MP_OK(rank, braid_comm_set_timeout(comm, *(const double *)arg));
+    size_t count = 1 << 20;
+    float *buf = calloc(count, sizeof(float));
+    MP_CHECK(rank, buf, "out of memory");
+    const size_t sizes[] = {1024, count};
+    for (int i = 0; i < 2; i++) {
+        for (size_t k = 0; k < sizes[i]; k++)
+            buf[k] = (float)(rank + 1 + (int)(k % 7));
+        if (rank == 1) usleep(100000);
+        MP_OK(rank, braid_allreduce(buf, buf, sizes[i], BRAID_FLOAT32, BRAID_SUM, comm));
+        for (size_t k = 0; k < sizes[i]; k++)
+            MP_CHECK(rank, buf[k] == (float)(3 + 2 * (int)(k % 7)), "all-reduce of %zu: [%zu] = %g",
+                     sizes[i], k, (double)buf[k]);
+    }
+    if (rank == 0) {
+        for (size_t k = 0; k < count; k++)
+            buf[k] = (float)(k % 1000);
+        MP_OK(rank, braid_send(buf, count, BRAID_FLOAT32, 1, comm));
+    } else {
+        usleep(100000);
+        memset(buf, 0, count * sizeof(float));
+        MP_OK(rank, braid_recv(buf, count, BRAID_FLOAT32, 0, comm));
+        for (size_t k = 0; k < count; k++)
+            MP_CHECK(rank, buf[k] == (float)(k % 1000), "recv: [%zu] = %g", k, (double)buf[k]);
+    }
+    free(buf);
+    double t = 0;
+    MP_OK(rank, braid_comm_get_timeout(comm, &t));
+    MP_CHECK(rank, t == 1e9, "timeout %g, expected the longest, 1e9", t);
+    return 0;
+}
+
+Test(timeout, huge_timeouts_are_the_longest_not_none)
+{
+    double set = 1e12;
+    setenv("BRAID_TIMEOUT", "300", 1);
+    cr_expect_eq(mp_run(2, huge, &set, 30), 0, "braid_comm_set_timeout(1e12) (see stderr)");
+    setenv("BRAID_TIMEOUT", "1e11", 1);
+    cr_expect_eq(mp_run(2, huge, NULL, 30), 0, "BRAID_TIMEOUT=1e11 (see stderr)");
+    setenv("BRAID_TIMEOUT", "0", 1);
+    cr_expect_eq(mp_run(2, huge, NULL, 30), 0, "BRAID_TIMEOUT=0 (see stderr)");
 }
