@@ -266,7 +266,7 @@ void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t co
     braid_direct_fail(comm, code, why);
     atomic_thread_fence(memory_order_seq_cst); /* the failure before the reads of `active` */
     uint64_t want = ((uint64_t)seq << 1) | 1, start = braid_now_ns();
-    uint64_t timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    uint64_t timeout_ns = braid_timeout_ns(comm->timeout_s);
     for (int r = 0; r < d->n; r++) {
         long pause_ns = 20000;
         while (r != d->me &&
