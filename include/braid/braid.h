@@ -66,7 +66,7 @@ typedef enum {
     BRAID_ERR_TIMEOUT = -5,       /**< a wait passed BRAID_TIMEOUT (the message names the peer) */
     BRAID_ERR_ABORTED = -6,       /**< braid_comm_abort() was called */
     BRAID_ERR_MISMATCH = -7,      /**< ranks called different collectives (names both calls) */
-    BRAID_ERR_AUTH = -8,          /**< a connection presented a wrong job secret */
+    BRAID_ERR_AUTH = -8,          /**< a peer did not prove it knows the job secret */
     BRAID_ERR_INTERNAL = -9,      /**< a bug in braid */
     BRAID_ERR_UNSUPPORTED = -10,  /**< not built in, or not supported for these arguments */
     BRAID_ERR_INVALID_USAGE = -11 /**< a valid argument used in a wrong state (destroyed comm) */

@@ -110,14 +110,14 @@ braid_result_t braid_unique_id_str(const braid_unique_id_t *id, char *buf, size_
     return BRAID_SUCCESS;
 }
 
-/* Hello: u32 magic | u32 version | 16 secret bytes | i32 rank | i32 nranks. */
+/* Hello: u32 magic | u32 version | i32 rank | i32 nranks | 16 bytes client nonce. */
 void braid_boot_hello_pack(const braid_boot_hello_t *h, uint8_t out[BRAID_BOOT_HELLO_BYTES])
 {
     boot_put_u32(out, h->magic);
     boot_put_u32(out + 4, h->version);
-    memcpy(out + 8, h->secret, BRAID_SECRET_BYTES);
-    boot_put_u32(out + 24, (uint32_t)h->rank);
-    boot_put_u32(out + 28, (uint32_t)h->nranks);
+    boot_put_u32(out + 8, (uint32_t)h->rank);
+    boot_put_u32(out + 12, (uint32_t)h->nranks);
+    memcpy(out + 16, h->nonce, BRAID_NONCE_BYTES);
 }
 
 braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_hello_t *h_p)
@@ -129,9 +129,9 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
     braid_boot_hello_t h;
     h.magic = boot_get_u32(b);
     h.version = boot_get_u32(b + 4);
-    memcpy(h.secret, b + 8, BRAID_SECRET_BYTES);
-    h.rank = (int32_t)boot_get_u32(b + 24);
-    h.nranks = (int32_t)boot_get_u32(b + 28);
+    h.rank = (int32_t)boot_get_u32(b + 8);
+    h.nranks = (int32_t)boot_get_u32(b + 12);
+    memcpy(h.nonce, b + 16, BRAID_NONCE_BYTES);
     if (h.magic != BOOT_HELLO_MAGIC)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "hello: bad magic 0x%08x", h.magic);
     if (h.version != BOOT_VERSION)
@@ -142,6 +142,64 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
                                h.nranks);
     *h_p = h;
     return BRAID_SUCCESS;
+}
+
+/* ---- authentication -----------------------------------------------------------------------
+ *
+ * Neither side sends the job secret; each proves that it knows it with an HMAC-SHA256 keyed by
+ * it (core/hmac.c):
+ *
+ *   client -> root   hello {magic, version, rank, nranks, Nc}     Nc: fresh for each connection
+ *   root -> client   CHALLENGE {Nr, HMAC(secret, "braid-boot-root" | hello | Nr)}
+ *   client -> root   PROOF {HMAC(secret, "braid-boot-client" | hello | Nr)}
+ *
+ * The client checks the root's proof before it reads or sends anything else on the connection:
+ * an impostor on the root's port (one that bound a BRAID_ROOT or MASTER_PORT + 1 port before
+ * rank 0 did) learns only the hello, and the client fails with BRAID_ERR_AUTH. The root admits
+ * the rank (takes its slot, sends it anything but the challenge) only after checking the
+ * client's proof.
+ *
+ * Replays. Each proof covers a nonce that its verifier drew for this connection: Nr (fresh
+ * from getrandom for every hello the root reads) in the client's proof, Nc in the root's. A
+ * recorded hello and proof (seen on the network, collected by an impostor root, or from an
+ * earlier job with the same BRAID_SECRET) is therefore worthless on any other connection:
+ * replayed to the root, even before the genuine rank connects, it meets a new Nr that the
+ * replayer cannot answer and is dropped at the hello deadline without taking a rank slot;
+ * replayed to a client by a fake root, the old root proof does not cover the client's new Nc.
+ * The labels differ, so a root's proof is never a valid client's proof or the reverse. The root
+ * answers any stranger's hello with a challenge: one HMAC of work, and nothing learnt (HMAC is
+ * a PRF, Nr is random).
+ *
+ * Not covered: the messages after the handshake carry no MAC and nothing is encrypted, so an
+ * attacker who can take over an established TCP connection (an active man in the middle) can
+ * still read or change them, as with any unencrypted TCP service; and a job secret derived from
+ * job identifiers (no BRAID_SECRET; braid_boot_env_resolve) is known to anyone who sees those,
+ * as documented: such a job is not authenticated. */
+void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int root,
+                      const uint8_t hello[BRAID_BOOT_HELLO_BYTES],
+                      const uint8_t nonce[BRAID_NONCE_BYTES], uint8_t out[BRAID_SHA256_BYTES])
+{
+    braid_auth_mac(secret, BRAID_SECRET_BYTES, root ? "braid-boot-root" : "braid-boot-client",
+                   hello, BRAID_BOOT_HELLO_BYTES, nonce, BRAID_NONCE_BYTES, out);
+}
+
+braid_result_t braid_boot_challenge(const uint8_t *secret, const uint8_t *hello, uint8_t *nonce,
+                                    uint8_t *out)
+{
+    BRAID_CHECK(braid_boot_random_secret(nonce));
+    boot_hdr_pack(out, BOOT_MSG_CHALLENGE, BOOT_VERSION, BOOT_CHALLENGE_BYTES);
+    memcpy(out + BOOT_HDR_BYTES, nonce, BRAID_NONCE_BYTES);
+    braid_boot_proof(secret, 1, hello, nonce, out + BOOT_HDR_BYTES + BRAID_NONCE_BYTES);
+    return BRAID_SUCCESS;
+}
+
+int braid_boot_check_proof(const uint8_t *secret, const uint8_t *buf, const uint8_t *nonce)
+{
+    const uint8_t *hdr = buf + BRAID_BOOT_HELLO_BYTES;
+    if (boot_get_u32(hdr) != BOOT_MSG_PROOF || boot_get_u64(hdr + 8) != BOOT_MAC_BYTES) return 1;
+    uint8_t want[BOOT_MAC_BYTES];
+    braid_boot_proof(secret, 0, buf, nonce, want);
+    return braid_mac_cmp(want, hdr + BOOT_HDR_BYTES, BOOT_MAC_BYTES) ? 2 : 0;
 }
 
 /* ---- client ------------------------------------------------------------------------------ */
@@ -382,6 +440,42 @@ static braid_result_t recv_reply(braid_bootstrap_t *bs, uint32_t type, uint64_t 
     return recv_all(bs, buf, (size_t)len, deadline, what);
 }
 
+/* The peer at the root's address answered the hello without a valid proof. */
+static braid_result_t not_proven(braid_bootstrap_t *bs, const char *why)
+{
+    return fail(bs, BRAID_ERR_AUTH,
+                "bootstrap: %s did not prove it knows the job secret (%s): it is not this job's "
+                "bootstrap root (another process may hold the port, or BRAID_SECRET differs "
+                "between the ranks)",
+                bs->root, why);
+}
+
+/* The rest of the handshake after this rank sent its hello: reads the root's challenge, checks
+ * the root's proof, and sends this rank's (see "Authentication" above). */
+static braid_result_t authenticate(braid_bootstrap_t *bs, const uint8_t *secret,
+                                   const uint8_t hello[BRAID_BOOT_HELLO_BYTES], double deadline)
+{
+    uint8_t hdr[BOOT_HDR_BYTES], ch[BOOT_CHALLENGE_BYTES], want[BOOT_MAC_BYTES];
+    BRAID_CHECK(recv_all(bs, hdr, sizeof(hdr), deadline, "the bootstrap root's challenge"));
+    uint32_t t = boot_get_u32(hdr), aux = boot_get_u32(hdr + 4);
+    uint64_t len = boot_get_u64(hdr + 8);
+    char why[96];
+    if (t < BOOT_MSG_ALLGATHER || t > BOOT_MSG_PROOF) return not_a_root(bs, hdr);
+    if (t != BOOT_MSG_CHALLENGE || aux != BOOT_VERSION || len != BOOT_CHALLENGE_BYTES) {
+        snprintf(why, sizeof(why), "it answered the hello with message type %u, aux %u, %llu bytes",
+                 t, aux, (unsigned long long)len);
+        return not_proven(bs, why);
+    }
+    BRAID_CHECK(recv_all(bs, ch, sizeof(ch), deadline, "the bootstrap root's challenge"));
+    braid_boot_proof(secret, 1, hello, ch, want);
+    if (braid_mac_cmp(want, ch + BRAID_NONCE_BYTES, BOOT_MAC_BYTES))
+        return not_proven(bs, "wrong proof in its challenge");
+    uint8_t proof[BOOT_HDR_BYTES + BOOT_MAC_BYTES];
+    boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
+    braid_boot_proof(secret, 0, hello, ch, proof + BOOT_HDR_BYTES);
+    return send_all(bs, proof, sizeof(proof), deadline, 1);
+}
+
 static int connect_retryable(int err)
 {
     return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
@@ -510,10 +604,11 @@ again:
 
     braid_boot_hello_t h = {
         .magic = BOOT_HELLO_MAGIC, .version = BOOT_VERSION, .rank = rank, .nranks = nranks};
-    memcpy(h.secret, root->secret, BRAID_SECRET_BYTES);
+    BRAID_CHECK_GOTO(braid_boot_random_secret(h.nonce), res, out);
     uint8_t hello[BRAID_BOOT_HELLO_BYTES];
     braid_boot_hello_pack(&h, hello);
     BRAID_CHECK_GOTO(send_all(bs, hello, sizeof(hello), deadline, 1), res, out);
+    BRAID_CHECK_GOTO(authenticate(bs, root->secret, hello, deadline), res, out);
     if (bs->reserve_err) { /* the root learns why this rank cannot go on, and fails the job */
         char text[256];
         snprintf(text, sizeof(text), "bootstrap: rank %d: socket failed: %s%s", rank,

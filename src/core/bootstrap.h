@@ -5,10 +5,15 @@
  * A unique id (braid_unique_id_t, 128 bytes) holds: a magic, the root's address family, IPv4
  * or IPv6 address and port, and a random 128-bit job secret. The root service (a thread in
  * the process that created the id, or in rank 0 under braid_comm_init_env) accepts exactly one
- * connection per rank. Every connection begins with a hello {magic, version, secret, rank,
- * nranks}; a wrong secret or magic is dropped and logged (BRAID_ERR_AUTH is never returned to
- * the listener; it keeps serving), a rank/nranks mismatch fails every rank's init with a clear
- * error. All wire messages are length-checked; the parser is exposed for the fuzzer.
+ * connection per rank. Every connection begins with a hello {magic, version, rank, nranks,
+ * client nonce}, answered by the root's challenge {root nonce, root's proof}, answered by the
+ * client's proof: both proofs are HMACs keyed by the job secret over the hello and the root
+ * nonce, so the secret never goes on the wire and neither side trusts the other before the
+ * proof (bootstrap.c, "Authentication"). A wrong proof or magic is dropped and logged by the
+ * root (BRAID_ERR_AUTH is never returned to the listener; it keeps serving); a client whose
+ * root does not prove itself fails with BRAID_ERR_AUTH; a rank/nranks mismatch fails every
+ * rank's init with a clear error. All wire messages are length-checked; the parser is exposed
+ * for the fuzzer.
  *
  * Every blocking call has a deadline (timeout_s) and checks *abort_flag (non-zero = abort,
  * returns BRAID_ERR_ABORTED) at least every 100 ms. A client whose deadline passes tells the
@@ -22,6 +27,7 @@
 #define BRAID_CORE_BOOTSTRAP_H
 
 #include "braid/braid.h"
+#include "core/hmac.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -145,12 +151,18 @@ void braid_boot_close(braid_bootstrap_t *bs);
  * fills the fields, else BRAID_ERR_INVALID_ARG. */
 typedef struct {
     uint32_t magic, version;
-    uint8_t secret[BRAID_SECRET_BYTES];
     int32_t rank, nranks;
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* the client's, fresh for each connection */
 } braid_boot_hello_t;
 #define BRAID_BOOT_HELLO_BYTES 32
 braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_hello_t *h_p);
 void braid_boot_hello_pack(const braid_boot_hello_t *h, uint8_t out[BRAID_BOOT_HELLO_BYTES]);
+/* The proofs of the hello handshake: HMAC(secret, label | hello | root nonce), with the root's
+ * label (root = 1) or the client's (root = 0). Exposed for tests that speak the protocol by
+ * hand. */
+void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int root,
+                      const uint8_t hello[BRAID_BOOT_HELLO_BYTES],
+                      const uint8_t nonce[BRAID_NONCE_BYTES], uint8_t out[BRAID_SHA256_BYTES]);
 
 /* Parses "host:port", "[v6]:port" or "host" (with default_port) into addr (numeric or
  * resolved with getaddrinfo); errors name the string. */

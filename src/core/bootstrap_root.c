@@ -2,14 +2,16 @@
  * over the listener, the connections that have not sent their hello yet, and one connection per
  * rank. All sockets are non-blocking; nothing a peer does (or fails to do) blocks the loop.
  *
- * Life of a job: connections authenticate with the hello (wrong secret/magic/garbage/silence
- * for 5 s: closed and logged); the first valid hello fixes nranks; when all ranks joined the
- * root sends ACK to all. Then rounds of allgather (barrier = 0 bytes): rank blobs are read
- * straight into the round's result buffer, which, once complete, is queued (refcounted) to
- * every rank. Any failure (mismatch, a rank that closes while others wait, an error report, a
- * timeout) is sent to every rank as BOOT_MSG_FAIL, after which the service only answers
- * with that failure until its ranks closed (or timeout_s passed), then exits. A service that
- * nobody joined within timeout_s, or that braid_boot_root_stop stopped, exits too.
+ * Life of a job: connections authenticate with the hello handshake (bootstrap.c,
+ * "Authentication": hello, the root's challenge with its proof, the client's proof; a wrong
+ * proof/magic, garbage or no proof within 5 s: closed and logged); the first admitted hello
+ * fixes nranks; when all ranks joined the root sends ACK to all. Then rounds of allgather
+ * (barrier = 0 bytes): rank blobs are read straight into the round's result buffer, which,
+ * once complete, is queued (refcounted) to every rank. Any failure (mismatch, a rank that closes
+ * while others wait, an error report, a timeout) is sent to every rank as BOOT_MSG_FAIL, after
+ * which the service only answers with that failure until its ranks closed (or timeout_s passed),
+ * then exits. A service that nobody joined within timeout_s, or that braid_boot_root_stop
+ * stopped, exits too.
  *
  * At most unauth_cap connections wait for their hello; while that many do, the listener is not
  * polled (newer connections wait in the kernel's backlog) and make_room closes the oldest that
@@ -58,8 +60,12 @@ typedef struct {
     int fd, role, rank, shut;
     double hello_deadline;
     char peer[96];
-    uint8_t hello[BRAID_BOOT_HELLO_BYTES];
+    /* The handshake (bootstrap.c, "Authentication"): the hello, then the client's proof. */
+    uint8_t hello[BRAID_BOOT_HELLO_BYTES + BOOT_HDR_BYTES + BOOT_MAC_BYTES];
     size_t hello_got;
+    int challenged;                   /* the hello parsed and the challenge is queued */
+    braid_boot_hello_t h;             /* the parsed hello */
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* Nr, drawn for this connection */
     uint8_t hdr[BOOT_HDR_BYTES];
     size_t hdr_got;
     int in_payload;
@@ -249,34 +255,57 @@ static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
     }
 }
 
-/* Returns -1 to close the connection. */
+/* Queues the challenge for a connection whose hello parsed. Returns -1 to close it. */
+static int challenge(root_t *r, conn_t *c)
+{
+    msg_t *m = msg_new(BOOT_CHALLENGE_BYTES);
+    if (!m || braid_boot_challenge(r->secret, c->hello, c->nonce, m->data) < 0) {
+        braid_warn(BOOT, "bootstrap root %s: cannot challenge %s: %s", r->where, c->peer,
+                   m ? braid_last_error() : "out of memory");
+        braid_clear_error();
+        msg_unref(m);
+        return -1;
+    }
+    enqueue(c, m);
+    msg_unref(m);
+    c->challenged = 1;
+    return 0;
+}
+
+/* Reads the hello, answers it with the challenge, reads and checks the client's proof; only
+ * then is the rank admitted. Returns -1 to close the connection. */
 static int read_hello(root_t *r, conn_t *c)
 {
     for (;;) {
         ssize_t n = recv(c->fd, c->hello + c->hello_got, sizeof(c->hello) - c->hello_got, 0);
         if (n == 0) {
-            braid_info(BOOT, "bootstrap root %s: connection from %s closed before its hello",
-                       r->where, c->peer);
+            braid_info(BOOT, "bootstrap root %s: connection from %s closed before its %s", r->where,
+                       c->peer, c->challenged ? "proof" : "hello");
             return -1;
         }
         if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
         c->hello_got += (size_t)n;
-        if (c->hello_got < sizeof(c->hello)) continue;
-        braid_boot_hello_t h;
-        if (braid_boot_hello_parse(c->hello, sizeof(c->hello), &h) < 0) {
-            braid_clear_error();
-            braid_warn(BOOT,
-                       "rejected connection from %s: malformed hello (not a braid "
-                       "bootstrap client, or another version)",
-                       c->peer);
-            return -1;
+        if (!c->challenged) {
+            if (c->hello_got < BRAID_BOOT_HELLO_BYTES) continue;
+            if (braid_boot_hello_parse(c->hello, BRAID_BOOT_HELLO_BYTES, &c->h) < 0) {
+                braid_clear_error();
+                braid_warn(BOOT,
+                           "rejected connection from %s: malformed hello (not a braid "
+                           "bootstrap client, or another version)",
+                           c->peer);
+                return -1;
+            }
+            if (challenge(r, c) < 0) return -1;
         }
-        if (braid_secret_cmp(h.secret, r->secret)) {
-            braid_warn(BOOT, "rejected connection from %s: wrong job secret", c->peer);
+        if (c->hello_got < sizeof(c->hello)) continue;
+        int bad = braid_boot_check_proof(r->secret, c->hello, c->nonce);
+        if (bad) {
+            braid_warn(BOOT, "rejected connection from %s: %s", c->peer,
+                       bad == 1 ? "no proof after the hello" : "wrong job secret (wrong proof)");
             return -1;
         }
         r->nunauth--;
-        admit(r, c, &h);
+        admit(r, c, &c->h);
         return 0;
     }
 }

@@ -1,14 +1,23 @@
 /* Private to src/core/bootstrap*.c: the bootstrap wire format and small helpers.
  *
  * Every integer on the wire is little-endian. A connection starts with the 32-byte hello
- * (braid_boot_hello_pack); after that every message is a 16-byte header followed by len
- * payload bytes:
+ * (braid_boot_hello_pack: magic, version, rank, nranks, a fresh client nonce Nc); after that
+ * every message is a 16-byte header followed by len payload bytes:
  *
  *   u32 type | u32 aux | u64 len
  *
+ * The handshake (the job secret never goes on the wire; see "Authentication" in bootstrap.c):
+ *   root -> client  BOOT_MSG_CHALLENGE  aux = BOOT_VERSION, payload = a fresh root nonce Nr (16)
+ *                                       and the root's proof HMAC(secret, "braid-boot-root" |
+ *                                       hello | Nr) (32), sent as soon as the hello parsed
+ *   client -> root  BOOT_MSG_PROOF      payload = HMAC(secret, "braid-boot-client" | hello | Nr)
+ *                                       (32); the root admits the rank only after checking it
+ * Then:
  *   client -> root  BOOT_MSG_ALLGATHER  aux = collective sequence number, payload = this rank's
- * blob BOOT_MSG_ERROR      payload = error text (braid_boot_report_error) BOOT_MSG_GIVEUP     the
- * client's deadline passed while it waited for the reply to the join (aux = BOOT_GIVEUP_JOIN) or to
+ *                                       blob
+ *                   BOOT_MSG_ERROR      payload = error text (braid_boot_report_error)
+ *                   BOOT_MSG_GIVEUP     the client's deadline passed while it waited for the
+ *                                       reply to the join (aux = BOOT_GIVEUP_JOIN) or to
  *                                       collective aux; len 0. If that is still pending the
  *                                       root fails the job with a timeout naming the missing
  *                                       ranks, else it ignores it (the reply is in flight).
@@ -21,12 +30,14 @@
 #ifndef BRAID_CORE_BOOTSTRAP_WIRE_H
 #define BRAID_CORE_BOOTSTRAP_WIRE_H
 
+#include "braid/braid.h"
+
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 #define BOOT_HELLO_MAGIC 0x48445242u /* "BRDH" */
-#define BOOT_VERSION 1u
+#define BOOT_VERSION 2u              /* 2: HMAC challenge-response, no secret on the wire */
 #define BOOT_HDR_BYTES 16
 #define BOOT_MAX_TOTAL ((uint64_t)64 << 20) /* largest allgather result (all ranks) */
 #define BOOT_MAX_TEXT 1024                  /* longest error text on the wire */
@@ -39,8 +50,21 @@ enum {
     BOOT_MSG_RESULT = 4,
     BOOT_MSG_FAIL = 5,
     BOOT_MSG_GIVEUP = 6,
+    BOOT_MSG_CHALLENGE = 7,
+    BOOT_MSG_PROOF = 8,
 };
+#define BOOT_MAC_BYTES 32                          /* HMAC-SHA256 */
+#define BOOT_CHALLENGE_BYTES (16 + BOOT_MAC_BYTES) /* payload: Nr | root proof */
 #define BOOT_GIVEUP_JOIN 0xffffffffu
+
+/* The root's side of the handshake (bootstrap.c, "Authentication"). braid_boot_challenge draws
+ * Nr into nonce and writes the challenge message (BOOT_HDR_BYTES + BOOT_CHALLENGE_BYTES) for
+ * hello into out; braid_boot_check_proof checks the BOOT_HDR_BYTES + BOOT_MAC_BYTES that follow
+ * the hello in buf: 0 valid, 1 not a proof message, 2 a wrong proof (compared in constant
+ * time). */
+braid_result_t braid_boot_challenge(const uint8_t *secret, const uint8_t *hello, uint8_t *nonce,
+                                    uint8_t *out);
+int braid_boot_check_proof(const uint8_t *secret, const uint8_t *buf, const uint8_t *nonce);
 
 static inline void boot_put_u16(uint8_t *p, uint16_t v)
 {

@@ -10,9 +10,10 @@
  * registers its staging slots (nslots x (64-byte header + slot_size)) on the listener's device;
  * the info blob carries the listener address, the slots' address and rkey. send_connect
  * resolves the address and route, creates its QP and registered staging slots, and connects
- * with private data {magic, job secret, rank, channel}; the receiver's thread checks the secret
- * (braid_secret_cmp), matches the receive connection, creates its QP and accepts. recv_accept
- * waits for ESTABLISHED.
+ * with private data {magic, rank, channel, QP, nonce, MAC}; the receiver's thread finds the
+ * receive connection whose nonce the MAC (keyed by the job secret) covers, creates its QP and
+ * accepts with its own proof as private data, which the sender checks (rdma_impl.h,
+ * rdma_hello_t; the secret never goes on the wire). recv_accept waits for ESTABLISHED.
  *
  * Data path (no syscalls). The engine writes a send slot in place; send_post puts the header
  * in front of the payload and RDMA-WRITEs header + payload WITH IMMEDIATE (immediate = message

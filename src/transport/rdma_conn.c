@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,9 +142,26 @@ static braid_result_t make_qp(rdma_conn_t *c, struct rdma_cm_id *id, int q)
 
 /* ---- rdma_cm events ------------------------------------------------------------------------ */
 
-/* Waits for the next event on ch: its type and status (acked already). */
+/* The handshake's MACs (rdma_impl.h, rdma_hello_t): the connector's (listener = 0; its first
+ * RDMA_HELLO_MAC bytes go in the hello) or the receiver's proof in the accept (listener = 1).
+ * conn_nonce is the receive connection's, to_rank the receiver's rank. */
+static void rdma_hello_mac(const uint8_t *secret, const uint8_t *conn_nonce, int32_t to_rank,
+                           const rdma_hello_t *h, int listener, uint8_t out[BRAID_SHA256_BYTES])
+{
+    uint8_t bound[BRAID_NONCE_BYTES + sizeof(int32_t)];
+    memcpy(bound, conn_nonce, BRAID_NONCE_BYTES);
+    memcpy(bound + BRAID_NONCE_BYTES, &to_rank, sizeof(to_rank));
+    braid_auth_mac(secret, BRAID_SECRET_BYTES,
+                   listener ? "braid-rdma-listener" : "braid-rdma-connect", bound, sizeof(bound), h,
+                   offsetof(rdma_hello_t, mac), out);
+}
+
+/* Waits for the next event on ch: its type and status (acked already), and where proof is not
+ * NULL the event's private data (the receiver's proof in an ESTABLISHED event) in proof, with
+ * *have_p = 1 if it held BRAID_SHA256_BYTES. */
 static braid_result_t next_event(rdma_conn_t *c, uint64_t deadline, const char *what,
-                                 enum rdma_cm_event_type *type_p, int *status_p)
+                                 enum rdma_cm_event_type *type_p, int *status_p, uint8_t *proof,
+                                 int *have_p)
 {
     struct braid_comm *comm = c->base.comm;
     for (;;) {
@@ -151,6 +169,11 @@ static braid_result_t next_event(rdma_conn_t *c, uint64_t deadline, const char *
         if (rdma_get_cm_event(c->ch, &ev) == 0) {
             *type_p = ev->event;
             *status_p = ev->status;
+            if (proof) {
+                *have_p = ev->param.conn.private_data &&
+                          ev->param.conn.private_data_len >= BRAID_SHA256_BYTES;
+                if (*have_p) memcpy(proof, ev->param.conn.private_data, BRAID_SHA256_BYTES);
+            }
             rdma_ack_cm_event(ev);
             return BRAID_SUCCESS;
         }
@@ -168,12 +191,12 @@ static braid_result_t next_event(rdma_conn_t *c, uint64_t deadline, const char *
     }
 }
 
-static braid_result_t expect_event(rdma_conn_t *c, uint64_t deadline, const char *what,
-                                   enum rdma_cm_event_type want)
+static braid_result_t expect_event_proof(rdma_conn_t *c, uint64_t deadline, const char *what,
+                                         enum rdma_cm_event_type want, uint8_t *proof, int *have_p)
 {
     enum rdma_cm_event_type t = RDMA_CM_EVENT_ADDR_ERROR;
     int status = 0;
-    BRAID_CHECK(next_event(c, deadline, what, &t, &status));
+    BRAID_CHECK(next_event(c, deadline, what, &t, &status, proof, have_p));
     if (t != want || status)
         return braid_set_error(t == RDMA_CM_EVENT_REJECTED ? BRAID_ERR_REMOTE : BRAID_ERR_SYSTEM,
                                "rdma: %s %s: %s (status %d)", what, c->desc, rdma_event_str(t),
@@ -181,12 +204,26 @@ static braid_result_t expect_event(rdma_conn_t *c, uint64_t deadline, const char
     return BRAID_SUCCESS;
 }
 
-static rdma_conn_t *find_conn(rdma_state_t *st, int rank, int channel, int qp, int nqps)
+static braid_result_t expect_event(rdma_conn_t *c, uint64_t deadline, const char *what,
+                                   enum rdma_cm_event_type want)
 {
-    for (rdma_conn_t *c = st->conns; c; c = c->next)
-        if (c->base.peer == rank && c->base.channel == channel && qp >= 0 && qp < c->nqps &&
-            nqps == c->nqps && !c->ids[qp])
-            return c;
+    return expect_event_proof(c, deadline, what, want, NULL, NULL);
+}
+
+/* The receive connection the hello's fields name whose nonce its MAC covers (NULL: none;
+ * *named_p: whether any connection matched the fields). */
+static rdma_conn_t *find_conn(rdma_state_t *st, const rdma_hello_t *h, int *named_p)
+{
+    *named_p = 0;
+    for (rdma_conn_t *c = st->conns; c; c = c->next) {
+        if (c->base.peer != h->rank || c->base.channel != h->channel || h->qp < 0 ||
+            h->qp >= c->nqps || h->nqps != c->nqps || c->ids[h->qp])
+            continue;
+        *named_p = 1;
+        uint8_t want[BRAID_SHA256_BYTES];
+        rdma_hello_mac(st->comm->boot_addr.secret, c->nonce, st->comm->rank, h, 0, want);
+        if (!braid_mac_cmp(want, h->mac, RDMA_HELLO_MAC)) return c;
+    }
     return NULL;
 }
 
@@ -196,16 +233,16 @@ static void handle_connect_request(rdma_state_t *st, struct rdma_cm_event *ev, i
     rdma_hello_t h;
     const char *why = NULL;
     rdma_conn_t *c = NULL;
+    int named = 0;
     if (!ev->param.conn.private_data || ev->param.conn.private_data_len < sizeof(h)) {
         why = "no hello";
     } else {
         memcpy(&h, ev->param.conn.private_data, sizeof(h));
         if (h.magic != RDMA_MAGIC || h.version != RDMA_VERSION)
             why = "bad magic or version";
-        else if (braid_secret_cmp(h.secret, st->comm->boot_addr.secret))
-            why = "wrong job secret";
-        else if (!(c = find_conn(st, h.rank, h.channel, h.qp, h.nqps)))
-            why = "unexpected rank, channel or QP";
+        else if (!(c = find_conn(st, &h, &named)))
+            why = named ? "wrong job secret (the MAC of its hello does not match)"
+                        : "unexpected rank, channel or QP";
         else if (id->verbs != c->ctx)
             why = "arrived on another device";
     }
@@ -218,8 +255,14 @@ static void handle_connect_request(rdma_state_t *st, struct rdma_cm_event *ev, i
     }
     if (!why) {
         id->context = c;
-        struct rdma_conn_param p = {
-            .responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7, .retry_count = 7};
+        uint8_t proof[BRAID_SHA256_BYTES]; /* the receiver proves it knows the secret too */
+        rdma_hello_mac(st->comm->boot_addr.secret, c->nonce, st->comm->rank, &h, 1, proof);
+        struct rdma_conn_param p = {.private_data = proof,
+                                    .private_data_len = sizeof(proof),
+                                    .responder_resources = 1,
+                                    .initiator_depth = 1,
+                                    .rnr_retry_count = 7,
+                                    .retry_count = 7};
         if (rdma_accept(id, &p)) {
             braid_rdma_set_failed(c, BRAID_ERR_SYSTEM, "rdma: rdma_accept from %s: %s", c->desc,
                                   strerror(errno));
@@ -391,6 +434,11 @@ braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int chan
     rdma_conn_t *c = conn_new(comm, peer, channel, 0, (int)nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     c->st = st;
+    braid_result_t rr = braid_boot_random_secret(c->nonce);
+    if (rr < 0) {
+        braid_rdma_close(&c->base);
+        return rr;
+    }
     braid_result_t r = make_resources(c, st->listen->verbs, 1);
     if (r < 0) {
         braid_rdma_close(&c->base);
@@ -403,6 +451,7 @@ braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int chan
                       .rkey = c->mr->rkey,
                       .family = st->laddr.ss_family,
                       .nqps = (uint32_t)c->nqps};
+    memcpy(in.nonce, c->nonce, BRAID_NONCE_BYTES);
     if (st->laddr.ss_family == AF_INET) {
         in.port = ((struct sockaddr_in *)&st->laddr)->sin_port;
         memcpy(in.ip, &((struct sockaddr_in *)&st->laddr)->sin_addr, 4);
@@ -477,7 +526,10 @@ static braid_result_t do_connect(rdma_conn_t *c, const rdma_info_t *in)
                           .channel = c->base.channel,
                           .qp = q,
                           .nqps = c->nqps};
-        memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
+        BRAID_CHECK(braid_boot_random_secret(h.nonce));
+        uint8_t mac[BRAID_SHA256_BYTES], proof[BRAID_SHA256_BYTES], want[BRAID_SHA256_BYTES];
+        rdma_hello_mac(comm->boot_addr.secret, c->nonce, c->base.peer, &h, 0, mac);
+        memcpy(h.mac, mac, RDMA_HELLO_MAC);
         struct rdma_conn_param p = {.private_data = &h,
                                     .private_data_len = sizeof(h),
                                     .responder_resources = 1,
@@ -486,7 +538,15 @@ static braid_result_t do_connect(rdma_conn_t *c, const rdma_info_t *in)
                                     .rnr_retry_count = 7};
         if (rdma_connect(id, &p))
             return braid_set_error(BRAID_ERR_SYSTEM, "rdma: rdma_connect(%s): %m", c->desc);
-        BRAID_CHECK(expect_event(c, deadline, "connecting to", RDMA_CM_EVENT_ESTABLISHED));
+        int have = 0;
+        BRAID_CHECK(expect_event_proof(c, deadline, "connecting to", RDMA_CM_EVENT_ESTABLISHED,
+                                       proof, &have));
+        rdma_hello_mac(comm->boot_addr.secret, c->nonce, c->base.peer, &h, 1, want);
+        if (!have || braid_mac_cmp(want, proof, BRAID_SHA256_BYTES))
+            return braid_set_error(BRAID_ERR_AUTH,
+                                   "rdma: the receiver of QP %d at %s did not prove it knows the "
+                                   "job secret (%s proof in its accept)",
+                                   q, c->desc, have ? "a wrong" : "no");
         atomic_fetch_add(&c->connected, 1);
         if (q == 0) BRAID_CHECK(braid_rdma_check_mtu(c, id));
     }
@@ -520,6 +580,7 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
     rdma_conn_t *c = conn_new(comm, peer, channel, 1, (int)in.nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     c->st = braid_rdma_state_find(comm); /* its protection domain is shared */
+    memcpy(c->nonce, in.nonce, BRAID_NONCE_BYTES);
     c->raddr = in.addr;
     c->rkey = in.rkey;
     braid_result_t r = do_connect(c, &in);

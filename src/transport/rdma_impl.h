@@ -15,11 +15,11 @@
 #include <sys/socket.h>
 
 #define RDMA_MAGIC 0x62524d41u /* "bRMA" */
-#define RDMA_VERSION 2u
-#define RDMA_HDR 64u          /* header bytes in front of every slot's payload */
-#define RDMA_CTRL 0x80000000u /* immediate: a failure code, not a sequence number */
+#define RDMA_VERSION 3u        /* 3: MACs instead of the job secret in the handshake */
+#define RDMA_HDR 64u           /* header bytes in front of every slot's payload */
+#define RDMA_CTRL 0x80000000u  /* immediate: a failure code, not a sequence number */
 #define RDMA_SEQ_MASK 0x7fffffffu
-#define RDMA_INFO_BYTES 56
+#define RDMA_INFO_BYTES 72
 #define RDMA_EXTRA_WR 8
 #define RDMA_INLINE_WANT 256
 #define RDMA_TEXT 256           /* bytes a receive WR may land (a fail() text, an exposure) */
@@ -62,6 +62,9 @@ typedef struct rdma_conn {
      * pos % nqps; credits and fail() texts go on QP 0. */
     struct rdma_cm_id *ids[RDMA_MAX_QPS];
     int nqps;
+    /* Receiver: drawn at recv_setup, in its info blob; sender: the receiver's, from that blob.
+     * The handshake's MACs cover it (rdma_hello_t). */
+    uint8_t nonce[BRAID_NONCE_BYTES];
     struct rdma_event_channel *ch; /* sender: its own channel (all its ids) */
     struct ibv_context *ctx;
     struct ibv_pd *pd; /* the state's shared one on its device, else own_pd */
@@ -122,13 +125,22 @@ typedef struct rdma_state {
     struct braid_regcache *rc;
 } rdma_state_t;
 
-/* The private data of a connect request. */
+/* The private data of a connect request: 56 bytes, the most an RC connect request carries
+ * through rdma_cm on InfiniBand and RoCE (92 bytes of REQ private data less rdma_cm's 36-byte
+ * header). mac = the first 16 bytes of HMAC(secret, "braid-rdma-connect" | the receive
+ * connection's nonce (its info blob) | i32 receiver's rank | the hello up to mac); the
+ * accept's private data is the receiver's proof, the full HMAC with the label
+ * "braid-rdma-listener" over the same bytes (rdma_conn.c, rdma_hello_mac). The job secret
+ * never goes on the wire. */
+#define RDMA_HELLO_MAC 16
 typedef struct {
     uint32_t magic, version;
-    uint8_t secret[BRAID_SECRET_BYTES];
     int32_t rank, channel;
-    int32_t qp, nqps; /* this QP's index, of nqps */
+    int32_t qp, nqps;                 /* this QP's index, of nqps */
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* the connector's, fresh for each QP */
+    uint8_t mac[RDMA_HELLO_MAC];
 } rdma_hello_t;
+_Static_assert(sizeof(rdma_hello_t) <= 56, "rdma_cm connect request private data");
 
 /* The receiver's info blob. */
 typedef struct {
@@ -137,7 +149,8 @@ typedef struct {
     uint32_t rkey;
     uint16_t family, port; /* port in network order */
     uint8_t ip[16];
-    uint32_t nqps; /* QPs the receiver takes (its BRAID_IB_QPS_PER_CONN) */
+    uint32_t nqps;                    /* QPs the receiver takes (its BRAID_IB_QPS_PER_CONN) */
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* the receive connection's (rdma_hello_t's MAC) */
 } rdma_info_t;
 _Static_assert(sizeof(rdma_info_t) <= RDMA_INFO_BYTES, "info blob");
 _Static_assert(sizeof(braid_msg_hdr_t) <= RDMA_ZC_AT, "header");

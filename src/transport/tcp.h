@@ -26,8 +26,10 @@
  *   posted), and backward on a receive socket (the sender never gets other data there; its
  *   progress thread watches for it and for EOF).
  * - The progress thread also owns the listener: it accepts, reads the hello {magic, version,
- *   secret, rank, channel, socket index, nsocks}, checks the secret with braid_secret_cmp and
- *   hands the socket to the matching receive connection; anything else is closed and logged. */
+ *   rank, channel, socket index, nsocks, nonce, MAC}, finds the receive connection those fields
+ *   name whose MAC checks (braid_tcp_hello_mac: keyed by the job secret, over the receive
+ *   connection's own nonce from its info blob, the receiver's rank and the hello; the secret
+ *   never goes on the wire) and hands it the socket; anything else is closed and logged. */
 #ifndef BRAID_TRANSPORT_TCP_H
 #define BRAID_TRANSPORT_TCP_H
 
@@ -44,8 +46,9 @@ extern const braid_transport_t braid_transport_tcp;
 
 /* ---- wire formats (tcp_wire.c) ------------------------------------------------------------ */
 #define BRAID_TCP_HDR_BYTES 32
-#define BRAID_TCP_HELLO_BYTES 40
-#define BRAID_TCP_INFO_BYTES 40
+#define BRAID_TCP_HELLO_BYTES 72
+#define BRAID_TCP_HELLO_MACED 40 /* the hello bytes its MAC covers (all but the MAC) */
+#define BRAID_TCP_INFO_BYTES 56
 #define BRAID_TCP_ABORT_MAX 1000 /* payload bytes of an ABORT frame (error text) */
 /* The result code of the ABORT frame a clean braid_comm_destroy sends on each connection
  * (after the data): the peer reports "rank R ... destroyed its communicator", not a closed
@@ -68,13 +71,27 @@ braid_result_t braid_tcp_hdr_parse(const void *buf, size_t len, size_t slot_size
 
 /* What a connecting rank presents on each data socket. */
 typedef struct {
-    uint8_t secret[BRAID_SECRET_BYTES];
     int32_t rank, channel, sock, nsocks;
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* the connector's, fresh for each socket */
+    uint8_t mac[BRAID_SHA256_BYTES];  /* braid_tcp_hello_mac */
 } braid_tcp_hello_t;
 void braid_tcp_hello_pack(const braid_tcp_hello_t *h, uint8_t out[BRAID_TCP_HELLO_BYTES]);
 /* BRAID_ERR_AUTH for a bad magic or version, BRAID_ERR_INVALID_ARG for bad fields. The
- * secret is not checked here. */
+ * MAC is not checked here. */
 braid_result_t braid_tcp_hello_parse(const void *buf, size_t len, braid_tcp_hello_t *h_p);
+/* The hello's proof that its sender knows the job secret: HMAC(secret, "braid-tcp-hello" |
+ * conn_nonce | u32 to_rank | hello[0, BRAID_TCP_HELLO_MACED)), where conn_nonce is the one in
+ * the receive connection's info blob (drawn at its recv_setup) and to_rank the receiver's rank.
+ * Replays: a hello is valid only for the one receive connection whose nonce it covers, and
+ * that connection takes each socket index once, from the first valid hello; a recorded hello
+ * is refused anywhere else (another connection, communicator or job with the same secret).
+ * The listener sends nothing back, so it proves nothing to the connector: the connector
+ * reaches it at the address the authenticated bootstrap allgather gave, which the listener
+ * holds bound for the communicator's life. */
+void braid_tcp_hello_mac(const uint8_t secret[BRAID_SECRET_BYTES],
+                         const uint8_t conn_nonce[BRAID_NONCE_BYTES], int32_t to_rank,
+                         const uint8_t hello[BRAID_TCP_HELLO_MACED],
+                         uint8_t out[BRAID_SHA256_BYTES]);
 
 /* The receiver's connection info blob (allgathered by the bootstrap). */
 typedef struct {
@@ -82,6 +99,7 @@ typedef struct {
     socklen_t addrlen;
     uint32_t nsocks;
     uint64_t slot_size;
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* the receive connection's (braid_tcp_hello_mac) */
 } braid_tcp_info_t;
 void braid_tcp_info_pack(const braid_tcp_info_t *info, uint8_t out[BRAID_TCP_INFO_BYTES]);
 braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_t *info_p);
@@ -118,7 +136,8 @@ typedef struct tcp_conn {
     struct tcp_conn *next_conn; /* every connection of the communicator */
     int nsocks;
     tcp_sock_t sock[BRAID_TCP_MAX_SOCKS];
-    char desc[160]; /* "rank 3 (host h, 1.2.3.4:5)" */
+    char desc[160];                   /* "rank 3 (host h, 1.2.3.4:5)" */
+    uint8_t nonce[BRAID_NONCE_BYTES]; /* receiver: in its info blob; hellos' MACs cover it */
 
     uint32_t nslots;
     char *slots; /* nslots * slot_size */

@@ -7,14 +7,15 @@
  * routes to the bootstrap root (so multi-host jobs listen on the interface they bootstrap
  * over), else on braid_boot_local_addr's choice; IPv4 and IPv6. The info blob carries that address,
  * the number of sockets (BRAID_NSOCKS_PERPEER) and the slot size. send_connect opens the sockets
- * (non-blocking connect bounded by BRAID_TIMEOUT) and sends each a hello with the job secret,
- * its rank, the channel and the socket index; recv_accept waits until the progress thread has
- * matched them all.
+ * (non-blocking connect bounded by BRAID_TIMEOUT) and sends each a hello with its rank, the
+ * channel, the socket index and a MAC keyed by the job secret over them and the receive
+ * connection's nonce (braid_tcp_hello_mac in tcp.h: the secret itself never goes on the wire);
+ * recv_accept waits until the progress thread has matched them all.
  *
  * The progress thread (started with the state, all signals blocked) sleeps in epoll_wait on:
  * the listener (accepts; a hello must arrive within 10 s; at most pending_cap connections wait
  * for theirs, see expire_pending), hellos
- * (a wrong secret, garbage or an unexpected rank/channel/socket is closed and logged with a
+ * (a wrong MAC, garbage or an unexpected rank/channel/socket is closed and logged with a
  * warning; the listener keeps serving), send sockets (EPOLLIN: an ABORT frame or EOF from the
  * receiver; EPOLLOUT, armed only while frames are queued: finish them) and an eventfd (stop).
  * It holds tlock while handling events; close() takes tlock, so memory of closed connections
@@ -175,14 +176,16 @@ void braid_tcp_conn_describe(tcp_conn_t *c, const struct sockaddr_storage *addr)
              as[0] ? ", " : "", as);
 }
 
+/* nonce: a receiver's (set before the progress thread can see the connection), else NULL. */
 static braid_result_t conn_new(tcp_state_t *st, int peer, int channel, int is_send, int nsocks,
-                               size_t slot, tcp_conn_t **c_p)
+                               size_t slot, const uint8_t *nonce, tcp_conn_t **c_p)
 {
     struct braid_comm *comm = st->comm;
     tcp_conn_t *c = calloc(1, sizeof(*c));
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "tcp: out of memory for a connection");
     c->st = st;
     c->nsocks = nsocks;
+    if (nonce) memcpy(c->nonce, nonce, BRAID_NONCE_BYTES);
     c->nslots = (uint32_t)comm->nslots;
     c->base = (braid_conn_t){.ops = &braid_transport_tcp,
                              .comm = comm,
@@ -234,9 +237,12 @@ braid_result_t braid_tcp_recv_setup(struct braid_comm *comm, int peer, int chann
     tcp_conn_t *c;
     size_t slot = comm->tcp_conn_slot ? comm->tcp_conn_slot : comm->chunk_bytes;
     int nsocks = comm->tcp_conn_nsocks ? comm->tcp_conn_nsocks : st->nsocks;
-    BRAID_CHECK(conn_new(st, peer, channel, 0, nsocks, slot, &c));
+    uint8_t nonce[BRAID_NONCE_BYTES];
+    BRAID_CHECK(braid_boot_random_secret(nonce));
+    BRAID_CHECK(conn_new(st, peer, channel, 0, nsocks, slot, nonce, &c));
     braid_tcp_info_t in = {
         .addr = st->laddr, .addrlen = st->laddrlen, .nsocks = (uint32_t)nsocks, .slot_size = slot};
+    memcpy(in.nonce, c->nonce, BRAID_NONCE_BYTES);
     braid_tcp_info_pack(&in, info);
     *info_len_p = BRAID_TCP_INFO_BYTES;
     *conn_p = &c->base;
@@ -282,9 +288,11 @@ static braid_result_t connect_sock(tcp_conn_t *c, const braid_tcp_info_t *in, in
     }
     braid_tcp_hello_t h = {
         .rank = comm->rank, .channel = c->base.channel, .sock = idx, .nsocks = c->nsocks};
-    memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
+    BRAID_CHECK(braid_boot_random_secret(h.nonce));
     uint8_t buf[BRAID_TCP_HELLO_BYTES];
     braid_tcp_hello_pack(&h, buf);
+    braid_tcp_hello_mac(comm->boot_addr.secret, in->nonce, c->base.peer, buf,
+                        buf + BRAID_TCP_HELLO_MACED);
     size_t sent = 0;
     while (sent < sizeof(buf)) {
         ssize_t n = send(fd, buf + sent, sizeof(buf) - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -315,7 +323,7 @@ braid_result_t braid_tcp_send_connect(struct braid_comm *comm, int peer, int cha
     tcp_state_t *st;
     BRAID_CHECK(braid_tcp_state_get(comm, &st));
     tcp_conn_t *c;
-    BRAID_CHECK(conn_new(st, peer, channel, 1, (int)in.nsocks, slot, &c));
+    BRAID_CHECK(conn_new(st, peer, channel, 1, (int)in.nsocks, slot, NULL, &c));
     braid_tcp_conn_describe(c, &in.addr);
     uint64_t deadline = braid_now_ns() + braid_timeout_ns(comm->timeout_s);
     for (int i = 0; i < c->nsocks; i++) {
@@ -444,12 +452,21 @@ static void accept_all(tcp_state_t *st)
     listen_watch(st, 0);
 }
 
-static tcp_conn_t *find_recv_conn(tcp_state_t *st, const braid_tcp_hello_t *h)
+/* The receive connection the hello's fields name whose nonce its MAC covers (NULL: none;
+ * *named_p: whether any connection matched the fields). */
+static tcp_conn_t *find_recv_conn(tcp_state_t *st, const braid_tcp_hello_t *h, const uint8_t *hello,
+                                  int *named_p)
 {
-    for (tcp_conn_t *c = st->conns; c; c = c->next_conn)
-        if (!c->base.is_send && !c->closed && c->base.peer == h->rank &&
-            c->base.channel == h->channel && c->nsocks == h->nsocks && c->sock[h->sock].fd < 0)
-            return c;
+    *named_p = 0;
+    for (tcp_conn_t *c = st->conns; c; c = c->next_conn) {
+        if (c->base.is_send || c->closed || c->base.peer != h->rank ||
+            c->base.channel != h->channel || c->nsocks != h->nsocks || c->sock[h->sock].fd >= 0)
+            continue;
+        *named_p = 1;
+        uint8_t want[BRAID_SHA256_BYTES];
+        braid_tcp_hello_mac(st->comm->boot_addr.secret, c->nonce, st->comm->rank, hello, want);
+        if (!braid_mac_cmp(want, h->mac, BRAID_SHA256_BYTES)) return c;
+    }
     return NULL;
 }
 
@@ -478,18 +495,19 @@ static void hello_read(tcp_state_t *st, tcp_pending_t *p)
             return;
         }
     }
-    if (braid_secret_cmp(h.secret, st->comm->boot_addr.secret)) {
-        pending_drop(st, p, "wrong job secret");
-        return;
-    }
-    tcp_conn_t *c = find_recv_conn(st, &h);
+    int named;
+    tcp_conn_t *c = find_recv_conn(st, &h, p->buf, &named);
     if (!c) {
-        snprintf(why, sizeof(why), "unexpected socket %d/%d from rank %d, channel %d", h.sock,
-                 h.nsocks, h.rank, h.channel);
-        {
-            pending_drop(st, p, why);
-            return;
-        }
+        if (named)
+            snprintf(why, sizeof(why),
+                     "wrong job secret (the MAC of the hello for socket %d/%d from rank %d, "
+                     "channel %d does not match)",
+                     h.sock, h.nsocks, h.rank, h.channel);
+        else
+            snprintf(why, sizeof(why), "unexpected socket %d/%d from rank %d, channel %d", h.sock,
+                     h.nsocks, h.rank, h.channel);
+        pending_drop(st, p, why);
+        return;
     }
     epoll_ctl(st->ep, EPOLL_CTL_DEL, p->fd, NULL);
     braid_tcp_sock_options(p->fd);

@@ -5,12 +5,14 @@
  *   0 u32 magic "BTRD"   4 u32 bytes   8 u32 seq   12 u8 coll  13 u8 dtype  14 u8 op
  *   15 u8 flags          16 i32 root   20 i32 code (ABORT frames: braid_result_t, else 0)
  *   24 u64 count
- * Hello (40 bytes), the first bytes a connecting rank sends on each data socket:
- *   0 u32 magic "BTCH"   4 u32 version   8 16 secret bytes   24 i32 rank   28 i32 channel
- *   32 i32 socket index  36 i32 sockets of the connection
- * Connection info (40 bytes), allgathered by the bootstrap:
+ * Hello (72 bytes), the first bytes a connecting rank sends on each data socket:
+ *   0 u32 magic "BTCH"   4 u32 version (2)   8 i32 rank   12 i32 channel   16 i32 socket index
+ *   20 i32 sockets of the connection   24 16 bytes nonce   40 32 bytes MAC (braid_tcp_hello_mac,
+ *   over bytes 0..39; the job secret itself never goes on the wire)
+ * Connection info (56 bytes), allgathered by the bootstrap:
  *   0 u32 magic "BTCI"   4 u16 family (4 or 6)   6 u16 port   8 16 address bytes
- *   24 u32 IPv6 scope id 28 u32 sockets   32 u64 slot size */
+ *   24 u32 IPv6 scope id 28 u32 sockets   32 u64 slot size   40 16 bytes the receive
+ *   connection's nonce */
 #include "core/log.h"
 #include "transport/tcp.h"
 
@@ -20,7 +22,7 @@
 #define HDR_MAGIC 0x44525442u   /* "BTRD" */
 #define HELLO_MAGIC 0x48435442u /* "BTCH" */
 #define INFO_MAGIC 0x49435442u  /* "BTCI" */
-#define HELLO_VERSION 1u
+#define HELLO_VERSION 2u        /* 2: a MAC instead of the secret */
 #define MAX_RANKS (1 << 20)
 #define MAX_CHANNELS 64
 
@@ -117,11 +119,24 @@ void braid_tcp_hello_pack(const braid_tcp_hello_t *h, uint8_t out[BRAID_TCP_HELL
 {
     put32(out, HELLO_MAGIC);
     put32(out + 4, HELLO_VERSION);
-    memcpy(out + 8, h->secret, BRAID_SECRET_BYTES);
-    put32(out + 24, (uint32_t)h->rank);
-    put32(out + 28, (uint32_t)h->channel);
-    put32(out + 32, (uint32_t)h->sock);
-    put32(out + 36, (uint32_t)h->nsocks);
+    put32(out + 8, (uint32_t)h->rank);
+    put32(out + 12, (uint32_t)h->channel);
+    put32(out + 16, (uint32_t)h->sock);
+    put32(out + 20, (uint32_t)h->nsocks);
+    memcpy(out + 24, h->nonce, BRAID_NONCE_BYTES);
+    memcpy(out + BRAID_TCP_HELLO_MACED, h->mac, BRAID_SHA256_BYTES);
+}
+
+void braid_tcp_hello_mac(const uint8_t secret[BRAID_SECRET_BYTES],
+                         const uint8_t conn_nonce[BRAID_NONCE_BYTES], int32_t to_rank,
+                         const uint8_t hello[BRAID_TCP_HELLO_MACED],
+                         uint8_t out[BRAID_SHA256_BYTES])
+{
+    uint8_t bound[BRAID_NONCE_BYTES + 4];
+    memcpy(bound, conn_nonce, BRAID_NONCE_BYTES);
+    put32(bound + BRAID_NONCE_BYTES, (uint32_t)to_rank);
+    braid_auth_mac(secret, BRAID_SECRET_BYTES, "braid-tcp-hello", bound, sizeof(bound), hello,
+                   BRAID_TCP_HELLO_MACED, out);
 }
 
 braid_result_t braid_tcp_hello_parse(const void *buf, size_t len, braid_tcp_hello_t *h_p)
@@ -136,11 +151,12 @@ braid_result_t braid_tcp_hello_parse(const void *buf, size_t len, braid_tcp_hell
         return braid_set_error(BRAID_ERR_AUTH, "hello version %u, want %u", get32(b + 4),
                                HELLO_VERSION);
     braid_tcp_hello_t h;
-    memcpy(h.secret, b + 8, BRAID_SECRET_BYTES);
-    h.rank = (int32_t)get32(b + 24);
-    h.channel = (int32_t)get32(b + 28);
-    h.sock = (int32_t)get32(b + 32);
-    h.nsocks = (int32_t)get32(b + 36);
+    h.rank = (int32_t)get32(b + 8);
+    h.channel = (int32_t)get32(b + 12);
+    h.sock = (int32_t)get32(b + 16);
+    h.nsocks = (int32_t)get32(b + 20);
+    memcpy(h.nonce, b + 24, BRAID_NONCE_BYTES);
+    memcpy(h.mac, b + BRAID_TCP_HELLO_MACED, BRAID_SHA256_BYTES);
     if (h.rank < 0 || h.rank >= MAX_RANKS || h.channel < 0 || h.channel >= MAX_CHANNELS ||
         h.nsocks < 1 || h.nsocks > BRAID_TCP_MAX_SOCKS || h.sock < 0 || h.sock >= h.nsocks)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
@@ -168,6 +184,7 @@ void braid_tcp_info_pack(const braid_tcp_info_t *info, uint8_t out[BRAID_TCP_INF
     }
     put32(out + 28, info->nsocks);
     put64(out + 32, info->slot_size);
+    memcpy(out + 40, info->nonce, BRAID_NONCE_BYTES);
 }
 
 braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_t *info_p)
@@ -201,6 +218,7 @@ braid_result_t braid_tcp_info_parse(const void *buf, size_t len, braid_tcp_info_
     }
     in.nsocks = get32(b + 28);
     in.slot_size = get64(b + 32);
+    memcpy(in.nonce, b + 40, BRAID_NONCE_BYTES);
     if (port == 0 || in.nsocks < 1 || in.nsocks > BRAID_TCP_MAX_SOCKS || in.slot_size == 0 ||
         in.slot_size > ((uint64_t)64 << 20))
         return braid_set_error(BRAID_ERR_INTERNAL,

@@ -3,10 +3,12 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I include -I src -D_GNU_SOURCE \
  *       tests/fuzz/fuzz_boot_hello.c src/core/bootstrap*.c src/core/log.c src/core/config.c \
+ *       src/core/hmac.c src/core/fd_reserve.c \
  *       -lpthread -lm -o fuzz_boot_hello
  *   BRAID_DEBUG=NONE ./fuzz_boot_hello -max_total_time=20
  *
- * Checks beyond "no crash": whatever parses must re-encode to the same bytes. */
+ * Checks beyond "no crash": whatever parses must re-encode to the same bytes, and the two
+ * proofs of the handshake over it (root's and client's) differ. */
 #include "core/bootstrap.h"
 #include "core/log.h"
 
@@ -22,6 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         braid_boot_hello_pack(&h, again);
         if (size != sizeof(again) || memcmp(again, data, size)) __builtin_trap();
         if (h.rank < 0 || h.rank >= h.nranks) __builtin_trap();
+        static const uint8_t key[BRAID_SECRET_BYTES] = {1, 2, 3, 4};
+        uint8_t pr[BRAID_SHA256_BYTES], pc[BRAID_SHA256_BYTES];
+        braid_boot_proof(key, 1, data, h.nonce, pr);
+        braid_boot_proof(key, 0, data, h.nonce, pc);
+        if (!memcmp(pr, pc, sizeof(pr))) __builtin_trap();
     }
     /* Any prefix of the input as a unique id (the rest zero), so short inputs reach the
      * field checks too. */

@@ -4,7 +4,8 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I include -I src -D_GNU_SOURCE \
  *       tests/fuzz/fuzz_tcp_header.c src/transport/tcp_wire.c src/core/log.c \
- *       src/core/config.c src/core/bootstrap_addr.c -lpthread -lm -o fuzz_tcp_header
+ *       src/core/config.c src/core/bootstrap_addr.c src/core/hmac.c -lpthread -lm \
+ *       -o fuzz_tcp_header
  *   BRAID_DEBUG=NONE ./fuzz_tcp_header -max_total_time=20
  *
  * Checks beyond "no crash": whatever parses respects the length limits and re-encodes to the
@@ -46,6 +47,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t again[BRAID_TCP_HELLO_BYTES];
         braid_tcp_hello_pack(&hello, again);
         if (memcmp(again, data, sizeof(again))) __builtin_trap();
+        /* The MAC covers every field: flipping the rank changes it. */
+        static const uint8_t key[BRAID_SECRET_BYTES] = {5, 6, 7};
+        uint8_t m0[BRAID_SHA256_BYTES], m1[BRAID_SHA256_BYTES];
+        braid_tcp_hello_mac(key, hello.nonce, 1, again, m0);
+        again[8] ^= 1;
+        braid_tcp_hello_mac(key, hello.nonce, 1, again, m1);
+        if (!memcmp(m0, m1, sizeof(m0))) __builtin_trap();
     }
 
     braid_tcp_info_t info;

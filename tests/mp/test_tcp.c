@@ -412,17 +412,21 @@ static int strangers(braid_comm_t comm, int rank, int n, void *arg)
     socklen_t ll;
     MP_OK(rank, braid_tcp_listen_addr(comm, &la, &ll));
     braid_tcp_hello_t h = {.rank = (rank + n - 1) % n, .channel = 0, .sock = 0, .nsocks = 1};
+    tcp_conn_t *rc = NULL; /* the receive connection from that rank: its nonce, its nsocks */
+    for (tcp_conn_t *c = ((tcp_state_t *)comm->tcp_state)->conns; c; c = c->next_conn)
+        if (!c->base.is_send && c->base.peer == h.rank && c->base.channel == 0) rc = c;
+    if (rc) h.nsocks = rc->nsocks;
     uint8_t hello[BRAID_TCP_HELLO_BYTES];
-    memset(h.secret, 0x5a, sizeof(h.secret));
+    memset(h.mac, 0x5a, sizeof(h.mac)); /* a MAC made without the secret */
     braid_tcp_hello_pack(&h, hello);
-    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)), "a wrong secret was not rejected");
+    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)), "a wrong MAC was not rejected");
     uint8_t junk[300];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (uint8_t)(i * 37 + (size_t)rank);
     MP_CHECK(rank, rejected(&la, ll, junk, sizeof(junk)), "garbage was not rejected");
     MP_CHECK(rank, rejected(&la, ll, junk, 0) || 1, "connect and close");
-    memcpy(h.secret, comm->boot_addr.secret, BRAID_SECRET_BYTES);
-    braid_tcp_hello_pack(&h, hello);
+    braid_tcp_hello_mac(comm->boot_addr.secret, rc ? rc->nonce : h.nonce, rank, hello,
+                        hello + BRAID_TCP_HELLO_MACED); /* a valid MAC */
     MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)),
              "a second connection for an already connected channel was not rejected");
     /* A half-sent hello sits until the listener times it out; the job goes on meanwhile. */

@@ -5,6 +5,7 @@
  * its own pipe. Each child writes its outcome into a shared slot; the parent asserts. The
  * addressing, id and environment tests are in test_bootstrap_addr.c. */
 #include "core/bootstrap.h"
+#include "boothand.h"
 #include "core/log.h"
 #include "proc.h"
 
@@ -272,14 +273,13 @@ static int intruders[3];
 
 static void send_intruders(job_t *j)
 {
-    /* A valid-looking hello for rank 0 with a wrong secret: if accepted it would collide. */
-    braid_boot_hello_t h = {.magic = 0x48445242u, .version = 1, .rank = 0, .nranks = j->nprocs};
-    memcpy(h.secret, j->root.secret, sizeof(h.secret));
-    h.secret[5] ^= 0x40;
-    uint8_t buf[BRAID_BOOT_HELLO_BYTES];
-    braid_boot_hello_pack(&h, buf);
+    /* A valid hello for rank 0 and a proof under a wrong key: if accepted it would collide. */
+    uint8_t key[BRAID_SECRET_BYTES], buf[BOOT_HAND_SENT];
+    memcpy(key, j->root.secret, sizeof(key));
+    key[5] ^= 0x40;
     intruders[0] = raw_connect(&j->root);
-    cr_assert_eq(send(intruders[0], buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+    cr_assert_eq(boot_hand_join(intruders[0], key, 0, j->nprocs, buf), 0,
+                 "no challenge, or the root's proof verified under a wrong key");
     cr_assert_geq(wait_closed(intruders[0]), 0, "wrong-secret connection not closed");
     /* Garbage bytes, then a silent connection and a partial hello. */
     intruders[1] = raw_connect(&j->root);
@@ -352,12 +352,8 @@ Test(bootstrap, oversized_message_rejected, .timeout = 30)
     setenv("BRAID_DEBUG", "NONE", 1);
     braid_boot_addr_t root;
     start_root(&root, 10);
-    braid_boot_hello_t h = {.magic = 0x48445242u, .version = 1, .rank = 1, .nranks = 2};
-    memcpy(h.secret, root.secret, sizeof(h.secret));
-    uint8_t buf[BRAID_BOOT_HELLO_BYTES];
-    braid_boot_hello_pack(&h, buf);
     int fd = raw_connect(&root);
-    cr_assert_eq(send(fd, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+    cr_assert_eq(boot_hand_join(fd, root.secret, 1, 2, NULL), 1, "handshake by hand failed");
     braid_bootstrap_t *bs;
     cr_assert_eq(braid_boot_init(&bs, &root, 0, 2, 10, NULL), 0, "%s", braid_last_error());
     /* ALLGATHER #0 of 1 GiB: u32 type 1, u32 seq 0, u64 len. */
@@ -619,8 +615,9 @@ Test(bootstrap, unresponsive_root_times_out, .timeout = 30)
     double el = now_s() - t0;
     cr_assert_eq(res, BRAID_ERR_TIMEOUT, "%s", braid_last_error());
     cr_assert(el >= 0.5 && el < 1.5, "took %g s", el);
-    cr_assert_not_null(strstr(braid_last_error(), "rank 1 waited 0.5 s for all 2 ranks to join"),
-                       "%s", braid_last_error());
+    cr_assert_not_null(
+        strstr(braid_last_error(), "rank 1 waited 0.5 s for the bootstrap root's challenge"), "%s",
+        braid_last_error());
     close(fd);
 }
 

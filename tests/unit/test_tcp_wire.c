@@ -81,20 +81,38 @@ Test(tcp, wire_abort_frames, .timeout = 10)
 Test(tcp, wire_hello, .timeout = 10)
 {
     braid_tcp_hello_t h = {.rank = 5, .channel = 2, .sock = 1, .nsocks = 2}, g;
-    for (int i = 0; i < BRAID_SECRET_BYTES; i++)
-        h.secret[i] = (uint8_t)(i * 11);
+    for (int i = 0; i < BRAID_NONCE_BYTES; i++)
+        h.nonce[i] = (uint8_t)(i * 11);
+    for (int i = 0; i < BRAID_SHA256_BYTES; i++)
+        h.mac[i] = (uint8_t)(i * 7 + 1);
     uint8_t w[BRAID_TCP_HELLO_BYTES];
     braid_tcp_hello_pack(&h, w);
     cr_assert_eq(braid_tcp_hello_parse(w, sizeof(w), &g), BRAID_SUCCESS);
     cr_assert(g.rank == 5 && g.channel == 2 && g.sock == 1 && g.nsocks == 2);
-    cr_assert(!memcmp(g.secret, h.secret, BRAID_SECRET_BYTES));
+    cr_assert(!memcmp(g.nonce, h.nonce, BRAID_NONCE_BYTES));
+    cr_assert(!memcmp(g.mac, h.mac, BRAID_SHA256_BYTES));
+    /* The MAC covers the receive connection's nonce, the receiver's rank and every field. */
+    uint8_t key[BRAID_SECRET_BYTES] = {1, 2, 3}, cn[BRAID_NONCE_BYTES] = {9}, m0[32], m1[32];
+    braid_tcp_hello_mac(key, cn, 3, w, m0);
+    braid_tcp_hello_mac(key, cn, 4, w, m1);
+    cr_assert(memcmp(m0, m1, 32), "to_rank not covered");
+    cn[15] = 1;
+    braid_tcp_hello_mac(key, cn, 3, w, m1);
+    cr_assert(memcmp(m0, m1, 32), "connection nonce not covered");
+    cn[15] = 0;
+    for (int i = 0; i < BRAID_TCP_HELLO_MACED; i++) {
+        w[i] ^= 1;
+        braid_tcp_hello_mac(key, cn, 3, w, m1);
+        w[i] ^= 1;
+        cr_assert(memcmp(m0, m1, 32), "hello byte %d not covered", i);
+    }
     cr_assert_eq(braid_tcp_hello_parse(w, sizeof(w) - 1, &g), BRAID_ERR_AUTH);
     uint8_t bad[BRAID_TCP_HELLO_BYTES];
     memcpy(bad, w, sizeof(bad));
     bad[1] ^= 0x40;
     cr_assert_eq(braid_tcp_hello_parse(bad, sizeof(bad), &g), BRAID_ERR_AUTH);
     memcpy(bad, w, sizeof(bad));
-    bad[4] = 9; /* version */
+    bad[4] = 1; /* version 1: the secret in clear */
     cr_assert_eq(braid_tcp_hello_parse(bad, sizeof(bad), &g), BRAID_ERR_AUTH);
     braid_tcp_hello_t odd[] = {{.rank = -1, .nsocks = 1},
                                {.rank = 0, .channel = -3, .nsocks = 1},
@@ -115,6 +133,8 @@ Test(tcp, wire_connection_info, .timeout = 10)
     a->sin_family = AF_INET;
     a->sin_port = htons(4242);
     inet_pton(AF_INET, "198.18.0.7", &a->sin_addr);
+    for (int i = 0; i < BRAID_NONCE_BYTES; i++)
+        in.nonce[i] = (uint8_t)(i * 29 + 3);
     uint8_t w[BRAID_TCP_INFO_BYTES];
     braid_tcp_info_pack(&in, w);
     cr_assert_eq(braid_tcp_info_parse(w, sizeof(w), &g), BRAID_SUCCESS);
@@ -122,6 +142,7 @@ Test(tcp, wire_connection_info, .timeout = 10)
     braid_boot_addr_str(&g.addr, s, sizeof(s));
     cr_assert_str_eq(s, "198.18.0.7:4242");
     cr_assert(g.nsocks == 3 && g.slot_size == 1 << 17 && g.addrlen == sizeof(*a));
+    cr_assert(!memcmp(g.nonce, in.nonce, BRAID_NONCE_BYTES));
     w[20] = 1; /* IPv4 padding must be zero */
     cr_assert_lt(braid_tcp_info_parse(w, sizeof(w), &g), 0);
 
