@@ -44,6 +44,7 @@
 #include "core/log.h"
 #include "core/regcache.h"
 #include "transport/rdma_impl.h"
+#include "transport/rdma_pos.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -149,7 +150,7 @@ static void on_ctrl(rdma_conn_t *c, uint32_t imm, const char *data, uint32_t len
     atomic_store_explicit(&c->peer_fail, code ? code : BRAID_ERR_REMOTE, memory_order_release);
 }
 
-/* A data write arrived on QP q: messages on one QP come in order (pos = q, q + nqps, ...). */
+/* A data write arrived on QP q: messages on one QP come in order (rdma_pos.h). */
 static void on_write(rdma_conn_t *c, int q, uint32_t imm)
 {
     uint32_t want = c->rx_next[q];
@@ -160,7 +161,7 @@ static void on_write(rdma_conn_t *c, int q, uint32_t imm)
         return;
     }
     c->arrived[want % c->nslots] = want + 1;
-    c->rx_next[q] = want + (uint32_t)c->nqps;
+    c->rx_next[q] = braid_rdma_pos_next(want, (uint32_t)c->nqps);
 }
 
 void braid_rdma_poll_cq(rdma_conn_t *c)
@@ -237,7 +238,7 @@ static braid_result_t rdma_send_get(braid_conn_t *conn, void **buf_p)
  * same QP, so the header's completion at the receiver follows the payload. */
 static braid_result_t post_msg(rdma_conn_t *c, const braid_msg_hdr_t *hdr, int zc, uint64_t zc_off)
 {
-    int q = (int)(c->pos % (uint32_t)c->nqps);
+    int q = braid_rdma_pos_qp(c->pos, (uint32_t)c->nqps);
     BRAID_CHECK(sq_room(c, q, zc ? 2 : 1));
     size_t off = (size_t)(c->pos % c->nslots) * c->stride;
     memcpy(c->buf + off, hdr, sizeof(*hdr));

@@ -110,15 +110,15 @@ else
 fi
 
 # Several QPs per connection (messages striped over them, read in order), and the path MTU.
-want_log="rdma: 3 QPs to rank"
-run "conformance rdma/data, BRAID_IB_QPS_PER_CONN=3" 2 \
-    "BRAID_IB_QPS_PER_CONN=3 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
+want_log="rdma: 4 QPs to rank"
+run "conformance rdma/data, BRAID_IB_QPS_PER_CONN=4" 2 \
+    "BRAID_IB_QPS_PER_CONN=4 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
 want_log=""
 for c in fail close; do
     run "conformance rdma/$c, BRAID_IB_QPS_PER_CONN=2" 2 "BRAID_IB_QPS_PER_CONN=2" "$conf" rdma "$c"
 done
-run "conformance rdma/register (zero-copy), 3 QPs per connection, 2 channels" 2 \
-    "BRAID_IB_QPS_PER_CONN=3 BRAID_NCHANNELS=2" "$conf" rdma register
+run "conformance rdma/register (zero-copy), 4 QPs per connection, 2 channels" 2 \
+    "BRAID_IB_QPS_PER_CONN=4 BRAID_NCHANNELS=2" "$conf" rdma register
 # Zero-copy along a longer ring: middle ranks forward chunks from their output.
 run "zero-copy ring: 4 ranks, rdma, ring, all-gather + broadcast from every root" 4 \
     "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" "$conf" rdma zcring
@@ -131,13 +131,13 @@ want_log="path MTU 1024 bytes (port active MTU 1024, route MTU"
 run "rdma QPs use min(port active MTU, route MTU) = 1024 on veth (MTU 1500), logged" 2 \
     "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
 want_log=""
-if ! job 2 "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=9" "$conf" rdma data &&
-    cat /tmp/rank.*.out | grep -q "BRAID_IB_QPS_PER_CONN=9 is outside \[1, 8\]"; then
+if ! job 2 "BRAID_TRANSPORT=rdma BRAID_IB_QPS_PER_CONN=3" "$conf" rdma data &&
+    cat /tmp/rank.*.out | grep -q "BRAID_IB_QPS_PER_CONN='3' is not a power of two in \[1, 8\]"; then
     passed=$((passed + 1))
-    echo "[PASS] BRAID_IB_QPS_PER_CONN=9 is refused, naming the variable"
+    echo "[PASS] BRAID_IB_QPS_PER_CONN=3 is refused, naming the variable"
 else
     failed=$((failed + 1))
-    echo "[FAIL] BRAID_IB_QPS_PER_CONN=9 was not refused with a message"
+    echo "[FAIL] BRAID_IB_QPS_PER_CONN=3 was not refused with a message"
     cat /tmp/rank.*.out | tail -n 10
 fi
 rm -f /tmp/rank.*.out
