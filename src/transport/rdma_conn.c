@@ -83,10 +83,10 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->ctx = ctx;
     c->nslots = (uint32_t)comm->nslots;
     c->stride = RDMA_HDR + ((comm->chunk_bytes + 63) & ~(size_t)63);
-    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT +
-                 (size_t)c->nqps * (c->nslots + RDMA_EXTRA_WR) * RDMA_TEXT;
     c->sq_max = c->nslots + RDMA_EXTRA_WR;
-    c->rq_depth = c->nslots + RDMA_EXTRA_WR;
+    /* A sender's QP 0 receives credits (a FIFO-full between its polls), exposures and fail(). */
+    c->rq_depth = c->nslots + RDMA_EXTRA_WR + RDMA_MAX_EXPOSED;
+    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT + (size_t)c->nqps * c->rq_depth * RDMA_TEXT;
     if (c->st && c->st->pd && c->st->pd->context == ctx) {
         c->pd = c->st->pd; /* shared: user registrations are usable on this QP */
     } else {

@@ -25,6 +25,11 @@
 #define RDMA_TEXT 256           /* bytes a receive WR may land (a fail() text, an exposure) */
 #define RDMA_CTRL_EXPOSE 0x100u /* with RDMA_CTRL: the payload is an rdma_expose_t */
 #define RDMA_MAX_QPS 8          /* BRAID_IB_QPS_PER_CONN at most */
+/* Exposures a receiver may have sent that its sender has not yet reported polled: each takes
+ * one of the sender's QP 0 receive WRs until the sender polls its completion queue, which a
+ * sender with nothing to send may not do for a long time (its receive queue holds the credits
+ * of a FIFO-full, these, and a fail() notice). */
+#define RDMA_MAX_EXPOSED 4
 /* Work request ids: the kind in the low byte, the QP index above it, then (receives) the index
  * of the WR's own landing buffer. */
 enum {
@@ -45,9 +50,10 @@ typedef struct {
     uint64_t addr, bytes;
 } rdma_expose_t;
 /* In a slot's header area after braid_msg_hdr_t: the payload went straight to the exposed
- * buffer at `off` (zc = 1) instead of following the header. */
+ * buffer at `off` (zc = 1) instead of following the header; exp_polled: the exposures the
+ * sender had polled (their receive WRs reposted) when it posted the message. */
 typedef struct {
-    uint32_t zc, pad;
+    uint32_t zc, exp_polled;
     uint64_t off;
 } rdma_zc_t;
 #define RDMA_ZC_AT 32 /* offset of rdma_zc_t in the slot header */
@@ -89,6 +95,9 @@ typedef struct rdma_conn {
     rdma_expose_t exp;
     int exp_valid;
     struct braid_reg_entry *exp_entry;
+    /* Receiver: exposures sent. Sender: exposures polled; receiver: the latest count of them
+     * its sender reported (rdma_zc_t), at most RDMA_MAX_EXPOSED behind exp_sent. */
+    uint32_t exp_sent, exp_polled;
     uint64_t zc_msgs;   /* messages sent (sender) / received (receiver) zero-copy */
     int path_mtu;       /* bytes, QP 0's path MTU (0 until connected) */
     unsigned cq_events; /* unacked completion-channel events */
@@ -182,6 +191,9 @@ void braid_rdma_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes)
 /* Zero-copy: the receiver exposes [base, base + bytes) for collective seq (NULL withdraws);
  * the sender writes a message's payload straight to the exposed buffer at dst_off. */
 void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
+/* The collective that exposed conn's output failed: tells the peer (fail()) and moves the
+ * connection's QPs to the error state, so no write of the peer can land in the output. */
+void braid_rdma_recv_revoke(braid_conn_t *conn, braid_result_t code, const char *why);
 braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
                                        size_t dst_off);
 

@@ -127,6 +127,15 @@ run "zero-copy ring: 3 ranks, rdma, ring, 2 QPs x 2 channels" 3 \
     "$conf" rdma zcring
 run "zero-copy ring: 4 ranks, automatic (shm + rdma), registered buffers, exact results" 4 "" \
     "$conf" auto zcring
+# Exposures on connections that carry no data (channel 0's slice of a 1-element all-gather is
+# empty; a broadcast root receives nothing) must not stall the ring (receive queues full, RNR).
+run "zero-copy: 100 all-gathers of 1 element, 2 channels, registered output, each < 1 s" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_NCHANNELS=2 BRAID_TIMEOUT=5" "$conf" rdma zcsmall
+run "zero-copy: 200 broadcasts from rank 0, 16 slots, registered output, at most 3 over 0.25 s" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring BRAID_NSLOTS=16 BRAID_TIMEOUT=5" "$conf" rdma zcbcast
+# A failed all-gather withdraws its exposure for good: a late peer cannot write the output.
+run "zero-copy: a late peer's writes cannot reach the output of a failed all-gather" 2 \
+    "BRAID_TRANSPORT=rdma BRAID_ALGO=ring" "$conf" rdma zclate
 want_log="path MTU 1024 bytes (port active MTU 1024, route MTU"
 run "rdma QPs use min(port active MTU, route MTU) = 1024 on veth (MTU 1500), logged" 2 \
     "BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=NET" "$conf" rdma data
