@@ -502,8 +502,9 @@ static void rdma_wake(braid_conn_t *conn)
 static void rdma_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) && !c->fail_sent) {
-        c->fail_sent = 1;
+    /* braid_comm_abort calls this from another thread: one notice, whichever comes first. */
+    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) &&
+        !atomic_exchange(&c->fail_sent, 1)) {
         uint32_t v = (uint32_t)(-code) & 0xff;
         snprintf(c->tx_text, RDMA_TEXT - 1, "%s", why ? why : "");
         uint32_t len = (uint32_t)strlen(c->tx_text);

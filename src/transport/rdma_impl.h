@@ -88,7 +88,9 @@ typedef struct rdma_conn {
      * on different QPs may complete out of order; they are read in order). */
     uint32_t *arrived;
     uint32_t rx_next[RDMA_MAX_QPS]; /* receiver: the sequence number expected next on QP q */
-    uint32_t sq_out[RDMA_MAX_QPS];  /* send WRs outstanding per QP */
+    /* Send WRs outstanding per QP: atomic, as braid_comm_abort's fail() (another thread) posts
+     * its notice while the owning thread posts and polls (only the owner decrements). */
+    _Atomic uint32_t sq_out[RDMA_MAX_QPS];
     uint32_t sq_max, rq_depth, max_inline;
     /* Zero-copy. Sender: the receiver's latest exposure. Receiver: what it exposed (held in
      * the registration cache until withdrawn). */
@@ -102,7 +104,7 @@ typedef struct rdma_conn {
     int path_mtu;       /* bytes, QP 0's path MTU (0 until connected) */
     unsigned cq_events; /* unacked completion-channel events */
     int wake_fd;
-    int fail_sent;
+    _Atomic int fail_sent; /* fail() posted its notice (any thread: abort) */
     _Atomic int connected; /* QPs established */
     _Atomic int failed;    /* braid_result_t, 0 = none */
     _Atomic int peer_fail; /* the code of the peer's fail() notice, 0 = none (peer_failed) */
