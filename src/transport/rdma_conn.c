@@ -312,6 +312,7 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&st->laddr)->sin_addr, ip, sizeof(ip));
     else
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&st->laddr)->sin6_addr, ip, sizeof(ip));
+    braid_rdma_fork_init();
     st->ch = rdma_create_event_channel();
     st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!st->ch || st->efd < 0 || set_nonblock(st->ch->fd) ||
@@ -499,6 +500,7 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
                                        const void *info, size_t info_len, braid_conn_t **conn_p)
 {
     rdma_info_t in;
+    braid_rdma_fork_init();
     if (info_len < sizeof(in))
         return braid_set_error(BRAID_ERR_INTERNAL, "rdma: short connection info from rank %d",
                                peer);

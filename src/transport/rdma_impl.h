@@ -200,6 +200,14 @@ braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t
                                        size_t dst_off);
 
 /* rdma_dev.c */
+/* ibv_fork_init, once, before the process's first verbs call (warns when fork is unsafe). */
+void braid_rdma_fork_init(void);
+struct ifaddrs;
+/* The address of interface `name` in list for a listener whose address the info blob carries
+ * (family, 16 bytes, port: no IPv6 scope): its first IPv4 address, else its first IPv6 one
+ * that is not link-local. 0, or -1 if it has none. */
+int braid_rdma_pick_ifaddr(const struct ifaddrs *list, const char *name,
+                           struct sockaddr_storage *a);
 /* The address the listener binds to (port 0) and why (for the log): BRAID_IB_HCA's port;
  * else, on a host with several active RDMA ports that reach every other host, one on the
  * rank's NUMA node (braid_comm_data_addr_filtered); else the route to the bootstrap root. */
