@@ -96,6 +96,14 @@ typedef struct {
     int done;
 } braid_plan_cursor_t;
 
+/* The elements of channel `channel`'s slice of count in a ring plan (channels split count
+ * evenly; with count < nchannels some slices are empty). */
+static inline size_t braid_plan_channel_count(size_t count, int nchannels, int channel)
+{
+    size_t nch = nchannels < 1 ? 1 : (size_t)nchannels;
+    return count * (size_t)(channel + 1) / nch - count * (size_t)channel / nch;
+}
+
 /* Starts the iterator of `channel` (0..nchannels-1). */
 void braid_plan_begin(braid_plan_cursor_t *c, const braid_plan_params_t *p, int channel);
 /* Writes the next step and returns 1, or returns 0 when the channel has no more steps. */

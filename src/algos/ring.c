@@ -140,7 +140,7 @@ void braid_plan_begin(braid_plan_cursor_t *c, const braid_plan_params_t *p, int 
     c->channel = channel;
     size_t nch = (size_t)c->p.nchannels;
     c->ch_off = p->count * (size_t)channel / nch;
-    c->ch_count = p->count * (size_t)(channel + 1) / nch - c->ch_off;
+    c->ch_count = braid_plan_channel_count(p->count, c->p.nchannels, channel);
     if (c->p.algo != BRAID_PLAN_RING && c->p.nranks > 1) {
         /* One channel: the latency algorithms' messages are few and small. */
         c->ch_off = 0;

@@ -103,7 +103,8 @@ static const braid_param_t params[] = {
     {"IB_GID_INDEX", "-1", BRAID_PARAM_INT,
      "RoCE GID index for RDMA; -1 = automatic (a RoCE v2 IPv4 GID first)"},
     {"IB_QPS_PER_CONN", "1", BRAID_PARAM_INT,
-     "RDMA queue pairs per connection (1-8); messages are striped over them in order"},
+     "RDMA queue pairs per connection (1, 2, 4 or 8); messages are striped over them in "
+     "order"},
     {"HOSTNAME", "", BRAID_PARAM_STR,
      "override the host identity used to group ranks by host (default: the hostname, boot "
      "id, network and PID namespaces: ranks in other namespaces are other hosts)"},
@@ -243,10 +244,10 @@ braid_result_t braid_param_double(const char *name, double *val_p)
 static const struct {
     const char *name, *choices;
     int64_t lo, hi;
-    int pow2; /* 0 or a power of two: the transports map a uint32 frame counter onto slots
-               * and sockets by its remainder (and a socket's next frame by adding their
-               * number), which agree across the counter's wrap at 2^32 only for powers of
-               * two */
+    int pow2; /* 0 or a power of two: the transports map a uint32 frame counter onto slots,
+               * sockets and QPs by its remainder (and a socket's or QP's next frame by adding
+               * their number), which agree across the counter's wrap at 2^32 only for
+               * powers of two */
 } checks[] = {
     {"DEBUG", "NONE,WARN,INFO,DEBUG,TRACE", 0, 0, 0},
     {"TRANSPORT", "shm,tcp,rdma", 0, 0, 0},
@@ -262,7 +263,7 @@ static const struct {
     {"P2P_CMA_PIECE", NULL, 0, INT64_MAX, 0},
     {"P2P_CMA_HELP", "auto,0,1", 0, 0, 0},
     {"IB_GID_INDEX", NULL, -1, 255, 0},
-    {"IB_QPS_PER_CONN", NULL, 1, 8, 0},
+    {"IB_QPS_PER_CONN", NULL, 1, 8, 1},
     {"DEV_ENGINE", "auto,device,stage", 0, 0, 0},
     {"DEV_NCHANNELS", NULL, 1, 16, 0},
     {"DEV_BLOCKS", NULL, 1, 8, 0},
@@ -434,7 +435,8 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
 braid_result_t braid_config_check_transport(void)
 {
     char why[256];
-    static const char *const socks[] = {"NSLOTS", "NSOCKS_PERPEER", "P2P_TCP_NSOCKS"};
+    static const char *const socks[] = {"NSLOTS", "NSOCKS_PERPEER", "P2P_TCP_NSOCKS",
+                                        "IB_QPS_PER_CONN"};
     for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++) {
         const braid_param_t *p = find(socks[i]);
         if (p && !braid_param_valid(p, why, sizeof(why)))

@@ -98,6 +98,15 @@ static size_t zc_out_bytes(const struct braid_comm *comm, const braid_op_args_t 
     return 0;
 }
 
+/* Zero-copy: whether channel c of a ring all-gather or broadcast brings this rank data (its
+ * slice is not empty; a broadcast's root receives nothing). Only then is the output exposed:
+ * an unused exposure takes (rdma) a receive WR of a peer that may not poll for it. */
+static int zc_receives(const struct braid_comm *comm, const braid_op_args_t *a, int c)
+{
+    if (!braid_plan_channel_count(a->count, comm->nchannels, c)) return 0;
+    return !(a->coll == BRAID_COLL_BROADCAST && comm->rank == a->root);
+}
+
 /* Bytes per piece when one input feeds two outputs (a multiple of every element size). */
 #define SUB_BLOCK 8192
 
@@ -651,14 +660,21 @@ static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a
     r.by_ref = algo == BRAID_PLAN_RING;
     r.out_bytes = a->count * r.es * (a->coll == BRAID_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
     r.zc_bytes = zc_out_bytes(comm, a, algo);
+    int exposed[BRAID_MAX_CHANNELS] = {0};
     for (int c = 0; r.zc_bytes && c < comm->nchannels; c++) {
         braid_conn_t *rc = comm->ring[c].recv;
-        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, out, r.zc_bytes);
+        if (!rc || !rc->ops->recv_expose || !zc_receives(comm, a, c)) continue;
+        rc->ops->recv_expose(rc, seq, out, r.zc_bytes);
+        exposed[c] = 1;
     }
     braid_result_t res = run_steps(&r, seq, algo);
-    for (int c = 0; r.zc_bytes && c < comm->nchannels; c++) {
+    char why[1024] = "";
+    if (res < 0) snprintf(why, sizeof(why), "rank %d: %s", comm->rank, braid_last_error());
+    for (int c = 0; c < comm->nchannels; c++) {
         braid_conn_t *rc = comm->ring[c].recv;
-        if (rc && rc->ops->recv_expose) rc->ops->recv_expose(rc, seq, NULL, 0);
+        /* A failed call's peer may still write: the transport closes the output to it. */
+        if (exposed[c] && res < 0 && rc->ops->recv_revoke) rc->ops->recv_revoke(rc, res, why);
+        if (exposed[c]) rc->ops->recv_expose(rc, seq, NULL, 0);
     }
     /* Whatever the outcome, no frame may refer to the caller's buffers once we return, and no
      * direct receive may still write the output. */

@@ -198,18 +198,37 @@ static void map_transport(void)
     if (env_true("NCCL_SHM_DISABLE")) put("BRAID_TRANSPORT", "tcp", "NCCL_SHM_DISABLE=1");
 }
 
+/* Sockets and RDMA QPs per connection: braid takes 1, 2, 4 or 8 (a frame counter's remainder
+ * picks one, which must agree across the counter's wrap): the largest of them up to n. */
+static void put_pow2(const char *braid_var, int n, const char *from)
+{
+    int p2 = 1;
+    while (p2 * 2 <= n && p2 < 8)
+        p2 *= 2;
+    char buf[16];
+    snprintf(buf, sizeof(buf), "%d", p2);
+    put(braid_var, buf, from);
+}
+
 static void map_socks(void)
 {
     const char *a = getenv("NCCL_NSOCKS_PERTHREAD"), *b = getenv("NCCL_SOCKET_NTHREADS");
     if (!a && !b) return;
     int n = (a ? atoi(a) : 1) * (b ? atoi(b) : 1);
     if (n < 1) return;
-    int p2 = 1; /* braid takes 1, 2, 4 or 8: the largest of them up to n */
-    while (p2 * 2 <= n && p2 < 8)
-        p2 *= 2;
-    char buf[16];
-    snprintf(buf, sizeof(buf), "%d", p2);
-    put("BRAID_NSOCKS_PERPEER", buf, "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS");
+    put_pow2("BRAID_NSOCKS_PERPEER", n, "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS");
+}
+
+static void map_qps(void)
+{
+    const char *v = getenv("NCCL_IB_QPS_PER_CONNECTION");
+    if (!v) return;
+    int n = atoi(v);
+    if (n < 1) {
+        shim_info("NCCL_IB_QPS_PER_CONNECTION=%s ignored: not a positive count", v);
+        return;
+    }
+    put_pow2("BRAID_IB_QPS_PER_CONN", n, "NCCL_IB_QPS_PER_CONNECTION");
 }
 
 static int comm_blocking = -1;
@@ -245,13 +264,13 @@ static void env_init_once(void)
     same("NCCL_SOCKET_IFNAME", "BRAID_SOCKET_IFNAME");
     same("NCCL_IB_HCA", "BRAID_IB_HCA");
     same("NCCL_IB_GID_INDEX", "BRAID_IB_GID_INDEX");
-    same("NCCL_IB_QPS_PER_CONNECTION", "BRAID_IB_QPS_PER_CONN");
     same("NCCL_HOSTID", "BRAID_HOSTNAME");
     map_algo();
     map_channels();
     map_buffsize();
     map_transport();
     map_socks();
+    map_qps();
 }
 
 void shim_env_init(void)

@@ -33,7 +33,13 @@
  * 64-byte header (flagged zero-copy, with the offset) into the slot by WRITE WITH IMMEDIATE on
  * the same QP, so the header completes after the payload; recv_get returns a pointer into the
  * output, where the engine's copy has nothing left to do. Without an exposure for the same
- * collective (not registered, not arrived yet) messages take the staging path.
+ * collective (not registered, not arrived yet) messages take the staging path. An exposure
+ * takes one of the sender's receive WRs until the sender polls its CQ; every message's header
+ * says how many exposures the sender had polled by then, and a receiver with RDMA_MAX_EXPOSED
+ * unreported ones sends no more (its sender's receive queue would run dry: RNR, the credits
+ * stalled behind). Exposing is best effort: no room on the send queue, no exposure. When the
+ * collective fails, the engine revokes the exposure (recv_revoke): the peer is told and the
+ * connection's QPs go to the error state, so a late peer's writes cannot reach the output.
  *
  * Failures. A failed work completion, a DISCONNECTED (or device) event, or a peer's fail()
  * (a SEND WITH IMMEDIATE: top bit set, the error code, its text as payload) make the
@@ -45,6 +51,7 @@
 #include "core/log.h"
 #include "core/regcache.h"
 #include "transport/rdma_impl.h"
+#include "transport/rdma_pos.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -118,6 +125,7 @@ static void repost(rdma_conn_t *c, int q, uint32_t idx)
 static void on_expose(rdma_conn_t *c, const char *data, uint32_t len)
 {
     rdma_expose_t e;
+    c->exp_polled++; /* its receive WR is reposted next (reported in rdma_zc_t) */
     if (len != sizeof(e) || !c->base.is_send) {
         braid_rdma_set_failed(c, BRAID_ERR_REMOTE, "rdma: %s sent a malformed exposure (%u bytes)",
                               c->desc, len);
@@ -150,7 +158,7 @@ static void on_ctrl(rdma_conn_t *c, uint32_t imm, const char *data, uint32_t len
     atomic_store_explicit(&c->peer_fail, code ? code : BRAID_ERR_REMOTE, memory_order_release);
 }
 
-/* A data write arrived on QP q: messages on one QP come in order (pos = q, q + nqps, ...). */
+/* A data write arrived on QP q: messages on one QP come in order (rdma_pos.h). */
 static void on_write(rdma_conn_t *c, int q, uint32_t imm)
 {
     uint32_t want = c->rx_next[q];
@@ -161,7 +169,7 @@ static void on_write(rdma_conn_t *c, int q, uint32_t imm)
         return;
     }
     c->arrived[want % c->nslots] = want + 1;
-    c->rx_next[q] = want + (uint32_t)c->nqps;
+    c->rx_next[q] = braid_rdma_pos_next(want, (uint32_t)c->nqps);
 }
 
 void braid_rdma_poll_cq(rdma_conn_t *c)
@@ -212,6 +220,9 @@ static braid_result_t sq_room(rdma_conn_t *c, int q, uint32_t need)
     while (c->sq_out[q] + 1 + need >= c->sq_max) { /* two kept for fail() */
         braid_rdma_poll_cq(c);
         BRAID_CHECK(braid_rdma_failure(c));
+        if (atomic_load_explicit(&c->base.comm->aborted, memory_order_relaxed))
+            return braid_set_error(BRAID_ERR_ABORTED, "rdma: aborted waiting to send to %s: %s",
+                                   c->desc, braid_comm_abort_reason(c->base.comm));
         if (!deadline) deadline = braid_now_ns() + braid_timeout_ns(c->base.comm->timeout_s);
         if (braid_now_ns() > deadline)
             return braid_set_error(BRAID_ERR_TIMEOUT, "rdma: send queue to %s stuck", c->desc);
@@ -224,6 +235,7 @@ static braid_result_t sq_room(rdma_conn_t *c, int q, uint32_t need)
 static braid_result_t rdma_send_get(braid_conn_t *conn, void **buf_p)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
+    BRAID_CHECK(braid_rdma_failure(c)); /* a failed peer takes nothing more */
     if (c->pos - c->tail >= c->nslots) {
         braid_rdma_poll_cq(c);
         if (c->pos - c->tail >= c->nslots) return BRAID_INPROGRESS;
@@ -238,11 +250,14 @@ static braid_result_t rdma_send_get(braid_conn_t *conn, void **buf_p)
  * same QP, so the header's completion at the receiver follows the payload. */
 static braid_result_t post_msg(rdma_conn_t *c, const braid_msg_hdr_t *hdr, int zc, uint64_t zc_off)
 {
-    int q = (int)(c->pos % (uint32_t)c->nqps);
+    /* Nothing more to a failed peer: after its fail() it may have returned from the
+     * collective whose output it exposed (its QPs are in the error state, too). */
+    BRAID_CHECK(braid_rdma_failure(c));
+    int q = braid_rdma_pos_qp(c->pos, (uint32_t)c->nqps);
     BRAID_CHECK(sq_room(c, q, zc ? 2 : 1));
     size_t off = (size_t)(c->pos % c->nslots) * c->stride;
     memcpy(c->buf + off, hdr, sizeof(*hdr));
-    rdma_zc_t z = {.zc = (uint32_t)zc, .off = zc_off};
+    rdma_zc_t z = {.zc = (uint32_t)zc, .exp_polled = c->exp_polled, .off = zc_off};
     memcpy(c->buf + off + RDMA_ZC_AT, &z, sizeof(z));
     uint32_t len = RDMA_HDR + (zc ? 0 : hdr->bytes);
     struct ibv_sge sge = {
@@ -307,17 +322,16 @@ void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t
     }
     c->exp_valid = 0;
     /* Only buffers the user registered (in the cache), and only when the exposure can be sent
-     * inline (its buffer is reused by the next one). */
+     * inline (its buffer is reused by the next one), the sender has room for it in its receive
+     * queue (RDMA_MAX_EXPOSED) and this side in its send queue: best effort, never a wait. */
     if (!base || !bytes || !c->st || !c->st->rc || c->pd != c->st->pd ||
         !braid_rdma_all_connected(c) || c->max_inline < sizeof(rdma_expose_t) ||
-        atomic_load(&c->failed))
+        atomic_load(&c->failed) || c->exp_sent - c->exp_polled >= RDMA_MAX_EXPOSED)
         return;
+    if (c->sq_out[0] + 2 >= c->sq_max) braid_rdma_poll_cq(c); /* as sq_room(c, 0, 1) */
+    if (c->sq_out[0] + 2 >= c->sq_max) return;
     braid_reg_entry_t *e = NULL;
     if (braid_regcache_get(c->st->rc, base, bytes, &e) != BRAID_SUCCESS || !e) return;
-    if (sq_room(c, 0, 1) != BRAID_SUCCESS) {
-        braid_regcache_put(c->st->rc, e);
-        return;
-    }
     struct ibv_mr *mr = e->handle;
     c->exp = (rdma_expose_t){
         .seq = seq, .rkey = mr->rkey, .addr = (uint64_t)(uintptr_t)base, .bytes = bytes};
@@ -337,6 +351,7 @@ void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t
         return; /* the QP failed: the data path reports it */
     }
     c->sq_out[0]++;
+    c->exp_sent++;
     c->exp_entry = e;
     c->exp_valid = 1;
 }
@@ -361,6 +376,7 @@ static braid_result_t rdma_recv_get(braid_conn_t *conn, const braid_msg_hdr_t **
                                c->desc, h->bytes, c->base.slot_size);
     rdma_zc_t z;
     memcpy(&z, slot + RDMA_ZC_AT, sizeof(z));
+    c->exp_polled = z.exp_polled; /* messages are read in order: the count only grows */
     if (z.zc) {
         /* The payload is already in the exposed output buffer. */
         if (!c->exp_valid || h->seq != c->exp.seq || z.off > c->exp.bytes ||
@@ -487,8 +503,9 @@ static void rdma_wake(braid_conn_t *conn)
 static void rdma_fail(braid_conn_t *conn, braid_result_t code, const char *why)
 {
     rdma_conn_t *c = (rdma_conn_t *)conn;
-    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) && !c->fail_sent) {
-        c->fail_sent = 1;
+    /* braid_comm_abort calls this from another thread: one notice, whichever comes first. */
+    if (c->ids[0] && c->ids[0]->qp && braid_rdma_all_connected(c) &&
+        !atomic_exchange(&c->fail_sent, 1)) {
         uint32_t v = (uint32_t)(-code) & 0xff;
         snprintf(c->tx_text, RDMA_TEXT - 1, "%s", why ? why : "");
         uint32_t len = (uint32_t)strlen(c->tx_text);
@@ -511,6 +528,27 @@ static void rdma_fail(braid_conn_t *conn, braid_result_t code, const char *why)
     rdma_wake(conn);
 }
 
+void braid_rdma_recv_revoke(braid_conn_t *conn, braid_result_t code, const char *why)
+{
+    rdma_conn_t *c = (rdma_conn_t *)conn;
+    if (!c->exp_entry) return; /* nothing exposed: no write can come */
+    /* The notice first (it goes on QP 0 before the error state would flush it), given up to
+     * 100 ms to leave: the peer's side learns why and posts nothing more (post_msg). */
+    rdma_fail(conn, code, why);
+    uint64_t deadline = braid_now_ns() + 100000000ull;
+    while (c->sq_out[0] && !atomic_load(&c->failed) && braid_now_ns() < deadline)
+        braid_rdma_poll_cq(c);
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    for (int q = 0; q < c->nqps; q++)
+        if (c->ids[q] && c->ids[q]->qp && ibv_modify_qp(c->ids[q]->qp, &a, IBV_QP_STATE))
+            braid_warn(NET, "rdma: cannot move the QP from %s to the error state: %s", c->desc,
+                       strerror(errno));
+    braid_rdma_set_failed(c, code ? code : BRAID_ERR_REMOTE,
+                          "rdma: the connection from %s was closed to writes after collective "
+                          "#%u failed on this side",
+                          c->desc, c->exp.seq);
+}
+
 const braid_transport_t braid_transport_rdma = {
     .size = sizeof(braid_transport_t),
     .name = "rdma",
@@ -531,5 +569,6 @@ const braid_transport_t braid_transport_rdma = {
     .mem_register = braid_rdma_mem_register,
     .mem_deregister = braid_rdma_mem_deregister,
     .recv_expose = braid_rdma_recv_expose,
+    .recv_revoke = braid_rdma_recv_revoke,
     .send_post_at = braid_rdma_send_post_at,
 };

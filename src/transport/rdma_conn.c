@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "transport/rdma_impl.h"
+#include "transport/rdma_pos.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,10 +84,10 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->ctx = ctx;
     c->nslots = (uint32_t)comm->nslots;
     c->stride = RDMA_HDR + ((comm->chunk_bytes + 63) & ~(size_t)63);
-    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT +
-                 (size_t)c->nqps * (c->nslots + RDMA_EXTRA_WR) * RDMA_TEXT;
     c->sq_max = c->nslots + RDMA_EXTRA_WR;
-    c->rq_depth = c->nslots + RDMA_EXTRA_WR;
+    /* A sender's QP 0 receives credits (a FIFO-full between its polls), exposures and fail(). */
+    c->rq_depth = c->nslots + RDMA_EXTRA_WR + RDMA_MAX_EXPOSED;
+    c->buf_len = c->stride * c->nslots + 2 * RDMA_TEXT + (size_t)c->nqps * c->rq_depth * RDMA_TEXT;
     if (c->st && c->st->pd && c->st->pd->context == ctx) {
         c->pd = c->st->pd; /* shared: user registrations are usable on this QP */
     } else {
@@ -106,7 +107,7 @@ static braid_result_t make_resources(rdma_conn_t *c, struct ibv_context *ctx, in
     c->arrived = calloc(c->nslots, sizeof(*c->arrived));
     if (!c->arrived) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     for (int q = 0; q < c->nqps; q++)
-        c->rx_next[q] = (uint32_t)q;
+        c->rx_next[q] = braid_rdma_pos_first(q);
     c->tx_text = c->buf + c->stride * c->nslots;
     c->tx_exp = c->tx_text + RDMA_TEXT;
     c->rx_text = c->tx_exp + RDMA_TEXT;
@@ -354,6 +355,7 @@ static braid_result_t state_get(struct braid_comm *comm, rdma_state_t **st_p)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&st->laddr)->sin_addr, ip, sizeof(ip));
     else
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&st->laddr)->sin6_addr, ip, sizeof(ip));
+    braid_rdma_fork_init();
     st->ch = rdma_create_event_channel();
     st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!st->ch || st->efd < 0 || set_nonblock(st->ch->fd) ||
@@ -425,10 +427,10 @@ braid_result_t braid_rdma_recv_setup(struct braid_comm *comm, int peer, int chan
         return braid_set_error(BRAID_ERR_INTERNAL, "rdma: info buffer of %zu bytes", *info_len_p);
     int64_t nqps = 1;
     BRAID_CHECK(braid_param_int("IB_QPS_PER_CONN", &nqps));
-    if (nqps < 1 || nqps > RDMA_MAX_QPS)
+    if (nqps < 1 || nqps > RDMA_MAX_QPS || (nqps & (nqps - 1)))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_IB_QPS_PER_CONN=%lld is outside [1, %d]", (long long)nqps,
-                               RDMA_MAX_QPS);
+                               "BRAID_IB_QPS_PER_CONN=%lld is not 1, 2, 4 or 8 (rdma_pos.h)",
+                               (long long)nqps);
     rdma_state_t *st = NULL;
     BRAID_CHECK(state_get(comm, &st));
     rdma_conn_t *c = conn_new(comm, peer, channel, 0, (int)nqps);
@@ -558,6 +560,7 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
                                        const void *info, size_t info_len, braid_conn_t **conn_p)
 {
     rdma_info_t in;
+    braid_rdma_fork_init();
     if (info_len < sizeof(in))
         return braid_set_error(BRAID_ERR_INTERNAL, "rdma: short connection info from rank %d",
                                peer);
@@ -574,9 +577,10 @@ braid_result_t braid_rdma_send_connect(struct braid_comm *comm, int peer, int ch
                                "%zu (BRAID_CHUNK_SIZE/BRAID_NSLOTS must match on every rank)",
                                peer, in.nslots, (unsigned long long)in.slot_size, comm->rank,
                                comm->nslots, comm->chunk_bytes);
-    if (in.nqps < 1 || in.nqps > RDMA_MAX_QPS)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "rdma: rank %d asks for %u QPs (at most %d)",
-                               peer, in.nqps, RDMA_MAX_QPS);
+    if (in.nqps < 1 || in.nqps > RDMA_MAX_QPS || (in.nqps & (in.nqps - 1)))
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "rdma: rank %d asks for %u QPs (1, 2, 4 or 8 are possible)", peer,
+                               in.nqps);
     rdma_conn_t *c = conn_new(comm, peer, channel, 1, (int)in.nqps);
     if (!c) return braid_set_error(BRAID_ERR_NOMEM, "rdma: out of memory");
     c->st = braid_rdma_state_find(comm); /* its protection domain is shared */

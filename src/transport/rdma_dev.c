@@ -53,28 +53,61 @@ static int gid_is_ipv4(const union ibv_gid *g)
     return !memcmp(g->raw, pfx, sizeof(pfx));
 }
 
-/* The first IPv4 (else IPv6) address of the network interface ifindex. */
-static int ifindex_addr(unsigned ifindex, struct sockaddr_storage *a)
+/* Registered memory and fork() (a PyTorch DataLoader forks workers): on kernels before 5.13 a
+ * page of a registered buffer that the parent writes after a fork is copied away from the one
+ * the device reads. ibv_fork_init (before any other verbs call; RDMAV_FORK_SAFE=1 does it
+ * inside libibverbs) keeps registered ranges out of children; newer kernels need none. */
+static void fork_init_once(void)
 {
-    char name[IF_NAMESIZE];
-    struct ifaddrs *ifs, *best = NULL;
-    if (!ifindex || !if_indextoname(ifindex, name) || getifaddrs(&ifs)) return -1;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    int r = ibv_fork_init();
+    enum ibv_fork_status st = ibv_is_fork_initialized();
+    if (st == IBV_FORK_DISABLED)
+        braid_warn(NET,
+                   "rdma: fork() is unsafe with registered memory in this process "
+                   "(ibv_fork_init: %s, too late?); set RDMAV_FORK_SAFE=1 before a child "
+                   "process is started after braid's first RDMA use",
+                   strerror(r));
+    else
+        braid_debug(NET, "rdma: fork support: %s",
+                    st == IBV_FORK_UNNEEDED ? "not needed (the kernel copies on fork)" : "on");
+}
+
+void braid_rdma_fork_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fork_init_once);
+}
+
+int braid_rdma_pick_ifaddr(const struct ifaddrs *list, const char *name, struct sockaddr_storage *a)
+{
+    const struct ifaddrs *best = NULL;
+    for (const struct ifaddrs *i = list; i; i = i->ifa_next) {
         if (!i->ifa_addr || strcmp(i->ifa_name, name)) continue;
         if (i->ifa_addr->sa_family == AF_INET) {
             best = i;
             break;
         }
-        if (i->ifa_addr->sa_family == AF_INET6 && !best) best = i;
+        if (i->ifa_addr->sa_family == AF_INET6 && !best &&
+            !IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+            best = i;
     }
-    if (best) {
-        memset(a, 0, sizeof(*a));
-        memcpy(a, best->ifa_addr,
-               best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                    : sizeof(struct sockaddr_in6));
-    }
+    if (!best) return -1;
+    memset(a, 0, sizeof(*a));
+    memcpy(a, best->ifa_addr,
+           best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                : sizeof(struct sockaddr_in6));
+    return 0;
+}
+
+/* The address braid_rdma_pick_ifaddr picks on the network interface ifindex. */
+static int ifindex_addr(unsigned ifindex, struct sockaddr_storage *a)
+{
+    char name[IF_NAMESIZE];
+    struct ifaddrs *ifs;
+    if (!ifindex || !if_indextoname(ifindex, name) || getifaddrs(&ifs)) return -1;
+    int r = braid_rdma_pick_ifaddr(ifs, name, a);
     freeifaddrs(ifs);
-    return best ? 0 : -1;
+    return r;
 }
 
 /* The address of port `port` of ctx that rdma_cm should bind to: the GID at gid_index (or, when
@@ -122,6 +155,7 @@ static int find_port(int want_addr, struct sockaddr_storage *a, char *desc, size
     const char *spec = braid_param_str("IB_HCA");
     int gid_index = gid_index_param();
     int n = 0, found = 0;
+    braid_rdma_fork_init();
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list) return 0;
     for (int i = 0; i < n && !found; i++) {
@@ -232,6 +266,7 @@ static int scan_ports(braid_topo_rdma_port_t *ports, int max)
 {
     const char *spec = braid_param_str("IB_HCA");
     int n = 0, np = 0;
+    braid_rdma_fork_init();
     struct ibv_device **list = ibv_get_device_list(&n);
     for (int i = 0; list && i < n && np < max; i++) {
         const char *name = ibv_get_device_name(list[i]);
@@ -353,6 +388,7 @@ braid_result_t braid_rdma_check_mtu(rdma_conn_t *c, struct rdma_cm_id *id)
 void braid_rdma_print_devices(FILE *f)
 {
     int n = 0;
+    braid_rdma_fork_init();
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list || n == 0) {
         fprintf(f, "rdma devices: none (no verbs device on this host)\n");

@@ -25,6 +25,11 @@
 #define RDMA_TEXT 256           /* bytes a receive WR may land (a fail() text, an exposure) */
 #define RDMA_CTRL_EXPOSE 0x100u /* with RDMA_CTRL: the payload is an rdma_expose_t */
 #define RDMA_MAX_QPS 8          /* BRAID_IB_QPS_PER_CONN at most */
+/* Exposures a receiver may have sent that its sender has not yet reported polled: each takes
+ * one of the sender's QP 0 receive WRs until the sender polls its completion queue, which a
+ * sender with nothing to send may not do for a long time (its receive queue holds the credits
+ * of a FIFO-full, these, and a fail() notice). */
+#define RDMA_MAX_EXPOSED 4
 /* Work request ids: the kind in the low byte, the QP index above it, then (receives) the index
  * of the WR's own landing buffer. */
 enum {
@@ -45,9 +50,10 @@ typedef struct {
     uint64_t addr, bytes;
 } rdma_expose_t;
 /* In a slot's header area after braid_msg_hdr_t: the payload went straight to the exposed
- * buffer at `off` (zc = 1) instead of following the header. */
+ * buffer at `off` (zc = 1) instead of following the header; exp_polled: the exposures the
+ * sender had polled (their receive WRs reposted) when it posted the message. */
 typedef struct {
-    uint32_t zc, pad;
+    uint32_t zc, exp_polled;
     uint64_t off;
 } rdma_zc_t;
 #define RDMA_ZC_AT 32 /* offset of rdma_zc_t in the slot header */
@@ -85,18 +91,23 @@ typedef struct rdma_conn {
      * on different QPs may complete out of order; they are read in order). */
     uint32_t *arrived;
     uint32_t rx_next[RDMA_MAX_QPS]; /* receiver: the sequence number expected next on QP q */
-    uint32_t sq_out[RDMA_MAX_QPS];  /* send WRs outstanding per QP */
+    /* Send WRs outstanding per QP: atomic, as braid_comm_abort's fail() (another thread) posts
+     * its notice while the owning thread posts and polls (only the owner decrements). */
+    _Atomic uint32_t sq_out[RDMA_MAX_QPS];
     uint32_t sq_max, rq_depth, max_inline;
     /* Zero-copy. Sender: the receiver's latest exposure. Receiver: what it exposed (held in
      * the registration cache until withdrawn). */
     rdma_expose_t exp;
     int exp_valid;
     struct braid_reg_entry *exp_entry;
+    /* Receiver: exposures sent. Sender: exposures polled; receiver: the latest count of them
+     * its sender reported (rdma_zc_t), at most RDMA_MAX_EXPOSED behind exp_sent. */
+    uint32_t exp_sent, exp_polled;
     uint64_t zc_msgs;   /* messages sent (sender) / received (receiver) zero-copy */
     int path_mtu;       /* bytes, QP 0's path MTU (0 until connected) */
     unsigned cq_events; /* unacked completion-channel events */
     int wake_fd;
-    int fail_sent;
+    _Atomic int fail_sent; /* fail() posted its notice (any thread: abort) */
     _Atomic int connected; /* QPs established */
     _Atomic int failed;    /* braid_result_t, 0 = none */
     _Atomic int peer_fail; /* the code of the peer's fail() notice, 0 = none (peer_failed) */
@@ -195,10 +206,21 @@ void braid_rdma_mem_deregister(struct braid_comm *comm, void *buf, size_t bytes)
 /* Zero-copy: the receiver exposes [base, base + bytes) for collective seq (NULL withdraws);
  * the sender writes a message's payload straight to the exposed buffer at dst_off. */
 void braid_rdma_recv_expose(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
+/* The collective that exposed conn's output failed: tells the peer (fail()) and moves the
+ * connection's QPs to the error state, so no write of the peer can land in the output. */
+void braid_rdma_recv_revoke(braid_conn_t *conn, braid_result_t code, const char *why);
 braid_result_t braid_rdma_send_post_at(braid_conn_t *conn, const braid_msg_hdr_t *hdr,
                                        size_t dst_off);
 
 /* rdma_dev.c */
+/* ibv_fork_init, once, before the process's first verbs call (warns when fork is unsafe). */
+void braid_rdma_fork_init(void);
+struct ifaddrs;
+/* The address of interface `name` in list for a listener whose address the info blob carries
+ * (family, 16 bytes, port: no IPv6 scope): its first IPv4 address, else its first IPv6 one
+ * that is not link-local. 0, or -1 if it has none. */
+int braid_rdma_pick_ifaddr(const struct ifaddrs *list, const char *name,
+                           struct sockaddr_storage *a);
 /* The address the listener binds to (port 0) and why (for the log): BRAID_IB_HCA's port;
  * else, on a host with several active RDMA ports that reach every other host, one on the
  * rank's NUMA node (braid_comm_data_addr_filtered); else the route to the bootstrap root. */

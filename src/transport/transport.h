@@ -124,6 +124,11 @@ typedef struct braid_transport {
      * recv_get then returns a pointer into that buffer. */
     void (*recv_expose)(braid_conn_t *conn, uint32_t seq, void *base, size_t bytes);
     braid_result_t (*send_post_at)(braid_conn_t *conn, const braid_msg_hdr_t *hdr, size_t dst_off);
+    /* Optional (NULL where exposures are withdrawn locally for good): the collective that
+     * exposed conn's output failed with `code`; before the withdrawal, make sure no write of
+     * the peer can reach the output any more, telling the peer as fail() would (the
+     * communicator is failed anyway). */
+    void (*recv_revoke)(braid_conn_t *conn, braid_result_t code, const char *why);
     /* Direct receives, optional (all three or none; NULL: not supported). recv_peek: the
      * header of the next message as soon as it has arrived, before its payload has
      * (BRAID_INPROGRESS until then; failures as recv_get). A message it returns with a

@@ -38,6 +38,20 @@
  * zero-copy (middle ranks forward from their output). 0 = pass. */
 int conf_ring_zc(braid_comm_t comm, const char *transport);
 
+/* Zero-copy exposures (tests/common/conf_zc.c), any transport, results checked exactly:
+ *   zcsmall  100 all-gathers of 1 element (ring, BRAID_NCHANNELS=2: channel 0's slice is
+ *            empty) into a registered output, each within 2.5 s (BRAID_TIMEOUT=5 in the VM)
+ *   zcbcast  200 broadcasts of 4 KiB from rank 0 into a registered output (the root receives
+ *            nothing), none over 2 s
+ *   (inner.sh also checks that no RNR NAK happened during these two)
+ *   zclate   2 ranks: rank 1's all-gather into a registered output times out (2 s) before rank
+ *            0 calls it (3 s late); rank 1 fills its output with a sentinel, which must stay
+ *            intact for 4 s while rank 0's late all-gather runs (and fails)
+ * 0 = pass. */
+int conf_zc_small(braid_comm_t comm, const char *transport);
+int conf_zc_bcast(braid_comm_t comm, const char *transport);
+int conf_zc_late(braid_comm_t comm, const char *transport);
+
 /* NULL-terminated list of the case names above. */
 extern const char *const conf_cases[];
 

@@ -3,7 +3,8 @@
  * tests/rdma/inner.sh): the communicator comes from the BRAID_* environment (BRAID_RANK,
  * BRAID_NRANKS=2, BRAID_ROOT, ...).
  *   braid_conformance TRANSPORT CASE     (CASE "list" prints the case names; "zcring" runs
- *                                         conf_ring_zc on any number of ranks) */
+ *                                         conf_ring_zc on any number of ranks; "zcsmall",
+ *                                         "zcbcast", "zclate" the cases of conf_zc.c) */
 #include "conformance.h"
 
 #include <stdio.h>
@@ -28,8 +29,12 @@ int main(int argc, char **argv)
     }
     int rank = -1;
     braid_comm_rank(comm, &rank);
-    int rc =
-        !strcmp(argv[2], "zcring") ? conf_ring_zc(comm, argv[1]) : conf_run(comm, argv[1], argv[2]);
+    const char *c = argv[2];
+    int rc = !strcmp(c, "zcring")    ? conf_ring_zc(comm, argv[1])
+             : !strcmp(c, "zcsmall") ? conf_zc_small(comm, argv[1])
+             : !strcmp(c, "zcbcast") ? conf_zc_bcast(comm, argv[1])
+             : !strcmp(c, "zclate")  ? conf_zc_late(comm, argv[1])
+                                     : conf_run(comm, argv[1], c);
     braid_comm_destroy(comm);
     printf("rank %d: conformance %s/%s: %s\n", rank, argv[1], argv[2], rc ? "FAIL" : "pass");
     return rc ? 1 : 0;

@@ -82,6 +82,38 @@ Test(conformance, ring_zc_shm_tcp, .timeout = 120)
     cr_expect_eq(mp_run(3, ring_zc_fn, "tcp", 90), 0, "tcp");
 }
 
+typedef struct {
+    const char *transport;
+    int (*fn)(braid_comm_t, const char *);
+} zc_case_t;
+
+static int zc_case_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)rank;
+    (void)n;
+    const zc_case_t *c = arg;
+    return c->fn(comm, c->transport);
+}
+
+/* The zero-copy exposure cases (tests/common/conf_zc.c) on 2 ranks, ring, 2 channels: exact
+ * results and the per-call time bounds on shm and tcp too (the engine exposes only where data
+ * arrives), and a failed all-gather's output untouched by a late peer. */
+Test(conformance, zc_exposure_cases_shm_tcp, .timeout = 150)
+{
+    setenv("BRAID_ALGO", "ring", 1);
+    setenv("BRAID_NCHANNELS", "2", 1);
+    int (*const fns[])(braid_comm_t, const char *) = {conf_zc_small, conf_zc_bcast, conf_zc_late};
+    const char *names[] = {"zcsmall", "zcbcast", "zclate"};
+    for (int t = 0; t < 2; t++) {
+        const char *tr = t ? "tcp" : "shm";
+        setenv("BRAID_TRANSPORT", tr, 1);
+        for (int i = 0; i < 3; i++) {
+            zc_case_t c = {tr, fns[i]};
+            cr_expect_eq(mp_run(2, zc_case_fn, &c, 60), 0, "%s on %s", names[i], tr);
+        }
+    }
+}
+
 /* Every case of the list has a test above for each host transport (16 = 2 x 8). */
 Test(conformance, case_list)
 {

@@ -264,12 +264,13 @@ Test(nccl, nccl_environment, .init = setenv_bin)
     cr_expect(!strstr(out, "braid INFO"), "BRAID_DEBUG=WARN wins over NCCL_DEBUG=INFO:\n%s", out);
     free(out);
     /* The rest of the table: each mapping is logged, and the channels and slots show in braid's
-     * INIT line (NCCL_BUFFSIZE / 8 per slot); 2 x 3 sockets are 4 (braid takes powers of two). */
+     * INIT line (NCCL_BUFFSIZE / 8 per slot); 2 x 3 sockets are 4 and 7 QPs per connection are
+     * 4 (braid takes powers of two). */
     out = run(&st, "cd \"$BIN\" && ./braid-run -n 2 -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT "
                    "-x NCCL_SOCKET_IFNAME=lo -x NCCL_ALGO=tree -x NCCL_NCHANNELS=2 "
                    "-x NCCL_BUFFSIZE=1048576 -x NCCL_HOSTID=hostA -x NCCL_NSOCKS_PERTHREAD=2 "
                    "-x NCCL_SOCKET_NTHREADS=3 -x NCCL_IB_HCA=mlx5_0 -x NCCL_IB_GID_INDEX=3 "
-                   "./nccl_client env");
+                   "-x NCCL_IB_QPS_PER_CONNECTION=7 ./nccl_client env");
     cr_expect_eq(st, 0, "%s", out);
     static const char *logged[] = {"NCCL_SOCKET_IFNAME -> BRAID_SOCKET_IFNAME=lo",
                                    "NCCL_ALGO -> BRAID_ALGO=tree",
@@ -279,6 +280,7 @@ Test(nccl, nccl_environment, .init = setenv_bin)
                                    "NCCL_SOCKET_NTHREADS -> BRAID_NSOCKS_PERPEER=4",
                                    "NCCL_IB_HCA -> BRAID_IB_HCA=mlx5_0",
                                    "NCCL_IB_GID_INDEX -> BRAID_IB_GID_INDEX=3",
+                                   "NCCL_IB_QPS_PER_CONNECTION -> BRAID_IB_QPS_PER_CONN=4",
                                    "2 channel(s), chunk 131072 B"};
     for (size_t i = 0; i < sizeof(logged) / sizeof(logged[0]); i++)
         cr_expect_eq(count_of(out, logged[i]), 2, "'%s' once per rank:\n%s", logged[i], out);

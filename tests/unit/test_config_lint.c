@@ -159,10 +159,14 @@ Test(configlint, transport_settings_checked_at_init, .timeout = 30)
         strstr(braid_last_error(), "BRAID_P2P_TCP_NSOCKS='9' is not 0 or a power of two in [0, 8]"),
         "%s", braid_last_error());
     unsetenv("BRAID_P2P_TCP_NSOCKS");
-    /* Slots and sockets are powers of two (a frame counter's remainder picks them, which must
-     * agree across its wrap at 2^32): 3 is refused at init, naming the variable. */
-    static const char *const pow2[][2] = {
-        {"BRAID_NSLOTS", "3"}, {"BRAID_NSOCKS_PERPEER", "3"}, {"BRAID_P2P_TCP_NSOCKS", "6"}};
+    /* Slots, sockets and RDMA QPs per connection are powers of two (a frame counter's
+     * remainder picks them, which must agree across its wrap at 2^32): 3 and 6 are refused at
+     * init, naming the variable. */
+    static const char *const pow2[][2] = {{"BRAID_NSLOTS", "3"},
+                                          {"BRAID_NSOCKS_PERPEER", "3"},
+                                          {"BRAID_P2P_TCP_NSOCKS", "6"},
+                                          {"BRAID_IB_QPS_PER_CONN", "3"},
+                                          {"BRAID_IB_QPS_PER_CONN", "6"}};
     for (size_t i = 0; i < sizeof(pow2) / sizeof(pow2[0]); i++) {
         cr_assert_eq(braid_get_unique_id(&id), BRAID_SUCCESS);
         setenv(pow2[i][0], pow2[i][1], 1);
