@@ -19,7 +19,8 @@ void braid_reduce_pair(braid_datatype_t dtype, braid_redop_t op, void *dst, cons
 
 /* The last step of a reduction: dst[i] = a[i] op b[i], and for BRAID_AVG the sum is then
  * divided by nranks (integers: truncating division; floats: IEEE division in the element's
- * compute type, float32 for float16/bfloat16). Other ops ignore nranks. */
+ * compute type, float32 for float16/bfloat16). Other ops ignore nranks. The collectives use the
+ * division for integer avg only: a floating avg is pre-scaled (braid_reduce_avg_prescale). */
 void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
                              const void *b, size_t count, int nranks);
 
@@ -43,6 +44,18 @@ void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, 
  * alias src exactly. */
 void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
                         const void *scalar);
+
+/* BRAID_AVG of a floating dtype (float16, bfloat16, float32, float64, float8) is computed as
+ * NCCL's ncclAvg: each rank's input pre-scaled by 1/nranks (braid_reduce_avg_prescale), then
+ * summed; the collectives do the scaling at their entry and run the sum (core/redop.c), so the
+ * avg kernels above (sum, then divide) serve the integer dtypes. 1 for those dtypes. */
+int braid_reduce_avg_prescales(braid_datatype_t dtype);
+
+/* dst[i] = src[i] * (1 / nranks) for a floating dtype: the factor is (float)(1.0 / nranks)
+ * (float64: 1.0 / nranks), the product computed in float32 (float64) and rounded once to the
+ * dtype (float8 saturating), NaNs as braid_reduce_scale's. dst may alias src exactly. */
+void braid_reduce_avg_prescale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                               int nranks);
 
 /* Scalar conversions (exported for tests and the perf tools' checkers). */
 float braid_half_to_float(uint16_t h);
