@@ -2,7 +2,8 @@
  *
  * A private fake backend runs N ranks as threads of one process and implements every collective
  * with braid's documented semantics (integers wrap; float16/bfloat16 combine in float32 and round
- * to nearest even after each pair; avg divides the sum once at the end, integers truncating), so
+ * to nearest even after each pair; avg scales floats by 1/n first, divides integers' sum at the
+ * end, truncating), so
  * the whole loop of bench.c (geometry, in-place offsets, shifts, checks, -a, output) runs here.
  *
  *   perf_selftest                    unit tests + every collective, dtype and op on 1..4 ranks
@@ -135,15 +136,26 @@ static void store_f(int dt, void *p, size_t i, double v)
     }
 }
 
-/* dst[di] = src[0][off] op src[1][off] op ... (rank order), avg divided at the end. */
+/* A floating avg's input scaled by 1/n (braid.h): the product in float32 (float64), rounded to
+ * the dtype. */
+static double avg_scaled(int dt, int n, double v)
+{
+    if (dt == BRAID_FLOAT64) return v * (1.0 / n);
+    return round_f(dt, (float)(v * (double)(float)(1.0 / n)));
+}
+
+/* dst[di] = src[0][off] op src[1][off] op ... (rank order); avg: integers divided at the end,
+ * floats scaled by 1/n first. */
 static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off, void *dst,
                        size_t di)
 {
     int mul = op == PERF_OP_MULSUM; /* each rank's input times its scalar (exact) */
     if (is_float(dt)) {
         double acc = load_f(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
+        if (op == BRAID_AVG) acc = avg_scaled(dt, n, acc);
         for (int r = 1; r < n; r++) {
             double v = load_f(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
+            if (op == BRAID_AVG) v = avg_scaled(dt, n, v);
             switch (op) {
             case BRAID_PROD:
                 acc = acc * v;
@@ -161,7 +173,6 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
             if (dt != BRAID_FLOAT64) acc = (float)acc; /* float32 compute type */
             acc = round_f(dt, acc);
         }
-        if (op == BRAID_AVG) acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / (float)n);
         store_f(dt, dst, di, acc);
         return;
     }
