@@ -113,9 +113,7 @@ void perf_fill(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0, int 
 void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0);
 /* dst = bitwise NOT of exp: every element a collective fails to write stays wrong. */
 void perf_poison(void *dst, const void *exp, size_t bytes);
-/* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0), or
- * for avg of a floating type over a number of ranks that is not a power of two within nranks
- * ulps of the inputs' largest magnitude (the pre-scaled inputs round: data.c). */
+/* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0). */
 size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t count);
 
 /* ---- options and output (report.c) ------------------------------------------------------- */

@@ -10,13 +10,11 @@
  *   prod      integers: odd values of the full range, the product wraps (braid computes it
  *             unsigned, mod 2^bits); floats: each rank gives +-2^e (|e| <= 1), and one rank
  *             per element (drawn from the hash) 3 times that: every partial product is exact.
- * avg of a floating type is braid's (and NCCL's) pre-multiplied sum: each input times 1/nranks,
- * rounded, then summed. Its inputs are nranks * v (v as for sum, |nranks * v| <= 2^p - 1), so
- * the average is the exact sum of the v: a scaled input rounds to v exactly in float16,
- * bfloat16 and float8 (the float32 product nranks * v * (float)(1/nranks) is within an ulp of
- * float32 of v), and for nranks a power of two in every dtype; float32 and float64 may round
- * it an ulp off otherwise, so there the check allows nranks ulps of max(M, 1). Everything
- * else must match exactly. */
+ * avg: float32/float64 divide the exact sum by nranks once, as the checker does; float16,
+ * bfloat16 and float8 scale each input by 1/nranks first (as NCCL's ncclAvg) and get inputs
+ * nranks * v (|nranks * v| <= 2^p - 1), so each scaled input is v exactly (the float32 product
+ * nranks * v * (float)(1/nranks) is within a float32 ulp of v, which the dtype holds) and the
+ * average is the exact sum of the v. Every result must match exactly. */
 #include "common.h"
 
 #include <math.h>
@@ -305,8 +303,9 @@ static inline int64_t int_value(const perf_gen_t *g, uint64_t idx, int rank)
 {
     if (rank >= g->nz_ranks) return 0;
     int64_t v = g->lo + (int64_t)(mix(g->seed, idx, (uint64_t)rank) % g->span);
-    /* floating avg: nranks * v, whose scaling by 1/nranks gives v back (see the top) */
-    if (g->op == BRAID_AVG && dtype_info[g->dtype].is_float) return v * g->nranks;
+    /* float16/bfloat16/float8 avg: nranks * v, whose scaling by 1/nranks gives v back */
+    if (g->op == BRAID_AVG && dtype_info[g->dtype].is_float && dtype_info[g->dtype].size < 4)
+        return v * g->nranks;
     /* Integer prod wraps (as braid documents); odd factors keep the product from collapsing
      * to 0 mod 2^bits, so a misplaced element still shows. */
     return g->op == BRAID_PROD ? (int64_t)((uint64_t)v | 1u) : v;
@@ -471,17 +470,9 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
             wrong += memcmp(a + i * t->size, b + i * t->size, t->size) != 0;
         return wrong;
     }
-    /* float32/float64 avg over a number of ranks that is not a power of two: within nranks ulps
-     * of the largest magnitude M of the v (-lo: floats are signed); else exact (see the top). */
-    int n = g->nranks, avg = g->op == BRAID_AVG && (n & (n - 1)) != 0 && t->size >= 4;
-    double mag = (double)-g->lo > 1.0 ? (double)-g->lo : 1.0;
-    double tol = n * ldexp(1.0, ilogb(mag) - (t->bits - 1));
     for (size_t i = 0; i < count; i++) {
         double a = load_float(g->dtype, got, i), b = load_float(g->dtype, exp, i);
-        if (!avg)
-            wrong += !(a == b); /* NaN counts as wrong */
-        else
-            wrong += !(fabs(a - b) <= tol);
+        wrong += !(a == b); /* NaN counts as wrong */
     }
     return wrong;
 }

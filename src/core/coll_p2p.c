@@ -135,8 +135,8 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             p.sendbuf = copy;
         }
     }
-    /* PreMulSum, and avg of a floating dtype (NCCL's ncclAvg, a PreMulSum by 1/nranks): the
-     * input scaled into a copy, then summed (the messages still say avg). */
+    /* PreMulSum, and avg of float16/bfloat16/float8 (NCCL's ncclAvg, a PreMulSum by 1/nranks:
+     * reduce.h): the input scaled into a copy, then summed (the messages still say avg). */
     int avg_pre = pc->op == BRAID_AVG && braid_reduce_avg_prescales(pc->dtype);
     if ((pc->premul || avg_pre) && pc->coll == BRAID_COLL_REDUCE_SCATTERV) {
         size_t elems = 0;

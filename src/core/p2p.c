@@ -52,8 +52,8 @@ typedef struct {
     char stage_msg[256];
 } runner_t;
 
-/* The kernels' op of a reducing receive: a PreMulSum's, and a floating-point avg's, inputs were
- * scaled (coll_p2p.c), so they sum; the messages carry the call's op. */
+/* The kernels' op of a reducing receive: a PreMulSum's, and a float16/bfloat16/float8 avg's,
+ * inputs were scaled (coll_p2p.c), so they sum; the messages carry the call's op. */
 static braid_redop_t kernel_op(const braid_p2p_op_t *op)
 {
     int scaled = op->op == BRAID_OP_WIRE_PREMULSUM ||

@@ -7,7 +7,7 @@
  * When: on a communicator whose ranks are all on one host and all have a CUDA device
  * (the peers' infos from init), for every dtype but float8 and every op but PreMulSum
  * (those, and communicators spanning hosts, are staged through host memory and the CPU engine:
- * stage.c). Avg of a floating dtype is the sum of inputs pre-scaled by 1/nranks (as on the
+ * stage.c). Avg of float16/bfloat16 is the sum of inputs pre-scaled by 1/nranks (as on the
  * host, core/redop.h): a kernel scales the input first (braid_dev_call_avg_prescale).
  * BRAID_DEV_ENGINE=stage always stages; =device makes "not applicable" an error.
  *
@@ -61,7 +61,7 @@ struct braid_cuda_engine {
     size_t img_cap, pin_cap;
     void *scratch_d;
     size_t scratch_cap;
-    void *pre_d; /* a floating avg's pre-scaled input, where it is not the receive buffer */
+    void *pre_d; /* a pre-scaled avg's input (reduce.h), where it is not the receive buffer */
     size_t pre_cap;
     cudaStream_t stream;
     cudaEvent_t ev;
@@ -416,7 +416,7 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
     size_t es = braid_dtype_size(a->dtype);
     int into_recv;
     size_t n_pre = braid_dev_call_avg_prescale(&call, comm->nranks, comm->rank, &into_recv);
-    if (n_pre) { /* a floating avg: the input scaled by 1/nranks on the stream, then summed */
+    if (n_pre) { /* a float16/bfloat16 avg: the input times 1/nranks on the stream, then summed */
         if (!into_recv) BRAID_CHECK(grow_dev(e, &e->pre_d, &e->pre_cap, n_pre * es, 0));
         void *dst = into_recv ? a->recvbuf : e->pre_d;
         int ce = braid_cuda_reduce_launch((int)a->dtype, BRAID_CUDA_K_PRE, dst, a->sendbuf,

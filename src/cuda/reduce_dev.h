@@ -9,7 +9,7 @@ extern "C" {
 #endif
 
 /* Kernel kinds, in the CPU table's order: pair ops, then avg (final), div (finalize), and the
- * pre-scaling of a floating avg (braid_reduce_avg_prescale). */
+ * pre-scaling of avg (braid_reduce_avg_prescale). */
 enum {
     BRAID_CUDA_K_SUM = 0,
     BRAID_CUDA_K_PROD,

@@ -153,7 +153,7 @@ struct braid_twin_rank {
     braid_dev_drive_t drive;
     char what[64];
     void *scratch;
-    void *pre; /* a floating avg's pre-scaled input, where it is not the receive buffer */
+    void *pre; /* a pre-scaled avg's input (reduce.h), where it is not the receive buffer */
     int saved;
     /* threaded launches: one persistent thread per lane, two barriers per launch */
     int threads;
@@ -180,7 +180,8 @@ braid_result_t braid_twin_rank_prepare(braid_twin_world_t *w, int rank, const br
                              .recvbuf = a->recvbuf,
                              .seq = a->seq,
                              .order = a->order};
-    /* A floating avg: the input scaled by 1/nranks first (the GPU executor's kernel of it). */
+    /* A pre-scaled avg (float16, bfloat16): the input times 1/nranks first (the GPU executor
+     * runs its kernel of it). */
     int into_recv;
     size_t n_pre = braid_dev_call_avg_prescale(&call, w->L.nranks, rank, &into_recv);
     if (n_pre) {

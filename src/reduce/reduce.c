@@ -205,14 +205,15 @@ void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size
 
 int braid_reduce_avg_prescales(braid_datatype_t dtype)
 {
-    return dtype >= BRAID_FLOAT16 && (unsigned)dtype < BRAID_NUM_DTYPES;
+    return dtype == BRAID_FLOAT16 || dtype == BRAID_BFLOAT16 || dtype == BRAID_FLOAT8_E4M3 ||
+           dtype == BRAID_FLOAT8_E5M2;
 }
 
 void braid_reduce_avg_prescale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
                                int nranks)
 {
     if (count == 0 || !braid_reduce_args_ok(dtype, BRAID_AVG)) return;
-    if (!braid_reduce_avg_prescales(dtype)) {
+    if (dtype < BRAID_FLOAT16) {
         braid_warn(COLL, "internal error: avg pre-scaling of %s", braid_dtype_name(dtype));
         return;
     }

@@ -15,9 +15,10 @@
  *   the zeros: min(-0, +0) = -0 and max(-0, +0) = +0 whatever the argument order.
  * - float16/bfloat16: widened exactly to float32, combined as float32 above, rounded back to
  *   nearest-even once per kernel call (the avg kernels: the sum is divided by nranks in float32
- *   and rounded once; the collectives use them for integers only, a floating BRAID_AVG being a
- *   sum of inputs pre-scaled by 1/nranks, see "BRAID_AVG of floating dtypes" below). Results
- *   that are NaN are always quiet, so the F16C/AVX-512 conversions (which quiet
+ *   and rounded once; the collectives use them for integers, float32 and float64 only: their
+ *   float16/bfloat16/float8 BRAID_AVG is a sum of inputs pre-scaled by 1/nranks, see "BRAID_AVG
+ *   of floating dtypes" below). Results that are NaN are always quiet, so the F16C/AVX-512
+ *   conversions (which quiet
  *   a signaling NaN) and the bit manipulation here give the same bits.
  * - float8 e4m3 / e5m2 (OCP FP8, as NCCL's ncclFloat8e4m3 / ncclFloat8e5m2): widened exactly to
  *   float32, combined as float32, rounded back to nearest-even once per element and kernel
@@ -544,11 +545,12 @@ BRAID_ROP_FP8(e5m2)
 
 /* ---- BRAID_AVG of floating dtypes: the pre-scaling -------------------------------------- */
 
-/* BRAID_AVG of a floating dtype is NCCL's ncclAvg: every rank's input is multiplied by 1/nranks
- * first, then summed (a PreMulSum). The factor is (float)(1.0 / nranks) (NCCL's float32 scalar),
- * or 1.0 / nranks for float64. Every narrow dtype multiplies in float32 with that float32
- * factor and rounds the product once (NCCL rounds the factor to the dtype first: the same where
- * the dtype holds 1/nranks exactly, as for every power of two up to its smallest subnormal). */
+/* NCCL's ncclAvg of a floating dtype: every rank's input is multiplied by 1/nranks first, then
+ * summed (a PreMulSum); braid does so for float16, bfloat16 and float8 (reduce.h). The factor is
+ * (float)(1.0 / nranks) (NCCL's float32 scalar), or 1.0 / nranks for float64. Every narrow dtype
+ * multiplies in float32 with that float32 factor and rounds the product once (NCCL rounds the
+ * factor to the dtype first: the same where the dtype holds 1/nranks exactly, as for every power of
+ * two up to its smallest subnormal). */
 BRAID_ROP_FN float braid_rop_avg_factor_f32(int nranks)
 {
     return (float)(1.0 / (double)nranks);

@@ -25,10 +25,11 @@ static int is_signed(braid_datatype_t dt)
     return dt == BRAID_INT8 || dt == BRAID_INT32 || dt == BRAID_INT64 || is_float(dt);
 }
 
-/* Floating avg (a sum of inputs pre-scaled by 1/n, which round where n is not a power of two):
- * at most two ranks of an index hold a nonzero value, the others +0, so its sum is the same in
- * every order (x + 0 = x exactly; with two nonzero terms every order adds those two). The two
- * depend on the index (not on n): rank a = 0 or 1, and rank a ^ 1 or one of ranks 2..7. */
+/* Floating avg (float16/bfloat16/float8: a sum of inputs pre-scaled by 1/n, which round where n
+ * is not a power of two): at most two ranks of an index hold a nonzero value, the others +0, so
+ * its sum is the same in every order (x + 0 = x exactly; with two nonzero terms every order
+ * adds those two). The two depend on the index (not on n): rank a = 0 or 1, and rank a ^ 1 or
+ * one of ranks 2..7. float32/float64 get the same inputs (their avg divides the exact sum). */
 static int avg_active(int rank, size_t i, int seed)
 {
     uint64_t h = ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ull;
@@ -155,25 +156,23 @@ static double to_dtype(braid_datatype_t dt, double v)
     }
 }
 
-/* Floating avg as braid (and NCCL) defines it: each input times the factor 1/n, (float)(1.0/n)
- * (float64: 1.0/n), the product rounded to float32 (float64) then to the dtype, and the scaled
- * inputs summed. The product of a dtype value and a float32 factor is exact in double, so the
- * casts round it once to float32, as the library's float32 multiplication. The sum: at most
- * two nonzero terms (avg_active), exact in double, rounded as the library's one addition. */
+/* float16/bfloat16/float8 avg as braid (and NCCL) defines it: each input times the factor
+ * (float)(1.0/n), the product rounded to float32 then to the dtype, and the scaled inputs
+ * summed. The product of a dtype value and a float32 factor is exact in double, so the casts
+ * round it once to float32, as the library's float32 multiplication. The sum: at most two
+ * nonzero terms (avg_active), exact in double, rounded as the library's one addition. */
 static double expected_avg(braid_datatype_t dt, int n, size_t i, int seed)
 {
-    double f = dt == BRAID_FLOAT64 ? 1.0 / n : (double)(float)(1.0 / n), acc = 0;
-    for (int r = 0; r < n; r++) {
-        double v = data_value(dt, BRAID_AVG, r, i, seed);
-        acc += to_dtype(dt, dt == BRAID_FLOAT64 ? v * f : (double)(float)(v * f));
-    }
-    return dt == BRAID_FLOAT64 ? acc : (float)acc;
+    double f = (double)(float)(1.0 / n), acc = 0;
+    for (int r = 0; r < n; r++)
+        acc += to_dtype(dt, (double)(float)(data_value(dt, BRAID_AVG, r, i, seed) * f));
+    return (float)acc;
 }
 
 /* Integer reductions wrap like the element type: compute in 64 bits and truncate. */
 void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size_t i, int seed)
 {
-    if (is_float(dt) && op == BRAID_AVG) {
+    if (is_float(dt) && dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64 && op == BRAID_AVG) {
         store(out, 0, dt, expected_avg(dt, n, i, seed));
         return;
     }
@@ -183,6 +182,7 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
             double v = data_value(dt, op, r, i, seed);
             switch (op) {
             case BRAID_SUM:
+            case BRAID_AVG:
                 acc += v;
                 break;
             case BRAID_PROD:
@@ -198,6 +198,7 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
                 break;
             }
         }
+        if (op == BRAID_AVG) acc /= n; /* float32, float64: the exact sum divided once */
         if (dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64) acc = (float)acc; /* float32-computed */
         store(out, 0, dt, acc);
         return;

@@ -119,7 +119,7 @@ static int cmd_reduce(void)
             for (int shift = 0; shift < 2; shift++) {
                 size_t off = (size_t)shift * es, cnt = n - (size_t)shift;
                 int nr = 3 + k;
-                if (k == BRAID_CUDA_K_PRE && !braid_reduce_avg_prescales((braid_datatype_t)dt))
+                if (k == BRAID_CUDA_K_PRE && dt < BRAID_FLOAT16)
                     continue; /* the floating dtypes' kernel only */
                 if (k < 4)
                     braid_reduce_pair((braid_datatype_t)dt, (braid_redop_t)k, want + off, a + off,

@@ -498,28 +498,42 @@ Test(premulsum, nonblocking_calls_keep_their_scalar)
     cr_assert_eq(mp_run(3, nonblocking, NULL, 60), 0, "see stderr");
 }
 
-/* The documented avg semantics (README "Reduction operations", as NCCL's ncclAvg): a floating
- * avg is PreMulSum by 1/n, so avg(3e38, 3e38) is 3e38 (summing first overflowed to inf), and
- * for float32 it is bit for bit a PreMulSum op with the factor (float)(1.0 / n), on n = 2 and 3
- * (where 1/3 rounds). Integer avg divides the wrapped sum, truncating toward zero. */
+/* The documented avg semantics (README "Reduction operations"): float32 avg sums first, so
+ * avg(3e38, 3e38) overflows to inf, where PreMulSum with 1/n (NCCL's form) gives 3e38; float16
+ * avg is NCCL's form itself (inputs scaled by (float)(1/n), then summed): 40000 on every rank
+ * averages to 40000, and on 2 ranks (1/2 exact in float16) it is bit for bit PreMulSum(0.5).
+ * Integer avg divides the wrapped sum, truncating toward zero. */
 static int avg_semantics(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
-    float big[4] = {3e38f, -3e38f, 1.0f, 0.1f * (float)(rank + 1)}, out[4], pm[4];
-    MP_OK(rank, braid_allreduce(big, out, 4, BRAID_FLOAT32, BRAID_AVG, comm));
-    MP_CHECK(rank, fabsf(out[0] - 3e38f) <= 3e31f && fabsf(out[1] + 3e38f) <= 3e31f, "avg: %g %g",
-             (double)out[0], (double)out[1]);
-    float inv = (float)(1.0 / n);
+    float big[3] = {3e38f, -3e38f, 1.0f}, out[3];
+    MP_OK(rank, braid_allreduce(big, out, 3, BRAID_FLOAT32, BRAID_AVG, comm));
+    MP_CHECK(rank, isinf(out[0]) && out[0] > 0 && isinf(out[1]) && out[1] < 0 && out[2] == 1.0f,
+             "avg: %g %g %g", (double)out[0], (double)out[1], (double)out[2]);
+    float inv = 1.0f / (float)n;
     braid_redop_t op;
     MP_OK(rank, braid_redop_create_premulsum(&op, &inv, BRAID_FLOAT32, comm));
-    MP_OK(rank, braid_allreduce(big, pm, 4, BRAID_FLOAT32, op, comm));
+    MP_OK(rank, braid_allreduce(big, out, 3, BRAID_FLOAT32, op, comm));
     MP_OK(rank, braid_redop_destroy(op, comm));
-    MP_CHECK(rank, !memcmp(out, pm, sizeof(out)), "avg %a %a %a %a, premulsum(1/n) %a %a %a %a",
-             (double)out[0], (double)out[1], (double)out[2], (double)out[3], (double)pm[0],
-             (double)pm[1], (double)pm[2], (double)pm[3]);
+    MP_CHECK(rank, fabsf(out[0] - 3e38f) <= 3e31f && fabsf(out[1] + 3e38f) <= 3e31f,
+             "premulsum(1/n): %g %g %g", (double)out[0], (double)out[1], (double)out[2]);
+    uint16_t h[3] = {0x78e2, 0xf8e2, (uint16_t)(0x3c00 + rank)}, ho[3], hp[3]; /* +-40000 */
+    MP_OK(rank, braid_allreduce(h, ho, 3, BRAID_FLOAT16, BRAID_AVG, comm));
+    MP_CHECK(rank, fabs(ref_h2d(ho[0]) - 40000) <= 32 && fabs(ref_h2d(ho[1]) + 40000) <= 32,
+             "float16 avg of 40000: %g %g", ref_h2d(ho[0]), ref_h2d(ho[1]));
+    if (n == 2) {
+        uint16_t half = 0x3800;
+        MP_OK(rank, braid_redop_create_premulsum(&op, &half, BRAID_FLOAT16, comm));
+        MP_OK(rank, braid_allreduce(h, hp, 3, BRAID_FLOAT16, op, comm));
+        MP_OK(rank, braid_redop_destroy(op, comm));
+        MP_CHECK(rank, !memcmp(ho, hp, sizeof(ho)),
+                 "float16 avg %04x %04x %04x, premulsum(0.5) "
+                 "%04x %04x %04x",
+                 ho[0], ho[1], ho[2], hp[0], hp[1], hp[2]);
+    }
     int8_t i8[2] = {100, -100}, o8[2];
     MP_OK(rank, braid_allreduce(i8, o8, 2, BRAID_INT8, BRAID_AVG, comm));
-    int8_t w0 = (int8_t)(int)(int8_t)(uint8_t)(100 * n) / n, w1 = (int8_t)(-w0);
+    int8_t w0 = (int8_t)((int8_t)(uint8_t)(100 * n) / n), w1 = (int8_t)-w0;
     MP_CHECK(rank, o8[0] == w0 && o8[1] == w1, "int8 avg of %d x 100 wraps: %d %d (want %d %d)", n,
              o8[0], o8[1], w0, w1);
     uint32_t u32[1] = {0x90000000u}, o32[1];
@@ -529,7 +543,7 @@ static int avg_semantics(braid_comm_t comm, int rank, int n, void *arg)
     return 0;
 }
 
-Test(premulsum, float_avg_is_premulsum_by_1_over_n)
+Test(premulsum, avg_semantics_as_documented)
 {
     cr_assert_eq(mp_run(2, avg_semantics, NULL, 60), 0, "n=2: see stderr");
     cr_assert_eq(mp_run(3, avg_semantics, NULL, 60), 0, "n=3: see stderr");

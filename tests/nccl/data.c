@@ -5,10 +5,11 @@
  *   sum, min, max: integers in [-5, 5] ([0, 10] unsigned; [-1, 1] for the float8 types);
  *   prod: -1, 1 and 2 (1 and 2 unsigned), integers wrap as two's complement;
  *   avg: integers b + d with d = +-k on pairs of ranks (0 on an odd last rank), so the average
- *   is b; floats (ncclAvg scales each input by 1/n, then sums) n * k with k in -4..4 (powers of
- *   two and 0; -1..1 for float8): up to n = 8 each scaled input is exactly k (the float32
- *   product n * k * (float)(1/n) rounds to k) and every partial sum of the k is exact, so the
- *   average is the sum of the k in any order. */
+ *   is b; floats n * k with k in -4..4 (powers of two and 0; -1..1 for float8): braid scales
+ *   float16/bfloat16/float8 inputs by 1/n, then sums (as NCCL), and up to n = 8 each scaled
+ *   input is exactly k (the float32 product n * k * (float)(1/n) rounds to k) with every
+ *   partial sum of the k exact; float32/float64 sum the n * k exactly and divide once: either
+ *   way the average is the sum of the k. */
 #include "client.h"
 
 #include <math.h>
