@@ -113,8 +113,7 @@ void perf_fill(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0, int 
 void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t idx0);
 /* dst = bitwise NOT of exp: every element a collective fails to write stays wrong. */
 void perf_poison(void *dst, const void *exp, size_t bytes);
-/* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0), or
- * within 2 ulp of max(|exp|, 1) for avg of a floating type other than float8. */
+/* Number of elements of got that differ from exp: exact (floats by value, so +0 == -0). */
 size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t count);
 
 /* ---- options and output (report.c) ------------------------------------------------------- */

@@ -10,8 +10,11 @@
  *   prod      integers: odd values of the full range, the product wraps (braid computes it
  *             unsigned, mod 2^bits); floats: each rank gives +-2^e (|e| <= 1), and one rank
  *             per element (drawn from the hash) 3 times that: every partial product is exact.
- * avg of a floating type is sum / nranks rounded once, so the check allows 2 ulp of
- * max(|expected|, 1); everything else must match exactly. */
+ * avg: float32/float64 divide the exact sum by nranks once, as the checker does; float16,
+ * bfloat16 and float8 scale each input by 1/nranks first (as NCCL's ncclAvg) and get inputs
+ * nranks * v (|nranks * v| <= 2^p - 1), so each scaled input is v exactly (the float32 product
+ * nranks * v * (float)(1/nranks) is within a float32 ulp of v, which the dtype holds) and the
+ * average is the exact sum of the v. Every result must match exactly. */
 #include "common.h"
 
 #include <math.h>
@@ -300,6 +303,9 @@ static inline int64_t int_value(const perf_gen_t *g, uint64_t idx, int rank)
 {
     if (rank >= g->nz_ranks) return 0;
     int64_t v = g->lo + (int64_t)(mix(g->seed, idx, (uint64_t)rank) % g->span);
+    /* float16/bfloat16/float8 avg: nranks * v, whose scaling by 1/nranks gives v back */
+    if (g->op == BRAID_AVG && dtype_info[g->dtype].is_float && dtype_info[g->dtype].size < 4)
+        return v * g->nranks;
     /* Integer prod wraps (as braid documents); odd factors keep the product from collapsing
      * to 0 mod 2^bits, so a misplaced element still shows. */
     return g->op == BRAID_PROD ? (int64_t)((uint64_t)v | 1u) : v;
@@ -464,18 +470,9 @@ size_t perf_check(const perf_gen_t *g, const void *got, const void *exp, size_t 
             wrong += memcmp(a + i * t->size, b + i * t->size, t->size) != 0;
         return wrong;
     }
-    /* float8 avg is compared exactly: the quotient of an exact sum, rounded once as braid does;
-     * 2 ulp of a float8 would let a wrong element pass. */
-    int avg = g->op == BRAID_AVG && t->size > 1;
     for (size_t i = 0; i < count; i++) {
         double a = load_float(g->dtype, got, i), b = load_float(g->dtype, exp, i);
-        if (!avg) {
-            wrong += !(a == b); /* NaN counts as wrong */
-            continue;
-        }
-        double mag = fabs(b) > 1.0 ? fabs(b) : 1.0;
-        double ulp = ldexp(1.0, ilogb(mag) - (t->bits - 1));
-        wrong += !(fabs(a - b) <= 2.0 * ulp);
+        wrong += !(a == b); /* NaN counts as wrong */
     }
     return wrong;
 }

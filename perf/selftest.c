@@ -2,7 +2,8 @@
  *
  * A private fake backend runs N ranks as threads of one process and implements every collective
  * with braid's documented semantics (integers wrap; float16/bfloat16 combine in float32 and round
- * to nearest even after each pair; avg divides the sum once at the end, integers truncating), so
+ * to nearest even after each pair; avg scales float16/bfloat16/float8 by 1/n first and divides
+ * the other dtypes' sum at the end, integers truncating), so
  * the whole loop of bench.c (geometry, in-place offsets, shifts, checks, -a, output) runs here.
  *
  *   perf_selftest                    unit tests + every collective, dtype and op on 1..4 ranks
@@ -135,15 +136,32 @@ static void store_f(int dt, void *p, size_t i, double v)
     }
 }
 
-/* dst[di] = src[0][off] op src[1][off] op ... (rank order), avg divided at the end. */
+/* avg's pre-scaling of float16/bfloat16/float8 (braid.h): v times (float)(1/n), the product
+ * rounded to float32, then to the dtype; other dtypes divide the sum instead. */
+static int avg_prescales(int dt)
+{
+    return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT8_E4M3 ||
+           dt == BRAID_FLOAT8_E5M2;
+}
+
+static double avg_scaled(int dt, int n, double v)
+{
+    return round_f(dt, (float)(v * (double)(float)(1.0 / n)));
+}
+
+/* dst[di] = src[0][off] op src[1][off] op ... (rank order); avg: float16/bfloat16/float8
+ * scaled by 1/n first, the others divided at the end. */
 static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off, void *dst,
                        size_t di)
 {
     int mul = op == PERF_OP_MULSUM; /* each rank's input times its scalar (exact) */
     if (is_float(dt)) {
         double acc = load_f(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
+        int pre = op == BRAID_AVG && avg_prescales(dt);
+        if (pre) acc = avg_scaled(dt, n, acc);
         for (int r = 1; r < n; r++) {
             double v = load_f(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
+            if (pre) v = avg_scaled(dt, n, v);
             switch (op) {
             case BRAID_PROD:
                 acc = acc * v;
@@ -161,7 +179,8 @@ static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off
             if (dt != BRAID_FLOAT64) acc = (float)acc; /* float32 compute type */
             acc = round_f(dt, acc);
         }
-        if (op == BRAID_AVG) acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / (float)n);
+        if (op == BRAID_AVG && !pre)
+            acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / (float)n);
         store_f(dt, dst, di, acc);
         return;
     }

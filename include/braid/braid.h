@@ -90,10 +90,15 @@ typedef enum {
     BRAID_NUM_DTYPES = 12
 } braid_datatype_t;
 
-/** Reduction operations. avg is sum divided by the number of ranks (floats: the sum is
- * computed first, so it can overflow where NCCL's pre-multiplied avg does not; integers: the
- * wrapped sum divided, truncating, as NCCL). Values >= BRAID_NUM_OPS are ops made by
- * braid_redop_create_premulsum, valid only on their communicator. */
+/** Reduction operations. avg over n ranks: for float16, bfloat16 and float8, as NCCL's ncclAvg,
+ * a pre-multiplied sum: each rank's input times the factor (float)(1.0 / n), the product
+ * computed in float32 and rounded once to the dtype (float8 saturating), then summed as
+ * BRAID_SUM, so no partial sum exceeds the inputs' range (avg(40000, 40000, 40000) in float16
+ * is 40000, not inf); for float32 and float64 the sum divided by n at the last step (one IEEE
+ * division: a sum beyond the dtype's range overflows, avg(3e38, 3e38) is inf, where NCCL
+ * pre-multiplies; use a PreMulSum op with 1/n for that form); for the integer dtypes the
+ * wrapped sum divided by n, truncating toward zero, as NCCL. Values >= BRAID_NUM_OPS are ops
+ * made by braid_redop_create_premulsum, valid only on their communicator. */
 typedef enum {
     BRAID_SUM = 0,
     BRAID_PROD = 1,

@@ -9,7 +9,9 @@
  * elements. Block b is [b*C, (b+1)*C); this rank owns block lr.
  *   1. intra reduce-scatter of blocks 0..L-1 into out[lr*C ..) (sum for avg)
  *   2. inter all-reduce of block lr in place: L rings, one per local index, run concurrently
- *      (each host's links all work); for avg, the owner then divides by n once
+ *      (each host's links all work); for avg, the owner then divides by n once (a float16,
+ *      bfloat16 or float8 avg arrives here as the sum of inputs already scaled by 1/n,
+ *      core/redop.h)
  *   3. intra all-gather of the blocks in place (out[lr*C ..) is the rank's own slot)
  *   4. the tail, if any, by a flat ring all-reduce on the parent (a few elements)
  * Each element is reduced in one fixed order (the intra ring, then the inter ring) by its

@@ -110,7 +110,7 @@ static braid_result_t coll_execute(struct braid_comm *comm, const braid_op_args_
         free(scratch);
     } else if (a->count == 0) {
         res = braid_engine_run(comm, a, seq); /* the descriptor exchange only */
-    } else if (a->premul) {
+    } else if (a->premul || braid_redop_avg_premul(a)) {
         res = braid_redop_premul_execute(comm, a, seq); /* scale, then the sum collective */
     } else {
         res = braid_algo_execute(comm, a, seq); /* the ring engine, or another algorithm */

@@ -135,8 +135,10 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             p.sendbuf = copy;
         }
     }
-    /* PreMulSum: the input scaled by this rank's scalar into a copy, then summed. */
-    if (pc->premul && pc->coll == BRAID_COLL_REDUCE_SCATTERV) {
+    /* PreMulSum, and avg of float16/bfloat16/float8 (NCCL's ncclAvg, a PreMulSum by 1/nranks:
+     * reduce.h): the input scaled into a copy, then summed (the messages still say avg). */
+    int avg_pre = pc->op == BRAID_AVG && braid_reduce_avg_prescales(pc->dtype);
+    if ((pc->premul || avg_pre) && pc->coll == BRAID_COLL_REDUCE_SCATTERV) {
         size_t elems = 0;
         for (int i = 0; i < n; i++)
             elems += pc->recvcounts[i];
@@ -144,12 +146,14 @@ braid_result_t braid_pcoll_execute(struct braid_comm *comm, const braid_pcoll_t 
             tmp = malloc(elems * es);
             if (!tmp) {
                 res = braid_set_error(BRAID_ERR_NOMEM,
-                                      "%s #%u: out of memory for the premulsum input (%zu "
-                                      "elements)",
-                                      name, seq, elems);
+                                      "%s #%u: out of memory for the %s input (%zu elements)", name,
+                                      seq, avg_pre ? "pre-scaled avg" : "premulsum", elems);
                 goto fail;
             }
-            braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
+            if (avg_pre)
+                braid_reduce_avg_prescale(pc->dtype, tmp, pc->sendbuf, elems, n);
+            else
+                braid_reduce_scale(pc->dtype, tmp, pc->sendbuf, elems, &pc->scalar);
             p.sendbuf = tmp;
         }
     }

@@ -86,7 +86,7 @@ typedef struct braid_op_args {
     braid_datatype_t dtype;
     braid_redop_t op; /* a built-in op (a created one is resolved into premul/scalar) */
     int root;
-    int premul;      /* PreMulSum (core/redop.h): op is then BRAID_SUM for the kernels */
+    int premul;      /* BRAID_PREMUL_* (core/redop.h): op is then BRAID_SUM for the kernels */
     uint64_t scalar; /* its scalar, one element of dtype */
     int on_device;   /* 1: the buffers are CUDA memory of comm->cuda_dev (set by the checks) */
     /* > 0: a call of a group's calls fused (core/group_fuse.c): their number (low 7 bits) and

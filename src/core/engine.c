@@ -128,7 +128,9 @@ braid_msg_hdr_t braid_engine_desc(const braid_op_args_t *a, uint32_t seq)
     return (braid_msg_hdr_t){.seq = seq,
                              .coll = (uint8_t)a->coll,
                              .dtype = (uint8_t)a->dtype,
-                             .op = (uint8_t)(a->premul ? BRAID_OP_WIRE_PREMULSUM : a->op),
+                             .op = (uint8_t)(a->premul == BRAID_PREMUL_AVG ? BRAID_AVG
+                                             : a->premul                   ? BRAID_OP_WIRE_PREMULSUM
+                                                                           : a->op),
                              .root = a->root,
                              .count = a->count | layout};
 }

@@ -50,7 +50,9 @@
  *   output (-0.0 for float sums, so x + id = x bit for bit), and after the fused call, in call
  *   order, writes that call's output as the fused result (the other ranks' inputs reduced)
  *   combined with its input as it then is. Only such calls reduce in another order (floats may
- *   round differently); avg, whose fused result is already divided, is not fused.
+ *   round differently); avg is not fused: its late input would need avg's own last step
+ *   (the division of the whole sum, or for float16/bfloat16/float8 the pre-scaling by 1/n,
+ *   core/redop.h).
  * Device buffers: rooted calls fuse only where no rank has a CUDA device (set at init, alike on
  * every rank), so no rooted call of a fused run can hold one. */
 #include "core/config.h"
@@ -151,10 +153,10 @@ static void dtype_identity(braid_datatype_t dt, braid_redop_t op, void *out)
 }
 
 /* The flag's values: ok (the op's identity for 0 and 1) and not ok. Sum, max and average
- * reduce 0s to 0 and any 1 to a positive value (integer sums of 1s wrap only from 256 ranks
- * for 8-bit types, float8 averages underflow only beyond 512: such communicators do not fuse
- * 8-bit types); product and min reduce 1s to 1 and any 0 to 0. Integer averages round 1/n to
- * 0: not fused. */
+ * reduce 0s to 0 and any 1 to a positive value (a float16/bfloat16/float8 average scales each
+ * 1 to 1/n first, core/redop.h; integer sums of 1s wrap only from 256 ranks for 8-bit types,
+ * float8's 1/n rounds to 0 only from 1024: such communicators do not fuse 8-bit types); product and
+ * min reduce 1s to 1 and any 0 to 0. Integer averages round 1/n to 0: not fused. */
 static int flag_values(braid_datatype_t dt, braid_redop_t op, int nranks, void *ok, void *bad)
 {
     size_t es = braid_dtype_size(dt);

@@ -52,6 +52,15 @@ typedef struct {
     char stage_msg[256];
 } runner_t;
 
+/* The kernels' op of a reducing receive: a PreMulSum's, and a float16/bfloat16/float8 avg's,
+ * inputs were scaled (coll_p2p.c), so they sum; the messages carry the call's op. */
+static braid_redop_t kernel_op(const braid_p2p_op_t *op)
+{
+    int scaled = op->op == BRAID_OP_WIRE_PREMULSUM ||
+                 (op->op == BRAID_AVG && braid_reduce_avg_prescales(op->dtype));
+    return scaled ? BRAID_SUM : op->op;
+}
+
 static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
@@ -132,9 +141,8 @@ static braid_result_t link_new(runner_t *r)
             r->rr = i;
             if (r->comm->nranks == 1) {
                 if (op->count)
-                    braid_reduce_finalize(op->dtype,
-                                          op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op,
-                                          op->rbuf, op->sbuf, op->count, 1);
+                    braid_reduce_finalize(op->dtype, kernel_op(op), op->rbuf, op->sbuf, op->count,
+                                          1);
                 op_complete(r, op, BRAID_SUCCESS);
             }
             continue;
@@ -452,7 +460,7 @@ static braid_result_t step_reduce(runner_t *r, int *moved)
             memcpy(r->rr_own, own, nb); /* in place: the fold overwrites it before its turn */
             own = r->rr_own;
         }
-        braid_redop_t kop = op->op == BRAID_OP_WIRE_PREMULSUM ? BRAID_SUM : op->op; /* scaled */
+        braid_redop_t kop = kernel_op(op);
         for (int i = 1; cnt && i < n; i++) {
             const void *left = i == 1 ? (me == 0 ? own : r->rr_buf[0]) : out;
             const void *right = i == me ? own : r->rr_buf[i];

@@ -149,9 +149,25 @@ braid_result_t braid_redop_resolve(struct braid_comm *comm, braid_op_args_t *a, 
         return braid_set_error(
             BRAID_ERR_INVALID_ARG, "%s: op=%d (premulsum) was created for dtype %s, called with %s",
             what, (int)a->op, braid_dtype_name(copy.dtype), braid_dtype_name(a->dtype));
-    a->premul = 1;
+    a->premul = BRAID_PREMUL_USER;
     a->scalar = copy.scalar;
     return BRAID_SUCCESS;
+}
+
+int braid_redop_avg_premul(const braid_op_args_t *a)
+{
+    return !a->premul && a->op == BRAID_AVG && braid_reduce_avg_prescales(a->dtype) &&
+           (a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
+            a->coll == BRAID_COLL_REDUCE_SCATTER);
+}
+
+void braid_redop_prescale(const braid_op_args_t *a, int nranks, void *dst, const void *src,
+                          size_t count)
+{
+    if (a->premul == BRAID_PREMUL_AVG || (!a->premul && a->op == BRAID_AVG))
+        braid_reduce_avg_prescale(a->dtype, dst, src, count, nranks);
+    else
+        braid_reduce_scale(a->dtype, dst, src, count, &a->scalar);
 }
 
 braid_result_t braid_redop_premul_execute(struct braid_comm *comm, const braid_op_args_t *a,
@@ -159,6 +175,7 @@ braid_result_t braid_redop_premul_execute(struct braid_comm *comm, const braid_o
 {
     braid_op_args_t b = *a;
     b.op = BRAID_SUM;
+    if (!a->premul) b.premul = BRAID_PREMUL_AVG; /* the descriptor still says avg */
     if (a->count == 0) return braid_algo_execute(comm, &b, seq);
     size_t es = braid_dtype_size(a->dtype);
     size_t n_in = a->coll == BRAID_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
@@ -167,15 +184,16 @@ braid_result_t braid_redop_premul_execute(struct braid_comm *comm, const braid_o
     int into_recv =
         a->coll == BRAID_COLL_ALLREDUCE || (a->coll == BRAID_COLL_REDUCE && comm->rank == a->root);
     if (into_recv) {
-        braid_reduce_scale(a->dtype, a->recvbuf, a->sendbuf, n_in, &a->scalar);
+        braid_redop_prescale(&b, comm->nranks, a->recvbuf, a->sendbuf, n_in);
         b.sendbuf = a->recvbuf;
     } else {
         tmp = malloc(n_in * es);
         if (!tmp)
-            return braid_set_error(BRAID_ERR_NOMEM,
-                                   "%s: out of memory for the premulsum input (%zu bytes)",
-                                   braid_coll_name(a->coll), n_in * es);
-        braid_reduce_scale(a->dtype, tmp, a->sendbuf, n_in, &a->scalar);
+            return braid_set_error(
+                BRAID_ERR_NOMEM, "%s: out of memory for the %s input (%zu bytes)",
+                braid_coll_name(a->coll),
+                b.premul == BRAID_PREMUL_AVG ? "pre-scaled avg" : "premulsum", n_in * es);
+        braid_redop_prescale(&b, comm->nranks, tmp, a->sendbuf, n_in);
         b.sendbuf = tmp;
     }
     braid_result_t res = braid_algo_execute(comm, &b, seq);

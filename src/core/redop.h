@@ -22,9 +22,26 @@
  * Built-in ops are left as they are. */
 braid_result_t braid_redop_resolve(struct braid_comm *comm, braid_op_args_t *a, const char *what);
 
-/* Runs a resolved PreMulSum collective: every rank's input multiplied by its scalar (in the
- * receive buffer when it is big enough and the rank needs one, else in a temporary buffer),
- * then the sum collective of the same algorithms. */
+/* braid_op_args_t.premul: a user's PreMulSum op (its scalar in .scalar), or BRAID_AVG of
+ * float16/bfloat16/float8 run as NCCL's ncclAvg, a PreMulSum by 1/nranks (reduce.h; set only
+ * once the input is scaled: the descriptor then still says avg, the kernels sum). */
+#define BRAID_PREMUL_USER 1
+#define BRAID_PREMUL_AVG 2
+
+/* Whether a (not yet scaled) is BRAID_AVG of float16, bfloat16 or float8: a PreMulSum by
+ * 1/nranks, which braid_redop_premul_execute runs. Integer, float32 and float64 avg sum and
+ * divide the sum (the algorithms' last step). */
+int braid_redop_avg_premul(const braid_op_args_t *a);
+
+/* dst = src pre-multiplied as a's op says (count elements): by a->scalar (a user's
+ * PreMulSum), or by 1/nranks (BRAID_AVG, braid_reduce_avg_prescale). */
+void braid_redop_prescale(const braid_op_args_t *a, int nranks, void *dst, const void *src,
+                          size_t count);
+
+/* Runs a resolved PreMulSum collective, or a pre-scaled avg (braid_redop_avg_premul):
+ * every rank's input multiplied by its scalar or by 1/nranks (in the receive buffer when it is
+ * big enough and the rank needs one, else in a temporary buffer), then the sum collective of
+ * the same algorithms. */
 braid_result_t braid_redop_premul_execute(struct braid_comm *comm, const braid_op_args_t *a,
                                           uint32_t seq);
 

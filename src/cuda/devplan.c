@@ -3,6 +3,7 @@
 #include "cuda/devplan.h"
 #include "core/comm.h"
 #include "core/log.h"
+#include "reduce/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,20 @@ int braid_dev_call_needs_scratch(const braid_dev_call_t *a, int nranks, int rank
 {
     return a->algo == BRAID_PLAN_TREE && a->coll == BRAID_COLL_REDUCE && rank != a->root &&
            nranks > 1 && a->count;
+}
+
+size_t braid_dev_call_avg_prescale(braid_dev_call_t *call, int nranks, int rank, int *into_recv_p)
+{
+    int reduces = call->coll == BRAID_COLL_ALLREDUCE || call->coll == BRAID_COLL_REDUCE ||
+                  call->coll == BRAID_COLL_REDUCE_SCATTER;
+    *into_recv_p = 0;
+    if (!reduces || call->op != BRAID_AVG || !braid_reduce_avg_prescales(call->dtype) ||
+        !call->count)
+        return 0;
+    call->op = BRAID_SUM;
+    *into_recv_p = call->coll == BRAID_COLL_ALLREDUCE ||
+                   (call->coll == BRAID_COLL_REDUCE && rank == call->root);
+    return call->coll == BRAID_COLL_REDUCE_SCATTER ? call->count * (size_t)nranks : call->count;
 }
 
 static int ring_pos(const int *order, int n, int rank)

@@ -74,6 +74,14 @@ typedef struct {
  * only the root has, as core/engine.c). */
 int braid_dev_call_needs_scratch(const braid_dev_call_t *a, int nranks, int rank);
 
+/* BRAID_AVG of float16/bfloat16 (braid_reduce_avg_prescales) runs as the sum of inputs
+ * pre-scaled by 1/nranks (as on the host, core/redop.h). For such a call: turns it into the sum and
+ * returns how many input elements the caller must scale (braid_reduce_avg_prescale, or the GPU's
+ * kernel of it) into the buffer it then points call->sendbuf at: the receive buffer where the rank
+ * has one as big as the input (*into_recv_p = 1: all-reduce, a reduce's root), else a buffer of its
+ * own. Returns 0 for every other call (unchanged). */
+size_t braid_dev_call_avg_prescale(braid_dev_call_t *call, int nranks, int rank, int *into_recv_p);
+
 /* The FIFO counters of a rank's lanes, carried from one collective to the next: posted
  * (messages sent) and consumed (messages received) per lane and link. */
 typedef struct {

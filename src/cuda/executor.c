@@ -7,7 +7,9 @@
  * When: on a communicator whose ranks are all on one host and all have a CUDA device
  * (the peers' infos from init), for every dtype but float8 and every op but PreMulSum
  * (those, and communicators spanning hosts, are staged through host memory and the CPU engine:
- * stage.c). BRAID_DEV_ENGINE=stage always stages; =device makes "not applicable" an error.
+ * stage.c). Avg of float16/bfloat16 is the sum of inputs pre-scaled by 1/nranks (as on the
+ * host, core/redop.h): a kernel scales the input first (braid_dev_call_avg_prescale).
+ * BRAID_DEV_ENGINE=stage always stages; =device makes "not applicable" an error.
  *
  * Setup (collective, at the first collective on device buffers, which every rank calls by the
  * collective contract): each rank allocates and exports its region, allgathers the infos with
@@ -31,6 +33,7 @@
 #include "cuda/devdrive.h"
 #include "cuda/devplan.h"
 #include "cuda/engine_launch.h"
+#include "cuda/reduce_dev.h"
 #include "core/worker.h"
 #include "transport/cuda_ipc.h"
 
@@ -58,6 +61,8 @@ struct braid_cuda_engine {
     size_t img_cap, pin_cap;
     void *scratch_d;
     size_t scratch_cap;
+    void *pre_d; /* a pre-scaled avg's input (reduce.h), where it is not the receive buffer */
+    size_t pre_cap;
     cudaStream_t stream;
     cudaEvent_t ev;
     struct braid_comm *comm;
@@ -96,6 +101,7 @@ static void engine_release(struct braid_cuda_engine *e)
     free(e->img_pin);
     if (e->img_d) cudaFreeAsync(e->img_d, e->stream);
     if (e->scratch_d) cudaFreeAsync(e->scratch_d, e->stream);
+    if (e->pre_d) cudaFreeAsync(e->pre_d, e->stream);
     if (e->stream) cudaStreamSynchronize(e->stream);
     if (e->ev) cudaEventDestroy(e->ev);
     if (e->stream) cudaStreamDestroy(e->stream);
@@ -408,6 +414,16 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
                              .seq = seq,
                              .order = comm->ring_order};
     size_t es = braid_dtype_size(a->dtype);
+    int into_recv;
+    size_t n_pre = braid_dev_call_avg_prescale(&call, comm->nranks, comm->rank, &into_recv);
+    if (n_pre) { /* a float16/bfloat16 avg: the input times 1/nranks on the stream, then summed */
+        if (!into_recv) BRAID_CHECK(grow_dev(e, &e->pre_d, &e->pre_cap, n_pre * es, 0));
+        void *dst = into_recv ? a->recvbuf : e->pre_d;
+        int ce = braid_cuda_reduce_launch((int)a->dtype, BRAID_CUDA_K_PRE, dst, a->sendbuf,
+                                          a->sendbuf, n_pre, comm->nranks, e->stream);
+        if (ce != 0) return cuda_err((cudaError_t)ce, "avg pre-scaling");
+        call.sendbuf = dst;
+    }
     if (braid_dev_call_needs_scratch(&call, comm->nranks, comm->rank)) {
         BRAID_CHECK(grow_dev(e, &e->scratch_d, &e->scratch_cap, a->count * es, 0));
         call.scratch = e->scratch_d;

@@ -1,7 +1,8 @@
-/* CUDA reduction kernels: every dtype x (sum, prod, min, max, avg, div) of the CPU table
- * (reduce/reduce_kernels.h), from the same element functions (reduce_dev.cuh), and their
- * launcher (reduce_dev.h). Results are bit-identical to braid_reduce_pair/_final/finalize:
- * no fast-math, --fmad=false (src: CMakeLists.txt), IEEE division for avg. */
+/* CUDA reduction kernels: every dtype x (sum, prod, min, max, avg, div, and for the floating
+ * dtypes avg's pre-scaling) of the CPU table (reduce/reduce_kernels.h), from the same element
+ * functions (reduce_dev.cuh), and their launcher (reduce_dev.h). Results are bit-identical to
+ * braid_reduce_pair/_final/finalize/_avg_prescale: no fast-math, --fmad=false (src:
+ * CMakeLists.txt), IEEE division for avg. */
 #include "cuda/reduce_dev.cuh"
 #include "cuda/reduce_dev.h"
 
@@ -19,6 +20,20 @@ __global__ void __launch_bounds__(512)
                      (size_t)gridDim.x * blockDim.x);
 }
 
+/* The kernels' argument: nranks, or OP::arg(nranks) where OP has one (the pre-scaling). */
+template <class OP, class = void> struct op_arg {
+    static typename OP::dn_t get(int nranks)
+    {
+        return (typename OP::dn_t)nranks;
+    }
+};
+template <class OP> struct op_arg<OP, decltype((void)OP::arg(0))> {
+    static typename OP::dn_t get(int nranks)
+    {
+        return OP::arg(nranks);
+    }
+};
+
 template <class OP>
 static cudaError_t launch(void *dst, const void *a, const void *b, size_t n, int nranks,
                           cudaStream_t s)
@@ -33,7 +48,7 @@ static cudaError_t launch(void *dst, const void *a, const void *b, size_t n, int
     if (blocks > (size_t)sms * 8) blocks = (size_t)sms * 8; /* grid-stride beyond that */
     if (blocks == 0) blocks = 1;
     reduce_kernel<OP><<<(unsigned)blocks, threads, 0, s>>>((T *)dst, (const T *)a, (const T *)b, n,
-                                                           (typename OP::dn_t)nranks);
+                                                           op_arg<OP>::get(nranks));
     return cudaGetLastError();
 }
 
@@ -42,13 +57,18 @@ typedef cudaError_t (*launch_fn)(void *, const void *, const void *, size_t, int
 #define ROW(tag)                                                                                   \
     {                                                                                              \
         launch<tag##_sum>, launch<tag##_prod>, launch<tag##_min>, launch<tag##_max>,               \
-            launch<tag##_avg>, launch<tag##_div>                                                   \
+            launch<tag##_avg>, launch<tag##_div>, NULL                                             \
+    }
+#define ROWF(tag)                                                                                  \
+    {                                                                                              \
+        launch<tag##_sum>, launch<tag##_prod>, launch<tag##_min>, launch<tag##_max>,               \
+            launch<tag##_avg>, launch<tag##_div>, launch<tag##_pre>                                \
     }
 
-/* [dtype][sum, prod, min, max, avg, div] */
-static const launch_fn table[10][6] = {
-    ROW(i8),  ROW(u8),  ROW(i32),  ROW(u32), ROW(i64),
-    ROW(u64), ROW(f16), ROW(bf16), ROW(f32), ROW(f64),
+/* [dtype][sum, prod, min, max, avg, div, pre (floating dtypes)] */
+static const launch_fn table[10][BRAID_CUDA_K_COUNT] = {
+    ROW(i8),  ROW(u8),   ROW(i32),   ROW(u32),  ROW(i64),
+    ROW(u64), ROWF(f16), ROWF(bf16), ROWF(f32), ROWF(f64),
 };
 
 } // namespace braid_dev
@@ -56,7 +76,9 @@ static const launch_fn table[10][6] = {
 extern "C" int braid_cuda_reduce_launch(int dtype, int kind, void *dst, const void *a,
                                         const void *b, size_t count, int nranks, void *stream)
 {
-    if (dtype < 0 || dtype >= 10 || kind < 0 || kind >= 6) return (int)cudaErrorInvalidValue;
+    if (dtype < 0 || dtype >= 10 || kind < 0 || kind >= BRAID_CUDA_K_COUNT ||
+        !braid_dev::table[dtype][kind])
+        return (int)cudaErrorInvalidValue;
     if (count == 0) return 0;
     return (int)braid_dev::table[dtype][kind](dst, a, b, count, nranks, (cudaStream_t)stream);
 }

@@ -98,6 +98,26 @@ struct f16_div {
     }
 };
 
+/* BRAID_AVG's pre-scaling of the floating dtypes (reduce_ops.h): apply(x, _, s) = x * s rounded
+ * once, s = OP::arg(nranks), the factor 1/nranks (the launcher passes the other ops nranks). */
+#define BRAID_DEV_PRE_OP(tag, T, factor)                                                           \
+    struct tag##_pre {                                                                             \
+        typedef T type;                                                                            \
+        typedef braid_rop_##tag##_pre_t dn_t;                                                      \
+        static __host__ __device__ __forceinline__ dn_t arg(int nranks)                            \
+        {                                                                                          \
+            return factor(nranks);                                                                 \
+        }                                                                                          \
+        static __device__ __forceinline__ T apply(T x, T, dn_t s)                                  \
+        {                                                                                          \
+            return braid_rop_##tag##_pre(x, s);                                                    \
+        }                                                                                          \
+    };
+BRAID_DEV_PRE_OP(f16, uint16_t, braid_rop_avg_factor_f32)
+BRAID_DEV_PRE_OP(bf16, uint16_t, braid_rop_avg_factor_f32)
+BRAID_DEV_PRE_OP(f32, float, braid_rop_avg_factor_f32)
+BRAID_DEV_PRE_OP(f64, double, braid_rop_avg_factor_f64)
+
 template <typename T> union vec16 {
     uint4 v;
     T e[16 / sizeof(T)];

@@ -8,7 +8,8 @@
 extern "C" {
 #endif
 
-/* Kernel kinds, in the CPU table's order: pair ops, then avg (final), then div (finalize). */
+/* Kernel kinds, in the CPU table's order: pair ops, then avg (final), div (finalize), and the
+ * pre-scaling of avg (braid_reduce_avg_prescale). */
 enum {
     BRAID_CUDA_K_SUM = 0,
     BRAID_CUDA_K_PROD,
@@ -16,6 +17,7 @@ enum {
     BRAID_CUDA_K_MAX,
     BRAID_CUDA_K_AVG, /* dst = (a + b) / nranks */
     BRAID_CUDA_K_DIV, /* dst = a / nranks (b unused) */
+    BRAID_CUDA_K_PRE, /* floating dtypes: dst = a * (1 / nranks), avg's pre-scaling (b unused) */
     BRAID_CUDA_K_COUNT
 };
 

@@ -153,6 +153,7 @@ struct braid_twin_rank {
     braid_dev_drive_t drive;
     char what[64];
     void *scratch;
+    void *pre; /* a pre-scaled avg's input (reduce.h), where it is not the receive buffer */
     int saved;
     /* threaded launches: one persistent thread per lane, two barriers per launch */
     int threads;
@@ -179,9 +180,23 @@ braid_result_t braid_twin_rank_prepare(braid_twin_world_t *w, int rank, const br
                              .recvbuf = a->recvbuf,
                              .seq = a->seq,
                              .order = a->order};
+    /* A pre-scaled avg (float16, bfloat16): the input times 1/nranks first (the GPU executor
+     * runs its kernel of it). */
+    int into_recv;
+    size_t n_pre = braid_dev_call_avg_prescale(&call, w->L.nranks, rank, &into_recv);
+    if (n_pre) {
+        void *dst = into_recv ? a->recvbuf : (r->pre = malloc(n_pre * braid_dtype_size(a->dtype)));
+        if (!dst) {
+            free(r);
+            return braid_set_error(BRAID_ERR_NOMEM, "twin: out of memory for the scaled input");
+        }
+        braid_reduce_avg_prescale(a->dtype, dst, a->sendbuf, n_pre, w->L.nranks);
+        call.sendbuf = dst;
+    }
     if (braid_dev_call_needs_scratch(&call, w->L.nranks, rank)) {
         r->scratch = malloc(a->count * braid_dtype_size(a->dtype));
         if (!r->scratch) {
+            free(r->pre);
             free(r);
             return braid_set_error(BRAID_ERR_NOMEM, "twin: out of memory for scratch");
         }
@@ -191,6 +206,7 @@ braid_result_t braid_twin_rank_prepare(braid_twin_world_t *w, int rank, const br
                                                &w->aborts[rank], r->reports, &r->img);
     if (res < 0) {
         free(r->scratch);
+        free(r->pre);
         free(r);
         return res;
     }
@@ -335,5 +351,6 @@ void braid_twin_rank_free(braid_twin_rank_t *r)
     if (!r) return;
     braid_dev_image_free(&r->img);
     free(r->scratch);
+    free(r->pre);
     free(r);
 }

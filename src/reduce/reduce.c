@@ -203,6 +203,23 @@ void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size
     braid_reduce_table()->scale[dtype](dst, src, count, scalar);
 }
 
+int braid_reduce_avg_prescales(braid_datatype_t dtype)
+{
+    return dtype == BRAID_FLOAT16 || dtype == BRAID_BFLOAT16 || dtype == BRAID_FLOAT8_E4M3 ||
+           dtype == BRAID_FLOAT8_E5M2;
+}
+
+void braid_reduce_avg_prescale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                               int nranks)
+{
+    if (count == 0 || !braid_reduce_args_ok(dtype, BRAID_AVG)) return;
+    if (dtype < BRAID_FLOAT16) {
+        braid_warn(COLL, "internal error: avg pre-scaling of %s", braid_dtype_name(dtype));
+        return;
+    }
+    braid_reduce_table()->prescale[dtype](dst, src, count, braid_reduce_nranks(nranks));
+}
+
 /* ---- scalar conversions ------------------------------------------------------------------ */
 
 float braid_half_to_float(uint16_t h)

@@ -19,7 +19,9 @@ void braid_reduce_pair(braid_datatype_t dtype, braid_redop_t op, void *dst, cons
 
 /* The last step of a reduction: dst[i] = a[i] op b[i], and for BRAID_AVG the sum is then
  * divided by nranks (integers: truncating division; floats: IEEE division in the element's
- * compute type, float32 for float16/bfloat16). Other ops ignore nranks. */
+ * compute type, float32 for float16/bfloat16). Other ops ignore nranks. The collectives divide
+ * for integer, float32 and float64 avg; float16/bfloat16/float8 avg is pre-scaled
+ * (braid_reduce_avg_prescale). */
 void braid_reduce_pair_final(braid_datatype_t dtype, braid_redop_t op, void *dst, const void *a,
                              const void *b, size_t count, int nranks);
 
@@ -43,6 +45,21 @@ void braid_reduce_finalize(braid_datatype_t dtype, braid_redop_t op, void *dst, 
  * alias src exactly. */
 void braid_reduce_scale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
                         const void *scalar);
+
+/* Whether the collectives compute BRAID_AVG of dtype as NCCL's ncclAvg of the floating types:
+ * each rank's input pre-scaled by 1/nranks (braid_reduce_avg_prescale), then summed, so no
+ * partial sum leaves the dtype's range. 1 for the narrow floats, float16, bfloat16 and float8,
+ * which the collectives scale at their entry before the sum (core/redop.c). 0 for the integers
+ * and for float32/float64, whose avg sums and divides at the last step (the avg kernels above):
+ * their range makes an overflowing partial sum unlikely, and the scaling would be one more pass
+ * over the input (measured 1.2-1.3x the time of a large float32 all-reduce). */
+int braid_reduce_avg_prescales(braid_datatype_t dtype);
+
+/* dst[i] = src[i] * (1 / nranks) for any floating dtype: the factor is (float)(1.0 / nranks)
+ * (float64: 1.0 / nranks), the product computed in float32 (float64) and rounded once to the
+ * dtype (float8 saturating), NaNs as braid_reduce_scale's. dst may alias src exactly. */
+void braid_reduce_avg_prescale(braid_datatype_t dtype, void *dst, const void *src, size_t count,
+                               int nranks);
 
 /* Scalar conversions (exported for tests and the perf tools' checkers). */
 float braid_half_to_float(uint16_t h);

@@ -77,6 +77,23 @@ static REDUCE_ATTR inline void REDUCE_SFX(f2h_block)(braid_rop_f16_mem *h, const
         BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_prod(src[k], s));                         \
     }
 
+/* dst[k] = braid_rop_<tag>_pre(src[k], 1 / nranks): BRAID_AVG's pre-scaling (floats only). */
+#define REDUCE_DEF_PRESCALE(tag, T, factor)                                                        \
+    static REDUCE_ATTR void REDUCE_SFX(tag##_prescale)(void *dst_, const void *src_, size_t n,     \
+                                                       int nranks)                                 \
+    {                                                                                              \
+        braid_rop_##tag##_mem *dst = dst_;                                                         \
+        const braid_rop_##tag##_mem *src = src_;                                                   \
+        const braid_rop_##tag##_pre_t s = factor(nranks);                                          \
+        BRAID_RK_FOR(T, n, k, dst[k] = braid_rop_##tag##_pre(src[k], s));                          \
+    }
+
+REDUCE_DEF_PRESCALE(bf16, uint16_t, braid_rop_avg_factor_f32)
+REDUCE_DEF_PRESCALE(f32, float, braid_rop_avg_factor_f32)
+REDUCE_DEF_PRESCALE(f64, double, braid_rop_avg_factor_f64)
+REDUCE_DEF_PRESCALE(e4m3, uint8_t, braid_rop_avg_factor_f32)
+REDUCE_DEF_PRESCALE(e5m2, uint8_t, braid_rop_avg_factor_f32)
+
 /* dst[k] = f(f(s[0][k], s[1][k]), s[2][k]) (ns 3) or f(f(f(s[0][k], s[1][k]), s[2][k]), s[3][k])
  * (ns 4), f = braid_rop_<tag>_<op>: the chain of pair kernels in one pass, so the sources stream
  * in together; each step rounds to the element type as the pair kernel's store would. */
@@ -257,6 +274,15 @@ static REDUCE_ATTR void REDUCE_SFX(f16_scale)(void *dst_, const void *src_, size
     REDUCE_F16_BODY(((void)y, braid_rop_f32_prod(x, s)))
 }
 
+static REDUCE_ATTR void REDUCE_SFX(f16_prescale)(void *dst_, const void *src_, size_t n, int nranks)
+{
+    /* as f16_scale, with the float32 factor of braid_rop_f16_pre */
+    const void *a_ = src_;
+    const void *b_ = src_;
+    const float s = braid_rop_avg_factor_f32(nranks);
+    REDUCE_F16_BODY(((void)y, braid_rop_f32_prod(x, s)))
+}
+
 static REDUCE_ATTR void REDUCE_SFX(f16_div)(void *dst_, const void *src_, size_t n, int nranks)
 {
     /* The pair body with b = a and y unused: one conversion too many, but no second copy. */
@@ -370,8 +396,18 @@ const braid_reduce_table_t REDUCE_TABLE = {
             [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_scale),
             [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_scale),
         },
+    .prescale =
+        {
+            [BRAID_FLOAT16] = REDUCE_SFX(f16_prescale),
+            [BRAID_BFLOAT16] = REDUCE_SFX(bf16_prescale),
+            [BRAID_FLOAT32] = REDUCE_SFX(f32_prescale),
+            [BRAID_FLOAT64] = REDUCE_SFX(f64_prescale),
+            [BRAID_FLOAT8_E4M3] = REDUCE_SFX(e4m3_prescale),
+            [BRAID_FLOAT8_E5M2] = REDUCE_SFX(e5m2_prescale),
+        },
 };
 
+#undef REDUCE_DEF_PRESCALE
 #undef REDUCE_DEF_PAIR
 #undef REDUCE_DEF_AVG_DIV
 #undef REDUCE_DEF_DTYPE

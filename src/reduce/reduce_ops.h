@@ -14,8 +14,11 @@
  *   the vector loop). min/max return NaN when either input is NaN (unlike fmin/fmax), and order
  *   the zeros: min(-0, +0) = -0 and max(-0, +0) = +0 whatever the argument order.
  * - float16/bfloat16: widened exactly to float32, combined as float32 above, rounded back to
- *   nearest-even once per kernel call (avg: the sum is divided by nranks in float32 and rounded
- *   once). Results that are NaN are always quiet, so the F16C/AVX-512 conversions (which quiet
+ *   nearest-even once per kernel call (the avg kernels: the sum is divided by nranks in float32
+ *   and rounded once; the collectives use them for integers, float32 and float64 only: their
+ *   float16/bfloat16/float8 BRAID_AVG is a sum of inputs pre-scaled by 1/nranks, see "BRAID_AVG
+ *   of floating dtypes" below). Results that are NaN are always quiet, so the F16C/AVX-512
+ *   conversions (which quiet
  *   a signaling NaN) and the bit manipulation here give the same bits.
  * - float8 e4m3 / e5m2 (OCP FP8, as NCCL's ncclFloat8e4m3 / ncclFloat8e5m2): widened exactly to
  *   float32, combined as float32, rounded back to nearest-even once per element and kernel
@@ -71,9 +74,10 @@ typedef void (*braid_reduce_multi_avg_fn)(void *dst, const void *const *src, int
 typedef struct {
     const char *name; /* "generic", "avx2", "avx512" */
     braid_reduce_pair_fn pair[BRAID_NUM_DTYPES][BRAID_ROP_NUM];
-    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES];     /* dst = (a + b) / nranks */
-    braid_reduce_div_fn div[BRAID_NUM_DTYPES];     /* dst = src / nranks */
-    braid_reduce_scale_fn scale[BRAID_NUM_DTYPES]; /* dst = src prod scalar (PreMulSum) */
+    braid_reduce_avg_fn avg[BRAID_NUM_DTYPES];      /* dst = (a + b) / nranks */
+    braid_reduce_div_fn div[BRAID_NUM_DTYPES];      /* dst = src / nranks */
+    braid_reduce_scale_fn scale[BRAID_NUM_DTYPES];  /* dst = src prod scalar (PreMulSum) */
+    braid_reduce_div_fn prescale[BRAID_NUM_DTYPES]; /* floats: dst = src * (1 / nranks) (avg) */
     braid_reduce_multi_fn multi[BRAID_NUM_DTYPES][BRAID_ROP_NUM];
     braid_reduce_multi_avg_fn multi_avg[BRAID_NUM_DTYPES];
 } braid_reduce_table_t;
@@ -538,6 +542,53 @@ BRAID_ROP_FN uint16_t braid_rop_bf16_div(uint16_t x, float dn)
     }
 BRAID_ROP_FP8(e4m3)
 BRAID_ROP_FP8(e5m2)
+
+/* ---- BRAID_AVG of floating dtypes: the pre-scaling -------------------------------------- */
+
+/* NCCL's ncclAvg of a floating dtype: every rank's input is multiplied by 1/nranks first, then
+ * summed (a PreMulSum); braid does so for float16, bfloat16 and float8 (reduce.h). The factor is
+ * (float)(1.0 / nranks) (NCCL's float32 scalar), or 1.0 / nranks for float64. Every narrow dtype
+ * multiplies in float32 with that float32 factor and rounds the product once (NCCL rounds the
+ * factor to the dtype first: the same where the dtype holds 1/nranks exactly, as for every power of
+ * two up to its smallest subnormal). */
+BRAID_ROP_FN float braid_rop_avg_factor_f32(int nranks)
+{
+    return (float)(1.0 / (double)nranks);
+}
+BRAID_ROP_FN double braid_rop_avg_factor_f64(int nranks)
+{
+    return 1.0 / (double)nranks;
+}
+typedef float braid_rop_f16_pre_t;
+typedef float braid_rop_bf16_pre_t;
+typedef float braid_rop_f32_pre_t;
+typedef double braid_rop_f64_pre_t;
+typedef float braid_rop_e4m3_pre_t;
+typedef float braid_rop_e5m2_pre_t;
+BRAID_ROP_FN uint16_t braid_rop_f16_pre(uint16_t x, float s)
+{
+    return braid_rop_f2h(braid_rop_f32_prod(braid_rop_h2f(x), s));
+}
+BRAID_ROP_FN uint16_t braid_rop_bf16_pre(uint16_t x, float s)
+{
+    return braid_rop_f2bf(braid_rop_f32_prod(braid_rop_bf2f(x), s));
+}
+BRAID_ROP_FN float braid_rop_f32_pre(float x, float s)
+{
+    return braid_rop_f32_prod(x, s);
+}
+BRAID_ROP_FN double braid_rop_f64_pre(double x, double s)
+{
+    return braid_rop_f64_prod(x, s);
+}
+BRAID_ROP_FN uint8_t braid_rop_e4m3_pre(uint8_t x, float s)
+{
+    return braid_rop_f2e4m3(braid_rop_f32_prod(braid_rop_e4m32f(x), s));
+}
+BRAID_ROP_FN uint8_t braid_rop_e5m2_pre(uint8_t x, float s)
+{
+    return braid_rop_f2e5m2(braid_rop_f32_prod(braid_rop_e5m22f(x), s));
+}
 
 /* ---- integer element ops ----------------------------------------------------------------- */
 

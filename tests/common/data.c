@@ -1,4 +1,6 @@
 #include "data.h"
+#include "ref_fp8.h"
+#include "ref_half.h"
 #include "reduce/reduce.h"
 
 #include <math.h>
@@ -23,10 +25,24 @@ static int is_signed(braid_datatype_t dt)
     return dt == BRAID_INT8 || dt == BRAID_INT32 || dt == BRAID_INT64 || is_float(dt);
 }
 
+/* Floating avg (float16/bfloat16/float8: a sum of inputs pre-scaled by 1/n, which round where n
+ * is not a power of two): at most two ranks of an index hold a nonzero value, the others +0, so
+ * its sum is the same in every order (x + 0 = x exactly; with two nonzero terms every order
+ * adds those two). The two depend on the index (not on n): rank a = 0 or 1, and rank a ^ 1 or
+ * one of ranks 2..7. float32/float64 get the same inputs (their avg divides the exact sum). */
+static int avg_active(int rank, size_t i, int seed)
+{
+    uint64_t h = ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    int a = (int)(h & 1), b = (h >> 1 & 1) ? a ^ 1 : 2 + (int)((h >> 2) % 6);
+    return rank == a || rank == b;
+}
+
 double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed)
 {
     uint64_t h = (uint64_t)i * 2654435761u + (uint64_t)rank * 40503u + (uint64_t)seed * 977u;
     h ^= h >> 13;
+    if (op == BRAID_AVG && is_float(dt) && !avg_active(rank, i, seed)) return 0;
     if (op == BRAID_PROD) {
         /* Products stay exact: +-1, 2 and (floats) 0.5. */
         static const double fv[] = {1, 2, -1, 0.5, 1, -1, 2};
@@ -120,9 +136,46 @@ void data_fill(void *buf, braid_datatype_t dt, braid_redop_t op, int rank, size_
         store(buf, k, dt, data_value(dt, op, rank, base + k, seed));
 }
 
+/* v (a float32 value, or any for float64) rounded to dtype dt by the tests' own conversions
+ * (ref_half.h, ref_fp8.h: not the library's). */
+static double to_dtype(braid_datatype_t dt, double v)
+{
+    switch (dt) {
+    case BRAID_FLOAT16:
+        return ref_h2d(ref_d2h(v));
+    case BRAID_BFLOAT16:
+        return ref_bf2d(ref_d2bf(v));
+    case BRAID_FLOAT8_E4M3:
+        return ref_e4m3_to_d(ref_d_to_e4m3(v));
+    case BRAID_FLOAT8_E5M2:
+        return ref_e5m2_to_d(ref_d_to_e5m2(v));
+    case BRAID_FLOAT32:
+        return (float)v;
+    default:
+        return v;
+    }
+}
+
+/* float16/bfloat16/float8 avg as braid (and NCCL) defines it: each input times the factor
+ * (float)(1.0/n), the product rounded to float32 then to the dtype, and the scaled inputs
+ * summed. The product of a dtype value and a float32 factor is exact in double, so the casts
+ * round it once to float32, as the library's float32 multiplication. The sum: at most two
+ * nonzero terms (avg_active), exact in double, rounded as the library's one addition. */
+static double expected_avg(braid_datatype_t dt, int n, size_t i, int seed)
+{
+    double f = (double)(float)(1.0 / n), acc = 0;
+    for (int r = 0; r < n; r++)
+        acc += to_dtype(dt, (double)(float)(data_value(dt, BRAID_AVG, r, i, seed) * f));
+    return (float)acc;
+}
+
 /* Integer reductions wrap like the element type: compute in 64 bits and truncate. */
 void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size_t i, int seed)
 {
+    if (is_float(dt) && dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64 && op == BRAID_AVG) {
+        store(out, 0, dt, expected_avg(dt, n, i, seed));
+        return;
+    }
     if (is_float(dt)) {
         double acc = data_value(dt, op, 0, i, seed);
         for (int r = 1; r < n; r++) {
@@ -145,7 +198,7 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
                 break;
             }
         }
-        if (op == BRAID_AVG) acc /= n;
+        if (op == BRAID_AVG) acc /= n; /* float32, float64: the exact sum divided once */
         if (dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64) acc = (float)acc; /* float32-computed */
         store(out, 0, dt, acc);
         return;

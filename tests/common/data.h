@@ -1,7 +1,10 @@
 /* Test data: inputs generated from (rank, index, seed) so the exact result of every dtype x op
  * is known without running a reduction, and an independent scalar reference that computes it
  * in double / 64-bit arithmetic. Values are small integers (or, for prod, +-1 and 2 and 0.5)
- * so every float sum/product is exact in any order; avg's quotient is rounded once. */
+ * so every float sum/product is exact in any order; integer avg's quotient is truncated,
+ * float32/float64 avg's rounded once. A floating avg has at most two nonzero inputs per index,
+ * so float16/bfloat16/float8 avg (inputs scaled by 1/n, then summed: braid.h) has the same sum
+ * of rounded scaled inputs in every order. */
 #ifndef BRAID_TEST_DATA_H
 #define BRAID_TEST_DATA_H
 

@@ -238,6 +238,25 @@ static inline want_t ref_elem(braid_datatype_t dt, braid_redop_t op, int mode, u
     return w;
 }
 
+/* BRAID_AVG of a floating dtype pre-scales each input (braid.h, as NCCL's ncclAvg): x times the
+ * factor (float)(1.0 / n) (float64: 1.0 / n). For the float32-computed types the product of a
+ * dtype value (<= 24 significant bits) and the float32 factor is exact in double, so one cast
+ * rounds it to float32, then encode() to the dtype (float8 saturating); float64 multiplies in
+ * double. A NaN input comes back quiet with its payload. */
+static inline want_t ref_avg_prescale(braid_datatype_t dt, uint64_t x, int nranks)
+{
+    want_t w = {0, 0};
+    if (bits_isnan(dt, x)) {
+        w.bits = x | quiet_bit(dt);
+        return w;
+    }
+    double X = decode(dt, x);
+    double r =
+        dt == BRAID_FLOAT64 ? X * (1.0 / nranks) : (float)(X * (double)(float)(1.0 / nranks));
+    w.bits = encode(dt, r);
+    return w;
+}
+
 static inline int want_ok(braid_datatype_t dt, want_t w, uint64_t got)
 {
     if (w.any_nan) return bits_isnan(dt, got) && (got & quiet_bit(dt));

@@ -2,7 +2,8 @@
  * is only compiled elsewhere). Subcommands, each printing "RESULT <name> PASS|FAIL <detail>"
  * lines that run.sh collects into its table:
  *   probe           a CUDA device is visible (exit 1 if not)
- *   reduce          every dtype x kernel (sum prod min max avg div) on random bit patterns (NaN,
+ *   reduce          every dtype x kernel (sum prod min max avg div, and pre: the floating
+ *                   dtypes' avg pre-scaling) on random bit patterns (NaN,
  *                   inf, subnormals included), aligned and shifted by one element: the CUDA
  *                   kernels against the CPU kernels, bit for bit
  *   bw [MiB]        reduction kernel bandwidth (bytes read + written) vs cudaMemcpy D2D
@@ -118,15 +119,19 @@ static int cmd_reduce(void)
             for (int shift = 0; shift < 2; shift++) {
                 size_t off = (size_t)shift * es, cnt = n - (size_t)shift;
                 int nr = 3 + k;
+                if (k == BRAID_CUDA_K_PRE && dt < BRAID_FLOAT16)
+                    continue; /* the floating dtypes' kernel only */
                 if (k < 4)
                     braid_reduce_pair((braid_datatype_t)dt, (braid_redop_t)k, want + off, a + off,
                                       b + off, cnt);
                 else if (k == 4)
                     braid_reduce_pair_final((braid_datatype_t)dt, BRAID_AVG, want + off, a + off,
                                             b + off, cnt, nr);
-                else
+                else if (k == 5)
                     braid_reduce_finalize((braid_datatype_t)dt, BRAID_AVG, want + off, a + off, cnt,
                                           nr);
+                else
+                    braid_reduce_avg_prescale((braid_datatype_t)dt, want + off, a + off, cnt, nr);
                 int rc = braid_cuda_reduce_launch(dt, k, (char *)dd + off, (char *)da + off,
                                                   (char *)db + off, cnt, nr, NULL);
                 CK((cudaError_t)rc);
@@ -135,7 +140,7 @@ static int cmd_reduce(void)
                 size_t bad = 0, first = 0;
                 for (size_t i = 0; i < cnt * es; i++)
                     if (got[off + i] != want[off + i] && !bad++) first = i / es;
-                static const char *kn[] = {"sum", "prod", "min", "max", "avg", "div"};
+                static const char *kn[] = {"sum", "prod", "min", "max", "avg", "div", "pre"};
                 printf("RESULT reduce/%s/%s%s %s %zu of %zu elements differ%s\n",
                        braid_dtype_name((braid_datatype_t)dt), kn[k], shift ? "/shifted" : "",
                        bad ? "FAIL" : "PASS", bad ? bad / es + 1 : 0, cnt, bad ? " (first" : "");

@@ -4,7 +4,12 @@
  * into the datatype independently of braid.
  *   sum, min, max: integers in [-5, 5] ([0, 10] unsigned; [-1, 1] for the float8 types);
  *   prod: -1, 1 and 2 (1 and 2 unsigned), integers wrap as two's complement;
- *   avg: b + d with d = +-k on pairs of ranks (0 on an odd last rank), so the average is b. */
+ *   avg: integers b + d with d = +-k on pairs of ranks (0 on an odd last rank), so the average
+ *   is b; floats n * k with k in -4..4 (powers of two and 0; -1..1 for float8): braid scales
+ *   float16/bfloat16/float8 inputs by 1/n, then sums (as NCCL), and up to n = 8 each scaled
+ *   input is exactly k (the float32 product n * k * (float)(1/n) rounds to k) with every
+ *   partial sum of the k exact; float32/float64 sum the n * k exactly and divide once: either
+ *   way the average is the sum of the k. */
 #include "client.h"
 
 #include <math.h>
@@ -74,6 +79,11 @@ double in_value(ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t i, int s
         if (is_unsigned(dt)) return (h % 3 == 0) ? 2 : 1;
         int k = (int)(h % 4);
         return k == 0 ? 2 : k == 1 ? -1 : 1;
+    }
+    if (op == ncclAvg && dt > ncclUint64) {
+        static const int ks[] = {-4, -2, -1, 0, 1, 2, 4};
+        int k = is_fp8(dt) ? (int)(h % 3) - 1 : ks[h % 7];
+        return (double)n * k;
     }
     if (op == ncclAvg) {
         unsigned b = mix(0, i, seed + 7);
