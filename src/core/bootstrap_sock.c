@@ -160,6 +160,13 @@ int braid_boot_sock_listen(const braid_boot_addr_t *addr, int every_address,
         if (fd < 0 && errno != EADDRINUSE) fd = listen_on(&any, any_addr(AF_INET, port, &any), 0);
         if (fd >= 0)
             braid_info(BOOT, "bootstrap root for %s listens on every address of this host", where);
+        /* The port is taken on some address of this host (another socket may use it on
+         * another address without clashing with the one named): that address alone. */
+        else if (errno == EADDRINUSE && (fd = listen_on(&addr->addr, addr->addrlen, 0)) >= 0)
+            braid_info(BOOT,
+                       "bootstrap root: port %u is in use on some address of this host; "
+                       "listening on %s only",
+                       (unsigned)ntohs(port), where);
     } else {
         fd = listen_on(&addr->addr, addr->addrlen, 0);
         if (fd < 0 && errno == EADDRNOTAVAIL) {

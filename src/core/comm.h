@@ -156,7 +156,10 @@ struct braid_comm {
     size_t chunk_bytes;
     int nslots;
     int spin_us;
-    size_t fuse_bytes;                  /* BRAID_GROUP_FUSE_BYTES, 0 = off (core/group_fuse.c) */
+    size_t fuse_bytes; /* BRAID_GROUP_FUSE_BYTES, 0 = off (core/group_fuse.c) */
+    /* BRAID_GROUP_FUSE_BYTES and BRAID_P2P_TCP_CHUNK_SIZE as read (or inherited by a hier
+     * sub-communicator) and compared across ranks at init (core/settings.c), used from here. */
+    int64_t fuse_bytes_set, p2p_tcp_chunk_set;
     void *fuse_buf;                     /* the fused calls' buffer: fuse_bytes + 64 per rank */
     void *pc_scratch;                   /* the copy of an in-place all-to-all(v)'s input, kept */
     size_t pc_scratch_bytes;            /* up to BRAID_PCOLL_SCRATCH_KEEP (core/coll_p2p.c) */

@@ -68,8 +68,7 @@
 
 braid_result_t braid_group_fuse_init(struct braid_comm *comm)
 {
-    int64_t v;
-    BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &v));
+    int64_t v = comm->fuse_bytes_set; /* read and agreed on at init (core/settings.c) */
     if (v < 0 || v > (64 << 20))
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "BRAID_GROUP_FUSE_BYTES=%lld is outside [0, 64 MiB]", (long long)v);

@@ -36,8 +36,7 @@ braid_result_t braid_p2p_connect(struct braid_comm *comm)
      * socket 0 only, so a send failing on another socket may report a closed connection
      * instead of the peer's reason); the reducing receive keeps the messages of st->chunk (every
      * rank must agree on them, whatever transport each pair uses), hence never smaller. */
-    int64_t v;
-    BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &v));
+    int64_t v = comm->p2p_tcp_chunk_set; /* read and agreed on at init (core/settings.c) */
     size_t tslot = v ? (size_t)v : n <= 8 ? (size_t)512 << 10 : st->chunk;
     if (tslot > ((size_t)64 << 20))
         return braid_set_error(BRAID_ERR_INVALID_ARG,

@@ -105,8 +105,12 @@ braid_result_t braid_settings_agree(struct braid_comm *c)
         c->transport = p->transport;
         c->direct_block = p->direct_block;
         c->direct_block_auto = p->direct_block_auto;
+        c->p2p_tcp_chunk_set = p->p2p_tcp_chunk_set;
+        c->fuse_bytes_set = p->fuse_bytes_set;
     } else {
         BRAID_CHECK(read_direct_block(c));
+        BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &c->p2p_tcp_chunk_set));
+        BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &c->fuse_bytes_set));
     }
     settings_t mine;
     memset(&mine, 0, sizeof(mine));
@@ -115,8 +119,8 @@ braid_result_t braid_settings_agree(struct braid_comm *c)
     mine.nslots = c->nslots;
     mine.nchannels = c->nchannels;
     if (c->transport) snprintf(mine.transport, sizeof(mine.transport), "%s", c->transport->name);
-    BRAID_CHECK(braid_param_int("P2P_TCP_CHUNK_SIZE", &mine.p2p_tcp_chunk));
-    BRAID_CHECK(braid_param_int("GROUP_FUSE_BYTES", &mine.fuse_bytes));
+    mine.p2p_tcp_chunk = c->p2p_tcp_chunk_set;
+    mine.fuse_bytes = c->fuse_bytes_set;
     if (c->nranks == 1) return BRAID_SUCCESS;
     settings_t *all = malloc((size_t)c->nranks * sizeof(*all));
     if (!all) return braid_set_error(BRAID_ERR_NOMEM, "out of memory comparing settings");

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +265,11 @@ void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t co
 {
     braid_direct_t *d = comm->direct;
     braid_direct_fail(comm, code, why);
+    /* Another thread (braid_comm_abort) may have claimed the notice and still be writing it:
+     * the peers look for FAIL_SET, which must be out before `active` is read. */
+    ctrl_t *me = ctrl(d, d->me);
+    while (!(atomic_load_explicit(&me->failed, memory_order_acquire) & FAIL_SET))
+        sched_yield();                         /* a string copy away (braid_direct_fail) */
     atomic_thread_fence(memory_order_seq_cst); /* the failure before the reads of `active` */
     uint64_t want = ((uint64_t)seq << 1) | 1, start = braid_now_ns();
     uint64_t timeout_ns = braid_timeout_ns(comm->timeout_s);

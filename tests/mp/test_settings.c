@@ -83,14 +83,19 @@ Test(settings, equal_values_written_differently_agree, .timeout = 60)
 }
 
 /* hier's sub-communicators, made on the first hierarchical call, take the parent's settings:
- * rank 1 changing BRAID_NSLOTS after the parent's init does not split them (2 fake hosts x 2
+ * rank 1 changing BRAID_NSLOTS, BRAID_GROUP_FUSE_BYTES or BRAID_P2P_TCP_CHUNK_SIZE after the
+ * parent's init does not split them (2 fake hosts x 2
  * ranks; the all-reduce runs hier and succeeds, and the sub-communicators have 8 slots). */
 static int hier_inherits(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
     braid_comm_t c = mp_fake_host_comm(comm, rank, rank / 2, "hier");
     MP_CHECK(rank, c, "no fake-host communicator");
-    if (rank == 1) setenv("BRAID_NSLOTS", "2", 1);
+    if (rank == 1) {
+        setenv("BRAID_NSLOTS", "2", 1);
+        setenv("BRAID_GROUP_FUSE_BYTES", "4096", 1);
+        setenv("BRAID_P2P_TCP_CHUNK_SIZE", "1M", 1);
+    }
     size_t count = 4099;
     int32_t *buf = calloc(count, sizeof(int32_t));
     MP_CHECK(rank, buf, "out of memory");
@@ -98,6 +103,8 @@ static int hier_inherits(braid_comm_t comm, int rank, int n, void *arg)
         buf[k] = rank * 3 + (int32_t)(k % 11);
     MP_OK(rank, braid_allreduce(buf, buf, count, BRAID_INT32, BRAID_SUM, c));
     unsetenv("BRAID_NSLOTS");
+    unsetenv("BRAID_GROUP_FUSE_BYTES");
+    unsetenv("BRAID_P2P_TCP_CHUNK_SIZE");
     for (size_t k = 0; k < count; k++)
         MP_CHECK(rank, buf[k] == 3 * n * (n - 1) / 2 + n * (int32_t)(k % 11), "[%zu] = %d", k,
                  buf[k]);

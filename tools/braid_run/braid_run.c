@@ -250,12 +250,13 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
 
 static int br_pick_root(char *buf, size_t cap)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    /* Free on every IPv4 address, not only 127.0.0.1: rank 0's root listens on all of them. */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
         getsockname(fd, (struct sockaddr *)&sa, &len)) {
-        br_msg("cannot pick a free port on 127.0.0.1 for BRAID_ROOT: %s", strerror(errno));
+        br_msg("cannot pick a free port for BRAID_ROOT: %s", strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
