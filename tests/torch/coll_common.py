@@ -67,24 +67,29 @@ def reference(dtype, world, n, op, salt=0):
     elif op == "MAX":
         r = s.max(0).values
     elif op == "AVG":
-        # braid: float avg = sum / n (IEEE division); integer avg truncates toward zero
+        # float32/64 avg = sum / n (IEEE division); float16/bfloat16 pre-scale (see same());
+        # integer avg truncates toward zero
         r = s.sum(0) / world if wide != torch.int64 else torch.div(s.sum(0), world,
                                                                    rounding_mode="trunc")
     return r.to(dtype)
 
 
 def same(got, want, what, op=None):
-    """Exact equality, except AVG in reduced precision (1 ulp of the dtype: the reference rounds
-    from float64, braid from float32)."""
+    """Exact equality, except AVG in reduced precision: float32/complex64 within 1 ulp (the
+    reference rounds from float64, braid from float32); float16/bfloat16 within 4 ulp of the
+    result's scale, as braid (like NCCL) scales each input by 1/n, rounds it to the dtype, then
+    sums in the dtype (the exact rule is checked by the C suite's avg tests)."""
     if got.dtype != want.dtype or got.shape != want.shape:
         raise AssertionError(f"{what}: got {got.dtype}{tuple(got.shape)}, "
                              f"want {want.dtype}{tuple(want.shape)}")
     if op == "AVG" and got.dtype in (torch.float16, torch.bfloat16, torch.float32,
                                      torch.complex64):
-        tol = {torch.float16: 2 ** -10, torch.bfloat16: 2 ** -7}.get(got.dtype, 2 ** -22)
-        ok = torch.allclose(got.to(torch.complex128 if got.is_complex() else torch.float64),
-                            want.to(torch.complex128 if got.is_complex() else torch.float64),
-                            rtol=tol, atol=0)
+        tol = {torch.float16: 2 ** -8, torch.bfloat16: 2 ** -5}.get(got.dtype, 2 ** -22)
+        wide = torch.complex128 if got.is_complex() else torch.float64
+        w = want.to(wide)
+        atol = tol * float(w.abs().max()) if got.dtype in (torch.float16, torch.bfloat16) and \
+            w.numel() else 0
+        ok = torch.allclose(got.to(wide), w, rtol=tol, atol=atol)
     else:
         ok = torch.equal(got, want)
     if not ok:
