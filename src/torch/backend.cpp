@@ -187,13 +187,15 @@ void Completer::push(c10::intrusive_ptr<WorkBraid> work, std::exception_ptr err)
     std::unique_lock<std::mutex> lock(mu_);
     queue_.push_back(Item{std::move(work), std::move(err)});
     startLocked();
-    cv_.notify_one();
+    cv_.notify_all();
 }
 
 void Completer::startLocked()
 {
-    if (leading_ || queue_.empty() || idle_ > 0) return;
+    // none once stopping: stop() joins what it finds, and completes what no thread is free for
+    if (stop_ || leading_ || queue_.empty() || idle_ > 0) return;
     idle_++; // counted as free from now on, so a second push starts no other thread
+    live_++;
     auto self = shared_from_this();
     threads_.emplace_back([self] { self->run(); });
 }
@@ -204,52 +206,74 @@ void Completer::handOff()
     if (!leading_) return;
     leading_ = false;
     startLocked();
-    cv_.notify_one();
+    cv_.notify_all();
 }
+
+// The Completer whose thread this is (stop() called from one of its callbacks detaches it).
+static thread_local const Completer *tl_completer = nullptr;
 
 void Completer::run()
 {
+    tl_completer = this;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
         // (idle_ counts this thread already: a new thread is counted by startLocked)
         cv_.wait(lock, [&] { return (!leading_ && !queue_.empty()) || (stop_ && queue_.empty()); });
         if (queue_.empty()) break; // stopped and drained
-        Item it = std::move(queue_.front());
-        queue_.pop_front();
         idle_--;
-        leading_ = true;
-        uint64_t mine = ++lead_;
-        lock.unlock();
-        try {
-            if (it.err)
-                it.work->fail(it.err);
-            else
-                it.work->complete();
-        } catch (...) {
-            // the future was completed already (only we should) or a callback threw; the
-            // future's own callbacks catch a Python callback's error
-        }
-        it.work.reset();
-        lock.lock();
-        if (leading_ && lead_ == mine) { // the hand-off did not run (the future was not ours)
-            leading_ = false;
-            cv_.notify_one();
-        }
+        completeNextLocked(lock);
         idle_++;
     }
     idle_--;
+    live_--;
     cv_.notify_all();
+}
+
+void Completer::completeNextLocked(std::unique_lock<std::mutex> &lock)
+{
+    Item it = std::move(queue_.front());
+    queue_.pop_front();
+    leading_ = true;
+    uint64_t mine = ++lead_;
+    lock.unlock();
+    try {
+        if (it.err)
+            it.work->fail(it.err);
+        else
+            it.work->complete();
+    } catch (...) {
+        // the future was completed already (only we should) or a callback threw; the
+        // future's own callbacks catch a Python callback's error
+    }
+    it.work.reset();
+    lock.lock();
+    if (leading_ && lead_ == mine) { // the hand-off did not run (the future was not ours)
+        leading_ = false;
+        cv_.notify_all();
+    }
 }
 
 void Completer::stop()
 {
-    std::vector<std::thread> threads;
-    {
-        std::unique_lock<std::mutex> lock(mu_);
-        stop_ = true;
-        threads.swap(threads_);
-    }
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true; // from now on no thread starts (startLocked)
     cv_.notify_all();
+    // Called from one of our callbacks, that thread lives on: it returns to run() after.
+    const int self = tl_completer == this ? 1 : 0;
+    for (;;) {
+        // The queue's head is ours to complete when no thread leads and none is free to take it
+        // (the threads may all block in callbacks, e.g. waiting for that very work).
+        cv_.wait(lock,
+                 [&] { return (!queue_.empty() && !leading_ && idle_ == 0) || live_ == self; });
+        if (!queue_.empty() && !leading_ && idle_ == 0) {
+            completeNextLocked(lock);
+            continue;
+        }
+        break; // the other threads ended (they end only with the queue drained, or self leads)
+    }
+    std::vector<std::thread> threads;
+    threads.swap(threads_); // no thread is added any more
+    lock.unlock();
     for (auto &t : threads) {
         if (t.get_id() == std::this_thread::get_id())
             t.detach(); // the group was destroyed from one of its own future callbacks

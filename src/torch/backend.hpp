@@ -62,8 +62,9 @@ class Completer : public std::enable_shared_from_this<Completer>
     void push(c10::intrusive_ptr<WorkBraid> work, std::exception_ptr err);
     // The first callback of every work's future: the next work may be completed.
     void handOff();
-    // Completes what is queued, then ends the threads (joins them; a thread that calls stop
-    // from a callback detaches itself). Nothing may be pushed after.
+    // Completes what is queued (on the threads, or here when none is free for it), then ends
+    // the threads and joins them (a thread that calls stop from a callback detaches itself);
+    // no thread starts once stop has begun. Nothing may be pushed after.
     void stop();
 
   private:
@@ -73,6 +74,8 @@ class Completer : public std::enable_shared_from_this<Completer>
     };
     void run();
     void startLocked(); // starts a thread when work waits and none is free (mu_ held)
+    // Completes the queue's head as the leader (mu_ held, released meanwhile).
+    void completeNextLocked(std::unique_lock<std::mutex> &lock);
 
     std::mutex mu_;
     std::condition_variable cv_;
@@ -80,6 +83,7 @@ class Completer : public std::enable_shared_from_this<Completer>
     bool leading_ = false; // a thread is completing the queue's former head
     uint64_t lead_ = 0;    // counts the leaders (a leader hands off once)
     int idle_ = 0;         // threads waiting for work
+    int live_ = 0;         // threads started whose run() has not returned
     bool stop_ = false;
     std::vector<std::thread> threads_;
 };

@@ -13,6 +13,52 @@ namespace py = pybind11;
 
 namespace braid_torch
 {
+
+// The Python objects' holder of a process group: the last reference drops with the GIL released,
+// since ~ProcessGroupBraid joins threads that may need the GIL for a future's Python callback (as
+// torch's own IntrusivePtrNoGilDestructor, which its 1.13 headers do not export). Its layout is
+// that of c10::intrusive_ptr<T> (pybind11 reads a base class's holder as the base's).
+template <typename T> class NoGilDestructor
+{
+  public:
+    NoGilDestructor() = default;
+    NoGilDestructor(const NoGilDestructor &) = default;
+    NoGilDestructor(NoGilDestructor &&) noexcept = default;
+    NoGilDestructor &operator=(const NoGilDestructor &) = default;
+    NoGilDestructor &operator=(NoGilDestructor &&) noexcept = default;
+    NoGilDestructor(c10::intrusive_ptr<T> p) : p_(std::move(p)) {}
+    // pybind11 makes a holder from a raw pointer (the object is already owned by an intrusive_ptr)
+    explicit NoGilDestructor(T *p) : p_(c10::intrusive_ptr<T>::reclaim_copy(p)) {}
+    ~NoGilDestructor()
+    {
+        if (p_ && PyGILState_Check()) {
+            py::gil_scoped_release nogil;
+            p_.reset();
+        }
+    }
+    T *get() const noexcept
+    {
+        return p_.get();
+    }
+    T &operator*() const noexcept
+    {
+        return *p_;
+    }
+    T *operator->() const noexcept
+    {
+        return p_.get();
+    }
+
+  private:
+    c10::intrusive_ptr<T> p_;
+};
+
+} // namespace braid_torch
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, braid_torch::NoGilDestructor<T>, true);
+
+namespace braid_torch
+{
 namespace
 {
 
@@ -21,7 +67,7 @@ namespace
 std::mutex g_world_mu;
 c10::weak_intrusive_ptr<ProcessGroupBraid> g_world{c10::intrusive_ptr<ProcessGroupBraid>()};
 
-c10::intrusive_ptr<ProcessGroupBraid> create(const ::c10d::DistributedBackendOptions &o)
+NoGilDestructor<ProcessGroupBraid> create(const ::c10d::DistributedBackendOptions &o)
 {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
     const auto &ranks = o.global_ranks_in_group;
@@ -56,7 +102,7 @@ PYBIND11_MODULE(_C, m)
     m.doc() = "braid as a torch.distributed backend (import braid_torch registers \"braid\")";
     py::module::import("torch.distributed");
     py::class_<braid_torch::ProcessGroupBraid, BRAID_TORCH_BASE,
-               c10::intrusive_ptr<braid_torch::ProcessGroupBraid>>(m, "ProcessGroupBraid")
+               braid_torch::NoGilDestructor<braid_torch::ProcessGroupBraid>>(m, "ProcessGroupBraid")
         .def_property_readonly("made_by_split", &braid_torch::ProcessGroupBraid::madeBySplit,
                                "whether the group's communicator came from braid_comm_split")
         .def_property_readonly("comm_timeout", &braid_torch::ProcessGroupBraid::commTimeout,

@@ -1,8 +1,11 @@
 """One rank of a scenario of test_async.py (argv[1] names it) on the "braid" default group:
 future callbacks that issue collectives, staging copies of asynchronous point-to-point calls,
-work.wait() against the future, per-operation timeouts. A watchdog ends a hung rank (exit 3)
-so that a hang fails fast with a message instead of running into the harness's timeout.
+work.wait() against the future, per-operation timeouts, destroying a group with operations or
+callbacks pending. A watchdog ends a hung rank (exit 3) so that a hang fails fast with a message
+instead of running into the harness's timeout.
 Writes {"detail": str} to $BRAID_TEST_OUT; any failure raises (non-zero exit)."""
+import faulthandler
+import gc
 import json
 import os
 import sys
@@ -155,8 +158,76 @@ def p2p_timeout():
     return "recv waited past the barrier's timeout"
 
 
+def destroy_pending():
+    """Destroying a group with queued operations the peer never joins (rank 1 stays alive but
+    does not call them): every work fails ("aborted" / "destroyed"), and the process survives
+    dropping the group and the works (a completer thread started during the group's destruction
+    was left joinable: std::terminate, exit 134). Three rounds."""
+    watchdog(60, "destroying a group with pending operations")
+    msgs = []
+    for it in range(3):
+        g = dist.new_group([0, 1], timeout=timedelta(seconds=5))
+        if RANK == 0:
+            ts = [torch.full((1024,), float(i)) for i in range(5)]
+            works = [dist.all_reduce(t, group=g, async_op=True) for t in ts]
+            time.sleep(0.05 * it)  # the first operation posted (round 0: maybe not yet)
+            dist.destroy_process_group(g)
+            del g
+            for i, w in enumerate(works):
+                try:
+                    w.wait()
+                except RuntimeError as e:
+                    m = str(e)
+                    assert "abort" in m.lower() or "destroyed" in m, f"work {i}: {m}"
+                    msgs.append(m.split(":")[1].strip() if ":" in m else m)
+                else:
+                    raise AssertionError(f"round {it}: work {i} of a destroyed group succeeded")
+            del works, w
+            gc.collect()
+        else:
+            time.sleep(0.3)  # alive, but not joining rank 0's operations
+        dist.barrier()
+        if RANK != 0:
+            dist.destroy_process_group(g)
+            del g
+            gc.collect()
+    if RANK != 0:
+        return "kept out of 3 rounds"
+    return f"{len(msgs)} works of 3 destroyed groups failed ({msgs[0]}, ...)"
+
+
+def destroy_during_callback():
+    """Destroying a group (the last reference dropped in Python) while a Python callback of its
+    future runs on the group's completer thread: the destructor joins that thread, so it must
+    not hold the GIL the callback needs (both ranks hung)."""
+    # a deadlock holds the GIL, which watchdog() needs: faulthandler's thread does without
+    faulthandler.dump_traceback_later(30, exit=True)
+    g = dist.new_group([0, 1], timeout=timedelta(seconds=10))
+    t = torch.full((4,), float(RANK + 1))
+    started = threading.Event()
+
+    def cb(f):
+        started.set()
+        time.sleep(0.5)
+        return f.value()[0] * 2
+    fut = dist.all_reduce(t, group=g, async_op=True).get_future().then(cb)
+    assert started.wait(20), "the callback did not start"
+    t0 = time.monotonic()
+    dist.destroy_process_group(g)
+    del g
+    gc.collect()
+    took = time.monotonic() - t0
+    got = fut.wait()
+    want = torch.full((4,), 2.0 * sum(range(1, WORLD + 1)))
+    assert torch.equal(got, want), (got, want)
+    dist.barrier()
+    faulthandler.cancel_dump_traceback_later()
+    return f"destroyed in {took:.2f} s while the callback ran"
+
+
 SCENARIOS = {f.__name__: f for f in (callback_collective, powersgd, isend_noncontiguous,
-                                     wait_then_future_done, p2p_timeout)}
+                                     wait_then_future_done, p2p_timeout, destroy_pending,
+                                     destroy_during_callback)}
 
 
 def main():
