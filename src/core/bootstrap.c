@@ -150,8 +150,18 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
  * it (core/hmac.c):
  *
  *   client -> root   hello {magic, version, rank, nranks, Nc}     Nc: fresh for each connection
- *   root -> client   CHALLENGE {Nr, HMAC(secret, "braid-boot-root" | hello | Nr)}
- *   client -> root   PROOF {HMAC(secret, "braid-boot-client" | hello | Nr)}
+ *   root -> client   CHALLENGE {Nr, HMAC(K, "braid-boot-root" | hello | Nr)}
+ *   client -> root   PROOF {HMAC(K, "braid-boot-client" | hello | Nr)}
+ *
+ * with the root's own key K = HMAC(secret, "braid-boot-key" | root port, u16 little-endian): the
+ * root takes the port it listens on, the client the port of the root's address in its id. Both
+ * proofs are thus bound to that root: without K, another root of the same secret (a job that
+ * reuses BRAID_SECRET, or a split's parent) would be an oracle for the root's proof, and an
+ * impostor on this root's port could relay the client's hello to it and pass its challenge off
+ * as this root's. In rank0_hosts mode the root listens on every address, but the port is the
+ * one the clients dial. Not covered: roots that share a port (on different hosts) and a secret,
+ * and NAT or port forwarding, where the port a client dials is not the one the root listens on
+ * (such a client fails with BRAID_ERR_AUTH); BRAID_SECRET should be unique per job.
  *
  * The client checks the root's proof before it reads or sends anything else on the connection:
  * an impostor on the root's port (one that bound a BRAID_ROOT or MASTER_PORT + 1 port before
@@ -175,30 +185,34 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
  * still read or change them, as with any unencrypted TCP service; and a job secret derived from
  * job identifiers (no BRAID_SECRET; braid_boot_env_resolve) is known to anyone who sees those,
  * as documented: such a job is not authenticated. */
-void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int root,
+void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int port, int root,
                       const uint8_t hello[BRAID_BOOT_HELLO_BYTES],
                       const uint8_t nonce[BRAID_NONCE_BYTES], uint8_t out[BRAID_SHA256_BYTES])
 {
-    braid_auth_mac(secret, BRAID_SECRET_BYTES, root ? "braid-boot-root" : "braid-boot-client",
-                   hello, BRAID_BOOT_HELLO_BYTES, nonce, BRAID_NONCE_BYTES, out);
+    uint8_t p[2], key[BRAID_SHA256_BYTES];
+    boot_put_u16(p, (uint16_t)port);
+    braid_auth_mac(secret, BRAID_SECRET_BYTES, "braid-boot-key", p, sizeof(p), NULL, 0, key);
+    braid_auth_mac(key, sizeof(key), root ? "braid-boot-root" : "braid-boot-client", hello,
+                   BRAID_BOOT_HELLO_BYTES, nonce, BRAID_NONCE_BYTES, out);
 }
 
-braid_result_t braid_boot_challenge(const uint8_t *secret, const uint8_t *hello, uint8_t *nonce,
-                                    uint8_t *out)
+braid_result_t braid_boot_challenge(const uint8_t *secret, int port, const uint8_t *hello,
+                                    uint8_t *nonce, uint8_t *out)
 {
     BRAID_CHECK(braid_boot_random_secret(nonce));
     boot_hdr_pack(out, BOOT_MSG_CHALLENGE, BOOT_VERSION, BOOT_CHALLENGE_BYTES);
     memcpy(out + BOOT_HDR_BYTES, nonce, BRAID_NONCE_BYTES);
-    braid_boot_proof(secret, 1, hello, nonce, out + BOOT_HDR_BYTES + BRAID_NONCE_BYTES);
+    braid_boot_proof(secret, port, 1, hello, nonce, out + BOOT_HDR_BYTES + BRAID_NONCE_BYTES);
     return BRAID_SUCCESS;
 }
 
-int braid_boot_check_proof(const uint8_t *secret, const uint8_t *buf, const uint8_t *nonce)
+int braid_boot_check_proof(const uint8_t *secret, int port, const uint8_t *buf,
+                           const uint8_t *nonce)
 {
     const uint8_t *hdr = buf + BRAID_BOOT_HELLO_BYTES;
     if (boot_get_u32(hdr) != BOOT_MSG_PROOF || boot_get_u64(hdr + 8) != BOOT_MAC_BYTES) return 1;
     uint8_t want[BOOT_MAC_BYTES];
-    braid_boot_proof(secret, 0, buf, nonce, want);
+    braid_boot_proof(secret, port, 0, buf, nonce, want);
     return braid_mac_cmp(want, hdr + BOOT_HDR_BYTES, BOOT_MAC_BYTES) ? 2 : 0;
 }
 
@@ -467,12 +481,13 @@ static braid_result_t authenticate(braid_bootstrap_t *bs, const uint8_t *secret,
         return not_proven(bs, why);
     }
     BRAID_CHECK(recv_all(bs, ch, sizeof(ch), deadline, "the bootstrap root's challenge"));
-    braid_boot_proof(secret, 1, hello, ch, want);
+    int port = braid_boot_addr_port(&bs->id.addr);
+    braid_boot_proof(secret, port, 1, hello, ch, want);
     if (braid_mac_cmp(want, ch + BRAID_NONCE_BYTES, BOOT_MAC_BYTES))
         return not_proven(bs, "wrong proof in its challenge");
     uint8_t proof[BOOT_HDR_BYTES + BOOT_MAC_BYTES];
     boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
-    braid_boot_proof(secret, 0, hello, ch, proof + BOOT_HDR_BYTES);
+    braid_boot_proof(secret, port, 0, hello, ch, proof + BOOT_HDR_BYTES);
     return send_all(bs, proof, sizeof(proof), deadline, 1);
 }
 

@@ -259,7 +259,7 @@ static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
 static int challenge(root_t *r, conn_t *c)
 {
     msg_t *m = msg_new(BOOT_CHALLENGE_BYTES);
-    if (!m || braid_boot_challenge(r->secret, c->hello, c->nonce, m->data) < 0) {
+    if (!m || braid_boot_challenge(r->secret, r->port, c->hello, c->nonce, m->data) < 0) {
         braid_warn(BOOT, "bootstrap root %s: cannot challenge %s: %s", r->where, c->peer,
                    m ? braid_last_error() : "out of memory");
         braid_clear_error();
@@ -298,7 +298,7 @@ static int read_hello(root_t *r, conn_t *c)
             if (challenge(r, c) < 0) return -1;
         }
         if (c->hello_got < sizeof(c->hello)) continue;
-        int bad = braid_boot_check_proof(r->secret, c->hello, c->nonce);
+        int bad = braid_boot_check_proof(r->secret, r->port, c->hello, c->nonce);
         if (bad) {
             braid_warn(BOOT, "rejected connection from %s: %s", c->peer,
                        bad == 1 ? "no proof after the hello" : "wrong job secret (wrong proof)");

@@ -208,7 +208,7 @@ void braid_boot_accept_why(int err, char *buf, size_t len)
     }
 }
 
-static int addr_port(const struct sockaddr_storage *a)
+int braid_boot_addr_port(const struct sockaddr_storage *a)
 {
     return ntohs(*port_field((struct sockaddr_storage *)a));
 }
@@ -237,7 +237,7 @@ void braid_boot_accept_record(const uint8_t *secret, int port, int err, double s
 int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, char *why,
                                    size_t len)
 {
-    int err = 0, port = addr_port(&root->addr);
+    int err = 0, port = braid_boot_addr_port(&root->addr);
     double since = 0;
     pthread_mutex_lock(&mu);
     for (accept_fail_t *f = fails; f && !err; f = f->next)

@@ -153,7 +153,8 @@ Test(bootroot, flood_stays_within_a_quarter_of_the_descriptor_limit, .timeout = 
 /* ---- a root that closes the connection before answering ------------------------------------ */
 
 /* Between the client and the root: closes the first connection after reading what the client
- * sent (as a root that dropped it does), then relays the second to the root. */
+ * sent (as a root that dropped it does), then relays the second to the root. It listens on
+ * another loopback address with the root's port (the root's proofs are bound to its port). */
 typedef struct {
     int lfd;
     braid_boot_addr_t root;
@@ -196,7 +197,7 @@ Test(bootroot, client_reconnects_when_the_root_closes_before_answering, .timeout
     cr_assert_eq(loopback_root(&rl.root, 10), 0, "%s", braid_last_error());
     braid_boot_addr_t via = rl.root;
     rl.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ((struct sockaddr_in *)&via.addr)->sin_port = 0;
+    ((struct sockaddr_in *)&via.addr)->sin_addr.s_addr = htonl(0x7f000002); /* 127.0.0.2 */
     cr_assert_eq(bind(rl.lfd, (struct sockaddr *)&via.addr, via.addrlen), 0);
     cr_assert_eq(listen(rl.lfd, 8), 0);
     socklen_t l = via.addrlen;
