@@ -232,8 +232,10 @@ struct braid_bootstrap {
     char root[96];
     braid_boot_addr_t id; /* the root's address and secret (braid_boot_root_accept_failing) */
     /* Connections the root closed before answering the hello (join_again reconnects), whether
-     * the last one was, and whether the root sent anything on this one. */
-    int drops, dropped, replied;
+     * the last one was, whether the root sent anything on this one, and whether that was its
+     * verified proof (a root closes a connection waiting for the client's proof to make room
+     * for others, or at its hello deadline: the rank reconnects). */
+    int drops, dropped, replied, proven;
 };
 
 /* How long a client that gave up waits for the root's answer to BOOT_MSG_GIVEUP. */
@@ -294,7 +296,8 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
 
 static braid_result_t root_closed(braid_bootstrap_t *bs)
 {
-    bs->dropped = !bs->joined && !bs->replied; /* braid_boot_init reconnects */
+    /* braid_boot_init reconnects (not after a BOOT_MSG_FAIL: check_async read it into err) */
+    bs->dropped = !bs->joined && !bs->err && (!bs->replied || bs->proven);
     if (!bs->joined)
         return fail(bs, BRAID_ERR_REMOTE,
                     "bootstrap root %s closed the connection before all ranks joined (the root "
@@ -485,6 +488,7 @@ static braid_result_t authenticate(braid_bootstrap_t *bs, const uint8_t *secret,
     braid_boot_proof(secret, port, 1, hello, ch, want);
     if (braid_mac_cmp(want, ch + BRAID_NONCE_BYTES, BOOT_MAC_BYTES))
         return not_proven(bs, "wrong proof in its challenge");
+    bs->proven = 1; /* from here, a close without BOOT_MSG_FAIL before the ACK is a drop */
     uint8_t proof[BOOT_HDR_BYTES + BOOT_MAC_BYTES];
     boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
     braid_boot_proof(secret, port, 0, hello, ch, proof + BOOT_HDR_BYTES);
@@ -565,13 +569,15 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
 }
 
 /* The root closed the connection before any reply to the hello (it closes connections beyond
- * its limit of waiting ones, and a wrong secret): forgets the error and waits a backoff to
- * reconnect (0), or, at the deadline, fails naming what it may mean. */
+ * its limit of waiting ones, and a wrong secret), or after its proven challenge but before the
+ * ACK without a BOOT_MSG_FAIL (it closes handshakes that wait too long, and some waiting for a
+ * proof when crowded): forgets the error and waits a backoff to reconnect (0; a fresh hello
+ * and nonce), or, at the deadline, fails naming what it may mean. */
 static braid_result_t join_again(braid_bootstrap_t *bs, double deadline)
 {
     close(bs->fd);
     bs->fd = -1;
-    bs->dropped = 0;
+    bs->dropped = bs->replied = bs->proven = 0;
     bs->err = 0;
     double until =
         fmin(boot_now() + fmin(0.01 * (1 << (bs->drops < 6 ? bs->drops : 6)), 0.5), deadline);

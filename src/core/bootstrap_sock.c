@@ -8,7 +8,8 @@
  * - how many connections without a hello a root lets wait (at most a quarter of the process's
  *   descriptor limit);
  * - the roots whose accept() fails (out of descriptors), one record per root, which the clients
- *   of this process that join that root check (braid_boot_root_accept_failing). */
+ *   of this process that join that root check (braid_boot_root_accept_failing);
+ * - the list of missing ranks a root's messages name (braid_boot_rank_list). */
 #include "core/bootstrap.h"
 #include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
@@ -249,4 +250,21 @@ int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, 
     if (!err || boot_now() - since < min_s) return 0;
     braid_boot_accept_why(err, why, len);
     return 1;
+}
+
+/* Formats the ranks for which have[i] is 0: "rank 3" or "ranks 2,3". */
+void braid_boot_rank_list(char *buf, size_t len, const uint8_t *have, int nranks)
+{
+    int count = 0, shown = 0;
+    for (int i = 0; i < nranks; i++)
+        count += !have[i];
+    size_t o = (size_t)snprintf(buf, len, "%s ", count == 1 ? "rank" : "ranks");
+    for (int i = 0; i < nranks && o < len; i++) {
+        if (have[i]) continue;
+        if (shown == 32) {
+            snprintf(buf + o, len - o, ",... (%d more)", count - shown);
+            return;
+        }
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", shown++ ? "," : "", i);
+    }
 }
