@@ -478,6 +478,8 @@ static braid_result_t authenticate(braid_bootstrap_t *bs, const uint8_t *secret,
     uint64_t len = boot_get_u64(hdr + 8);
     char why[96];
     if (t < BOOT_MSG_ALLGATHER || t > BOOT_MSG_PROOF) return not_a_root(bs, hdr);
+    /* Unauthenticated, but it can only fail this rank (as closing could): another version. */
+    if (t == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
     if (t != BOOT_MSG_CHALLENGE || aux != BOOT_VERSION || len != BOOT_CHALLENGE_BYTES) {
         snprintf(why, sizeof(why), "it answered the hello with message type %u, aux %u, %llu bytes",
                  t, aux, (unsigned long long)len);

@@ -273,6 +273,11 @@ static int read_hello(root_t *r, conn_t *c)
             if (c->hello_got < BRAID_BOOT_HELLO_BYTES) continue;
             if (braid_boot_hello_parse(c->hello, BRAID_BOOT_HELLO_BYTES, &c->h) < 0) {
                 braid_clear_error();
+                uint32_t v = boot_get_u32(c->hello + 4);
+                if (boot_get_u32(c->hello) == BOOT_HELLO_MAGIC && v != BOOT_VERSION) {
+                    braid_boot_refuse_version(c->fd, r->where, c->peer, v);
+                    return -1;
+                }
                 braid_warn(BOOT,
                            "rejected connection from %s: malformed hello (not a braid "
                            "bootstrap client, or another version)",

@@ -9,7 +9,8 @@
  *   descriptor limit);
  * - the roots whose accept() fails (out of descriptors), one record per root, which the clients
  *   of this process that join that root check (braid_boot_root_accept_failing);
- * - the list of missing ranks a root's messages name (braid_boot_rank_list). */
+ * - the list of missing ranks a root's messages name (braid_boot_rank_list), and the answer to
+ *   a hello of another protocol version (braid_boot_refuse_version). */
 #include "core/bootstrap.h"
 #include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Guards both tables; held across fork (the child gets them consistent). */
@@ -266,5 +268,22 @@ void braid_boot_rank_list(char *buf, size_t len, const uint8_t *have, int nranks
             return;
         }
         o += (size_t)snprintf(buf + o, len - o, "%s%d", shown++ ? "," : "", i);
+    }
+}
+
+void braid_boot_refuse_version(int fd, const char *where, const char *peer, uint32_t version)
+{
+    braid_warn(BOOT, "rejected connection from %s: bootstrap protocol version %u, want %u", peer,
+               version, BOOT_VERSION);
+    uint8_t msg[BOOT_HDR_BYTES + 256];
+    char *text = (char *)msg + BOOT_HDR_BYTES;
+    int n = snprintf(text, 256,
+                     "bootstrap root %s speaks bootstrap protocol version %u, this rank version "
+                     "%u: the ranks and the root must run the same braid release",
+                     where, BOOT_VERSION, version);
+    size_t len = n < 0 ? 0 : n > 255 ? 255 : (size_t)n;
+    boot_hdr_pack(msg, BOOT_MSG_FAIL, (uint32_t)BRAID_ERR_UNSUPPORTED, len);
+    if (send(fd, msg, BOOT_HDR_BYTES + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the connection is closed either way */
     }
 }

@@ -26,6 +26,10 @@
  *                   BOOT_MSG_RESULT     aux = sequence number, payload = nranks blobs in rank order
  *                   BOOT_MSG_FAIL       aux = (uint32_t)braid_result_t, payload = error text
  *
+ * The hello's magic and version and this header keep their layout in every version: a root
+ * answers a hello of another version with BOOT_MSG_FAIL (aux = BRAID_ERR_UNSUPPORTED) naming
+ * both versions, which a client reads before any proof.
+ *
  * A client has at most one request outstanding, so anything the root sends while a client is
  * not waiting for a reply is a BOOT_MSG_FAIL. */
 #ifndef BRAID_CORE_BOOTSTRAP_WIRE_H

@@ -61,6 +61,10 @@ static void *fake_root_main(void *arg)
         size_t len = BOOT_HDR_BYTES;
         if (f->mode == 0) {
             boot_hdr_pack(msg, BOOT_MSG_ACK, 0, 0);
+        } else if (f->mode == 2) { /* a root of another version refuses the hello */
+            boot_hdr_pack(msg, BOOT_MSG_FAIL, (uint32_t)BRAID_ERR_UNSUPPORTED, 11);
+            memcpy(msg + BOOT_HDR_BYTES, "version 9 !", 11);
+            len += 11;
         } else {
             boot_hdr_pack(msg, BOOT_MSG_CHALLENGE, BOOT_VERSION, BOOT_CHALLENGE_BYTES);
             braid_boot_random_secret(msg + BOOT_HDR_BYTES);
@@ -243,4 +247,33 @@ Test(bootstrap_auth, relayed_to_another_root_rejected, .timeout = 30)
     cr_assert_eq(braid_boot_init(&bs, &a, 0, 1, 5, NULL), 0, "%s", braid_last_error());
     cr_assert_eq(braid_boot_barrier(bs), 0, "%s", braid_last_error());
     braid_boot_close(bs);
+}
+
+/* A root of another protocol version answers the hello with BOOT_MSG_FAIL: the client reports
+ * it at once (BRAID_ERR_UNSUPPORTED, the root's text) instead of reconnecting until its
+ * deadline. */
+Test(bootstrap_auth, other_version_failure_reported_at_once, .timeout = 30)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    fake_root_t f = {.mode = 2};
+    braid_boot_addr_t root;
+    loopback(&root);
+    cr_assert_eq(braid_boot_random_secret(root.secret), 0);
+    f.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(bind(f.lfd, (struct sockaddr *)&root.addr, root.addrlen), 0);
+    cr_assert_eq(listen(f.lfd, 4), 0);
+    socklen_t l = root.addrlen;
+    getsockname(f.lfd, (struct sockaddr *)&root.addr, &l);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fake_root_main, &f), 0);
+    braid_bootstrap_t *bs = NULL;
+    double t0 = now_s();
+    int res = braid_boot_init(&bs, &root, 1, 2, 5, NULL);
+    double el = now_s() - t0;
+    close(f.lfd);
+    pthread_join(t, NULL);
+    cr_assert_eq(res, BRAID_ERR_UNSUPPORTED, "got %s (%s)", braid_strerror(res),
+                 braid_last_error());
+    cr_assert_lt(el, 2.0, "the client took %g s", el);
+    cr_assert_not_null(strstr(braid_last_error(), "version 9"), "%s", braid_last_error());
 }

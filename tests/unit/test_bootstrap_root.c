@@ -2,7 +2,8 @@
  * flood of connections that never send a hello (a rank still gets in, promptly; the root keeps
  * at most a quarter of its descriptor limit for them), a root that closes the connection before
  * answering or after its challenge (the client reconnects; a wrong secret is named at once), a
- * rank slow with its proof that a crowded root keeps (it closes hello-less ones first), accept
+ * rank slow with its proof that a crowded root keeps (it closes hello-less ones first), a hello
+ * of another version answered with a failure naming both, accept
  * failures that belong to one root and end with it, a root nobody joins (it exits after its
  * timeout), and a forked child that must not keep the root's sockets open. The tests that
  * change the descriptor limit run in a forked child. */
@@ -304,6 +305,40 @@ Test(bootroot, wrong_secret_fails_at_once_naming_the_cause, .timeout = 30)
     cr_assert_eq(r, BRAID_ERR_AUTH, "%s: %s", braid_strerror(r), braid_last_error());
     cr_assert(dt < 2.5, "took %.2f s", dt);
     cr_assert(strstr(braid_last_error(), "BRAID_SECRET differs"), "%s", braid_last_error());
+}
+
+/* A hello of another protocol version (1: the secret in clear; 4: a later one) with braid's
+ * magic gets a BOOT_MSG_FAIL naming both versions (it used to be closed silently, and the rank
+ * retried until its deadline). */
+Test(bootroot, other_version_hello_gets_a_failure, .timeout = 30)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    braid_boot_addr_t root;
+    cr_assert_eq(loopback_root(&root, 10), 0, "%s", braid_last_error());
+    const uint32_t versions[] = {1, BOOT_VERSION + 1};
+    for (int k = 0; k < 2; k++) {
+        uint8_t hello[BRAID_BOOT_HELLO_BYTES] = {0}; /* magic, version, rank 0, nranks 1, 16 B */
+        boot_put_u32(hello, BOOT_HELLO_MAGIC);
+        boot_put_u32(hello + 4, versions[k]);
+        boot_put_u32(hello + 12, 1);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct timeval tv = {.tv_sec = 3};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        cr_assert_eq(connect(fd, (const struct sockaddr *)&root.addr, root.addrlen), 0);
+        cr_assert_eq(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), (ssize_t)sizeof(hello));
+        uint8_t hdr[BOOT_HDR_BYTES];
+        char text[512] = {0}, want[64];
+        cr_assert_eq(recv(fd, hdr, sizeof(hdr), MSG_WAITALL), (ssize_t)sizeof(hdr),
+                     "version %u: no answer", versions[k]);
+        cr_assert_eq(boot_get_u32(hdr), BOOT_MSG_FAIL, "version %u", versions[k]);
+        cr_assert_eq((int32_t)boot_get_u32(hdr + 4), BRAID_ERR_UNSUPPORTED);
+        uint64_t len = boot_get_u64(hdr + 8);
+        cr_assert(len > 0 && len < sizeof(text));
+        cr_assert_eq(recv(fd, text, (size_t)len, MSG_WAITALL), (ssize_t)len);
+        snprintf(want, sizeof(want), "version %u, this rank version %u", BOOT_VERSION, versions[k]);
+        cr_assert_not_null(strstr(text, want), "%s", text);
+        close(fd);
+    }
 }
 
 /* ---- accept failures belong to their root --------------------------------------------------- */
