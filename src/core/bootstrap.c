@@ -150,8 +150,18 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
  * it (core/hmac.c):
  *
  *   client -> root   hello {magic, version, rank, nranks, Nc}     Nc: fresh for each connection
- *   root -> client   CHALLENGE {Nr, HMAC(secret, "braid-boot-root" | hello | Nr)}
- *   client -> root   PROOF {HMAC(secret, "braid-boot-client" | hello | Nr)}
+ *   root -> client   CHALLENGE {Nr, HMAC(K, "braid-boot-root" | hello | Nr)}
+ *   client -> root   PROOF {HMAC(K, "braid-boot-client" | hello | Nr)}
+ *
+ * with the root's own key K = HMAC(secret, "braid-boot-key" | root port, u16 little-endian): the
+ * root takes the port it listens on, the client the port of the root's address in its id. Both
+ * proofs are thus bound to that root: without K, another root of the same secret (a job that
+ * reuses BRAID_SECRET, or a split's parent) would be an oracle for the root's proof, and an
+ * impostor on this root's port could relay the client's hello to it and pass its challenge off
+ * as this root's. In rank0_hosts mode the root listens on every address, but the port is the
+ * one the clients dial. Not covered: roots that share a port (on different hosts) and a secret,
+ * and NAT or port forwarding, where the port a client dials is not the one the root listens on
+ * (such a client fails with BRAID_ERR_AUTH); BRAID_SECRET should be unique per job.
  *
  * The client checks the root's proof before it reads or sends anything else on the connection:
  * an impostor on the root's port (one that bound a BRAID_ROOT or MASTER_PORT + 1 port before
@@ -175,30 +185,34 @@ braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_he
  * still read or change them, as with any unencrypted TCP service; and a job secret derived from
  * job identifiers (no BRAID_SECRET; braid_boot_env_resolve) is known to anyone who sees those,
  * as documented: such a job is not authenticated. */
-void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int root,
+void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int port, int root,
                       const uint8_t hello[BRAID_BOOT_HELLO_BYTES],
                       const uint8_t nonce[BRAID_NONCE_BYTES], uint8_t out[BRAID_SHA256_BYTES])
 {
-    braid_auth_mac(secret, BRAID_SECRET_BYTES, root ? "braid-boot-root" : "braid-boot-client",
-                   hello, BRAID_BOOT_HELLO_BYTES, nonce, BRAID_NONCE_BYTES, out);
+    uint8_t p[2], key[BRAID_SHA256_BYTES];
+    boot_put_u16(p, (uint16_t)port);
+    braid_auth_mac(secret, BRAID_SECRET_BYTES, "braid-boot-key", p, sizeof(p), NULL, 0, key);
+    braid_auth_mac(key, sizeof(key), root ? "braid-boot-root" : "braid-boot-client", hello,
+                   BRAID_BOOT_HELLO_BYTES, nonce, BRAID_NONCE_BYTES, out);
 }
 
-braid_result_t braid_boot_challenge(const uint8_t *secret, const uint8_t *hello, uint8_t *nonce,
-                                    uint8_t *out)
+braid_result_t braid_boot_challenge(const uint8_t *secret, int port, const uint8_t *hello,
+                                    uint8_t *nonce, uint8_t *out)
 {
     BRAID_CHECK(braid_boot_random_secret(nonce));
     boot_hdr_pack(out, BOOT_MSG_CHALLENGE, BOOT_VERSION, BOOT_CHALLENGE_BYTES);
     memcpy(out + BOOT_HDR_BYTES, nonce, BRAID_NONCE_BYTES);
-    braid_boot_proof(secret, 1, hello, nonce, out + BOOT_HDR_BYTES + BRAID_NONCE_BYTES);
+    braid_boot_proof(secret, port, 1, hello, nonce, out + BOOT_HDR_BYTES + BRAID_NONCE_BYTES);
     return BRAID_SUCCESS;
 }
 
-int braid_boot_check_proof(const uint8_t *secret, const uint8_t *buf, const uint8_t *nonce)
+int braid_boot_check_proof(const uint8_t *secret, int port, const uint8_t *buf,
+                           const uint8_t *nonce)
 {
     const uint8_t *hdr = buf + BRAID_BOOT_HELLO_BYTES;
     if (boot_get_u32(hdr) != BOOT_MSG_PROOF || boot_get_u64(hdr + 8) != BOOT_MAC_BYTES) return 1;
     uint8_t want[BOOT_MAC_BYTES];
-    braid_boot_proof(secret, 0, buf, nonce, want);
+    braid_boot_proof(secret, port, 0, buf, nonce, want);
     return braid_mac_cmp(want, hdr + BOOT_HDR_BYTES, BOOT_MAC_BYTES) ? 2 : 0;
 }
 
@@ -218,8 +232,10 @@ struct braid_bootstrap {
     char root[96];
     braid_boot_addr_t id; /* the root's address and secret (braid_boot_root_accept_failing) */
     /* Connections the root closed before answering the hello (join_again reconnects), whether
-     * the last one was, and whether the root sent anything on this one. */
-    int drops, dropped, replied;
+     * the last one was, whether the root sent anything on this one, and whether that was its
+     * verified proof (a root closes a connection waiting for the client's proof to make room
+     * for others, or at its hello deadline: the rank reconnects). */
+    int drops, dropped, replied, proven;
 };
 
 /* How long a client that gave up waits for the root's answer to BOOT_MSG_GIVEUP. */
@@ -280,7 +296,8 @@ static int wait_fd(braid_bootstrap_t *bs, int fd, short events, double deadline,
 
 static braid_result_t root_closed(braid_bootstrap_t *bs)
 {
-    bs->dropped = !bs->joined && !bs->replied; /* braid_boot_init reconnects */
+    /* braid_boot_init reconnects (not after a BOOT_MSG_FAIL: check_async read it into err) */
+    bs->dropped = !bs->joined && !bs->err && (!bs->replied || bs->proven);
     if (!bs->joined)
         return fail(bs, BRAID_ERR_REMOTE,
                     "bootstrap root %s closed the connection before all ranks joined (the root "
@@ -461,18 +478,22 @@ static braid_result_t authenticate(braid_bootstrap_t *bs, const uint8_t *secret,
     uint64_t len = boot_get_u64(hdr + 8);
     char why[96];
     if (t < BOOT_MSG_ALLGATHER || t > BOOT_MSG_PROOF) return not_a_root(bs, hdr);
+    /* Unauthenticated, but it can only fail this rank (as closing could): another version. */
+    if (t == BOOT_MSG_FAIL) return read_fail_msg(bs, hdr, deadline);
     if (t != BOOT_MSG_CHALLENGE || aux != BOOT_VERSION || len != BOOT_CHALLENGE_BYTES) {
         snprintf(why, sizeof(why), "it answered the hello with message type %u, aux %u, %llu bytes",
                  t, aux, (unsigned long long)len);
         return not_proven(bs, why);
     }
     BRAID_CHECK(recv_all(bs, ch, sizeof(ch), deadline, "the bootstrap root's challenge"));
-    braid_boot_proof(secret, 1, hello, ch, want);
+    int port = braid_boot_addr_port(&bs->id.addr);
+    braid_boot_proof(secret, port, 1, hello, ch, want);
     if (braid_mac_cmp(want, ch + BRAID_NONCE_BYTES, BOOT_MAC_BYTES))
         return not_proven(bs, "wrong proof in its challenge");
+    bs->proven = 1; /* from here, a close without BOOT_MSG_FAIL before the ACK is a drop */
     uint8_t proof[BOOT_HDR_BYTES + BOOT_MAC_BYTES];
     boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
-    braid_boot_proof(secret, 0, hello, ch, proof + BOOT_HDR_BYTES);
+    braid_boot_proof(secret, port, 0, hello, ch, proof + BOOT_HDR_BYTES);
     return send_all(bs, proof, sizeof(proof), deadline, 1);
 }
 
@@ -550,13 +571,15 @@ static braid_result_t connect_root(braid_bootstrap_t *bs, const braid_boot_addr_
 }
 
 /* The root closed the connection before any reply to the hello (it closes connections beyond
- * its limit of waiting ones, and a wrong secret): forgets the error and waits a backoff to
- * reconnect (0), or, at the deadline, fails naming what it may mean. */
+ * its limit of waiting ones, and a wrong secret), or after its proven challenge but before the
+ * ACK without a BOOT_MSG_FAIL (it closes handshakes that wait too long, and some waiting for a
+ * proof when crowded): forgets the error and waits a backoff to reconnect (0; a fresh hello
+ * and nonce), or, at the deadline, fails naming what it may mean. */
 static braid_result_t join_again(braid_bootstrap_t *bs, double deadline)
 {
     close(bs->fd);
     bs->fd = -1;
-    bs->dropped = 0;
+    bs->dropped = bs->replied = bs->proven = 0;
     bs->err = 0;
     double until =
         fmin(boot_now() + fmin(0.01 * (1 << (bs->drops < 6 ? bs->drops : 6)), 0.5), deadline);

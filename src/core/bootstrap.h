@@ -157,10 +157,11 @@ typedef struct {
 #define BRAID_BOOT_HELLO_BYTES 32
 braid_result_t braid_boot_hello_parse(const void *buf, size_t len, braid_boot_hello_t *h_p);
 void braid_boot_hello_pack(const braid_boot_hello_t *h, uint8_t out[BRAID_BOOT_HELLO_BYTES]);
-/* The proofs of the hello handshake: HMAC(secret, label | hello | root nonce), with the root's
- * label (root = 1) or the client's (root = 0). Exposed for tests that speak the protocol by
- * hand. */
-void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int root,
+/* The proofs of the hello handshake: HMAC(K, label | hello | root nonce) with the root's key
+ * K = HMAC(secret, "braid-boot-key" | port), port that of the root (its listener's; the one in
+ * the client's id), with the root's label (root = 1) or the client's (root = 0). Exposed for
+ * tests that speak the protocol by hand. */
+void braid_boot_proof(const uint8_t secret[BRAID_SECRET_BYTES], int port, int root,
                       const uint8_t hello[BRAID_BOOT_HELLO_BYTES],
                       const uint8_t nonce[BRAID_NONCE_BYTES], uint8_t out[BRAID_SHA256_BYTES]);
 
@@ -181,6 +182,9 @@ braid_result_t braid_boot_listen_addr(const braid_boot_addr_t *root, struct sock
 
 /* Constant-time comparison of two secrets (0 if equal). */
 int braid_secret_cmp(const uint8_t *a, const uint8_t *b);
+
+/* The port of an IPv4 or IPv6 address (host order). */
+int braid_boot_addr_port(const struct sockaddr_storage *a);
 
 /* Formats an address as "1.2.3.4:5" or "[::1]:5" (no secret); never fails. */
 void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len);

@@ -13,10 +13,11 @@
  * then exits. A service that nobody joined within timeout_s, or that braid_boot_root_stop
  * stopped, exits too.
  *
- * At most unauth_cap connections wait for their hello; while that many do, the listener is not
+ * At most unauth_cap connections wait in the handshake; while that many do, the listener is not
  * polled (newer connections wait in the kernel's backlog) and make_room closes the oldest that
- * waited CROWD_MIN_AGE_S, so strangers can neither lock the ranks out nor use up the process's
- * descriptors. The sockets, accept failures and the cap are in bootstrap_sock.c. */
+ * waited CROWD_MIN_AGE_S (hello-less ones before challenged ones), so strangers can neither lock
+ * the ranks out nor use up the process's descriptors. Sockets, accept failures, the cap: in
+ * bootstrap_sock.c. */
 #include "core/bootstrap.h"
 #include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
@@ -181,23 +182,6 @@ static void root_fail(root_t *r, braid_result_t code, const char *fmt, ...)
     }
 }
 
-/* Formats the ranks for which have[i] is 0: "rank 3" or "ranks 2,3". */
-static void rank_list(char *buf, size_t len, const uint8_t *have, int nranks)
-{
-    int count = 0, shown = 0;
-    for (int i = 0; i < nranks; i++)
-        count += !have[i];
-    size_t o = (size_t)snprintf(buf, len, "%s ", count == 1 ? "rank" : "ranks");
-    for (int i = 0; i < nranks && o < len; i++) {
-        if (have[i]) continue;
-        if (shown == 32) {
-            snprintf(buf + o, len - o, ",... (%d more)", count - shown);
-            return;
-        }
-        o += (size_t)snprintf(buf + o, len - o, "%s%d", shown++ ? "," : "", i);
-    }
-}
-
 static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
 {
     c->role = ROLE_DOOMED;
@@ -259,7 +243,7 @@ static void admit(root_t *r, conn_t *c, const braid_boot_hello_t *h)
 static int challenge(root_t *r, conn_t *c)
 {
     msg_t *m = msg_new(BOOT_CHALLENGE_BYTES);
-    if (!m || braid_boot_challenge(r->secret, c->hello, c->nonce, m->data) < 0) {
+    if (!m || braid_boot_challenge(r->secret, r->port, c->hello, c->nonce, m->data) < 0) {
         braid_warn(BOOT, "bootstrap root %s: cannot challenge %s: %s", r->where, c->peer,
                    m ? braid_last_error() : "out of memory");
         braid_clear_error();
@@ -289,6 +273,11 @@ static int read_hello(root_t *r, conn_t *c)
             if (c->hello_got < BRAID_BOOT_HELLO_BYTES) continue;
             if (braid_boot_hello_parse(c->hello, BRAID_BOOT_HELLO_BYTES, &c->h) < 0) {
                 braid_clear_error();
+                uint32_t v = boot_get_u32(c->hello + 4);
+                if (boot_get_u32(c->hello) == BOOT_HELLO_MAGIC && v != BOOT_VERSION) {
+                    braid_boot_refuse_version(c->fd, r->where, c->peer, v);
+                    return -1;
+                }
                 braid_warn(BOOT,
                            "rejected connection from %s: malformed hello (not a braid "
                            "bootstrap client, or another version)",
@@ -298,7 +287,7 @@ static int read_hello(root_t *r, conn_t *c)
             if (challenge(r, c) < 0) return -1;
         }
         if (c->hello_got < sizeof(c->hello)) continue;
-        int bad = braid_boot_check_proof(r->secret, c->hello, c->nonce);
+        int bad = braid_boot_check_proof(r->secret, r->port, c->hello, c->nonce);
         if (bad) {
             braid_warn(BOOT, "rejected connection from %s: %s", c->peer,
                        bad == 1 ? "no proof after the hello" : "wrong job secret (wrong proof)");
@@ -356,12 +345,12 @@ static void start_payload(root_t *r, conn_t *c)
         if (len) {
             root_fail(r, BRAID_ERR_REMOTE, "bootstrap: rank %d sent a malformed message", R);
         } else if (!r->all_in && aux == BOOT_GIVEUP_JOIN) {
-            rank_list(list, sizeof(list), r->joined, r->nranks);
+            braid_boot_rank_list(list, sizeof(list), r->joined, r->nranks);
             root_fail(r, BRAID_ERR_TIMEOUT,
                       "bootstrap: rank %d timed out waiting for %s to join (%d of %d in)", R, list,
                       r->njoined, r->nranks);
         } else if (r->round && aux == r->round_seq) {
-            rank_list(list, sizeof(list), r->contributed, r->nranks);
+            braid_boot_rank_list(list, sizeof(list), r->contributed, r->nranks);
             root_fail(r, BRAID_ERR_TIMEOUT,
                       "bootstrap: rank %d timed out waiting for %s to reach bootstrap "
                       "collective #%u",
@@ -493,7 +482,7 @@ static void drop_conn(root_t *r, int i)
         r->nclosed++;
         if (!r->all_in) {
             char list[512];
-            rank_list(list, sizeof(list), r->joined, r->nranks);
+            braid_boot_rank_list(list, sizeof(list), r->joined, r->nranks);
             root_fail(r, BRAID_ERR_REMOTE,
                       "bootstrap: rank %d closed its bootstrap connection before all ranks "
                       "joined (%s had not joined)",
@@ -560,28 +549,31 @@ static void accept_conns(root_t *r)
     }
 }
 
-/* While unauth_cap connections wait for their hello, closes the oldest of them that waited
- * CROWD_MIN_AGE_S, until one more fits (the listener is polled again then). */
+/* While unauth_cap connections wait in the handshake, closes one that waited CROWD_MIN_AGE_S
+ * (accepted at hello_deadline - hello_timeout_s), until one more fits: the oldest that sent no
+ * hello, else the oldest waiting for its proof (more likely a rank, which then reconnects). */
 static void make_room(root_t *r, double now)
 {
     r->unauth_cap = braid_boot_sock_unauth_cap(MAX_UNAUTH);
     while (r->nunauth >= r->unauth_cap) {
-        int oldest = -1;
-        for (int i = 0; i < r->nconns; i++)
-            if (r->conns[i]->role == ROLE_UNAUTH &&
-                (oldest < 0 || r->conns[i]->hello_deadline < r->conns[oldest]->hello_deadline))
-                oldest = i;
-        /* accepted at hello_deadline - hello_timeout_s */
-        if (oldest < 0 ||
-            now - (r->conns[oldest]->hello_deadline - r->hello_timeout_s) < CROWD_MIN_AGE_S)
-            break;
-        drop_conn(r, oldest);
+        int pick = -1;
+        for (int i = 0; i < r->nconns; i++) {
+            conn_t *c = r->conns[i], *p = pick < 0 ? NULL : r->conns[pick];
+            if (c->role != ROLE_UNAUTH ||
+                now - c->hello_deadline + r->hello_timeout_s < CROWD_MIN_AGE_S)
+                continue;
+            if (!p || c->challenged < p->challenged ||
+                (c->challenged == p->challenged && c->hello_deadline < p->hello_deadline))
+                pick = i;
+        }
+        if (pick < 0) break;
+        drop_conn(r, pick);
         r->crowd_dropped++;
     }
     if (r->crowd_dropped && now - r->crowd_warned >= 10.0) {
         braid_warn(BOOT,
-                   "bootstrap root %s: closed %d connection(s) that sent no hello for %g s while "
-                   "%d others waited for theirs (too many connections without a hello)",
+                   "bootstrap root %s: closed %d connection(s) in the handshake (no hello, or no "
+                   "proof) after %g s while %d others waited (too many connections in it)",
                    r->where, r->crowd_dropped, CROWD_MIN_AGE_S, r->nunauth);
         r->crowd_dropped = 0;
         r->crowd_warned = now;
@@ -593,8 +585,8 @@ static void check_timeouts(root_t *r, double now)
     for (int i = 0; i < r->nconns; i++) {
         conn_t *c = r->conns[i];
         if (c->role == ROLE_UNAUTH && now >= c->hello_deadline) {
-            braid_warn(BOOT, "rejected connection from %s: no hello within %g s", c->peer,
-                       r->hello_timeout_s);
+            braid_warn(BOOT, "rejected connection from %s: no %s within %g s", c->peer,
+                       c->challenged ? "proof after the challenge" : "hello", r->hello_timeout_s);
             drop_conn(r, i--);
         }
     }
@@ -606,7 +598,7 @@ static void check_timeouts(root_t *r, double now)
         char why[256];
         braid_boot_accept_why(r->accept_err, why, sizeof(why));
         if (r->nranks)
-            rank_list(list, sizeof(list), r->joined, r->nranks);
+            braid_boot_rank_list(list, sizeof(list), r->joined, r->nranks);
         else
             snprintf(list, sizeof(list), "every rank");
         root_fail(r, BRAID_ERR_SYSTEM,
@@ -629,11 +621,11 @@ static void check_timeouts(root_t *r, double now)
         return;
     }
     if (r->nranks && !r->all_in && r->njoined > 0) {
-        rank_list(list, sizeof(list), r->joined, r->nranks);
+        braid_boot_rank_list(list, sizeof(list), r->joined, r->nranks);
         root_fail(r, BRAID_ERR_TIMEOUT, "bootstrap: waited %g s for %s to join (%d of %d in)",
                   r->timeout_s, list, r->njoined, r->nranks);
     } else if (r->round) {
-        rank_list(list, sizeof(list), r->contributed, r->nranks);
+        braid_boot_rank_list(list, sizeof(list), r->contributed, r->nranks);
         root_fail(r, BRAID_ERR_TIMEOUT,
                   "bootstrap: waited %g s for %s to reach bootstrap collective #%u", r->timeout_s,
                   list, r->round_seq);

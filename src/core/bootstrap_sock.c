@@ -8,7 +8,9 @@
  * - how many connections without a hello a root lets wait (at most a quarter of the process's
  *   descriptor limit);
  * - the roots whose accept() fails (out of descriptors), one record per root, which the clients
- *   of this process that join that root check (braid_boot_root_accept_failing). */
+ *   of this process that join that root check (braid_boot_root_accept_failing);
+ * - the list of missing ranks a root's messages name (braid_boot_rank_list), and the answer to
+ *   a hello of another protocol version (braid_boot_refuse_version). */
 #include "core/bootstrap.h"
 #include "core/bootstrap_threads.h"
 #include "core/bootstrap_wire.h"
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Guards both tables; held across fork (the child gets them consistent). */
@@ -215,7 +218,7 @@ void braid_boot_accept_why(int err, char *buf, size_t len)
     }
 }
 
-static int addr_port(const struct sockaddr_storage *a)
+int braid_boot_addr_port(const struct sockaddr_storage *a)
 {
     return ntohs(*port_field((struct sockaddr_storage *)a));
 }
@@ -244,7 +247,7 @@ void braid_boot_accept_record(const uint8_t *secret, int port, int err, double s
 int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, char *why,
                                    size_t len)
 {
-    int err = 0, port = addr_port(&root->addr);
+    int err = 0, port = braid_boot_addr_port(&root->addr);
     double since = 0;
     pthread_mutex_lock(&mu);
     for (accept_fail_t *f = fails; f && !err; f = f->next)
@@ -256,4 +259,38 @@ int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, 
     if (!err || boot_now() - since < min_s) return 0;
     braid_boot_accept_why(err, why, len);
     return 1;
+}
+
+/* Formats the ranks for which have[i] is 0: "rank 3" or "ranks 2,3". */
+void braid_boot_rank_list(char *buf, size_t len, const uint8_t *have, int nranks)
+{
+    int count = 0, shown = 0;
+    for (int i = 0; i < nranks; i++)
+        count += !have[i];
+    size_t o = (size_t)snprintf(buf, len, "%s ", count == 1 ? "rank" : "ranks");
+    for (int i = 0; i < nranks && o < len; i++) {
+        if (have[i]) continue;
+        if (shown == 32) {
+            snprintf(buf + o, len - o, ",... (%d more)", count - shown);
+            return;
+        }
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", shown++ ? "," : "", i);
+    }
+}
+
+void braid_boot_refuse_version(int fd, const char *where, const char *peer, uint32_t version)
+{
+    braid_warn(BOOT, "rejected connection from %s: bootstrap protocol version %u, want %u", peer,
+               version, BOOT_VERSION);
+    uint8_t msg[BOOT_HDR_BYTES + 256];
+    char *text = (char *)msg + BOOT_HDR_BYTES;
+    int n = snprintf(text, 256,
+                     "bootstrap root %s speaks bootstrap protocol version %u, this rank version "
+                     "%u: the ranks and the root must run the same braid release",
+                     where, BOOT_VERSION, version);
+    size_t len = n < 0 ? 0 : n > 255 ? 255 : (size_t)n;
+    boot_hdr_pack(msg, BOOT_MSG_FAIL, (uint32_t)BRAID_ERR_UNSUPPORTED, len);
+    if (send(fd, msg, BOOT_HDR_BYTES + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the connection is closed either way */
+    }
 }

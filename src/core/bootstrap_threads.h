@@ -37,6 +37,12 @@ void braid_boot_sock_close(int fd);
 /* How many connections without a hello may wait: most, or a quarter of the descriptor limit
  * when that is less. */
 int braid_boot_sock_unauth_cap(int most);
+/* Answers a hello of another protocol version on fd with a BOOT_MSG_FAIL (BRAID_ERR_UNSUPPORTED)
+ * naming both versions, non-blocking (the caller closes fd), and logs it. */
+void braid_boot_refuse_version(int fd, const char *where, const char *peer, uint32_t version);
+/* Formats the ranks for which have[i] is 0: "rank 3" or "ranks 2,3" (the first 32, then how
+ * many more). */
+void braid_boot_rank_list(char *buf, size_t len, const uint8_t *have, int nranks);
 /* strerror, and for EMFILE/ENFILE what to do about it. */
 void braid_boot_accept_why(int err, char *buf, size_t len);
 /* Records that the root (secret, port) fails to accept with err since `since` (boot_now), or,

@@ -8,10 +8,11 @@
  *
  * The handshake (the job secret never goes on the wire; see "Authentication" in bootstrap.c):
  *   root -> client  BOOT_MSG_CHALLENGE  aux = BOOT_VERSION, payload = a fresh root nonce Nr (16)
- *                                       and the root's proof HMAC(secret, "braid-boot-root" |
+ *                                       and the root's proof HMAC(K, "braid-boot-root" |
  *                                       hello | Nr) (32), sent as soon as the hello parsed
- *   client -> root  BOOT_MSG_PROOF      payload = HMAC(secret, "braid-boot-client" | hello | Nr)
+ *   client -> root  BOOT_MSG_PROOF      payload = HMAC(K, "braid-boot-client" | hello | Nr)
  *                                       (32); the root admits the rank only after checking it
+ *   (K = HMAC(secret, "braid-boot-key" | the root's port): the proofs are bound to the root.)
  * Then:
  *   client -> root  BOOT_MSG_ALLGATHER  aux = collective sequence number, payload = this rank's
  *                                       blob
@@ -25,6 +26,10 @@
  *                   BOOT_MSG_RESULT     aux = sequence number, payload = nranks blobs in rank order
  *                   BOOT_MSG_FAIL       aux = (uint32_t)braid_result_t, payload = error text
  *
+ * The hello's magic and version and this header keep their layout in every version: a root
+ * answers a hello of another version with BOOT_MSG_FAIL (aux = BRAID_ERR_UNSUPPORTED) naming
+ * both versions, which a client reads before any proof.
+ *
  * A client has at most one request outstanding, so anything the root sends while a client is
  * not waiting for a reply is a BOOT_MSG_FAIL. */
 #ifndef BRAID_CORE_BOOTSTRAP_WIRE_H
@@ -37,7 +42,7 @@
 #include <time.h>
 
 #define BOOT_HELLO_MAGIC 0x48445242u /* "BRDH" */
-#define BOOT_VERSION 2u              /* 2: HMAC challenge-response, no secret on the wire */
+#define BOOT_VERSION 3u /* 2: HMAC challenge-response; 3: proofs keyed by the root's port */
 #define BOOT_HDR_BYTES 16
 #define BOOT_MAX_TOTAL ((uint64_t)64 << 20) /* largest allgather result (all ranks) */
 #define BOOT_MAX_TEXT 1024                  /* longest error text on the wire */
@@ -61,10 +66,11 @@ enum {
  * Nr into nonce and writes the challenge message (BOOT_HDR_BYTES + BOOT_CHALLENGE_BYTES) for
  * hello into out; braid_boot_check_proof checks the BOOT_HDR_BYTES + BOOT_MAC_BYTES that follow
  * the hello in buf: 0 valid, 1 not a proof message, 2 a wrong proof (compared in constant
- * time). */
-braid_result_t braid_boot_challenge(const uint8_t *secret, const uint8_t *hello, uint8_t *nonce,
-                                    uint8_t *out);
-int braid_boot_check_proof(const uint8_t *secret, const uint8_t *buf, const uint8_t *nonce);
+ * time). port: the root's listening port. */
+braid_result_t braid_boot_challenge(const uint8_t *secret, int port, const uint8_t *hello,
+                                    uint8_t *nonce, uint8_t *out);
+int braid_boot_check_proof(const uint8_t *secret, int port, const uint8_t *buf,
+                           const uint8_t *nonce);
 
 static inline void boot_put_u16(uint8_t *p, uint16_t v)
 {

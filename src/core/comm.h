@@ -296,10 +296,12 @@ braid_result_t braid_comm_pick_transport(struct braid_comm *comm, int peer,
 /* Unique ids and the roots this process hosts (hosted.c). braid_hosted_take: the root that
  * braid_get_unique_id started for the id with this secret (NULL if none), now the caller's.
  * braid_unique_id_near: an id whose root listens on the address this process uses towards
- * near's root (braid_boot_listen_addr; a split's root follows its parent's bootstrap).
+ * near's root (braid_boot_listen_addr; a split's root follows its parent's bootstrap), with the
+ * given secret (BRAID_SECRET_BYTES; NULL: a random one).
  * braid_unique_id_abandon: stops the hosted root of an id nobody will use. */
 braid_boot_root_t *braid_hosted_take(const uint8_t *secret);
-braid_result_t braid_unique_id_near(const braid_boot_addr_t *near, braid_unique_id_t *id_p);
+braid_result_t braid_unique_id_near(const braid_boot_addr_t *near, const uint8_t *secret,
+                                    braid_unique_id_t *id_p);
 void braid_unique_id_abandon(const braid_unique_id_t *id);
 
 /* The local address (port 0) of this rank's data listeners and why it was chosen (for the

@@ -2,7 +2,8 @@
  * braid_get_unique_id starts a root service; the communicator created from that id in this
  * process adopts it (braid_hosted_take), so destroy can wait until the service delivered its
  * last replies. A split's leader makes its id with braid_unique_id_near (its root follows the
- * parent's bootstrap), and stops the root when the split fails before anyone could join. */
+ * parent's bootstrap, its secret is derived from the parent's: split.c), and stops the root when
+ * the split fails before anyone could join. */
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -48,10 +49,13 @@ braid_boot_root_t *braid_hosted_take(const uint8_t *secret)
     return root;
 }
 
-/* A root on a (port 0), hosted here, and its id. */
-static braid_result_t new_id(braid_boot_addr_t *a, braid_unique_id_t *id_p)
+/* A root on a (port 0), hosted here, and its id; its secret is secret, else a random one. */
+static braid_result_t new_id(braid_boot_addr_t *a, const uint8_t *secret, braid_unique_id_t *id_p)
 {
-    BRAID_CHECK(braid_boot_random_secret(a->secret));
+    if (secret)
+        memcpy(a->secret, secret, BRAID_SECRET_BYTES);
+    else
+        BRAID_CHECK(braid_boot_random_secret(a->secret));
     double timeout;
     BRAID_CHECK(braid_param_double("TIMEOUT", &timeout));
     braid_boot_root_t *root;
@@ -68,15 +72,16 @@ braid_result_t braid_get_unique_id(braid_unique_id_t *id_p)
     braid_boot_addr_t a;
     memset(&a, 0, sizeof(a));
     BRAID_CHECK(braid_boot_local_addr(&a.addr, &a.addrlen));
-    return new_id(&a, id_p);
+    return new_id(&a, NULL, id_p);
 }
 
-braid_result_t braid_unique_id_near(const braid_boot_addr_t *near, braid_unique_id_t *id_p)
+braid_result_t braid_unique_id_near(const braid_boot_addr_t *near, const uint8_t *secret,
+                                    braid_unique_id_t *id_p)
 {
     braid_boot_addr_t a;
     memset(&a, 0, sizeof(a));
     BRAID_CHECK(braid_boot_listen_addr(near, &a.addr, &a.addrlen));
-    return new_id(&a, id_p);
+    return new_id(&a, secret, id_p);
 }
 
 void braid_unique_id_abandon(const braid_unique_id_t *id)

@@ -9,8 +9,15 @@
  *      leader managed to create it); if that allgather fails the leader stops its root;
  *   3. each member calls braid_comm_init_rank with that id: the new communicator has its own
  *      bootstrap, connections and sequence numbers, and is destroyed independently.
- * Ranks with a negative color take part in both allgathers and get NULL. */
+ * Ranks with a negative color take part in both allgathers and get NULL.
+ *
+ * The new communicator's secret never goes on the wire: the parent's bootstrap connections are
+ * authenticated but not encrypted, so the id sent in step 2 carries a fresh random salt in its
+ * secret field, and every member (the leader for its root too) uses
+ * HMAC(parent secret, "braid-split-secret" | salt)[0:16] (split_secret). Who saw the exchange
+ * learns the salt, which is worthless without the parent's secret. */
 #include "core/split.h"
+#include "core/hmac.h"
 #include "core/log.h"
 #include "core/worker.h"
 
@@ -49,6 +56,50 @@ int braid_split_group(int n, const int32_t *colors, const int32_t *keys, int ran
     return m;
 }
 
+static void derive_secret(const uint8_t *parent_secret, const uint8_t *salt, uint8_t *secret)
+{
+    uint8_t mac[BRAID_SHA256_BYTES];
+    braid_auth_mac(parent_secret, BRAID_SECRET_BYTES, "braid-split-secret", salt,
+                   BRAID_SECRET_BYTES, NULL, 0, mac);
+    memcpy(secret, mac, BRAID_SECRET_BYTES);
+}
+
+/* The new communicator's id from the leader's id as sent (its secret field the salt): the same
+ * address, the secret derived from the parent's. */
+static braid_result_t split_secret(const uint8_t *parent_secret, const braid_unique_id_t *sent,
+                                   braid_unique_id_t *id_p)
+{
+    braid_boot_addr_t a;
+    BRAID_CHECK(braid_boot_id_decode(sent, &a));
+    derive_secret(parent_secret, a.secret, a.secret);
+    braid_boot_id_encode(&a, id_p);
+    return BRAID_SUCCESS;
+}
+
+/* The leader's id as sent (sent_p, a fresh salt in its secret field) and the new
+ * communicator's (id_p, whose root this process now hosts). */
+static braid_result_t leader_id(struct braid_comm *comm, braid_unique_id_t *sent_p,
+                                braid_unique_id_t *id_p)
+{
+    uint8_t salt[BRAID_SECRET_BYTES], secret[BRAID_SECRET_BYTES];
+    BRAID_CHECK(braid_boot_random_secret(salt));
+    derive_secret(comm->boot_addr.secret, salt, secret);
+    /* The new root listens where the parent's bootstrap goes, not on whichever interface
+     * braid_get_unique_id would pick. */
+    braid_unique_id_t id;
+    BRAID_CHECK(braid_unique_id_near(&comm->boot_addr, secret, &id));
+    braid_boot_addr_t a;
+    braid_result_t res = braid_boot_id_decode(&id, &a);
+    if (res < 0) {
+        braid_unique_id_abandon(&id);
+        return res;
+    }
+    memcpy(a.secret, salt, BRAID_SECRET_BYTES);
+    braid_boot_id_encode(&a, sent_p);
+    *id_p = id;
+    return BRAID_SUCCESS;
+}
+
 static _Thread_local int internal_split;
 static _Thread_local const char *parent_host;
 
@@ -85,18 +136,18 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
     int m = braid_split_group(n, colors, keys, comm->rank, members, &newrank);
     split_id_t myid;
     memset(&myid, 0, sizeof(myid));
+    braid_unique_id_t newid; /* the leader's, with the new communicator's secret */
+    memset(&newid, 0, sizeof(newid));
     braid_result_t id_res = BRAID_SUCCESS;
     if (m > 0 && newrank == 0) {
-        /* The new root listens where the parent's bootstrap goes, not on whichever interface
-         * braid_get_unique_id would pick. */
-        id_res = braid_unique_id_near(&comm->boot_addr, &myid.id);
+        id_res = leader_id(comm, &myid.id, &newid);
         myid.ok = id_res == BRAID_SUCCESS;
     }
     res = braid_boot_allgather(comm->boot, &myid, ids, sizeof(myid));
     if (res < 0) {
         /* Nobody will join the root this rank just opened: stop it (else its thread and
          * listener would wait for the group until its timeout). */
-        if (myid.ok) braid_unique_id_abandon(&myid.id);
+        if (myid.ok) braid_unique_id_abandon(&newid);
         goto out;
     }
     if (m == 0) {
@@ -118,10 +169,14 @@ braid_result_t braid_comm_split_internal(struct braid_comm *comm, int color, int
     }
     braid_debug(INIT, "comm_split: rank %d -> color %d, rank %d of %d (first rank %d)", comm->rank,
                 (int)colors[comm->rank], newrank, m, leader);
+    if (leader != comm->rank) {
+        res = split_secret(comm->boot_addr.secret, &ids[leader].id, &newid);
+        if (res < 0) goto out;
+    }
     struct braid_comm *nc = NULL;
     internal_split = quiet_log;
     parent_host = comm->peers ? comm->peers[comm->rank].host : NULL;
-    res = braid_comm_init_rank(&nc, m, ids[leader].id, newrank);
+    res = braid_comm_init_rank(&nc, m, newid, newrank);
     internal_split = 0;
     parent_host = NULL;
     if (quiet_log) braid_log_set_rank(comm->rank);

@@ -17,7 +17,7 @@ static int recv_n(int fd, uint8_t *buf, size_t n)
     return 0;
 }
 
-int boot_hand_join(int fd, const uint8_t *key, int rank, int nranks, uint8_t *sent)
+int boot_hand_join(int fd, const uint8_t *key, int port, int rank, int nranks, uint8_t *sent)
 {
     uint8_t out[BOOT_HAND_SENT];
     braid_boot_hello_t h = {
@@ -29,11 +29,11 @@ int boot_hand_join(int fd, const uint8_t *key, int rank, int nranks, uint8_t *se
     if (recv_n(fd, hdr, sizeof(hdr)) < 0 || boot_get_u32(hdr) != BOOT_MSG_CHALLENGE ||
         boot_get_u64(hdr + 8) != BOOT_CHALLENGE_BYTES || recv_n(fd, ch, sizeof(ch)) < 0)
         return -1;
-    braid_boot_proof(key, 1, out, ch, want);
+    braid_boot_proof(key, port, 1, out, ch, want);
     int ok = memcmp(want, ch + BRAID_NONCE_BYTES, BOOT_MAC_BYTES) == 0;
     uint8_t *proof = out + BRAID_BOOT_HELLO_BYTES;
     boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
-    braid_boot_proof(key, 0, out, ch, proof + BOOT_HDR_BYTES);
+    braid_boot_proof(key, port, 0, out, ch, proof + BOOT_HDR_BYTES);
     if (send(fd, proof, BOOT_HDR_BYTES + BOOT_MAC_BYTES, MSG_NOSIGNAL) !=
         BOOT_HDR_BYTES + BOOT_MAC_BYTES)
         return -1;

@@ -10,9 +10,9 @@
 #define BOOT_HAND_SENT (32 + 16 + 32)
 
 /* On a connected blocking socket (the caller sets SO_RCVTIMEO): sends rank's hello, reads the
- * root's challenge and answers with the proof under key (16 bytes). The bytes sent go to sent
- * (BOOT_HAND_SENT of them) unless it is NULL. Returns 1 if the root's proof verified under key,
- * 0 if a challenge came that did not verify, -1 if none came. */
-int boot_hand_join(int fd, const uint8_t *key, int rank, int nranks, uint8_t *sent);
+ * root's challenge and answers with the proof under key (16 bytes) for the root on port. The bytes
+ * sent go to sent (BOOT_HAND_SENT of them) unless it is NULL. Returns 1 if the root's proof
+ * verified under key, 0 if a challenge came that did not verify, -1 if none came. */
+int boot_hand_join(int fd, const uint8_t *key, int port, int rank, int nranks, uint8_t *sent);
 
 #endif

@@ -26,8 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (h.rank < 0 || h.rank >= h.nranks) __builtin_trap();
         static const uint8_t key[BRAID_SECRET_BYTES] = {1, 2, 3, 4};
         uint8_t pr[BRAID_SHA256_BYTES], pc[BRAID_SHA256_BYTES];
-        braid_boot_proof(key, 1, data, h.nonce, pr);
-        braid_boot_proof(key, 0, data, h.nonce, pc);
+        braid_boot_proof(key, 29501, 1, data, h.nonce, pr);
+        braid_boot_proof(key, 29501, 0, data, h.nonce, pc);
         if (!memcmp(pr, pc, sizeof(pr))) __builtin_trap();
     }
     /* Any prefix of the input as a unique id (the rest zero), so short inputs reach the

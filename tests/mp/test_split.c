@@ -2,7 +2,8 @@
  * per rank (so the sub-communicators connect over tcp), no color, keys that reverse the order,
  * a split of a split, the parent still usable (also with operations pending), and collectives
  * on every sub-communicator checked bit-exactly against the reference (tests/common/data.c);
- * a split that fails after its leader opened the new root stops that root. */
+ * a split that fails after its leader opened the new root stops that root; the new
+ * communicator's secret is not in what the split sends over the parent's bootstrap. */
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/split.h"
@@ -263,4 +264,45 @@ Test(split, failed_split_stops_the_new_root)
     setenv("BRAID_DEBUG", "NONE", 1);
     /* destroy reports an error (the parent's bootstrap failed): the job still exits 0 */
     cr_assert_eq(mp_run(2, failed_split, NULL, 60), 0, "some rank failed (see stderr)");
+}
+
+/* What a split sends over the parent's bootstrap (authenticated, not encrypted) must not hold
+ * the new communicator's secret, nor either half of it. Rank 1 speaks the split's protocol
+ * itself with no color and so receives exactly what every member receives, rank 0's id
+ * (split.c's split_id_t: 8 bytes, then the id); rank 0 then hands over its new communicator's
+ * secret on a third exchange (only this test does that) and rank 1 searches the bytes. */
+static int split_secret_not_sent(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    enum { ID_ENTRY = 8 + BRAID_UNIQUE_ID_BYTES };
+    uint8_t secret[BRAID_SECRET_BYTES] = {0}, secrets[2 * BRAID_SECRET_BYTES];
+    if (rank == 1) {
+        int32_t mine[2] = {-1, 0}, all[4];
+        MP_OK(rank, braid_boot_allgather(comm->boot, mine, all, sizeof(mine)));
+        uint8_t none[ID_ENTRY] = {0}, ids[2 * ID_ENTRY];
+        MP_OK(rank, braid_boot_allgather(comm->boot, none, ids, sizeof(none)));
+        MP_OK(rank, braid_boot_allgather(comm->boot, secret, secrets, sizeof(secret)));
+        const uint8_t *s = secrets; /* rank 0's */
+        int half = BRAID_SECRET_BYTES / 2;
+        MP_CHECK(rank, ids[0] == 1, "rank 0 created no id");
+        MP_CHECK(rank, !memmem(ids, sizeof(ids), s, (size_t)half),
+                 "the split's exchange holds the first half of the new secret");
+        MP_CHECK(rank, !memmem(ids, sizeof(ids), s + half, (size_t)half),
+                 "the split's exchange holds the second half of the new secret");
+        return 0;
+    }
+    struct braid_comm *nc = NULL;
+    MP_OK(rank, braid_comm_split_internal(comm, 0, 0, 0, &nc));
+    MP_CHECK(rank, nc && nc->nranks == 1, "a one-rank communicator");
+    memcpy(secret, nc->boot_addr.secret, sizeof(secret));
+    MP_OK(rank, braid_boot_allgather(comm->boot, secret, secrets, sizeof(secret)));
+    MP_OK(rank, braid_comm_destroy(nc));
+    return 0;
+}
+
+Test(split, new_secret_not_sent)
+{
+    setenv("BRAID_TIMEOUT", "20", 1);
+    cr_assert_eq(mp_run(2, split_secret_not_sent, NULL, 60), 0, "some rank failed (see stderr)");
 }

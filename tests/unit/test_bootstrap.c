@@ -278,8 +278,9 @@ static void send_intruders(job_t *j)
     memcpy(key, j->root.secret, sizeof(key));
     key[5] ^= 0x40;
     intruders[0] = raw_connect(&j->root);
-    cr_assert_eq(boot_hand_join(intruders[0], key, 0, j->nprocs, buf), 0,
-                 "no challenge, or the root's proof verified under a wrong key");
+    cr_assert_eq(
+        boot_hand_join(intruders[0], key, braid_boot_addr_port(&j->root.addr), 0, j->nprocs, buf),
+        0, "no challenge, or the root's proof verified under a wrong key");
     cr_assert_geq(wait_closed(intruders[0]), 0, "wrong-secret connection not closed");
     /* Garbage bytes, then a silent connection and a partial hello. */
     intruders[1] = raw_connect(&j->root);
@@ -353,7 +354,8 @@ Test(bootstrap, oversized_message_rejected, .timeout = 30)
     braid_boot_addr_t root;
     start_root(&root, 10);
     int fd = raw_connect(&root);
-    cr_assert_eq(boot_hand_join(fd, root.secret, 1, 2, NULL), 1, "handshake by hand failed");
+    cr_assert_eq(boot_hand_join(fd, root.secret, braid_boot_addr_port(&root.addr), 1, 2, NULL), 1,
+                 "handshake by hand failed");
     braid_bootstrap_t *bs;
     cr_assert_eq(braid_boot_init(&bs, &root, 0, 2, 10, NULL), 0, "%s", braid_last_error());
     /* ALLGATHER #0 of 1 GiB: u32 type 1, u32 seq 0, u64 len. */

@@ -93,7 +93,7 @@ Test(bootstrap, id_rejects_bad, .timeout = 30)
 
 Test(bootstrap, hello_parse, .timeout = 30)
 {
-    braid_boot_hello_t h = {.magic = 0x48445242u, .version = 2, .rank = 5, .nranks = 6}, o;
+    braid_boot_hello_t h = {.magic = 0x48445242u, .version = 3, .rank = 5, .nranks = 6}, o;
     for (int i = 0; i < BRAID_NONCE_BYTES; i++)
         h.nonce[i] = (uint8_t)(255 - i);
     uint8_t buf[BRAID_BOOT_HELLO_BYTES + 1];
@@ -108,13 +108,14 @@ Test(bootstrap, hello_parse, .timeout = 30)
     cr_assert_eq(braid_boot_hello_parse(buf, BRAID_BOOT_HELLO_BYTES + 1, &o),
                  BRAID_ERR_INVALID_ARG);
     braid_boot_hello_t bad[] = {
-        {.magic = 0x48445243u, .version = 2, .rank = 0, .nranks = 1},
+        {.magic = 0x48445243u, .version = 3, .rank = 0, .nranks = 1},
         {.magic = 0x48445242u, .version = 1, .rank = 0, .nranks = 1}, /* the secret in clear */
-        {.magic = 0x48445242u, .version = 3, .rank = 0, .nranks = 1},
-        {.magic = 0x48445242u, .version = 2, .rank = 1, .nranks = 1},
-        {.magic = 0x48445242u, .version = 2, .rank = -1, .nranks = 1},
-        {.magic = 0x48445242u, .version = 2, .rank = 0, .nranks = 0},
-        {.magic = 0x48445242u, .version = 2, .rank = 0, .nranks = -4},
+        {.magic = 0x48445242u, .version = 2, .rank = 0, .nranks = 1}, /* proofs not port-bound */
+        {.magic = 0x48445242u, .version = 4, .rank = 0, .nranks = 1},
+        {.magic = 0x48445242u, .version = 3, .rank = 1, .nranks = 1},
+        {.magic = 0x48445242u, .version = 3, .rank = -1, .nranks = 1},
+        {.magic = 0x48445242u, .version = 3, .rank = 0, .nranks = 0},
+        {.magic = 0x48445242u, .version = 3, .rank = 0, .nranks = -4},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         braid_boot_hello_pack(&bad[i], buf);

@@ -61,6 +61,10 @@ static void *fake_root_main(void *arg)
         size_t len = BOOT_HDR_BYTES;
         if (f->mode == 0) {
             boot_hdr_pack(msg, BOOT_MSG_ACK, 0, 0);
+        } else if (f->mode == 2) { /* a root of another version refuses the hello */
+            boot_hdr_pack(msg, BOOT_MSG_FAIL, (uint32_t)BRAID_ERR_UNSUPPORTED, 11);
+            memcpy(msg + BOOT_HDR_BYTES, "version 9 !", 11);
+            len += 11;
         } else {
             boot_hdr_pack(msg, BOOT_MSG_CHALLENGE, BOOT_VERSION, BOOT_CHALLENGE_BYTES);
             braid_boot_random_secret(msg + BOOT_HDR_BYTES);
@@ -137,7 +141,8 @@ Test(bootstrap_auth, replayed_handshake_refused, .timeout = 30)
     int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     cr_assert_eq(connect(a, (struct sockaddr *)&x.addr, x.addrlen), 0, "%s", strerror(errno));
-    cr_assert_eq(boot_hand_join(a, x.secret, 0, 1, rec), 1, "the genuine handshake failed");
+    cr_assert_eq(boot_hand_join(a, x.secret, braid_boot_addr_port(&x.addr), 0, 1, rec), 1,
+                 "the genuine handshake failed");
     uint8_t ack[BOOT_HDR_BYTES];
     cr_assert_eq(recv(a, ack, sizeof(ack), MSG_WAITALL), (ssize_t)sizeof(ack));
     cr_assert_eq(boot_get_u32(ack), BOOT_MSG_ACK, "root x did not admit the genuine rank");
@@ -175,4 +180,100 @@ Test(bootstrap_auth, replayed_handshake_refused, .timeout = 30)
     while (braid_boot_root_count() > 0 && now_s() - t0 < 5)
         usleep(10000);
     cr_assert_eq(braid_boot_root_count(), 0, "a root service did not exit");
+}
+
+/* An impostor that holds job B's root port and relays each byte between a client of B and the
+ * root of job A, which has the same secret (BRAID_SECRET reused across jobs) on another port. */
+typedef struct {
+    int lfd;
+    braid_boot_addr_t to;
+} relay_t;
+
+static void *relay_main(void *arg)
+{
+    relay_t *r = arg;
+    int a = accept(r->lfd, NULL, NULL);
+    if (a < 0) return NULL;
+    int b = socket(r->to.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (b < 0 || connect(b, (struct sockaddr *)&r->to.addr, r->to.addrlen)) {
+        close(a);
+        if (b >= 0) close(b);
+        return NULL;
+    }
+    struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+    double t0 = now_s();
+    int stop = 0;
+    while (!stop && now_s() - t0 < 5) {
+        if (poll(p, 2, 100) <= 0) continue;
+        for (int i = 0; i < 2 && !stop; i++) {
+            if (!p[i].revents) continue;
+            char buf[4096];
+            ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+            stop = n <= 0 || send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) != n;
+        }
+    }
+    close(a);
+    close(b);
+    return NULL;
+}
+
+/* The root's proof is bound to its port: job A's root cannot vouch for job B's, so a client of
+ * B whose connection an impostor on B's port relays to A's root fails with BRAID_ERR_AUTH (it
+ * would otherwise join A's job and take A's results as B's). The same client joins A's root
+ * when it dials it directly. */
+Test(bootstrap_auth, relayed_to_another_root_rejected, .timeout = 30)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    braid_boot_addr_t a, b;
+    loopback(&a);
+    cr_assert_eq(braid_boot_random_secret(a.secret), 0);
+    b = a;
+    cr_assert_eq(braid_boot_root_start(&a, 10), 0, "%s", braid_last_error());
+    relay_t r = {.to = a};
+    r.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(bind(r.lfd, (struct sockaddr *)&b.addr, b.addrlen), 0);
+    cr_assert_eq(listen(r.lfd, 4), 0);
+    socklen_t l = b.addrlen;
+    getsockname(r.lfd, (struct sockaddr *)&b.addr, &l);
+    cr_assert_neq(braid_boot_addr_port(&a.addr), braid_boot_addr_port(&b.addr));
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, relay_main, &r), 0);
+    braid_bootstrap_t *bs = NULL;
+    int res = braid_boot_init(&bs, &b, 0, 1, 5, NULL);
+    pthread_join(t, NULL);
+    close(r.lfd);
+    cr_assert_eq(res, BRAID_ERR_AUTH, "got %s (%s)", braid_strerror(res), braid_last_error());
+    cr_assert_null(bs);
+    cr_assert_eq(braid_boot_init(&bs, &a, 0, 1, 5, NULL), 0, "%s", braid_last_error());
+    cr_assert_eq(braid_boot_barrier(bs), 0, "%s", braid_last_error());
+    braid_boot_close(bs);
+}
+
+/* A root of another protocol version answers the hello with BOOT_MSG_FAIL: the client reports
+ * it at once (BRAID_ERR_UNSUPPORTED, the root's text) instead of reconnecting until its
+ * deadline. */
+Test(bootstrap_auth, other_version_failure_reported_at_once, .timeout = 30)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    fake_root_t f = {.mode = 2};
+    braid_boot_addr_t root;
+    loopback(&root);
+    cr_assert_eq(braid_boot_random_secret(root.secret), 0);
+    f.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(bind(f.lfd, (struct sockaddr *)&root.addr, root.addrlen), 0);
+    cr_assert_eq(listen(f.lfd, 4), 0);
+    socklen_t l = root.addrlen;
+    getsockname(f.lfd, (struct sockaddr *)&root.addr, &l);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fake_root_main, &f), 0);
+    braid_bootstrap_t *bs = NULL;
+    double t0 = now_s();
+    int res = braid_boot_init(&bs, &root, 1, 2, 5, NULL);
+    double el = now_s() - t0;
+    close(f.lfd);
+    pthread_join(t, NULL);
+    cr_assert_eq(res, BRAID_ERR_UNSUPPORTED, "got %s (%s)", braid_strerror(res),
+                 braid_last_error());
+    cr_assert_lt(el, 2.0, "the client took %g s", el);
+    cr_assert_not_null(strstr(braid_last_error(), "version 9"), "%s", braid_last_error());
 }

@@ -1,11 +1,14 @@
 /* The bootstrap root against what its process and strangers do to it (suite "bootroot"): a
  * flood of connections that never send a hello (a rank still gets in, promptly; the root keeps
  * at most a quarter of its descriptor limit for them), a root that closes the connection before
- * answering (the client reconnects; a wrong secret is named when the deadline passes), accept
+ * answering or after its challenge (the client reconnects; a wrong secret is named at once), a
+ * rank slow with its proof that a crowded root keeps (it closes hello-less ones first), a hello
+ * of another version answered with a failure naming both, accept
  * failures that belong to one root and end with it, a root nobody joins (it exits after its
  * timeout), and a forked child that must not keep the root's sockets open. The tests that
  * change the descriptor limit run in a forked child. */
 #include "core/bootstrap.h"
+#include "core/bootstrap_wire.h"
 #include "core/log.h"
 
 #include <criterion/criterion.h>
@@ -104,6 +107,43 @@ Test(bootroot, flood_of_silent_connections_does_not_lock_out_a_rank, .timeout = 
         close(fds[i]);
 }
 
+/* A rank that got the root's challenge and is slow with its proof while a flood fills the
+ * root's room for handshakes: the root makes room by closing connections that sent no hello
+ * first (it used to close the oldest, this rank), so the rank's late proof still gets it in. */
+Test(bootroot, crowded_root_keeps_a_challenged_rank, .timeout = 60)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    braid_boot_addr_t root;
+    cr_assert_eq(loopback_root(&root, 10), 0, "%s", braid_last_error());
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = 8};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    cr_assert_eq(connect(fd, (const struct sockaddr *)&root.addr, root.addrlen), 0);
+    braid_boot_hello_t h = {.magic = BOOT_HELLO_MAGIC, .version = BOOT_VERSION, .nranks = 1};
+    cr_assert_eq(braid_boot_random_secret(h.nonce), 0);
+    uint8_t hello[BRAID_BOOT_HELLO_BYTES], ch[BOOT_HDR_BYTES + BOOT_CHALLENGE_BYTES];
+    braid_boot_hello_pack(&h, hello);
+    cr_assert_eq(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), (ssize_t)sizeof(hello));
+    cr_assert_eq(recv(fd, ch, sizeof(ch), MSG_WAITALL), (ssize_t)sizeof(ch));
+    cr_assert_eq(boot_get_u32(ch), BOOT_MSG_CHALLENGE);
+    static int fds[FLOOD];
+    cr_assert_eq(open_silent(&root, fds, FLOOD), 0, "%s", strerror(errno));
+    usleep(1500 * 1000); /* the flood's first connections and this one are 1 s old */
+    uint8_t proof[BOOT_HDR_BYTES + BOOT_MAC_BYTES];
+    boot_hdr_pack(proof, BOOT_MSG_PROOF, 0, BOOT_MAC_BYTES);
+    braid_boot_proof(root.secret, port_of(&root.addr), 0, hello, ch + BOOT_HDR_BYTES,
+                     proof + BOOT_HDR_BYTES);
+    cr_assert_eq(send(fd, proof, sizeof(proof), MSG_NOSIGNAL), (ssize_t)sizeof(proof),
+                 "the root closed the challenged connection: %s", strerror(errno));
+    uint8_t ack[BOOT_HDR_BYTES];
+    cr_assert_eq(recv(fd, ack, sizeof(ack), MSG_WAITALL), (ssize_t)sizeof(ack),
+                 "the root closed the challenged connection");
+    cr_assert_eq(boot_get_u32(ack), BOOT_MSG_ACK);
+    close(fd);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+}
+
 /* With a limit of 256 descriptors the root lets at most 64 strangers (a quarter) hold one, so
  * a flood from another process cannot push the root's process into EMFILE (which failed the
  * job: "cannot accept connections"), and the rank still gets in. */
@@ -152,12 +192,40 @@ Test(bootroot, flood_stays_within_a_quarter_of_the_descriptor_limit, .timeout = 
 
 /* ---- a root that closes the connection before answering ------------------------------------ */
 
-/* Between the client and the root: closes the first connection after reading what the client
- * sent (as a root that dropped it does), then relays the second to the root. */
+/* Between the client and the root: closes the first connection (challenged = 0: after reading
+ * what the client sent, as a root that dropped it before answering does; challenged = 1: after
+ * relaying the hello and the root's challenge, when the client's proof arrives, as a root that
+ * closed it while waiting for the proof does), then relays the second to the root. It listens
+ * on another loopback address with the root's port (the root's proofs are bound to its port). */
 typedef struct {
-    int lfd;
+    int lfd, challenged;
     braid_boot_addr_t root;
 } relay_t;
+
+/* Relays between a and b until either closes, or (cut) until a sends more than cut bytes. */
+static void relay(int a, int b, size_t cut)
+{
+    char buf[4096];
+    size_t up = 0;
+    for (;;) {
+        struct pollfd ps[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+        if (poll(ps, 2, 20000) <= 0) break;
+        int from = ps[0].revents ? a : b, to = from == a ? b : a;
+        ssize_t n = recv(from, buf, sizeof(buf), 0);
+        if (n > 0 && from == a && cut && (up += (size_t)n) > cut) break;
+        if (n <= 0 || send(to, buf, (size_t)n, MSG_NOSIGNAL) != n) break;
+    }
+}
+
+static int dial(const braid_boot_addr_t *to)
+{
+    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (b >= 0 && connect(b, (const struct sockaddr *)&to->addr, to->addrlen)) {
+        close(b);
+        return -1;
+    }
+    return b;
+}
 
 static void *relay_main(void *arg)
 {
@@ -166,37 +234,30 @@ static void *relay_main(void *arg)
     if (first < 0) return NULL;
     char buf[4096];
     struct pollfd p = {.fd = first, .events = POLLIN};
-    if (poll(&p, 1, 5000) == 1 && recv(first, buf, sizeof(buf), 0) < 0) {
+    if (rl->challenged) {
+        int b = dial(&rl->root);
+        if (b >= 0) relay(first, b, BRAID_BOOT_HELLO_BYTES);
+        if (b >= 0) close(b);
+    } else if (poll(&p, 1, 5000) == 1 && recv(first, buf, sizeof(buf), 0) < 0) {
         /* nothing: closed below either way */
     }
     close(first);
     int a = accept(rl->lfd, NULL, NULL);
-    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (a < 0 || b < 0 || connect(b, (const struct sockaddr *)&rl->root.addr, rl->root.addrlen)) {
-        if (a >= 0) close(a);
-        if (b >= 0) close(b);
-        return NULL;
-    }
-    for (;;) {
-        struct pollfd ps[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
-        if (poll(ps, 2, 20000) <= 0) break;
-        int from = ps[0].revents ? a : b, to = from == a ? b : a;
-        ssize_t n = recv(from, buf, sizeof(buf), 0);
-        if (n <= 0 || send(to, buf, (size_t)n, MSG_NOSIGNAL) != n) break;
-    }
-    close(a);
-    close(b);
+    int b = dial(&rl->root);
+    if (a >= 0 && b >= 0) relay(a, b, 0);
+    if (a >= 0) close(a);
+    if (b >= 0) close(b);
     return NULL;
 }
 
-Test(bootroot, client_reconnects_when_the_root_closes_before_answering, .timeout = 60)
+static void reconnects(int challenged)
 {
     setenv("BRAID_DEBUG", "NONE", 1);
-    relay_t rl;
+    relay_t rl = {.challenged = challenged};
     cr_assert_eq(loopback_root(&rl.root, 10), 0, "%s", braid_last_error());
     braid_boot_addr_t via = rl.root;
     rl.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ((struct sockaddr_in *)&via.addr)->sin_port = 0;
+    ((struct sockaddr_in *)&via.addr)->sin_addr.s_addr = htonl(0x7f000002); /* 127.0.0.2 */
     cr_assert_eq(bind(rl.lfd, (struct sockaddr *)&via.addr, via.addrlen), 0);
     cr_assert_eq(listen(rl.lfd, 8), 0);
     socklen_t l = via.addrlen;
@@ -204,12 +265,27 @@ Test(bootroot, client_reconnects_when_the_root_closes_before_answering, .timeout
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, relay_main, &rl), 0);
     braid_bootstrap_t *bs = NULL;
+    double t0 = now_s();
     braid_result_t r = braid_boot_init(&bs, &via, 0, 1, 10, NULL);
-    cr_assert_eq(r, 0, "%s", braid_last_error());
+    cr_assert_eq(r, 0, "challenged %d: %s", challenged, braid_last_error());
+    cr_assert_lt(now_s() - t0, 3.0, "challenged %d: took %.2f s", challenged, now_s() - t0);
     cr_assert_eq(braid_boot_barrier(bs), 0, "%s", braid_last_error());
     braid_boot_close(bs);
     pthread_join(t, NULL);
     close(rl.lfd);
+}
+
+Test(bootroot, client_reconnects_when_the_root_closes_before_answering, .timeout = 60)
+{
+    reconnects(0);
+}
+
+/* The root closed the connection after its (verified) challenge, before the client's proof
+ * arrived: the root does that at its hello deadline and to make room when crowded. The rank
+ * reconnects with a fresh hello and joins (it used to fail: the root had "replied"). */
+Test(bootroot, client_reconnects_when_closed_after_the_challenge, .timeout = 60)
+{
+    reconnects(1);
 }
 
 /* A wrong secret: the root's challenge carries a proof the client cannot verify, so the client
@@ -229,6 +305,40 @@ Test(bootroot, wrong_secret_fails_at_once_naming_the_cause, .timeout = 30)
     cr_assert_eq(r, BRAID_ERR_AUTH, "%s: %s", braid_strerror(r), braid_last_error());
     cr_assert(dt < 2.5, "took %.2f s", dt);
     cr_assert(strstr(braid_last_error(), "BRAID_SECRET differs"), "%s", braid_last_error());
+}
+
+/* A hello of another protocol version (1: the secret in clear; 4: a later one) with braid's
+ * magic gets a BOOT_MSG_FAIL naming both versions (it used to be closed silently, and the rank
+ * retried until its deadline). */
+Test(bootroot, other_version_hello_gets_a_failure, .timeout = 30)
+{
+    setenv("BRAID_DEBUG", "NONE", 1);
+    braid_boot_addr_t root;
+    cr_assert_eq(loopback_root(&root, 10), 0, "%s", braid_last_error());
+    const uint32_t versions[] = {1, BOOT_VERSION + 1};
+    for (int k = 0; k < 2; k++) {
+        uint8_t hello[BRAID_BOOT_HELLO_BYTES] = {0}; /* magic, version, rank 0, nranks 1, 16 B */
+        boot_put_u32(hello, BOOT_HELLO_MAGIC);
+        boot_put_u32(hello + 4, versions[k]);
+        boot_put_u32(hello + 12, 1);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct timeval tv = {.tv_sec = 3};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        cr_assert_eq(connect(fd, (const struct sockaddr *)&root.addr, root.addrlen), 0);
+        cr_assert_eq(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), (ssize_t)sizeof(hello));
+        uint8_t hdr[BOOT_HDR_BYTES];
+        char text[512] = {0}, want[64];
+        cr_assert_eq(recv(fd, hdr, sizeof(hdr), MSG_WAITALL), (ssize_t)sizeof(hdr),
+                     "version %u: no answer", versions[k]);
+        cr_assert_eq(boot_get_u32(hdr), BOOT_MSG_FAIL, "version %u", versions[k]);
+        cr_assert_eq((int32_t)boot_get_u32(hdr + 4), BRAID_ERR_UNSUPPORTED);
+        uint64_t len = boot_get_u64(hdr + 8);
+        cr_assert(len > 0 && len < sizeof(text));
+        cr_assert_eq(recv(fd, text, (size_t)len, MSG_WAITALL), (ssize_t)len);
+        snprintf(want, sizeof(want), "version %u, this rank version %u", BOOT_VERSION, versions[k]);
+        cr_assert_not_null(strstr(text, want), "%s", text);
+        close(fd);
+    }
 }
 
 /* ---- accept failures belong to their root --------------------------------------------------- */
