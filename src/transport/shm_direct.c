@@ -49,8 +49,8 @@ typedef struct {
         _Atomic uint64_t stamp;   /* the run's folded_at, 0 = none */
         _Atomic uint64_t mean[2]; /* the doubles' bits */
     } run[BRAID_DIRECT_PICKERS];  /* braid_direct_set_run */
-    /* (seq << 1) | 1 while the owner runs direct call seq, else 0 (braid_direct_enter/leave);
-     * a line of its own, written twice per call. */
+    /* (seq << 1) | 1 while the owner runs direct call seq and may use peers' buffers (from its
+     * first mapping of one in the call to braid_direct_leave), else 0; a line of its own. */
     _Alignas(64) _Atomic uint64_t active;
 } ctrl_t;
 _Static_assert(sizeof(ctrl_t) <= CTRL_BYTES, "the control block fits its page");
@@ -79,6 +79,8 @@ struct braid_direct {
     int nmaps, maps_cap;
     int refs_ok;            /* every rank can open every peer's descriptors (/proc/<pid>/fd/<fd>) */
     uint64_t test_stall_ns; /* braid_direct_test_stall */
+    uint32_t call_seq;      /* the call braid_direct_enter began */
+    int active_set;         /* this call published it in `active` (its first mapping) */
 };
 
 static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)
@@ -253,12 +255,14 @@ static int peer_gone(braid_direct_t *d, int r)
 
 void braid_direct_enter(braid_direct_t *d, uint32_t seq)
 {
-    atomic_store_explicit(&ctrl(d, d->me)->active, ((uint64_t)seq << 1) | 1, memory_order_relaxed);
+    d->call_seq = seq;
 }
 
 void braid_direct_leave(braid_direct_t *d)
 {
+    if (!d->active_set) return;
     atomic_store_explicit(&ctrl(d, d->me)->active, 0, memory_order_release);
+    d->active_set = 0;
 }
 
 void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t code, const char *why)
@@ -614,9 +618,15 @@ static void fault_in(char *base, uint64_t bytes, uint64_t off, uint64_t len)
 static braid_result_t map_ref(braid_direct_t *d, int r, ref_t ref, uint64_t len, char **p_p)
 {
     /* A peer that failed may have returned from the call, its buffers its own again (see
-     * braid_direct_drain): checked before each use of them. The fence orders this rank's
-     * `active` (braid_direct_enter) before the read, as the failing rank orders its failure
-     * before reading `active`, so one of the two sees the other. */
+     * braid_direct_drain): checked before each use of them. This rank's `active` is published
+     * at its first mapping of the call (calls that map nothing never write it), and the fence
+     * orders it before the read, as the failing rank orders its failure before reading
+     * `active`, so one of the two sees the other. */
+    if (!d->active_set) {
+        atomic_store_explicit(&ctrl(d, d->me)->active, ((uint64_t)d->call_seq << 1) | 1,
+                              memory_order_relaxed);
+        d->active_set = 1;
+    }
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&ctrl(d, r)->failed, memory_order_acquire) & (FAIL_SET | FAIL_CLOSED))
         return braid_direct_check_peer(d, r, 1);

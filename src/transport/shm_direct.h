@@ -130,14 +130,15 @@ braid_result_t braid_direct_peer_buffer(braid_direct_t *d, int r, const braid_di
 /* Rank r's output for slot s, from the reference in its control page, mapped the same way
  * (writable: the peers' regions are mapped read-write). */
 braid_result_t braid_direct_peer_out(braid_direct_t *d, int r, int s, uint64_t len, char **p_p);
-/* A call's bounds for its peers: enter sets this rank's marker to call seq before the call
- * publishes anything, leave clears it after its last access to the peers' memory. */
+/* A call's bounds for its peers: enter notes call seq; the call's first mapping of a peer's
+ * buffer publishes it in this rank's marker (before it checks that peer's failure), and leave
+ * clears the marker after the call's last access to the peers' memory. */
 void braid_direct_enter(braid_direct_t *d, uint32_t seq);
 void braid_direct_leave(braid_direct_t *d);
 /* After this rank's call seq failed with its own buffers published for the peers to read or
  * write in place (braid_mem_alloc): posts its failure (braid_direct_fail) and waits until no
- * peer can still use them: each peer has left call seq, or is not in it (it sees the failure
- * before it maps a peer's buffer), or closed or died. A peer still in the call after the
+ * peer can still use them: each peer has left call seq, or has mapped no peer's buffer in it
+ * (it sees the failure before it maps one), or closed or died. A peer still in the call after the
  * timeout (100 ms once the communicator is aborted) is named in a warning. The error stays. */
 void braid_direct_drain(struct braid_comm *comm, uint32_t seq, braid_result_t code,
                         const char *why);
