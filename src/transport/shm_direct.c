@@ -215,6 +215,14 @@ static int pid_gone(int pid)
     return rp && (rp[2] == 'Z' || rp[2] == 'X'); /* killed, not reaped yet */
 }
 
+/* Whether rank r's process ended (its pidfd, else /proc). */
+static int peer_died(const braid_direct_t *d, int r)
+{
+    if (d->pidfd[r] < 0) return pid_gone(d->pid[r]);
+    struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
 braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
 {
     ctrl_t *c = ctrl(d, r);
@@ -232,14 +240,7 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
     uint64_t now = braid_now_ns();
     if (!force && now < d->next_check_ns[r]) return BRAID_SUCCESS;
     d->next_check_ns[r] = now + 20000000ull;
-    int gone;
-    if (d->pidfd[r] >= 0) {
-        struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
-        gone = poll(&p, 1, 0) > 0;
-    } else {
-        gone = pid_gone(d->pid[r]);
-    }
-    if (gone)
+    if (peer_died(d, r))
         return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died", r, d->pid[r]);
     return BRAID_SUCCESS;
 }
@@ -247,10 +248,8 @@ braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)
 /* Whether rank r closed its segments or died (no error set). */
 static int peer_gone(braid_direct_t *d, int r)
 {
-    if (atomic_load_explicit(&ctrl(d, r)->failed, memory_order_acquire) & FAIL_CLOSED) return 1;
-    if (d->pidfd[r] < 0) return pid_gone(d->pid[r]);
-    struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
-    return poll(&p, 1, 0) > 0;
+    return (atomic_load_explicit(&ctrl(d, r)->failed, memory_order_acquire) & FAIL_CLOSED) ||
+           peer_died(d, r);
 }
 
 void braid_direct_enter(braid_direct_t *d, uint32_t seq)

@@ -57,7 +57,8 @@ run() { # name sources...
 run tcp_header tests/fuzz/fuzz_tcp_header.c src/transport/tcp_wire.c src/core/bootstrap_addr.c
 if [ -f tests/fuzz/fuzz_boot_hello.c ]; then
     run boot_hello tests/fuzz/fuzz_boot_hello.c src/core/bootstrap.c src/core/bootstrap_addr.c \
-        src/core/bootstrap_root.c src/core/bootstrap_threads.c src/core/fd_reserve.c
+        src/core/bootstrap_root.c src/core/bootstrap_sock.c src/core/bootstrap_threads.c \
+        src/core/fd_reserve.c
 fi
 echo "fuzz: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
