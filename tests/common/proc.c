@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,4 +161,28 @@ int proc_pin_first_cpu(cpu_set_t *was_p)
         }
     if (was_p) *was_p = was;
     return sched_setaffinity(0, sizeof(one), &one) == 0 ? 0 : -1;
+}
+
+/* Connects to addr, sends len bytes, and says whether the listener closed the connection
+ * within 3 s (1) or not (0). */
+int proc_listener_rejects(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
+                          size_t len)
+{
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)addr, alen) != 0) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    if (len && send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
+        close(fd);
+        return 1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int closed = 0;
+    if (poll(&p, 1, 3000) == 1) {
+        char c;
+        closed = recv(fd, &c, 1, 0) <= 0;
+    }
+    close(fd);
+    return closed;
 }

@@ -5,6 +5,7 @@
 
 #include <sched.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 /* Forks and execs argv[0] with stdout to dir/out and stderr to dir/err, after putenv() of
@@ -34,5 +35,10 @@ int proc_free_port(void);
 int proc_pin_first_cpu(cpu_set_t *was_p);
 /* The id of a thread of this process named name (/proc/self/task/<tid>/comm), -1 if none. */
 pid_t proc_thread_named(const char *name);
+
+/* Connects to addr, sends len bytes, and says whether the listener closed the connection
+ * within 3 s (1) or not (0). */
+int proc_listener_rejects(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
+                          size_t len);
 
 #endif

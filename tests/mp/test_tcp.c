@@ -10,6 +10,7 @@
 #include "core/comm.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 #include "transport/tcp.h"
 
 #include <arpa/inet.h>
@@ -381,30 +382,6 @@ Test(tcp, ipv6_loopback_and_no_fd_or_thread_left)
 /* ---- the data port rejects strangers ----------------------------------------------------------
  */
 
-/* Connects to addr, sends len bytes, and says whether the listener closed the connection
- * within 3 s (1) or not (0). */
-static int rejected(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
-                    size_t len)
-{
-    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (const struct sockaddr *)addr, alen) != 0) {
-        if (fd >= 0) close(fd);
-        return 0;
-    }
-    if (len && send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
-        close(fd);
-        return 1;
-    }
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int closed = 0;
-    if (poll(&p, 1, 3000) == 1) {
-        char c;
-        closed = recv(fd, &c, 1, 0) <= 0;
-    }
-    close(fd);
-    return closed;
-}
-
 static int strangers(braid_comm_t comm, int rank, int n, void *arg)
 {
     (void)arg;
@@ -419,15 +396,16 @@ static int strangers(braid_comm_t comm, int rank, int n, void *arg)
     uint8_t hello[BRAID_TCP_HELLO_BYTES];
     memset(h.mac, 0x5a, sizeof(h.mac)); /* a MAC made without the secret */
     braid_tcp_hello_pack(&h, hello);
-    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)), "a wrong MAC was not rejected");
+    MP_CHECK(rank, proc_listener_rejects(&la, ll, hello, sizeof(hello)),
+             "a wrong MAC was not rejected");
     uint8_t junk[300];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (uint8_t)(i * 37 + (size_t)rank);
-    MP_CHECK(rank, rejected(&la, ll, junk, sizeof(junk)), "garbage was not rejected");
-    MP_CHECK(rank, rejected(&la, ll, junk, 0) || 1, "connect and close");
+    MP_CHECK(rank, proc_listener_rejects(&la, ll, junk, sizeof(junk)), "garbage was not rejected");
+    MP_CHECK(rank, proc_listener_rejects(&la, ll, junk, 0) || 1, "connect and close");
     braid_tcp_hello_mac(comm->boot_addr.secret, rc ? rc->nonce : h.nonce, rank, hello,
                         hello + BRAID_TCP_HELLO_MACED); /* a valid MAC */
-    MP_CHECK(rank, rejected(&la, ll, hello, sizeof(hello)),
+    MP_CHECK(rank, proc_listener_rejects(&la, ll, hello, sizeof(hello)),
              "a second connection for an already connected channel was not rejected");
     /* A half-sent hello sits until the listener times it out; the job goes on meanwhile. */
     int half = socket(la.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

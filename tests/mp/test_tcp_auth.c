@@ -5,6 +5,7 @@
 #include "core/comm.h"
 #include "data.h"
 #include "mp.h"
+#include "proc.h"
 #include "transport/tcp.h"
 
 #include <arpa/inet.h>
@@ -16,30 +17,6 @@
 #include <unistd.h>
 
 #define AUTH_CHANNEL 41 /* a channel no communicator uses */
-
-/* Connects to addr, sends len bytes, and says whether the listener closed the connection
- * within 3 s (1) or not (0). */
-static int rejected(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
-                    size_t len)
-{
-    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (const struct sockaddr *)addr, alen) != 0) {
-        if (fd >= 0) close(fd);
-        return 0;
-    }
-    if (len && send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
-        close(fd);
-        return 1;
-    }
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int closed = 0;
-    if (poll(&p, 1, 3000) == 1) {
-        char c;
-        closed = recv(fd, &c, 1, 0) <= 0;
-    }
-    close(fd);
-    return closed;
-}
 
 static int contains_secret(const uint8_t *buf, size_t len, const uint8_t *secret)
 {
@@ -105,7 +82,7 @@ static int recorded_hello(braid_comm_t comm, int rank, int n, void *arg)
         MP_OK(rank, braid_tcp_hello_parse(rec[i], BRAID_TCP_HELLO_BYTES, &h));
         MP_CHECK(rank, h.rank == rank && h.channel == AUTH_CHANNEL && h.nsocks == nsocks,
                  "recorded hello fields");
-        MP_CHECK(rank, rejected(&la, ll, rec[i], BRAID_TCP_HELLO_BYTES),
+        MP_CHECK(rank, proc_listener_rejects(&la, ll, rec[i], BRAID_TCP_HELLO_BYTES),
                  "a hello recorded for another connection was accepted (socket %d)", i);
     }
     uint8_t wrong[BRAID_SECRET_BYTES], forged[BRAID_TCP_HELLO_BYTES];
@@ -113,7 +90,7 @@ static int recorded_hello(braid_comm_t comm, int rank, int n, void *arg)
     wrong[3] ^= 0x10;
     memcpy(forged, rec[0], sizeof(forged));
     braid_tcp_hello_mac(wrong, in.nonce, rank, forged, forged + BRAID_TCP_HELLO_MACED);
-    MP_CHECK(rank, rejected(&la, ll, forged, sizeof(forged)),
+    MP_CHECK(rank, proc_listener_rejects(&la, ll, forged, sizeof(forged)),
              "a hello with a MAC under a wrong secret was accepted");
     /* Control: the recorded hello is genuine, bound to the recorder's nonce. */
     uint8_t mac[BRAID_SHA256_BYTES];

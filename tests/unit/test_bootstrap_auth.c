@@ -78,19 +78,26 @@ static void *fake_root_main(void *arg)
     return NULL;
 }
 
+/* A fake root on a loopback port (root gets its address and a fresh secret), served by
+ * fake_root_main on thread *t_p. */
+static void start_fake_root(fake_root_t *f, braid_boot_addr_t *root, pthread_t *t_p)
+{
+    loopback(root);
+    cr_assert_eq(braid_boot_random_secret(root->secret), 0);
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(bind(f->lfd, (struct sockaddr *)&root->addr, root->addrlen), 0);
+    cr_assert_eq(listen(f->lfd, 4), 0);
+    socklen_t l = root->addrlen;
+    getsockname(f->lfd, (struct sockaddr *)&root->addr, &l);
+    cr_assert_eq(pthread_create(t_p, NULL, fake_root_main, f), 0);
+}
+
 static void expect_fake_rejected(int mode)
 {
     fake_root_t f = {.mode = mode};
     braid_boot_addr_t root;
-    loopback(&root);
-    cr_assert_eq(braid_boot_random_secret(root.secret), 0);
-    f.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_eq(bind(f.lfd, (struct sockaddr *)&root.addr, root.addrlen), 0);
-    cr_assert_eq(listen(f.lfd, 4), 0);
-    socklen_t l = root.addrlen;
-    getsockname(f.lfd, (struct sockaddr *)&root.addr, &l);
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, fake_root_main, &f), 0);
+    start_fake_root(&f, &root, &t);
     braid_bootstrap_t *bs = NULL;
     double t0 = now_s();
     int res = braid_boot_init(&bs, &root, 1, 2, 5, NULL);
@@ -257,15 +264,8 @@ Test(bootstrap_auth, other_version_failure_reported_at_once, .timeout = 30)
     setenv("BRAID_DEBUG", "NONE", 1);
     fake_root_t f = {.mode = 2};
     braid_boot_addr_t root;
-    loopback(&root);
-    cr_assert_eq(braid_boot_random_secret(root.secret), 0);
-    f.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_eq(bind(f.lfd, (struct sockaddr *)&root.addr, root.addrlen), 0);
-    cr_assert_eq(listen(f.lfd, 4), 0);
-    socklen_t l = root.addrlen;
-    getsockname(f.lfd, (struct sockaddr *)&root.addr, &l);
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, fake_root_main, &f), 0);
+    start_fake_root(&f, &root, &t);
     braid_bootstrap_t *bs = NULL;
     double t0 = now_s();
     int res = braid_boot_init(&bs, &root, 1, 2, 5, NULL);
