@@ -381,7 +381,11 @@ BRAID_API void braid_ddp_localsgd_destroy(braid_ddp_localsgd_t ls);
  *
  * Faults. Every wait has the communicator's timeout (braid_comm_get_timeout): a server waiting
  * on a worker that stays silent, a dead worker or server, give an error naming that rank (and
- * the failing rank aborts the communicator, so the others fail too instead of waiting).
+ * the failing rank aborts the communicator, so the others fail too instead of waiting). With
+ * nservers > 1 a server allows a worker 2 * nservers timeouts of silence where another
+ * server's bound may be holding it (after this server's reply, except at the last server;
+ * after its push, except at server 0; see ps.c), so a held worker is not blamed for the one
+ * that holds it.
  * Shutdown: each worker calls braid_ps_done (tells every server); braid_ps_serve returns when
  * every worker is done; then braid_ps_gather (collective) gives every rank the final
  * parameters.

@@ -380,6 +380,24 @@ static braid_result_t handle(struct braid_ps *ps, int k, int *ndone)
     return post_recv(ps, k, HDR);
 }
 
+/* How long worker k may stay silent here. Its silence can include time it spends held by
+ * another server's staleness bound: after this server replied (W_EXPECT_PUSH) it still pulls
+ * from the servers after this one, and once it pushed (W_EXPECT_PULL) it first pulls from the
+ * servers before this one. A worker held there waits for one that has not pushed to that
+ * server, whose own silence that server times; timing the held worker with the same bound here
+ * would fail the job (naming the wrong rank) when the other's silence was within it, e.g. a
+ * held worker's silence is its wait there plus its own step. So in those states the bound is
+ * 2 * nservers timeouts (a chain of holds passes each server at most once). The states where
+ * nothing can hold it keep the timeout: after the last server's reply the worker is computing,
+ * and between its push and its pull at server 0 it does nothing. A dead worker fails the
+ * receive whatever the state (braid reports it). */
+static double silence_bound(const struct braid_ps *ps, const ps_worker_t *w)
+{
+    int held_after = w->state == W_EXPECT_PUSH && ps->server < ps->nservers - 1;
+    int held_before = w->state == W_EXPECT_PULL && ps->server > 0;
+    return held_after || held_before ? 2.0 * ps->nservers * ps->timeout : ps->timeout;
+}
+
 braid_result_t braid_ps_serve(braid_ps_t ps)
 {
     if (!ps) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ps is NULL");
@@ -402,10 +420,14 @@ braid_result_t braid_ps_serve(braid_ps_t ps)
                 return ps_fail(ps, r, "serving (receive posted for worker rank %d): %s", k,
                                braid_last_error());
             if (!done) {
-                if (t - w->since > ps->timeout)
+                double bound = silence_bound(ps, w);
+                if (t - w->since > bound)
                     return ps_fail(ps, BRAID_ERR_TIMEOUT,
-                                   "worker rank %d sent nothing for %.1f s (the timeout)", k,
-                                   t - w->since);
+                                   "worker rank %d sent nothing for %.1f s (%s)", k, t - w->since,
+                                   bound > ps->timeout ? "the bound for a worker that other "
+                                                         "servers may hold: 2 x nservers x the "
+                                                         "timeout"
+                                                       : "the timeout");
                 continue;
             }
             progress = 1;
