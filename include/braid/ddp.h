@@ -124,8 +124,10 @@ BRAID_API void braid_ddp_options_init(braid_ddp_options_t *opts);
 /**
  * Collective over comm: creates the layer for nparams parameters (the array is copied; the
  * buffers must stay valid until braid_ddp_destroy), computes the bucket assignment, checks
- * that every rank registered the same parameter counts, dtypes and options (else
- * BRAID_ERR_MISMATCH on every rank), and broadcasts every parameter from rank 0. With
+ * that every rank registered the same parameter counts, dtypes and rows and the same options
+ * that decide the collectives (bucket sizes, op, find_unused_parameters, zero_stage,
+ * broadcast_params, and whether a hook is set and has next() and complete()), else
+ * BRAID_ERR_MISMATCH on every rank, and broadcasts every parameter from rank 0. With
  * grad_as_bucket_view the gradients start zeroed inside the buckets (braid_ddp_grad gives
  * their addresses). opts NULL = defaults. comm stays the caller's (not destroyed here).
  */
@@ -140,13 +142,21 @@ BRAID_API void braid_ddp_destroy(braid_ddp_t ddp);
  * earlier bucket has been started) the bucket's reduction is started. Errors: i out of range
  * or already ready this step (BRAID_ERR_INVALID_ARG / BRAID_ERR_INVALID_USAGE, the layer stays
  * usable), and any error of the communicator or hook (the layer is failed from then on and
- * returns that error from every later call).
+ * returns that error from every later call). Failures. When the error started on this rank
+ * (a hook's error, a collective that could not be started, out of memory) the peers may be
+ * waiting in a collective this rank will not join: the layer aborts the communicator
+ * (braid_comm_abort), so they get an error promptly instead of at their timeout (the same
+ * holds for braid_ddp_gather_params and braid_ddp_localsgd_step/sync). An error reported by
+ * the communicator from a peer (BRAID_ERR_REMOTE, BRAID_ERR_ABORTED) does not abort again.
  */
 BRAID_API braid_result_t braid_ddp_grad_ready(braid_ddp_t ddp, int i);
 /**
  * Ends the step: waits for every bucket, and leaves the reduced gradient in every gradient
  * buffer. If some gradient was never marked ready: with find_unused_parameters it is reduced
- * as zeros (its buffer is zeroed first); otherwise BRAID_ERR_INVALID_USAGE naming the
+ * as zeros (its buffer is zeroed first), unless it was marked ready in a no_sync step since
+ * the last reducing finish: then the gradient accumulated so far is reduced (as in PyTorch,
+ * a parameter used in some micro-batches keeps their gradients); otherwise
+ * BRAID_ERR_INVALID_USAGE naming the
  * parameters, and since the ranks may then disagree on the collectives to call, the
  * communicator is aborted (peers get an error instead of waiting) and the layer is failed.
  * Inside no_sync it only resets the step (no communication).
@@ -226,8 +236,14 @@ BRAID_API braid_result_t braid_ddp_gather_params(braid_ddp_t ddp);
  * size is the largest (padded) bucket among b % S, b % S + S, ...: in bucket order at most S
  * buckets hold staging memory, and a model with one large bucket pays for it once, not S
  * times. Before writing parameter i's gradient in a step, call braid_ddp_grad_buffer: it gives
- * the address to write (zeroed when the bucket took its buffer; valid until braid_ddp_finish)
- * and, when bucket b - S still holds the buffer, waits for its reduce-scatter to finish. If
+ * the address to write (zeroed when the bucket took its buffer; valid until its bucket's
+ * reduce-scatter starts, at the latest braid_ddp_finish) and, when bucket b - S still holds
+ * the buffer, waits for its reduce-scatter to finish. Once parameter i's bucket has been
+ * launched in this step (all its gradients ready) braid_ddp_grad_buffer(i) returns
+ * BRAID_ERR_INVALID_USAGE naming the parameter (the layer stays usable): the full gradients
+ * are then being reduce-scattered or gone, and the reduced ones exist only as the owned
+ * shard (braid_ddp_shard after finish); read a gradient back (say for its norm) before
+ * braid_ddp_grad_ready. Out of memory fails the layer (and aborts, see grad_ready). If
  * the holder has not been launched yet (gradients produced out of bucket order, or all taken
  * before any is ready) an extra buffer of this bucket's size is allocated instead (kept for
  * later steps; braid_ddp_stats reports every allocated buffer, the high-water mark). Buffers

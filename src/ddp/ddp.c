@@ -63,7 +63,13 @@ static const char *pname(const struct braid_ddp *d, int i, char *buf, size_t len
     return buf;
 }
 
-/* Records the first communicator/hook error; the layer is failed from then on. */
+void ddp_abort_peers(braid_comm_t comm, braid_result_t res)
+{
+    if (res != BRAID_ERR_REMOTE && res != BRAID_ERR_ABORTED) braid_comm_abort(comm);
+}
+
+/* Records the first communicator/hook error; the layer is failed from then on, and the
+ * communicator aborted if the error started here (ddp_abort_peers). */
 static braid_result_t ddp_fail(struct braid_ddp *d, braid_result_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static braid_result_t ddp_fail(struct braid_ddp *d, braid_result_t res, const char *fmt, ...)
@@ -75,8 +81,10 @@ static braid_result_t ddp_fail(struct braid_ddp *d, braid_result_t res, const ch
     va_end(ap);
     if (!d->failed) {
         d->failed = res;
-        snprintf(d->failmsg, sizeof(d->failmsg), "ddp rank %d: %s: %s (%s)", d->rank, what,
-                 braid_last_error(), braid_strerror(res));
+        const char *be = braid_last_error(); /* empty: a hook's own error */
+        snprintf(d->failmsg, sizeof(d->failmsg), "ddp rank %d: %s%s%s (%s)", d->rank, what,
+                 *be ? ": " : "", be, braid_strerror(res));
+        ddp_abort_peers(d->comm, res);
     }
     return ddp_set_error(d->failed, "%s", d->failmsg);
 }
@@ -209,6 +217,8 @@ static braid_result_t poll_done(struct braid_ddp *d)
 braid_result_t ddp_wait_next(struct braid_ddp *d)
 {
     int b = d->next_done;
+    if (b >= d->next_launch) /* nothing in flight: a caller's bug, never walk past it */
+        return ddp_set_error(BRAID_ERR_INTERNAL, "ddp: waiting for bucket %d, not launched", b);
     ddp_bucket_t *bk = &d->buckets[b];
     braid_result_t ra = advance(d, b); /* in finish (in bucket order), or zero2 (no hook) */
     if (ra) return ra;
@@ -315,8 +325,18 @@ static braid_result_t check_same_everywhere(struct braid_ddp *d)
         h = fnv(h, &rows, sizeof(rows));
         h = fnv(h, &dt, sizeof(dt));
     }
-    uint64_t o[5] = {d->opts.bucket_cap_bytes, d->opts.first_bucket_bytes, (uint64_t)d->opts.op,
-                     (uint64_t) !!d->opts.find_unused_parameters, (uint64_t)d->opts.zero_stage};
+    /* The options that change the collectives: bucket sizes, op, find_unused_parameters,
+     * zero_stage, broadcast_params (nparams broadcasts at creation), and the hook's shape
+     * (custom or not, next() or not: two collectives per bucket; complete() or not). */
+    uint64_t o[9] = {d->opts.bucket_cap_bytes,
+                     d->opts.first_bucket_bytes,
+                     (uint64_t)d->opts.op,
+                     (uint64_t) !!d->opts.find_unused_parameters,
+                     (uint64_t)d->opts.zero_stage,
+                     (uint64_t) !!d->opts.broadcast_params,
+                     (uint64_t)!d->default_hook,
+                     (uint64_t)(d->hook.next != NULL),
+                     (uint64_t)(d->hook.complete != NULL)};
     h = fnv(h, o, sizeof(o));
     uint64_t *all = malloc((size_t)d->nranks * sizeof(uint64_t));
     if (!all) return ddp_set_error(BRAID_ERR_NOMEM, "out of memory");
@@ -331,7 +351,9 @@ static braid_result_t check_same_everywhere(struct braid_ddp *d)
             free(all);
             return ddp_set_error(BRAID_ERR_MISMATCH,
                                  "ddp create: rank %d registered different parameters (counts, "
-                                 "dtypes) or options than rank 0",
+                                 "dtypes, rows) or options (bucket sizes, op, "
+                                 "find_unused_parameters, zero_stage, broadcast_params, hook) than "
+                                 "rank 0",
                                  k);
         }
     free(all);
@@ -351,6 +373,7 @@ void braid_ddp_destroy(braid_ddp_t d)
     free(d->buckets);
     free(d->params);
     free(d->ready);
+    free(d->accum);
     free(d->pbucket);
     free(d->poff);
     free(d);
@@ -382,9 +405,10 @@ braid_result_t braid_ddp_create(braid_ddp_t *ddp_p, braid_comm_t comm,
     }
     d->params = malloc((size_t)nparams * sizeof(*d->params));
     d->ready = calloc((size_t)nparams, sizeof(int));
+    d->accum = calloc((size_t)nparams, sizeof(int));
     d->pbucket = malloc((size_t)nparams * sizeof(int));
     d->poff = malloc((size_t)nparams * sizeof(size_t));
-    if (!d->params || !d->ready || !d->pbucket || !d->poff) goto nomem;
+    if (!d->params || !d->ready || !d->accum || !d->pbucket || !d->poff) goto nomem;
     memcpy(d->params, params, (size_t)nparams * sizeof(*params));
     d->nbuckets = ddp_assign_buckets(params, nparams, o.first_bucket_bytes, o.bucket_cap_bytes,
                                      d->pbucket, d->poff, &d->buckets);
@@ -433,6 +457,32 @@ fail:
     return r;
 }
 
+/* ZeRO-2: parameter i's bucket takes its staging buffer for this step (zero2.c) before the
+ * gradient is written. Refused once the bucket's reduce-scatter has started: the buffer then
+ * belongs to the reduction in flight, or (done) went back to the pool, and the step's reduced
+ * gradients exist only as the owned shard. Other errors (out of memory, a wait for the bucket
+ * holding the buffer) fail the layer: peers may be waiting for this bucket. */
+static braid_result_t take_staging(struct braid_ddp *d, int i, const char *who)
+{
+    int b = d->pbucket[i];
+    char nb[32];
+    if (d->buckets[b].launched)
+        return ddp_set_error(BRAID_ERR_INVALID_USAGE,
+                             "%s: %s: its bucket %d is already being reduced in this step (with "
+                             "zero_stage 2 only the owned shard's reduced gradients are kept: "
+                             "braid_ddp_shard after finish)",
+                             who, pname(d, i, nb, sizeof(nb)), b);
+    braid_result_t r = ddp_zero2_acquire(d, b);
+    if (!r) return BRAID_SUCCESS;
+    if (!d->failed) {
+        d->failed = r;
+        snprintf(d->failmsg, sizeof(d->failmsg), "ddp rank %d: %s: %s", d->rank, who,
+                 braid_ddp_last_error());
+        ddp_abort_peers(d->comm, r);
+    }
+    return ddp_failed(d);
+}
+
 braid_result_t braid_ddp_grad_ready(braid_ddp_t d, int i)
 {
     if (!d) return ddp_set_error(BRAID_ERR_INVALID_ARG, "ddp is NULL");
@@ -452,12 +502,15 @@ braid_result_t braid_ddp_grad_ready(braid_ddp_t d, int i)
                                  "grad_ready: %s: with zero_stage 2 its gradient must be written "
                                  "where braid_ddp_grad_buffer says, in this step",
                                  pname(d, i, nb, sizeof(nb)));
-        braid_result_t r = ddp_zero2_acquire(d, d->pbucket[i]);
+        braid_result_t r = take_staging(d, i, "grad_ready");
         if (r) return r;
     }
     d->ready[i] = 1;
     d->nready++;
-    if (d->no_sync) return BRAID_SUCCESS;
+    if (d->no_sync) {
+        d->accum[i] = 1;
+        return BRAID_SUCCESS;
+    }
     if (!d->opts.grad_as_bucket_view)
         memcpy(bucket_slot(d, i), d->params[i].grad, param_bytes(d, i));
     if (--bk->pending == 0) bk->t_ready = ddp_now();
@@ -514,9 +567,16 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
         }
         for (int i = d->nparams - 1; i >= 0; i--) {
             if (d->ready[i]) continue;
-            if (d->opts.zero_stage == 2 && (r = ddp_zero2_acquire(d, d->pbucket[i]))) return r;
-            memset(bucket_slot(d, i), 0, param_bytes(d, i));
-            if (!d->opts.grad_as_bucket_view) memset(d->params[i].grad, 0, param_bytes(d, i));
+            if (d->opts.zero_stage == 2 && (r = take_staging(d, i, "finish"))) return r;
+            if (d->accum[i]) {
+                /* Unused in this micro-batch but not in an earlier no_sync one: its
+                 * accumulated gradient is reduced (as PyTorch's DDP does), not zeros. */
+                if (!d->opts.grad_as_bucket_view)
+                    memcpy(bucket_slot(d, i), d->params[i].grad, param_bytes(d, i));
+            } else {
+                memset(bucket_slot(d, i), 0, param_bytes(d, i));
+                if (!d->opts.grad_as_bucket_view) memset(d->params[i].grad, 0, param_bytes(d, i));
+            }
             d->ready[i] = 1;
             d->nready++;
             ddp_bucket_t *bk = &d->buckets[d->pbucket[i]];
@@ -528,6 +588,7 @@ braid_result_t braid_ddp_finish(braid_ddp_t d)
     if (!d->opts.grad_as_bucket_view && !d->opts.zero_stage)
         for (int i = 0; i < d->nparams; i++)
             memcpy(d->params[i].grad, bucket_slot(d, i), param_bytes(d, i));
+    memset(d->accum, 0, (size_t)d->nparams * sizeof(int));
     reset_step(d);
     d->steps++;
     return BRAID_SUCCESS;
@@ -574,7 +635,7 @@ braid_result_t braid_ddp_grad_buffer(braid_ddp_t d, int i, void **grad_p)
                              "grad_buffer: parameter index %d out of [0, %d)", i, d->nparams);
     if (d->failed) return ddp_failed(d);
     if (d->opts.zero_stage == 2 && d->opts.grad_as_bucket_view) {
-        braid_result_t r = ddp_zero2_acquire(d, d->pbucket[i]);
+        braid_result_t r = take_staging(d, i, "grad_buffer");
         if (r) return r;
         *grad_p = bucket_slot(d, i);
         return BRAID_SUCCESS;

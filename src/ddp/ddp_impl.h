@@ -34,6 +34,7 @@ struct braid_ddp {
     int nparams;
     braid_ddp_param_t *params; /* copies; with grad_as_bucket_view .grad points into a bucket */
     int *ready;                /* this step */
+    int *accum;                /* readied under no_sync since the last reduction (accumulated) */
     int *pbucket;              /* bucket of each parameter */
     size_t *poff;              /* element offset in it */
     int nbuckets;
@@ -76,8 +77,16 @@ void ddp_zero_load_params(struct braid_ddp *d);
  * all-gather (mult 1). */
 unsigned long long ddp_ring_bytes(const struct braid_ddp *d, size_t bytes, int mult);
 
-/* Waits for bucket next_done (launched) and completes it (ddp.c). */
+/* Waits for bucket next_done (launched) and completes it (ddp.c); BRAID_ERR_INTERNAL if no
+ * bucket is in flight. */
 braid_result_t ddp_wait_next(struct braid_ddp *d);
+
+/* After a failure that started on this rank (a hook's or a start's error, out of memory),
+ * peers may be waiting in a collective this rank will never join: aborts comm so that they
+ * fail promptly instead of at their timeout. Errors that came from the communicator's peers
+ * (BRAID_ERR_REMOTE, BRAID_ERR_ABORTED) are already known to them: no abort, so their
+ * messages keep naming the rank that caused them. */
+void ddp_abort_peers(braid_comm_t comm, braid_result_t res);
 
 /* ZeRO-2 (zero2.c): allocation of the shard gradients at creation; the staging buffer for
  * bucket b this step (taking one, waiting or growing the pool); its release on completion;

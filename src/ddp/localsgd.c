@@ -136,6 +136,7 @@ static braid_result_t average(struct braid_ddp_localsgd *ls)
     if (first) {
         ls->failed = first;
         snprintf(ls->failmsg, sizeof(ls->failmsg), "%s", braid_ddp_last_error());
+        ddp_abort_peers(ls->comm, first); /* an average not started here: peers wait in it */
         return first;
     }
     ls->averages++;

@@ -83,6 +83,7 @@ braid_result_t braid_ddp_gather_params(braid_ddp_t d)
     if (first) {
         d->failed = first;
         snprintf(d->failmsg, sizeof(d->failmsg), "%s", braid_ddp_last_error());
+        ddp_abort_peers(d->comm, first); /* a gather not started here: peers wait in it */
         return first;
     }
     for (int i = 0; i < d->nparams; i++)

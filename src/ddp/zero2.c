@@ -84,10 +84,15 @@ static braid_result_t extra_slot(struct braid_ddp *d, size_t need, int *k_p)
 braid_result_t ddp_zero2_acquire(struct braid_ddp *d, int b)
 {
     ddp_bucket_t *bk = &d->buckets[b];
+    /* launched: its buffer is the reduction's (or back in the pool): never take another one,
+     * it would never be released (ddp.c refuses this before calling) */
+    if (bk->launched)
+        return ddp_set_error(BRAID_ERR_INVALID_USAGE, "zero2: bucket %d already launched", b);
     if (bk->data) return BRAID_SUCCESS;
     int k = b % d->opts.staging_buffers;
-    /* the bucket before us on this slot is in flight: it releases the slot when it completes */
-    while (d->owner[k] >= 0 && d->owner[k] < d->next_launch) {
+    /* the bucket before us on this slot is in flight: it releases the slot when it completes
+     * (bucket owner[k] is among next_done .. next_launch - 1, waited for in order) */
+    while (d->owner[k] >= 0 && d->owner[k] < d->next_launch && d->next_done < d->next_launch) {
         braid_result_t r = ddp_wait_next(d);
         if (r) return r;
     }

@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -203,6 +204,89 @@ Test(ddp, find_unused_parameters_reduces_them_as_zeros, .timeout = 120)
     cr_assert_eq(mp_run(3, missing_fn, &c, 60), 0, "see stderr");
 }
 
+/* find_unused_parameters with no_sync (PyTorch's semantics): a parameter used in a no_sync
+ * micro-batch but not in the synchronised one keeps its accumulated gradient, which is
+ * reduced, not replaced by zeros; one never used since the last reduction is reduced as zeros.
+ * Four parameters, one bucket (cfg bit 1 clear) or one each; view or copy (bit 0). Micro-batch
+ * 1 (no_sync): every parameter but p3 gets v(r, i, e); micro-batch 2: p0 and p2 get it again.
+ * Then a plain step where p1 is unused again, without zeroing: it must come out zero (the
+ * "accumulated" mark ends with the reduction). */
+static float acc_value(int r, int i, size_t e)
+{
+    return (float)((r + 1) * 10 + i) + 0.25f * (float)(e % 5);
+}
+
+static int unused_accum_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    const int cfg = *(const int *)arg, view = cfg & 1;
+    enum { NP = 4 };
+    const size_t cnt[NP] = {5, 7, 3, 6};
+    float pbuf[NP][8], gbuf[NP][8];
+    braid_ddp_param_t ps[NP];
+    const char *names[NP] = {"p0", "p1", "p2", "p3"};
+    for (int i = 0; i < NP; i++) {
+        for (int e = 0; e < 8; e++)
+            pbuf[i][e] = gbuf[i][e] = (float)(i + e);
+        ps[i] = (braid_ddp_param_t){pbuf[i], gbuf[i], cnt[i], BRAID_FLOAT32, names[i], 0};
+    }
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    o.find_unused_parameters = 1;
+    o.grad_as_bucket_view = view;
+    if (cfg & 2) o.first_bucket_bytes = o.bucket_cap_bytes = 4; /* one bucket each */
+    braid_ddp_t d;
+    DDP_OK(rank, braid_ddp_create(&d, comm, ps, NP, &o));
+    MP_CHECK(rank, braid_ddp_num_buckets(d) == (cfg & 2 ? NP : 1), "%d buckets",
+             braid_ddp_num_buckets(d));
+    float *g[NP];
+    for (int i = 0; i < NP; i++)
+        g[i] = braid_ddp_grad(d, i);
+    braid_ddp_zero_grad(d);
+    for (size_t e = 0; e < cnt[3]; e++)
+        g[3][e] = 99; /* never marked ready: zeroed */
+    DDP_OK(rank, braid_ddp_no_sync(d, 1));
+    for (int i = 0; i < 3; i++) {
+        for (size_t e = 0; e < cnt[i]; e++)
+            g[i][e] += acc_value(rank, i, e);
+        DDP_OK(rank, braid_ddp_grad_ready(d, i));
+    }
+    DDP_OK(rank, braid_ddp_finish(d));
+    DDP_OK(rank, braid_ddp_no_sync(d, 0));
+    for (int i = 0; i < 3; i += 2) {
+        for (size_t e = 0; e < cnt[i]; e++)
+            g[i][e] += acc_value(rank, i, e);
+        DDP_OK(rank, braid_ddp_grad_ready(d, i));
+    }
+    DDP_OK(rank, braid_ddp_finish(d));
+    for (int i = 0; i < NP; i++)
+        for (size_t e = 0; e < cnt[i]; e++) {
+            double want = 0;
+            for (int q = 0; q < n && i < 3; q++)
+                want += (i == 1 ? 1 : 2) * (double)acc_value(q, i, e);
+            want /= n;
+            MP_CHECK(rank, fabs(g[i][e] - want) <= 1e-6 * (fabs(want) + 1),
+                     "cfg %d: %s[%zu] = %.9g, expected %.9g (the average of the accumulated "
+                     "gradients)",
+                     cfg, names[i], e, g[i][e], want);
+        }
+    /* A plain step, p1 unused again and its buffer not zeroed: reduced as zeros now. */
+    DDP_OK(rank, braid_ddp_grad_ready(d, 0));
+    DDP_OK(rank, braid_ddp_grad_ready(d, 2));
+    DDP_OK(rank, braid_ddp_finish(d));
+    for (size_t e = 0; e < cnt[1]; e++)
+        MP_CHECK(rank, g[1][e] == 0, "cfg %d: p1[%zu] = %.9g after a step without it", cfg, e,
+                 g[1][e]);
+    braid_ddp_destroy(d);
+    return 0;
+}
+
+Test(ddp, find_unused_parameters_keeps_gradients_accumulated_under_no_sync, .timeout = 120)
+{
+    for (int cfg = 0; cfg < 4; cfg++)
+        cr_assert_eq(mp_run(cfg < 2 ? 2 : 3, unused_accum_fn, &cfg, 60), 0,
+                     "view %d, %s (see stderr)", cfg & 1, cfg & 2 ? "a bucket each" : "one bucket");
+}
+
 /* ---- communication hook ------------------------------------------------------------------- */
 
 typedef struct {
@@ -295,6 +379,105 @@ static int hook_fn(braid_comm_t comm, int rank, int n, void *arg)
 Test(ddp, communication_hook_sees_flat_buckets_in_order, .timeout = 120)
 {
     cr_assert_eq(mp_run(3, hook_fn, NULL, 60), 0, "see stderr");
+}
+
+/* A hook that fails on one rank only (say out of memory there): that rank never starts bucket
+ * 1's all-reduce, which its peers have started. It must abort the communicator so that they
+ * fail at once; before, they waited for the whole timeout (100 s here) although the failing
+ * rank stays alive (it waits, on a pipe, until rank 0 has seen its error). */
+static braid_result_t plain_launch(void *state, const braid_ddp_bucket_t *b, braid_request_t *req_p)
+{
+    (void)state;
+    return braid_iallreduce(b->data, b->data, b->count, b->dtype, b->op, b->comm, req_p);
+}
+
+static braid_result_t nomem_launch(void *state, const braid_ddp_bucket_t *b, braid_request_t *req_p)
+{
+    if (b->index == 1) return BRAID_ERR_NOMEM;
+    return plain_launch(state, b, req_p);
+}
+
+static int local_fail_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    const int *fds = arg; /* a pipe: rank 0 writes once it has its error */
+    MP_OK(rank, braid_comm_set_timeout(comm, 100));
+    dm_model_t m;
+    dm_init(&m, 3, g_dims, 8);
+    braid_ddp_param_t ps[8];
+    dm_params(&m, ps);
+    braid_ddp_hook_t hook = {rank == 1 ? nomem_launch : plain_launch, NULL, NULL, NULL};
+    braid_ddp_options_t o = small_buckets();
+    o.hook = &hook;
+    braid_ddp_t d;
+    DDP_OK(rank, braid_ddp_create(&d, comm, ps, m.nparams, &o));
+    int err = 0;
+    dm_backward(&m, rank * 3, 3, 3, NULL, NULL, &err);
+    double t0 = now_s();
+    braid_result_t r = BRAID_SUCCESS;
+    for (int i = m.nparams - 1; i >= 0 && !r; i--)
+        r = braid_ddp_grad_ready(d, i);
+    if (!r) r = braid_ddp_finish(d);
+    double t = now_s() - t0;
+    char msg[1200];
+    snprintf(msg, sizeof(msg), "%s", braid_ddp_last_error());
+    fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, braid_strerror(r), t, msg);
+    if (rank == 0) {
+        char c = 1;
+        MP_CHECK(rank, write(fds[1], &c, 1) == 1, "pipe");
+        MP_CHECK(rank, r != BRAID_SUCCESS, "the step succeeded without rank 1's bucket 1");
+        MP_CHECK(rank, t < 20, "rank 0 got its error after %.1f s (timeout 100 s)", t);
+        MP_CHECK(rank, strstr(msg, "rank 1"), "the error does not name rank 1: %s", msg);
+    } else {
+        MP_CHECK(rank, r == BRAID_ERR_NOMEM && strstr(msg, "bucket 1"), "-> %s: %s",
+                 braid_strerror(r), msg);
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        MP_CHECK(rank, poll(&pf, 1, 60000) == 1, "rank 0 never reported its error");
+    }
+    braid_ddp_destroy(d);
+    dm_free(&m);
+    return 0;
+}
+
+Test(ddp, hook_failing_on_one_rank_aborts_so_peers_fail_before_the_timeout, .timeout = 120)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    int rc = mp_run(2, local_fail_fn, fds, 45);
+    close(fds[0]);
+    close(fds[1]);
+    cr_assert_eq(rc, 0, "see stderr");
+}
+
+/* The creation check covers broadcast_params and the hook: a rank that differs would skip
+ * the broadcasts (or run other collectives per bucket); every rank must get
+ * BRAID_ERR_MISMATCH naming it, none may hang or succeed. */
+static int mismatch_opts_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)n;
+    const int what = *(const int *)arg;
+    float p[4] = {1, 2, 3, 4}, g[4] = {0};
+    braid_ddp_param_t ps[2] = {{p, g, 2, BRAID_FLOAT32, "a", 0},
+                               {p + 2, g + 2, 2, BRAID_FLOAT32, "b", 0}};
+    braid_ddp_hook_t hook = {plain_launch, NULL, NULL, NULL};
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    if (rank == 1 && what == 0) o.broadcast_params = 0;
+    if (rank == 1 && what == 1) o.hook = &hook;
+    braid_ddp_t d = NULL;
+    braid_result_t r = braid_ddp_create(&d, comm, ps, 2, &o);
+    const char *msg = braid_ddp_last_error();
+    MP_CHECK(rank, r == BRAID_ERR_MISMATCH && strstr(msg, "rank 1"), "case %d -> %s: %s", what,
+             braid_strerror(r), msg);
+    MP_CHECK(rank, strstr(msg, what == 0 ? "broadcast_params" : "hook"), "%s", msg);
+    return 0;
+}
+
+Test(ddp, broadcast_params_or_hook_differing_on_one_rank_fails_creation, .timeout = 120)
+{
+    for (int what = 0; what < 2; what++)
+        cr_assert_eq(mp_run(3, mismatch_opts_fn, &what, 30), 0, "%s on rank 1 only (see stderr)",
+                     what ? "a hook" : "broadcast_params 0");
 }
 
 /* ---- bad arguments, mismatched registrations ---------------------------------------------- */

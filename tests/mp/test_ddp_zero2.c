@@ -392,3 +392,90 @@ Test(ddp_zero2, memory_of_the_trainer_model_below_zero1_and_ddp, .timeout = 120)
             cr_assert_eq(mp_run(n, memory_fn, &w2, 60), 0, "n=%d, W2 in %d blocks (see stderr)", n,
                          w2);
 }
+
+/* ---- grad_buffer after grad_ready ------------------------------------------------------ */
+
+/* Parameter i's local gradient element e on rank r: small integers, distinct per rank. */
+static float rb_value(int r, int i, size_t e)
+{
+    return (float)((r + 1) * 100 + i * 10 + (int)(e % 7));
+}
+
+/* Three parameters in three buckets ({p2} {p1} {p0}), one staging buffer. Once p2's bucket has
+ * been launched (in flight, then completed and its buffer back in the pool), grad_buffer(2)
+ * must be refused naming p2, and the step must go on: before the fix the second call took a
+ * staging buffer again that was never released, and the next bucket's wait walked past the
+ * bucket array (heap corruption). Checked over three steps: every owned shard holds the
+ * average of the ranks' values. */
+static int readback_fn(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    enum { NP = 3, CNT = 64 };
+    float p[NP][CNT] = {{0}};
+    braid_ddp_param_t ps[NP];
+    const char *names[NP] = {"p0", "p1", "p2"};
+    for (int i = 0; i < NP; i++)
+        ps[i] = (braid_ddp_param_t){p[i], NULL, CNT, BRAID_FLOAT32, names[i], 0};
+    braid_ddp_options_t o;
+    braid_ddp_options_init(&o);
+    o.zero_stage = 2;
+    o.grad_as_bucket_view = 1;
+    o.staging_buffers = 1;
+    o.first_bucket_bytes = o.bucket_cap_bytes = CNT * sizeof(float);
+    braid_ddp_t d;
+    MP_CHECK(rank, !braid_ddp_create(&d, comm, ps, NP, &o), "create: %s", braid_ddp_last_error());
+    MP_CHECK(rank, braid_ddp_num_buckets(d) == NP, "%d buckets", braid_ddp_num_buckets(d));
+    for (int step = 0; step < 3; step++) {
+        for (int i = NP - 1; i >= 0; i--) {
+            float *g = NULL;
+            MP_CHECK(rank, !braid_ddp_grad_buffer(d, i, (void **)&g), "step %d grad_buffer(%d): %s",
+                     step, i, braid_ddp_last_error());
+            for (size_t e = 0; e < CNT; e++)
+                g[e] = rb_value(rank, i, e) + (float)step;
+            MP_CHECK(rank, !braid_ddp_grad_ready(d, i), "grad_ready(%d): %s", i,
+                     braid_ddp_last_error());
+            if (i != NP - 1) continue;
+            /* launched (in flight or done): refused, naming the parameter */
+            void *again = NULL;
+            braid_result_t r = braid_ddp_grad_buffer(d, i, &again);
+            MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && !again, "launched: -> %s",
+                     braid_strerror(r));
+            MP_CHECK(rank, strstr(braid_ddp_last_error(), "p2"), "%s", braid_ddp_last_error());
+            /* completed: its staging buffer is back in the pool */
+            for (int k = 0; braid_ddp_grad(d, i) && k < 2000000; k++)
+                MP_CHECK(rank, !braid_ddp_poll(d), "poll: %s", braid_ddp_last_error());
+            MP_CHECK(rank, !braid_ddp_grad(d, i), "bucket of p2 never completed");
+            r = braid_ddp_grad_buffer(d, i, &again);
+            MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && !again, "completed: -> %s",
+                     braid_strerror(r));
+            MP_CHECK(rank, strstr(braid_ddp_last_error(), "p2"), "%s", braid_ddp_last_error());
+        }
+        MP_CHECK(rank, !braid_ddp_finish(d), "step %d finish: %s", step, braid_ddp_last_error());
+        for (int i = 0; i < NP; i++) {
+            size_t off;
+            int b = braid_ddp_param_bucket(d, i, &off);
+            braid_ddp_shard_t sh;
+            MP_OK(rank, braid_ddp_shard(d, b, &sh));
+            const float *sg = sh.grad;
+            for (size_t e = 0; e < CNT; e++) {
+                size_t at = off + e;
+                if (at < sh.offset || at >= sh.offset + sh.count) continue;
+                double want = 0;
+                for (int q = 0; q < n; q++)
+                    want += rb_value(q, i, e) + step;
+                want /= n;
+                MP_CHECK(rank, fabs(sg[at - sh.offset] - want) <= 1e-5 * want,
+                         "step %d %s[%zu]: %.9g, expected %.9g", step, names[i], e,
+                         sg[at - sh.offset], want);
+            }
+        }
+    }
+    braid_ddp_destroy(d);
+    return 0;
+}
+
+Test(ddp_zero2, grad_buffer_after_its_bucket_was_launched_is_refused, .timeout = 120)
+{
+    cr_assert_eq(mp_run(2, readback_fn, NULL, 60), 0, "n=2 (see stderr)");
+    cr_assert_eq(mp_run(3, readback_fn, NULL, 60), 0, "n=3 (see stderr)");
+}
