@@ -440,6 +440,22 @@ BRAID_API braid_result_t braid_irecv(void *recvbuf, size_t count, braid_datatype
  */
 BRAID_API braid_result_t braid_group_start(void);
 BRAID_API braid_result_t braid_group_end(void);
+/**
+ * Rejects the calling thread's open group as a call that failed its argument checks would:
+ * its outermost braid_group_end() then issues none of the group's calls, still gives them
+ * their places in each communicator's call order and tells the peers (their matching calls
+ * fail naming the rejection and @p reason, instead of waiting for this rank or pairing with
+ * its next calls), and returns @p err with @p reason as its message. For a layer above braid
+ * that drops a group it recorded for a reason of its own (a call it refused before reaching
+ * braid). As for any rejected group, the communicators stay usable when every rank rejected
+ * the same calls, and fail otherwise. The group's first failure stands: a group already
+ * rejected by a call keeps that call's error and message.
+ * @param err a negative braid_result_t
+ * @param reason the message (not NULL; the first 1 KiB is kept)
+ * @return BRAID_SUCCESS; BRAID_ERR_INVALID_USAGE with no open group; BRAID_ERR_INVALID_ARG for
+ *         err >= 0 or reason NULL
+ */
+BRAID_API braid_result_t braid_group_reject(braid_result_t err, const char *reason);
 
 /** count elements per peer: sendbuf holds nranks blocks of count (block j goes to rank j),
  * recvbuf receives block i from rank i. sendbuf == recvbuf is in place (braid copies the input

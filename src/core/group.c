@@ -155,6 +155,22 @@ braid_result_t braid_group_note(braid_result_t res, const char *what)
     return res;
 }
 
+braid_result_t braid_group_reject(braid_result_t err, const char *reason)
+{
+    braid_clear_error();
+    if (group.depth <= 0)
+        return braid_set_error(BRAID_ERR_INVALID_USAGE, "braid_group_reject: no group is open");
+    if (err >= 0 || !reason)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "braid_group_reject: err=%d (must be an error), reason=%p", (int)err,
+                               (const void *)reason);
+    if (!group.err) { /* else the first failure stands (a call that failed its checks) */
+        group.err = err;
+        braid_str_fit(group.errmsg, sizeof(group.errmsg), reason);
+    }
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_group_start(void)
 {
     braid_clear_error();

@@ -35,6 +35,30 @@ static ncclResult_t map_dtype(const char *call, ncclDataType_t dt, braid_datatyp
     return ncclSuccess;
 }
 
+_Static_assert(SHIM_MAX_REDOPS == 256, "a created op's slot is its value's low 8 bits");
+
+/* The comm->redops slot that a created op's value names (SHIM_OPTAG_MAX), or -1 with msg
+ * (SHIM_MSG_BYTES) saying why not: not a created op's value at all, or one made on another
+ * communicator (its tag is not comm's; NCCL 2.26's mangled values refuse it too). Neither looks
+ * at the slot's state. */
+static int op_slot(ncclComm_t comm, const char *call, ncclRedOp_t op, char *msg)
+{
+    long v = (long)op - ncclNumOps;
+    unsigned long tag = v >= 0 ? (unsigned long)v / SHIM_MAX_REDOPS : 0;
+    if (tag == comm->optag) return (int)(v % SHIM_MAX_REDOPS);
+    if (tag >= 1 && tag <= SHIM_OPTAG_MAX)
+        snprintf(msg, SHIM_MSG_BYTES,
+                 "%s: op=%d was created on another communicator (an op created with "
+                 "ncclRedOpCreatePreMulSum belongs to the communicator it was created on)",
+                 call, (int)op);
+    else
+        snprintf(msg, SHIM_MSG_BYTES,
+                 "%s: op=%d is neither a built-in ncclRedOp_t nor an op created on this "
+                 "communicator",
+                 call, (int)op);
+    return -1;
+}
+
 static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, ncclDataType_t dt,
                            braid_redop_t *out, int *premul, char *msg)
 {
@@ -44,21 +68,17 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
         *out = builtin[op];
         return ncclSuccess;
     }
-    long i = (long)op - ncclNumOps;
-    int ok = 0, same_type = 0;
-    braid_redop_t b = BRAID_SUM;
-    if (i >= 0 && i < SHIM_MAX_REDOPS) {
-        pthread_mutex_lock(&comm->lock);
-        ok = comm->redops[i].used == 1;
-        same_type = ok && comm->redops[i].dtype == dt;
-        b = comm->redops[i].op;
-        pthread_mutex_unlock(&comm->lock);
-    }
+    int i = op_slot(comm, call, op, msg);
+    if (i < 0) return ncclInvalidArgument;
+    pthread_mutex_lock(&comm->lock);
+    int ok = comm->redops[i].used == 1;
+    int same_type = ok && comm->redops[i].dtype == dt;
+    braid_redop_t b = comm->redops[i].op;
+    pthread_mutex_unlock(&comm->lock);
     if (!ok) {
         snprintf(msg, SHIM_MSG_BYTES,
-                 "%s: op=%d is neither a built-in ncclRedOp_t nor an op created on this "
-                 "communicator",
-                 call, (int)op);
+                 "%s: op=%d is not an op alive on this communicator (destroyed already)", call,
+                 (int)op);
         return ncclInvalidArgument;
     }
     if (!same_type) {
@@ -67,7 +87,7 @@ static ncclResult_t map_op(ncclComm_t comm, const char *call, ncclRedOp_t op, nc
         return ncclInvalidArgument;
     }
     *out = b;
-    *premul = (int)i + 1;
+    *premul = i + 1;
     return ncclSuccess;
 }
 
@@ -306,7 +326,7 @@ static ncclResult_t premulsum(ncclRedOp_t *op, void *scalar, ncclDataType_t data
     }
     pthread_mutex_unlock(&comm->lock);
     if (r != BRAID_SUCCESS) return shim_braid_fail(comm, r, call);
-    *op = (ncclRedOp_t)(ncclNumOps + slot);
+    *op = (ncclRedOp_t)(ncclNumOps + (int)comm->optag * SHIM_MAX_REDOPS + slot);
     return ncclSuccess;
 }
 
@@ -328,16 +348,18 @@ static ncclResult_t redop_destroy(ncclRedOp_t op, ncclComm_t comm)
     if (res != ncclSuccess) return res;
     if ((int)op >= 0 && (int)op < ncclNumOps)
         return shim_fail(comm, ncclInvalidArgument, "%s: op=%d is a built-in op", call, (int)op);
-    long i = (long)op - ncclNumOps;
+    char msg[SHIM_MSG_BYTES];
+    int i = op_slot(comm, call, op, msg);
+    if (i < 0) return shim_fail(comm, ncclInvalidArgument, "%s", msg);
     pthread_mutex_lock(&comm->lock);
-    int ok = i >= 0 && i < SHIM_MAX_REDOPS && comm->redops[i].used == 1;
+    int ok = comm->redops[i].used == 1;
     int held = ok && comm->redops[i].holds > 0;
     braid_redop_t b = ok ? comm->redops[i].op : BRAID_SUM;
     if (ok) comm->redops[i].used = held ? 3 : 0;
     pthread_mutex_unlock(&comm->lock);
     if (!ok)
         return shim_fail(comm, ncclInvalidArgument,
-                         "%s: op=%d was not created on this communicator (or destroyed already)",
+                         "%s: op=%d is not an op alive on this communicator (destroyed already)",
                          call, (int)op);
     if (held) return ncclSuccess; /* the group's end destroys it (shim_redop_release) */
     braid_result_t r = braid_redop_destroy(b, comm->bc);

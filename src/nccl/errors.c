@@ -31,7 +31,7 @@ const char *shim_thread_msg(void)
 void shim_comm_msg(ncclComm_t comm, char *buf)
 {
     pthread_mutex_lock(&comm->lock);
-    memcpy(buf, comm->errmsg, SHIM_MSG_BYTES);
+    memcpy(buf, comm->failmsg, SHIM_MSG_BYTES);
     pthread_mutex_unlock(&comm->lock);
 }
 

@@ -8,11 +8,15 @@
  *   when recorded) run inside one braid group (braid_group_start/end): each communicator's
  *   collectives in call order, its sends and receives together (posted in any order), several
  *   communicators (one thread driving several ranks) concurrently.
- * A call that fails its argument checks inside a group returns its error at once, and the
- * group's ncclGroupEnd then runs nothing and returns that error (as NCCL does). braid still
- * gets the group, the refused call with the value braid refuses too, so that the group's calls
- * take their numbers and the peers' calls fail naming the refusal (braid's rejected groups)
- * instead of waiting for this rank or pairing with its next calls. */
+ * A call that fails its checks inside a group returns its error at once, and the group's
+ * ncclGroupEnd then runs nothing and returns that error (as NCCL does). Whenever the outermost
+ * end drops the recorded operations (a call of the group failed, an init or split of it failed
+ * or was aborted, a communicator was closed since, a simulation), braid still gets them on
+ * every communicator still live, as a group it rejects (a refused call's value braid refuses
+ * too, else braid_group_reject with the cause: tell_dropped), so that they take their numbers
+ * and the peers' calls fail naming the refusal instead of waiting for this rank or pairing with
+ * its next calls. A failed group leaves its error as the async error of its non-blocking
+ * communicators (NCCL's groupCleanup), which then refuse further calls. */
 #include "shim.h"
 
 #include <stdio.h>
@@ -27,8 +31,8 @@ typedef struct {
     size_t ninits, icap;
     ncclResult_t err; /* first failure recorded inside the group */
     char errmsg[SHIM_MSG_BYTES];
-    int refused; /* ops holds a call whose arguments were refused (shim_reject) */
-    int mode;    /* NCCL's ncclGroupBlocking: 0 not set yet, 1 blocking, 2 non-blocking */
+    int mode;      /* NCCL's ncclGroupBlocking: 0 not set yet, 1 blocking, 2 non-blocking */
+    int simulated; /* ended by ncclGroupSimulateEnd: the operations are not run */
 } group_t;
 
 static _Thread_local group_t G;
@@ -105,11 +109,16 @@ static ncclResult_t wait_streams(const shim_op_t *ops, size_t n)
     return ncclSuccess;
 }
 
+static void tell_dropped(const shim_op_t *ops, size_t n, const char *why, char *failed);
+
 /* Runs one operation in the calling thread (its communicator entered). */
 static ncclResult_t run_one(const shim_op_t *op)
 {
     ncclResult_t w = wait_streams(op, 1);
-    if (w != ncclSuccess) return w;
+    if (w != ncclSuccess) {
+        tell_dropped(op, 1, shim_thread_msg(), NULL);
+        return w;
+    }
     braid_result_t r = shim_op_issue(op);
     return r == BRAID_SUCCESS ? ncclSuccess : shim_braid_fail(op->comm, r, op->name);
 }
@@ -136,7 +145,7 @@ static void leave_all(const shim_op_t *ops, size_t n)
 }
 
 /* Appends op to the thread's open group (the calls after a failure too: braid numbers them
- * all when it is told of the refusal). */
+ * all when it is told of the drop). */
 static ncclResult_t append(const shim_op_t *op)
 {
     if (G.nops == G.cap) {
@@ -158,31 +167,62 @@ ncclResult_t shim_submit(const shim_op_t *op)
     return G.depth == 0 ? run_one(op) : append(op);
 }
 
+/* buf (SHIM_MSG_BYTES) gets "; the communicator failed: <braid's message>" when braid failed
+ * comm (entered; a rank whose refusal its peers did not share), else "". */
+static void comm_failed(ncclComm_t comm, char *buf)
+{
+    braid_result_t err = BRAID_SUCCESS;
+    const char *msg = NULL;
+    buf[0] = '\0';
+    if (comm->bc && braid_comm_get_error(comm->bc, &err, &msg) == BRAID_SUCCESS &&
+        err != BRAID_SUCCESS)
+        snprintf(buf, SHIM_MSG_BYTES, "; the communicator failed: %.220s",
+                 msg && *msg ? msg : braid_strerror(err));
+}
+
 ncclResult_t shim_reject(const shim_op_t *op, ncclResult_t res, const char *msg)
 {
     if (G.depth > 0) {
         shim_fail(op->comm, res, "%s", msg);
         group_error(res);
-        if (append(op) == ncclSuccess) G.refused = 1;
+        (void)append(op); /* out of memory: its peers are not told */
         return res;
     }
     braid_result_t r = shim_op_issue(op); /* refused there too: its peers are told */
     if (r == BRAID_SUCCESS)               /* cannot be: op holds the value at fault */
         return shim_fail(op->comm, ncclInternalError, "%s (yet braid ran the call)", msg);
-    return shim_fail(op->comm, res, "%s", msg);
+    /* braid fails the communicator when the peers did not refuse the same call (NCCL's
+     * refusing rank keeps a usable one): the message says so. */
+    char failed[SHIM_MSG_BYTES];
+    comm_failed(op->comm, failed);
+    return shim_fail(op->comm, res, "%.500s%s", msg, failed);
 }
 
-/* A group with a refused call, at its ncclGroupEnd: braid gets it whole and refuses it (nothing
- * runs) after telling the peers. */
-static void tell_refused(const shim_op_t *ops, size_t n)
+/* The operations ops[0..n) are dropped, not run: braid still gets those on communicators
+ * still live (a closed one's peers fail as for any closed communicator), as one group it
+ * rejects, so that they take their numbers and the peers' matching calls fail naming the
+ * rejection and why, instead of pairing with this rank's next calls. A refused call among them
+ * (shim_reject) rejects the group with braid's own message. failed (SHIM_MSG_BYTES, or NULL)
+ * gets comm_failed's note for the first communicator braid then failed. */
+static void tell_dropped(const shim_op_t *ops, size_t n, const char *why, char *failed)
 {
-    if (enter_all(ops, n) != ncclSuccess) return; /* a closed communicator: its peers fail */
+    char reason[SHIM_MSG_BYTES];
+    snprintf(reason, sizeof(reason), "%s", why && *why ? why : "its group was not run");
+    if (failed) failed[0] = '\0';
+    unsigned char *in = calloc(n ? n : 1, 1);
+    if (!in) return; /* out of memory: the peers are not told */
     if (braid_group_start() == BRAID_SUCCESS) {
         for (size_t i = 0; i < n; i++)
-            (void)shim_op_issue(&ops[i]);
+            if ((in[i] = (unsigned char)shim_try_enter(ops[i].comm))) (void)shim_op_issue(&ops[i]);
+        (void)braid_group_reject(BRAID_ERR_INVALID_USAGE, reason);
         (void)braid_group_end();
     }
-    leave_all(ops, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!in[i]) continue;
+        if (failed && !failed[0]) comm_failed(ops[i].comm, failed);
+        shim_leave(ops[i].comm);
+    }
+    free(in);
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -261,7 +301,10 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     if (n == 0) return ncclSuccess;
     /* Entered before anything touches them: a close on another thread waits for the group. */
     ncclResult_t res = enter_all(ops, n);
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess) {
+        tell_dropped(ops, n, shim_thread_msg(), NULL);
+        return res;
+    }
     if (n == 1) {
         res = run_one(&ops[0]);
         leave_all(ops, n);
@@ -270,6 +313,7 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     res = wait_streams(ops, n);
     if (res != ncclSuccess) {
         leave_all(ops, n);
+        tell_dropped(ops, n, shim_thread_msg(), NULL);
         return res;
     }
     braid_result_t r = braid_group_start();
@@ -297,14 +341,15 @@ static ncclResult_t run_ops(shim_op_t *ops, size_t n)
     return res;
 }
 
-/* The group's inits and splits, not run (err) or already run (err == ncclSuccess: their state
- * is set). Freed: the phantom splits (a NCCL_SPLIT_NOCOLOR rank's part, never handed out), those
- * aborted while deferred, and in a failed group the splits (never run: their handles stay NULL,
- * as NCCL's). Released to the program: the others, a split's handle written first (NCCL's
- * ncclCommInitRankFunc writes *newcomm when the split's job ends, after a failure too), a plain
- * init of a failed group given err. init_deferred is cleared after their state is published:
- * from then on a close on another thread may free them, so this is the last touch. */
-static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
+/* The group's inits and splits, not run (err, message msg) or already run (err ==
+ * ncclSuccess: their state is set). Freed: the phantom splits (a NCCL_SPLIT_NOCOLOR rank's part,
+ * never handed out), those aborted while deferred, and in a failed group the splits (never run:
+ * their handles stay NULL, as NCCL's). Released to the program: the others, a split's handle
+ * written first (NCCL's ncclCommInitRankFunc writes *newcomm when the split's job ends, after a
+ * failure too), a plain init of a failed group given err. init_deferred is cleared after their
+ * state is published: from then on a close on another thread may free them, so this is the last
+ * touch. */
+static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err, const char *msg)
 {
     for (size_t i = 0; i < n; i++) {
         ncclComm_t c = inits[i];
@@ -312,7 +357,7 @@ static void settle_inits(ncclComm_t *inits, size_t n, ncclResult_t err)
             shim_comm_free_idle(c); /* a call (ncclCommGetAsyncError) may still be inside */
             continue;
         }
-        if (err != ncclSuccess) shim_init_finish(c, err);
+        if (err != ncclSuccess) shim_init_finish(c, err, msg);
         if (c->split_parent) *c->split_out = c;
         atomic_store(&c->init_deferred, 0);
     }
@@ -341,8 +386,9 @@ static size_t plain_first(ncclComm_t *inits, size_t n)
  * its non-blocking inits too (its operations run blocking); one without returns ncclInProgress
  * for them at once. A non-blocking group (its first init, split or operation was on a
  * non-blocking communicator) that succeeded returns ncclInProgress, as NCCL's, though its splits
- * and operations are done when it returns. */
-static ncclResult_t run_group(int dropped)
+ * and operations are done when it returns. Operations not run (an init failed, dropped: one was
+ * aborted, or a simulation) are told to braid as dropped. */
+static ncclResult_t run_group(const char *dropped)
 {
     size_t nplain = plain_first(G.inits, G.ninits), nsplit = G.ninits - nplain;
     int nonblocking = G.mode == 2; /* NCCL's ncclGroupBlocking: ncclInProgress for such a group */
@@ -352,13 +398,35 @@ static ncclResult_t run_group(int dropped)
     } else {
         res = start_inits(G.inits, nplain);
         ncclResult_t r = shim_splits_run(G.inits + nplain, nsplit, ncclSuccess);
-        settle_inits(G.inits + nplain, nsplit, ncclSuccess);
+        settle_inits(G.inits + nplain, nsplit, ncclSuccess, NULL);
         ncclResult_t w = wait_inits(G.inits, nplain, G.nops > 0);
         if (res == ncclSuccess) res = r;
         if (res == ncclSuccess) res = w;
     }
-    if (G.nops > 0 && res == ncclSuccess && !dropped) res = run_ops(G.ops, G.nops);
+    if (G.nops > 0 && res == ncclSuccess && !dropped[0] && !G.simulated) {
+        res = run_ops(G.ops, G.nops);
+    } else if (G.nops > 0) {
+        char why[SHIM_MSG_BYTES];
+        snprintf(why, sizeof(why), "%s",
+                 res != ncclSuccess ? shim_thread_msg()
+                 : dropped[0]       ? dropped
+                                    : "ncclGroupSimulateEnd: the group was simulated, not run");
+        tell_dropped(G.ops, G.nops, why, NULL);
+    }
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
+}
+
+/* A failed group (res, the thread's message): its non-blocking communicators still live keep
+ * the error (shim_comm_stick), as NCCL's groupCleanup sets their async error. */
+static void stick_all(const shim_op_t *ops, size_t n, ncclResult_t res)
+{
+    char msg[SHIM_MSG_BYTES];
+    snprintf(msg, sizeof(msg), "%s", shim_thread_msg());
+    for (size_t i = 0; i < n; i++) {
+        if (!shim_try_enter(ops[i].comm)) continue;
+        shim_comm_stick(ops[i].comm, res, msg);
+        shim_leave(ops[i].comm);
+    }
 }
 
 ncclResult_t ncclGroupEnd(void)
@@ -388,17 +456,20 @@ ncclResult_t ncclGroupEnd(void)
     ncclResult_t res;
     if (G.err != ncclSuccess) {
         /* Nothing of a failed group runs: its splits are refused (so the peers' fail too), its
-         * refused operations told (tell_refused), its inits fail. */
+         * operations told to braid as dropped, its inits fail. */
         (void)shim_splits_run(G.inits, G.ninits, G.err);
-        if (G.refused) tell_refused(G.ops, G.nops);
-        settle_inits(G.inits, G.ninits, G.err);
-        res = shim_fail(NULL, G.err, "ncclGroupEnd: a call of the group failed: %.700s", G.errmsg);
+        char failed[SHIM_MSG_BYTES];
+        tell_dropped(G.ops, G.nops, G.errmsg, failed);
+        settle_inits(G.inits, G.ninits, G.err, G.errmsg);
+        res = shim_fail(NULL, G.err, "ncclGroupEnd: a call of the group failed: %.500s%s", G.errmsg,
+                        failed);
     } else {
-        res = run_group(dropped[0] != 0);
+        res = run_group(dropped);
     }
-    group_reset();
     if (dropped[0] && (res == ncclSuccess || res == ncclInProgress))
         res = shim_fail(NULL, ncclInvalidArgument, "%s", dropped);
+    if (res != ncclSuccess && res != ncclInProgress) stick_all(G.ops, G.nops, res);
+    group_reset();
     return res;
 }
 
@@ -410,36 +481,34 @@ ncclResult_t ncclGroupEnd(void)
  * and only its collectives set estimatedTime (getAlgoInfo). braid has no cost model to estimate a
  * collective with, so a group holding one drops its operations (as NCCL) and returns
  * ncclInvalidUsage with estimatedTime unchanged rather than a made-up time; its inits still run.
- * Without collectives NCCL leaves estimatedTime as it was too, and so does this. */
+ * Without collectives NCCL leaves estimatedTime as it was too, and so does this. The dropped
+ * operations are told to braid as a rejected group (tell_dropped), as every drop: ranks that
+ * simulate the same group all reject it, and the communicators stay usable. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
     if (!simInfo || G.depth != 1) return ncclGroupEnd();
     shim_clear();
+    if (G.err != ncclSuccess) return ncclGroupEnd(); /* fails as there */
     ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
     si.magic = 0; /* as NCCL: a simInfo too short to hold the magic has none */
     size_t size;
     memcpy(&size, simInfo, sizeof(size));
     memcpy(&si, simInfo, size < sizeof(si) ? size : sizeof(si));
-    /* A failed group (G.err) fails as at ncclGroupEnd, below, but its operations are dropped
-     * like a simulation's, not told to braid as refused: the peers' simulations issue none. */
-    if (G.err == ncclSuccess && si.magic != 0x74685283u) {
+    if (si.magic != 0x74685283u) {
         group_error(shim_fail(NULL, ncclInvalidArgument,
                               "ncclGroupSimulateEnd: simInfo is not initialised with "
                               "NCCL_SIM_INFO_INITIALIZER (magic 0x%x)",
                               si.magic));
         return ncclGroupEnd();
     }
-    int nonblocking = G.mode == 2, colls = 0; /* NCCL's ncclGroupBlocking */
-    /* Entered to read them (one closed since: ncclGroupEnd reports it). */
+    if (G.mode == 2) return ncclGroupEnd(); /* NCCL's ncclGroupBlocking: non-blocking */
+    /* A communicator closed since its call was recorded: ncclGroupEnd reports it. */
     if (enter_all(G.ops, G.nops) != ncclSuccess) return ncclGroupEnd();
+    leave_all(G.ops, G.nops);
+    int colls = 0;
     for (size_t i = 0; i < G.nops; i++)
         colls |= G.ops[i].kind != SHIM_SEND && G.ops[i].kind != SHIM_RECV;
-    leave_all(G.ops, G.nops);
-    if (nonblocking) return ncclGroupEnd();
-    for (size_t i = 0; i < G.nops; i++) /* not run: the simulation launches nothing */
-        shim_redop_release(&G.ops[i]);
-    G.nops = 0;
-    G.refused = 0;
+    G.simulated = 1;
     ncclResult_t res = ncclGroupEnd(); /* the inits and splits */
     if (res != ncclSuccess || !colls) return res;
     return shim_fail(NULL, ncclInvalidUsage,

@@ -94,11 +94,39 @@ void shim_leave(ncclComm_t comm)
     atomic_fetch_sub(&comm->active, 1); /* the last touch: a close may free comm now */
 }
 
+int shim_try_enter(ncclComm_t comm)
+{
+    pthread_mutex_lock(&live_lock);
+    int ok = comm && live_has(comm) && !comm->closing;
+    if (ok) atomic_fetch_add(&comm->active, 1);
+    pthread_mutex_unlock(&live_lock);
+    return ok;
+}
+
+/* Keeps msg as comm's failmsg unless one is kept already (under comm->lock). */
+static void keep_failmsg(ncclComm_t comm, const char *msg)
+{
+    if (!comm->failmsg[0]) snprintf(comm->failmsg, sizeof(comm->failmsg), "%s", msg);
+}
+
+void shim_comm_stick(ncclComm_t comm, ncclResult_t res, const char *msg)
+{
+    if (comm->blocking || res == ncclSuccess || res == ncclInProgress) return;
+    pthread_mutex_lock(&comm->lock);
+    if (atomic_load(&comm->stuck) == ncclSuccess) {
+        atomic_store(&comm->stuck, res);
+        keep_failmsg(comm, msg && *msg ? msg : "ncclGroupEnd: a group of its calls failed");
+    }
+    pthread_mutex_unlock(&comm->lock);
+}
+
 ncclComm_t shim_comm_new(int nranks, const ncclUniqueId *id, int rank, int blocking)
 {
+    static _Atomic unsigned serial;
     ncclComm_t c = calloc(1, sizeof(*c));
     if (!c) return NULL;
     c->magic = SHIM_COMM_MAGIC;
+    c->optag = 1 + atomic_fetch_add(&serial, 1) % SHIM_OPTAG_MAX;
     c->rank = rank;
     c->nranks = nranks;
     c->blocking = blocking;
@@ -192,9 +220,14 @@ void shim_group_claim(ncclComm_t *inits, size_t n)
     pthread_mutex_unlock(&live_lock);
 }
 
-void shim_init_finish(ncclComm_t c, ncclResult_t res)
+void shim_init_finish(ncclComm_t c, ncclResult_t res, const char *msg)
 {
     pthread_mutex_lock(&c->lock);
+    if (res != ncclSuccess) {
+        char generic[64];
+        snprintf(generic, sizeof(generic), "the init failed (%s)", ncclGetErrorString(res));
+        keep_failmsg(c, msg && *msg ? msg : generic);
+    }
     atomic_store(&c->state, res);
     pthread_cond_broadcast(&c->init_done);
     pthread_mutex_unlock(&c->lock);
@@ -208,7 +241,12 @@ void shim_init_run(ncclComm_t c)
         char call[64];
         snprintf(call, sizeof(call), "ncclCommInitRank (rank %d of %d)", c->rank, c->nranks);
         /* An aborted init's failure is nobody's to read: it leaves the last error alone. */
-        shim_init_finish(c, atomic_load(&c->closing) ? shim_map(r) : shim_braid_fail(c, r, call));
+        if (atomic_load(&c->closing)) {
+            shim_init_finish(c, shim_map(r), "the communicator was aborted during its init");
+            return;
+        }
+        ncclResult_t res = shim_braid_fail(c, r, call);
+        shim_init_finish(c, res, shim_thread_msg());
         return;
     }
     c->bc = bc;
@@ -217,7 +255,7 @@ void shim_init_run(ncclComm_t c)
                 NCCL_PATCH, braid_version());
     shim_info("comm %p rank %d nranks %d cudaDev %d - Init COMPLETE", (void *)c, c->rank, c->nranks,
               c->cudadev);
-    shim_init_finish(c, ncclSuccess);
+    shim_init_finish(c, ncclSuccess, NULL);
 }
 
 int shim_init_run_owned(ncclComm_t c)
@@ -255,9 +293,10 @@ ncclResult_t shim_init_start_thread(ncclComm_t c)
     int e = pthread_create(&c->init_thread, NULL, init_thread_main, c);
     if (e) {
         atomic_store(&c->init_owner, SHIM_INIT_NONE);
-        shim_init_finish(c, ncclSystemError);
-        return shim_fail(c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s",
-                         strerror(e));
+        ncclResult_t res = shim_fail(
+            c, ncclSystemError, "ncclCommInitRank: cannot start the init thread: %s", strerror(e));
+        shim_init_finish(c, res, shim_thread_msg());
+        return res;
     }
     c->init_thread_live = 1;
     return ncclSuccess;
@@ -292,13 +331,22 @@ ncclResult_t shim_ready(ncclComm_t comm, const char *call)
                          "%s: the communicator's init is in progress (attempt to use it before "
                          "ncclCommGetAsyncError returned ncclSuccess)",
                          call);
+    /* The failure is read from failmsg, kept once, so that the message does not grow with each
+     * call nor become another call's. */
     if (st != ncclSuccess || !comm->bc) {
         char why[SHIM_MSG_BYTES];
-        pthread_mutex_lock(&comm->lock);
-        snprintf(why, sizeof(why), "%s", comm->errmsg);
-        pthread_mutex_unlock(&comm->lock);
+        shim_comm_msg(comm, why);
         return shim_fail(comm, st == ncclSuccess ? ncclInternalError : (ncclResult_t)st,
                          "%s: the communicator's init failed: %.600s", call, why);
+    }
+    int stuck = atomic_load(&comm->stuck);
+    if (stuck != ncclSuccess) {
+        char why[SHIM_MSG_BYTES];
+        shim_comm_msg(comm, why);
+        return shim_fail(comm, (ncclResult_t)stuck,
+                         "%s: a group of the communicator's calls failed (its async error; "
+                         "ncclCommAbort it): %.600s",
+                         call, why);
     }
     return ncclSuccess;
 }
@@ -584,12 +632,16 @@ static ncclResult_t async_error(ncclComm_t comm, ncclResult_t *asyncError)
         *asyncError = ncclInProgress;
         return ncclSuccess;
     }
-    if (st != ncclSuccess || !comm->bc) {
-        /* The init's failure (recorded by its thread): ncclGetLastError tells it again. */
+    int stuck = atomic_load(&comm->stuck);
+    if (st != ncclSuccess || !comm->bc || stuck != ncclSuccess) {
+        /* The init's failure (recorded by its thread) or a failed group's: ncclGetLastError
+         * tells it again. */
         char why[SHIM_MSG_BYTES];
         shim_comm_msg(comm, why);
         if (why[0]) shim_note(comm, why);
-        *asyncError = st == ncclSuccess ? ncclInternalError : (ncclResult_t)st;
+        *asyncError = st != ncclSuccess      ? (ncclResult_t)st
+                      : stuck != ncclSuccess ? (ncclResult_t)stuck
+                                             : ncclInternalError;
         return ncclSuccess;
     }
     braid_result_t err = BRAID_SUCCESS;
@@ -632,8 +684,10 @@ static ncclResult_t query(const ncclComm_t comm, int *out, const char *call, con
                         "ncclCommGetAsyncError to return ncclSuccess)",
                         call);
     /* A split's rank and size are known once it ran (at its ncclGroupEnd), and only if it
-     * succeeded. */
-    else if (comm->split_parent || atomic_load(&comm->state) != ncclSuccess)
+     * succeeded; a non-blocking communicator whose group failed is refused with the group's
+     * error (NCCL's ncclCommEnsureReady returns its async error). */
+    else if (comm->split_parent || atomic_load(&comm->state) != ncclSuccess ||
+             atomic_load(&comm->stuck) != ncclSuccess)
         res = shim_ready(comm, call);
     if (res == ncclSuccess) *out = *which;
     shim_leave(comm);

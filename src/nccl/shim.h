@@ -23,6 +23,11 @@
 
 #define SHIM_COMM_MAGIC 0x6e63636cu /* "nccl" */
 #define SHIM_MAX_REDOPS 256         /* created (PreMulSum) ops alive per communicator */
+/* A created op's ncclRedOp_t is ncclNumOps + (optag << 8 | slot): optag is its communicator's
+ * (1..SHIM_OPTAG_MAX, a serial of the communicators made), so that an op given to another
+ * communicator is refused, as NCCL 2.26 mangles its op values with a hash of the comm
+ * (ncclUserRedOpMangle). Every value stays within [ncclNumOps, ncclMaxRedOp]. */
+#define SHIM_OPTAG_MAX ((ncclMaxRedOp - ncclNumOps - (SHIM_MAX_REDOPS - 1)) / SHIM_MAX_REDOPS)
 #define SHIM_MSG_BYTES 768
 /* The longest the shim waits for an init or for calls to leave a communicator: longer than any
  * of braid's own bounded waits (BRAID_TIMEOUT and the like), so it only ends a wait that would
@@ -63,12 +68,21 @@ struct ncclComm {
     _Atomic int active;
     _Atomic int closing;        /* ncclCommDestroy/Abort started (set under the live list's lock) */
     struct ncclComm *next_live; /* the live communicators' list (init.c) */
-    pthread_mutex_t lock;       /* errmsg, redops, pins, retired, joining the init thread */
+    pthread_mutex_t lock; /* errmsg, failmsg, redops, pins, retired, joining the init thread */
     /* Calls recorded in open groups that hold a PreMulSum op of this communicator: they touch
      * the struct when their group ends, so a close while pins > 0 leaves it allocated (unlisted,
      * retired) and the last release frees it. */
     int pins, retired;
-    char errmsg[SHIM_MSG_BYTES]; /* the last failure on this communicator (for the shim) */
+    /* The last failure of a call on this communicator (shim_fail; for a debugger: what the
+     * shim reports of a communicator is failmsg). */
+    char errmsg[SHIM_MSG_BYTES];
+    /* Why the communicator is unusable, written once (shim_init_finish, shim_comm_stick): its
+     * init's failure, or, with stuck set, the failure of a group that held its calls. */
+    char failmsg[SHIM_MSG_BYTES];
+    /* A failed group's result, sticky on a non-blocking communicator (NCCL's groupCleanup sets
+     * its async error): ncclCommGetAsyncError reports it, the calls are refused. */
+    _Atomic int stuck;
+    unsigned optag; /* its created ops' tag (SHIM_OPTAG_MAX) */
     /* used: 0 free, 1 alive, 2 being created, 3 destroyed by the program while calls recorded
      * in an open group still use it (NCCL lets an op be destroyed once the calls given it have
      * returned, and a recorded call has): braid's op is destroyed when holds (the recorded
@@ -77,7 +91,7 @@ struct ncclComm {
         int used, holds;
         braid_redop_t op;
         ncclDataType_t dtype;
-    } redops[SHIM_MAX_REDOPS]; /* ncclRedOp_t value ncclNumOps + i */
+    } redops[SHIM_MAX_REDOPS]; /* ncclRedOp_t value ncclNumOps + (optag << 8 | i) */
 };
 
 /* NCCL exports every function twice: ncclX and the profiling name pncclX. */
@@ -96,7 +110,8 @@ ncclResult_t shim_braid_fail(ncclComm_t comm, braid_result_t r, const char *call
 void shim_clear(void);
 /* The calling thread's last failure (empty after shim_clear). */
 const char *shim_thread_msg(void);
-/* Copies comm's last failure into buf (SHIM_MSG_BYTES). */
+/* Copies why comm is unusable (its failmsg: its init's failure, or a failed group's) into buf
+ * (SHIM_MSG_BYTES). */
 void shim_comm_msg(ncclComm_t comm, char *buf);
 /* Records msg as comm's (when comm is given) and the process's last failure, without a WARN
  * line: for a failure found again (ncclCommGetAsyncError) rather than made by this call. */
@@ -122,12 +137,19 @@ int shim_env_comm_blocking(void);
  * call). */
 ncclResult_t shim_enter(ncclComm_t comm, const char *call);
 void shim_leave(ncclComm_t comm);
+/* Enters comm as shim_enter does, recording nothing: 1 if entered (shim_leave it), 0 if comm is
+ * not live or is being closed. */
+int shim_try_enter(ncclComm_t comm);
+/* A failed group (res, message msg) held calls on comm (entered): a non-blocking comm keeps res
+ * as its async error (the first one) and refuses later calls, as NCCL's groupCleanup does. */
+void shim_comm_stick(ncclComm_t comm, ncclResult_t res, const char *msg);
 /* For an entered comm: ncclSuccess when its init succeeded; ncclInvalidArgument at once while
  * the init waits for its group's end or runs (NCCL's ncclCommEnsureReady), else the init's
  * failure (recorded, naming call). */
 ncclResult_t shim_ready(ncclComm_t comm, const char *call);
-/* Publishes comm's init result (state) and wakes the calls waiting for it. */
-void shim_init_finish(ncclComm_t comm, ncclResult_t res);
+/* Publishes comm's init result (state) and wakes the calls waiting for it; a failure's message
+ * msg (NULL or empty: a generic one) is kept as comm's failmsg. */
+void shim_init_finish(ncclComm_t comm, ncclResult_t res, const char *msg);
 /* Runs the init of comm in this thread (comm->state gets the result). */
 void shim_init_run(ncclComm_t comm);
 /* Runs the init of comm in this thread with init_owner SHIM_INIT_RUNNING (set by the caller

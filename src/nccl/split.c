@@ -47,18 +47,19 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
      * touch. */
     ncclResult_t res = shim_enter(p, "ncclCommSplit (at ncclGroupEnd)");
     if (res != ncclSuccess) {
-        shim_init_finish(c, refuse ? refuse : res);
+        shim_init_finish(c, refuse ? refuse : res, shim_thread_msg());
         return;
     }
     /* Refused: braid refuses a split without newcomm_p too, and tells the peers. */
     braid_result_t r = nccl_split(p->bc, c->split_color, c->split_key, refuse != 0, &bc);
     shim_leave(p);
     if (refuse) {
-        shim_init_finish(c, refuse);
+        shim_init_finish(c, refuse, "ncclCommSplit: not run (its group failed, or it was aborted)");
         return;
     }
     if (r != BRAID_SUCCESS) {
-        shim_init_finish(c, shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)"));
+        res = shim_braid_fail(c, r, "ncclCommSplit (at ncclGroupEnd)");
+        shim_init_finish(c, res, shim_thread_msg());
         return;
     }
     if (bc) {
@@ -66,7 +67,7 @@ void shim_split_run(ncclComm_t c, ncclResult_t refuse)
         braid_comm_rank(bc, &c->rank);
         braid_comm_size(bc, &c->nranks);
     }
-    shim_init_finish(c, ncclSuccess);
+    shim_init_finish(c, ncclSuccess, NULL);
 }
 
 typedef struct {
@@ -97,9 +98,11 @@ ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse)
     if (!jobs || !lists) {
         free(jobs);
         free(lists);
+        ncclResult_t res =
+            shim_fail(NULL, ncclSystemError, "ncclGroupEnd: out of memory for the splits");
         for (size_t i = 0; i < n; i++)
-            if (inits[i]->split_parent) shim_init_finish(inits[i], ncclSystemError);
-        return shim_fail(NULL, ncclSystemError, "ncclGroupEnd: out of memory for the splits");
+            if (inits[i]->split_parent) shim_init_finish(inits[i], res, shim_thread_msg());
+        return res;
     }
     /* Group by parent, keeping the call order within each. */
     size_t njobs = 0, used = 0;
@@ -128,7 +131,8 @@ ncclResult_t shim_splits_run(ncclComm_t *inits, size_t n, ncclResult_t refuse)
                 continue;
             }
             for (size_t i = 0; i < jobs[k].n; i++)
-                shim_init_finish(jobs[k].list[i], ncclSystemError);
+                shim_init_finish(jobs[k].list[i], ncclSystemError,
+                                 "ncclGroupEnd: cannot start a split thread");
             if (res == ncclSuccess)
                 res = shim_fail(NULL, ncclSystemError, "ncclGroupEnd: cannot start a split thread");
         }
@@ -217,8 +221,7 @@ static ncclResult_t split(ncclComm_t comm, int color, int key, ncclComm_t *newco
     }
     c->cudadev = comm->cudadev;
     if (res != ncclSuccess) {
-        shim_note(c, shim_thread_msg());
-        shim_init_finish(c, res);
+        shim_init_finish(c, res, shim_thread_msg());
         *newcomm = c;
         return res;
     }

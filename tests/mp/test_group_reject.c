@@ -309,3 +309,77 @@ Test(group_reject, iform_request_of_a_rejected_group)
 {
     cr_expect_eq(odd_run_all(iform_request, NULL), 0, "see stderr");
 }
+
+/* braid_group_reject: a layer above braid (the NCCL drop-in) drops a group it recorded for a
+ * reason of its own. Rank n-1 issues the same valid group as its peers (an all-reduce and a
+ * ring exchange) and rejects it: nothing of it runs there, group end returns the error with
+ * the reason, and the peers fail naming the rejection and the reason instead of pairing the
+ * group with rank n-1's next calls. When every rank rejects it, the communicator stays usable.
+ * The entry's own checks: no open group, a non-error err, a NULL reason; and a group already
+ * rejected by a call keeps that call's error. */
+static int reject_entry(braid_comm_t comm, int rank, int n, void *arg)
+{
+    int everyone = arg != NULL, odd = everyone || rank == n - 1;
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    float in[6], out[12];
+    for (int i = 0; i < 6; i++)
+        in[i] = (float)(rank * 10 + i);
+    for (int i = 0; i < 12; i++)
+        out[i] = -1.0f;
+    MP_CHECK(rank, braid_group_reject(BRAID_ERR_INVALID_USAGE, "x") == BRAID_ERR_INVALID_USAGE,
+             "braid_group_reject outside a group");
+    MP_OK(rank, braid_group_start());
+    MP_CHECK(rank, braid_group_reject(BRAID_SUCCESS, "x") == BRAID_ERR_INVALID_ARG, "err 0");
+    MP_CHECK(rank, braid_group_reject(BRAID_ERR_INVALID_USAGE, NULL) == BRAID_ERR_INVALID_ARG,
+             "reason NULL");
+    MP_OK(rank, braid_group_end()); /* the refused rejections left the (empty) group alone */
+    MP_OK(rank, braid_barrier(comm));
+    double t0 = proc_now_s();
+    MP_OK(rank, braid_group_start());
+    MP_OK(rank, braid_allreduce(in, out, 6, BRAID_FLOAT32, BRAID_SUM, comm));
+    MP_OK(rank, braid_send(in, 6, BRAID_FLOAT32, next, comm));
+    MP_OK(rank, braid_recv(out + 6, 6, BRAID_FLOAT32, prev, comm));
+    if (odd) MP_OK(rank, braid_group_reject(BRAID_ERR_INVALID_USAGE, "dropped by the layer"));
+    braid_result_t r = braid_group_end();
+    char first_msg[2048];
+    snprintf(first_msg, sizeof(first_msg), "%s", braid_last_error());
+    if (odd) {
+        MP_CHECK(rank, r == BRAID_ERR_INVALID_USAGE && strstr(first_msg, "dropped by the layer"),
+                 "group end: %s: %s", braid_strerror(r), first_msg);
+        for (int i = 0; i < 12; i++)
+            MP_CHECK(rank, out[i] == -1.0f, "out[%d] = %g: a call of the rejected group ran", i,
+                     out[i]);
+    }
+    if (!everyone) {
+        char who[32];
+        snprintf(who, sizeof(who), "rank %d", n - 1);
+        return odd_expect_mismatch(comm, rank, n, r, first_msg, odd, t0, who,
+                                   "dropped by the layer");
+    }
+    MP_CHECK(rank, !strstr(first_msg, "did not match"), "every rank rejected: %s", first_msg);
+    /* Still usable, and a call's rejection stands over a later braid_group_reject. */
+    MP_OK(rank, braid_allreduce(in, out, 6, BRAID_FLOAT32, BRAID_SUM, comm));
+    for (int i = 0; i < 6; i++)
+        MP_CHECK(rank, out[i] == (float)(10 * n * (n - 1) / 2 + n * i), "out[%d] = %g", i, out[i]);
+    MP_OK(rank, braid_group_start());
+    braid_result_t bad = braid_allreduce(in, out, 6, (braid_datatype_t)99, BRAID_SUM, comm);
+    MP_OK(rank, braid_group_reject(BRAID_ERR_INVALID_USAGE, "dropped by the layer"));
+    r = braid_group_end();
+    MP_CHECK(rank,
+             bad == BRAID_ERR_INVALID_ARG && r == BRAID_ERR_INVALID_ARG &&
+                 strstr(braid_last_error(), "dtype=99"),
+             "a call's rejection, then braid_group_reject: %s: %s", braid_strerror(r),
+             braid_last_error());
+    MP_OK(rank, braid_barrier(comm));
+    return 0;
+}
+
+Test(group_reject, group_rejected_by_the_caller_on_one_rank)
+{
+    cr_expect_eq(odd_run_all(reject_entry, NULL), 0, "see stderr");
+}
+
+Test(group_reject, group_rejected_by_the_caller_everywhere)
+{
+    cr_expect_eq(odd_run_all(reject_entry, (void *)1), 0, "see stderr");
+}

@@ -307,6 +307,26 @@ static int test_premulsum(ncclComm_t world)
     if (shared_id(world, &id)) return 1;
     ncclComm_t x;
     NCCLOK(ncclCommInitRank(&x, n, id, g_rank));
+    /* An op belongs to the communicator it was created on (NCCL 2.26 mangles its values with
+     * the comm): given to another one it is refused, in a collective and in ncclRedOpDestroy,
+     * rather than taken for that one's op of the same slot (with its scalar). */
+    ncclRedOp_t opw, opx;
+    store(scalar, ncclFloat32, 0, 2);
+    NCCLOK(ncclRedOpCreatePreMulSum(&opw, scalar, ncclFloat32, ncclScalarHostImmediate, world));
+    store(scalar, ncclFloat32, 0, 5);
+    NCCLOK(ncclRedOpCreatePreMulSum(&opx, scalar, ncclFloat32, ncclScalarHostImmediate, x));
+    CHECK(opw != opx && (int)opw >= ncclNumOps && (int)opx >= ncclNumOps &&
+              (long)opw <= (long)ncclMaxRedOp && (long)opx <= (long)ncclMaxRedOp,
+          "ops of two communicators: %d and %d", (int)opw, (int)opx);
+    EXPECT(ncclAllReduce(g, g, count, ncclFloat32, opw, x, NULL), ncclInvalidArgument,
+           "another communicator");
+    EXPECT(ncclRedOpDestroy(opw, x), ncclInvalidArgument, "another communicator");
+    fill(g, ncclFloat32, ncclSum, g_rank, n, 0, count, 85);
+    NCCLOK(ncclAllReduce(g, g, count, ncclFloat32, opx, x, NULL));
+    CHECK(!check_reduced(g, ncclFloat32, ncclSum, n, 0, count, 85, 5, "premulsum on x"),
+          "x's op after another comm's op was refused on x");
+    NCCLOK(ncclRedOpDestroy(opx, x));
+    NCCLOK(ncclRedOpDestroy(opw, world));
     NCCLOK(ncclGroupStart());
     NCCLOK(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarHostImmediate, x));
     NCCLOK(ncclAllReduce(g, g, count, ncclFloat32, op, x, NULL));
@@ -379,7 +399,25 @@ static int test_nonblocking(ncclComm_t world)
         NCCLOK(ncclCommGetAsyncError(c, &st));
     CHECK(st == ncclSuccess, "init with NCCL 2.14's config: state %d", (int)st);
     if (allreduce_check(c, g_rank, g_nranks, 8, "NCCL 2.14's config")) return 1;
-    NCCLOK(ncclCommDestroy(c));
+    /* A failed group leaves its error as the async error of its non-blocking communicators, as
+     * NCCL's groupCleanup: later calls are refused with it, ncclCommAbort frees the comm. Every
+     * rank fails the same group (its all-reduce is dropped everywhere). */
+    float one = 1;
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, c, NULL));
+    EXPECT(ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
+           "comm is NULL");
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument, "comm is NULL");
+    CHECK(one == 1, "a failed group ran its all-reduce (%g)", one);
+    NCCLOK(ncclCommGetAsyncError(c, &st));
+    CHECK(st == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "comm is NULL"),
+          "a non-blocking comm's async error after a failed group: %d '%s'", (int)st,
+          ncclGetLastError(NULL));
+    EXPECT(ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, c, NULL), ncclInvalidArgument,
+           "a group of the communicator's calls failed");
+    int k = 0;
+    EXPECT(ncclCommCount(c, &k), ncclInvalidArgument, "a group of the communicator's calls failed");
+    NCCLOK(ncclCommAbort(c));
     printf("rank %d: nonblocking ok (%d polls)\n", g_rank, polls);
     return 0;
 }
@@ -569,9 +607,21 @@ static int last_error(void)
     EXPECT(ncclCommInitRank(&b, 1, zero, 0), ncclInvalidArgument, "rank 0 of 1");
     CHECK(b != NULL && b != (ncclComm_t)&b, "a failed blocking init left *comm %p", (void *)b);
     EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "init failed");
+    /* The init's failure is kept once: a later call's message does not nest it again, and
+     * ncclCommGetAsyncError reports it after another call's failure. */
+    for (int i = 0; i < 2; i++)
+        EXPECT(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, b, NULL), ncclInvalidArgument,
+               "init failed");
+    const char *nest = strstr(ncclGetLastError(NULL), "init failed");
+    CHECK(nest && !strstr(nest + 1, "init failed") && !strstr(nest, "ncclAllReduce"),
+          "the init's failure nested: '%s'", ncclGetLastError(NULL));
+    EXPECT(ncclCommCount(b, NULL), ncclInvalidArgument, "count is NULL");
     ncclResult_t bst = ncclSuccess;
     NCCLOK(ncclCommGetAsyncError(b, &bst));
     CHECK(bst == ncclInvalidArgument, "a failed blocking init's async error %d", (int)bst);
+    CHECK(strstr(ncclGetLastError(NULL), "rank 0 of 1") &&
+              !strstr(ncclGetLastError(NULL), "count is NULL"),
+          "a failed init's async error after another failure: '%s'", ncclGetLastError(NULL));
     NCCLOK(ncclCommDestroy(b));
     EXPECT(ncclCommCount(b, &x), ncclInvalidArgument, "not a communicator");
     b = (ncclComm_t)&b;

@@ -340,6 +340,49 @@ static int split_refused(ncclComm_t world)
     return 0;
 }
 
+/* A group that ncclGroupEnd drops on the last rank only, for a failure braid does not refuse
+ * itself (how 0: a call on a NULL communicator; 1: ncclGroupSimulateEnd with a simInfo without
+ * the initializer's magic): its valid all-reduce still reaches braid, as a rejected group, so
+ * that the peers' all-reduce fails naming the rejection and the last rank's next all-reduce
+ * fails too, instead of pairing with the peers' grouped one (the last rank's c summed with the
+ * peers' a, no error anywhere). The dropping rank is told that braid failed its communicator. */
+static int dropped_group(ncclComm_t world)
+{
+    int n = g_nranks, me = g_rank, last = n - 1;
+    for (int how = 0; how < 2; how++) {
+        ncclComm_t sub = NULL;
+        NCCLOK(ncclCommSplit(world, 0, me, &sub, NULL));
+        float a = (float)(1 + me), b = -1, c = (float)(100 + me), d = -1;
+        ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+        bad.magic = 0;
+        NCCLOK(ncclGroupStart());
+        NCCLOK(ncclAllReduce(&a, &b, 1, ncclFloat32, ncclSum, sub, NULL));
+        if (me == last && how == 0)
+            EXPECT(ncclAllReduce(&a, &b, 1, ncclFloat32, ncclSum, NULL, NULL), ncclInvalidArgument,
+                   "comm is NULL");
+        ncclResult_t r = me == last && how == 1 ? ncclGroupSimulateEnd(&bad) : ncclGroupEnd();
+        char first[1024];
+        snprintf(first, sizeof(first), "%s", r != ncclSuccess ? ncclGetLastError(NULL) : "");
+        ncclResult_t r2 = ncclAllReduce(&c, &d, 1, ncclFloat32, ncclSum, sub, NULL);
+        if (me == last) {
+            CHECK(r == ncclInvalidArgument && b == -1 &&
+                      strstr(first, how ? "NCCL_SIM_INFO_INITIALIZER" : "comm is NULL") &&
+                      strstr(first, "; the communicator failed: "),
+                  "how %d: the dropping rank's group end: %d b=%g '%s'", how, (int)r, b, first);
+            CHECK(r2 != ncclSuccess, "how %d: the dropping rank's next all-reduce: d=%g", how, d);
+        } else {
+            const char *m = r != ncclSuccess ? first : ncclGetLastError(NULL);
+            CHECK((r != ncclSuccess || r2 != ncclSuccess) && strstr(m, "rejected"),
+                  "how %d: a peer's group end %d, next all-reduce %d: '%s'", how, (int)r, (int)r2,
+                  m);
+        }
+        CHECK(r2 != ncclSuccess || d == (float)(100 * n + n * (n - 1) / 2),
+              "how %d: the next all-reduce paired with another call: d=%g", how, d);
+        NCCLOK(ncclCommDestroy(sub));
+    }
+    return 0;
+}
+
 /* A call refused on one rank only (its arguments fail the checks there): that rank gets the
  * argument error, and its peers' matching calls fail at once naming the refusal, instead of
  * waiting out the timeout or pairing with the refusing rank's next call. Each case runs on its
@@ -355,10 +398,14 @@ int test_refused(ncclComm_t world)
         NCCLOK(ncclCommSplit(world, 0, me, &sub, NULL));
         ncclResult_t r;
         if (!grouped) {
-            if (me == last)
+            /* The refusing rank is told that braid failed its communicator (the peers did not
+             * refuse the same call; NCCL's would stay usable). */
+            if (me == last) {
                 EXPECT(ncclAllReduce(x, y, 8, (ncclDataType_t)99, ncclSum, sub, NULL),
                        ncclInvalidArgument, "datatype=99");
-            else {
+                CHECK(strstr(ncclGetLastError(NULL), "; the communicator failed: "),
+                      "a refusal that failed the comm: '%s'", ncclGetLastError(NULL));
+            } else {
                 r = ncclAllReduce(x, y, 8, ncclFloat32, ncclSum, sub, NULL);
                 CHECK(r == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "rejected"),
                       "a peer's refused all-reduce: %d '%s'", (int)r, ncclGetLastError(NULL));
@@ -373,7 +420,8 @@ int test_refused(ncclComm_t world)
                 NCCLOK(ncclRecv(y, 8, ncclFloat32, (me + n - 1) % n, sub, NULL));
             r = ncclGroupEnd();
             if (me == last)
-                CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "peer="),
+                CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "peer=") &&
+                          strstr(ncclGetLastError(NULL), "; the communicator failed: "),
                       "the refusing rank's group end: %d '%s'", (int)r, ncclGetLastError(NULL));
             else {
                 /* A peer whose part went through (its send was buffered, its receive came
@@ -386,6 +434,7 @@ int test_refused(ncclComm_t world)
         if (me == last) CHECK(y[0] == 0, "a refused call moved data (%g)", y[0]);
         NCCLOK(ncclCommDestroy(sub));
     }
+    if (dropped_group(world)) return 1;
     if (allreduce_check(world, me, n, 21, "after refused calls")) return 1;
     printf("rank %d: refused ok\n", me);
     return 0;

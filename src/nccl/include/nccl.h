@@ -117,7 +117,8 @@ typedef struct ncclConfig_v21700 {
             NCCL_CONFIG_UNDEF_INT                                                                  \
     }
 
-/** Output of ncclGroupSimulateEnd (not implemented by braid). */
+/** Output of ncclGroupSimulateEnd (braid leaves estimatedTime unchanged: it has no cost
+ * model). */
 typedef struct ncclSimInfo_v22200 {
     size_t size;
     unsigned int magic;
@@ -322,7 +323,11 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t pncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
-/** Not implemented: ends the group without running it, returns ncclInvalidUsage. */
+/** Ends the outermost group as NCCL 2.26 simulates it: simInfo NULL is ncclGroupEnd; a simInfo
+ * without NCCL_SIM_INFO_INITIALIZER's magic fails the group (ncclInvalidArgument); a group of
+ * non-blocking communicators runs as at ncclGroupEnd. Otherwise the group's inits and splits
+ * run and none of its operations does: ncclSuccess when it holds no collective, else
+ * ncclInvalidUsage (braid cannot estimate a collective). estimatedTime is left unchanged. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
