@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char bindir[PATH_MAX];
@@ -517,4 +518,22 @@ Test(perftools, tcpbw_reports_a_rate_per_chunk_and_sockbuf_and_the_best)
         cr_assert(strstr(out, "usage: tcpbw"), "%s: %s", bad[i], out);
         free(out);
     }
+}
+
+/* A local process that connects to a rank's port and sends nothing is dropped after 1 s: it
+ * used to hold the token read for the 30 s socket timeout (a few pushed the run past 120 s). */
+Test(perftools, tcpbw_drops_a_silent_connection_within_seconds)
+{
+    int st;
+    struct timespec t0, t1;
+    setenv("TCPBW_TEST_STRANGER", "silent", 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *out = tcpbw_run("-n 2 -s 1M -c 64K -r 1", &st);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    unsetenv("TCPBW_TEST_STRANGER");
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "rank 1: closed a connection that sent no token within 1 s"), "%s", out);
+    cr_assert_lt(secs, 15.0, "%.1f s:\n%s", secs, out);
+    free(out);
 }
