@@ -537,3 +537,43 @@ Test(perftools, tcpbw_drops_a_silent_connection_within_seconds)
     cr_assert_lt(secs, 15.0, "%.1f s:\n%s", secs, out);
     free(out);
 }
+
+/* perf/median.sh's median_csv (compare.sh, compare_tcp.sh, compare_group.sh with -R K): for an
+ * even count, the mean of the two middle out-of-place times (not the faster run), bandwidths
+ * scaled to it; an odd count keeps the middle row whole. */
+Test(perftools, median_csv_means_the_two_middle_rows)
+{
+    char dir[] = "/tmp/braid_median_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    static const char hdr[] = "collective,nranks,size,count,type,redop,root,time_oop_us,algbw_oop,"
+                              "busbw_oop,wrong_oop,time_ip_us,algbw_ip,busbw_ip,wrong_ip\n";
+    static const char *rows[] = {
+        "all_reduce,2,8,2,float,sum,0,10.000,0.000800,0.000800,0,20.000,0.000400,0.000400,0\n",
+        "all_reduce,2,8,2,float,sum,0,30.000,0.000267,0.000267,0,40.000,0.000200,0.000200,1\n",
+        "all_reduce,2,8,2,float,sum,0,90.000,0.000089,0.000089,0,90.000,0.000089,0.000089,0\n"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof(path), "%s/r%d.csv", dir, i);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(hdr, f);
+        fputs(rows[i], f);
+        fclose(f);
+    }
+    char cmd[PATH_MAX + 512];
+    int st;
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && . %s/perf/median.sh && median_csv even.csv r0.csv r1.csv && "
+             "median_csv odd.csv r2.csv r0.csv r1.csv && tail -n 1 even.csv && tail -n 1 odd.csv",
+             dir, BRAID_SOURCE_DIR);
+    char *out = run_cmd(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "all_reduce,2,8,2,float,sum,0,20.000,0.000400,0.000400,0,30.000,0.000267,"
+                          "0.000267,1\n"),
+              "%s", out);
+    cr_assert(strstr(out, rows[1]), "odd count: the middle row, whole: %s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    out = run_cmd(cmd, &st);
+    free(out);
+}
