@@ -45,7 +45,8 @@ typedef struct {
     double bw_sum;
     int bw_count;
     int rep;
-    int corrupt; /* test hook PERF_TEST_CORRUPT_RANK: this rank flips an element it checks */
+    long sweeps, rows; /* sweeps of a supported dtype/op/root, and the rows they printed */
+    int corrupt;       /* test hook PERF_TEST_CORRUPT_RANK: this rank flips an element it checks */
 } bench_t;
 
 static double now_sec(void)
@@ -57,13 +58,13 @@ static double now_sec(void)
 
 /* Starts the call of iteration 'iter' on the shifted buffers. */
 static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root, int in_place,
-                      int iter, int nonblocking)
+                      size_t iter, int nonblocking)
 {
     perf_backend_t *b = bt->b;
     size_t total = g->size;
     size_t steps = total ? bt->o->max_bytes / total : 1;
     if (steps == 0) steps = 1;
-    size_t shift = total * ((size_t)iter % steps);
+    size_t shift = total * (iter % steps);
     char *recv = (bt->drecv ? bt->drecv : bt->recv) + shift;
     char *send = (bt->dsend ? bt->dsend : bt->send) + shift;
     const void *s = in_place ? recv + g->send_ip_off * (size_t)b->rank : send;
@@ -72,7 +73,7 @@ static int start_coll(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
 }
 
 static int run_once(bench_t *bt, const perf_geom_t *g, int dtype, int op, int root, int in_place,
-                    int iter)
+                    size_t iter)
 {
     if (start_coll(bt, g, dtype, op, root, in_place, iter, 0)) return -1;
     return bt->b->complete(bt->b);
@@ -90,7 +91,7 @@ static int checked_call(bench_t *bt, const perf_geom_t *g, int dtype, int op, in
     size_t steps = g->size ? o->max_bytes / g->size : 1; /* distinct shifts only */
     int m = steps < (size_t)o->agg_iters ? (int)(steps ? steps : 1) : o->agg_iters;
     for (int a = 1; a < m; a++)
-        if (start_coll(bt, g, dtype, op, root, in_place, a, 1)) return -1;
+        if (start_coll(bt, g, dtype, op, root, in_place, (size_t)a, 1)) return -1;
     if (start_coll(bt, g, dtype, op, root, in_place, 0, 1)) return -1;
     return bt->b->complete(bt->b);
 }
@@ -180,7 +181,8 @@ static int timed_loop(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
     for (int iter = 0; iter < o->iters; iter++) {
         double ti = each ? now_sec() : 0;
         for (int a = 0; a < m; a++) {
-            if (start_coll(bt, g, dtype, op, root, in_place, iter * m + a, nb)) return -1;
+            size_t shift_index = (size_t)iter * (size_t)m + (size_t)a; /* int could overflow */
+            if (start_coll(bt, g, dtype, op, root, in_place, shift_index, nb)) return -1;
             if (z != 0 && b->complete(b)) return -1;
             if (z == 1 && b->barrier(b)) return -1;
         }
@@ -263,26 +265,26 @@ static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
     perf_bw(bt->coll->kind, g->size, sec, b->nranks, &algbw, &busbw);
 
     int64_t wrong = -1;
-    if (o->check > 0) {
-        bt->rep++;
-        perf_gen_t gen;
-        perf_gen_init(&gen, dtype, op, b->nranks, (uint64_t)bt->rep);
-        for (int c = 0; c < o->check; c++) {
-            char *got;
-            size_t n;
-            init_check(bt, &gen, g, root, in_place, &got, &n);
-            if (bt->dsend && (b->dev_copy(b, bt->dsend, bt->send, g->send_bytes) ||
-                              b->dev_copy(b, bt->drecv, bt->recv, g->recv_bytes)))
-                return -1;
-            if (checked_call(bt, g, dtype, op, root, in_place)) return -1;
-            if (bt->drecv && b->dev_copy(b, bt->recv, bt->drecv, g->recv_bytes)) return -1;
-            if (bt->corrupt && n > 0) got[(n - 1) * perf_dtype_size(dtype)] ^= 0x5a;
-            int64_t local = (int64_t)perf_check(&gen, got, bt->exp, n);
-            if (local) bt->errors++;
-            wrong = local;
-            if (b->allreduce_i64(b, &wrong)) return -1;
-            if (wrong) break;
-        }
+    /* --device: in place, recv holds what send holds out of place too (reduce_scatter's and the
+     * scatter root's n blocks of input; the result in block 'rank'): copy the whole size. */
+    size_t dev_recv = in_place ? g->size : g->recv_bytes;
+    for (int c = 0; c < o->check; c++) {
+        char *got;
+        size_t n;
+        perf_gen_t gen; /* a seed per check: -c K checks K different inputs */
+        perf_gen_init(&gen, dtype, op, b->nranks, (uint64_t)++bt->rep);
+        init_check(bt, &gen, g, root, in_place, &got, &n);
+        if (bt->dsend && (b->dev_copy(b, bt->dsend, bt->send, g->send_bytes) ||
+                          b->dev_copy(b, bt->drecv, bt->recv, dev_recv)))
+            return -1;
+        if (checked_call(bt, g, dtype, op, root, in_place)) return -1;
+        if (bt->drecv && b->dev_copy(b, bt->recv, bt->drecv, dev_recv)) return -1;
+        if (bt->corrupt && n > 0) got[(n - 1) * perf_dtype_size(dtype)] ^= 0x5a;
+        int64_t local = (int64_t)perf_check(&gen, got, bt->exp, n);
+        if (local) bt->errors++;
+        wrong = local;
+        if (b->allreduce_i64(b, &wrong)) return -1;
+        if (wrong) break;
     }
 
     if (bt->out) perf_print_row_result(bt->out, sec * 1e6, algbw, busbw, wrong);
@@ -309,7 +311,11 @@ static int bench_time(bench_t *bt, const perf_geom_t *g, int dtype, int op, int 
 
 static size_t next_size(const perf_opts_t *o, size_t size)
 {
-    size_t next = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes;
+    size_t f = o->step_factor, next;
+    if (f > 1)
+        next = size > SIZE_MAX / f ? SIZE_MAX : size * f;
+    else
+        next = size > SIZE_MAX - o->step_bytes ? SIZE_MAX : size + o->step_bytes;
     return next > size ? next : SIZE_MAX; /* a sweep that does not advance ends */
 }
 
@@ -322,7 +328,7 @@ static int warmup(bench_t *bt, int dtype, int op, int root)
         perf_geom_t g;
         perf_geom(bt->coll->kind, size, perf_dtype_size(dtype), bt->b->nranks, &g);
         for (int iter = 0; g.count > 0 && iter < o->warmup_iters; iter++)
-            if (run_once(bt, &g, dtype, op, root, 0, iter)) return -1;
+            if (run_once(bt, &g, dtype, op, root, 0, (size_t)iter)) return -1;
         if (size > SIZE_MAX / 2) break;
     }
     return 0;
@@ -368,6 +374,7 @@ static int sweep(bench_t *bt, int dtype, int op, int root)
             fprintf(bt->out, "\n");
             fflush(bt->out);
         }
+        bt->rows++;
         perf_json_int(j, "actual_iterations", o->iters);
         perf_json_str(j, "experiment_name", "");
         perf_json_obj_end(j);
@@ -392,6 +399,7 @@ static int time_test(bench_t *bt, int dtype, int op, int root)
     if (warmup(bt, dtype, op, root)) return -1;
     long cycles = o->run_cycles; /* 0: forever, as nccl-tests' do { } while (--repeat) */
     do {
+        bt->sweeps++;
         if (sweep(bt, dtype, op, root)) return -1;
     } while (--cycles != 0);
     return 0;
@@ -446,6 +454,7 @@ static int print_devices(bench_t *bt)
 static void *alloc_buf(perf_backend_t *b, int mapped, size_t bytes, size_t *len_p)
 {
     void *p = NULL;
+    if (bytes > SIZE_MAX - 4095) return NULL; /* the rounding would wrap */
     size_t len = (bytes + 4095) / 4096 * 4096;
     if (len == 0) len = 4096;
     if (mapped) {
@@ -569,6 +578,10 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
         if (bt.out) fprintf(stderr, "-R 2: %s has no mappable host memory\n", b->name);
         goto out;
     }
+    if (o->max_bytes > SIZE_MAX - pad) { /* perf_parse_args caps sizes; other callers too */
+        fprintf(stderr, "rank %d: maxbytes %zu is too large\n", bt.wrank, o->max_bytes);
+        goto out;
+    }
     bt.send_base = alloc_buf(b, o->local_register == 2, o->max_bytes + pad, &bt.alloc_len);
     bt.recv_base = alloc_buf(b, o->local_register == 2, o->max_bytes + pad, NULL);
     bt.exp = o->check ? alloc_buf(b, 0, o->max_bytes, NULL) : NULL;
@@ -642,6 +655,14 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
         }
     }
     perf_json_list_end(&bt.json);
+    /* Sizes below one element per block (-b 2 -e 2 with float) measure nothing: an error, not a
+     * passing run (every rank sees the same sizes, so all of them exit 2). */
+    int nothing = bt.sweeps > 0 && bt.rows == 0;
+    if (nothing && bt.out)
+        fprintf(stderr,
+                "%s: nothing was measured: every size from %zu to %zu bytes gives a count of 0 "
+                "(fewer bytes than one element per rank's block); raise -b/-e\n",
+                o->prog, o->min_bytes, o->max_bytes);
 
     /* Every rank's error count is summed before anybody returns, and the footer is printed
      * before the last barrier: a rank that saw wrong data exits 1 only after rank 0 printed
@@ -693,7 +714,7 @@ int perf_bench_run(perf_backend_t *b, const perf_coll_t *coll, const perf_opts_t
     perf_json_list(&bt.json, "errors");
     perf_json_list_end(&bt.json);
     if (b->barrier(b)) goto out;
-    rc = errors || bw_fail ? 1 : 0;
+    rc = nothing ? 2 : errors || bw_fail ? 1 : 0;
 out:
     if (registered && b->deregister_all) b->deregister_all(b);
     if (bt.json.f) {

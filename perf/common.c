@@ -126,9 +126,13 @@ static int bk_start_call(perf_backend_t *b, const perf_coll_t *coll, const void 
             call = "braid_reduce_scatter_stream";
             res = braid_reduce_scatter_stream(send, recv, count, dt, rop, c->comm, stream);
             break;
-        default:
+        case PERF_ALLGATHER:
             call = "braid_allgather_stream";
             res = braid_allgather_stream(send, recv, count, dt, c->comm, stream);
+            break;
+        default: /* perf_parse_args refuses --device 2 for these */
+            call = "--device 2 (braid has no stream-ordered form of this collective)";
+            res = BRAID_ERR_UNSUPPORTED;
             break;
         }
         return res == BRAID_SUCCESS ? 0 : report(b, call, res);

@@ -58,6 +58,8 @@ typedef struct {
 
 void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
                perf_geom_t *geom_p);
+/* 1 if braid has a stream-ordered form (braid_*_stream, --device 2) of the collective. */
+int perf_coll_has_stream(perf_coll_kind_t kind);
 /* algbw and busbw in GB/s for a row of 'size' bytes that took 'sec' seconds. */
 void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double *algbw_p,
              double *busbw_p);
@@ -103,7 +105,9 @@ typedef struct {
     uint64_t seed;
     int64_t lo; /* values are lo + h % span (odd for integer prod; not for float prod) */
     uint64_t span;
-    int nz_ranks; /* ranks >= this one contribute 0 (float8 sums over many ranks) */
+    int nz_ranks;  /* ranks >= this one contribute 0 (float8 sums over many ranks) */
+    int64_t avg_x; /* 16/8-bit float avg where nranks is inexact: inputs v * avg_x, v in -1..1, */
+    double avg_y;  /* each scaled by 1/nranks to v * avg_y exactly (0: inputs nranks * v) */
 } perf_gen_t;
 
 void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed);
@@ -145,8 +149,14 @@ typedef struct {
 /* Parses argv (nccl-tests flags plus --csv FILE). Returns 0 to run, 1 after -h (exit 0),
  * -1 on a bad flag (message printed). */
 int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t *opts_p);
-/* Parses "64", "1.5K", "8M", "1G" (powers of 1024); returns -1 if malformed. */
-double perf_parse_size(const char *s);
+/* The largest -b/-e/-i: 2^48 bytes (SIZE_MAX / 4 where size_t is smaller), so that buffer
+ * lengths with -u's padding and the sweep's steps cannot overflow. */
+#define PERF_MAX_BYTES                                                                             \
+    ((size_t)(SIZE_MAX / 4 < 0x1000000000000ull ? SIZE_MAX / 4 : 0x1000000000000ull))
+/* Parses "64", "8M", "1G", "4KB" (K, M, G: powers of 1024) into *bytes_p; -1 if it is not a
+ * whole number of bytes (as nccl-tests: no fraction, sign, exponent, inf or nan) or it exceeds
+ * PERF_MAX_BYTES. */
+int perf_parse_size(const char *s, size_t *bytes_p);
 
 /* "# nccl-tests version ...", "# Collective test starting: PROG", the parameters line and
  * the -z/-I notes; lib_version is the library's version code (braid_version()). */

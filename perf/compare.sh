@@ -12,7 +12,8 @@
 #   -b/-e/-f/-n/-w/-c/-d/-O  as the perf tools' -b -e -f -n -w -c -d -o
 #   -R K      rounds (default 1): every run K times; round r writes DIR/<tool>_nN.rR.csv/.log and
 #             DIR/<tool>_nN.csv holds, per size, the measured row with the median out-of-place
-#             time of the K rounds (the table and plots use it)
+#             time of the K rounds (the table and plots use it; for an even K, the mean of the
+#             two middle rows, see median_csv in compare_args.sh)
 #
 # Per rank count N: DIR/braid_nN.csv, DIR/ompi_nN.csv and their stdout logs; then DIR/busbw.png
 # (all runs) and DIR/summary.txt (busbw of both at 8B, 1M, 16M, 256M and the largest size).
@@ -78,9 +79,12 @@ for n in $ranks; do
         [ -s "$f" ] && set -- "$@" "$lib n=$n=$f"
     done
 done
-if [ $# -gt 0 ]; then
-    "$here/plot.sh" -o "$dir/busbw.png" -T "all_reduce $dtype $op: braid vs Open MPI (busbw)" "$@"
-    "$here/plot.sh" -o "$dir/time.png" -y time_oop_us -T "all_reduce $dtype $op: time" "$@"
+# Plots need gnuplot; without it (or if plot.sh fails) the table below is still written.
+if [ $# -gt 0 ] && command -v gnuplot >/dev/null 2>&1; then
+    "$here/plot.sh" -o "$dir/busbw.png" -T "all_reduce $dtype $op: braid vs Open MPI (busbw)" "$@" || true
+    "$here/plot.sh" -o "$dir/time.png" -y time_oop_us -T "all_reduce $dtype $op: time" "$@" || true
+elif [ $# -gt 0 ]; then
+    echo "compare.sh: gnuplot not found: no plots" >&2
 fi
 
 # Table: out-of-place busbw (GB/s) and time (us) of both at a few sizes.

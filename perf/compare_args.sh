@@ -40,25 +40,8 @@ for f in braid-run $tools; do
     esac
 done
 
-# median_csv OUT IN...: OUT gets the header of the first IN and, for every size, the row
-# (a real measurement, whole) whose out-of-place time is the median of the INs' rows of that
-# size (the lower middle one for an even count). Used with -R rounds.
-median_csv() {
-    out=$1
-    shift
-    awk -F, 'FNR == 1 { if (!hdr) hdr = $0; next }
-        { k = $3 + 0; n[k]++; row[k, n[k]] = $0; t[k, n[k]] = $8 + 0; if (!(k in seen)) { seen[k] = 1; order[++ns] = k } }
-        END {
-            print hdr
-            for (i = 1; i <= ns; i++) {
-                k = order[i]; m = n[k]
-                for (a = 1; a <= m; a++) idx[a] = a
-                for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++)
-                    if (t[k, idx[b]] < t[k, idx[a]]) { x = idx[a]; idx[a] = idx[b]; idx[b] = x }
-                print row[k, idx[int((m + 1) / 2)]]
-            }
-        }' "$@" >"$out"
-}
+# median_csv (perf/median.sh, where the tests reach it too).
+. "$here/median.sh"
 
 # xcore_probe: "xcore 256K N GB/s", the rate at which one cpu fetches what another just wrote
 # (perf/xcore, as compare_modes.sh's probe), for the summaries' per-round lines: some machines

@@ -81,7 +81,7 @@ run() {
     echo "# compare_modes.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus,"
     echo "#   $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(mpirun --version 2>/dev/null | head -n1)"
     echo "# uptime at start: $(uptime)"
-    echo "# ranks: $ranks; sizes: $sizes; rounds: $rounds; $dtype $op, out of place${xflags:+; braid's flags: $xflags}"
+    echo "# ranks: $ranks; sizes: $sizes; rounds: $rounds; $dtype $op, out of place${xflags:+; braid-only flags: $xflags}"
 } >"$dir/summary.txt"
 for n in $ranks; do
     for s in $sizes; do
@@ -115,7 +115,7 @@ awk -v thr="$thr" '
         c = cnt[key]
         for (i = 1; i <= c; i++) v[i] = val[key, i]
         for (i = 2; i <= c; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-        return c ? v[int((c + 1) / 2)] : -1
+        return !c ? -1 : c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 # even: mean of the middle two
     }
     $4 != "fail" { line[++nl] = $0; if (lo == "" || $5 < lo) lo = $5; if ($5 > hi) hi = $5
                    if ($6 < lo) lo = $6; if ($6 > hi) hi = $6 }

@@ -86,7 +86,7 @@ for c in sendrecv alltoall; do
                     c = m[tool, k]; if (!c) return -1
                     for (i = 1; i <= c; i++) a[i] = v[tool, k, i]
                     for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-                    return a[int((c + 1) / 2)]
+                    return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 # even: mean of the middle two
                 }
                 END {
                     printf "%12s %10s %10s %8s %8s %6s\n", "size", "braid", "ompi", "ratio", "paired", "ahead"

@@ -13,7 +13,8 @@
 #   -R K      rounds (default 1): the whole set of runs K times (the order keeps rotating);
 #             round r writes DIR/{braid,ompi,gloo}_nN.rR.csv/.log, and DIR/<tool>_nN.csv then
 #             holds, per size, the measured row with the median out-of-place time of the K rounds
-#             (use an odd K on a noisy machine; the table and plots use these medians)
+#             (an even K: the mean of the two middle rows, see median_csv in compare_args.sh;
+#             the table and plots use these medians)
 #
 # Per rank count N: DIR/{braid,ompi,gloo}_nN.csv and .log. The three tools run one after the
 # other for each N, and the order rotates from one N to the next (N=2: braid ompi gloo, N=4:

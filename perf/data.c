@@ -14,7 +14,8 @@
  * bfloat16 and float8 scale each input by 1/nranks first (as NCCL's ncclAvg) and get inputs
  * nranks * v (|nranks * v| <= 2^p - 1), so each scaled input is v exactly (the float32 product
  * nranks * v * (float)(1/nranks) is within a float32 ulp of v, which the dtype holds) and the
- * average is the exact sum of the v. Every result must match exactly. */
+ * average is the exact sum of the v. Where nranks is not exact in the dtype (float8 above 8 or
+ * 16 ranks, bfloat16 above 256), see avg_pick. Every result must match exactly. */
 #include "common.h"
 
 #include <math.h>
@@ -244,6 +245,59 @@ static inline uint32_t mix(uint64_t seed, uint64_t idx, uint64_t salt)
 
 #define PERF_MAX_MAG (1ull << 20)
 
+static inline void store_double(int dtype, void *buf, size_t i, double v);
+static inline double load_float(int dtype, const void *buf, size_t i);
+
+/* The value of code c of a 16- or 8-bit float dtype. */
+static double small_float_value(int dtype, uint32_t c)
+{
+    switch (dtype) {
+    case BRAID_FLOAT16:
+        return perf_half_to_float((uint16_t)c);
+    case BRAID_BFLOAT16:
+        return perf_bf16_to_float((uint16_t)c);
+    case BRAID_FLOAT8_E4M3:
+        return perf_e4m3_to_float((uint8_t)c);
+    default:
+        return perf_e5m2_to_float((uint8_t)c);
+    }
+}
+
+/* Avg of a 16- or 8-bit float on n ranks where n is not exact in the dtype (so n * v is not
+ * either): the input magnitude x (a value of the dtype within n/4 of n) whose scaled image
+ * y = x * (float)(1/n), rounded to the dtype as braid's avg scales (braid.h), has the shortest
+ * odd significand m (then the nearest to n); up to (2^bits - 1) / m ranks can each add +-y,
+ * or 0, with every partial sum exact. */
+static void avg_pick(perf_gen_t *g, int dtype, int nranks, int bits)
+{
+    double inv = (float)(1.0 / nranks);
+    uint64_t best_m = 0;
+    double best_d = 0;
+    uint32_t ncodes = dtype == BRAID_FLOAT16 || dtype == BRAID_BFLOAT16 ? 0x8000 : 0x80;
+    for (uint32_t c = 1; c < ncodes; c++) { /* the positive codes */
+        double x = small_float_value(dtype, c), d = fabs(x - nranks);
+        if (!isfinite(x) || d > nranks / 4.0 || x != (double)(int64_t)x) continue;
+        /* the float32 product, then the dtype (yb: room for any dtype's element) */
+        double yb = 0;
+        store_double(dtype, &yb, 0, (float)(x * inv));
+        double y = load_float(dtype, &yb, 0);
+        if (!(y > 0) || !isfinite(y)) continue;
+        int e;
+        uint64_t m = (uint64_t)ldexp(frexp(y, &e), 62); /* y's significand, odd part below */
+        while (m && !(m & 1))
+            m >>= 1;
+        if (m && (!best_m || m < best_m || (m == best_m && d < best_d))) {
+            best_m = m;
+            best_d = d;
+            g->avg_x = (int64_t)x;
+            g->avg_y = y;
+        }
+    }
+    if (!best_m) return; /* no usable x (n beyond the dtype's range): avg_x stays 0 */
+    uint64_t k = ((1ull << bits) - 1) / best_m;
+    if (k < (uint64_t)g->nz_ranks) g->nz_ranks = (int)k;
+}
+
 void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed)
 {
     const dtype_info_t *t = &dtype_info[dtype];
@@ -265,6 +319,13 @@ void perf_gen_init(perf_gen_t *g, int dtype, int op, int nranks, uint64_t seed)
     g->op = op;
     g->nranks = nranks;
     g->seed = seed;
+    g->avg_x = 0;
+    g->avg_y = 0;
+    /* avg scales 16- and 8-bit float inputs by 1/n: inputs n * v need n exact in the dtype */
+    if (op == BRAID_AVG && t->is_float && t->size < 4 && g->nz_ranks < nranks) {
+        avg_pick(g, dtype, nranks, t->bits);
+        m = 1;
+    }
     if (t->is_signed) {
         g->lo = -(int64_t)m;
         g->span = 2 * m + 1;
@@ -303,9 +364,10 @@ static inline int64_t int_value(const perf_gen_t *g, uint64_t idx, int rank)
 {
     if (rank >= g->nz_ranks) return 0;
     int64_t v = g->lo + (int64_t)(mix(g->seed, idx, (uint64_t)rank) % g->span);
-    /* float16/bfloat16/float8 avg: nranks * v, whose scaling by 1/nranks gives v back */
+    /* float16/bfloat16/float8 avg: nranks * v, whose scaling by 1/nranks gives v back, or
+     * v * avg_x (v in -1..1) where nranks is not exact in the dtype (avg_pick) */
     if (g->op == BRAID_AVG && dtype_info[g->dtype].is_float && dtype_info[g->dtype].size < 4)
-        return v * g->nranks;
+        return v * (g->avg_x ? g->avg_x : g->nranks);
     /* Integer prod wraps (as braid documents); odd factors keep the product from collapsing
      * to 0 mod 2^bits, so a misplaced element still shows. */
     return g->op == BRAID_PROD ? (int64_t)((uint64_t)v | 1u) : v;
@@ -425,7 +487,9 @@ void perf_fill_expected(const perf_gen_t *g, void *buf, size_t count, uint64_t i
                 break; /* sum, avg: no overflow by the choice of range */
             }
         }
-        if (g->op == BRAID_AVG && is_float)
+        if (g->op == BRAID_AVG && g->avg_x) /* acc = avg_x * (sum of the v) */
+            store_double(g->dtype, buf, i, (double)(acc / g->avg_x) * g->avg_y);
+        else if (g->op == BRAID_AVG && is_float)
             store_double(g->dtype, buf, i, (double)acc / n);
         else if (g->op == BRAID_AVG)
             store_int(g->dtype, buf, i, acc / n); /* truncating, as braid's integer avg */

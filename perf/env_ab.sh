@@ -65,7 +65,7 @@ echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/summary.txt"
 median() { # n value size: the median out-of-place time over the rounds
     for r in $(seq "$rounds"); do
         awk -v s="$3" '$1 == s && $6 + 0 > 0 { print $6 }' "$out/n$1.$2.r$r.log"
-    done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
+    done | sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 {
     printf '%-6s %12s' ranks size

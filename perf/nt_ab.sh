@@ -21,7 +21,7 @@ done
 median() { # n nt size: the median out-of-place time (us) over the rounds
     for r in $(seq "$rounds"); do
         awk -v s="$3" '$1 == s { print $6 }' "$out/n$1.nt$2.r$r.log"
-    done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+    done | sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 {
     echo "size ranks nt=0_us nt=1_us (median of $rounds rounds, out of place)"

@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -70,6 +71,12 @@ void perf_geom(perf_coll_kind_t kind, size_t bytes, size_t typesize, int nranks,
     *geom_p = g;
 }
 
+int perf_coll_has_stream(perf_coll_kind_t kind)
+{
+    return kind == PERF_ALLREDUCE || kind == PERF_BROADCAST || kind == PERF_REDUCE ||
+           kind == PERF_REDUCE_SCATTER || kind == PERF_ALLGATHER;
+}
+
 void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double *algbw_p,
              double *busbw_p)
 {
@@ -97,45 +104,61 @@ void perf_bw(perf_coll_kind_t kind, size_t size, double sec, int nranks, double 
 
 /* ---- command line -------------------------------------------------------------------------- */
 
-double perf_parse_size(const char *s)
+int perf_parse_size(const char *s, size_t *bytes_p)
 {
+    /* As nccl-tests' parsesize: decimal digits, then K, M or G (and an optional B). No sign,
+     * fraction, exponent, inf or nan: a size is a whole number of bytes. */
+    if (!isdigit((unsigned char)*s)) return -1;
     char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1.0;
-    while (isspace((unsigned char)*end))
-        end++;
-    double units = 1.0;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1; /* ERANGE */
+    int shift = 0;
     switch (*end) {
     case 'G':
     case 'g':
-        units = 1024.0 * 1024 * 1024;
+        shift = 30;
         break;
     case 'M':
     case 'm':
-        units = 1024.0 * 1024;
+        shift = 20;
         break;
     case 'K':
     case 'k':
-        units = 1024.0;
+        shift = 10;
         break;
-    case '\0':
-        return v;
     default:
-        return -1.0;
+        break;
     }
-    end++;
-    if (*end == 'B' || *end == 'b') end++;
-    return *end == '\0' ? v * units : -1.0;
+    if (shift) {
+        end++;
+        if (*end == 'B' || *end == 'b') end++;
+    }
+    if (*end != '\0' || v > (unsigned long long)(PERF_MAX_BYTES >> shift)) return -1;
+    *bytes_p = (size_t)v << shift;
+    return 0;
 }
 
-static int parse_int(const char *s, const char *what, long min, long *out)
+/* An integer in [min, max]; the message names the option and the range. */
+static int parse_int(const char *s, const char *what, long min, long max, long *out)
 {
     char *end;
+    errno = 0;
     long v = strtol(s, &end, 0);
-    if (end == s || *end != '\0' || v < min) {
-        fprintf(stderr, "invalid value '%s' for '%s'\n", s, what);
+    if (end == s || *end != '\0' || errno || v < min || v > max) {
+        fprintf(stderr, "invalid value '%s' for '%s' (%ld..%ld)\n", s, what, min, max);
         return -1;
     }
+    *out = v;
+    return 0;
+}
+
+/* A non-negative finite number of seconds (-T). */
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v) || v < 0 || v > 1e9) return -1;
     *out = v;
     return 0;
 }
@@ -264,11 +287,11 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             NULL);
         if (c == -1) break;
         long v = 0;
-        double sz;
+        size_t sz;
         switch (c) {
         case 't':
         case 'g':
-            if (parse_int(optarg, c == 't' ? "nthreads" : "ngpus", 1, &v)) return -1;
+            if (parse_int(optarg, c == 't' ? "nthreads" : "ngpus", 1, INT32_MAX, &v)) return -1;
             if (v != 1) {
                 fprintf(stderr,
                         "-%c %ld: braid's perf tools run one rank per process; start "
@@ -280,44 +303,46 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
         case 'b':
         case 'e':
         case 'i':
-            sz = perf_parse_size(optarg);
-            if (sz < 0) {
-                fprintf(stderr, "invalid size specified for '%s'\n", sizename(c));
+            if (perf_parse_size(optarg, &sz)) {
+                fprintf(stderr,
+                        "invalid size '%s' for '%s': a whole number of bytes up to %zu, or of "
+                        "K, M or G (powers of 1024)\n",
+                        optarg, sizename(c), (size_t)PERF_MAX_BYTES);
                 return -1;
             }
             if (c == 'b')
-                o.min_bytes = (size_t)sz;
+                o.min_bytes = sz;
             else if (c == 'e')
-                o.max_bytes = (size_t)sz;
+                o.max_bytes = sz;
             else
-                o.step_bytes = (size_t)sz;
+                o.step_bytes = sz;
             break;
         case 'f':
-            if (parse_int(optarg, "stepfactor", 0, &v)) return -1;
+            if (parse_int(optarg, "stepfactor", 0, INT32_MAX, &v)) return -1;
             o.step_factor = (size_t)v;
             break;
         case 'n':
-            if (parse_int(optarg, "iters", 1, &v) || v > INT32_MAX / 2) return -1;
+            if (parse_int(optarg, "iters", 1, INT32_MAX / 2, &v)) return -1;
             o.iters = (int)v;
             break;
         case 'm':
-            if (parse_int(optarg, "agg_iters", 1, &v) || v > INT32_MAX / 2) return -1;
+            if (parse_int(optarg, "agg_iters", 1, INT32_MAX / 2, &v)) return -1;
             o.agg_iters = (int)v;
             break;
         case 'w':
-            if (parse_int(optarg, "warmup_iters", 0, &v) || v > INT32_MAX) return -1;
+            if (parse_int(optarg, "warmup_iters", 0, INT32_MAX, &v)) return -1;
             o.warmup_iters = (int)v;
             break;
         case 'N':
-            if (parse_int(optarg, "run_cycles", 0, &v) || v > INT32_MAX) return -1;
+            if (parse_int(optarg, "run_cycles", 0, INT32_MAX, &v)) return -1;
             o.run_cycles = (int)v;
             break;
         case 'c':
-            if (parse_int(optarg, "check", 0, &v) || v > INT32_MAX) return -1;
+            if (parse_int(optarg, "check", 0, INT32_MAX, &v)) return -1;
             o.check = (int)v;
             break;
         case 'z':
-            if (parse_int(optarg, "blocking", 0, &v)) return -1;
+            if (parse_int(optarg, "blocking", 0, INT32_MAX, &v)) return -1;
             if (v > 3) {
                 fprintf(stderr, "invalid value '%s' for 'blocking' (0..3)\n", optarg);
                 return -1;
@@ -333,7 +358,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                           : c == 'S' ? "report_timestamps"
                           : c == 'M' ? "memory"
                                      : "per_iter_timing",
-                          0, &v))
+                          0, INT32_MAX, &v))
                 return -1;
             if (c == 'I' && v > 1) {
                 fprintf(stderr, "invalid value '%s' for 'per_iter_timing' (0 or 1)\n", optarg);
@@ -345,11 +370,11 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             if (c == 'I') o.per_iter_timing = v != 0;
             break;
         case 'K':
-            if (parse_int(optarg, "per_iter_skip", 0, &v) || v > INT32_MAX) return -1;
+            if (parse_int(optarg, "per_iter_skip", 0, INT32_MAX, &v)) return -1;
             o.per_iter_skip = (int)v;
             break;
         case 'a':
-            if (parse_int(optarg, "average", 0, &v)) return -1;
+            if (parse_int(optarg, "average", 0, INT32_MAX, &v)) return -1;
             if (v > 3) {
                 fprintf(stderr, "invalid value '%s' for 'average' (0..3)\n", optarg);
                 return -1;
@@ -357,7 +382,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             o.average = (int)v;
             break;
         case 'r':
-            if (parse_int(optarg, "root", -1, &v) || v > INT32_MAX) return -1;
+            if (parse_int(optarg, "root", -1, INT32_MAX, &v)) return -1;
             o.root = (int)v; /* -1 = PERF_ALL: every root in turn */
             break;
         case 'o':
@@ -378,14 +403,14 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             }
             break;
         case 'G':
-            if (parse_int(optarg, "cudagraph", 0, &v)) return -1;
+            if (parse_int(optarg, "cudagraph", 0, INT32_MAX, &v)) return -1;
             if (v != 0) {
                 fprintf(stderr, "-G %ld: CUDA graphs are not supported by the host tools\n", v);
                 return -1;
             }
             break;
         case 'R':
-            if (parse_int(optarg, "local_register", 0, &v)) return -1;
+            if (parse_int(optarg, "local_register", 0, INT32_MAX, &v)) return -1;
             if (v > 2) {
                 fprintf(stderr, "invalid value '%s' for 'local_register' (0, 1 or 2)\n", optarg);
                 return -1;
@@ -396,7 +421,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
                              "(every local rank maps them) and are registered as with -R 1");
             break;
         case 'D':
-            if (parse_int(optarg, "device_implementation", 0, &v)) return -1;
+            if (parse_int(optarg, "device_implementation", 0, INT32_MAX, &v)) return -1;
             if (v != 0) {
                 fprintf(stderr, "-D %ld: braid has no device implementations (0 only)\n", v);
                 return -1;
@@ -404,21 +429,20 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             break;
         case 'x':
         case 'V':
-            if (parse_int(optarg, c == 'x' ? "cta_policy" : "device_cta_count", 0, &v)) return -1;
+            if (parse_int(optarg, c == 'x' ? "cta_policy" : "device_cta_count", 0, INT32_MAX, &v))
+                return -1;
             add_note(&o, c == 'x' ? "-x: CTA policies are a GPU setting; ignored"
                                   : "-V: braid has no device implementation; ignored");
             break;
         case 'u':
-            if (parse_int(optarg, "unalign", 0, &v) || v > 4096) return -1;
+            if (parse_int(optarg, "unalign", 0, 4096, &v)) return -1;
             o.unalign = (int)v;
             break;
         case 'T':
-            sz = perf_parse_size(optarg); /* a plain non-negative number */
-            if (sz < 0 || strpbrk(optarg, "kKmMgG")) {
-                fprintf(stderr, "invalid value '%s' for 'timeout'\n", optarg);
+            if (parse_seconds(optarg, &o.timeout)) {
+                fprintf(stderr, "invalid value '%s' for 'timeout' (seconds)\n", optarg);
                 return -1;
             }
-            o.timeout = sz;
             break;
         case 'J':
             o.json_path = optarg;
@@ -427,7 +451,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             o.csv_path = optarg;
             break;
         case 1001:
-            if (parse_int(optarg, "device", 0, &v) || v > 2) {
+            if (parse_int(optarg, "device", 0, INT32_MAX, &v) || v > 2) {
                 fprintf(stderr, "--device %s: 0 (host), 1 (device, blocking), 2 (stream)\n",
                         optarg);
                 return -1;
@@ -435,7 +459,7 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             o.device = (int)v;
             break;
         case 1002:
-            if (parse_int(optarg, "group", 0, &v) || v > 1) {
+            if (parse_int(optarg, "group", 0, INT32_MAX, &v) || v > 1) {
                 fprintf(stderr, "--group %s: 0 or 1\n", optarg);
                 return -1;
             }
@@ -443,7 +467,8 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
             break;
         case 'p':
         case 'y':
-            if (parse_int(optarg, c == 'p' ? "parallel_init" : "stream_null", 0, &v)) return -1;
+            if (parse_int(optarg, c == 'p' ? "parallel_init" : "stream_null", 0, INT32_MAX, &v))
+                return -1;
             break; /* accepted for compatibility, no effect */
         case 'h':
             usage(o.prog, coll);
@@ -475,6 +500,13 @@ int perf_parse_args(int argc, char **argv, const perf_coll_t *coll, perf_opts_t 
     }
     if (o.per_iter_skip && !o.per_iter_timing) {
         fprintf(stderr, "per-iteration skip (-K) requires per-iteration timing (-I 1)\n");
+        return -1;
+    }
+    if (o.device == 2 && !perf_coll_has_stream(coll->kind)) {
+        fprintf(stderr,
+                "--device 2: braid has no stream-ordered form of %s (only all_reduce, "
+                "broadcast, reduce, reduce_scatter and all_gather); use --device 1\n",
+                coll->name);
         return -1;
     }
     if (o.group && (coll->kind == PERF_SENDRECV || coll->kind == PERF_HYPERCUBE || o.device == 2)) {

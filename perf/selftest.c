@@ -1,24 +1,21 @@
 /* perf_selftest: tests of the perf harness that need no working library.
  *
- * A private fake backend runs N ranks as threads of one process and implements every collective
- * with braid's documented semantics (integers wrap; float16/bfloat16 combine in float32 and round
- * to nearest even after each pair; avg scales float16/bfloat16/float8 by 1/n first and divides
- * the other dtypes' sum at the end, integers truncating), so
- * the whole loop of bench.c (geometry, in-place offsets, shifts, checks, -a, output) runs here.
+ * A fake backend (selftest_fake.c) runs N ranks as threads of one process and implements every
+ * collective with braid's documented semantics (integers wrap; float16/bfloat16 combine in float32
+ * and round to nearest even after each pair; avg scales float16/bfloat16/float8 by 1/n first and
+ * divides the other dtypes' sum at the end, integers truncating), so the whole loop of bench.c
+ * (geometry, in-place offsets, shifts, checks, -a, output) runs here.
  *
  *   perf_selftest                    unit tests + every collective, dtype and op on 1..4 ranks
  *   perf_selftest run N COLL [flags] one fake run with the tools' flags, output shown
  *                                    (COLL: all_reduce broadcast reduce reduce_scatter all_gather;
  *                                    FAKE_BUG=1 corrupts one element to see the check fail) */
-#include "common.h"
+#include "selftest.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define FAKE_MAX_RANKS 16
 
 static int failures;
 #define EXPECT(cond)                                                                               \
@@ -28,390 +25,6 @@ static int failures;
             failures++;                                                                            \
         }                                                                                          \
     } while (0)
-
-/* ---- reference element arithmetic (braid's semantics) -------------------------------------- */
-
-static int is_float(int dt)
-{
-    return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT32 ||
-           dt == BRAID_FLOAT64 || dt == BRAID_FLOAT8_E4M3 || dt == BRAID_FLOAT8_E5M2;
-}
-
-static int is_unsigned(int dt)
-{
-    return dt == BRAID_UINT8 || dt == BRAID_UINT32 || dt == BRAID_UINT64;
-}
-
-static int64_t load_i(int dt, const void *p, size_t i)
-{
-    switch (dt) {
-    case BRAID_INT8:
-        return ((const int8_t *)p)[i];
-    case BRAID_UINT8:
-        return ((const uint8_t *)p)[i];
-    case BRAID_INT32:
-        return ((const int32_t *)p)[i];
-    case BRAID_UINT32:
-        return ((const uint32_t *)p)[i];
-    default:
-        return ((const int64_t *)p)[i];
-    }
-}
-
-static void store_i(int dt, void *p, size_t i, int64_t v)
-{
-    switch (dt) {
-    case BRAID_INT8:
-    case BRAID_UINT8:
-        ((uint8_t *)p)[i] = (uint8_t)v;
-        break;
-    case BRAID_INT32:
-    case BRAID_UINT32:
-        ((uint32_t *)p)[i] = (uint32_t)v;
-        break;
-    default:
-        ((uint64_t *)p)[i] = (uint64_t)v;
-        break;
-    }
-}
-
-static double load_f(int dt, const void *p, size_t i)
-{
-    switch (dt) {
-    case BRAID_FLOAT16:
-        return perf_half_to_float(((const uint16_t *)p)[i]);
-    case BRAID_BFLOAT16:
-        return perf_bf16_to_float(((const uint16_t *)p)[i]);
-    case BRAID_FLOAT32:
-        return ((const float *)p)[i];
-    case BRAID_FLOAT8_E4M3:
-        return perf_e4m3_to_float(((const uint8_t *)p)[i]);
-    case BRAID_FLOAT8_E5M2:
-        return perf_e5m2_to_float(((const uint8_t *)p)[i]);
-    default:
-        return ((const double *)p)[i];
-    }
-}
-
-/* Rounds to the dtype (float16/bfloat16 through float32, as braid). */
-static double round_f(int dt, double v)
-{
-    switch (dt) {
-    case BRAID_FLOAT16:
-        return perf_half_to_float(perf_float_to_half((float)v));
-    case BRAID_BFLOAT16:
-        return perf_bf16_to_float(perf_float_to_bf16((float)v));
-    case BRAID_FLOAT32:
-        return (float)v;
-    case BRAID_FLOAT8_E4M3:
-        return perf_e4m3_to_float(perf_float_to_e4m3((float)v));
-    case BRAID_FLOAT8_E5M2:
-        return perf_e5m2_to_float(perf_float_to_e5m2((float)v));
-    default:
-        return v;
-    }
-}
-
-static void store_f(int dt, void *p, size_t i, double v)
-{
-    switch (dt) {
-    case BRAID_FLOAT16:
-        ((uint16_t *)p)[i] = perf_float_to_half((float)v);
-        break;
-    case BRAID_BFLOAT16:
-        ((uint16_t *)p)[i] = perf_float_to_bf16((float)v);
-        break;
-    case BRAID_FLOAT32:
-        ((float *)p)[i] = (float)v;
-        break;
-    case BRAID_FLOAT8_E4M3:
-        ((uint8_t *)p)[i] = perf_float_to_e4m3((float)v);
-        break;
-    case BRAID_FLOAT8_E5M2:
-        ((uint8_t *)p)[i] = perf_float_to_e5m2((float)v);
-        break;
-    default:
-        ((double *)p)[i] = v;
-        break;
-    }
-}
-
-/* avg's pre-scaling of float16/bfloat16/float8 (braid.h): v times (float)(1/n), the product
- * rounded to float32, then to the dtype; other dtypes divide the sum instead. */
-static int avg_prescales(int dt)
-{
-    return dt == BRAID_FLOAT16 || dt == BRAID_BFLOAT16 || dt == BRAID_FLOAT8_E4M3 ||
-           dt == BRAID_FLOAT8_E5M2;
-}
-
-static double avg_scaled(int dt, int n, double v)
-{
-    return round_f(dt, (float)(v * (double)(float)(1.0 / n)));
-}
-
-/* dst[di] = src[0][off] op src[1][off] op ... (rank order); avg: float16/bfloat16/float8
- * scaled by 1/n first, the others divided at the end. */
-static void ref_reduce(int dt, int op, int n, const void *const *src, size_t off, void *dst,
-                       size_t di)
-{
-    int mul = op == PERF_OP_MULSUM; /* each rank's input times its scalar (exact) */
-    if (is_float(dt)) {
-        double acc = load_f(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
-        int pre = op == BRAID_AVG && avg_prescales(dt);
-        if (pre) acc = avg_scaled(dt, n, acc);
-        for (int r = 1; r < n; r++) {
-            double v = load_f(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
-            if (pre) v = avg_scaled(dt, n, v);
-            switch (op) {
-            case BRAID_PROD:
-                acc = acc * v;
-                break;
-            case BRAID_MIN:
-                acc = v < acc ? v : acc;
-                break;
-            case BRAID_MAX:
-                acc = v > acc ? v : acc;
-                break;
-            default:
-                acc = acc + v;
-                break;
-            }
-            if (dt != BRAID_FLOAT64) acc = (float)acc; /* float32 compute type */
-            acc = round_f(dt, acc);
-        }
-        if (op == BRAID_AVG && !pre)
-            acc = dt == BRAID_FLOAT64 ? acc / n : (double)((float)acc / (float)n);
-        store_f(dt, dst, di, acc);
-        return;
-    }
-    uint8_t tmp[8];
-    int64_t acc = load_i(dt, src[0], off) * (mul ? perf_mulsum_scalar(0) : 1);
-    for (int r = 1; r < n; r++) {
-        int64_t v = load_i(dt, src[r], off) * (mul ? perf_mulsum_scalar(r) : 1);
-        int lt = is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc;
-        switch (op) {
-        case BRAID_PROD:
-            acc = (int64_t)((uint64_t)acc * (uint64_t)v);
-            break;
-        case BRAID_MIN:
-            acc = lt ? v : acc;
-            break;
-        case BRAID_MAX:
-            acc = lt ? acc : v;
-            break;
-        default:
-            acc = (int64_t)((uint64_t)acc + (uint64_t)v);
-            break;
-        }
-        store_i(dt, tmp, 0, acc); /* wrap to the dtype */
-        acc = load_i(dt, tmp, 0);
-    }
-    if (op == BRAID_AVG) acc = is_unsigned(dt) ? (int64_t)((uint64_t)acc / (uint64_t)n) : acc / n;
-    store_i(dt, dst, di, acc);
-}
-
-/* ---- the fake backend: ranks are threads ---------------------------------------------------- */
-
-typedef struct {
-    int n, bug;
-    pthread_barrier_t bar;
-    struct {
-        const void *send;
-        int64_t i64;
-        double f64;
-    } post[FAKE_MAX_RANKS];
-} fake_world_t;
-
-typedef struct {
-    fake_world_t *w;
-    char *tmp;
-    size_t cap;
-} fake_ctx_t;
-
-static void sync_all(fake_world_t *w)
-{
-    pthread_barrier_wait(&w->bar);
-}
-
-static int fake_start(perf_backend_t *b, const perf_coll_t *coll, const void *send, void *recv,
-                      size_t count, int dt, int op, int root, int nonblocking)
-{
-    fake_ctx_t *c = b->ctx;
-    fake_world_t *w = c->w;
-    int me = b->rank, n = b->nranks;
-    size_t ts = perf_dtype_size(dt);
-    int many = coll->kind == PERF_ALLGATHER || coll->kind == PERF_ALLTOALL ||
-               coll->kind == PERF_GATHER || coll->kind == PERF_HYPERCUBE;
-    size_t out = many ? count * (size_t)n : count;
-    (void)nonblocking;
-    if (out * ts > c->cap) {
-        free(c->tmp);
-        c->cap = out * ts;
-        c->tmp = malloc(c->cap);
-        if (!c->tmp) return -1;
-    }
-    w->post[me].send = send;
-    sync_all(w);
-    const void *src[FAKE_MAX_RANKS];
-    for (int r = 0; r < n; r++)
-        src[r] = w->post[r].send;
-    switch (coll->kind) {
-    case PERF_ALLREDUCE:
-    case PERF_REDUCE:
-        for (size_t i = 0; i < count; i++)
-            ref_reduce(dt, op, n, src, i, c->tmp, i);
-        break;
-    case PERF_REDUCE_SCATTER:
-        for (size_t i = 0; i < count; i++)
-            ref_reduce(dt, op, n, src, (size_t)me * count + i, c->tmp, i);
-        break;
-    case PERF_BROADCAST:
-        memcpy(c->tmp, src[root], count * ts);
-        break;
-    case PERF_ALLGATHER:
-    case PERF_GATHER:
-    case PERF_HYPERCUBE:
-        for (int q = 0; q < n; q++)
-            memcpy(c->tmp + (size_t)q * count * ts, src[q], count * ts);
-        break;
-    case PERF_ALLTOALL: /* block q from rank q's block me */
-        for (int q = 0; q < n; q++)
-            memcpy(c->tmp + (size_t)q * count * ts, (const char *)src[q] + (size_t)me * count * ts,
-                   count * ts);
-        break;
-    case PERF_SCATTER:
-        memcpy(c->tmp, (const char *)src[root] + (size_t)me * count * ts, count * ts);
-        break;
-    case PERF_SENDRECV:
-        memcpy(c->tmp, src[(me + n - 1) % n], count * ts);
-        break;
-    }
-    if (w->bug && me == n - 1 && out > 2) c->tmp[ts] ^= 0x10; /* element 1, last rank */
-    sync_all(w);
-    if ((coll->kind != PERF_REDUCE && coll->kind != PERF_GATHER) || me == root)
-        memcpy(recv, c->tmp, out * ts);
-    sync_all(w);
-    return 0;
-}
-
-static int fake_complete(perf_backend_t *b)
-{
-    (void)b;
-    return 0;
-}
-
-static int fake_barrier(perf_backend_t *b)
-{
-    sync_all(((fake_ctx_t *)b->ctx)->w);
-    return 0;
-}
-
-static int fake_allreduce_f64(perf_backend_t *b, double *v, int op)
-{
-    fake_world_t *w = ((fake_ctx_t *)b->ctx)->w;
-    w->post[b->rank].f64 = *v;
-    sync_all(w);
-    double acc = w->post[0].f64;
-    for (int r = 1; r < b->nranks; r++) {
-        double x = w->post[r].f64;
-        acc = op == BRAID_MIN ? fmin(acc, x) : op == BRAID_MAX ? fmax(acc, x) : acc + x;
-    }
-    sync_all(w);
-    *v = acc;
-    return 0;
-}
-
-static int fake_allreduce_i64(perf_backend_t *b, int64_t *v)
-{
-    fake_world_t *w = ((fake_ctx_t *)b->ctx)->w;
-    w->post[b->rank].i64 = *v;
-    sync_all(w);
-    int64_t acc = 0;
-    for (int r = 0; r < b->nranks; r++)
-        acc += w->post[r].i64;
-    sync_all(w);
-    *v = acc;
-    return 0;
-}
-
-static int fake_allgather_bytes(perf_backend_t *b, const void *mine, void *all, size_t len)
-{
-    fake_world_t *w = ((fake_ctx_t *)b->ctx)->w;
-    w->post[b->rank].send = mine;
-    sync_all(w);
-    for (int r = 0; r < b->nranks; r++)
-        memcpy((char *)all + (size_t)r * len, w->post[r].send, len);
-    sync_all(w);
-    return 0;
-}
-
-static int fake_supports(perf_backend_t *b, const perf_coll_t *coll, int dt, int op)
-{
-    (void)b, (void)coll, (void)dt, (void)op;
-    return 1;
-}
-
-typedef struct {
-    fake_world_t *w;
-    int rank, rc;
-    const perf_coll_t *coll;
-    const perf_opts_t *opts;
-} fake_rank_t;
-
-static void *fake_rank_main(void *arg)
-{
-    fake_rank_t *fr = arg;
-    fake_ctx_t ctx = {.w = fr->w};
-    perf_backend_t b = {
-        .name = "fake",
-        .rank = fr->rank,
-        .nranks = fr->w->n,
-        .ctx = &ctx,
-        .start = fake_start,
-        .complete = fake_complete,
-        .barrier = fake_barrier,
-        .allreduce_f64 = fake_allreduce_f64,
-        .allreduce_i64 = fake_allreduce_i64,
-        .allgather_bytes = fake_allgather_bytes,
-        .supports = fake_supports,
-        .device_desc = "fake (threads)",
-    };
-    fr->rc = perf_bench_run(&b, fr->coll, fr->opts);
-    free(ctx.tmp);
-    return NULL;
-}
-
-/* Runs the bench loop on n thread-ranks; returns the worst exit code. */
-static int fake_run(int n, int bug, const perf_coll_t *coll, const perf_opts_t *opts)
-{
-    fake_world_t w = {.n = n, .bug = bug};
-    pthread_t th[FAKE_MAX_RANKS];
-    fake_rank_t fr[FAKE_MAX_RANKS];
-    pthread_barrier_init(&w.bar, NULL, (unsigned)n);
-    for (int r = 0; r < n; r++) {
-        fr[r] = (fake_rank_t){.w = &w, .rank = r, .coll = coll, .opts = opts};
-        pthread_create(&th[r], NULL, fake_rank_main, &fr[r]);
-    }
-    int rc = 0;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        if (fr[r].rc > rc) rc = fr[r].rc;
-    }
-    pthread_barrier_destroy(&w.bar);
-    return rc;
-}
-
-static const perf_coll_t *const colls[] = {
-    &perf_coll_allreduce, &perf_coll_broadcast, &perf_coll_reduce, &perf_coll_reduce_scatter,
-    &perf_coll_allgather, &perf_coll_alltoall,  &perf_coll_gather, &perf_coll_scatter,
-    &perf_coll_sendrecv,  &perf_coll_hypercube};
-
-static const perf_coll_t *coll_by_name(const char *s)
-{
-    for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++)
-        if (strcmp(colls[i]->name, s) == 0) return colls[i];
-    return NULL;
-}
 
 /* ---- unit tests ---------------------------------------------------------------------------- */
 
@@ -459,16 +72,63 @@ static void test_conversions(void)
     EXPECT(perf_e5m2_to_float(0x01) == 0x1p-16f && perf_e4m3_to_float(0x01) == 0x1p-9f);
 }
 
+/* perf_parse_args on a NULL-terminated argv with stderr captured into msg; its result. */
+static int parse_capture(char **argv, const perf_coll_t *coll, char *msg, size_t len)
+{
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    perf_opts_t o;
+    FILE *t = tmpfile();
+    if (!t) return -2;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(t), 2);
+    int rc = perf_parse_args(argc, argv, coll, &o);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(t);
+    size_t k = fread(msg, 1, len - 1, t);
+    msg[k] = '\0';
+    fclose(t);
+    return rc;
+}
+
 static void test_parsing(void)
 {
-    EXPECT(perf_parse_size("8") == 8.0);
-    EXPECT(perf_parse_size("1K") == 1024.0);
-    EXPECT(perf_parse_size("256M") == 256.0 * 1024 * 1024);
-    EXPECT(perf_parse_size("1g") == 1024.0 * 1024 * 1024);
-    EXPECT(perf_parse_size("1.5k") == 1536.0);
-    EXPECT(perf_parse_size("4MB") == 4.0 * 1024 * 1024);
-    EXPECT(perf_parse_size("x") < 0);
-    EXPECT(perf_parse_size("3Q") < 0);
+    size_t z = 0;
+    EXPECT(perf_parse_size("8", &z) == 0 && z == 8);
+    EXPECT(perf_parse_size("1K", &z) == 0 && z == 1024);
+    EXPECT(perf_parse_size("256M", &z) == 0 && z == 256u << 20);
+    EXPECT(perf_parse_size("1g", &z) == 0 && z == 1u << 30);
+    EXPECT(perf_parse_size("4MB", &z) == 0 && z == 4u << 20);
+    EXPECT(perf_parse_size("0", &z) == 0 && z == 0);
+    EXPECT(perf_parse_size("3", &z) == 0 && z == 3);
+    if (SIZE_MAX > 0xffffffffu) EXPECT(perf_parse_size("262144G", &z) == 0 && z == PERF_MAX_BYTES);
+    /* whole bytes only, as nccl-tests; nothing past PERF_MAX_BYTES (a cast of 2^64 - 2048 to
+     * size_t wrapped the buffers' rounding to 4 KiB, and the sweep wrote past them) */
+    static const char *badsz[] = {"x",
+                                  "3Q",
+                                  "1.5k",
+                                  "0.5K",
+                                  "2.5",
+                                  "inf",
+                                  "nan",
+                                  "1e3",
+                                  "-1",
+                                  "+1",
+                                  " 8",
+                                  "0x10",
+                                  "8K ",
+                                  "262145G",
+                                  "18446744073709549568",
+                                  "18446744073709551616"};
+    for (size_t i = 0; i < sizeof(badsz) / sizeof(badsz[0]); i++)
+        if (perf_parse_size(badsz[i], &z) == 0) {
+            fprintf(stderr, "size '%s' accepted as %zu\n", badsz[i], z);
+            failures++;
+        }
     EXPECT(perf_dtype_parse("half") == BRAID_FLOAT16);
     EXPECT(perf_dtype_parse("float16") == BRAID_FLOAT16);
     EXPECT(perf_dtype_parse("float") == BRAID_FLOAT32);
@@ -498,22 +158,53 @@ static void test_parsing(void)
     EXPECT(o.unalign == 3 && o.report_timestamps == 1 && strcmp(o.json_path, "o.json") == 0);
     EXPECT(o.memory_report == 1 && o.per_iter_timing == 1 && o.per_iter_skip == 2);
     EXPECT(o.timeout == 30.0 && o.nnotes == 2); /* -x and -V: accepted with a note */
-    char *bad[][3] = {{"x", "-z", "4"},  {"x", "-r", "-2"}, {"x", "-D", "1"},
-                      {"x", "-R", "3"},  {"x", "-K", "1"},  {"x", "-I", "2"},
-                      {"x", "-N", "-1"}, {"x", "-T", "1K"}, {"x", "-u", "x"}};
-    int saved_err = dup(2);
-    if (!freopen("/dev/null", "w", stderr)) return;
+    char *tsec[] = {"x", "-T", "1.5", NULL};
+    EXPECT(perf_parse_args(3, tsec, &perf_coll_reduce, &o) == 0 && o.timeout == 1.5);
+    /* Refused, each with a message that names the option. */
+    static const struct {
+        char *flag, *value;
+        const char *name;
+    } bad[] = {
+        {"-z", "4", "blocking"},
+        {"-r", "-2", "root"},
+        {"-D", "1", "-D"},
+        {"-R", "3", "local_register"},
+        {"-K", "1", "-K"},
+        {"-I", "2", "per_iter_timing"},
+        {"-N", "-1", "run_cycles"},
+        {"-T", "1K", "timeout"},
+        {"-T", "inf", "timeout"},
+        {"-u", "x", "unalign"},
+        {"-e", "18446744073709549568", "maxbytes"},
+        {"-e", "1e30", "maxbytes"},
+        {"-b", "0.5K", "minbytes"},
+        {"-b", "inf", "minbytes"},
+        {"-i", "1.5", "stepbytes"},
+        {"-n", "1073741824", "iters"},
+        {"-m", "1073741824", "agg_iters"},
+        {"-w", "2147483648", "warmup_iters"},
+    };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char *args[] = {bad[i][0], bad[i][1], bad[i][2], NULL};
-        int prc = perf_parse_args(3, args, &perf_coll_reduce, &o);
-        if (prc != -1) {
-            fprintf(stdout, "%s %s accepted\n", bad[i][1], bad[i][2]);
+        char *args[] = {"x", bad[i].flag, bad[i].value, NULL}, msg[512];
+        int prc = parse_capture(args, &perf_coll_reduce, msg, sizeof(msg));
+        if (prc != -1 || !strstr(msg, bad[i].name)) {
+            fprintf(stderr, "%s %s: result %d, message '%s'\n", bad[i].flag, bad[i].value, prc,
+                    msg);
             failures++;
         }
     }
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
+    /* --device 2 only where braid has a stream-ordered call (it ran all-gather for the rest) */
+    for (size_t c = 0; c < FAKE_NCOLLS; c++) {
+        char *args[] = {"x", "--device", "2", NULL}, msg[512];
+        int prc = parse_capture(args, fake_colls[c], msg, sizeof(msg));
+        int want = perf_coll_has_stream(fake_colls[c]->kind) ? 0 : -1;
+        if (prc != want || (want && !strstr(msg, "--device 2"))) {
+            fprintf(stderr, "%s --device 2: result %d, message '%s'\n", fake_colls[c]->name, prc,
+                    msg);
+            failures++;
+        }
+    }
+    EXPECT(perf_coll_has_stream(PERF_ALLGATHER) && !perf_coll_has_stream(PERF_ALLTOALL));
 
     /* nccl-tests' getFloatStr: 2 decimals while they fit, then 1, 0, an exponent. */
     char t[32];
@@ -584,13 +275,16 @@ static void test_geometry(void)
 /* Generated data reduced with braid's semantics must match the expected values exactly. */
 static void test_generators(void)
 {
-    static const int ns[] = {1, 2, 3, 4, 8, 16};
+    /* 9 and 17: float8 avg where n is not exact in f8e5m2 / f8e4m3; 257 (16-bit floats only):
+     * bfloat16 avg where n is not exact */
+    static const int ns[] = {1, 2, 3, 4, 8, 9, 16, 17, 257};
     enum { COUNT = 2000 };
     for (int dt = 0; dt < BRAID_NUM_DTYPES; dt++) {
         size_t ts = perf_dtype_size(dt);
-        char *in[16], *got = malloc(COUNT * ts), *exp = malloc(COUNT * ts);
+        char *in[257], *got = malloc(COUNT * ts), *exp = malloc(COUNT * ts);
         for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
             int n = ns[k];
+            if (n > 17 && dt != BRAID_BFLOAT16 && dt != BRAID_FLOAT16) continue;
             for (int op = 0; op < PERF_NUM_OPS; op++) {
                 perf_gen_t g;
                 perf_gen_init(&g, dt, op, n, 7 + (uint64_t)op);
@@ -626,6 +320,69 @@ static void test_generators(void)
     }
 }
 
+/* Parses a NULL-terminated flag list (after the program name) into *o. */
+static int opts_of(perf_opts_t *o, const perf_coll_t *coll, char **flags)
+{
+    char *argv[32] = {"x"};
+    int argc = 1;
+    while (flags[argc - 1] && argc < 31) {
+        argv[argc] = flags[argc - 1];
+        argc++;
+    }
+    return perf_parse_args(argc, argv, coll, o);
+}
+
+/* The cases of the review of s34 (each failed before its fix). */
+static void test_bench_cases(void)
+{
+    perf_opts_t o;
+    /* --device 1: in place, reduce_scatter's input and the scatter root's n blocks are in
+     * recv, and the result in block 'rank': the whole size goes to and from the device */
+    char *dev[] = {"-b", "8",  "-e", "8K", "-f",  "8",        "-n", "1", "-w",
+                   "0",  "-r", "-1", "-o", "all", "--device", "1",  NULL};
+    EXPECT(opts_of(&o, &perf_coll_allreduce, dev) == 0);
+    for (size_t c = 0; c < FAKE_NCOLLS; c++)
+        for (int n = 2; n <= 4; n++)
+            if (fake_run(n, 0, fake_colls[c], &o) != 0) {
+                fprintf(stderr, "fake %s --device 1 on %d ranks: wrong\n", fake_colls[c]->name, n);
+                failures++;
+            }
+    /* float8 avg on 9 (f8e5m2) and 17 (f8e4m3) ranks: n * v is not exact in the dtype */
+    char *f8[] = {"-b", "64", "-e", "64", "-n", "1", "-w", "0", "-d", "f8e5m2", "-o", "avg", NULL};
+    EXPECT(opts_of(&o, &perf_coll_allreduce, f8) == 0 &&
+           fake_run(9, 0, &perf_coll_allreduce, &o) == 0);
+    f8[9] = "f8e4m3";
+    EXPECT(opts_of(&o, &perf_coll_allreduce, f8) == 0 &&
+           fake_run(17, 0, &perf_coll_allreduce, &o) == 0);
+    /* -c 3 checks three different inputs: calls 2..4 of rank 0 (after the untimed and the
+     * timed call) are the out-of-place checks */
+    char *chk[] = {"-b", "64", "-e", "64", "-n", "1", "-w", "0", "-c", "3", NULL};
+    fake_world_t w;
+    EXPECT(opts_of(&o, &perf_coll_allreduce, chk) == 0);
+    EXPECT(fake_run_in(&w, 2, 0, &perf_coll_allreduce, &o) == 0 && w.nsums == 10);
+    EXPECT(w.sums[2] != w.sums[3] && w.sums[3] != w.sums[4] && w.sums[2] != w.sums[4]);
+    /* nothing measured (sizes below one float): exit 2, not "0 OK"; int8 rows run */
+    char *none[] = {"-b", "2", "-e", "2", "-n", "1", "-w", "0", NULL};
+    EXPECT(opts_of(&o, &perf_coll_allreduce, none) == 0);
+    int saved_err = dup(2);
+    if (!freopen("/dev/null", "w", stderr)) return;
+    int rc_none = fake_run(2, 0, &perf_coll_allreduce, &o);
+    o.dtype = BRAID_INT8;
+    int rc_int8 = fake_run(2, 0, &perf_coll_allreduce, &o);
+    /* sizes that bypass perf_parse_args: the buffers' lengths must not wrap */
+    o.dtype = BRAID_FLOAT32;
+    o.check = 0;
+    o.max_bytes = SIZE_MAX - 2047;
+    int rc_huge = fake_run(2, 0, &perf_coll_allreduce, &o);
+    o.unalign = 1;
+    o.max_bytes = SIZE_MAX - 4;
+    int rc_pad = fake_run(2, 0, &perf_coll_allreduce, &o);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    EXPECT(rc_none == 2 && rc_int8 == 0 && rc_huge == 2 && rc_pad == 2);
+}
+
 static void test_bench(void)
 {
     perf_opts_t o;
@@ -635,22 +392,23 @@ static void test_bench(void)
     fflush(stdout);
     int saved = dup(1);
     if (!freopen("/dev/null", "w", stdout)) return;
-    for (size_t c = 0; c < sizeof(colls) / sizeof(colls[0]); c++) {
+    for (size_t c = 0; c < FAKE_NCOLLS; c++) {
         for (int n = 1; n <= 4; n++) {
             o.root = n - 1;
-            int rc = fake_run(n, 0, colls[c], &o);
+            int rc = fake_run(n, 0, fake_colls[c], &o);
             if (rc != 0) {
-                fprintf(stderr, "fake %s on %d ranks: exit %d\n", colls[c]->name, n, rc);
+                fprintf(stderr, "fake %s on %d ranks: exit %d\n", fake_colls[c]->name, n, rc);
                 failures++;
             }
-            if (n > 1 && fake_run(n, 1, colls[c], &o) != 1) {
-                fprintf(stderr, "fake %s on %d ranks: corruption not detected\n", colls[c]->name,
-                        n);
+            if (n > 1 && fake_run(n, 1, fake_colls[c], &o) != 1) {
+                fprintf(stderr, "fake %s on %d ranks: corruption not detected\n",
+                        fake_colls[c]->name, n);
                 failures++;
             }
         }
         o.average = (int)c % 4; /* every -a mode on some collective */
     }
+    test_bench_cases();
     fflush(stdout);
     dup2(saved, 1);
     close(saved);

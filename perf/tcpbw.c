@@ -17,9 +17,10 @@
  * VMs, and 2x when the VM changes mode).
  *
  * The connections are between 127.0.0.1 and ephemeral ports of 127.0.0.1 only; a connection
- * that does not first send the run's 16 random bytes is closed (TCPBW_TEST_STRANGER set: rank
- * 0 first makes such a connection, for the tests). Every socket operation has a 30 s timeout
- * and the whole run 120 s (SIGALRM), so a dead peer fails the run rather than hangs it. */
+ * that does not first send the run's 16 random bytes, within 1 s of its accept, is closed
+ * (TCPBW_TEST_STRANGER set: rank 0 first makes such a connection, for the tests: =1 sends 16
+ * wrong bytes, =silent sends nothing and stays open). Every other socket operation has a 30 s
+ * timeout and the whole run 120 s (SIGALRM), so a dead peer fails the run rather than hangs it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -27,6 +28,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -47,6 +49,7 @@
 #define MAX_SIZES 8
 #define TOKEN_BYTES 16
 #define IO_TIMEOUT_S 30
+#define TOKEN_TIMEOUT_MS 1000
 #define RUN_TIMEOUT_S 120
 
 /* Shared between the parent and the ranks (MAP_SHARED). */
@@ -114,14 +117,24 @@ static int send_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int recv_all(int fd, char *p, size_t n)
+/* The token of an accepted connection, within TOKEN_TIMEOUT_MS in all: a local process that
+ * connects and stays silent (or sends a byte at a time) must not stall the ring for the 30 s
+ * socket timeout per connection. */
+static int recv_token(int fd, uint8_t *got)
 {
-    while (n) {
-        ssize_t k = recv(fd, p, n, 0);
+    double end = now_s() + TOKEN_TIMEOUT_MS / 1e3;
+    size_t n = 0;
+    while (n < TOKEN_BYTES) {
+        int left = (int)((end - now_s()) * 1e3);
+        if (left <= 0) return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int k = poll(&p, 1, left);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
+        ssize_t m = recv(fd, got + n, TOKEN_BYTES - n, MSG_DONTWAIT);
+        if (m < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (m <= 0) return -1;
+        n += (size_t)m;
     }
     return 0;
 }
@@ -158,14 +171,15 @@ static int connect_ring(shared_t *sh, int n, int r, int b, size_t sockbuf, int *
     while (!(port = atomic_load(&sh->port[b][next])))
         sched_yield();
     a.sin_port = htons((uint16_t)port);
-    if (r == 0 && !b && getenv("TCPBW_TEST_STRANGER")) { /* the tests: a connection, wrong bytes */
-        int x = socket(AF_INET, SOCK_STREAM, 0);
+    const char *stranger = r == 0 && !b ? getenv("TCPBW_TEST_STRANGER") : NULL;
+    if (stranger) { /* the tests: a connection with wrong bytes, or a silent one */
+        int x = socket(AF_INET, SOCK_STREAM, 0), silent = !strcmp(stranger, "silent");
         uint8_t junk[TOKEN_BYTES];
         memset(junk, 0x5a, sizeof(junk));
         if (x < 0 || connect(x, (struct sockaddr *)&a, sizeof(a)) ||
-            send_all(x, (const char *)junk, sizeof(junk)))
+            (!silent && send_all(x, (const char *)junk, sizeof(junk))))
             perror("tcpbw: the stranger's connection");
-        close(x);
+        if (!silent) close(x); /* a silent one stays open until rank 0 exits */
     }
     *out = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -188,8 +202,10 @@ static int connect_ring(shared_t *sh, int n, int r, int b, size_t sockbuf, int *
         }
         sock_setup(*in, 0); /* the timeouts; the buffers came from the listener */
         uint8_t got[TOKEN_BYTES];
-        if (!recv_all(*in, (char *)got, sizeof(got)) && !memcmp(got, sh->token, sizeof(got))) break;
-        fprintf(stderr, "tcpbw: rank %d: closed a connection without the run's token\n", r);
+        int late = recv_token(*in, got);
+        if (!late && !memcmp(got, sh->token, sizeof(got))) break;
+        fprintf(stderr, "tcpbw: rank %d: closed a connection %s\n", r,
+                late ? "that sent no token within 1 s" : "without the run's token");
         close(*in);
     }
     close(ls);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char bindir[PATH_MAX];
@@ -517,4 +518,62 @@ Test(perftools, tcpbw_reports_a_rate_per_chunk_and_sockbuf_and_the_best)
         cr_assert(strstr(out, "usage: tcpbw"), "%s: %s", bad[i], out);
         free(out);
     }
+}
+
+/* A local process that connects to a rank's port and sends nothing is dropped after 1 s: it
+ * used to hold the token read for the 30 s socket timeout (a few pushed the run past 120 s). */
+Test(perftools, tcpbw_drops_a_silent_connection_within_seconds)
+{
+    int st;
+    struct timespec t0, t1;
+    setenv("TCPBW_TEST_STRANGER", "silent", 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *out = tcpbw_run("-n 2 -s 1M -c 64K -r 1", &st);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    unsetenv("TCPBW_TEST_STRANGER");
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "rank 1: closed a connection that sent no token within 1 s"), "%s", out);
+    cr_assert_lt(secs, 15.0, "%.1f s:\n%s", secs, out);
+    free(out);
+}
+
+/* perf/median.sh's median_csv (compare.sh, compare_tcp.sh, compare_group.sh with -R K): for an
+ * even count, the mean of the two middle out-of-place times (not the faster run), bandwidths
+ * scaled to it; an odd count keeps the middle row whole. */
+Test(perftools, median_csv_means_the_two_middle_rows)
+{
+    char dir[] = "/tmp/braid_median_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    static const char hdr[] = "collective,nranks,size,count,type,redop,root,time_oop_us,algbw_oop,"
+                              "busbw_oop,wrong_oop,time_ip_us,algbw_ip,busbw_ip,wrong_ip\n";
+    static const char *rows[] = {
+        "all_reduce,2,8,2,float,sum,0,10.000,0.000800,0.000800,0,20.000,0.000400,0.000400,0\n",
+        "all_reduce,2,8,2,float,sum,0,30.000,0.000267,0.000267,0,40.000,0.000200,0.000200,1\n",
+        "all_reduce,2,8,2,float,sum,0,90.000,0.000089,0.000089,0,90.000,0.000089,0.000089,0\n"};
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof(path), "%s/r%d.csv", dir, i);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(hdr, f);
+        fputs(rows[i], f);
+        fclose(f);
+    }
+    char cmd[PATH_MAX + 512];
+    int st;
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && . %s/perf/median.sh && median_csv even.csv r0.csv r1.csv && "
+             "median_csv odd.csv r2.csv r0.csv r1.csv && tail -n 1 even.csv && tail -n 1 odd.csv",
+             dir, BRAID_SOURCE_DIR);
+    char *out = run_cmd(cmd, &st);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_assert(strstr(out, "all_reduce,2,8,2,float,sum,0,20.000,0.000400,0.000400,0,30.000,0.000267,"
+                          "0.000267,1\n"),
+              "%s", out);
+    cr_assert(strstr(out, rows[1]), "odd count: the middle row, whole: %s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    out = run_cmd(cmd, &st);
+    free(out);
 }
