@@ -347,7 +347,10 @@ BRAID_API braid_result_t braid_test_time(braid_request_t req, int *done_p, doubl
  * no device (built without CUDA, no driver or GPU, BRAID_CUDA=0) are BRAID_ERR_UNSUPPORTED.
  * Several ranks may share one GPU (processes, or communicators of one process). The blocking
  * and braid_i* forms read device buffers when they run (finish the kernels that write them
- * first) and the blocking form returns when the result is in place. */
+ * first) and the blocking form returns when the result is in place. The device buffers of
+ * the reducing collectives (allreduce, reduce, reduce_scatter) must be aligned to their element
+ * size (a float32 buffer to 4 bytes), as the GPU loads whole elements:
+ * BRAID_ERR_INVALID_ARG names the buffer otherwise (host buffers may be unaligned). */
 
 /** A cudaStream_t (NULL is the legacy default stream). */
 typedef void *braid_stream_t;
@@ -371,7 +374,9 @@ BRAID_API braid_result_t braid_cuda_mem_free(void *ptr);
  * return at once; later work on stream runs after the result is in place. Failures surface as
  * the communicator's async error (braid_comm_get_error) and from the next call on it; the
  * stream is released even then. With host buffers the call waits for stream's work, then runs
- * and returns when done. BRAID_ERR_UNSUPPORTED when the communicator has no CUDA device.
+ * and returns when done. BRAID_ERR_UNSUPPORTED when the communicator has no CUDA device, and
+ * when stream is being captured into a CUDA graph (the progress is host-driven, so a replay
+ * would not run the collective): call these outside a capture.
  */
 BRAID_API braid_result_t braid_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
                                                 braid_datatype_t dtype, braid_redop_t op,

@@ -63,6 +63,22 @@ braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t 
                                name, sd >= 0 ? "device" : "host", rd >= 0 ? "device" : "host");
     if (sd >= 0) BRAID_CHECK(dev_usable(comm, name, "sendbuf", sd));
     if (rd >= 0) BRAID_CHECK(dev_usable(comm, name, "recvbuf", rd));
+    /* The reductions' kernels (src/cuda/reduce_dev.cuh) load and store whole elements where the
+     * buffers are not co-aligned: an element at a misaligned address is a fatal
+     * cudaErrorMisalignedAddress. Copies (broadcast, allgather) go byte by byte there. */
+    size_t es = braid_dtype_size(a->dtype);
+    if (es > 1 && (a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
+                   a->coll == BRAID_COLL_REDUCE_SCATTER)) {
+        for (int k = 0; k < 2; k++) {
+            const void *p = k ? a->recvbuf : a->sendbuf;
+            if ((k ? rd : sd) >= 0 && (uintptr_t)p % es)
+                return braid_set_error(BRAID_ERR_INVALID_ARG,
+                                       "%s: %s=%p is device memory not aligned to its %zu-byte "
+                                       "%s elements (device buffers of reductions must be)",
+                                       name, k ? "recvbuf" : "sendbuf", p, es,
+                                       braid_dtype_name(a->dtype));
+        }
+    }
     a->on_device = 1;
     return BRAID_SUCCESS;
 }

@@ -145,7 +145,9 @@ static const braid_param_t params[] = {
     {"DEV_CHUNK_SIZE", "524288", BRAID_PARAM_SIZE,
      "device engine: bytes per slot (one block's part of a chunk; a multiple of 16)"},
     {"DEV_NSLOTS", "8", BRAID_PARAM_INT, "device engine: slots per FIFO (chunks in flight)"},
-    {"DEV_THREADS", "512", BRAID_PARAM_INT, "device engine: threads per block (32 to 512)"},
+    {"DEV_THREADS", "512", BRAID_PARAM_INT,
+     "device engine: threads per block (a multiple of 32 from 32 to 512; another value: the "
+     "engine is unavailable, calls are staged)"},
     {"DEV_SPINS", "16384", BRAID_PARAM_INT,
      "device engine: polls of a flag before a kernel returns to the host loop, which relaunches "
      "it (processes time-sliced on one GPU progress)"},

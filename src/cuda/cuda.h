@@ -43,6 +43,17 @@ void braid_cuda_test_set_classifier(int (*fn)(const void *p));
  * CUDA_DEVICE_MAX_CONNECTIONS); call before the first CUDA probe of the process. */
 void braid_cuda_test_set_driver_present(int yes);
 
+/* Waits until stream (a cudaStream_t) has no pending work, polling cudaStreamQuery: never
+ * unbounded. BRAID_ERR_TIMEOUT after timeout_s, BRAID_ERR_ABORTED once *aborted (NULL: not
+ * checked) is set, BRAID_ERR_SYSTEM for a failed stream; what names the wait in the message. */
+braid_result_t braid_cuda_stream_drain(void *stream, double timeout_s, _Atomic int *aborted,
+                                       const char *what);
+/* Makes dev the calling thread's current device (CUDA build only): *prev_p gets the device
+ * that was current (-1: none known), which braid_cuda_device_restore puts back. A thread
+ * may drive communicators of several devices; braid never leaves its device switched. */
+braid_result_t braid_cuda_device_enter(int dev, int *prev_p);
+void braid_cuda_device_restore(int prev, int dev);
+
 /* Copies bytes between any two pointers (cudaMemcpyDefault) on stream (a cudaStream_t made
  * with cudaStreamNonBlocking: never the legacy default stream, which waits for every blocking
  * stream, a user stream held by a stream-ordered call included) and waits for the copy. */
@@ -66,6 +77,10 @@ void braid_cuda_comm_free(struct braid_comm *comm);
 /* A validated blocking collective whose buffers are device memory: runs it and returns when
  * the result is in place (stage.c: through pinned host buffers and the CPU engine). */
 braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct braid_op_args *a);
+/* A validated collective on device buffers that the worker will run (non-blocking, or queued
+ * behind pending operations): the device engine's setup or the staging area's growth, done now
+ * on the caller's thread (the worker must not allocate while a user stream may be held). */
+braid_result_t braid_cuda_prepare_queued(struct braid_comm *comm, const struct braid_op_args *a);
 /* A validated stream-ordered collective on device buffers: enqueues it after the stream's
  * current work and returns at once; the stream's later work waits for it (stream.c). */
 braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const struct braid_op_args *a,

@@ -34,7 +34,8 @@ struct braid_op_args;
  * BRAID_INPROGRESS (1) when the engine does not apply (the caller stages it through the host),
  * else the result (the result is in place on success). */
 int braid_cuda_engine_try(struct braid_comm *comm, const struct braid_op_args *a);
-/* On the caller's thread of a stream-ordered call, before its stream is held: the device
+/* On the caller's thread of a call the worker will run (stream-ordered, before its stream is
+ * held, or non-blocking; braid_cuda_prepare_queued, on cc->dev), the device
  * engine's setup when this call is the first to need it (after the comm's queued operations,
  * as the setup is collective). Returns 1 when the engine will run the call, 0 when it will be
  * staged, or an error (executor.c). */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
@@ -130,10 +131,54 @@ braid_result_t braid_cuda_memcpy(void *dst, const void *src, size_t bytes, void 
     if (!bytes || dst == src) return BRAID_SUCCESS;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a later launch's check must not see it */
         return braid_set_error(BRAID_ERR_SYSTEM, "cudaMemcpy of %zu bytes failed: %s", bytes,
                                cudaGetErrorString(e));
+    }
     return BRAID_SUCCESS;
+}
+
+braid_result_t braid_cuda_stream_drain(void *stream, double timeout_s, _Atomic int *aborted,
+                                       const char *what)
+{
+    uint64_t t0 = braid_now_ns(), limit = braid_timeout_ns(timeout_s);
+    struct timespec nap = {0, 20000};
+    for (;;) {
+        cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+        if (e == cudaSuccess) return BRAID_SUCCESS;
+        if (e != cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            return braid_set_error(BRAID_ERR_SYSTEM, "%s: %s", what, cudaGetErrorString(e));
+        }
+        if (aborted && atomic_load(aborted))
+            return braid_set_error(BRAID_ERR_ABORTED, "%s: aborted while the device worked", what);
+        if (braid_now_ns() - t0 > limit)
+            return braid_set_error(BRAID_ERR_TIMEOUT,
+                                   "%s: the device work did not finish in %.1f s", what, timeout_s);
+        nanosleep(&nap, NULL);
+        if (nap.tv_nsec < 1000000) nap.tv_nsec *= 2;
+    }
+}
+
+braid_result_t braid_cuda_device_enter(int dev, int *prev_p)
+{
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        prev = -1;
+    }
+    if (prev != dev && cudaSetDevice(dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return braid_set_error(BRAID_ERR_SYSTEM, "cannot select CUDA device %d", dev);
+    }
+    *prev_p = prev;
+    return BRAID_SUCCESS;
+}
+
+void braid_cuda_device_restore(int prev, int dev)
+{
+    if (prev >= 0 && prev != dev && cudaSetDevice(prev) != cudaSuccess) (void)cudaGetLastError();
 }
 
 braid_result_t braid_cuda_dev_alloc(void **p_p, size_t bytes)
@@ -163,9 +208,11 @@ braid_result_t braid_cuda_host_alloc(void **p_p, size_t bytes)
 {
     void *p = NULL;
     cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         return braid_set_error(BRAID_ERR_NOMEM, "cudaMallocHost of %zu bytes failed: %s", bytes,
                                cudaGetErrorString(e));
+    }
     *p_p = p;
     return BRAID_SUCCESS;
 }

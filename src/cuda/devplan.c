@@ -10,6 +10,16 @@
 
 #define CTL_BYTES ((sizeof(braid_dev_fifo_ctl_t) + 127) & ~(size_t)127)
 
+braid_result_t braid_dev_threads_check(int64_t threads)
+{
+    if (threads < 32 || threads > 512 || threads % 32)
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_DEV_THREADS=%lld: the engine kernel's threads per block must "
+                               "be a multiple of 32 from 32 to 512",
+                               (long long)threads);
+    return BRAID_SUCCESS;
+}
+
 braid_result_t braid_dev_layout_init(braid_dev_layout_t *L, int nranks, int nch, int nblk,
                                      int nslots, int p2p_slots, size_t slot_bytes)
 {

@@ -41,6 +41,9 @@ typedef struct {
 /* Checks the shape (an error names the bad value) and computes the region layout. */
 braid_result_t braid_dev_layout_init(braid_dev_layout_t *L, int nranks, int nch, int nblk,
                                      int nslots, int p2p_slots, size_t slot_bytes);
+/* BRAID_DEV_THREADS, the engine kernel's threads per block: a multiple of 32 (whole warps)
+ * from 32 to 512 (its __launch_bounds__); an error naming the value otherwise, at setup. */
+braid_result_t braid_dev_threads_check(int64_t threads);
 /* Offsets in the receiver's region of the ring FIFO of lane (c, b) and of the point-to-point
  * FIFO of lane (0, b) from rank `from`. */
 size_t braid_dev_layout_ring_off(const braid_dev_layout_t *L, int c, int b);

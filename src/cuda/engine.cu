@@ -121,6 +121,9 @@ extern "C" int braid_cuda_engine_preload(void)
 extern "C" int braid_cuda_engine_launch(void *chans, int nchannels, int threads, uint64_t budget,
                                         void *stream)
 {
+    /* The launch's own error only: an earlier call's non-sticky error still pending on this
+     * thread must not make a launch that worked look failed. */
+    (void)cudaGetLastError();
     braid_dev_engine_kernel<<<nchannels, threads, 0, (cudaStream_t)stream>>>(
         (braid_dev_chan_t *)chans, budget);
     return (int)cudaGetLastError();

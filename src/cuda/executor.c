@@ -65,6 +65,8 @@ struct braid_cuda_engine {
     size_t pre_cap;
     cudaStream_t stream;
     cudaEvent_t ev;
+    cudaStream_t side; /* the in-band abort writes (never queued behind a stuck kernel) */
+    int dead;          /* a kernel did not return: no more launches (see launch) */
     struct braid_comm *comm;
     int nlanes;                      /* lanes of the call in progress */
     uint64_t calls, launches, idles; /* statistics */
@@ -89,9 +91,41 @@ static int mode_device(void)
     return !strcasecmp(braid_param_str("DEV_ENGINE"), "device");
 }
 
+/* The bound of every wait for the engine's streams (never unbounded: a kernel queued behind a
+ * held user stream may not run for as long as that stream is held). */
+static double drain_bound(const struct braid_cuda_engine *e)
+{
+    return (e->comm ? e->comm->timeout_s : 30.0) + 10.0;
+}
+
+/* Drains the engine's streams first (a kernel still queued stops at its next wait: the abort
+ * word is set), bounded; only then unmaps and frees what a kernel could touch. When the drain
+ * fails, every device and pinned resource is leaked, with a warning: a kernel that ran later
+ * against unmapped or freed memory would poison the application's whole CUDA context. */
 static void engine_release(struct braid_cuda_engine *e)
 {
     if (!e) return;
+    if (e->abort_h) __atomic_store_n(e->abort_h, 1, __ATOMIC_RELEASE);
+    braid_result_t res = BRAID_SUCCESS;
+    if (e->stream)
+        res = braid_cuda_stream_drain(e->stream, drain_bound(e), NULL,
+                                      "device engine: draining its stream at release");
+    if (res == BRAID_SUCCESS && e->side)
+        res = braid_cuda_stream_drain(e->side, drain_bound(e), NULL,
+                                      "device engine: draining its abort stream at release");
+    if (res < 0) {
+        braid_warn(INIT, "%s: its region, peer mappings, pinned words and streams are leaked",
+                   braid_last_error());
+        free(e->img_pin);
+        free(e);
+        return;
+    }
+    if (e->img_d) cudaFreeAsync(e->img_d, e->stream);
+    if (e->scratch_d) cudaFreeAsync(e->scratch_d, e->stream);
+    if (e->pre_d) cudaFreeAsync(e->pre_d, e->stream);
+    if (e->stream)
+        (void)braid_cuda_stream_drain(e->stream, drain_bound(e), NULL,
+                                      "device engine: freeing its buffers");
     for (int r = 0; r < BRAID_DEV_MAX_LINKS; r++)
         braid_cuda_ipc_region_close(e->regions[r], e->opened[r]);
     braid_cuda_ipc_region_free(e->region);
@@ -99,12 +133,9 @@ static void engine_release(struct braid_cuda_engine *e)
     if (e->rep_h) cudaFreeHost(e->rep_h);
     if (e->one) cudaFreeHost(e->one);
     free(e->img_pin);
-    if (e->img_d) cudaFreeAsync(e->img_d, e->stream);
-    if (e->scratch_d) cudaFreeAsync(e->scratch_d, e->stream);
-    if (e->pre_d) cudaFreeAsync(e->pre_d, e->stream);
-    if (e->stream) cudaStreamSynchronize(e->stream);
     if (e->ev) cudaEventDestroy(e->ev);
     if (e->stream) cudaStreamDestroy(e->stream);
+    if (e->side) cudaStreamDestroy(e->side);
     (void)cudaGetLastError();
     free(e);
 }
@@ -137,6 +168,9 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
     e->threads = mine->threads;
     if (!strcasecmp(braid_param_str("DEV_ENGINE"), "stage"))
         return braid_set_error(BRAID_ERR_UNSUPPORTED, "BRAID_DEV_ENGINE=stage");
+    /* A bad value is this rank's "unavailable", agreed with the peers like any setup failure:
+     * staged (or an error naming it under BRAID_DEV_ENGINE=device), never a failed launch. */
+    BRAID_CHECK(braid_dev_threads_check(mine->threads));
     BRAID_CHECK(braid_dev_layout_init(&e->L, n, mine->nch, mine->nblk, mine->nslots,
                                       mine->nslots < 2 ? mine->nslots : 2,
                                       (size_t)mine->slot_bytes));
@@ -147,6 +181,8 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
         return cuda_err(ce, "stream");
     if ((ce = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_err(ce, "event");
+    if ((ce = cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_err(ce, "abort stream");
     /* What would otherwise happen lazily on the worker, where a held user stream would wait
      * for it (see stream.c): the kernel's module is loaded and the stream-ordered allocator's
      * pool set up here, before any stream-ordered call holds a stream. This explains, we
@@ -156,9 +192,10 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
         return cuda_err(ce, "loading the engine kernel");
     void *warm = NULL;
     if ((ce = cudaMallocAsync(&warm, 4096, e->stream)) != cudaSuccess ||
-        (ce = cudaFreeAsync(warm, e->stream)) != cudaSuccess ||
-        (ce = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+        (ce = cudaFreeAsync(warm, e->stream)) != cudaSuccess)
         return cuda_err(ce, "the stream-ordered allocator");
+    BRAID_CHECK(braid_cuda_stream_drain(e->stream, drain_bound(e), &comm->aborted,
+                                        "device engine: setting up the stream-ordered allocator"));
     void *d = NULL;
     size_t rep_bytes = BRAID_DEV_MAX_LANES * sizeof(braid_dev_report_t);
     if ((ce = cudaHostAlloc((void **)&e->abort_h, 64, cudaHostAllocMapped)) != cudaSuccess ||
@@ -173,7 +210,8 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
     if ((ce = cudaMallocHost((void **)&e->one, sizeof(uint64_t))) != cudaSuccess)
         return cuda_err(ce, "pinned word");
     *e->one = 1;
-    return braid_cuda_ipc_region_alloc(e->L.region_bytes, &e->region, &mine->ipc);
+    return braid_cuda_ipc_region_alloc(e->L.region_bytes, e->stream, drain_bound(e), &e->region,
+                                       &mine->ipc);
 }
 
 /* The collective setup; on return cc->eng_state is 1 (ready) or -1 (eng_why says why) on every
@@ -307,10 +345,15 @@ static braid_result_t launch(void *ctx, uint64_t budget)
         if (ce == cudaSuccess) return BRAID_SUCCESS;
         if (ce != cudaErrorNotReady) return cuda_err(ce, "the engine kernel failed");
         if (atomic_load(&comm->aborted)) __atomic_store_n(e->abort_h, 1, __ATOMIC_RELEASE);
-        if (braid_now_ns() - t0 > limit)
+        if (braid_now_ns() - t0 > limit) {
+            /* The kernel is still queued or running: its own abort word stops it at its next
+             * wait, and the engine launches nothing more (engine_run drains it, bounded). */
+            __atomic_store_n(e->abort_h, 1, __ATOMIC_RELEASE);
+            e->dead = 1;
             return braid_set_error(BRAID_ERR_TIMEOUT,
                                    "device engine: a kernel launch did not return in %.0f s",
                                    comm->timeout_s + 10.0);
+        }
         if (++k < 64) {
             sched_yield();
         } else {
@@ -367,7 +410,8 @@ static void idle(void *ctx, unsigned n)
     nanosleep(&ts, NULL);
 }
 
-/* After a failure: every FIFO this rank shares gets its in-band abort word set. */
+/* After a failure: every FIFO this rank shares gets its in-band abort word set, on the side
+ * stream (the engine's may hold a kernel that does not return), waited for with a bound. */
 static void abort_fifos(struct braid_cuda_engine *e, const braid_dev_image_t *img)
 {
     const braid_dev_chan_t *chans = braid_dev_image_chans(img);
@@ -379,10 +423,14 @@ static void abort_fifos(struct braid_cuda_engine *e, const braid_dev_image_t *im
                 const braid_dev_fifo_t *f =
                     (const braid_dev_fifo_t *)(void *)(img->host + ((uintptr_t)fd - img->base));
                 cudaMemcpyAsync(&f->ctl->abort, e->one, sizeof(uint64_t), cudaMemcpyHostToDevice,
-                                e->stream);
+                                e->side);
             }
-    cudaStreamSynchronize(e->stream);
     (void)cudaGetLastError();
+    double bound = e->comm->timeout_s < 5.0 ? e->comm->timeout_s : 5.0;
+    if (braid_cuda_stream_drain(e->side, bound, NULL, "device engine: writing the in-band aborts") <
+        0)
+        braid_warn(COLL, "%s (the peers learn of the failure through the bootstrap)",
+                   braid_last_error());
 }
 
 static int choose_plan(const struct braid_comm *comm, const braid_op_args_t *a)
@@ -465,18 +513,28 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
         /* The counters the next call continues from. */
         size_t cb = (size_t)img.nlanes * sizeof(braid_dev_chan_t);
         ce = cudaMemcpyAsync(e->img_pin, e->img_d, cb, cudaMemcpyDeviceToHost, e->stream);
-        if (ce == cudaSuccess) ce = cudaStreamSynchronize(e->stream);
         if (ce != cudaSuccess)
             res = cuda_err(ce, "reading the lanes back");
+        else if ((res = braid_cuda_stream_drain(e->stream, drain_bound(e), NULL,
+                                                "device engine: reading the lanes back")) < 0)
+            e->dead = 1;
         else
             braid_dev_image_save(&img, e->img_pin, &e->ctr);
         braid_trace(COLL, "%s: %llu launches, %llu idle", what, (unsigned long long)d.runs,
                     (unsigned long long)d.idles);
         e->calls++;
-    } else if (res != BRAID_ERR_TIMEOUT || d.runs) {
+    }
+    if (res < 0) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", braid_last_error());
         abort_fifos(e, &img);
+        /* A kernel that did not return reads and writes the user's buffers until it stops:
+         * the call returns once it has (its abort word is set), or leaves the engine dead. */
+        if (e->dead &&
+            braid_cuda_stream_drain(e->stream, drain_bound(e), NULL,
+                                    "device engine: stopping a kernel that did not return") < 0)
+            braid_warn(COLL, "%s: the device engine of this communicator is stopped",
+                       braid_last_error());
         braid_restore_error(saved);
     }
     braid_dev_image_free(&img);
@@ -507,12 +565,7 @@ int braid_cuda_engine_prepare(struct braid_comm *comm, const braid_op_args_t *a)
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
         }
-        if (cudaSetDevice(cc->dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return braid_set_error(BRAID_ERR_SYSTEM, "%s_stream: cannot select CUDA device %d",
-                                   braid_coll_name(a->coll), cc->dev);
-        }
-        BRAID_CHECK(engine_setup(comm, cc));
+        BRAID_CHECK(engine_setup(comm, cc)); /* on cc->dev: the callers select it */
     }
     return cc->eng_state > 0;
 }
@@ -547,6 +600,11 @@ int braid_cuda_engine_try(struct braid_comm *comm, const braid_op_args_t *a)
                                braid_comm_abort_reason(comm));
     int err = atomic_load(&comm->error);
     if (err) return braid_set_error(err, "communicator failed earlier: %s", comm->errmsg);
+    if (cc->eng->dead)
+        return braid_set_error(BRAID_ERR_SYSTEM,
+                               "%s #%u: the device engine stopped after a kernel launch did not "
+                               "return",
+                               name, seq);
     if (!a->count) return BRAID_SUCCESS; /* nothing moves; every rank counted the call */
     braid_result_t res = engine_run(comm, cc->eng, a, seq);
     if (res < 0) braid_comm_fail_call(comm, res);

@@ -104,6 +104,13 @@ braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct bra
                            braid_coll_name(a->coll));
 }
 
+braid_result_t braid_cuda_prepare_queued(struct braid_comm *comm, const struct braid_op_args *a)
+{
+    (void)comm;
+    (void)a;
+    return BRAID_SUCCESS; /* braid_cuda_run_blocking answers */
+}
+
 braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const struct braid_op_args *a,
                                   void *stream)
 {

@@ -47,6 +47,7 @@ static cudaError_t launch(void *dst, const void *a, const void *b, size_t n, int
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (blocks > (size_t)sms * 8) blocks = (size_t)sms * 8; /* grid-stride beyond that */
     if (blocks == 0) blocks = 1;
+    (void)cudaGetLastError(); /* the launch's own error only (engine.cu) */
     reduce_kernel<OP><<<(unsigned)blocks, threads, 0, s>>>((T *)dst, (const T *)a, (const T *)b, n,
                                                            op_arg<OP>::get(nranks));
     return cudaGetLastError();

@@ -96,15 +96,15 @@ braid_result_t braid_cuda_comm_copy(struct braid_comm *comm, void *dst, const vo
 {
     struct braid_cuda_comm *cc = comm->cuda;
     if (!cc) return braid_set_error(BRAID_ERR_INTERNAL, "device buffer on a comm without CUDA");
-    if (cudaSetDevice(cc->dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return braid_set_error(BRAID_ERR_SYSTEM, "cannot select CUDA device %d", cc->dev);
-    }
+    int prev;
+    BRAID_CHECK(braid_cuda_device_enter(cc->dev, &prev));
     pthread_mutex_lock(&cc->lock);
     braid_result_t res = copy_stream_make(cc);
     void *stream = cc->copy_stream;
     pthread_mutex_unlock(&cc->lock);
-    return res < 0 ? res : braid_cuda_memcpy(dst, src, bytes, stream);
+    if (res == BRAID_SUCCESS) res = braid_cuda_memcpy(dst, src, bytes, stream);
+    braid_cuda_device_restore(prev, cc->dev);
+    return res;
 }
 
 /* Under cc->lock. */
@@ -196,17 +196,46 @@ braid_result_t braid_cuda_stage_prepare(struct braid_comm *comm, const braid_op_
     return BRAID_SUCCESS;
 }
 
+/* Queued device calls (non-blocking, or behind queued operations; stream.c does the same for
+ * the stream-ordered ones): on the caller's thread, before the worker runs anything of them,
+ * the engine's setup or the staging area's growth, which the worker must not do while a
+ * stream-ordered call may hold a user stream (above). */
+braid_result_t braid_cuda_prepare_queued(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    if (!cc)
+        return braid_set_error(BRAID_ERR_INTERNAL, "%s: device buffers on a comm without CUDA",
+                               braid_coll_name(a->coll));
+    int prev;
+    BRAID_CHECK(braid_cuda_device_enter(cc->dev, &prev));
+    int eng = braid_cuda_engine_prepare(comm, a);
+    braid_result_t res = eng < 0 ? eng : eng ? BRAID_SUCCESS : braid_cuda_stage_prepare(comm, a);
+    braid_cuda_device_restore(prev, cc->dev);
+    return res;
+}
+
+static braid_result_t run_blocking(struct braid_comm *comm, const braid_op_args_t *a);
+
+/* On the communicator's device; the caller's current device is restored (braid never leaves a
+ * thread's device switched). */
 braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const braid_op_args_t *a)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     if (!cc)
         return braid_set_error(BRAID_ERR_INTERNAL, "%s: device buffers on a comm without CUDA",
                                braid_coll_name(a->coll));
-    if (cudaSetDevice(cc->dev) != cudaSuccess) {
-        (void)cudaGetLastError();
+    int prev;
+    if (braid_cuda_device_enter(cc->dev, &prev) < 0)
         return braid_set_error(BRAID_ERR_SYSTEM, "%s: cannot select CUDA device %d",
                                braid_coll_name(a->coll), cc->dev);
-    }
+    braid_result_t res = run_blocking(comm, a);
+    braid_cuda_device_restore(prev, cc->dev);
+    return res;
+}
+
+static braid_result_t run_blocking(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
     /* The device engine when it applies (executor.c), else staged here. */
     int eng = braid_cuda_engine_try(comm, a);
     if (eng != BRAID_INPROGRESS) return eng;

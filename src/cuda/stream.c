@@ -24,6 +24,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -67,11 +68,53 @@ static braid_result_t flag_init(struct braid_cuda_comm *cc)
     return BRAID_SUCCESS;
 }
 
+/* A stream being captured into a CUDA graph: refused. The call's progress is host-driven (the
+ * worker stores the ticket once), so a captured wait would be satisfied already at every replay
+ * and the collective would silently not happen, and the worker cannot query a captured event.
+ * Checked before anything is allocated (an allocation would invalidate a global capture). */
+static braid_result_t refuse_capture(void *stream, const char *what)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+    if (e == cudaSuccess && cs == cudaStreamCaptureStatusNone) return BRAID_SUCCESS;
+    (void)cudaGetLastError();
+    if (e != cudaSuccess && e != cudaErrorStreamCaptureImplicit)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s: cannot query stream %p: %s", what,
+                               stream, cudaGetErrorString(e));
+    return braid_set_error(BRAID_ERR_UNSUPPORTED,
+                           "%s: stream %p is being captured into a CUDA graph (%s): braid's "
+                           "stream-ordered calls cannot be captured; call it outside the capture",
+                           what, stream,
+                           e != cudaSuccess ? "the legacy stream under another stream's capture"
+                           : cs == cudaStreamCaptureStatusActive ? "capture active"
+                                                                 : "capture invalidated");
+}
+
+static braid_result_t enqueue(struct braid_comm *comm, const braid_op_args_t *a, void *stream);
+
+/* On the communicator's device (its event and the ticket's wait belong there), the caller's
+ * current device restored. */
 braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const braid_op_args_t *a, void *stream)
 {
     struct braid_cuda_comm *cc = comm->cuda;
     const char *name = braid_coll_name(a->coll);
     if (!cc) return braid_set_error(BRAID_ERR_INTERNAL, "%s_stream: no CUDA state", name);
+    int prev;
+    if (braid_cuda_device_enter(cc->dev, &prev) < 0)
+        return braid_set_error(BRAID_ERR_SYSTEM, "%s_stream: cannot select CUDA device %d", name,
+                               cc->dev);
+    char what[64];
+    snprintf(what, sizeof(what), "%s_stream", name);
+    braid_result_t res = refuse_capture(stream, what);
+    if (res == BRAID_SUCCESS) res = enqueue(comm, a, stream);
+    braid_cuda_device_restore(prev, cc->dev);
+    return res;
+}
+
+static braid_result_t enqueue(struct braid_comm *comm, const braid_op_args_t *a, void *stream)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    const char *name = braid_coll_name(a->coll);
     pthread_once(&fn_once, load_fns);
     if (!fn_wait64) return braid_set_error(BRAID_ERR_UNSUPPORTED, "%s_stream: %s", name, fn_why);
     braid_result_t res;
@@ -84,12 +127,7 @@ braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const braid_op_args_t
     if (res < 0) goto fail;
     /* Everything that allocates (the engine's setup, the staging area) happens here, before the
      * stream is held: the worker must not allocate while it is (see stage.c). */
-    int eng = braid_cuda_engine_prepare(comm, a);
-    if (eng < 0) {
-        res = eng;
-        goto fail;
-    }
-    if (!eng && (res = braid_cuda_stage_prepare(comm, a)) < 0) goto fail;
+    if ((res = braid_cuda_prepare_queued(comm, a)) < 0) goto fail;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream);
     if (e != cudaSuccess) {
@@ -190,16 +228,16 @@ braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream)
     if (!cc) return braid_set_error(BRAID_ERR_INTERNAL, "stream wait on a comm without CUDA");
     /* On the communicator's device (a thread may drive communicators of several devices; the
      * legacy stream and an event are per device), the caller's current device restored. */
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    if (prev != cc->dev && cudaSetDevice(cc->dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return braid_set_error(BRAID_ERR_SYSTEM, "cannot select CUDA device %d", cc->dev);
+    int prev;
+    BRAID_CHECK(braid_cuda_device_enter(cc->dev, &prev));
+    braid_result_t res = refuse_capture(stream, "stream-ordered call");
+    if (res < 0) {
+        braid_cuda_device_restore(prev, cc->dev);
+        return res;
     }
     cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream);
-    braid_result_t res;
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         res = braid_set_error(BRAID_ERR_INVALID_ARG,
@@ -211,6 +249,6 @@ braid_result_t braid_cuda_stream_wait(struct braid_comm *comm, void *stream)
                                 : "waiting for the legacy default stream");
     }
     if (ev) cudaEventDestroy(ev);
-    if (prev >= 0 && prev != cc->dev) cudaSetDevice(prev);
+    braid_cuda_device_restore(prev, cc->dev);
     return res;
 }

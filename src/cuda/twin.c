@@ -12,6 +12,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,9 +30,27 @@ static inline void bde_copy2(void *dst, void *dst2, const void *src, size_t byte
     bde_copy(dst2, src, bytes);
 }
 
+/* The GPU's reductions load and store whole elements where the buffers are not co-aligned
+ * (reduce_dev.cuh), and an element at a misaligned address is cudaErrorMisalignedAddress, fatal
+ * to the process's CUDA context. The host kernels accept any address, so the twin checks what
+ * the GPU needs and stops the process as the GPU would (the API refuses such buffers: the
+ * argument checks, coll_dev.c). */
+static void twin_aligned(const void *p, size_t es, size_t count, const char *what)
+{
+    if (!count || !p || (uintptr_t)p % es == 0) return;
+    fprintf(stderr,
+            "twin: %s %p is not aligned to its %zu-byte elements: the GPU would fault here "
+            "(cudaErrorMisalignedAddress)\n",
+            what, p, es);
+    abort();
+}
+
 static inline void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void *x, const void *y,
                               size_t count, int final)
 {
+    twin_aligned(dst, ch->es, count, "reduction output");
+    twin_aligned(x, ch->es, count, "reduction input");
+    twin_aligned(y, ch->es, count, "reduction input");
     if (final)
         braid_reduce_pair_final(ch->dtype, ch->op, dst, x, y, count, ch->nranks);
     else
@@ -40,6 +60,7 @@ static inline void bde_reduce(const braid_dev_chan_t *ch, void *dst, const void 
 static inline void bde_reduce2(const braid_dev_chan_t *ch, void *dst, void *dst2, const void *x,
                                const void *y, size_t count)
 {
+    twin_aligned(dst2, ch->es, count, "reduction output");
     bde_reduce(ch, dst, x, y, count, 1);
     bde_copy(dst2, dst, count * ch->es);
 }
@@ -47,6 +68,10 @@ static inline void bde_reduce2(const braid_dev_chan_t *ch, void *dst, void *dst2
 static inline void bde_finalize(const braid_dev_chan_t *ch, void *dst, const void *src,
                                 size_t count)
 {
+    if (ch->op == BRAID_AVG) { /* the division kernel (else a byte copy) */
+        twin_aligned(dst, ch->es, count, "avg output");
+        twin_aligned(src, ch->es, count, "avg input");
+    }
     braid_reduce_finalize(ch->dtype, ch->op, dst, src, count, ch->nranks);
 }
 
@@ -190,6 +215,9 @@ braid_result_t braid_twin_rank_prepare(braid_twin_world_t *w, int rank, const br
             free(r);
             return braid_set_error(BRAID_ERR_NOMEM, "twin: out of memory for the scaled input");
         }
+        size_t es = braid_dtype_size(a->dtype);
+        twin_aligned(dst, es, n_pre, "avg pre-scaling output"); /* reduce.cu's kernel */
+        twin_aligned(a->sendbuf, es, n_pre, "avg pre-scaling input");
         braid_reduce_avg_prescale(a->dtype, dst, a->sendbuf, n_pre, w->L.nranks);
         call.sendbuf = dst;
     }

@@ -1,6 +1,7 @@
 /* The CUDA IPC transport (see cuda_ipc.h). */
 #include "transport/cuda_ipc.h"
 #include "core/log.h"
+#include "cuda/cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -29,8 +30,8 @@ uint64_t braid_cuda_ipc_proc_token(void)
     return token;
 }
 
-braid_result_t braid_cuda_ipc_region_alloc(size_t bytes, void **region_p,
-                                           braid_cuda_ipc_info_t *info)
+braid_result_t braid_cuda_ipc_region_alloc(size_t bytes, void *stream, double timeout_s,
+                                           void **region_p, braid_cuda_ipc_info_t *info)
 {
     memset(info, 0, sizeof(*info));
     info->pid = (int32_t)getpid();
@@ -45,8 +46,17 @@ braid_result_t braid_cuda_ipc_region_alloc(size_t bytes, void **region_p,
         e = cudaMalloc(&p, bytes);
     }
     if (e == cudaSuccess) {
-        what = "cudaMemset";
-        e = cudaMemset(p, 0, bytes);
+        what = "cudaMemsetAsync";
+        e = cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream);
+    }
+    braid_result_t drained = BRAID_SUCCESS;
+    if (e == cudaSuccess && (drained = braid_cuda_stream_drain(
+                                 stream, timeout_s, NULL, "cuda-ipc: zeroing the region")) < 0) {
+        /* Still queued or running: freeing it now could let the memset land in a later
+         * allocation. Leaked. */
+        snprintf(info->why, sizeof(info->why), "%s", braid_last_error());
+        braid_warn(INIT, "%s; its %zu bytes of device memory are leaked", info->why, bytes);
+        return braid_set_error(drained, "%s", info->why);
     }
     if (e == cudaSuccess) {
         what = "cudaIpcGetMemHandle";

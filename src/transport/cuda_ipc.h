@@ -32,9 +32,13 @@ typedef struct {
 /* This process's token (random, made once). */
 uint64_t braid_cuda_ipc_proc_token(void);
 /* Allocates and zeroes a region of bytes on the current device and fills info (ok = 1); on
- * failure info->ok = 0 with the reason, and the error is returned. */
-braid_result_t braid_cuda_ipc_region_alloc(size_t bytes, void **region_p,
-                                           braid_cuda_ipc_info_t *info);
+ * failure info->ok = 0 with the reason, and the error is returned. The zeroing runs on stream
+ * (the engine's, non-blocking) and is waited for, bounded by timeout_s, before the handle is
+ * made: the peers write into the region as soon as they have it, and the legacy default
+ * stream (cudaMemset's) is not ordered with their kernels or ours, and may be held by a user's
+ * blocking stream. A region whose zeroing did not finish is leaked, not freed. */
+braid_result_t braid_cuda_ipc_region_alloc(size_t bytes, void *stream, double timeout_s,
+                                           void **region_p, braid_cuda_ipc_info_t *info);
 void braid_cuda_ipc_region_free(void *region);
 /* Maps peer's region into this process (*opened_p = 1: unmap with region_close), or takes its
  * pointer when it is this process's own. Errors name the peer rank. */

@@ -477,6 +477,7 @@ int main(int argc, char **argv)
         return bad ? 1 : 0;
     }
     if (!strcmp(cmd, "threads")) return cmd_threads(n);
+    if (!strcmp(cmd, "robust")) return cmd_robust(argc > 2 ? argv[2] : "");
     if (!strcmp(cmd, "ringbw")) return cmd_ringbw(n, argc > 3 ? (size_t)atol(argv[3]) : 256);
     if (!strcmp(cmd, "nodev")) {
         setenv("BRAID_CUDA", "0", 1);
@@ -497,7 +498,7 @@ int main(int argc, char **argv)
     }
     fprintf(stderr,
             "usage: %s reduce | bw [MiB] | coll N | threads N | ringbw N [MiB] | kill N | p2p N | "
-            "nodev\n",
+            "nodev | robust WHAT\n",
             argv[0]);
     return 2;
 }

@@ -15,5 +15,7 @@ int coll_rank(braid_comm_t comm, int rank, int n, void *argp);
 int engine_report(braid_comm_t comm, int rank, int n, const char *mode);
 int cmd_threads(int n);
 int cmd_ringbw(int n, size_t mib);
+/* gpu_robust.c: the failure-handling checks (robust WHAT). */
+int cmd_robust(const char *what);
 
 #endif

@@ -35,6 +35,8 @@
 #                tools on one GPU (-g 1, checked), and that they load braid's libnccl.so.2
 #   p2p N        sendrecv (a ring in a group) and alltoall on device buffers, N = 1, 2, 4
 #   nodev        BRAID_CUDA=0: the stream forms are refused
+#   robust/*     failure handling: a stale CUDA error, graph capture, the legacy stream held at
+#                setup, the caller's device restored, a launch that times out, iallreduce staging
 #   sanitizer    compute-sanitizer memcheck on the kernels (when installed)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -259,6 +261,13 @@ unset BRAID_DEV_ENGINE
 run bw/64MiB 30 gpu "$B/braid_gpu_check" bw 64
 run stage/n=2 45 gpu env BRAID_DEV_ENGINE=stage GPU_CHECK_QUICK=1 "$B/braid_gpu_check" coll 2
 run nodev 30 gpu "$B/braid_gpu_check" nodev
+# The device path's failure handling (tests/gpu/gpu_robust.c): each was a hang, a wrong result or
+# a spurious error before the fixes of session 34; compiled there without a GPU, first run here.
+for w in lasterr capture legacy device; do
+  run "robust/$w" 40 gpu "$B/braid_gpu_check" robust "$w"
+done
+run robust/hang 60 gpu env BRAID_TIMEOUT=1 BRAID_DEV_SPINS=1073741824 "$B/braid_gpu_check" robust hang
+run robust/nbstage 45 gpu env BRAID_DEV_ENGINE=stage "$B/braid_gpu_check" robust nbstage
 if command -v compute-sanitizer >/dev/null; then
   # memcheck errors only (exit 99): under the tool the kernels are far below their bandwidth
   # targets (the second run of session 26: 0 errors, 0.08 of the copy)

@@ -182,6 +182,51 @@ Test(cuda, device_buffers_of_another_device_or_mixed_are_rejected, .timeout = 30
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
 
+/* The GPU's reductions load whole elements: device buffers of allreduce, reduce and
+ * reduce_scatter not aligned to their element size are refused, naming the buffer (the host
+ * path, and copies, take any address). */
+Test(cuda, misaligned_device_buffers_of_reductions_are_rejected, .timeout = 30)
+{
+    braid_comm_t c = one_rank();
+    int saved = c->cuda_dev;
+    c->cuda_dev = 1; /* the fake arena's device */
+    braid_cuda_test_set_classifier(fake_classify);
+    char *al = fake_dev + (16 - (uintptr_t)fake_dev % 16) % 16; /* 16-byte aligned */
+    cr_assert_eq(braid_allreduce(al + 1, al + 1, 4, BRAID_FLOAT32, BRAID_SUM, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "allreduce: sendbuf=") &&
+                  strstr(braid_last_error(), "not aligned to its 4-byte float32 elements"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_reduce(al, al + 1026, 4, BRAID_FLOAT64, BRAID_MAX, 0, c),
+                 BRAID_ERR_INVALID_ARG);
+    cr_assert(strstr(braid_last_error(), "reduce: recvbuf=") &&
+                  strstr(braid_last_error(), "8-byte"),
+              "%s", braid_last_error());
+    cr_assert_eq(braid_reduce_scatter(al + 6, al + 2049, 4, BRAID_BFLOAT16, BRAID_SUM, c),
+                 BRAID_ERR_INVALID_ARG); /* al + 6 is 2-aligned: the recvbuf is named */
+    cr_assert(strstr(braid_last_error(), "reduce_scatter: recvbuf=") &&
+                  strstr(braid_last_error(), "2-byte bfloat16"),
+              "%s", braid_last_error());
+    /* Aligned reductions, single-byte elements and copies pass the check (what follows fails
+     * here: no real device). */
+    char *ok_cases[4];
+    braid_allreduce(al + 8, al + 1024, 4, BRAID_FLOAT64, BRAID_SUM, c);
+    ok_cases[0] = strdup(braid_last_error());
+    braid_allreduce(al + 1, al + 1025, 4, BRAID_UINT8, BRAID_SUM, c);
+    ok_cases[1] = strdup(braid_last_error());
+    braid_broadcast(al + 1, al + 1025, 4, BRAID_FLOAT32, 0, c);
+    ok_cases[2] = strdup(braid_last_error());
+    braid_allgather(al + 3, al + 1027, 4, BRAID_INT64, c);
+    ok_cases[3] = strdup(braid_last_error());
+    for (int i = 0; i < 4; i++) {
+        cr_assert(!strstr(ok_cases[i], "aligned"), "case %d: %s", i, ok_cases[i]);
+        free(ok_cases[i]);
+    }
+    braid_cuda_test_set_classifier(NULL);
+    c->cuda_dev = saved;
+    cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
+}
+
 Test(cuda, braid_cuda_0_keeps_cuda_untouched, .timeout = 30)
 {
     setenv("BRAID_CUDA", "0", 1);

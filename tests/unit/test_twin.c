@@ -32,10 +32,13 @@ typedef struct {
     int root;
     size_t count;
     int in_place;
-    size_t off; /* bytes every buffer is shifted by */
+    size_t off; /* every buffer is shifted by this many bytes, elements for the reductions (the
+                 * API refuses device buffers of reductions not aligned to their elements:
+                 * the twin, like the GPU, faults on them) */
     int seed;
     const int *order;
     uint64_t budget;
+    int off_bytes; /* off is in bytes for the reductions too (what the API refuses) */
 } twin_case_t;
 
 static int reduces(int coll)
@@ -56,9 +59,10 @@ static void bufs_make(const twin_case_t *t, int r, bufs_t *b)
     size_t es = braid_dtype_size(t->dt), n = (size_t)t->n, c = t->count;
     size_t in_elems = t->coll == BRAID_COLL_REDUCE_SCATTER ? c * n : c;
     size_t out_elems = t->coll == BRAID_COLL_ALLGATHER ? c * n : c;
-    b->in_base = calloc(1, in_elems * es + t->off + 16);
-    b->out_base = calloc(1, (out_elems + in_elems) * es + t->off + 16);
-    char *in = b->in_base + t->off, *out = b->out_base + t->off;
+    size_t off = t->off * (reduces(t->coll) && !t->off_bytes ? es : 1);
+    b->in_base = calloc(1, in_elems * es + off + 16 * es);
+    b->out_base = calloc(1, (out_elems + in_elems) * es + off + 16 * es);
+    char *in = b->in_base + off, *out = b->out_base + off;
     int root_in = t->coll != BRAID_COLL_BROADCAST || r == t->root;
     if (t->in_place) {
         if (t->coll == BRAID_COLL_REDUCE_SCATTER) {
@@ -234,6 +238,66 @@ Test(twin, broadcast_allgather_every_dtype_count, .timeout = 300)
     sweep(BRAID_COLL_BROADCAST, BRAID_PLAN_RING);
     sweep(BRAID_COLL_BROADCAST, BRAID_PLAN_TREE);
     sweep(BRAID_COLL_ALLGATHER, BRAID_PLAN_RING);
+}
+
+/* Reductions over buffers not aligned to their elements: the GPU faults
+ * (cudaErrorMisalignedAddress, fatal to the context), and so does the twin (it aborts), so its
+ * sweeps would catch such buffers reaching the engine; the API refuses them (test_cuda.c). */
+Test(twin, misaligned_reduction_faults_like_the_gpu, .signal = SIGABRT, .timeout = 30)
+{
+    twin_case_t t = {.n = 2,
+                     .nch = 1,
+                     .nslots = 4,
+                     .slot_bytes = 96,
+                     .coll = BRAID_COLL_ALLREDUCE,
+                     .algo = BRAID_PLAN_RING,
+                     .dt = BRAID_FLOAT32,
+                     .op = BRAID_SUM,
+                     .count = 13,
+                     .off = 1,
+                     .off_bytes = 1,
+                     .seed = 2,
+                     .budget = 1};
+    run_serial(&t, NULL, NULL);
+}
+
+/* Copies move bytes on the GPU too: any offset works. */
+Test(twin, misaligned_copies_run, .timeout = 30)
+{
+    for (int coll = BRAID_COLL_BROADCAST; coll <= BRAID_COLL_ALLGATHER; coll += 3) {
+        twin_case_t t = {.n = 3,
+                         .nch = 1,
+                         .nslots = 4,
+                         .slot_bytes = 96,
+                         .coll = coll,
+                         .algo = BRAID_PLAN_RING,
+                         .dt = BRAID_FLOAT64,
+                         .root = 1,
+                         .count = 29,
+                         .off = 3,
+                         .off_bytes = 1,
+                         .seed = 4,
+                         .budget = 1};
+        cr_assert_eq(run_serial(&t, NULL, NULL), 0, "%s", braid_coll_name(coll));
+    }
+}
+
+Test(twin, dev_threads_must_be_whole_warps_up_to_512, .timeout = 10)
+{
+    static const int64_t good[] = {32, 64, 96, 256, 480, 512};
+    static const int64_t bad[] = {0, -32, 1, 31, 33, 100, 544, 1024};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        cr_assert_eq(braid_dev_threads_check(good[i]), BRAID_SUCCESS, "%lld: %s",
+                     (long long)good[i], braid_last_error());
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(braid_dev_threads_check(bad[i]), BRAID_ERR_INVALID_ARG, "%lld",
+                     (long long)bad[i]);
+        char want[64];
+        snprintf(want, sizeof(want), "BRAID_DEV_THREADS=%lld:", (long long)bad[i]);
+        cr_assert(strstr(braid_last_error(), want), "%s", braid_last_error());
+        cr_assert(strstr(braid_last_error(), "multiple of 32 from 32 to 512"), "%s",
+                  braid_last_error());
+    }
 }
 
 Test(twin, shuffled_ring_order, .timeout = 60)
