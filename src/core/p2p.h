@@ -155,6 +155,8 @@ uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p);
  * leave_first: its next CMA message's pieces wait until its sender has claimed one. */
 void braid_p2p_cma_test_stall(struct braid_comm *comm, uint64_t stall_ns, int leave_first);
 int braid_p2p_cma_test_stalled(struct braid_comm *comm);
+/* How many communicators of this process hold PR_SET_PTRACER_ANY (p2p_cma.c); for tests. */
+int braid_p2p_cma_ptracer_refs(void);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
  * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With

@@ -1,9 +1,10 @@
 /* Single-copy point-to-point messages between processes of one host: the probe at init and
  * the two ends of a message (see p2p_cma.h for the protocol).
  *
- * Probe. Every rank allows any process of its user to read its memory (prctl(PR_SET_PTRACER,
- * PR_SET_PTRACER_ANY), which matters only under Yama's ptrace_scope 1), then publishes its pid,
- * the address of a random word and the word's value (bootstrap allgather). Each rank reads
+ * Probe. A rank with a peer on its host (a shm connection) and CMA not off allows any process of
+ * its user to read its memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), which matters only
+ * under Yama's ptrace_scope 1; held per process, see ptracer_hold), then publishes its pid, the
+ * address of a random word and the word's value (bootstrap allgather). Each rank reads
  * every peer's word with process_vm_readv; a peer counts as readable only when the read
  * returns that value (a pid of another pid namespace, a denied ptrace, a kernel without CMA
  * fail here). A second allgather publishes who can read whom: a sender uses the path towards
@@ -17,6 +18,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -34,6 +36,43 @@
 #ifndef PR_SET_PTRACER_ANY
 #define PR_SET_PTRACER_ANY ((unsigned long)-1)
 #endif
+
+/* PR_SET_PTRACER_ANY is per process: held while a communicator of the process uses CMA (or
+ * may: between its prctl and the probe), and reset to none (PR_SET_PTRACER 0) when the last
+ * one lets go. The earlier setting cannot be read back (there is no PR_GET_PTRACER): a
+ * process that named a ptracer itself loses it then. The count belongs to the process that
+ * took it: a child forked meanwhile inherits the count but not the setting, and starts over. */
+static pthread_mutex_t ptracer_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ptracer_refs;
+static pid_t ptracer_pid;
+
+static void ptracer_hold(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    if (ptracer_pid != getpid()) {
+        ptracer_pid = getpid();
+        ptracer_refs = 0;
+    }
+    if (ptracer_refs++ == 0 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        braid_debug(INIT, "prctl(PR_SET_PTRACER) failed: %m (no Yama: harmless)");
+    pthread_mutex_unlock(&ptracer_lock);
+}
+
+static void ptracer_drop(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    if (ptracer_pid == getpid() && ptracer_refs > 0 && --ptracer_refs == 0)
+        (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0); /* fails the same way without Yama */
+    pthread_mutex_unlock(&ptracer_lock);
+}
+
+int braid_p2p_cma_ptracer_refs(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    int k = ptracer_pid == getpid() ? ptracer_refs : 0;
+    pthread_mutex_unlock(&ptracer_lock);
+    return k;
+}
 
 typedef struct {
     int32_t pid;
@@ -116,13 +155,33 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     cma->help = help != 0;
     if (getrandom(&cma->probe, sizeof(cma->probe), 0) != sizeof(cma->probe))
         cma->probe = braid_now_ns() * 0x9e3779b97f4a7c15ull;
-    if (on && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
-        braid_debug(INIT, "prctl(PR_SET_PTRACER) failed: %m (no Yama: harmless)");
+    /* Only a peer on this host (shm: the transports that report releases) ever reads or
+     * writes this process's memory; the permission must be there before the allgather, after
+     * which those peers probe. */
+    int local = 0;
+    for (int p = 0; p < n; p++)
+        local |= p != me && ((recv[p] && recv[p]->ops->send_released) ||
+                             (send[p] && send[p]->ops->send_released));
+    if (on && local) {
+        ptracer_hold();
+        cma->ptracer = 1;
+    }
     probe_t mine = {.pid = (int32_t)getpid(),
                     .on = (uint32_t)(on != 0),
                     .addr = (uint64_t)(uintptr_t)&cma->probe,
                     .value = cma->probe};
     BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)), res, out);
+    if (cma->ptracer) { /* no peer of this host takes part: none probes, the setting goes */
+        int used = 0;
+        for (int p = 0; p < n; p++)
+            used |= p != me && all[p].on &&
+                    ((recv[p] && recv[p]->ops->send_released) ||
+                     (send[p] && send[p]->ops->send_released));
+        if (!used) {
+            ptracer_drop();
+            cma->ptracer = 0;
+        }
+    }
     /* Only peers over a transport that reports releases (shm: the same host). */
     for (int p = 0; p < n; p++) {
         cma->pid[p] = all[p].pid;
@@ -161,6 +220,7 @@ out:
 void braid_p2p_cma_free(braid_p2p_cma_t *cma)
 {
     if (!cma) return;
+    if (cma->ptracer) ptracer_drop();
     free(cma->send_ok);
     free(cma->recv_ok);
     free(cma->pid);

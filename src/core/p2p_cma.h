@@ -55,13 +55,15 @@ typedef struct braid_p2p_cma {
     uint64_t pulls;          /* messages this rank received by CMA (tests) */
     _Atomic uint64_t pulled; /* bytes this rank read (tests read it from another thread) */
     _Atomic uint64_t pushed; /* bytes this rank wrote into its receivers' buffers */
+    int ptracer;             /* holds a reference to PR_SET_PTRACER_ANY (p2p_cma.c) */
     uint64_t test_stall_ns;  /* braid_p2p_cma_test_stall */
     int test_leave_first;
     _Atomic int test_stalled;
 } braid_p2p_cma_t;
 
 /* At init, after the send/recv connections exist (send/recv: nranks entries, NULL for this
- * rank): prctl(PR_SET_PTRACER), the probe exchange (two bootstrap allgathers, run by every
+ * rank): prctl(PR_SET_PTRACER) where a peer shares the host (undone by the free of the
+ * process's last such communicator), the probe exchange (two bootstrap allgathers, run by every
  * rank whatever its settings) and the per-peer decision. Sets *cma_p (freed with
  * braid_p2p_cma_free). */
 braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **send,
