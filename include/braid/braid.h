@@ -469,7 +469,8 @@ BRAID_API braid_result_t braid_alltoall(const void *sendbuf, void *recvbuf, size
                                         braid_datatype_t dtype, braid_comm_t comm);
 /** Per-peer counts and displacements (nranks entries each): sendcounts[j] elements from
  * sendbuf + sdispls[j] go to rank j, recvcounts[i] elements from rank i land at recvbuf +
- * rdispls[i]. sendcounts[j] on rank i must equal recvcounts[i] on rank j. */
+ * rdispls[i]. sendcounts[j] on rank i must equal recvcounts[i] on rank j. Receive blocks that
+ * overlap (both non-empty) are BRAID_ERR_INVALID_ARG. */
 BRAID_API braid_result_t braid_alltoallv(const void *sendbuf, const size_t *sendcounts,
                                          const size_t *sdispls, void *recvbuf,
                                          const size_t *recvcounts, const size_t *rdispls,
@@ -484,7 +485,8 @@ BRAID_API braid_result_t braid_gather(const void *sendbuf, void *recvbuf, size_t
 BRAID_API braid_result_t braid_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                        braid_datatype_t dtype, int root, braid_comm_t comm);
 /** Every rank receives rank i's recvcounts[i] elements at recvbuf + displs[i]; this rank's
- * sendcount must equal recvcounts[rank]. In place when sendbuf == recvbuf + displs[rank]. */
+ * sendcount must equal recvcounts[rank]. In place when sendbuf == recvbuf + displs[rank].
+ * Receive blocks that overlap (both non-empty) are BRAID_ERR_INVALID_ARG. */
 BRAID_API braid_result_t braid_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
                                           const size_t *recvcounts, const size_t *displs,
                                           braid_datatype_t dtype, braid_comm_t comm);

@@ -211,6 +211,45 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 
 #define ARG_ERR(...) braid_set_error(BRAID_ERR_INVALID_ARG, __VA_ARGS__)
 
+typedef struct {
+    size_t disp, count;
+    int rank;
+} block_t;
+
+static int block_cmp(const void *a, const void *b)
+{
+    const block_t *x = a, *y = b;
+    if (x->disp != y->disp) return x->disp < y->disp ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Receive blocks (counts[i] elements at displs[i], each within the byte limit checked before)
+ * that overlap would be written by two peers in an order nobody chose: refused, naming the
+ * first pair found. Sorted by displacement (then rank), blocks overlap exactly when one starts
+ * before the end of the one before it (the blocks before that one being disjoint, it ends
+ * furthest); blocks of no elements never overlap. */
+static braid_result_t check_recv_blocks(const char *name, const char *dname, int n,
+                                        const size_t *counts, const size_t *displs)
+{
+    block_t *bl = malloc((size_t)n * sizeof(*bl));
+    if (!bl) return braid_set_error(BRAID_ERR_NOMEM, "%s: out of memory for %d blocks", name, n);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i]) bl[k++] = (block_t){displs[i], counts[i], i};
+    qsort(bl, (size_t)k, sizeof(*bl), block_cmp);
+    braid_result_t res = BRAID_SUCCESS;
+    for (int i = 1; i < k && res == BRAID_SUCCESS; i++) {
+        const block_t *a = &bl[i - 1], *b = &bl[i];
+        if (b->disp < a->disp + a->count)
+            res = ARG_ERR("%s: the receive blocks of rank %d (%s[%d]=%zu, recvcounts[%d]=%zu) "
+                          "and rank %d (%s[%d]=%zu, recvcounts[%d]=%zu) overlap",
+                          name, a->rank, dname, a->rank, a->disp, a->rank, a->count, b->rank, dname,
+                          b->rank, b->disp, b->rank, b->count);
+    }
+    free(bl);
+    return res;
+}
+
 /* Checks one call's arguments (and resolves a created op); the message names the argument. */
 static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
 {
@@ -248,6 +287,8 @@ static braid_result_t validate(struct braid_comm *comm, braid_pcoll_t *pc)
                                arrs[k][i]);
     }
     if (pc->count > lim) return ARG_ERR("%s: count=%zu overflows the byte size", name, pc->count);
+    if (pc->coll == BRAID_COLL_ALLTOALLV || pc->coll == BRAID_COLL_ALLGATHERV)
+        BRAID_CHECK(check_recv_blocks(name, names[3], n, pc->recvcounts, pc->rdispls));
     if (pc->coll == BRAID_COLL_ALLGATHERV && pc->count != pc->recvcounts[me])
         return ARG_ERR("%s: sendcount=%zu differs from recvcounts[%d]=%zu", name, pc->count, me,
                        pc->recvcounts[me]);

@@ -149,6 +149,14 @@ uint64_t braid_p2p_cma_pulls(struct braid_comm *comm, uint64_t *bytes_p);
 /* The bytes this rank has written into its receivers' buffers as a helping sender, and in
  * *help_p (may be NULL) whether it helps (BRAID_P2P_CMA_HELP as resolved); for tests. */
 uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p);
+/* For tests (a sender still writing when its receive fails): on a sender, the next piece it
+ * writes into a receiver's buffer waits stall_ns between its claim and its write, and from
+ * then on braid_p2p_cma_test_stalled returns 1 (safe from another thread); on a receiver,
+ * leave_first: its next CMA message's pieces wait until its sender has claimed one. */
+void braid_p2p_cma_test_stall(struct braid_comm *comm, uint64_t stall_ns, int leave_first);
+int braid_p2p_cma_test_stalled(struct braid_comm *comm);
+/* How many communicators of this process hold PR_SET_PTRACER_ANY (p2p_cma.c); for tests. */
+int braid_p2p_cma_ptracer_refs(void);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree
  * or recursive-doubling collective of that number) while this rank runs `mine` (verb:
  * "called" or "rejected its"): BRAID_ERR_MISMATCH naming both; else BRAID_SUCCESS. With

@@ -1,9 +1,10 @@
 /* Single-copy point-to-point messages between processes of one host: the probe at init and
  * the two ends of a message (see p2p_cma.h for the protocol).
  *
- * Probe. Every rank allows any process of its user to read its memory (prctl(PR_SET_PTRACER,
- * PR_SET_PTRACER_ANY), which matters only under Yama's ptrace_scope 1), then publishes its pid,
- * the address of a random word and the word's value (bootstrap allgather). Each rank reads
+ * Probe. A rank with a peer on its host (a shm connection) and CMA not off allows any process of
+ * its user to read its memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), which matters only
+ * under Yama's ptrace_scope 1; held per process, see ptracer_hold), then publishes its pid, the
+ * address of a random word and the word's value (bootstrap allgather). Each rank reads
  * every peer's word with process_vm_readv; a peer counts as readable only when the read
  * returns that value (a pid of another pid namespace, a denied ptrace, a kernel without CMA
  * fail here). A second allgather publishes who can read whom: a sender uses the path towards
@@ -17,6 +18,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef PR_SET_PTRACER
@@ -33,6 +36,43 @@
 #ifndef PR_SET_PTRACER_ANY
 #define PR_SET_PTRACER_ANY ((unsigned long)-1)
 #endif
+
+/* PR_SET_PTRACER_ANY is per process: held while a communicator of the process uses CMA (or
+ * may: between its prctl and the probe), and reset to none (PR_SET_PTRACER 0) when the last
+ * one lets go. The earlier setting cannot be read back (there is no PR_GET_PTRACER): a
+ * process that named a ptracer itself loses it then. The count belongs to the process that
+ * took it: a child forked meanwhile inherits the count but not the setting, and starts over. */
+static pthread_mutex_t ptracer_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ptracer_refs;
+static pid_t ptracer_pid;
+
+static void ptracer_hold(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    if (ptracer_pid != getpid()) {
+        ptracer_pid = getpid();
+        ptracer_refs = 0;
+    }
+    if (ptracer_refs++ == 0 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        braid_debug(INIT, "prctl(PR_SET_PTRACER) failed: %m (no Yama: harmless)");
+    pthread_mutex_unlock(&ptracer_lock);
+}
+
+static void ptracer_drop(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    if (ptracer_pid == getpid() && ptracer_refs > 0 && --ptracer_refs == 0)
+        (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0); /* fails the same way without Yama */
+    pthread_mutex_unlock(&ptracer_lock);
+}
+
+int braid_p2p_cma_ptracer_refs(void)
+{
+    pthread_mutex_lock(&ptracer_lock);
+    int k = ptracer_pid == getpid() ? ptracer_refs : 0;
+    pthread_mutex_unlock(&ptracer_lock);
+    return k;
+}
 
 typedef struct {
     int32_t pid;
@@ -115,13 +155,33 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     cma->help = help != 0;
     if (getrandom(&cma->probe, sizeof(cma->probe), 0) != sizeof(cma->probe))
         cma->probe = braid_now_ns() * 0x9e3779b97f4a7c15ull;
-    if (on && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
-        braid_debug(INIT, "prctl(PR_SET_PTRACER) failed: %m (no Yama: harmless)");
+    /* Only a peer on this host (shm: the transports that report releases) ever reads or
+     * writes this process's memory; the permission must be there before the allgather, after
+     * which those peers probe. */
+    int local = 0;
+    for (int p = 0; p < n; p++)
+        local |= p != me && ((recv[p] && recv[p]->ops->send_released) ||
+                             (send[p] && send[p]->ops->send_released));
+    if (on && local) {
+        ptracer_hold();
+        cma->ptracer = 1;
+    }
     probe_t mine = {.pid = (int32_t)getpid(),
                     .on = (uint32_t)(on != 0),
                     .addr = (uint64_t)(uintptr_t)&cma->probe,
                     .value = cma->probe};
     BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)), res, out);
+    if (cma->ptracer) { /* no peer of this host takes part: none probes, the setting goes */
+        int used = 0;
+        for (int p = 0; p < n; p++)
+            used |= p != me && all[p].on &&
+                    ((recv[p] && recv[p]->ops->send_released) ||
+                     (send[p] && send[p]->ops->send_released));
+        if (!used) {
+            ptracer_drop();
+            cma->ptracer = 0;
+        }
+    }
     /* Only peers over a transport that reports releases (shm: the same host). */
     for (int p = 0; p < n; p++) {
         cma->pid[p] = all[p].pid;
@@ -140,7 +200,8 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, cma->recv_ok, ok, (size_t)n), res, out);
     for (int p = 0; p < n; p++)
         cma->send_ok[p] = p != me && on && send[p] && send[p]->ops->send_released &&
-                          send[p]->ops->peer_check && ok[(size_t)p * (size_t)n + (size_t)me];
+                          send[p]->ops->peer_check && send[p]->ops->peer_ended &&
+                          ok[(size_t)p * (size_t)n + (size_t)me];
     for (int p = 0; p < n; p++)
         if (p != me)
             braid_debug(INIT, "rank %d -> rank %d: single copy (CMA) %s", me, p,
@@ -159,6 +220,7 @@ out:
 void braid_p2p_cma_free(braid_p2p_cma_t *cma)
 {
     if (!cma) return;
+    if (cma->ptracer) ptracer_drop();
     free(cma->send_ok);
     free(cma->recv_ok);
     free(cma->pid);
@@ -257,6 +319,10 @@ braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void
                                c->peer, (unsigned long long)d->bytes, total);
     if (!atomic_load_explicit(&d->dst, memory_order_relaxed))
         atomic_store_explicit(&d->dst, (uint64_t)(uintptr_t)dst, memory_order_release);
+    if (cma->test_leave_first) { /* braid_p2p_cma_test_stall */
+        if (!atomic_load_explicit(&d->claim, memory_order_relaxed)) return BRAID_SUCCESS;
+        cma->test_leave_first = 0;
+    }
     uint64_t off;
     size_t nb;
     if (claim_piece(cma, d, &off, &nb)) {
@@ -290,6 +356,11 @@ braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void
     /* A sender that failed (abort, timeout) while this rank read may have reused its buffer:
      * the data counts only if it still had not failed after the last piece. */
     BRAID_CHECK(c->ops->peer_check(c));
+    if (atomic_load_explicit(&d->done, memory_order_acquire) & BRAID_CMA_DONE_FAILED)
+        return braid_set_error(BRAID_ERR_REMOTE,
+                               "rank %d (pid %d) could not write its part of its %llu-byte "
+                               "message into this rank's buffer",
+                               c->peer, d->pid, (unsigned long long)d->bytes);
     cma->pulls++;
     *off_p = total;
     return BRAID_SUCCESS;
@@ -301,14 +372,30 @@ void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf)
     uint64_t claimed = atomic_exchange_explicit(&d->claim, UINT64_MAX / 2, memory_order_acq_rel);
     if (claimed > d->bytes) claimed = d->bytes;
     uint64_t t0 = braid_now_ns(), timeout_ns = braid_timeout_ns(comm->timeout_s);
-    char keep[2048]; /* the call's error, which peer_check would overwrite */
-    snprintf(keep, sizeof(keep), "%s", braid_last_error());
+    long pause_ns = 20000;
+    /* Every piece claimed is finished (a failed write counts too, p2p_cma.h), whatever the
+     * sender's failure flags say: a sender whose communicator failed (an abort from another
+     * of its threads) may still be inside process_vm_writev. Only its process's end stops
+     * the writes; a sender hung in a piece is given the timeout, and an abort of this
+     * communicator (which must end the wait) a second more than a piece takes. */
     while (atomic_load_explicit(&d->done, memory_order_acquire) < claimed) {
-        /* A dead sender writes nothing more; a hung one is given the timeout. */
-        if (c->ops->peer_check(c) < 0 || braid_now_ns() - t0 > timeout_ns) break;
-        sched_yield();
+        if (c->ops->peer_ended(c)) return;
+        uint64_t idle = braid_now_ns() - t0, bound = timeout_ns;
+        if (atomic_load_explicit(&comm->aborted, memory_order_relaxed) && bound > 1000000000ull)
+            bound = 1000000000ull;
+        if (idle > bound) {
+            braid_warn(SHM,
+                       "rank %d: rank %d (pid %d) has not finished writing its pieces of a "
+                       "%llu-byte message into this rank's buffer in %.1f s; it may still write "
+                       "there after the failed receive returned",
+                       comm->rank, c->peer, d->pid, (unsigned long long)d->bytes,
+                       (double)idle / 1e9);
+            return;
+        }
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 1000000) pause_ns *= 2;
     }
-    braid_restore_error(keep);
 }
 
 braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *slot,
@@ -320,11 +407,30 @@ braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *s
     size_t nb;
     if (!cma->help || !dst || !cma->recv_ok[c->peer] || !claim_piece(cma, d, &off, &nb))
         return BRAID_SUCCESS;
-    struct iovec l = {.iov_base = (void *)(src + off), .iov_len = nb};
-    struct iovec r = {.iov_base = (void *)(uintptr_t)(dst + off), .iov_len = nb};
-    ssize_t got = process_vm_writev(cma->pid[c->peer], &l, 1, &r, 1, 0);
+    if (cma->test_stall_ns) {
+        uint64_t ns = cma->test_stall_ns;
+        cma->test_stall_ns = 0;
+        atomic_store_explicit(&cma->test_stalled, 1, memory_order_release);
+        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    /* The pid is the one the receiver had at init: once that process has ended the pid may
+     * belong to another process of this user, which must not get the data (its pidfd tells). */
+    int ended = c->ops->peer_ended(c);
+    ssize_t got = -1;
+    int err = ESRCH;
+    if (!ended) {
+        struct iovec l = {.iov_base = (void *)(src + off), .iov_len = nb};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(dst + off), .iov_len = nb};
+        got = process_vm_writev(cma->pid[c->peer], &l, 1, &r, 1, 0);
+        err = got < 0 ? errno : EFAULT;
+    }
     if (got != (ssize_t)nb) {
-        int err = got < 0 ? errno : EFAULT;
+        /* Accounted as finished but failed, so that a receiver waiting for its pieces (its
+         * wait_done, or the revoke of its failed receive) is not held to its timeout, and does
+         * not take the message for complete. */
+        atomic_fetch_add_explicit(&d->done, nb + BRAID_CMA_DONE_FAILED, memory_order_release);
         BRAID_CHECK(c->ops->peer_check(c));
         return braid_set_error(BRAID_ERR_REMOTE,
                                "cannot write rank %d's buffer (pid %d, %zu B at offset %llu of "

@@ -37,8 +37,12 @@ typedef struct {
     uint32_t magic;         /* BRAID_CMA_MAGIC */
     _Atomic uint64_t dst;   /* the receiver's buffer in its address space; 0 until set */
     _Atomic uint64_t claim; /* offset of the next piece to copy (fetch-and-add) */
-    _Atomic uint64_t done;  /* bytes copied, by either end */
+    _Atomic uint64_t done;  /* bytes copied, by either end (+ BRAID_CMA_DONE_FAILED) */
 } braid_cma_desc_t;
+
+/* Added to done with the size of a piece the sender failed to write: the piece counts as
+ * finished (nothing more will be written) and the message as failed. */
+#define BRAID_CMA_DONE_FAILED ((uint64_t)1 << 62)
 
 typedef struct braid_p2p_cma {
     uint8_t *send_ok; /* per peer: sends of >= min_bytes to it go by CMA */
@@ -51,10 +55,15 @@ typedef struct braid_p2p_cma {
     uint64_t pulls;          /* messages this rank received by CMA (tests) */
     _Atomic uint64_t pulled; /* bytes this rank read (tests read it from another thread) */
     _Atomic uint64_t pushed; /* bytes this rank wrote into its receivers' buffers */
+    int ptracer;             /* holds a reference to PR_SET_PTRACER_ANY (p2p_cma.c) */
+    uint64_t test_stall_ns;  /* braid_p2p_cma_test_stall */
+    int test_leave_first;
+    _Atomic int test_stalled;
 } braid_p2p_cma_t;
 
 /* At init, after the send/recv connections exist (send/recv: nranks entries, NULL for this
- * rank): prctl(PR_SET_PTRACER), the probe exchange (two bootstrap allgathers, run by every
+ * rank): prctl(PR_SET_PTRACER) where a peer shares the host (undone by the free of the
+ * process's last such communicator), the probe exchange (two bootstrap allgathers, run by every
  * rank whatever its settings) and the per-peer decision. Sets *cma_p (freed with
  * braid_p2p_cma_free). */
 braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **send,
@@ -80,14 +89,17 @@ braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const br
 braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void *buf, char *dst,
                                   size_t total, size_t *off_p);
 /* A receive that fails (abort, timeout, an error elsewhere in its batch) with buf's message
- * unfinished: no piece can be claimed after this, and it waits (bounded by comm's timeout, and
- * only while the sender lives) for the pieces the sender is writing, so that no write reaches
- * the buffer once the call has returned. */
+ * unfinished: no piece can be claimed after this, and it waits for the pieces the sender is
+ * writing, so that no write reaches the buffer once the call has returned: until they are
+ * finished (written or failed) or the sender's process has ended, not just failed. A sender
+ * still writing after comm's timeout (a second once comm is aborted) is named in a warning. */
 void braid_p2p_cma_revoke(struct braid_comm *comm, braid_conn_t *c, void *buf);
 /* The sending end, while it waits for the release of the descriptor it posted in slot for
  * src: copies the next unclaimed piece into the receiver's buffer once the receiver has
- * published it, when allowed (cma->help and this rank's probe read that peer); *moved = 1 if
- * it copied. BRAID_ERR_REMOTE naming the rank when the receiver's memory cannot be written. */
+ * published it, when allowed (cma->help and this rank's probe read that peer), and only while
+ * the receiver's process lives (its connection's pidfd: its pid may have been reused);
+ * *moved = 1 if it copied. BRAID_ERR_REMOTE naming the rank when the receiver's memory cannot
+ * be written (the piece then counts as done, with BRAID_CMA_DONE_FAILED). */
 braid_result_t braid_p2p_cma_push(braid_p2p_cma_t *cma, braid_conn_t *c, void *slot,
                                   const char *src, int *moved);
 

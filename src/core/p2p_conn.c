@@ -183,6 +183,20 @@ uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p)
     return st && st->cma ? atomic_load_explicit(&st->cma->pushed, memory_order_relaxed) : 0;
 }
 
+void braid_p2p_cma_test_stall(struct braid_comm *comm, uint64_t stall_ns, int leave_first)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (!st || !st->cma) return;
+    st->cma->test_stall_ns = stall_ns;
+    st->cma->test_leave_first = leave_first;
+}
+
+int braid_p2p_cma_test_stalled(struct braid_comm *comm)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    return st && st->cma && atomic_load_explicit(&st->cma->test_stalled, memory_order_acquire);
+}
+
 /* ---- batches ---------------------------------------------------------------------------- */
 braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *op)
 {

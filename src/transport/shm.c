@@ -121,30 +121,25 @@ static void futex_wake(_Atomic uint32_t *w)
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static int pid_alive(int pid)
+int braid_shm_pid_ended(int pid, int pidfd)
 {
-    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    if (pidfd >= 0) {
+        struct pollfd p = {.fd = pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0;
+    }
+    if (pid <= 0) return 0; /* not known: never taken for dead */
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
     /* A killed process that its parent has not reaped is a zombie: dead for us. */
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? 0 : 1;
+    if (fd < 0) return errno == ENOENT;
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
-    if (n <= 0) return 1;
+    if (n <= 0) return 0;
     buf[n] = '\0';
     const char *rp = strrchr(buf, ')');
-    return !(rp && (rp[2] == 'Z' || rp[2] == 'X'));
-}
-
-static int peer_alive(shm_conn_t *c)
-{
-    if (c->pidfd >= 0) {
-        struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return 0;
-        return 1;
-    }
-    return c->peer_pid <= 0 || pid_alive(c->peer_pid);
+    return rp && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
 static int open_pidfd(int pid)
@@ -181,7 +176,7 @@ static void sweep_stale_segments(void)
         unsigned long long ns;
         int pid, end = 0;
         if (sscanf(e->d_name, "braid-ns%llu-%d-%n", &ns, &pid, &end) == 2 && end > 0 &&
-            ns == mine && pid > 0 && !pid_alive(pid)) {
+            ns == mine && pid > 0 && braid_shm_pid_ended(pid, -1)) {
             char name[300];
             snprintf(name, sizeof(name), "/%s", e->d_name);
             if (shm_unlink(name) == 0) braid_info(SHM, "removed stale segment %s", name);
@@ -387,7 +382,7 @@ static braid_result_t check_peer(shm_conn_t *c, int force)
     uint64_t now = braid_now_ns();
     if (!force && now < c->next_live_check_ns) return BRAID_SUCCESS;
     c->next_live_check_ns = now + 20000000ull;
-    if (!peer_alive(c))
+    if (braid_shm_pid_ended(c->peer_pid, c->pidfd))
         return braid_set_error(BRAID_ERR_REMOTE, "rank %d (pid %d, same host) died", c->base.peer,
                                c->peer_pid);
     return BRAID_SUCCESS;
@@ -451,6 +446,12 @@ static braid_result_t shm_peer_check(braid_conn_t *conn)
 {
     atomic_thread_fence(memory_order_seq_cst);
     return check_peer((shm_conn_t *)conn, 1);
+}
+
+static int shm_peer_ended(braid_conn_t *conn)
+{
+    shm_conn_t *c = (shm_conn_t *)conn;
+    return braid_shm_pid_ended(c->peer_pid, c->pidfd);
 }
 
 static braid_result_t shm_peer_failed(braid_conn_t *conn)
@@ -519,5 +520,6 @@ const braid_transport_t braid_transport_shm = {
     .close = shm_close,
     .send_released = shm_send_released,
     .peer_check = shm_peer_check,
+    .peer_ended = shm_peer_ended,
     .peer_failed = shm_peer_failed,
 };

@@ -200,27 +200,10 @@ void braid_direct_sleep(braid_direct_t *d, int r, int s, uint32_t want, uint64_t
     atomic_fetch_sub_explicit(&c->sleepers, 1, memory_order_relaxed);
 }
 
-static int pid_gone(int pid)
-{
-    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
-    ssize_t k = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (k <= 0) return 0;
-    buf[k] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && (rp[2] == 'Z' || rp[2] == 'X'); /* killed, not reaped yet */
-}
-
 /* Whether rank r's process ended (its pidfd, else /proc). */
 static int peer_died(const braid_direct_t *d, int r)
 {
-    if (d->pidfd[r] < 0) return pid_gone(d->pid[r]);
-    struct pollfd p = {.fd = d->pidfd[r], .events = POLLIN};
-    return poll(&p, 1, 0) > 0;
+    return braid_shm_pid_ended(d->pid[r], d->pidfd[r]);
 }
 
 braid_result_t braid_direct_check_peer(braid_direct_t *d, int r, int force)

@@ -157,9 +157,12 @@ typedef struct braid_transport {
      * once the receiver has released every slot posted on this send connection, else
      * BRAID_INPROGRESS (wait with BRAID_WAIT_RELEASED). peer_check: BRAID_ERR_REMOTE (or the
      * peer's BRAID_ERR_MISMATCH) when the peer has failed this connection or died, checked
-     * now (ordered after this thread's earlier reads of the peer's memory). */
+     * now (ordered after this thread's earlier reads of the peer's memory). peer_ended: 1
+     * once the peer's process has ended (a zombie too), else 0, whatever the connection's
+     * failure flags say; never blocks (shm: its pidfd, so a reused pid is no live peer). */
     braid_result_t (*send_released)(braid_conn_t *conn);
     braid_result_t (*peer_check)(braid_conn_t *conn);
+    int (*peer_ended)(braid_conn_t *conn);
     /* Optional (NULL: not supported): the peer's failure notice on conn, when the peer failed
      * its end with fail() (its communicator failed: BRAID_ERR_REMOTE with its reason, or its
      * BRAID_ERR_MISMATCH), else BRAID_SUCCESS. Not reported here: a closed connection, a dead
@@ -181,6 +184,10 @@ uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt);
  * 2 characters). The shm transport's setup removes segments of dead creators of its own PID
  * namespace only (shm.c). */
 void braid_shm_segment_name(char *out, size_t len, const char *tag);
+
+/* Whether process pid has ended (a zombie too): pidfd's readiness where pidfd >= 0 (immune to
+ * pid reuse), else kill(pid, 0) and /proc/<pid>/stat; 0 for pid <= 0. Never blocks (shm.c). */
+int braid_shm_pid_ended(int pid, int pidfd);
 
 /* The built-in transport called name ("shm", "tcp"), or NULL if not built (registry.c). */
 const braid_transport_t *braid_transport_by_name(const char *name);

@@ -402,6 +402,49 @@ Test(coll_p2p, argument_errors_name_the_argument, .timeout = 60)
     cr_assert_eq(mp_run(3, arg_errors, NULL, 30), 0);
 }
 
+/* Receive blocks that overlap are refused (rank-local, before anything is sent), naming both
+ * blocks; empty blocks overlap nothing, so the same displacement with a zero count works. */
+static int recv_overlap(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    int32_t a[48], b[48];
+    size_t sc[3] = {4, 4, 4}, sd[3] = {0, 4, 8}, rc[3] = {4, 4, 4}, rd[3] = {0, 0, 0};
+    braid_result_t r;
+    for (int i = 0; i < 48; i++)
+        a[i] = rank * 100 + i;
+    EXPECT_ARG(braid_alltoallv(a, sc, sd, b, rc, rd, BRAID_INT32, comm), "overlap");
+    MP_CHECK(rank,
+             strstr(braid_last_error(), "rdispls[0]=0") &&
+                 strstr(braid_last_error(), "rdispls[1]=0"),
+             "%s", braid_last_error());
+    size_t part[3] = {0, 3, 8}; /* rank 1's block starts inside rank 0's */
+    EXPECT_ARG(braid_alltoallv(a, sc, sd, b, rc, part, BRAID_INT32, comm), "rdispls[1]=3");
+    size_t wide[3] = {10, 2, 2}, in[3] = {2, 0, 8}; /* rank 2's inside rank 0's, not 1's */
+    EXPECT_ARG(braid_alltoallv(a, sc, sd, b, wide, in, BRAID_INT32, comm), "rdispls[2]=8");
+    MP_CHECK(rank, strstr(braid_last_error(), "rdispls[0]=2"), "%s", braid_last_error());
+    size_t gc[3] = {2, 2, 2}, gd[3] = {4, 0, 1};
+    EXPECT_ARG(braid_allgatherv(a, 2, b, gc, gd, BRAID_INT32, comm), "displs[2]=1");
+    /* Rank 1 sends nothing and its empty block sits at 0, where rank 0's lands. */
+    for (int i = 0; i < n; i++) {
+        sc[i] = rank == 1 ? 0 : 4;
+        sd[i] = (size_t)i * 4;
+        rc[i] = i == 1 ? 0 : 4;
+        rd[i] = i == 1 ? 0 : (size_t)i * 4;
+    }
+    memset(b, 0, sizeof(b));
+    MP_OK(rank, braid_alltoallv(a, sc, sd, b, rc, rd, BRAID_INT32, comm));
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < rc[i]; k++)
+            MP_CHECK(rank, b[rd[i] + k] == i * 100 + rank * 4 + (int)k, "b[%zu]=%d from rank %d",
+                     rd[i] + k, b[rd[i] + k], i);
+    return 0;
+}
+
+Test(coll_p2p, overlapping_receive_blocks_are_refused, .timeout = 60)
+{
+    cr_assert_eq(mp_run(3, recv_overlap, NULL, 30), 0);
+}
+
 typedef struct {
     int kind;
     const char *a, *b; /* both must appear in the message of every rank that reports it */

@@ -5,7 +5,8 @@
  * (in place too), gather and allgatherv over it; a count mismatch over it (named, nothing written
  * past either buffer); a sender killed and an abort while a receiver pulls; probes made to fail
  * (all ranks, and one rank only) falling back to the slots; auto on whether or not the machine has
- * more ranks than cpus. */
+ * more ranks than cpus; PR_SET_PTRACER_ANY held only while a communicator with a peer on the
+ * host uses CMA. */
 #include "core/p2p.h"
 #include "data.h"
 #include "mp.h"
@@ -378,6 +379,49 @@ Test(p2p_cma, piece_below_a_page_is_refused, .timeout = 60)
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d (status %d)", r, st);
     }
     unsetenv("BRAID_P2P_CMA_PIECE");
+}
+
+/* ---- PR_SET_PTRACER_ANY only while a communicator has a peer on the host using CMA -------- */
+/* Without Yama (ptrace_scope) the setting has no effect and cannot be read back (there is no
+ * PR_GET_PTRACER): the count of communicators holding it is what is checked. */
+static int ptracer(braid_comm_t comm, int rank, int n, void *arg)
+{
+    (void)arg;
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 0, "CMA off: %d", braid_p2p_cma_ptracer_refs());
+    setenv("BRAID_P2P_CMA", "auto", 1);
+    braid_comm_t tcp = mp_fake_host_comm(comm, rank, rank, ""); /* a host per rank: tcp */
+    MP_CHECK(rank, tcp != NULL, "split");
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 0, "tcp only: %d", braid_p2p_cma_ptracer_refs());
+    if (ring_exchange(tcp, rank, n, BRAID_INT32, 3 * MIN_BYTES, 21, "tcp ring")) return 1;
+    /* Rank 0 on, its peers off: nobody probes rank 0, which lets go after the exchange. */
+    setenv("BRAID_P2P_CMA", rank == 0 ? "auto" : "0", 1);
+    braid_comm_t half;
+    MP_OK(rank, braid_comm_split(comm, 0, rank, &half));
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 0, "peers off: %d",
+             braid_p2p_cma_ptracer_refs());
+    setenv("BRAID_P2P_CMA", "auto", 1);
+    braid_comm_t s1, s2;
+    MP_OK(rank, braid_comm_split(comm, 0, rank, &s1));
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 1, "one: %d", braid_p2p_cma_ptracer_refs());
+    MP_OK(rank, braid_comm_split(comm, 0, rank, &s2));
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 2, "two: %d", braid_p2p_cma_ptracer_refs());
+    if (ring_exchange(s1, rank, n, BRAID_INT32, 3 * MIN_BYTES, 22, "shm ring")) return 1;
+    MP_CHECK(rank, braid_p2p_cma_pulls(s1, NULL) == 1, "no CMA on the shm communicator");
+    MP_OK(rank, braid_comm_destroy(s1));
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 1, "one left: %d", braid_p2p_cma_ptracer_refs());
+    MP_OK(rank, braid_comm_destroy(s2));
+    MP_CHECK(rank, braid_p2p_cma_ptracer_refs() == 0, "none left: %d",
+             braid_p2p_cma_ptracer_refs());
+    MP_OK(rank, braid_comm_destroy(half));
+    MP_OK(rank, braid_comm_destroy(tcp));
+    return 0;
+}
+
+Test(p2p_cma, ptracer_only_while_a_peer_on_the_host_uses_cma, .timeout = 120)
+{
+    set_mode(0, 0);
+    cr_assert_eq(mp_run(2, ptracer, NULL, 60), 0, "2 ranks");
+    cr_assert_eq(mp_run(3, ptracer, NULL, 60), 0, "3 ranks");
 }
 
 /* ---- auto: on with more ranks than cpus too (from BRAID_P2P_CMA_MIN) ------------------------ */
