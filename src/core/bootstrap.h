@@ -190,9 +190,13 @@ int braid_boot_addr_port(const struct sockaddr_storage *a);
 void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len);
 
 /* The environment contract of braid_comm_init_env:
- * - rank/nranks from the first pair that is set of BRAID_RANK/BRAID_NRANKS, RANK/WORLD_SIZE
- *   (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE,
- *   SLURM_PROCID/SLURM_NTASKS;
+ * - rank/nranks from the first complete pair (both set) of BRAID_RANK/BRAID_NRANKS,
+ *   RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE,
+ *   SLURM_PROCID/SLURM_NTASKS (innermost launcher first; a lone half of an earlier pair is
+ *   skipped, and is an error only when no pair is complete). Another complete pair may
+ *   disagree (nested launchers; Slurm's describes the allocation), except that a 1-rank job
+ *   under a non-Slurm pair of several processes is BRAID_ERR_INVALID_USAGE naming both: stale
+ *   variables would otherwise make every process a silent 1-rank job;
  * - the root address from BRAID_ROOT (host:port), else MASTER_ADDR with port MASTER_PORT + 1
  *   (MASTER_PORT itself belongs to torch's TCPStore, which torchrun's agent or rank 0 of
  *   torch.distributed already listens on);
@@ -210,5 +214,9 @@ braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *ro
 
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p);
+/* The local-rank variable of the launcher braid_boot_env_resolve takes the rank from
+ * (BRAID_LOCAL_RANK, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID),
+ * or NULL when no rank/size pair is complete. */
+const char *braid_boot_env_local_rank_var(void);
 
 #endif

@@ -396,6 +396,63 @@ Test(bootstrap, env_ompi_pmi_slurm, .timeout = 30)
     resolve_ok(5, 6, "10.0.0.2", 1234, NULL);
 }
 
+/* The first complete pair wins: a lone WORLD_SIZE (an sbatch script's
+ * `export WORLD_SIZE=$SLURM_NTASKS`) does not hide Slurm's complete pair. */
+Test(bootstrap, env_partial_pair_is_skipped, .timeout = 30)
+{
+    clear_env();
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("BRAID_ROOT", "127.0.0.1:4500", 1);
+    resolve_ok(1, 2, "127.0.0.1", 4500, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "SLURM_LOCALID");
+}
+
+/* Nested launchers disagree legitimately; a 1-rank job under a launcher of several processes
+ * is stale variables and fails, naming both pairs. */
+Test(bootstrap, env_conflicting_pairs, .timeout = 30)
+{
+    clear_env();
+    setenv("BRAID_ROOT", "127.0.0.1:4501", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("RANK", "5", 1); /* torchrun started by each of mpirun's 2 processes */
+    setenv("WORLD_SIZE", "8", 1);
+    resolve_ok(5, 8, "127.0.0.1", 4501, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "LOCAL_RANK");
+
+    setenv("RANK", "0", 1); /* a stale `export RANK=0 WORLD_SIZE=1` */
+    setenv("WORLD_SIZE", "1", 1);
+    int r = -7, n = -7, root = -7;
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_env_resolve(&r, &n, &a, &root), BRAID_ERR_INVALID_USAGE);
+    const char *m = braid_last_error();
+    cr_assert(strstr(m, "RANK=0 WORLD_SIZE=1 (torchrun)") &&
+                  strstr(m, "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 (Open MPI)"),
+              "%s", m);
+    cr_assert(r == -7 && n == -7 && root == -7, "outputs set on failure");
+
+    /* Slurm's pair describes the allocation: a 1-process torchrun in an sbatch script is fine. */
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    resolve_ok(0, 1, "127.0.0.1", 4501, NULL);
+
+    /* mpirun inside an allocation: Open MPI's pair, and Open MPI's local rank. */
+    clear_env();
+    setenv("BRAID_ROOT", "127.0.0.1:4501", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    resolve_ok(3, 4, "127.0.0.1", 4501, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "OMPI_COMM_WORLD_LOCAL_RANK");
+    clear_env();
+    cr_assert_null(braid_boot_env_local_rank_var());
+}
+
 Test(bootstrap, env_errors, .timeout = 30)
 {
     clear_env();
