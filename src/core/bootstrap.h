@@ -44,6 +44,11 @@ typedef struct {
     /* 1: nobody listens yet; rank 0 of the communicator opens the root service on addr during
      * its init (ids from braid_unique_id_from_root, as NCCL_COMM_ID). */
     uint8_t rank0_hosts;
+    /* 1: the root string's host is a loopback address, or a name (not this machine's hostname)
+     * that resolves to loopback addresses only (braid-run's 127.0.0.1, "localhost", ::1): the
+     * root listens on addr alone, never on every address (braid_boot_root_start_every), so
+     * that a purely local job is not reachable from the network. */
+    uint8_t loopback_only;
 } braid_boot_addr_t;
 
 typedef struct braid_bootstrap braid_bootstrap_t;
@@ -91,10 +96,10 @@ int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, 
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
                                             braid_boot_root_t **root_p);
 /* The same, listening on every address of this host (dual-stack [::], else 0.0.0.0) with
- * addr's port: rank 0 of an id from a root string (BRAID_ROOT, MASTER_ADDR,
- * braid_unique_id_from_root), whose name may resolve on this host to another address than the
- * one the other ranks connect to (Debian maps the hostname to 127.0.1.1). Every hello is
- * authenticated with the job secret. */
+ * addr's port (on addr alone when addr->loopback_only): rank 0 of an id from a root string
+ * (BRAID_ROOT, MASTER_ADDR, braid_unique_id_from_root), whose name may resolve on this host to
+ * another address than the one the other ranks connect to (Debian maps the hostname to 127.0.1.1).
+ * Every hello is authenticated with the job secret. */
 braid_result_t braid_boot_root_start_every(braid_boot_addr_t *addr, double timeout_s,
                                            braid_boot_root_t **root_p);
 /* Stops the service of a root nobody will join (a split that failed after its leader created

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len)
@@ -344,6 +345,43 @@ static braid_result_t resolve_secret(const char *rootstr, int nranks, int warn,
     return BRAID_SUCCESS;
 }
 
+static int is_loopback_sa(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) ||
+           (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127); /* ::ffff:127.x */
+}
+
+/* Whether a root string ("host:port", "[v6]:port", "host") names only this machine's loopback:
+ * a loopback literal, or a name that is not this machine's hostname and resolves to loopback
+ * addresses only. The hostname is excluded on purpose: Debian maps it to 127.0.1.1 locally
+ * while the other hosts resolve it to the real address, so its root must listen everywhere. */
+static int root_loopback_only(const char *hostport)
+{
+    char host[256], self[256] = "";
+    const char *colon = strchr(hostport, ':');
+    if (hostport[0] == '[') {
+        const char *close = strchr(hostport, ']');
+        if (!close || close - hostport - 1 >= (long)sizeof(host)) return 0;
+        snprintf(host, sizeof(host), "%.*s", (int)(close - hostport - 1), hostport + 1);
+    } else if (colon && !strchr(colon + 1, ':')) {
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
+    } else {
+        snprintf(host, sizeof(host), "%s", hostport);
+    }
+    if (gethostname(self, sizeof(self) - 1) == 0 && !strcasecmp(host, self)) return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return 0;
+    int only = 1;
+    for (const struct addrinfo *ai = res; ai && only; ai = ai->ai_next)
+        only = is_loopback_sa(ai->ai_addr);
+    freeaddrinfo(res);
+    return only;
+}
+
 braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p)
 {
     if (!hostport || !root_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "root: NULL pointer");
@@ -354,6 +392,7 @@ braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *ro
     /* nranks is not known here: 0 stands for it in the derived secret. */
     if (resolve_secret(hostport, 0, 1, root.secret) != BRAID_SUCCESS) return BRAID_ERR_INVALID_ARG;
     root.rank0_hosts = 1;
+    root.loopback_only = (uint8_t)root_loopback_only(hostport);
     *root_p = root;
     return BRAID_SUCCESS;
 }
@@ -481,6 +520,7 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
 
     if (resolve_secret(rootstr, nranks, rank == 0, root.secret) != BRAID_SUCCESS)
         return BRAID_ERR_INVALID_ARG;
+    if (rank == 0) root.loopback_only = (uint8_t)root_loopback_only(rootstr); /* it listens */
     *rank_p = rank;
     *nranks_p = nranks;
     *root_p = root;

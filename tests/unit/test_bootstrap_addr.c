@@ -3,6 +3,7 @@
  * braid_comm_init_env. Criterion forks each test, so setenv() stays inside the test. */
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void v4(braid_boot_addr_t *a, const char *ip, int port)
 {
@@ -480,4 +482,66 @@ Test(bootstrap, env_errors, .timeout = 30)
     resolve_bad("BRAID_SECRET", "character 32");
     setenv("BRAID_SECRET", "00112233445566778899001122334455", 1);
     resolve_ok(1, 2, "127.0.0.1", 9, NULL);
+}
+
+/* The local address (hex, as /proc/net/tcp{,6} print it) of the TCP listener on port; "" when
+ * there is none. */
+static void listener_addr(int port, char *out, size_t len)
+{
+    static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    out[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        char line[512], local[64];
+        unsigned p, st;
+        while (f && fgets(line, sizeof(line), f))
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x", local, &p, &st) == 3 &&
+                (int)p == port && st == 0x0A)
+                snprintf(out, len, "%s", local);
+        if (f) fclose(f);
+    }
+}
+
+static void root_listens(const char *host, int want_loopback_only, const char *want_hex)
+{
+    char hp[320], hex[64];
+    int port = proc_free_port();
+    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_fixed_root(hp, &a), 0, "%s", braid_last_error());
+    cr_assert_eq(a.loopback_only, want_loopback_only, "%s", hp);
+    braid_boot_root_t *h = NULL;
+    cr_assert_eq(braid_boot_root_start_every(&a, 5, &h), 0, "%s", braid_last_error());
+    listener_addr(port, hex, sizeof(hex));
+    braid_boot_root_stop(h);
+    if (want_hex)
+        cr_assert_str_eq(hex, want_hex, "the root of %s listens on %s", hp, hex);
+    else /* the wildcard: [::] (dual stack), or 0.0.0.0 without IPv6 */
+        cr_assert(hex[0] && strspn(hex, "0") == strlen(hex), "the root of %s listens on '%s'", hp,
+                  hex);
+}
+
+/* A loopback root (braid-run's 127.0.0.1, localhost, ::1) is not reachable from the network;
+ * the machine's hostname (which Debian maps to 127.0.1.1 locally) still listens everywhere. */
+Test(bootstrap, loopback_root_listens_on_loopback_only, .timeout = 30)
+{
+    clear_env();
+    root_listens("127.0.0.1", 1, "0100007F");
+    char self[256] = "";
+    cr_assert_eq(gethostname(self, sizeof(self) - 1), 0);
+    root_listens(self, 0, NULL);
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_fixed_root("localhost:4502", &a), 0, "%s", braid_last_error());
+    cr_assert_eq(a.loopback_only, 1);
+    braid_unique_id_t id;
+    braid_boot_id_encode(&a, &id); /* the flag travels in the id */
+    braid_boot_addr_t b;
+    cr_assert_eq(braid_boot_id_decode(&id, &b), 0);
+    cr_assert(b.loopback_only && b.rank0_hosts);
+    /* BRAID_ROOT through the environment: rank 0 gets the flag. */
+    setenv("BRAID_RANK", "0", 1);
+    setenv("BRAID_NRANKS", "2", 1);
+    setenv("BRAID_ROOT", "[::1]:4503", 1);
+    resolve_ok(0, 2, "[::1]", 4503, &a);
+    cr_assert_eq(a.loopback_only, 1);
 }
