@@ -275,7 +275,8 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
 
 static int br_pick_root(char *buf, size_t cap)
 {
-    /* Free on every IPv4 address, not only 127.0.0.1: rank 0's root listens on all of them. */
+    /* Free on every IPv4 address, not only on 127.0.0.1 where rank 0's root will listen (a
+     * loopback root string listens on loopback alone): the stricter test costs nothing. */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
