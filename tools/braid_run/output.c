@@ -30,7 +30,7 @@ void br_outq_put(br_job_t *job, int fd, const char *p, size_t n)
     br_outq_t *q = &job->outq[fd];
     if (q->dead || n == 0) return;
     if (q->head + q->len + n > q->cap) {
-        memmove(q->buf, q->buf + q->head, q->len);
+        if (q->head) memmove(q->buf, q->buf + q->head, q->len); /* (buf is NULL before use) */
         q->head = 0;
         if (q->len + n > q->cap) {
             size_t cap = q->cap ? q->cap : 65536;
