@@ -43,7 +43,7 @@ void braid_boot_id_encode(const braid_boot_addr_t *a, braid_unique_id_t *id_p)
         boot_put_u32(b + 40, in6->sin6_scope_id);
     }
     memcpy(b + 24, a->secret, BRAID_SECRET_BYTES);
-    b[ID_FLAGS] = a->rank0_hosts ? 1 : 0;
+    b[ID_FLAGS] = (uint8_t)((a->rank0_hosts ? 1 : 0) | (a->loopback_only ? 2 : 0));
     memcpy(id_p->internal, b, sizeof(b));
 }
 
@@ -84,10 +84,11 @@ braid_result_t braid_boot_id_decode(const braid_unique_id_t *id, braid_boot_addr
         return braid_set_error(BRAID_ERR_INVALID_ARG, "id: unknown address family %u", fam);
     }
     memcpy(a.secret, b + 24, BRAID_SECRET_BYTES);
-    if (b[ID_FLAGS] > 1)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "id: flags byte %d is %u (0 or 1)", ID_FLAGS,
+    if (b[ID_FLAGS] > 3)
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "id: flags byte %d is %u (0 to 3)", ID_FLAGS,
                                b[ID_FLAGS]);
-    a.rank0_hosts = b[ID_FLAGS];
+    a.rank0_hosts = b[ID_FLAGS] & 1;
+    a.loopback_only = (b[ID_FLAGS] >> 1) & 1;
     *a_p = a;
     return BRAID_SUCCESS;
 }

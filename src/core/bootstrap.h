@@ -44,6 +44,11 @@ typedef struct {
     /* 1: nobody listens yet; rank 0 of the communicator opens the root service on addr during
      * its init (ids from braid_unique_id_from_root, as NCCL_COMM_ID). */
     uint8_t rank0_hosts;
+    /* 1: the root string's host is a loopback address, or a name (not this machine's hostname)
+     * that resolves to loopback addresses only (braid-run's 127.0.0.1, "localhost", ::1): the
+     * root listens on addr alone, never on every address (braid_boot_root_start_every), so
+     * that a purely local job is not reachable from the network. */
+    uint8_t loopback_only;
 } braid_boot_addr_t;
 
 typedef struct braid_bootstrap braid_bootstrap_t;
@@ -91,10 +96,10 @@ int braid_boot_root_accept_failing(const braid_boot_addr_t *root, double min_s, 
 braid_result_t braid_boot_root_start_handle(braid_boot_addr_t *addr, double timeout_s,
                                             braid_boot_root_t **root_p);
 /* The same, listening on every address of this host (dual-stack [::], else 0.0.0.0) with
- * addr's port: rank 0 of an id from a root string (BRAID_ROOT, MASTER_ADDR,
- * braid_unique_id_from_root), whose name may resolve on this host to another address than the
- * one the other ranks connect to (Debian maps the hostname to 127.0.1.1). Every hello is
- * authenticated with the job secret. */
+ * addr's port (on addr alone when addr->loopback_only): rank 0 of an id from a root string
+ * (BRAID_ROOT, MASTER_ADDR, braid_unique_id_from_root), whose name may resolve on this host to
+ * another address than the one the other ranks connect to (Debian maps the hostname to 127.0.1.1).
+ * Every hello is authenticated with the job secret. */
 braid_result_t braid_boot_root_start_every(braid_boot_addr_t *addr, double timeout_s,
                                            braid_boot_root_t **root_p);
 /* Stops the service of a root nobody will join (a split that failed after its leader created
@@ -190,9 +195,13 @@ int braid_boot_addr_port(const struct sockaddr_storage *a);
 void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len);
 
 /* The environment contract of braid_comm_init_env:
- * - rank/nranks from the first pair that is set of BRAID_RANK/BRAID_NRANKS, RANK/WORLD_SIZE
- *   (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE,
- *   SLURM_PROCID/SLURM_NTASKS;
+ * - rank/nranks from the first complete pair (both set) of BRAID_RANK/BRAID_NRANKS,
+ *   RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE,
+ *   SLURM_PROCID/SLURM_NTASKS (innermost launcher first; a lone half of an earlier pair is
+ *   skipped, and is an error only when no pair is complete). Another complete pair may
+ *   disagree (nested launchers; Slurm's describes the allocation), except that a 1-rank job
+ *   under a non-Slurm pair of several processes is BRAID_ERR_INVALID_USAGE naming both: stale
+ *   variables would otherwise make every process a silent 1-rank job;
  * - the root address from BRAID_ROOT (host:port), else MASTER_ADDR with port MASTER_PORT + 1
  *   (MASTER_PORT itself belongs to torch's TCPStore, which torchrun's agent or rank 0 of
  *   torch.distributed already listens on);
@@ -210,5 +219,9 @@ braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *ro
 
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p);
+/* The local-rank variable of the launcher braid_boot_env_resolve takes the rank from
+ * (BRAID_LOCAL_RANK, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID),
+ * or NULL when no rank/size pair is complete. */
+const char *braid_boot_env_local_rank_var(void);
 
 #endif

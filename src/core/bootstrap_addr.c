@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t len)
@@ -344,6 +345,43 @@ static braid_result_t resolve_secret(const char *rootstr, int nranks, int warn,
     return BRAID_SUCCESS;
 }
 
+static int is_loopback_sa(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) ||
+           (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127); /* ::ffff:127.x */
+}
+
+/* Whether a root string ("host:port", "[v6]:port", "host") names only this machine's loopback:
+ * a loopback literal, or a name that is not this machine's hostname and resolves to loopback
+ * addresses only. The hostname is excluded on purpose: Debian maps it to 127.0.1.1 locally
+ * while the other hosts resolve it to the real address, so its root must listen everywhere. */
+static int root_loopback_only(const char *hostport)
+{
+    char host[256], self[256] = "";
+    const char *colon = strchr(hostport, ':');
+    if (hostport[0] == '[') {
+        const char *close = strchr(hostport, ']');
+        if (!close || close - hostport - 1 >= (long)sizeof(host)) return 0;
+        snprintf(host, sizeof(host), "%.*s", (int)(close - hostport - 1), hostport + 1);
+    } else if (colon && !strchr(colon + 1, ':')) {
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - hostport), hostport);
+    } else {
+        snprintf(host, sizeof(host), "%s", hostport);
+    }
+    if (gethostname(self, sizeof(self) - 1) == 0 && !strcasecmp(host, self)) return 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return 0;
+    int only = 1;
+    for (const struct addrinfo *ai = res; ai && only; ai = ai->ai_next)
+        only = is_loopback_sa(ai->ai_addr);
+    freeaddrinfo(res);
+    return only;
+}
+
 braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p)
 {
     if (!hostport || !root_p) return braid_set_error(BRAID_ERR_INVALID_ARG, "root: NULL pointer");
@@ -354,38 +392,108 @@ braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *ro
     /* nranks is not known here: 0 stands for it in the derived secret. */
     if (resolve_secret(hostport, 0, 1, root.secret) != BRAID_SUCCESS) return BRAID_ERR_INVALID_ARG;
     root.rank0_hosts = 1;
+    root.loopback_only = (uint8_t)root_loopback_only(hostport);
     *root_p = root;
+    return BRAID_SUCCESS;
+}
+
+/* The launchers whose variables give the rank, innermost first: a launcher started by another
+ * one (braid-run or torchrun inside srun or mpirun, mpirun inside an sbatch allocation) sets
+ * its own variables on top of the outer one's, so the first complete pair is the one that
+ * describes this process's job. */
+static const struct {
+    const char *name, *rank, *size, *local_rank;
+} families[] = {
+    {"braid-run", "BRAID_RANK", "BRAID_NRANKS", "BRAID_LOCAL_RANK"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+#define NFAMILIES (sizeof(families) / sizeof(families[0]))
+#define SLURM_FAMILY (NFAMILIES - 1)
+
+static int family_complete(size_t k)
+{
+    return getenv(families[k].rank) && getenv(families[k].size);
+}
+
+const char *braid_boot_env_local_rank_var(void)
+{
+    for (size_t k = 0; k < NFAMILIES; k++)
+        if (family_complete(k)) return families[k].local_rank;
+    return NULL;
+}
+
+/* Another complete pair that disagrees with the chosen one (k: rank of nranks). A nested
+ * launcher legitimately differs from the outer one (torchrun's WORLD_SIZE spans the nodes that
+ * mpirun's processes started agents on; braid-run -n 4 in each task of srun -n 2), and Slurm's
+ * pair describes the allocation or the step that holds the launcher (SLURM_NTASKS in an sbatch
+ * script running mpirun), so those only leave a note. The exception: a one-process job under a
+ * launcher of several processes, the mark of stale variables (an `export RANK=0 WORLD_SIZE=1`
+ * left from single-process debugging, then mpirun): every process would run alone, reduce
+ * nothing and report no error; that fails. */
+static braid_result_t check_other_families(size_t k, int rank, int nranks)
+{
+    for (size_t j = 0; j < NFAMILIES; j++) {
+        int r, n;
+        if (j == k || !family_complete(j)) continue;
+        const char *rv = getenv(families[j].rank), *nv = getenv(families[j].size);
+        char *e1, *e2;
+        long lr = strtol(rv, &e1, 10), ln = strtol(nv, &e2, 10);
+        if (*e1 || *e2 || !*rv || !*nv || ln < 1 || ln > BOOT_MAX_NRANKS || lr < 0 || lr >= ln)
+            continue; /* not a pair this process could have used anyway */
+        r = (int)lr;
+        n = (int)ln;
+        if (r == rank && n == nranks) continue;
+        if (j != SLURM_FAMILY && nranks == 1 && n > 1)
+            return braid_set_error(
+                BRAID_ERR_INVALID_USAGE,
+                "%s=%d %s=1 (%s) make this a 1-rank job, but %s=%d %s=%d (%s) say it is one of "
+                "%d processes: stale variables? unset %s and %s, or those of %s",
+                families[k].rank, rank, families[k].size, families[k].name, families[j].rank, r,
+                families[j].size, n, families[j].name, n, families[k].rank, families[k].size,
+                families[j].name);
+        braid_info(BOOT, "rank %d of %d from %s (%s/%s); %s says %d of %d (an outer launcher)",
+                   rank, nranks, families[k].name, families[k].rank, families[k].size,
+                   families[j].name, r, n);
+    }
     return BRAID_SUCCESS;
 }
 
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p)
 {
-    static const char *vars[][2] = {
-        {"BRAID_RANK", "BRAID_NRANKS"},
-        {"RANK", "WORLD_SIZE"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"PMI_RANK", "PMI_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-    };
     if (!rank_p || !nranks_p || !root_p || !is_root_p)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "env_resolve: an output pointer is NULL");
     int rank = -1, nranks = 0;
-    size_t k = 0;
-    for (; k < sizeof(vars) / sizeof(vars[0]); k++)
-        if (getenv(vars[k][0]) || getenv(vars[k][1])) break;
-    if (k == sizeof(vars) / sizeof(vars[0]))
+    size_t k = 0, partial = NFAMILIES;
+    for (; k < NFAMILIES; k++) {
+        if (family_complete(k)) break;
+        if (partial == NFAMILIES && (getenv(families[k].rank) || getenv(families[k].size)))
+            partial = k;
+    }
+    if (k == NFAMILIES && partial < NFAMILIES) {
+        size_t f = partial;
+        const char *rv = getenv(families[f].rank);
+        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s is set but %s is not",
+                               rv ? families[f].rank : families[f].size,
+                               rv ? families[f].size : families[f].rank);
+    }
+    if (k == NFAMILIES)
         return braid_set_error(
             BRAID_ERR_INVALID_ARG,
             "no rank in the environment: set BRAID_RANK and BRAID_NRANKS (also read: "
             "RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE, "
             "SLURM_PROCID/SLURM_NTASKS)");
-    const char *rv = getenv(vars[k][0]), *nv = getenv(vars[k][1]);
-    if (!rv || !nv)
-        return braid_set_error(BRAID_ERR_INVALID_ARG, "%s is set but %s is not",
-                               rv ? vars[k][0] : vars[k][1], rv ? vars[k][1] : vars[k][0]);
-    if (parse_int_var(vars[k][1], nv, 1, BOOT_MAX_NRANKS, &nranks)) return BRAID_ERR_INVALID_ARG;
-    if (parse_int_var(vars[k][0], rv, 0, nranks - 1, &rank)) return BRAID_ERR_INVALID_ARG;
+    if (partial < k)
+        braid_info(BOOT, "only one of %s/%s is set; using %s/%s", families[partial].rank,
+                   families[partial].size, families[k].rank, families[k].size);
+    const char *rv = getenv(families[k].rank), *nv = getenv(families[k].size);
+    if (parse_int_var(families[k].size, nv, 1, BOOT_MAX_NRANKS, &nranks))
+        return BRAID_ERR_INVALID_ARG;
+    if (parse_int_var(families[k].rank, rv, 0, nranks - 1, &rank)) return BRAID_ERR_INVALID_ARG;
+    BRAID_CHECK(check_other_families(k, rank, nranks));
 
     braid_boot_addr_t root;
     memset(&root, 0, sizeof(root));
@@ -412,6 +520,7 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
 
     if (resolve_secret(rootstr, nranks, rank == 0, root.secret) != BRAID_SUCCESS)
         return BRAID_ERR_INVALID_ARG;
+    if (rank == 0) root.loopback_only = (uint8_t)root_loopback_only(rootstr); /* it listens */
     *rank_p = rank;
     *nranks_p = nranks;
     *root_p = root;

@@ -748,7 +748,7 @@ static braid_result_t root_start(braid_boot_addr_t *addr, double timeout_s, int 
     if (!addr || (addr->addr.ss_family != AF_INET && addr->addr.ss_family != AF_INET6))
         return braid_set_error(BRAID_ERR_INVALID_ARG, "bootstrap root: bad address");
     struct sockaddr_storage bound;
-    int fd = braid_boot_sock_listen(addr, every_address, &bound);
+    int fd = braid_boot_sock_listen(addr, every_address && !addr->loopback_only, &bound);
     if (fd < 0) return BRAID_ERR_SYSTEM;
     uint16_t port = bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                : ((struct sockaddr_in6 *)&bound)->sin6_port;

@@ -172,7 +172,7 @@ int braid_boot_sock_listen(const braid_boot_addr_t *addr, int every_address,
                        (unsigned)ntohs(port), where);
     } else {
         fd = listen_on(&addr->addr, addr->addrlen, 0);
-        if (fd < 0 && errno == EADDRNOTAVAIL) {
+        if (fd < 0 && errno == EADDRNOTAVAIL && !addr->loopback_only) {
             /* Not an address of this host (NAT, virtual IP): the wildcard of its family. */
             braid_info(BOOT, "bootstrap root: %s is not local, listening on all addresses", where);
             fd = listen_on(&any, any_addr(addr->addr.ss_family, port, &any), 0);

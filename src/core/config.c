@@ -414,7 +414,16 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
         if (p) {
             char why[256];
             if (!braid_param_valid(p, why, sizeof(why))) {
-                snprintf(msg, sizeof(msg), "%s='%s' is invalid: %s", name, eq ? eq + 1 : "", why);
+                /* A near-valid secret must not reach a shared log: masked, as --params does. */
+                char shown[48];
+                if (!strcmp(p->name, "SECRET"))
+                    snprintf(shown, sizeof(shown), "(hidden, %zu characters)",
+                             eq ? strlen(eq + 1) : 0);
+                snprintf(msg, sizeof(msg), "%s='%s' is invalid: %s", name,
+                         !strcmp(p->name, "SECRET") ? shown
+                         : eq                       ? eq + 1
+                                                    : "",
+                         why);
                 emit(1, BRAID_LINT_INVALID, msg);
             }
             continue;

@@ -3,6 +3,7 @@
 #include "core/config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,24 +48,33 @@ static void init_warning(const char *fmt, ...)
     va_end(ap);
 }
 
-/* BRAID_DEBUG_FILE may contain %h (host) and %p (pid). */
+/* BRAID_DEBUG_FILE may contain %h (host) and %p (pid). A path that does not fit (PATH_MAX once
+ * expanded) is not shortened into another file's name: the log goes to stderr, with a warning. */
 static FILE *open_log_file(const char *pattern)
 {
-    char path[512];
+    char path[PATH_MAX];
     size_t o = 0;
-    for (const char *p = pattern; *p && o + 64 < sizeof(path); p++) {
+    for (const char *p = pattern; *p; p++) {
+        int n = 1;
         if (p[0] == '%' && p[1] == 'h') {
-            o += (size_t)snprintf(path + o, sizeof(path) - o, "%s", log_host);
+            n = snprintf(path + o, sizeof(path) - o, "%s", log_host);
             p++;
         } else if (p[0] == '%' && p[1] == 'p') {
-            o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
+            n = snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
             p++;
-        } else {
-            path[o++] = *p;
+        } else if (o + 1 < sizeof(path)) {
+            path[o] = *p;
         }
+        if (n < 0 || o + (size_t)n >= sizeof(path)) {
+            init_warning("BRAID_DEBUG_FILE=%.64s...: the path is longer than %d bytes once "
+                         "expanded; logging to stderr",
+                         pattern, PATH_MAX - 1);
+            return stderr;
+        }
+        o += (size_t)n;
     }
     path[o] = '\0';
-    FILE *f = fopen(path, "a");
+    FILE *f = fopen(path, "ae"); /* close-on-exec: not inherited by what a rank runs */
     if (f) {
         setvbuf(f, NULL, _IOLBF, 0);
         return f;

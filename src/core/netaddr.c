@@ -21,12 +21,17 @@ static int local_rank_of(const struct braid_comm *c, const char **src_p)
 {
     static const char *vars[] = {"BRAID_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                  "SLURM_LOCALID", "MPI_LOCALRANKID"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i]);
+    /* The launcher the rank came from, when one did: another launcher's local rank numbers
+     * other processes (SLURM_LOCALID of an srun task that runs braid-run is 0 in every rank). */
+    const char *family = braid_boot_env_local_rank_var();
+    size_t nvars = family ? 1 : sizeof(vars) / sizeof(vars[0]);
+    for (size_t i = 0; i < nvars; i++) {
+        const char *name = family ? family : vars[i];
+        const char *v = getenv(name);
         char *end;
         long x = v && *v ? strtol(v, &end, 10) : -1;
         if (v && *v && !*end && x >= 0 && x < 1 << 20) {
-            *src_p = vars[i];
+            *src_p = name;
             return (int)x;
         }
     }

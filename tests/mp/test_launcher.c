@@ -647,7 +647,7 @@ Test(launcher, bad_usage)
         {"-n", "2", "-q", "@prog", NULL},      /* unknown short option */
         {"-n", "2", "--timeout", "0", "@prog", NULL},
         {"-n", "2", "--timeout", "soon", "@prog", NULL},
-        {"-n", "2", "-x", "NOVALUE", "@prog", NULL},
+        {"-n", "2", "-x", "=NONAME", "@prog", NULL},
         {"-n", "2", "-x", "BRAID_RANK=3", "@prog", NULL},
         {"-n", "2", "--root", "nohostport", "@prog", NULL},
         {"-n", "2", "--tag-output", "--output-dir", "/tmp", "@prog", NULL},

@@ -3,6 +3,7 @@
  * braid_comm_init_env. Criterion forks each test, so setenv() stays inside the test. */
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "proc.h"
 
 #include <criterion/criterion.h>
 
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void v4(braid_boot_addr_t *a, const char *ip, int port)
 {
@@ -396,6 +398,63 @@ Test(bootstrap, env_ompi_pmi_slurm, .timeout = 30)
     resolve_ok(5, 6, "10.0.0.2", 1234, NULL);
 }
 
+/* The first complete pair wins: a lone WORLD_SIZE (an sbatch script's
+ * `export WORLD_SIZE=$SLURM_NTASKS`) does not hide Slurm's complete pair. */
+Test(bootstrap, env_partial_pair_is_skipped, .timeout = 30)
+{
+    clear_env();
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("BRAID_ROOT", "127.0.0.1:4500", 1);
+    resolve_ok(1, 2, "127.0.0.1", 4500, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "SLURM_LOCALID");
+}
+
+/* Nested launchers disagree legitimately; a 1-rank job under a launcher of several processes
+ * is stale variables and fails, naming both pairs. */
+Test(bootstrap, env_conflicting_pairs, .timeout = 30)
+{
+    clear_env();
+    setenv("BRAID_ROOT", "127.0.0.1:4501", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("RANK", "5", 1); /* torchrun started by each of mpirun's 2 processes */
+    setenv("WORLD_SIZE", "8", 1);
+    resolve_ok(5, 8, "127.0.0.1", 4501, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "LOCAL_RANK");
+
+    setenv("RANK", "0", 1); /* a stale `export RANK=0 WORLD_SIZE=1` */
+    setenv("WORLD_SIZE", "1", 1);
+    int r = -7, n = -7, root = -7;
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_env_resolve(&r, &n, &a, &root), BRAID_ERR_INVALID_USAGE);
+    const char *m = braid_last_error();
+    cr_assert(strstr(m, "RANK=0 WORLD_SIZE=1 (torchrun)") &&
+                  strstr(m, "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 (Open MPI)"),
+              "%s", m);
+    cr_assert(r == -7 && n == -7 && root == -7, "outputs set on failure");
+
+    /* Slurm's pair describes the allocation: a 1-process torchrun in an sbatch script is fine. */
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    resolve_ok(0, 1, "127.0.0.1", 4501, NULL);
+
+    /* mpirun inside an allocation: Open MPI's pair, and Open MPI's local rank. */
+    clear_env();
+    setenv("BRAID_ROOT", "127.0.0.1:4501", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    resolve_ok(3, 4, "127.0.0.1", 4501, NULL);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "OMPI_COMM_WORLD_LOCAL_RANK");
+    clear_env();
+    cr_assert_null(braid_boot_env_local_rank_var());
+}
+
 Test(bootstrap, env_errors, .timeout = 30)
 {
     clear_env();
@@ -423,4 +482,66 @@ Test(bootstrap, env_errors, .timeout = 30)
     resolve_bad("BRAID_SECRET", "character 32");
     setenv("BRAID_SECRET", "00112233445566778899001122334455", 1);
     resolve_ok(1, 2, "127.0.0.1", 9, NULL);
+}
+
+/* The local address (hex, as /proc/net/tcp{,6} print it) of the TCP listener on port; "" when
+ * there is none. */
+static void listener_addr(int port, char *out, size_t len)
+{
+    static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    out[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        char line[512], local[64];
+        unsigned p, st;
+        while (f && fgets(line, sizeof(line), f))
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x", local, &p, &st) == 3 &&
+                (int)p == port && st == 0x0A)
+                snprintf(out, len, "%s", local);
+        if (f) fclose(f);
+    }
+}
+
+static void root_listens(const char *host, int want_loopback_only, const char *want_hex)
+{
+    char hp[320], hex[64];
+    int port = proc_free_port();
+    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_fixed_root(hp, &a), 0, "%s", braid_last_error());
+    cr_assert_eq(a.loopback_only, want_loopback_only, "%s", hp);
+    braid_boot_root_t *h = NULL;
+    cr_assert_eq(braid_boot_root_start_every(&a, 5, &h), 0, "%s", braid_last_error());
+    listener_addr(port, hex, sizeof(hex));
+    braid_boot_root_stop(h);
+    if (want_hex)
+        cr_assert_str_eq(hex, want_hex, "the root of %s listens on %s", hp, hex);
+    else /* the wildcard: [::] (dual stack), or 0.0.0.0 without IPv6 */
+        cr_assert(hex[0] && strspn(hex, "0") == strlen(hex), "the root of %s listens on '%s'", hp,
+                  hex);
+}
+
+/* A loopback root (braid-run's 127.0.0.1, localhost, ::1) is not reachable from the network;
+ * the machine's hostname (which Debian maps to 127.0.1.1 locally) still listens everywhere. */
+Test(bootstrap, loopback_root_listens_on_loopback_only, .timeout = 30)
+{
+    clear_env();
+    root_listens("127.0.0.1", 1, "0100007F");
+    char self[256] = "";
+    cr_assert_eq(gethostname(self, sizeof(self) - 1), 0);
+    root_listens(self, 0, NULL);
+    braid_boot_addr_t a;
+    cr_assert_eq(braid_boot_fixed_root("localhost:4502", &a), 0, "%s", braid_last_error());
+    cr_assert_eq(a.loopback_only, 1);
+    braid_unique_id_t id;
+    braid_boot_id_encode(&a, &id); /* the flag travels in the id */
+    braid_boot_addr_t b;
+    cr_assert_eq(braid_boot_id_decode(&id, &b), 0);
+    cr_assert(b.loopback_only && b.rank0_hosts);
+    /* BRAID_ROOT through the environment: rank 0 gets the flag. */
+    setenv("BRAID_RANK", "0", 1);
+    setenv("BRAID_NRANKS", "2", 1);
+    setenv("BRAID_ROOT", "[::1]:4503", 1);
+    resolve_ok(0, 2, "[::1]", 4503, &a);
+    cr_assert_eq(a.loopback_only, 1);
 }

@@ -6,6 +6,8 @@
 #include "core/log.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,11 +129,54 @@ Test(configlint, warnings_at_log_init)
     cr_assert(strstr(out, "did you mean ring?"), "%s", out);
     cr_assert_null(strstr(out, "BRAID_TEST_SOMETHING"), "%s", out);
     free(out);
+    /* An invalid secret is flagged but never printed (it may be one digit off the real one). */
+    static const char *const secret[] = {"BRAID_SECRET=0123456789abcdef0123456789abcde", NULL};
+    out = log_init_output(secret);
+    cr_assert(strstr(out, "BRAID_SECRET='(hidden, 31 characters)' is invalid"), "%s", out);
+    cr_assert_null(strstr(out, "0123456789abcdef"), "%s", out);
+    free(out);
+    /* A path too long once expanded goes to stderr with a warning, not to a shortened name. */
+    char longpath[PATH_MAX + 64] = "BRAID_DEBUG_FILE=/tmp/";
+    for (size_t n = strlen(longpath); n < PATH_MAX; n += 4)
+        strcat(longpath, "abc/");
+    strcat(longpath, "braid.%p.log");
+    const char *const toolong[] = {longpath, NULL};
+    out = log_init_output(toolong);
+    cr_assert(strstr(out, "once expanded; logging to stderr"), "%s", out);
+    free(out);
     /* A clean environment says nothing. */
     static const char *const clean[] = {"BRAID_DEBUG=WARN", NULL};
     out = log_init_output(clean);
     cr_assert_str_eq(out, "");
     free(out);
+}
+
+/* The BRAID_DEBUG_FILE descriptor is close-on-exec: the programs a rank runs do not inherit it. */
+Test(configlint, log_file_is_close_on_exec)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/braid-cloexec-%d.log", (int)getpid());
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        setenv("BRAID_DEBUG_FILE", path, 1);
+        setenv("BRAID_DEBUG", "INFO", 1);
+        braid_log_enabled(BRAID_LOG_WARN, BRAID_SUBSYS_INIT);
+        for (int fd = 3; fd < 1024; fd++) {
+            char link[64], target[PATH_MAX];
+            snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, target, sizeof(target) - 1);
+            if (n <= 0) continue;
+            target[n] = '\0';
+            if (!strcmp(target, path)) _exit(fcntl(fd, F_GETFD) & FD_CLOEXEC ? 0 : 1);
+        }
+        _exit(2);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    unlink(path);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "exit %d (1: the log file is inherited across exec, 2: not open)", WEXITSTATUS(st));
 }
 
 /* Transport settings are checked by every init, even one that only uses shm (1 rank). */

@@ -11,35 +11,51 @@
  *                          rank 0 listens there (braid_comm_init_env).
  *   BRAID_SECRET=32 hex    a fresh random 128-bit job secret from getrandom(), lowercase hex,
  *                          never inherited.
- *   -x VAR=VALUE           extra variables, applied before the six above (which -x cannot set).
+ *   -x VAR=VALUE           extra variables, applied before the six above (which -x cannot set);
+ *                          -x VAR (mpirun's form) passes VAR's current value, as inherited.
  * Rank 0 inherits the launcher's stdin; the other ranks read /dev/null (as mpirun does).
  *
- * Supervision. SIGCHLD/SIGINT/SIGTERM/SIGHUP are blocked from before the first fork and read
+ * Supervision. SIGCHLD and the forwarded signals are blocked from before the first fork and read
  * from a signalfd, so no status is lost; one poll() loop waits on it, on the --tag-output pipes
  * and on the nearest deadline (no busy waiting). waitpid(-1, WNOHANG) reaps until nothing is
  * left, and a pid is only signalled while unreaped, so it cannot have been reused.
  *  - A rank that exits non-zero or is killed by a signal: one message names it, the others get
  *    SIGTERM, then SIGKILL after 2 s; braid-run exits with its status (or 128 + signal).
  *  - --timeout: the same with the message "timed out", and the exit status 124.
- *  - SIGINT/SIGTERM/SIGHUP to braid-run: forwarded to every rank, SIGKILL after 5 s, and when
- *    every rank is gone braid-run re-raises the signal on itself, so its parent (a shell loop)
- *    sees "killed by SIGINT" as it would for any other program. A second signal SIGKILLs now.
- *    A signal ignored when braid-run starts (nohup) stays ignored, by the ranks too.
- *  - If braid-run itself is SIGKILLed, so are the ranks (PR_SET_PDEATHSIG).
+ *  - SIGINT/SIGTERM/SIGHUP/SIGQUIT to braid-run: forwarded to every rank, SIGKILL after 5 s,
+ *    and when every rank is gone braid-run re-raises the signal on itself, so its parent (a
+ *    shell loop) sees "killed by SIGINT" as it would for any other program. A second signal
+ *    SIGKILLs now (except a second SIGHUP: a hangup is often delivered twice). A signal
+ *    ignored when braid-run starts (nohup) stays ignored, by the ranks too.
+ *  - SIGUSR1/SIGUSR2: forwarded to every rank, nothing else (as mpirun; srun --signal).
+ *    SIGTSTP: every process of the job gets SIGSTOP (as mpirun), then braid-run stops itself;
+ *    SIGCONT continues braid-run and is sent to every process of the job.
+ *  - Processes the ranks start (a wrapper script's program, subprocesses, daemons) belong to
+ *    the job: braid-run is a child subreaper, so they stay its descendants when their parent
+ *    ends (tree.c). Termination (failure, --timeout) signals every one of them, not only the
+ *    ranks; and when the ranks are gone, whatever they left running gets SIGTERM, then SIGKILL
+ *    after 2 s, whatever the job's outcome. braid-run returns only when none is left.
+ *  - If braid-run itself is SIGKILLed, so are the ranks (PR_SET_PDEATHSIG), but not the
+ *    processes the ranks started: those outlive a SIGKILLed launcher (only a cgroup, as
+ *    Slurm's, would catch them).
+ *  - --tag-output never blocks the supervisor on a slow reader (output.c); when the reader of
+ *    braid-run's stdout or stderr is gone (`| head`), the ranks' pipes to it are closed, so
+ *    that the ranks get SIGPIPE as they would without --tag-output.
  *
  * Process groups and Ctrl-C. The ranks stay in braid-run's process group, so the job is one
  * job for the shell: Ctrl-Z stops all of it, fg/bg resume all of it, a rank reading the
  * terminal is in the foreground group, and Ctrl-C still reaches every rank even if braid-run
- * itself was lost. The price is that the terminal already sends ^C's SIGINT to every rank;
- * braid-run recognises that case (si_code SI_KERNEL: sent by the tty driver, not by kill())
- * and does not send the ranks a second SIGINT, which would cut short a rank's own clean-up
+ * itself was lost. The price is that the terminal already sends ^C's SIGINT to every rank
+ * (and Ctrl-backslash its SIGQUIT, Ctrl-Z its SIGTSTP, a hangup its SIGHUP); braid-run
+ * recognises that case (si_code SI_KERNEL: sent by the tty driver, not by kill()) and does
+ * not send the ranks a second signal, which would cut short a rank's own clean-up
  * handler. A signal sent with kill() to braid-run alone is forwarded. (A signal sent with
  * kill() to the whole group reaches a rank twice; use kill on the launcher's pid.)
  *
  * Exit status: 0 when every rank exits 0; the first failing rank's status (128 + signal when
  * killed); 124 on --timeout; 126/127 when prog cannot be executed (permission / not found);
  * 2 for bad usage; 125 when braid-run itself fails (fork, pipes, --output-dir); death by the
- * received signal when SIGINT/SIGTERM/SIGHUP ended the job. */
+ * received signal when SIGINT/SIGTERM/SIGHUP/SIGQUIT ended the job. */
 #include "braid/braid.h"
 #include "braid_run.h"
 
@@ -84,6 +100,10 @@ void br_msg(const char *fmt, ...)
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);
     strcat(line, "\n");
+    if (br_msg_queue) { /* behind the ranks' queued lines, and never blocking */
+        br_outq_put(br_msg_queue, 2, line, strlen(line));
+        return;
+    }
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -103,7 +123,8 @@ static void br_usage(FILE *f)
             "      --timeout SECS    kill the job and exit 124 if it runs longer\n"
             "      --root HOST:PORT  bootstrap root (default: $BRAID_ROOT, else a free\n"
             "                        port on 127.0.0.1)\n"
-            "  -x VAR=VALUE          set VAR in every rank's environment (repeatable)\n"
+            "  -x VAR=VALUE          set VAR in every rank's environment (repeatable);\n"
+            "                        -x VAR (as mpirun) passes its current value\n"
             "      --bind MODE       none, core (rank r on cpu r mod ncpus of the cpus\n"
             "                        braid-run may use, first threads of cores first),\n"
             "                        auto (core when every rank gets its own cpu, else\n"
@@ -113,9 +134,11 @@ static void br_usage(FILE *f)
             "      --version         show the version\n"
             "\n"
             "If a rank fails, the others are terminated and braid-run exits with its status\n"
-            "(128+signal if it was killed). SIGINT, SIGTERM and SIGHUP are forwarded to the\n"
-            "ranks. Exit status: 124 timeout, 125 launcher error, 126/127 prog not executable /\n"
-            "not found, 2 bad usage.\n",
+            "(128+signal if it was killed). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and\n"
+            "SIGUSR2 are forwarded to the ranks; SIGTSTP stops and SIGCONT continues the job.\n"
+            "When the job ends, the processes the ranks started end with it. Exit status:\n"
+            "124 timeout, 125 launcher error, 126/127 prog not executable / not found, 2 bad\n"
+            "usage.\n",
             BR_MAX_RANKS);
 }
 
@@ -151,10 +174,12 @@ static int br_valid_hostport(const char *s)
     return memchr(s, ':', (size_t)(colon - s)) == NULL; /* bare IPv6 needs brackets */
 }
 
+/* VAR=VALUE, or VAR alone (as mpirun's -x: its current value, which the ranks inherit). */
 static int br_valid_xvar(const char *s)
 {
     const char *eq = strchr(s, '=');
-    if (!eq || eq == s || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return 0;
+    if (!eq) eq = s + strlen(s);
+    if (eq == s || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return 0;
     for (const char *p = s; p < eq; p++)
         if (!isalnum((unsigned char)*p) && *p != '_') return 0;
     return 1;
@@ -216,10 +241,10 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
             break;
         case 'x':
             if (!br_valid_xvar(optarg))
-                br_usage_error("invalid -x '%s' (expected VAR=VALUE)", optarg);
+                br_usage_error("invalid -x '%s' (expected VAR=VALUE or VAR)", optarg);
             for (size_t i = 0; i < sizeof(br_reserved) / sizeof(br_reserved[0]); i++) {
                 size_t n = strlen(br_reserved[i]);
-                if (!strncmp(optarg, br_reserved[i], n) && optarg[n] == '=')
+                if (!strncmp(optarg, br_reserved[i], n) && (optarg[n] == '=' || !optarg[n]))
                     br_usage_error("-x cannot set %s: braid-run sets it%s", br_reserved[i],
                                    i == 4 ? " (use --root)" : "");
             }
@@ -250,7 +275,8 @@ static void br_parse_args(int argc, char **argv, br_opts_t *o)
 
 static int br_pick_root(char *buf, size_t cap)
 {
-    /* Free on every IPv4 address, not only 127.0.0.1: rank 0's root listens on all of them. */
+    /* Free on every IPv4 address, not only on 127.0.0.1 where rank 0's root will listen (a
+     * loopback root string listens on loopback alone): the stricter test costs nothing. */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -283,6 +309,7 @@ static int br_setup_env(const br_opts_t *o)
     char root[300], secret[33], num[16];
     for (int i = 0; i < o->nx; i++) {
         char *eq = strchr(o->xvars[i], '=');
+        if (!eq) continue; /* -x VAR: the ranks inherit its value (or its absence) */
         *eq = '\0';
         int rc = setenv(o->xvars[i], eq + 1, 1);
         *eq = '=';
@@ -456,6 +483,7 @@ int main(int argc, char **argv)
     job.self = getpid();
     job.job_deadline = job.o.timeout_s > 0 ? br_now_ms() + (int64_t)(job.o.timeout_s * 1000) : -1;
     job.kill_deadline = -1;
+    job.stuck_deadline = -1;
 
     if (job.o.output_dir && br_mkdir_p(job.o.output_dir)) {
         br_msg("cannot create --output-dir '%s': %s", job.o.output_dir, strerror(errno));
@@ -492,13 +520,19 @@ int main(int argc, char **argv)
     /* An inherited SIGCHLD = SIG_IGN would auto-reap the ranks and hide their status. */
     sigaction(SIGCHLD, &dfl, NULL);
 
+    /* Processes orphaned below the ranks come to us (tree.c), not to init. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1))
+        br_msg("cannot become a child subreaper (%s): processes the ranks start may outlive "
+               "the job",
+               strerror(errno));
+
     /* A signal ignored on entry (nohup, `cmd &` in a script) stays ignored, here and in the
      * ranks: blocking it for the signalfd would resurrect it. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
-    static const int fwd[] = {SIGINT, SIGTERM, SIGHUP};
-    for (int i = 0; i < 3; i++) {
+    static const int fwd[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT};
+    for (size_t i = 0; i < sizeof(fwd) / sizeof(fwd[0]); i++) {
         struct sigaction old;
         if (sigaction(fwd[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
             sigaddset(&set, fwd[i]);
@@ -519,7 +553,10 @@ int main(int argc, char **argv)
     br_supervise(&job);
 
     if (job.state == BR_SIGNALED) {
-        /* Die of the same signal, so that a shell sees the interruption. */
+        /* Die of the same signal, so that a shell sees the interruption (SIGQUIT's core
+         * would be braid-run's, of no use to anyone). */
+        struct rlimit nocore = {0, 0};
+        if (job.term_sig == SIGQUIT) setrlimit(RLIMIT_CORE, &nocore);
         sigaction(job.term_sig, &dfl, NULL);
         sigset_t one;
         sigemptyset(&one);

@@ -13,6 +13,9 @@
 #define BR_FAIL_GRACE_MS 2000   /* SIGTERM -> SIGKILL after a rank failure or the timeout */
 #define BR_SIGNAL_GRACE_MS 5000 /* SIGTERM -> SIGKILL after a signal to the launcher */
 #define BR_LINE_MAX 65536       /* longer lines are split (a newline is inserted) */
+#define BR_OUTQ_MAX (1 << 20)   /* --tag-output: a rank's pipes are not read past this backlog */
+#define BR_STUCK_MS 5000        /* after SIGKILL: how long to wait for the processes to go */
+#define BR_RESCAN_MS 50         /* how often leftover descendants are looked for again */
 #define BR_EXIT_USAGE 2
 #define BR_EXIT_TIMEOUT 124
 #define BR_EXIT_LAUNCHER 125
@@ -43,6 +46,16 @@ typedef struct {
     char *buf;  /* BR_LINE_MAX bytes */
 } br_stream_t;
 
+/* What braid-run still has to write to its own stdout or stderr (--tag-output): written
+ * when poll() says the descriptor can take it, so that a stalled reader never blocks the
+ * supervisor; while more than BR_OUTQ_MAX bytes wait, the ranks' pipes to it are not read. */
+typedef struct {
+    char *buf;
+    size_t head, len, cap; /* pending: buf[head .. head + len) */
+    int dead;              /* a write failed (EPIPE): what follows is dropped */
+    int regular;           /* a regular file: writes never block, so no chunking */
+} br_outq_t;
+
 typedef struct {
     pid_t pid;
     int alive;         /* forked and not yet reaped */
@@ -57,11 +70,13 @@ typedef struct {
     int nalive;
     int sfd; /* signalfd */
     br_state_t state;
-    int exit_code;         /* for BR_FAILED / BR_TIMED_OUT */
-    int term_sig;          /* for BR_SIGNALED */
-    int64_t job_deadline;  /* ms on CLOCK_MONOTONIC, -1 = none */
-    int64_t kill_deadline; /* ms, -1 = none */
-    int dead_fd[3];        /* writes to fd 1/2 failed (EPIPE): drop what follows */
+    int exit_code;          /* for BR_FAILED / BR_TIMED_OUT */
+    int term_sig;           /* for BR_SIGNALED */
+    int64_t job_deadline;   /* ms on CLOCK_MONOTONIC, -1 = none */
+    int64_t kill_deadline;  /* ms, -1 = none */
+    br_outq_t outq[3];      /* [1] stdout, [2] stderr (--tag-output) */
+    int leftovers_termed;   /* the ranks' leftover descendants got SIGTERM */
+    int64_t stuck_deadline; /* ms: give up waiting for SIGKILLed processes; -1 = none */
     pid_t self;
     sigset_t orig_mask;
     struct sigaction orig_pipe;
@@ -80,12 +95,30 @@ int br_bind_plan(br_bind_t mode, int nranks, int **cpus_p, int *ncpus_p);
 int br_bind_self(const int *cpus, int ncpus, int rank);
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t br_now_ms(void);
+/* While set (--tag-output, during supervision), br_msg queues its lines in outq[2]. */
+extern br_job_t *br_msg_queue;
 /* "braid-run: " + message + newline on stderr. */
 void br_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Signals every live rank. */
 void br_signal_all(br_job_t *job, int sig);
-/* Moves to termination: SIGTERM now, SIGKILL after grace_ms. */
+/* Moves to termination: sig (unless 0) now to the ranks and every process they started,
+ * SIGKILL to all of them after grace_ms. */
 void br_terminate(br_job_t *job, int sig, int grace_ms);
+/* Sends sig (0: none) to every live (not zombie) descendant of this process and returns how
+ * many there were (tree.c). */
+int br_tree_signal(int sig);
+/* --tag-output (output.c): reads what rank r's stream s holds (up to 16 reads when 'drain',
+ * else one) into the queue of its destination, as "[r] "-prefixed lines. */
+void br_stream_read(br_job_t *job, int rank, br_stream_t *s, int drain);
+/* Forwards a stream's incomplete last line (a newline added) and closes it. */
+void br_stream_close(br_job_t *job, int rank, br_stream_t *s);
+/* Whether rank streams bound for fd may be read now (their queue has room). */
+int br_outq_room(const br_job_t *job, int fd);
+/* Writes what poll() allowed of outq[fd] (revents of fd); on EPIPE drops the queue and closes
+ * every rank's pipe bound for fd, so the ranks get SIGPIPE as they would without the tags. */
+void br_outq_write(br_job_t *job, int fd);
+/* Appends n bytes to outq[fd] (dropped when it is dead). */
+void br_outq_put(br_job_t *job, int fd, const char *p, size_t n);
 /* The poll loop: forwards output, reaps ranks, handles signals and deadlines until every
  * rank is gone. */
 void br_supervise(br_job_t *job);

@@ -1,6 +1,6 @@
-/* braid-run: output forwarding (--tag-output pipes, split into whole lines) and supervision
- * of the running ranks (signalfd, reaping, deadlines, termination); see braid_run.c for the
- * behaviour this implements. */
+/* braid-run: supervision of the running ranks (signalfd, reaping, deadlines, termination, the
+ * processes the ranks leave behind); see braid_run.c for the behaviour this implements, and
+ * output.c for --tag-output. */
 #include "braid_run.h"
 
 #include <errno.h>
@@ -15,82 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- output forwarding ----------------------------------------------------------------------- */
-
-static void br_write_all(br_job_t *job, int fd, const char *p, size_t n)
-{
-    if (job->dead_fd[fd]) return;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            job->dead_fd[fd] = 1; /* EPIPE and friends: the reader is gone, drop the rest */
-            return;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-/* Writes buf[0..n) (one or more lines, the last one possibly unterminated) with each line
- * prefixed by "[rank] ", in as few write() calls as possible. */
-static void br_emit_lines(br_job_t *job, int rank, int fd, const char *buf, size_t n)
-{
-    static char out[2 * BR_LINE_MAX + 64];
-    char prefix[16];
-    size_t plen = (size_t)snprintf(prefix, sizeof(prefix), "[%d] ", rank), olen = 0;
-    while (n > 0) {
-        const char *nl = memchr(buf, '\n', n);
-        size_t llen = nl ? (size_t)(nl - buf) + 1 : n;
-        if (olen + plen + llen + 1 > sizeof(out)) {
-            br_write_all(job, fd, out, olen);
-            olen = 0;
-        }
-        memcpy(out + olen, prefix, plen);
-        memcpy(out + olen + plen, buf, llen);
-        olen += plen + llen;
-        if (!nl) out[olen++] = '\n';
-        buf += llen;
-        n -= llen;
-    }
-    br_write_all(job, fd, out, olen);
-}
-
-static void br_stream_close(br_job_t *job, int rank, br_stream_t *s)
-{
-    if (s->len) br_emit_lines(job, rank, s->to_fd, s->buf, s->len);
-    s->len = 0;
-    close(s->fd);
-    s->fd = -1;
-}
-
-/* Reads what the pipe holds (all of it when 'drain', else one read), forwards the complete
- * lines and keeps the incomplete tail; at EOF the tail is forwarded with a newline added. */
-static void br_stream_read(br_job_t *job, int rank, br_stream_t *s, int drain)
-{
-    while (s->fd >= 0) {
-        ssize_t n = read(s->fd, s->buf + s->len, BR_LINE_MAX - s->len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return;
-        if (n <= 0) { /* EOF (or an error, treated the same) */
-            br_stream_close(job, rank, s);
-            return;
-        }
-        s->len += (size_t)n;
-        char *last = memrchr(s->buf, '\n', s->len);
-        if (last) {
-            size_t done = (size_t)(last - s->buf) + 1;
-            br_emit_lines(job, rank, s->to_fd, s->buf, done);
-            memmove(s->buf, s->buf + done, s->len - done);
-            s->len -= done;
-        } else if (s->len == BR_LINE_MAX) {
-            br_emit_lines(job, rank, s->to_fd, s->buf, s->len); /* an over-long line */
-            s->len = 0;
-        }
-        if (!drain) return;
-    }
-}
-
 /* ---- supervision ----------------------------------------------------------------------------- */
 
 void br_signal_all(br_job_t *job, int sig)
@@ -104,10 +28,18 @@ static const char *br_plural(int n)
     return n == 1 ? "" : "s";
 }
 
-/* Starts terminating the job: SIGTERM now (unless sig == 0), SIGKILL at now + grace_ms. */
+/* Every process of the job: the live ranks and everything they started. */
+static void br_kill_job(br_job_t *job, int sig)
+{
+    br_signal_all(job, sig);
+    br_tree_signal(sig);
+}
+
+/* Starts terminating the job: sig now to every process of it (unless sig == 0), SIGKILL at
+ * now + grace_ms. */
 void br_terminate(br_job_t *job, int sig, int grace_ms)
 {
-    if (sig) br_signal_all(job, sig);
+    if (sig) br_kill_job(job, sig);
     job->kill_deadline = br_now_ms() + grace_ms;
 }
 
@@ -160,25 +92,71 @@ static void br_reap(br_job_t *job)
     }
 }
 
-static void br_on_signal(br_job_t *job, const struct signalfd_siginfo *si)
+/* Stops braid-run itself with sig (SIGTSTP), as its default action would have; it goes on
+ * when SIGCONT comes (which also lands in the signalfd, and is forwarded from there). */
+static void br_stop_self(int sig)
+{
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    raise(sig); /* pending while blocked */
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    sigprocmask(SIG_BLOCK, &one, NULL);
+}
+
+/* A signal that ends the job (INT, TERM, HUP, QUIT). */
+static void br_on_end_signal(br_job_t *job, const struct signalfd_siginfo *si)
 {
     int sig = (int)si->ssi_signo;
+    /* ^C, ^\ and a hangup from the terminal were already delivered to the ranks, which share
+     * our process group (for SIGHUP: the kernel's, when the session leader goes). */
+    int from_tty = si->ssi_code == SI_KERNEL;
+    if (job->nalive == 0) { /* only output or leftovers to deal with: drop the output */
+        job->outq[1].dead = job->outq[2].dead = 1;
+    }
     if (job->state != BR_RUNNING) {
+        if (sig == SIGHUP && job->state == BR_SIGNALED && job->term_sig == SIGHUP) {
+            /* A hangup comes twice (the kernel's and the shell's, or the shell's to the whole
+             * group and again to us): the second is not a user asking for haste. */
+            return;
+        }
         /* Already stopping (a second ^C, or a signal during the grace period): no more grace. */
         br_msg("received signal %d (%s) while terminating; killing %d rank%s", sig, strsignal(sig),
                job->nalive, br_plural(job->nalive));
-        br_signal_all(job, SIGKILL);
+        br_kill_job(job, SIGKILL);
         job->kill_deadline = -1;
+        job->stuck_deadline = br_now_ms() + BR_STUCK_MS;
         return;
     }
     job->state = BR_SIGNALED;
     job->term_sig = sig;
-    /* ^C from the terminal was already delivered to the ranks, which share our process group. */
-    int from_tty = sig == SIGINT && si->ssi_code == SI_KERNEL;
     br_msg("received signal %d (%s)%s %d rank%s", sig, strsignal(sig),
            from_tty ? " from the terminal, as did the ranks; waiting for" : "; forwarding it to",
            job->nalive, br_plural(job->nalive));
-    br_terminate(job, from_tty ? 0 : sig, BR_SIGNAL_GRACE_MS);
+    if (!from_tty) br_signal_all(job, sig);
+    br_terminate(job, 0, BR_SIGNAL_GRACE_MS);
+}
+
+static void br_on_signal(br_job_t *job, const struct signalfd_siginfo *si)
+{
+    int sig = (int)si->ssi_signo;
+    switch (sig) {
+    case SIGUSR1:
+    case SIGUSR2: /* to the ranks, as mpirun does (checkpoint requests, srun --signal) */
+        br_signal_all(job, sig);
+        return;
+    case SIGTSTP:
+        /* As mpirun: SIGSTOP to every process of the job (a kill -TSTP aimed at braid-run;
+         * ^Z from the terminal already reached the ranks), then stop as the shell expects. */
+        if (si->ssi_code != SI_KERNEL) br_kill_job(job, SIGSTOP);
+        br_stop_self(SIGTSTP);
+        return;
+    case SIGCONT: /* braid-run goes on by itself; the processes of the job are told to */
+        br_kill_job(job, SIGCONT);
+        return;
+    default:
+        br_on_end_signal(job, si);
+    }
 }
 
 static void br_read_signals(br_job_t *job)
@@ -205,63 +183,127 @@ static void br_check_deadlines(br_job_t *job)
                br_plural(job->nalive));
         job->state = BR_TIMED_OUT;
         job->exit_code = BR_EXIT_TIMEOUT;
+        if (job->nalive == 0) job->outq[1].dead = job->outq[2].dead = 1;
         br_terminate(job, SIGTERM, BR_FAIL_GRACE_MS);
     }
     if (job->kill_deadline >= 0 && now >= job->kill_deadline) {
-        if (job->nalive > 0)
+        int others = br_tree_signal(0) - job->nalive;
+        if (job->nalive > 0 && others > 0)
+            br_msg("%d rank%s and %d other process%s still running after the grace period; "
+                   "sending SIGKILL",
+                   job->nalive, br_plural(job->nalive), others, others == 1 ? "" : "es");
+        else if (job->nalive > 0)
             br_msg("%d rank%s still running after the grace period; sending SIGKILL", job->nalive,
                    br_plural(job->nalive));
-        br_signal_all(job, SIGKILL);
+        else if (others > 0)
+            br_msg("%d process%s started by the ranks still running after the grace period; "
+                   "sending SIGKILL",
+                   others, others == 1 ? "" : "es");
+        br_kill_job(job, SIGKILL);
         job->kill_deadline = -1;
+        job->stuck_deadline = now + BR_STUCK_MS;
     }
 }
 
-static int br_poll_timeout(const br_job_t *job)
+/* Once every rank is gone: whether processes they started still run. Those are ended (SIGTERM,
+ * then SIGKILL after the grace period) whatever the job's outcome: when braid-run returns,
+ * nothing of the job runs any more. Gives up (with a message) on processes that outlive
+ * SIGKILL by BR_STUCK_MS (uninterruptible sleep). */
+static int br_leftovers(br_job_t *job)
 {
-    int64_t next = -1;
+    if (job->stuck_deadline == -2) return 0; /* gave up */
+    int left = br_tree_signal(0);
+    if (left == 0) return 0;
+    if (job->stuck_deadline >= 0 && br_now_ms() >= job->stuck_deadline) {
+        job->stuck_deadline = -2;
+        br_msg("%d process%s of the job did not end after SIGKILL; leaving %s", left,
+               left == 1 ? "" : "es", left == 1 ? "it" : "them");
+        return 0;
+    }
+    if (!job->leftovers_termed) {
+        job->leftovers_termed = 1;
+        if (job->state == BR_RUNNING) /* else the termination was announced already */
+            br_msg("the ranks are gone but %d process%s they started %s still running; "
+                   "terminating %s",
+                   left, left == 1 ? "" : "es", left == 1 ? "is" : "are",
+                   left == 1 ? "it" : "them");
+        br_tree_signal(SIGTERM);
+        int64_t kd = br_now_ms() + BR_FAIL_GRACE_MS;
+        if (job->kill_deadline < 0 || job->kill_deadline > kd) job->kill_deadline = kd;
+    }
+    return 1;
+}
+
+static int br_poll_timeout(const br_job_t *job, int rescan)
+{
+    int64_t next = -1, now = br_now_ms();
     if (job->state == BR_RUNNING && job->job_deadline >= 0) next = job->job_deadline;
     if (job->kill_deadline >= 0 && (next < 0 || job->kill_deadline < next))
         next = job->kill_deadline;
+    if (rescan && (next < 0 || now + BR_RESCAN_MS < next)) next = now + BR_RESCAN_MS;
     if (next < 0) return -1;
-    int64_t left = next - br_now_ms();
+    int64_t left = next - now;
     return left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
 }
 
-/* Runs until every rank is reaped. With --tag-output, poll slot 1 + 2r + k is rank r's stream
- * k (fd -1 once closed, which poll skips). */
+/* Runs until every rank is reaped, every process they started is gone and (--tag-output) the
+ * output is written. Poll slots: 0 the signalfd, 1 and 2 braid-run's stdout and stderr (fd -1
+ * unless output waits), 3 + 2r + k rank r's stream k (fd -1 once closed or while its queue is
+ * full). */
 void br_supervise(br_job_t *job)
 {
-    int n = job->o.nranks, np = 1 + (job->o.tag_output ? 2 * n : 0);
+    int n = job->o.nranks, tag = job->o.tag_output, np = 3 + (tag ? 2 * n : 0), closed = 0;
     struct pollfd *pfd = calloc((size_t)np, sizeof(*pfd));
     if (!pfd) {
         br_msg("out of memory");
-        br_signal_all(job, SIGKILL);
+        br_kill_job(job, SIGKILL);
         exit(BR_EXIT_LAUNCHER);
     }
-    pfd[0] = (struct pollfd){.fd = job->sfd, .events = POLLIN};
-    while (job->nalive > 0) {
-        for (int i = 1; i < np; i++)
-            pfd[i] =
-                (struct pollfd){.fd = job->ranks[(i - 1) / 2].io[(i - 1) % 2].fd, .events = POLLIN};
-        int rc = poll(pfd, (nfds_t)np, br_poll_timeout(job));
+    if (tag) br_msg_queue = job;
+    for (;;) {
+        int rescan = 0;
+        if (job->nalive == 0) {
+            rescan = br_leftovers(job);
+            if (!rescan && !closed) {
+                /* Every process is gone: forward what is left in the pipes (a process that
+                 * escaped to another parent may still hold a write end: no waiting for EOF). */
+                for (int i = 3; i < np; i++) {
+                    br_stream_t *st = &job->ranks[(i - 3) / 2].io[(i - 3) % 2];
+                    br_stream_read(job, (i - 3) / 2, st, 1);
+                    br_stream_close(job, (i - 3) / 2, st);
+                }
+                closed = 1;
+            }
+            if (!rescan && (job->outq[1].dead || job->outq[1].len == 0) &&
+                (job->outq[2].dead || job->outq[2].len == 0))
+                break;
+        }
+        pfd[0] = (struct pollfd){.fd = job->sfd, .events = POLLIN};
+        for (int fd = 1; fd <= 2; fd++) {
+            const br_outq_t *q = &job->outq[fd];
+            pfd[fd] = (struct pollfd){.fd = q->len && !q->dead ? fd : -1, .events = POLLOUT};
+        }
+        for (int i = 3; i < np; i++) {
+            const br_stream_t *st = &job->ranks[(i - 3) / 2].io[(i - 3) % 2];
+            int fd = st->fd >= 0 && br_outq_room(job, st->to_fd) ? st->fd : -1;
+            pfd[i] = (struct pollfd){.fd = fd, .events = POLLIN};
+        }
+        int rc = poll(pfd, (nfds_t)np, br_poll_timeout(job, rescan));
         if (rc < 0 && errno != EINTR) {
+            br_msg_queue = NULL;
             br_msg("poll failed: %s; killing the job", strerror(errno));
-            br_signal_all(job, SIGKILL);
+            br_kill_job(job, SIGKILL);
             exit(BR_EXIT_LAUNCHER);
         }
         /* Output first, so lines written just before an exit precede the verdict. */
-        for (int i = 1; rc > 0 && i < np; i++)
-            if (pfd[i].revents)
-                br_stream_read(job, (i - 1) / 2, &job->ranks[(i - 1) / 2].io[(i - 1) % 2], 0);
+        for (int i = 3; rc > 0 && i < np; i++)
+            if (pfd[i].revents && pfd[i].fd >= 0)
+                br_stream_read(job, (i - 3) / 2, &job->ranks[(i - 3) / 2].io[(i - 3) % 2], 0);
+        for (int fd = 1; rc > 0 && fd <= 2; fd++)
+            if (pfd[fd].revents) br_outq_write(job, fd);
         if (rc > 0 && pfd[0].revents) br_read_signals(job);
         br_check_deadlines(job);
     }
-    /* Every rank is gone: forward what is left in the pipes without waiting for EOF (a
-     * grandchild may still hold a write end open). */
-    for (int i = 1; i < np; i++) {
-        br_stream_t *st = &job->ranks[(i - 1) / 2].io[(i - 1) % 2];
-        br_stream_read(job, (i - 1) / 2, st, 1);
-        if (st->fd >= 0) br_stream_close(job, (i - 1) / 2, st);
-    }
+    br_msg_queue = NULL;
     free(pfd);
 }
