@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "topo/topo.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 typedef enum {
@@ -58,6 +59,7 @@ typedef struct {
     double net_overlap;      /* 1: the network's queue absorbs a call's bytes (token-bucket shaped
                               * links), so they overlap the latency path instead of adding to it */
     int direct;              /* the direct shared-memory segments are mapped (one host) */
+    int net_only;            /* BRAID_TRANSPORT=tcp or rdma: no sub-comm maps direct segments */
     size_t direct_block;     /* their block bytes */
     int direct_block_auto;   /* BRAID_DIRECT_BLOCK=auto (1 MiB at every size: sub-models keep it) */
     braid_link_model_t direct_link; /* one synchronisation (alpha, per peer) and busbw */
@@ -122,8 +124,18 @@ typedef struct braid_algo_state {
     struct braid_comm *intra; /* ranks of this host, ranked by parent rank */
     struct braid_comm *inter; /* ranks with this rank's local index, one per host */
     int failed_in; /* hier: the sub-communicator a failure came from (1 intra, 2 inter) */
-    void *scratch; /* hier reduce-scatter's packed input / reduce's partial, kept */
+    void *scratch; /* hier reduce-scatter's packed input / reduce's partial, kept when small */
     size_t scratch_bytes;
+    /* intra and inter are published (and taken back) under sub_lock: braid_algo_comm_abort may
+     * run on another thread while hier_setup makes them */
+    pthread_mutex_t sub_lock;
+    /* hier: the parent's call whose stages run now, which the stages' waits check for a peer in
+     * another call (hier.c, hier_watch); its tail on the parent's ring (has_part) */
+    const braid_op_args_t *call;
+    braid_op_args_t call_part;
+    int has_part;
+    uint32_t call_seq;
+    _Atomic int watching; /* a thread runs the check (the intra and inter stages may both wait) */
     /* The last choices, direct-mapped by (coll, count, element size): an 8 B all-reduce spent a
      * quarter of its time costing every algorithm again (select.c, pick). Cleared whenever the
      * model changes (braid_algo_pick_forget). */
@@ -142,32 +154,29 @@ void braid_algo_comm_free(struct braid_comm *c);
 /* Runs one validated collective (not barrier) with the chosen algorithm. */
 braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a, uint32_t seq);
 
-/* hier.c: all-reduce as intra-host reduce-scatter, inter-host all-reduce among equal local
- * indices, intra-host all-gather; the tail that does not divide by the local size goes over
- * the flat ring. Creates the sub-communicators on first use. */
-braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
-                                    const braid_op_args_t *a, uint32_t seq);
+/* hier.c: runs collective a (number seq) with the hierarchical algorithm for its collective
+ * (below); creates the sub-communicators on first use (collective over c). By collective:
+ *   all-reduce: intra-host reduce-scatter, inter-host all-reduce among equal local indices,
+ *     intra-host all-gather; the tail that does not divide by the local size goes over the
+ *     flat ring;
+ *   broadcast: inter-host broadcast among the leaders (the ranks with the root's local index,
+ *     or local rank 0 of every host when some host has no such index: then the root's host
+ *     first broadcasts within itself), then each host broadcasts from its leader (any shape);
+ *   reduce: the broadcast mirrored (any shape): each host reduces within itself to its leader,
+ *     the leaders reduce across hosts to the root's host, and when the leaders are local rank 0
+ *     rather than the root's local index, the root's host then reduces to the root; only the
+ *     root's recvbuf is used;
+ *   reduce-scatter (equal ranks per host): the input's blocks packed by (local index, host),
+ *     intra-host reduce-scatter of H blocks per rank, inter-host reduce-scatter among equal
+ *     local indices: the network carries (n - L) blocks per host instead of the ring's (n - 1).
+ */
+braid_result_t braid_hier_run(struct braid_comm *c, braid_algo_state_t *st,
+                              const braid_op_args_t *a, uint32_t seq);
 /* Copies the parent's model constants into the hier sub-communicators' models. */
 void braid_hier_share_model(braid_algo_state_t *st);
 /* Error text from a hier sub-communicator with every "rank N" (N < nmap) renamed to
  * "rank map[N]", marked "[hier] " in front; the text after an earlier mark is copied as is
  * (without the mark). Returns the length written to out (len > 0). */
 size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, size_t len);
-/* Broadcast: inter-host broadcast among the leaders (the ranks with the root's local index,
- * or local rank 0 of every host when some host has no such index: then the root's host first
- * broadcasts within itself), then each host broadcasts from its leader. Any host shape. */
-braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
-                                    const braid_op_args_t *a, uint32_t seq);
-/* Reduce: the broadcast mirrored (any host shape): each host reduces within itself to its
- * leader, the leaders reduce across hosts to the root's host, and when the leaders are local
- * rank 0 rather than the root's local index, the root's host then reduces to the root (its
- * leader contributing the other hosts' result). Only the root's recvbuf is used. */
-braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
-                                 const braid_op_args_t *a, uint32_t seq);
-/* Reduce-scatter (equal ranks per host): the input's blocks packed by (local index, host),
- * intra-host reduce-scatter of H blocks per rank, inter-host reduce-scatter among equal local
- * indices: the network carries (n - L) blocks per host instead of the ring's (n - 1). */
-braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
-                                         const braid_op_args_t *a, uint32_t seq);
 
 #endif

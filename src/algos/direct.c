@@ -211,6 +211,7 @@ static braid_result_t wait_tag(dctx_t *x, int r, int s, uint32_t want, int check
                     braid_coll_name(x->a->coll), x->desc.seq, comm->timeout_s, r, r);
             if (now >= next_foreign) {
                 BRAID_CHECK(braid_engine_check_foreign(comm, x->a, x->desc.seq));
+                BRAID_CHECK(braid_comm_watch(comm, idle)); /* hier: the parent's call */
                 gap = gap < 64000000ull ? gap * 2 : gap;
                 next_foreign = now + gap;
             }

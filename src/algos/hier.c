@@ -73,34 +73,140 @@ void braid_hier_share_model(braid_algo_state_t *st)
     }
 }
 
-static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st)
+#define HIER_MARK "[hier] "
+
+/* The sub-communicators' waits run this while they sleep (braid_comm_watch): the parent's call
+ * has no plan of its own on the parent's connections (but the all-reduce's tail), where the
+ * other ranks' descriptors arrive, so a rank that rejected its call or runs another one (a
+ * different count picks the ring) would otherwise leave this rank waiting in a stage until the
+ * timeout. The message names parent ranks already (marked: hier_fail keeps it as it is). */
+static braid_result_t hier_watch(struct braid_comm *c, uint64_t idle_ns)
+{
+    if (atomic_load(&c->aborted))
+        return braid_set_error(BRAID_ERR_ABORTED, HIER_MARK "%s", braid_comm_abort_reason(c));
+    braid_algo_state_t *st = c->algo_state; /* NULL while init measures (tune.c) */
+    if (!st || !st->call || atomic_exchange(&st->watching, 1)) return BRAID_SUCCESS;
+    braid_result_t res =
+        braid_engine_check_parent(c, st->call, st->has_part ? &st->call_part : NULL, st->call_seq);
+    /* A rank that failed the call (found the mismatch, or was told) tells c's peers, some of
+     * which wait in a sub-communicator it has no part in: the notice is on c's connections.
+     * After the grace of the engine's own check (comm.h). */
+    if (res == BRAID_SUCCESS && idle_ns >= BRAID_PEER_FAILURE_GRACE_NS)
+        res = braid_comm_peer_failure(c);
+    atomic_store(&st->watching, 0);
+    if (res == BRAID_SUCCESS) return res;
+    char why[900];
+    snprintf(why, sizeof(why), "%s", braid_last_error());
+    return braid_set_error(res, HIER_MARK "%s", why);
+}
+
+/* Every rank's outcome of the setup, agreed over the parent's bootstrap. */
+typedef struct {
+    int32_t res;
+    int32_t stage; /* where it failed: 1 a split, 2 the check of the shape (which fails when
+                    * another rank's split did) */
+    char why[152];
+} hier_status_t;
+
+/* The first rank whose setup failed (at the earliest stage), as this rank's error (res and
+ * message); BRAID_SUCCESS when none did. An allgather over c's bootstrap: every rank takes
+ * part, whatever its res. */
+static braid_result_t hier_agree(struct braid_comm *c, braid_result_t res, int stage)
+{
+    hier_status_t mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.res = res;
+    mine.stage = stage;
+    if (res < 0) snprintf(mine.why, sizeof(mine.why), "%s", braid_last_error());
+    hier_status_t *all = calloc((size_t)c->nranks, sizeof(*all));
+    if (!all) {
+        res = braid_set_error(BRAID_ERR_NOMEM, "hier: out of memory for %d ranks", c->nranks);
+        braid_boot_report_code(c->boot, res, braid_last_error()); /* fails the others' allgather */
+        return res;
+    }
+    braid_result_t ar = braid_boot_allgather(c->boot, &mine, all, sizeof(mine));
+    int first = -1;
+    for (int r = 0; ar == BRAID_SUCCESS && r < c->nranks; r++)
+        if (all[r].res < 0 && (first < 0 || all[r].stage < all[first].stage)) first = r;
+    if (first == c->rank)
+        ar = braid_set_error(res, "%s", mine.why);
+    else if (first >= 0)
+        ar = braid_set_error(all[first].res,
+                             "hier: rank %d could not make its sub-communicators: %.*s", first,
+                             (int)sizeof(all[first].why) - 1, all[first].why);
+    free(all);
+    return ar;
+}
+
+/* The sub-communicators, made on first use by two braid_comm_split of the parent (collective
+ * over its bootstrap). Every rank runs both splits and then agrees on the outcome, so a
+ * failure on some ranks (a file descriptor limit, /dev/shm) fails every rank alike and at once,
+ * none waiting for the others in the bootstrap. */
+static braid_result_t hier_setup(struct braid_comm *c, braid_algo_state_t *st,
+                                 const braid_op_args_t *a, uint32_t seq)
 {
     const braid_topo_t *t = &st->topo;
     int h = t->host[c->rank], lr = t->local_rank[c->rank];
+    /* The bootstrap carries no call numbers: the call's descriptor exchange first, on the
+     * data connections, so a rank in another call (a split, a ring collective, a rejected
+     * call) is a mismatch naming both calls rather than a wait in the bootstrap (as split.c's
+     * split). Ranks past it wait in the bootstrap: the report fails it for them. */
+    braid_result_t res = braid_engine_hello(c, a, seq);
+    if (res < 0) {
+        braid_boot_report_code(c->boot, res, braid_last_error());
+        return res;
+    }
+    struct braid_comm *intra = NULL, *inter = NULL;
     /* the parent's agreed settings, whatever a rank's environment says by now */
     braid_settings_inherit(c);
-    braid_result_t res = braid_comm_split_internal(c, h, c->rank, 1, &st->intra);
-    if (res == BRAID_SUCCESS) res = braid_comm_split_internal(c, lr, h, 1, &st->inter);
+    res = braid_comm_split_internal(c, h, c->rank, 1, &intra);
+    /* The second split runs whatever the first gave (it is collective); a rank whose first
+     * failed joins no group, nor do the local indices that no hier algorithm uses between
+     * hosts (uneven hosts: lr >= the fewest ranks per host; broadcast and reduce lead with
+     * lower ones). */
+    int color = res == BRAID_SUCCESS && lr < t->min_local ? lr : -1;
+    braid_result_t r2 = braid_comm_split_internal(c, color, h, 1, &inter);
     braid_settings_inherit(NULL);
-    BRAID_CHECK(res);
-    if (st->intra->rank != lr || st->intra->nranks != t->host_size[h] ||
-        st->inter->rank != inter_rank_of(t, h, lr) || st->inter->nranks != inter_size_of(t, lr))
-        return braid_set_error(BRAID_ERR_INTERNAL,
-                               "hier: sub-communicators have the wrong shape (intra %d/%d, inter "
-                               "%d/%d for local rank %d of host %d of %d)",
-                               st->intra->rank, st->intra->nranks, st->inter->rank,
-                               st->inter->nranks, lr, h, t->nhosts);
-    braid_hier_share_model(st);
-    /* BRAID_ALGO=hier (read again by the sub-communicators) applies to the parent: its stages
-     * run what their own models pick, as under the automatic choice */
-    for (int i = 0; i < 2; i++) {
-        struct braid_comm *sub = i ? st->inter : st->intra;
-        braid_algo_state_t *ss = sub ? sub->algo_state : NULL;
-        if (ss && st->forced == BRAID_ALGO_HIER && ss->forced == BRAID_ALGO_HIER)
-            ss->forced = BRAID_ALGO_AUTO;
+    if (res == BRAID_SUCCESS) res = r2;
+    if (res == BRAID_SUCCESS && atomic_load(&c->aborted))
+        res = braid_set_error(BRAID_ERR_ABORTED, "hier: %s", braid_comm_abort_reason(c));
+    int stage = res < 0 ? 1 : 2;
+    if (res == BRAID_SUCCESS && (!intra || intra->rank != lr || intra->nranks != t->host_size[h] ||
+                                 (color >= 0) != (inter != NULL) ||
+                                 (inter && (inter->rank != inter_rank_of(t, h, lr) ||
+                                            inter->nranks != inter_size_of(t, lr)))))
+        res =
+            braid_set_error(BRAID_ERR_INTERNAL,
+                            "hier: sub-communicators have the wrong shape (intra %d/%d, inter "
+                            "%d/%d for local rank %d of host %d of %d)",
+                            intra ? intra->rank : -1, intra ? intra->nranks : 0,
+                            inter ? inter->rank : -1, inter ? inter->nranks : 0, lr, h, t->nhosts);
+    res = hier_agree(c, res, stage);
+    if (res < 0) {
+        char why[1024];
+        snprintf(why, sizeof(why), "%s", braid_last_error());
+        if (intra) braid_comm_destroy(intra);
+        if (inter) braid_comm_destroy(inter);
+        return braid_set_error(res, "%s", why);
     }
+    for (int i = 0; i < 2; i++) {
+        struct braid_comm *sub = i ? inter : intra;
+        if (!sub) continue;
+        sub->watch = hier_watch;
+        sub->watch_parent = c;
+    }
+    pthread_mutex_lock(&st->sub_lock);
+    st->intra = intra;
+    st->inter = inter;
+    pthread_mutex_unlock(&st->sub_lock);
+    /* braid_comm_abort sets the flag before it aborts the published sub-communicators */
+    if (atomic_load(&c->aborted)) {
+        braid_algo_comm_abort(c);
+        return braid_set_error(BRAID_ERR_ABORTED, "hier: %s", braid_comm_abort_reason(c));
+    }
+    braid_hier_share_model(st);
     braid_debug(TUNING, "hier: rank %d is local rank %d of host %d (%d ranks), %d hosts", c->rank,
-                lr, h, st->intra->nranks, st->inter->nranks);
+                lr, h, intra->nranks, t->nhosts);
     st->hier_ready = 1;
     return BRAID_SUCCESS;
 }
@@ -116,8 +222,6 @@ static int sub_map(const braid_topo_t *t, int intra, int which, int *map)
             if (t->host[r] == h && t->local_rank[r] == which) map[k++] = r;
     return k;
 }
-
-#define HIER_MARK "[hier] "
 
 size_t braid_hier_rename(const char *in, const int *map, int nmap, char *out, size_t len)
 {
@@ -175,6 +279,10 @@ static void hier_fail(struct braid_comm *c, braid_algo_state_t *st, braid_result
 static braid_result_t on_sub(braid_algo_state_t *st, struct braid_comm *sub,
                              const braid_op_args_t *a)
 {
+    struct braid_comm *c = sub->watch_parent;
+    if (atomic_load(&c->aborted)) /* its stages would not see it before they wait */
+        return braid_set_error(BRAID_ERR_ABORTED, "%s #%u: %s", braid_coll_name(st->call->coll),
+                               st->call_seq, braid_comm_abort_reason(c));
     st->failed_in = sub == st->intra ? 1 : 2;
     braid_result_t res = braid_coll_execute(sub, a);
     if (res == BRAID_SUCCESS) st->failed_in = 0;
@@ -271,11 +379,10 @@ fail:
     return res;
 }
 
-braid_result_t braid_hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
-                                    const braid_op_args_t *a, uint32_t seq)
+static braid_result_t hier_allreduce(struct braid_comm *c, braid_algo_state_t *st,
+                                     const braid_op_args_t *a, uint32_t seq)
 {
     braid_result_t res = BRAID_SUCCESS;
-    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     size_t es = braid_dtype_size(a->dtype);
     int L = st->intra->nranks, lr = st->intra->rank;
     size_t C = a->count / (size_t)L, body = C * (size_t)L;
@@ -340,12 +447,11 @@ static hier_roles_t roles(const struct braid_comm *c, const braid_algo_state_t *
     return r;
 }
 
-braid_result_t braid_hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
-                                    const braid_op_args_t *a, uint32_t seq)
+static braid_result_t hier_broadcast(struct braid_comm *c, braid_algo_state_t *st,
+                                     const braid_op_args_t *a, uint32_t seq)
 {
     (void)seq;
     braid_result_t res = BRAID_SUCCESS;
-    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     const braid_topo_t *t = &st->topo;
     /* leaders: local index jr on every host when every host has one, else local index 0
      * after the root's host has the data (an extra broadcast within the root's host) */
@@ -385,12 +491,11 @@ static void *scratch(braid_algo_state_t *st, size_t bytes)
     return p;
 }
 
-braid_result_t braid_hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
-                                         const braid_op_args_t *a, uint32_t seq)
+static braid_result_t hier_reduce_scatter(struct braid_comm *c, braid_algo_state_t *st,
+                                          const braid_op_args_t *a, uint32_t seq)
 {
     (void)seq;
     braid_result_t res = BRAID_SUCCESS;
-    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     const braid_topo_t *t = &st->topo;
     int H = st->inter->nranks, lr = st->intra->rank;
     size_t es = braid_dtype_size(a->dtype), N = a->count, blk = N * es;
@@ -429,12 +534,11 @@ fail:
  * Every input is reduced once; the sub-collectives sum for avg and the root divides by n once.
  * Leaders other than the root accumulate in scratch memory: only the root's recvbuf is read or
  * written, and a host of one rank passes its input on without a step 1. */
-braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
-                                 const braid_op_args_t *a, uint32_t seq)
+static braid_result_t hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
+                                  const braid_op_args_t *a, uint32_t seq)
 {
     (void)seq;
     braid_result_t res = BRAID_SUCCESS;
-    if (!st->hier_ready) BRAID_CHECK_GOTO(hier_setup(c, st), res, fail);
     const braid_topo_t *t = &st->topo;
     hier_roles_t ro = roles(c, st, a->root);
     int h = ro.h, lr = ro.lr, hr = ro.hr, jr = ro.jr, lead = ro.lead, is_root = c->rank == a->root;
@@ -468,5 +572,41 @@ braid_result_t braid_hier_reduce(struct braid_comm *c, braid_algo_state_t *st,
     return BRAID_SUCCESS;
 fail:
     hier_fail(c, st, res);
+    return res;
+}
+
+/* Scratch memory kept between calls up to this size; a larger buffer (reduce-scatter packs
+ * n x its output) is freed when its call ends. */
+#define HIER_SCRATCH_KEEP ((size_t)1 << 20)
+
+braid_result_t braid_hier_run(struct braid_comm *c, braid_algo_state_t *st,
+                              const braid_op_args_t *a, uint32_t seq)
+{
+    if (!st->hier_ready) BRAID_CHECK(hier_setup(c, st, a, seq));
+    /* the stages' waits check this call on c (hier_watch) */
+    st->call_seq = seq;
+    st->has_part = 0;
+    if (a->coll == BRAID_COLL_ALLREDUCE) {
+        size_t L = (size_t)st->intra->nranks, body = a->count / L * L;
+        st->has_part = body < a->count;
+        st->call_part = *a;
+        st->call_part.count = a->count - body;
+    }
+    st->call = a;
+    braid_result_t res;
+    if (a->coll == BRAID_COLL_BROADCAST)
+        res = hier_broadcast(c, st, a, seq);
+    else if (a->coll == BRAID_COLL_REDUCE)
+        res = hier_reduce(c, st, a, seq);
+    else if (a->coll == BRAID_COLL_REDUCE_SCATTER)
+        res = hier_reduce_scatter(c, st, a, seq);
+    else
+        res = hier_allreduce(c, st, a, seq);
+    st->call = NULL;
+    if (st->scratch_bytes > HIER_SCRATCH_KEEP) {
+        free(st->scratch);
+        st->scratch = NULL;
+        st->scratch_bytes = 0;
+    }
     return res;
 }

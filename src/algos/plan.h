@@ -71,6 +71,7 @@ typedef struct {
 #define BRAID_PLAN_RECDBL 2
 #define BRAID_PLAN_TREE 3
 #define BRAID_PLAN_DIRECT 4 /* not a step plan: algos/direct.c (named in mismatch messages) */
+#define BRAID_PLAN_HIER 5   /* not a step plan: stages on sub-communicators (algos/hier.c) */
 
 typedef struct {
     int coll;         /* braid_coll_t */

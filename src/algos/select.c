@@ -158,6 +158,7 @@ int braid_model_force_transport(braid_model_t *m, const char *name)
 {
     if (!name || (strcmp(name, "tcp") && strcmp(name, "rdma"))) return 0;
     m->intra = m->inter;
+    m->net_only = 1;
     return 1;
 }
 
@@ -257,7 +258,8 @@ static braid_model_t sub_model(const braid_model_t *m, int k, int hh, int share)
     s.ring_host_out = hh > 1 ? share : 0;
     s.recdbl_intra_rounds = 0;
     s.nic_share = hh > 1 ? share : 1;
-    s.direct = hh == 1 && k > 1 && s.direct_block > 0; /* its sub-communicator maps them */
+    /* its sub-communicator maps them, but over a forced network transport (shm_direct.c) */
+    s.direct = hh == 1 && k > 1 && s.direct_block > 0 && !s.net_only;
     return s;
 }
 
@@ -550,13 +552,13 @@ static braid_result_t load_tuning(struct braid_comm *c, braid_algo_state_t *st)
     memset(&mine, 0, sizeof(mine));
     mine.m = *m;
     mine.m.cores = c->machine_ncpus; /* cpus the ranks of this machine may use */
-    int64_t measure = 0;
-    BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
+    int64_t measure = 0;             /* hier's sub-communicators measure nothing: not even read */
+    if (!braid_split_is_internal()) BRAID_CHECK(braid_param_int("TUNE_MEASURE", &measure));
     if (measure < 0 || measure > 20)
         return braid_set_error(BRAID_ERR_INVALID_ARG,
                                "BRAID_TUNE_MEASURE=%lld: want 0 (off) or 1..20 (repetitions)",
                                (long long)measure);
-    mine.measure = braid_split_is_internal() ? 0 : (int32_t)measure;
+    mine.measure = (int32_t)measure;
     const char *path = braid_split_is_internal() ? "" : braid_param_str("TUNING_FILE");
     if (c->rank == 0 && path && *path) {
         mine.status = braid_tuning_read(path, &mine.m);
@@ -612,12 +614,23 @@ static int busiest_machine(const struct braid_comm *c)
     return most;
 }
 
+static void state_free(braid_algo_state_t *st)
+{
+    if (st->intra) braid_comm_destroy(st->intra); /* made by the measurement at init, or hier */
+    if (st->inter) braid_comm_destroy(st->inter);
+    braid_topo_free(&st->topo);
+    free(st->scratch);
+    pthread_mutex_destroy(&st->sub_lock);
+    free(st);
+}
+
 braid_result_t braid_algo_comm_init(struct braid_comm *c)
 {
     braid_result_t res = BRAID_SUCCESS;
     uint8_t *all = NULL;
     braid_algo_state_t *st = calloc(1, sizeof(*st));
     if (!st) return braid_set_error(BRAID_ERR_NOMEM, "out of memory for the algorithm state");
+    pthread_mutex_init(&st->sub_lock, NULL);
     st->forced = c->algo;
     BRAID_CHECK_GOTO(
         braid_topo_group(c->nranks, c->peers[0].host, sizeof(braid_peer_info_t), &st->topo), res,
@@ -670,10 +683,7 @@ braid_result_t braid_algo_comm_init(struct braid_comm *c)
     return BRAID_SUCCESS;
 fail:
     free(all);
-    if (st->intra) braid_comm_destroy(st->intra); /* made by the measurement at init */
-    if (st->inter) braid_comm_destroy(st->inter);
-    braid_topo_free(&st->topo);
-    free(st);
+    state_free(st);
     return res;
 }
 
@@ -681,18 +691,18 @@ void braid_algo_comm_abort(struct braid_comm *c)
 {
     braid_algo_state_t *st = c->algo_state;
     if (!st) return;
+    /* hier_setup may be publishing them on another thread */
+    pthread_mutex_lock(&st->sub_lock);
     if (st->intra) braid_comm_abort(st->intra);
     if (st->inter) braid_comm_abort(st->inter);
+    pthread_mutex_unlock(&st->sub_lock);
 }
 
 void braid_algo_comm_free(struct braid_comm *c)
 {
     braid_algo_state_t *st = c->algo_state;
     if (!st) return;
-    if (st->intra) braid_comm_destroy(st->intra);
-    if (st->inter) braid_comm_destroy(st->inter);
-    braid_topo_free(&st->topo);
-    free(st);
+    state_free(st);
     c->algo_state = NULL;
 }
 
@@ -711,12 +721,7 @@ braid_result_t braid_algo_execute(struct braid_comm *c, const braid_op_args_t *a
                 braid_algo_name(algo));
     st->runs[algo]++;
     c->tl_algo = algo;
-    if (algo == BRAID_ALGO_HIER) {
-        if (a->coll == BRAID_COLL_BROADCAST) return braid_hier_broadcast(c, st, a, seq);
-        if (a->coll == BRAID_COLL_REDUCE) return braid_hier_reduce(c, st, a, seq);
-        if (a->coll == BRAID_COLL_REDUCE_SCATTER) return braid_hier_reduce_scatter(c, st, a, seq);
-        return braid_hier_allreduce(c, st, a, seq);
-    }
+    if (algo == BRAID_ALGO_HIER) return braid_hier_run(c, st, a, seq);
     if (algo == BRAID_ALGO_RECDBL) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_RECDBL);
     if (algo == BRAID_ALGO_TREE) return braid_engine_run_plan(c, a, seq, BRAID_PLAN_TREE);
     if (algo == BRAID_ALGO_DIRECT) return braid_direct_run(c, a, seq);

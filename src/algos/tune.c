@@ -129,7 +129,7 @@ static braid_result_t median_allreduce_us(struct braid_comm *c, braid_algo_state
         BRAID_CHECK(algo == BRAID_ALGO_RING ? braid_engine_run(c, &a, seq)
                     : algo == BRAID_ALGO_RECDBL
                         ? braid_engine_run_plan(c, &a, seq, BRAID_PLAN_RECDBL)
-                        : braid_hier_allreduce(c, st, &a, seq));
+                        : braid_hier_run(c, st, &a, seq));
         t[i] = now_us() - t0;
     }
     for (int i = 1; i < iters; i++) /* insertion sort: a few hundred values at most */

@@ -264,7 +264,19 @@ static int count_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-static braid_result_t read_tuning(struct braid_comm *c)
+/* The settings a hier sub-communicator takes from its parent (braid_settings_parent). */
+static void inherit_tuning(struct braid_comm *c, const struct braid_comm *p)
+{
+    c->timeout_s = p->timeout_s; /* braid_comm_set_timeout's value too */
+    c->nchannels = p->nchannels;
+    c->chunk_bytes = p->chunk_bytes;
+    c->nslots = p->nslots;
+    c->transport = p->transport;
+    /* BRAID_ALGO=hier means the parent: the stages run what their own models pick */
+    c->algo = p->algo == BRAID_ALGO_HIER ? BRAID_ALGO_AUTO : p->algo;
+}
+
+static braid_result_t read_shared(struct braid_comm *c)
 {
     int64_t v;
     BRAID_CHECK(braid_param_double("TIMEOUT", &c->timeout_s));
@@ -286,6 +298,32 @@ static braid_result_t read_tuning(struct braid_comm *c)
     if (c->nslots < 2 || c->nslots > 64)
         return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_NSLOTS=%d is outside [2, 64]",
                                c->nslots);
+    BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
+    const char *t = braid_param_str("TRANSPORT");
+    if (!*t)
+        c->transport = NULL;
+    else if (!strcasecmp(t, "shm"))
+        c->transport = &braid_transport_shm;
+    else if (!strcasecmp(t, "tcp"))
+        c->transport = braid_transport_by_name("tcp");
+    else if (!strcasecmp(t, "rdma"))
+        c->transport = braid_transport_by_name("rdma");
+    else
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "BRAID_TRANSPORT='%s' is not one of: shm, tcp, rdma", t);
+    if (*t && !c->transport)
+        return braid_set_error(BRAID_ERR_UNSUPPORTED, "BRAID_TRANSPORT=%s is not built in", t);
+    return BRAID_SUCCESS;
+}
+
+static braid_result_t read_tuning(struct braid_comm *c)
+{
+    int64_t v;
+    const struct braid_comm *parent = braid_settings_parent();
+    if (parent)
+        inherit_tuning(c, parent);
+    else
+        BRAID_CHECK(read_shared(c));
     BRAID_CHECK(braid_param_int("SPIN_US", &v));
     c->spin_us = (int)v;
     BRAID_CHECK(braid_param_int("YIELD_US", &v));
@@ -311,21 +349,6 @@ static braid_result_t read_tuning(struct braid_comm *c)
                                (long long)v);
     c->yield_slow_ns = (uint64_t)v * 1000ull;
     BRAID_CHECK(braid_param_switch("P2P_NT_SLOTS", &c->p2p_nt_slots));
-    BRAID_CHECK(braid_algo_parse(braid_param_str("ALGO"), &c->algo));
-    const char *t = braid_param_str("TRANSPORT");
-    if (!*t)
-        c->transport = NULL;
-    else if (!strcasecmp(t, "shm"))
-        c->transport = &braid_transport_shm;
-    else if (!strcasecmp(t, "tcp"))
-        c->transport = braid_transport_by_name("tcp");
-    else if (!strcasecmp(t, "rdma"))
-        c->transport = braid_transport_by_name("rdma");
-    else
-        return braid_set_error(BRAID_ERR_INVALID_ARG,
-                               "BRAID_TRANSPORT='%s' is not one of: shm, tcp, rdma", t);
-    if (*t && !c->transport)
-        return braid_set_error(BRAID_ERR_UNSUPPORTED, "BRAID_TRANSPORT=%s is not built in", t);
     return BRAID_SUCCESS;
 }
 
@@ -557,9 +580,13 @@ static braid_result_t comm_init(braid_comm_t *comm_p, int nranks, const braid_bo
     BRAID_CHECK_GOTO(braid_config_check_transport(), res, fail);
     BRAID_CHECK_GOTO(read_tuning(c), res, fail);
     BRAID_CHECK_GOTO(braid_cuda_comm_init(c), res, fail);
-    BRAID_CHECK_GOTO(braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
-                                     (const volatile int *)&c->aborted),
-                     res, fail);
+    /* a hier sub-communicator in the making ends with its parent's abort (nothing can abort
+     * it yet; its parent aborts it once it exists, and outlives it) */
+    const struct braid_comm *parent = braid_settings_parent();
+    BRAID_CHECK_GOTO(
+        braid_boot_init(&c->boot, root, rank, nranks, c->timeout_s,
+                        (const volatile int *)(parent ? &parent->aborted : &c->aborted)),
+        res, fail);
     BRAID_CHECK_GOTO(braid_settings_agree(c), res, fail);
     braid_peer_info_t me;
     memset(&me, 0, sizeof(me));

@@ -208,6 +208,12 @@ struct braid_comm {
 #define BRAID_HIST 8
     braid_msg_hdr_t hist[BRAID_HIST];
 
+    /* A hier sub-communicator's parent (algos/hier.c): while a call sleeps, the waits also run
+     * watch(watch_parent, idle ns) (braid_comm_watch), which checks the parent's call. NULL:
+     * none. */
+    braid_result_t (*watch)(struct braid_comm *parent, uint64_t idle_ns);
+    struct braid_comm *watch_parent;
+
     _Atomic int aborted;
     _Atomic int error; /* sticky braid_result_t, 0 = none */
     /* Entry guard (comm.c): public calls inside the communicator now (braid_comm_enter, under
@@ -270,6 +276,12 @@ static inline const char *braid_comm_abort_reason(struct braid_comm *comm)
     return atomic_load(&comm->destroying)
                ? "the communicator was destroyed by braid_comm_destroy (from another thread)"
                : "aborted by braid_comm_abort";
+}
+/* For a call of comm that sleeps (for idle_ns so far): BRAID_SUCCESS, or the error of the watch
+ * hook (a hier stage whose parent's call failed, or found a peer in another call). */
+static inline braid_result_t braid_comm_watch(struct braid_comm *comm, uint64_t idle_ns)
+{
+    return comm->watch ? comm->watch(comm->watch_parent, idle_ns) : BRAID_SUCCESS;
 }
 /* Records the first asynchronous error of comm (sticky) and sets the thread's message. */
 braid_result_t braid_comm_set_error(struct braid_comm *comm, braid_result_t res, const char *fmt,

@@ -1,5 +1,6 @@
 /* The table of BRAID_* variables and their parsers. */
 #include "core/config.h"
+#include "core/settings.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
 
@@ -450,6 +451,8 @@ braid_result_t braid_config_check_transport(void)
                                         "IB_QPS_PER_CONN"};
     for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++) {
         const braid_param_t *p = find(socks[i]);
+        /* a hier sub-communicator takes its parent's slots (core/settings.h) */
+        if (i == 0 && braid_settings_parent()) continue;
         if (p && !braid_param_valid(p, why, sizeof(why)))
             return braid_set_error(BRAID_ERR_INVALID_ARG, "BRAID_%s='%s' is %s", socks[i],
                                    braid_param_str(socks[i]), why);

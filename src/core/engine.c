@@ -391,6 +391,13 @@ braid_result_t braid_engine_reject(struct braid_comm *comm, const braid_op_args_
     return run_steps(&r, seq, BRAID_PLAN_RING);
 }
 
+braid_result_t braid_engine_hello(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq)
+{
+    if (comm->nranks < 2) return BRAID_SUCCESS;
+    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype), .hello_only = 1};
+    return run_steps(&r, seq, BRAID_PLAN_RING);
+}
+
 static braid_result_t run_plan(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq,
                                int algo, char *out);
 
@@ -453,10 +460,10 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
     struct braid_comm *comm = r.comm;
     const braid_op_args_t *a = r.a;
     r.hdr = braid_engine_desc(a, seq);
-    r.hello_send = r.hello_recv = r.rejected || braid_engine_needs_hello(comm, a);
+    r.hello_send = r.hello_recv = r.rejected || r.hello_only || braid_engine_needs_hello(comm, a);
     /* No plan for calls without data (count 0, or rejected: then the arguments may be
      * anything): only the descriptor exchange runs. */
-    int no_plan = r.rejected || a->count == 0;
+    int no_plan = r.rejected || r.hello_only || a->count == 0;
     int nch = comm->nchannels;
     size_t chunk_bytes = comm->chunk_bytes;
     if (algo != BRAID_PLAN_RING && comm->nranks > 1) {
@@ -548,6 +555,7 @@ static braid_result_t run_steps(run_t *rp, uint32_t seq, int algo)
                 r.noticed = wconn->peer + 1;
             }
             BRAID_CHECK(braid_run_check_foreign(&r, algo));
+            BRAID_CHECK(braid_comm_watch(comm, now - idle_since)); /* hier: the parent's call */
             if (now - idle_since >= BRAID_PEER_FAILURE_GRACE_NS)
                 BRAID_CHECK(braid_comm_peer_failure(comm));
             check_gap = check_gap ? check_gap * 2 : 1000000ull;

@@ -35,6 +35,15 @@ void braid_engine_describe(char *buf, size_t len, const braid_msg_hdr_t *h);
 braid_result_t braid_engine_check_foreign(struct braid_comm *comm, const braid_op_args_t *a,
                                           uint32_t seq);
 int braid_engine_needs_hello(const struct braid_comm *comm, const braid_op_args_t *a);
+/* For a call whose stages run on sub-communicators (algos/hier.c), while a stage sleeps: as
+ * braid_engine_check_foreign on the parent comm, where the call runs no plan of its own but
+ * part (may be NULL: none), which it may run on the ring with the same number. */
+braid_result_t braid_engine_check_parent(struct braid_comm *comm, const braid_op_args_t *a,
+                                         const braid_op_args_t *part, uint32_t seq);
+/* The descriptor exchange of call a (number seq) alone, as rooted calls do it before their
+ * data: a header-only message to the ring's next rank, one taken from the previous rank.
+ * BRAID_ERR_MISMATCH (naming both calls) when a neighbour is in another call. */
+braid_result_t braid_engine_hello(struct braid_comm *comm, const braid_op_args_t *a, uint32_t seq);
 /* A call that this rank rejected (argument validation; reason = the message) still takes its
  * sequence number: tells the ring's next rank (REJECTED, with the reason) and waits for the
  * previous rank's message of that number. BRAID_SUCCESS when the previous rank rejected its

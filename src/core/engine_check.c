@@ -155,13 +155,17 @@ braid_result_t braid_run_check_foreign(run_t *r, int algo)
         } else {
             if (!comm->p2p_recv) break;
             c = comm->p2p_recv[i - comm->nchannels];
-            used = algo != BRAID_PLAN_RING && algo != BRAID_PLAN_DIRECT && !r->rejected;
+            used = algo != BRAID_PLAN_RING && algo != BRAID_PLAN_DIRECT &&
+                   algo != BRAID_PLAN_HIER && !r->rejected;
         }
         const braid_msg_hdr_t *h;
         const void *buf;
         if (!c || c->ops->recv_get(c, &h, &buf) != BRAID_SUCCESS || (h->flags & BRAID_MSG_ABORT))
             continue;
         if (h->seq != r->hdr.seq && (int32_t)(r->hdr.seq - h->seq) < 0) continue; /* ahead */
+        if (r->part && i < comm->nchannels && same_call(h, r->part) &&
+            !(h->flags & (BRAID_MSG_REJECTED | BRAID_MSG_HELLO)))
+            continue; /* the call's own part on the ring (hier's tail) */
         if (h->seq != r->hdr.seq || r->rejected || !same_call(h, &r->hdr) ||
             (h->flags & BRAID_MSG_REJECTED))
             return braid_run_check_header(r, c, h, buf, h->bytes, !!(h->flags & BRAID_MSG_HELLO));
@@ -172,6 +176,7 @@ braid_result_t braid_run_check_foreign(run_t *r, int algo)
                                algo == BRAID_PLAN_RING     ? "ring"
                                : algo == BRAID_PLAN_TREE   ? "binomial tree"
                                : algo == BRAID_PLAN_DIRECT ? "direct shared memory"
+                               : algo == BRAID_PLAN_HIER   ? "hierarchical"
                                                            : "recursive doubling");
     }
     /* Peers that run this number on the direct shared-memory segments (when this rank does
@@ -196,6 +201,19 @@ braid_result_t braid_engine_check_foreign(struct braid_comm *comm, const braid_o
     run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
     r.hdr = braid_engine_desc(a, seq);
     return braid_run_check_foreign(&r, BRAID_PLAN_DIRECT);
+}
+
+braid_result_t braid_engine_check_parent(struct braid_comm *comm, const braid_op_args_t *a,
+                                         const braid_op_args_t *part, uint32_t seq)
+{
+    run_t r = {.comm = comm, .a = a, .es = braid_dtype_size(a->dtype)};
+    r.hdr = braid_engine_desc(a, seq);
+    braid_msg_hdr_t ph;
+    if (part) {
+        ph = braid_engine_desc(part, seq);
+        r.part = &ph;
+    }
+    return braid_run_check_foreign(&r, BRAID_PLAN_HIER);
 }
 
 /* The descriptor exchange: post this call's header-only message to the ring successor

@@ -19,8 +19,12 @@ typedef struct {
     size_t zc_bytes;            /* zero-copy receives (recv_expose): the output's size, else 0 */
     int hello_send, hello_recv; /* descriptor exchange steps still to do (channel 0) */
     int rejected;               /* braid_engine_reject: this rank refused the call */
-    const char *reason;         /* why (rejected) */
-    int noticed;                /* 1 + the peer last told that this call waits for it */
+    int hello_only;             /* braid_engine_hello: the descriptor exchange, no data */
+    /* braid_engine_check_parent: messages of this descriptor (the call's own part on these
+     * connections, seq hdr.seq) are normal */
+    const braid_msg_hdr_t *part;
+    const char *reason; /* why (rejected) */
+    int noticed;        /* 1 + the peer last told that this call waits for it */
 } run_t;
 
 /* Checks a received header h (payload at buf) against this rank's call: what is expected is

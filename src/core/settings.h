@@ -18,5 +18,9 @@ braid_result_t braid_settings_agree(struct braid_comm *c);
  * environment's (hier's sub-communicators, made on first use: a rank's
  * environment may have changed since the parent's init). */
 void braid_settings_inherit(const struct braid_comm *parent);
+/* That parent, NULL when none: init then takes its shared settings (BRAID_TIMEOUT, CHUNK_SIZE,
+ * NSLOTS, NCHANNELS, TRANSPORT, ALGO and those of braid_settings_agree) without reading or
+ * checking the environment's, and its bootstrap watches the parent's abort flag. */
+const struct braid_comm *braid_settings_parent(void);
 
 #endif

@@ -608,3 +608,35 @@ Test(select, direct_chosen_for_allreduce_at_every_size_on_one_host)
         }
     }
 }
+
+/* BRAID_TRANSPORT=tcp or rdma: the intra-host sub-communicator maps no direct segments
+ * (shm_direct.c), so hier's cost does not depend on the direct block size there. */
+Test(select, hier_under_forced_network_transport_costs_no_direct_stage)
+{
+    int host[4] = {0, 0, 1, 1};
+    braid_model_t on = model_for(4, host), off = on;
+    on.direct_block = (size_t)1 << 20;
+    off.direct_block = 0;
+    cr_assert(braid_model_force_transport(&on, "tcp"));
+    cr_assert(braid_model_force_transport(&off, "tcp"));
+    size_t sizes[] = {64, (size_t)64 << 10, (size_t)16 << 20};
+    int colls[] = {BRAID_COLL_ALLREDUCE, BRAID_COLL_BROADCAST, BRAID_COLL_REDUCE,
+                   BRAID_COLL_REDUCE_SCATTER};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (size_t k = 0; k < sizeof(colls) / sizeof(colls[0]); k++) {
+            size_t b = sizes[i];
+            cr_assert_float_eq(braid_model_time(BRAID_ALGO_HIER, colls[k], b, b / 4, &on),
+                               braid_model_time(BRAID_ALGO_HIER, colls[k], b, b / 4, &off), 1e-9,
+                               "coll %d, %zu B", colls[k], b);
+        }
+    /* shm within hosts: the direct stage is costed (it differs somewhere) */
+    braid_model_t shm = model_for(4, host), shm0 = shm;
+    shm.direct_block = (size_t)1 << 20;
+    shm0.direct_block = 0;
+    int differs = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        differs |=
+            braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, sizes[i], sizes[i] / 4, &shm) !=
+            braid_model_time(BRAID_ALGO_HIER, BRAID_COLL_ALLREDUCE, sizes[i], sizes[i] / 4, &shm0);
+    cr_assert(differs);
+}
