@@ -35,9 +35,9 @@ Test(fixedroot, same_id_everywhere_and_flagged)
     cr_assert_eq(d.secret[0], 0x00);
     cr_assert_eq(d.secret[15], 0xff);
     cr_assert_eq(ntohl(((struct sockaddr_in *)&d.addr)->sin_addr.s_addr), 0x7f000001u);
-    /* A flags byte other than 0 or 1 is refused. */
+    /* A flags byte with bits other than the two flags (rank0_hosts, loopback_only) is refused. */
     braid_unique_id_t bad = a;
-    bad.internal[44] = 2;
+    bad.internal[44] = 4;
     cr_assert_eq(braid_boot_id_decode(&bad, &d), BRAID_ERR_INVALID_ARG);
     cr_assert_not_null(strstr(braid_last_error(), "flags"));
     /* Without BRAID_SECRET the secret is derived from the root: still the same everywhere,
@@ -194,13 +194,16 @@ static void fixed_pair(const char *root0, const char *root1, int split)
 }
 
 /* The root's name resolves to another address on rank 0's host than on rank 1's (Debian maps
- * the hostname to 127.0.1.1 in /etc/hosts): rank 0 listens on every address, so rank 1 gets in
- * (it used to wait for its timeout: the root listened on 127.0.0.2 only). */
+ * the hostname to 127.0.1.1 in /etc/hosts): rank 0, named by this machine's hostname, listens
+ * on every address, so rank 1 gets in by another one (it used to wait for its timeout: the
+ * root listened on the hostname's address only). A loopback literal, by contrast, is listened
+ * on alone (bootstrap/loopback_root_listens_on_loopback_only). */
 Test(fixedroot, rank0_listens_on_every_address)
 {
     int port = proc_free_port();
-    char r0[64], r1[64];
-    snprintf(r0, sizeof(r0), "127.0.0.2:%d", port);
+    char host[256] = "", r0[320], r1[64];
+    cr_assert_eq(gethostname(host, sizeof(host) - 1), 0);
+    snprintf(r0, sizeof(r0), "%s:%d", host, port);
     snprintf(r1, sizeof(r1), "127.0.0.1:%d", port);
     fixed_pair(r0, r1, 0);
 }

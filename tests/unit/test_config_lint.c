@@ -136,8 +136,9 @@ Test(configlint, warnings_at_log_init)
     cr_assert_null(strstr(out, "0123456789abcdef"), "%s", out);
     free(out);
     /* A path too long once expanded goes to stderr with a warning, not to a shortened name. */
-    char longpath[PATH_MAX + 64] = "BRAID_DEBUG_FILE=/tmp/";
-    for (size_t n = strlen(longpath); n < PATH_MAX; n += 4)
+    char longpath[PATH_MAX + 128] = "BRAID_DEBUG_FILE=/tmp/";
+    /* Past PATH_MAX before the %p: too long whatever the pid's length (which it was not). */
+    for (size_t n = strlen(longpath); n < PATH_MAX + 32; n += 4)
         strcat(longpath, "abc/");
     strcat(longpath, "braid.%p.log");
     const char *const toolong[] = {longpath, NULL};
