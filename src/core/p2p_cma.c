@@ -37,11 +37,13 @@
 #define PR_SET_PTRACER_ANY ((unsigned long)-1)
 #endif
 
-/* PR_SET_PTRACER_ANY is per process: held while a communicator of the process uses CMA (or
- * may: between its prctl and the probe), and reset to none (PR_SET_PTRACER 0) when the last
- * one lets go. The earlier setting cannot be read back (there is no PR_GET_PTRACER): a
- * process that named a ptracer itself loses it then. The count belongs to the process that
- * took it: a child forked meanwhile inherits the count but not the setting, and starts over. */
+/* PR_SET_PTRACER_ANY is per process: set when the first communicator of the process may use
+ * CMA (a peer on its host over shm), counted while communicators use it, and never reset: the
+ * setting is the process's, other libraries in it set it too (Open MPI's vader, UCX's CMA
+ * transport) and the earlier value cannot be read back (there is no PR_GET_PTRACER), so a reset
+ * would take their single copy away; Open MPI does not reset it either. The count belongs to
+ * the process that took it: a child forked meanwhile inherits the count but not the setting,
+ * and starts over. */
 static pthread_mutex_t ptracer_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ptracer_refs;
 static pid_t ptracer_pid;
@@ -61,8 +63,7 @@ static void ptracer_hold(void)
 static void ptracer_drop(void)
 {
     pthread_mutex_lock(&ptracer_lock);
-    if (ptracer_pid == getpid() && ptracer_refs > 0 && --ptracer_refs == 0)
-        (void)prctl(PR_SET_PTRACER, 0, 0, 0, 0); /* fails the same way without Yama */
+    if (ptracer_pid == getpid() && ptracer_refs > 0) ptracer_refs--; /* the setting stays */
     pthread_mutex_unlock(&ptracer_lock);
 }
 
@@ -171,7 +172,7 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
                     .addr = (uint64_t)(uintptr_t)&cma->probe,
                     .value = cma->probe};
     BRAID_CHECK_GOTO(braid_boot_allgather(comm->boot, &mine, all, sizeof(mine)), res, out);
-    if (cma->ptracer) { /* no peer of this host takes part: none probes, the setting goes */
+    if (cma->ptracer) { /* no peer of this host takes part: not counted (the setting stays) */
         int used = 0;
         for (int p = 0; p < n; p++)
             used |= p != me && all[p].on &&

@@ -381,7 +381,7 @@ Test(p2p_cma, piece_below_a_page_is_refused, .timeout = 60)
     unsetenv("BRAID_P2P_CMA_PIECE");
 }
 
-/* ---- PR_SET_PTRACER_ANY only while a communicator has a peer on the host using CMA -------- */
+/* ---- PR_SET_PTRACER_ANY only when a communicator has a peer on the host (never reset) ---- */
 /* Without Yama (ptrace_scope) the setting has no effect and cannot be read back (there is no
  * PR_GET_PTRACER): the count of communicators holding it is what is checked. */
 static int ptracer(braid_comm_t comm, int rank, int n, void *arg)
