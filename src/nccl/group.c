@@ -405,14 +405,14 @@ static ncclResult_t run_group(const char *dropped)
     }
     if (G.nops > 0 && res == ncclSuccess && !dropped[0] && !G.simulated) {
         res = run_ops(G.ops, G.nops);
-    } else if (G.nops > 0) {
+    } else if (G.nops > 0 && (res != ncclSuccess || dropped[0])) {
         char why[SHIM_MSG_BYTES];
-        snprintf(why, sizeof(why), "%s",
-                 res != ncclSuccess ? shim_thread_msg()
-                 : dropped[0]       ? dropped
-                                    : "ncclGroupSimulateEnd: the group was simulated, not run");
+        snprintf(why, sizeof(why), "%s", res != ncclSuccess ? shim_thread_msg() : dropped);
         tell_dropped(G.ops, G.nops, why, NULL);
     }
+    /* A simulated group's operations are this rank's alone, as NCCL's (its groupLaunch with a
+     * simInfo launches nothing and tells no peer): not given to braid, so a rank may simulate
+     * a group its peers never make. */
     return res == ncclSuccess && nonblocking ? ncclInProgress : res;
 }
 
@@ -481,9 +481,8 @@ ncclResult_t ncclGroupEnd(void)
  * and only its collectives set estimatedTime (getAlgoInfo). braid has no cost model to estimate a
  * collective with, so a group holding one drops its operations (as NCCL) and returns
  * ncclInvalidUsage with estimatedTime unchanged rather than a made-up time; its inits still run.
- * Without collectives NCCL leaves estimatedTime as it was too, and so does this. The dropped
- * operations are told to braid as a rejected group (tell_dropped), as every drop: ranks that
- * simulate the same group all reject it, and the communicators stay usable. */
+ * Without collectives NCCL leaves estimatedTime as it was too, and so does this. The
+ * operations stay this rank's (NCCL tells no peer either): a rank may simulate alone. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
     if (!simInfo || G.depth != 1) return ncclGroupEnd();

@@ -61,7 +61,7 @@ int test_groups(ncclComm_t world)
 /* ncclGroupSimulateEnd as NCCL 2.26's (ncclGroupEndInternal(simInfo)): NULL is ncclGroupEnd; a
  * simInfo without the initializer's magic fails the group; otherwise the inits run and no
  * operation does; braid cannot estimate a collective, so a group holding one is refused with
- * estimatedTime unchanged. Every rank makes the same calls, so nobody waits. */
+ * estimatedTime unchanged. A simulated group is local: one rank may simulate alone. */
 static int simulate(ncclComm_t world)
 {
     int n = g_nranks, me = g_rank;
@@ -86,6 +86,14 @@ static int simulate(ncclComm_t world)
     NCCLOK(ncclRecv(y, 4, ncclFloat32, me, world, NULL));
     NCCLOK(ncclGroupSimulateEnd(&si));
     CHECK(y[0] == n, "a simulated receive ran (%g)", y[0]);
+    /* A group simulated on one rank alone tells no peer (as NCCL): the next all-reduce pairs. */
+    if (me == 0) {
+        NCCLOK(ncclGroupStart());
+        NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclSum, world, NULL));
+        EXPECT(ncclGroupSimulateEnd(&si), ncclInvalidUsage, "estimate");
+    }
+    NCCLOK(ncclAllReduce(x, y, 4, ncclFloat32, ncclSum, world, NULL));
+    CHECK(y[0] == n && y[3] == 4 * n, "after a simulation on rank 0 alone (%g)", y[0]);
     /* An init runs (NCCL's async jobs do, simulated or not). */
     ncclUniqueId id;
     ncclComm_t one = NULL;
