@@ -44,10 +44,11 @@ typedef struct {
     /* 1: nobody listens yet; rank 0 of the communicator opens the root service on addr during
      * its init (ids from braid_unique_id_from_root, as NCCL_COMM_ID). */
     uint8_t rank0_hosts;
-    /* 1: the root string's host is a loopback address, or a name (not this machine's hostname)
-     * that resolves to loopback addresses only (braid-run's 127.0.0.1, "localhost", ::1): the
-     * root listens on addr alone, never on every address (braid_boot_root_start_every), so
-     * that a purely local job is not reachable from the network. */
+    /* 1: the root string's host is a loopback literal or a loopback name (braid-run's
+     * 127.0.0.1, ::1, "localhost"; braid_boot_root_loopback_only): the root listens on addr
+     * alone, never on every address (braid_boot_root_start_every), so that a purely local job
+     * is not reachable from the network. Other names, even those that resolve to loopback on
+     * this host (Debian's 127.0.1.1 hostname and its aliases), listen on every address. */
     uint8_t loopback_only;
 } braid_boot_addr_t;
 
@@ -216,12 +217,17 @@ void braid_boot_addr_str(const struct sockaddr_storage *addr, char *buf, size_t 
  * secret from BRAID_SECRET, else derived from the address and the job identifiers (with a
  * warning), rank0_hosts = 1. Errors name the argument. */
 braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p);
+/* 1 when a root string ("host:port", "[v6]:port", "host") is a loopback literal (127.0.0.0/8,
+ * ::1, ::ffff:127.x) or "localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"
+ * (any case); decided from the spelling alone, without resolving the name. */
+int braid_boot_root_loopback_only(const char *hostport);
 
 braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_addr_t *root_p,
                                       int *is_root_p);
 /* The local-rank variable of the launcher braid_boot_env_resolve takes the rank from
  * (BRAID_LOCAL_RANK, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID),
- * or NULL when no rank/size pair is complete. */
+ * or NULL when no rank/size pair is complete. For PMI without MPI_LOCALRANKID (srun
+ * --mpi=pmi2): SLURM_LOCALID when Slurm's pair has the same rank and size. */
 const char *braid_boot_env_local_rank_var(void);
 
 #endif

@@ -345,23 +345,16 @@ static braid_result_t resolve_secret(const char *rootstr, int nranks, int warn,
     return BRAID_SUCCESS;
 }
 
-static int is_loopback_sa(const struct sockaddr *a)
+/* Whether a root string ("host:port", "[v6]:port", "host") names only this machine's loopback
+ * by its spelling alone: a loopback address literal (127.0.0.0/8, ::1, ::ffff:127.x) or one of
+ * the standard loopback names. Nothing is resolved: any other name (the hostname, an alias or
+ * FQDN in /etc/hosts) may map to 127.0.1.1 or 127.0.0.1 locally while the other hosts resolve
+ * it through DNS to the real address, so its root must listen on every address. */
+int braid_boot_root_loopback_only(const char *hostport)
 {
-    if (a->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
-    if (a->sa_family != AF_INET6) return 0;
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a6) ||
-           (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127); /* ::ffff:127.x */
-}
-
-/* Whether a root string ("host:port", "[v6]:port", "host") names only this machine's loopback:
- * a loopback literal, or a name that is not this machine's hostname and resolves to loopback
- * addresses only. The hostname is excluded on purpose: Debian maps it to 127.0.1.1 locally
- * while the other hosts resolve it to the real address, so its root must listen everywhere. */
-static int root_loopback_only(const char *hostport)
-{
-    char host[256], self[256] = "";
+    static const char *const names[] = {"localhost", "localhost.localdomain", "ip6-localhost",
+                                        "ip6-loopback"};
+    char host[256];
     const char *colon = strchr(hostport, ':');
     if (hostport[0] == '[') {
         const char *close = strchr(hostport, ']');
@@ -372,14 +365,14 @@ static int root_loopback_only(const char *hostport)
     } else {
         snprintf(host, sizeof(host), "%s", hostport);
     }
-    if (gethostname(self, sizeof(self) - 1) == 0 && !strcasecmp(host, self)) return 0;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return 0;
-    int only = 1;
-    for (const struct addrinfo *ai = res; ai && only; ai = ai->ai_next)
-        only = is_loopback_sa(ai->ai_addr);
-    freeaddrinfo(res);
-    return only;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcasecmp(host, names[i])) return 1;
+    return 0;
 }
 
 braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *root_p)
@@ -392,7 +385,7 @@ braid_result_t braid_boot_fixed_root(const char *hostport, braid_boot_addr_t *ro
     /* nranks is not known here: 0 stands for it in the derived secret. */
     if (resolve_secret(hostport, 0, 1, root.secret) != BRAID_SUCCESS) return BRAID_ERR_INVALID_ARG;
     root.rank0_hosts = 1;
-    root.loopback_only = (uint8_t)root_loopback_only(hostport);
+    root.loopback_only = (uint8_t)braid_boot_root_loopback_only(hostport);
     *root_p = root;
     return BRAID_SUCCESS;
 }
@@ -412,16 +405,33 @@ static const struct {
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
 #define SLURM_FAMILY (NFAMILIES - 1)
+#define PMI_FAMILY (NFAMILIES - 2)
 
 static int family_complete(size_t k)
 {
     return getenv(families[k].rank) && getenv(families[k].size);
 }
 
+static int same_number(const char *a, const char *b)
+{
+    char *e1, *e2;
+    long x = strtol(a, &e1, 10), y = strtol(b, &e2, 10);
+    return *a && *b && !*e1 && !*e2 && x == y;
+}
+
 const char *braid_boot_env_local_rank_var(void)
 {
-    for (size_t k = 0; k < NFAMILIES; k++)
-        if (family_complete(k)) return families[k].local_rank;
+    for (size_t k = 0; k < NFAMILIES; k++) {
+        if (!family_complete(k)) continue;
+        /* srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE without MPI_LOCALRANKID: when Slurm's pair
+         * names the same rank of the same size, SLURM_LOCALID numbers the same processes. */
+        if (k == PMI_FAMILY && !getenv(families[k].local_rank) && family_complete(SLURM_FAMILY) &&
+            getenv(families[SLURM_FAMILY].local_rank) &&
+            same_number(getenv(families[k].rank), getenv(families[SLURM_FAMILY].rank)) &&
+            same_number(getenv(families[k].size), getenv(families[SLURM_FAMILY].size)))
+            return families[SLURM_FAMILY].local_rank;
+        return families[k].local_rank;
+    }
     return NULL;
 }
 
@@ -432,7 +442,9 @@ const char *braid_boot_env_local_rank_var(void)
  * script running mpirun), so those only leave a note. The exception: a one-process job under a
  * launcher of several processes, the mark of stale variables (an `export RANK=0 WORLD_SIZE=1`
  * left from single-process debugging, then mpirun): every process would run alone, reduce
- * nothing and report no error; that fails. */
+ * nothing and report no error; that fails. braid's own BRAID_RANK/BRAID_NRANKS are never taken
+ * for stale ones: braid-run sets them for the processes it starts (`mpirun -n 2 braid-run -n 1
+ * prog` runs two 1-rank jobs on purpose), and a user who sets them chose braid's rank. */
 static braid_result_t check_other_families(size_t k, int rank, int nranks)
 {
     for (size_t j = 0; j < NFAMILIES; j++) {
@@ -446,7 +458,7 @@ static braid_result_t check_other_families(size_t k, int rank, int nranks)
         r = (int)lr;
         n = (int)ln;
         if (r == rank && n == nranks) continue;
-        if (j != SLURM_FAMILY && nranks == 1 && n > 1)
+        if (k != 0 && j != SLURM_FAMILY && nranks == 1 && n > 1) /* 0: braid-run */
             return braid_set_error(
                 BRAID_ERR_INVALID_USAGE,
                 "%s=%d %s=1 (%s) make this a 1-rank job, but %s=%d %s=%d (%s) say it is one of "
@@ -520,7 +532,8 @@ braid_result_t braid_boot_env_resolve(int *rank_p, int *nranks_p, braid_boot_add
 
     if (resolve_secret(rootstr, nranks, rank == 0, root.secret) != BRAID_SUCCESS)
         return BRAID_ERR_INVALID_ARG;
-    if (rank == 0) root.loopback_only = (uint8_t)root_loopback_only(rootstr); /* it listens */
+    if (rank == 0)
+        root.loopback_only = (uint8_t)braid_boot_root_loopback_only(rootstr); /* it listens */
     *rank_p = rank;
     *nranks_p = nranks;
     *root_p = root;

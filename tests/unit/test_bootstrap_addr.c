@@ -455,6 +455,48 @@ Test(bootstrap, env_conflicting_pairs, .timeout = 30)
     cr_assert_null(braid_boot_env_local_rank_var());
 }
 
+/* srun --mpi=pmi2: PMI_RANK/PMI_SIZE without MPI_LOCALRANKID take Slurm's local rank when
+ * Slurm's pair is the same rank of the same size; never another job's (a different pair). */
+Test(bootstrap, env_pmi_local_rank_from_slurm, .timeout = 30)
+{
+    clear_env();
+    unsetenv("MPI_LOCALRANKID");
+    setenv("PMI_RANK", "3", 1);
+    setenv("PMI_SIZE", "4", 1);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "MPI_LOCALRANKID"); /* no Slurm */
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "SLURM_LOCALID");
+    setenv("MPI_LOCALRANKID", "1", 1); /* the family's own, when set */
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "MPI_LOCALRANKID");
+    unsetenv("MPI_LOCALRANKID");
+    setenv("SLURM_NTASKS", "2", 1); /* an outer allocation, not this job */
+    setenv("SLURM_PROCID", "1", 1);
+    cr_assert_str_eq(braid_boot_env_local_rank_var(), "MPI_LOCALRANKID");
+    unsetenv("SLURM_LOCALID");
+}
+
+/* `mpirun -n 2 braid-run -n 1 prog` (or `srun -n 2 braid-run -n 1`): braid-run's own 1-rank
+ * pair wins over the outer launcher's without an error; it is never taken for stale variables. */
+Test(bootstrap, env_braid_run_one_rank_under_mpirun, .timeout = 30)
+{
+    static const char *const outer[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                           {"PMI_RANK", "PMI_SIZE"},
+                                           {"RANK", "WORLD_SIZE"}};
+    for (size_t i = 0; i < sizeof(outer) / sizeof(outer[0]); i++) {
+        clear_env();
+        setenv("BRAID_ROOT", "127.0.0.1:4505", 1);
+        setenv(outer[i][0], "1", 1);
+        setenv(outer[i][1], "2", 1);
+        setenv("BRAID_RANK", "0", 1);
+        setenv("BRAID_NRANKS", "1", 1);
+        setenv("BRAID_LOCAL_RANK", "0", 1);
+        resolve_ok(0, 1, "127.0.0.1", 4505, NULL);
+        cr_assert_str_eq(braid_boot_env_local_rank_var(), "BRAID_LOCAL_RANK");
+    }
+}
+
 Test(bootstrap, env_errors, .timeout = 30)
 {
     clear_env();
@@ -521,15 +563,53 @@ static void root_listens(const char *host, int want_loopback_only, const char *w
                   hex);
 }
 
+/* A name from /etc/hosts that maps to a loopback address and is none of the standard loopback
+ * names (Debian's "127.0.1.1 node1.example.com node1"), or "" when the file has none. */
+static void hosts_loopback_alias(char *out, size_t len)
+{
+    FILE *f = fopen("/etc/hosts", "r");
+    char line[512];
+    out[0] = '\0';
+    while (f && !out[0] && fgets(line, sizeof(line), f)) {
+        char *save = NULL, *addr = strtok_r(line, " \t\r\n", &save), *name;
+        if (!addr || addr[0] == '#' || strncmp(addr, "127.", 4)) continue;
+        while (!out[0] && (name = strtok_r(NULL, " \t\r\n", &save)) && name[0] != '#')
+            if (!braid_boot_root_loopback_only(name)) snprintf(out, len, "%s", name);
+    }
+    if (f) fclose(f);
+}
+
+/* Only the spelling decides: loopback literals and the standard loopback names; every other
+ * name keeps the every-address root, whatever it resolves to here (an alias or FQDN of the
+ * hostname maps to 127.0.1.1 locally on Debian while the other nodes get the real address). */
+Test(bootstrap, loopback_only_decided_by_spelling)
+{
+    static const char *const yes[] = {"127.0.0.1:4500",  "127.0.1.1:1", "127.255.0.9",
+                                      "[::1]:80",        "::1",         "[::ffff:127.0.0.1]:9",
+                                      "localhost:29500", "LocalHost",   "localhost.localdomain:7",
+                                      "ip6-localhost:7", "ip6-loopback"};
+    static const char *const no[] = {
+        "node1.example.com:29500", "node1:29500",    "runsc:4500",  "vm",
+        "10.0.0.1:4500",           "[fe80::1]:4500", "128.0.0.1:1", "localhost2:1",
+        "my.localhost:1",          "[::2]:1",        "0.0.0.0:1"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        cr_expect_eq(braid_boot_root_loopback_only(yes[i]), 1, "%s", yes[i]);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        cr_expect_eq(braid_boot_root_loopback_only(no[i]), 0, "%s", no[i]);
+}
+
 /* A loopback root (braid-run's 127.0.0.1, localhost, ::1) is not reachable from the network;
- * the machine's hostname (which Debian maps to 127.0.1.1 locally) still listens everywhere. */
+ * the machine's hostname (which Debian maps to 127.0.1.1 locally) and any other name that
+ * resolves to loopback here still listen everywhere. */
 Test(bootstrap, loopback_root_listens_on_loopback_only, .timeout = 30)
 {
     clear_env();
     root_listens("127.0.0.1", 1, "0100007F");
-    char self[256] = "";
+    char self[256] = "", alias[256];
     cr_assert_eq(gethostname(self, sizeof(self) - 1), 0);
     root_listens(self, 0, NULL);
+    hosts_loopback_alias(alias, sizeof(alias));
+    if (alias[0]) root_listens(alias, 0, NULL); /* resolves to loopback, yet every address */
     braid_boot_addr_t a;
     cr_assert_eq(braid_boot_fixed_root("localhost:4502", &a), 0, "%s", braid_last_error());
     cr_assert_eq(a.loopback_only, 1);
