@@ -44,8 +44,10 @@ static void teardown(void)
 
 TestSuite(launcher_jobs, .init = setup, .fini = teardown, .timeout = 60);
 
+static int g_err_fd = -1; /* braid-run's stderr when >= 0, else the file @dir/err */
+
 /* Starts braid-run with args (NULL-ended; "@dir" is the temporary directory) with stdout on
- * out_fd (-1: the file @dir/out) and stderr in @dir/err. */
+ * out_fd (-1: the file @dir/out) and stderr in @dir/err (or on g_err_fd). */
 static pid_t launch(int out_fd, ...)
 {
     char *argv[32];
@@ -74,7 +76,7 @@ static pid_t launch(int out_fd, ...)
         snprintf(path, sizeof(path), "%s/out", g_dir);
         int o = out_fd >= 0 ? out_fd : open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         snprintf(path, sizeof(path), "%s/err", g_dir);
-        int e = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = g_err_fd >= 0 ? g_err_fd : open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int in = open("/dev/null", O_RDONLY);
         if (o < 0 || e < 0 || in < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
             _exit(98);
@@ -207,6 +209,29 @@ Test(launcher_jobs, a_successful_job_ends_what_its_ranks_left)
     assert_gone(c1, "rank 1's sleep");
 }
 
+/* A process that started its own session (setsid: an ssh ControlMaster, an agent) is a
+ * deliberate daemon and outlives the job, named on stderr; a plain background sleep does not. */
+Test(launcher_jobs, a_daemon_in_its_own_session_is_spared)
+{
+    char script[1024];
+    snprintf(script, sizeof(script),
+             "setsid sh -c 'echo $$ > %s/daemon; exec sleep 61' </dev/null >/dev/null 2>&1 & "
+             "sleep 61 & echo $! > %s/child.0; while [ ! -s %s/daemon ]; do sleep 0.05; done",
+             g_dir, g_dir, g_dir);
+    pid_t pid = launch(-1, "-n", "1", "sh", "-c", script, NULL);
+    pid_t d = pid_file("daemon"), c0 = pid_file("child.0");
+    int rc = wait_exit(pid, 20, "a daemon left running");
+    char *err = slurp_name("err");
+    int live = alive(d);
+    if (live) kill(d, SIGKILL);
+    cr_assert_eq(rc, 0, "exit %d; stderr:\n%s", rc, err);
+    cr_assert(live, "the setsid daemon (pid %d) was killed; stderr:\n%s", (int)d, err);
+    cr_assert(strstr(err, "own session (setsid) running") && strstr(err, "(sleep)"), "stderr:\n%s",
+              err);
+    free(err);
+    assert_gone(c0, "rank 0's plain background sleep");
+}
+
 /* ---- --tag-output with a stalled or vanished reader -------------------------------------------
  */
 
@@ -231,6 +256,44 @@ Test(launcher_jobs, tag_output_stalled_reader_does_not_stop_the_timeout)
     cr_assert(strstr(err, "timed out after 1 s"), "stderr:\n%s", err);
     cr_assert_eq(rc, 124);
     free(err);
+}
+
+/* The reader never reads, even after the ranks are gone: once the job timed out, the queued
+ * output gets BR_OUTPUT_GRACE_MS (2 s) and is then dropped with a note on stderr, so --timeout
+ * still bounds braid-run (`--timeout 2 --tag-output ... | (sleep 600; cat)`). */
+Test(launcher_jobs, tag_output_stalled_reader_is_bounded_by_the_timeout)
+{
+    int p[2];
+    cr_assert(pipe2(p, O_CLOEXEC) == 0);
+    pid_t pid = launch(p[1], "--tag-output", "--timeout", "1", "-n", "1", "yes", NULL);
+    close(p[1]);
+    double t0 = proc_now_s();
+    int st = 0, ended = proc_wait(pid, 15, &st) == 0;
+    double took = proc_now_s() - t0;
+    char *err = slurp_name("err");
+    close(p[0]); /* (proc_wait killed braid-run if it still ran) */
+    cr_assert(ended, "braid-run still ran 15 s after a 1 s timeout; stderr:\n%s", err);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 124, "status 0x%x after %.1f s", st, took);
+    cr_assert(strstr(err, "timed out after 1 s") && strstr(err, "dropping"), "stderr:\n%s", err);
+    free(err);
+}
+
+/* stdout and stderr are one pipe (2>&1) that nobody reads: a write to stderr right after stdout
+ * filled the pipe must not block braid-run (the timeout, the kills and the exit go on). */
+Test(launcher_jobs, tag_output_shared_stalled_pipe_does_not_block)
+{
+    int p[2];
+    cr_assert(pipe2(p, O_CLOEXEC) == 0);
+    g_err_fd = p[1];
+    pid_t pid = launch(p[1], "--tag-output", "--timeout", "1", "-n", "2", "sh", "-c",
+                       "yes out & exec yes err >&2", NULL);
+    close(p[1]);
+    double t0 = proc_now_s();
+    int st = 0, ended = proc_wait(pid, 15, &st) == 0;
+    double took = proc_now_s() - t0;
+    close(p[0]);
+    cr_assert(ended, "braid-run (2>&1 into a stalled pipe) still ran 15 s after a 1 s timeout");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 124, "status 0x%x after %.1f s", st, took);
 }
 
 Test(launcher_jobs, tag_output_closed_reader_ends_the_job)

@@ -35,6 +35,11 @@
  *    ends (tree.c). Termination (failure, --timeout) signals every one of them, not only the
  *    ranks; and when the ranks are gone, whatever they left running gets SIGTERM, then SIGKILL
  *    after 2 s, whatever the job's outcome. braid-run returns only when none is left.
+ *    Deliberate daemons are the exception, in every case (success, failure, timeout,
+ *    signals): a process that started its own session (setsid; `setsid cmd &`, an ssh
+ *    ControlMaster, an agent, the MPS daemon) and what it starts are never signalled, and
+ *    braid-run names them once the ranks are gone ("leaving N processes ... running"). A rank
+ *    that itself calls setsid therefore turns what it starts into daemons.
  *  - If braid-run itself is SIGKILLed, so are the ranks (PR_SET_PDEATHSIG), but not the
  *    processes the ranks started: those outlive a SIGKILLed launcher (only a cgroup, as
  *    Slurm's, would catch them).
@@ -484,6 +489,7 @@ int main(int argc, char **argv)
     job.job_deadline = job.o.timeout_s > 0 ? br_now_ms() + (int64_t)(job.o.timeout_s * 1000) : -1;
     job.kill_deadline = -1;
     job.stuck_deadline = -1;
+    job.out_deadline = -1;
 
     if (job.o.output_dir && br_mkdir_p(job.o.output_dir)) {
         br_msg("cannot create --output-dir '%s': %s", job.o.output_dir, strerror(errno));

@@ -15,6 +15,7 @@
 #define BR_LINE_MAX 65536       /* longer lines are split (a newline is inserted) */
 #define BR_OUTQ_MAX (1 << 20)   /* --tag-output: a rank's pipes are not read past this backlog */
 #define BR_STUCK_MS 5000        /* after SIGKILL: how long to wait for the processes to go */
+#define BR_OUTPUT_GRACE_MS 2000 /* --tag-output: how long output may wait once the job ended */
 #define BR_RESCAN_MS 50         /* how often leftover descendants are looked for again */
 #define BR_EXIT_USAGE 2
 #define BR_EXIT_TIMEOUT 124
@@ -76,7 +77,9 @@ typedef struct {
     int64_t kill_deadline;  /* ms, -1 = none */
     br_outq_t outq[3];      /* [1] stdout, [2] stderr (--tag-output) */
     int leftovers_termed;   /* the ranks' leftover descendants got SIGTERM */
+    int daemons_noted;      /* the daemons left running were named */
     int64_t stuck_deadline; /* ms: give up waiting for SIGKILLed processes; -1 = none */
+    int64_t out_deadline;   /* ms: drop the output still queued; -1 = none yet, -2 = dropped */
     pid_t self;
     sigset_t orig_mask;
     struct sigaction orig_pipe;
@@ -107,6 +110,9 @@ void br_terminate(br_job_t *job, int sig, int grace_ms);
 /* Sends sig (0: none) to every live (not zombie) descendant of this process and returns how
  * many there were (tree.c). */
 int br_tree_signal(int sig);
+/* The same; also lists the descendants spared because they left braid-run's session (setsid:
+ * daemons), "pid (comm), ..." in spared (truncated to len), and counts them. */
+int br_tree_scan(int sig, char *spared, size_t len, int *nspared_p);
 /* --tag-output (output.c): reads what rank r's stream s holds (up to 16 reads when 'drain',
  * else one) into the queue of its destination, as "[r] "-prefixed lines. */
 void br_stream_read(br_job_t *job, int rank, br_stream_t *s, int drain);
@@ -117,6 +123,9 @@ int br_outq_room(const br_job_t *job, int fd);
 /* Writes what poll() allowed of outq[fd] (revents of fd); on EPIPE drops the queue and closes
  * every rank's pipe bound for fd, so the ranks get SIGPIPE as they would without the tags. */
 void br_outq_write(br_job_t *job, int fd);
+/* Drops what outq[1] and outq[2] hold and everything that would follow, with a note on stderr
+ * (why; written only when stderr can take it without blocking). */
+void br_outq_drop(br_job_t *job, const char *why);
 /* Appends n bytes to outq[fd] (dropped when it is dead). */
 void br_outq_put(br_job_t *job, int fd, const char *p, size_t n);
 /* The poll loop: forwards output, reaps ranks, handles signals and deadlines until every

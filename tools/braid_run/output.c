@@ -78,6 +78,11 @@ void br_outq_write(br_job_t *job, int fd)
         q->regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 1 : -1;
     }
     for (int i = 0; i < 16 && q->len > 0; i++) {
+        /* Before every write, the first included: stdout and stderr may be one pipe or
+         * terminal (2>&1), which the other queue's writes filled since the caller's poll().
+         * POLLERR/POLLHUP (the reader is gone) also write: the write fails with EPIPE. */
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (q->regular < 0 && poll(&p, 1, 0) != 1) return;
         size_t n = q->len;
         if (q->regular < 0 && n > PIPE_BUF) {
             const char *nl = memrchr(q->buf + q->head, '\n', PIPE_BUF);
@@ -92,8 +97,30 @@ void br_outq_write(br_job_t *job, int fd)
         q->head += (size_t)w;
         q->len -= (size_t)w;
         if (q->len == 0) q->head = 0;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        if (q->regular < 0 && (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))) return;
+    }
+}
+
+void br_outq_drop(br_job_t *job, const char *why)
+{
+    size_t lost = 0;
+    for (int fd = 1; fd <= 2; fd++) {
+        br_outq_t *q = &job->outq[fd];
+        if (q->dead) continue;
+        lost += q->len;
+        q->dead = 1; /* the ranks' pipes stay open: what comes is read and dropped */
+        q->len = q->head = 0;
+    }
+    if (lost == 0) return;
+    /* A note on stderr, unless stderr is the stalled reader. */
+    char line[256];
+    int n = snprintf(line, sizeof(line),
+                     "braid-run: %s; dropping %zu bytes of the ranks' output that the reader "
+                     "did not take\n",
+                     why, lost);
+    struct pollfd p = {.fd = 2, .events = POLLOUT};
+    if (n > 0 && n < PIPE_BUF && poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) &&
+        write(2, line, (size_t)n) < 0) {
+        /* nothing more to do: stderr is gone as well */
     }
 }
 

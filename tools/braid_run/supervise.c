@@ -207,12 +207,23 @@ static void br_check_deadlines(br_job_t *job)
 
 /* Once every rank is gone: whether processes they started still run. Those are ended (SIGTERM,
  * then SIGKILL after the grace period) whatever the job's outcome: when braid-run returns,
- * nothing of the job runs any more. Gives up (with a message) on processes that outlive
- * SIGKILL by BR_STUCK_MS (uninterruptible sleep). */
+ * nothing of the job runs any more, except daemons (processes that started their own session,
+ * tree.c), which are named once. After SIGKILL, every rescan sends SIGKILL again (a process
+ * forked just after a sweep). Gives up (with a message) on processes that outlive SIGKILL by
+ * BR_STUCK_MS (uninterruptible sleep). */
 static int br_leftovers(br_job_t *job)
 {
     if (job->stuck_deadline == -2) return 0; /* gave up */
-    int left = br_tree_signal(0);
+    if (!job->daemons_noted) {
+        char names[512];
+        int nd = 0;
+        job->daemons_noted = 1;
+        br_tree_scan(0, names, sizeof(names), &nd);
+        if (nd > 0)
+            br_msg("leaving %d process%s that started %s own session (setsid) running: %s", nd,
+                   nd == 1 ? "" : "es", nd == 1 ? "its" : "their", names);
+    }
+    int left = br_tree_signal(job->stuck_deadline >= 0 ? SIGKILL : 0);
     if (left == 0) return 0;
     if (job->stuck_deadline >= 0 && br_now_ms() >= job->stuck_deadline) {
         job->stuck_deadline = -2;
@@ -234,10 +245,35 @@ static int br_leftovers(br_job_t *job)
     return 1;
 }
 
+/* --tag-output, once every rank is gone: the queued output may wait for a slow reader, but not
+ * for ever. After a timeout or an ending signal it gets BR_OUTPUT_GRACE_MS; otherwise, under
+ * --timeout, until BR_OUTPUT_GRACE_MS past the job's deadline (so --timeout still bounds
+ * braid-run when the reader stalls). Then it is dropped, with a note. */
+static void br_output_deadline(br_job_t *job)
+{
+    if (job->nalive > 0 || job->out_deadline == -2) return;
+    int64_t now = br_now_ms();
+    if (job->out_deadline == -1) {
+        if (job->state == BR_TIMED_OUT || job->state == BR_SIGNALED)
+            job->out_deadline = now + BR_OUTPUT_GRACE_MS;
+        else if (job->job_deadline >= 0)
+            job->out_deadline =
+                (job->job_deadline > now ? job->job_deadline : now) + BR_OUTPUT_GRACE_MS;
+        else
+            return;
+    }
+    if (now < job->out_deadline) return;
+    job->out_deadline = -2;
+    br_outq_drop(job, job->state == BR_SIGNALED    ? "the job was ended by a signal"
+                      : job->state == BR_TIMED_OUT ? "the job timed out"
+                                                   : "the --timeout deadline passed");
+}
+
 static int br_poll_timeout(const br_job_t *job, int rescan)
 {
     int64_t next = -1, now = br_now_ms();
     if (job->state == BR_RUNNING && job->job_deadline >= 0) next = job->job_deadline;
+    if (job->out_deadline >= 0 && (next < 0 || job->out_deadline < next)) next = job->out_deadline;
     if (job->kill_deadline >= 0 && (next < 0 || job->kill_deadline < next))
         next = job->kill_deadline;
     if (rescan && (next < 0 || now + BR_RESCAN_MS < next)) next = now + BR_RESCAN_MS;
@@ -303,6 +339,7 @@ void br_supervise(br_job_t *job)
             if (pfd[fd].revents) br_outq_write(job, fd);
         if (rc > 0 && pfd[0].revents) br_read_signals(job);
         br_check_deadlines(job);
+        if (tag) br_output_deadline(job);
     }
     br_msg_queue = NULL;
     free(pfd);

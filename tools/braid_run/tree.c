@@ -8,7 +8,12 @@
  *
  * A pid read from /proc belongs to a process that was a descendant at the read; one that is
  * not braid-run's own child can in principle end and be replaced by an unrelated process with
- * the same pid before the kill() that follows: the window is one /proc pass, as for pkill. */
+ * the same pid before the kill() that follows: the window is one /proc pass, as for pkill.
+ *
+ * Descendants in another session than braid-run's are spared: the ranks run in braid-run's
+ * session, and only setsid() (`setsid cmd &`, a daemon's double fork) leaves it, so such a
+ * process, and whatever it starts, was made to outlive its parent on purpose (an ssh
+ * ControlMaster, an agent, the CUDA MPS daemon). They are never signalled nor counted. */
 #include "braid_run.h"
 
 #include <dirent.h>
@@ -19,8 +24,9 @@
 #include <unistd.h>
 
 typedef struct {
-    pid_t pid, ppid;
+    pid_t pid, ppid, sid;
     int live; /* not a zombie */
+    char comm[20];
     int mine; /* 1: a descendant of braid-run, 2: not, 0: not known yet */
 } br_proc_t;
 
@@ -35,12 +41,15 @@ static int br_read_stat(const char *pid, br_proc_t *p)
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
+    const char *paren = strrchr(buf, ')'), *open = strchr(buf, '(');
     char state;
-    int ppid;
-    if (!paren || sscanf(paren + 1, " %c %d", &state, &ppid) != 2) return -1;
+    int ppid, pgrp, sid;
+    if (!paren || !open || sscanf(paren + 1, " %c %d %d %d", &state, &ppid, &pgrp, &sid) != 4)
+        return -1;
     p->pid = (pid_t)atoi(pid);
     p->ppid = (pid_t)ppid;
+    p->sid = (pid_t)sid;
+    snprintf(p->comm, sizeof(p->comm), "%.*s", (int)(paren - open - 1), open + 1);
     p->live = state != 'Z' && state != 'X';
     p->mine = 0;
     return 0;
@@ -54,6 +63,13 @@ static int br_by_pid(const void *a, const void *b)
 
 int br_tree_signal(int sig)
 {
+    return br_tree_scan(sig, NULL, 0, NULL);
+}
+
+int br_tree_scan(int sig, char *spared, size_t len, int *nspared_p)
+{
+    if (spared && len) spared[0] = '\0';
+    if (nspared_p) *nspared_p = 0;
     DIR *d = opendir("/proc");
     if (!d) return 0;
     br_proc_t *ps = NULL;
@@ -98,8 +114,15 @@ int br_tree_signal(int sig)
         }
     }
     int count = 0;
+    pid_t mysid = getsid(0);
     for (size_t i = 0; i < n; i++)
-        if (ps[i].mine == 1 && ps[i].live) {
+        if (ps[i].mine == 1 && ps[i].live && ps[i].sid != mysid) { /* a daemon: spared */
+            size_t used = spared ? strlen(spared) : 0;
+            if (spared && used + 1 < len)
+                snprintf(spared + used, len - used, "%s%d (%s)", used ? ", " : "", (int)ps[i].pid,
+                         ps[i].comm);
+            if (nspared_p) ++*nspared_p;
+        } else if (ps[i].mine == 1 && ps[i].live) {
             count++;
             if (sig) kill(ps[i].pid, sig);
         }
