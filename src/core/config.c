@@ -444,6 +444,20 @@ void braid_config_lint(void (*emit)(int level, int kind, const char *msg))
     }
 }
 
+/* The parent of the sub-communicators this thread initializes (core/settings.h); here, not in
+ * settings.c, so that what links config.c alone (the fuzzers) has it. */
+static _Thread_local const struct braid_comm *inherit_from;
+
+void braid_settings_inherit(const struct braid_comm *parent)
+{
+    inherit_from = parent;
+}
+
+const struct braid_comm *braid_settings_parent(void)
+{
+    return inherit_from;
+}
+
 braid_result_t braid_config_check_transport(void)
 {
     char why[256];

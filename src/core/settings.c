@@ -69,18 +69,6 @@ static void value(const settings_t *s, int k, char *out, size_t len)
     }
 }
 
-static _Thread_local const struct braid_comm *inherit_from;
-
-void braid_settings_inherit(const struct braid_comm *parent)
-{
-    inherit_from = parent;
-}
-
-const struct braid_comm *braid_settings_parent(void)
-{
-    return inherit_from;
-}
-
 /* BRAID_DIRECT_BLOCK: bytes per block of the direct segments, a multiple of 64;
  * 0 = off; auto = BRAID_DIRECT_BLOCK_DEFAULT (comm.c's setup_direct says why).
  */
@@ -102,7 +90,7 @@ static braid_result_t read_direct_block(struct braid_comm *c)
 
 braid_result_t braid_settings_agree(struct braid_comm *c)
 {
-    const struct braid_comm *p = inherit_from;
+    const struct braid_comm *p = braid_settings_parent();
     if (p) { /* (the chunk, slots, channels and transport: read_tuning, comm.c) */
         c->direct_block = p->direct_block;
         c->direct_block_auto = p->direct_block_auto;
