@@ -347,10 +347,15 @@ BRAID_API braid_result_t braid_test_time(braid_request_t req, int *done_p, doubl
  * no device (built without CUDA, no driver or GPU, BRAID_CUDA=0) are BRAID_ERR_UNSUPPORTED.
  * Several ranks may share one GPU (processes, or communicators of one process). The blocking
  * and braid_i* forms read device buffers when they run (finish the kernels that write them
- * first) and the blocking form returns when the result is in place. The device buffers of
- * the reducing collectives (allreduce, reduce, reduce_scatter) must be aligned to their element
- * size (a float32 buffer to 4 bytes), as the GPU loads whole elements:
- * BRAID_ERR_INVALID_ARG names the buffer otherwise (host buffers may be unaligned). */
+ * first) and the blocking form returns when the result is in place. Where the device engine
+ * runs a reducing collective (allreduce, reduce, reduce_scatter; all ranks on one host, not
+ * float8 or PreMulSum, BRAID_DEV_ENGINE not "stage"; before a communicator's first device
+ * collective has set the engine up, wherever it may run it), its device buffers must be aligned
+ * to their element size (a float32 buffer to 4 bytes), as the GPU loads whole elements:
+ * BRAID_ERR_INVALID_ARG names the buffer otherwise, and the peers' call fails too. Calls
+ * staged through host memory, and host buffers, take any address (as NCCL). A stream-ordered
+ * call refused before it is queued (a stream under graph capture) also fails the peers' call
+ * of that number at once, naming the reason. */
 
 /** A cudaStream_t (NULL is the legacy default stream). */
 typedef void *braid_stream_t;

@@ -272,10 +272,11 @@ static braid_result_t queue_or_run(struct braid_comm *comm, const braid_op_args_
      * waited for here, on the caller's thread: never on the worker, which may have to release
      * a stream the legacy stream waits for. */
     if (vres >= 0 && v.on_device) vres = braid_dev_ready(comm);
-    /* Device calls the worker will run: what allocates is done here first (stage.c). */
+    /* Device calls the worker will run: what allocates is done here first (stage.c); in a
+     * group, at braid_group_end (also on the caller's thread). */
     if (vres >= 0 && v.on_device && braid_group_depth() == 0 &&
         (req_p || braid_worker_pending(comm)))
-        vres = braid_cuda_prepare_queued(comm, &v);
+        vres = braid_coll_prepare_dev(comm, &v);
     if (braid_group_depth() > 0) { /* deferred to braid_group_end; nothing runs on an error */
         braid_group_note(vres, braid_coll_name(a->coll));
         if (vres < 0) { /* kept so that group end can tell the peers */

@@ -46,6 +46,26 @@ braid_result_t braid_dev_buf_check(struct braid_comm *comm, const char *name, co
     return BRAID_SUCCESS;
 }
 
+static braid_result_t (*test_prepare_hook)(struct braid_comm *comm, const braid_op_args_t *a);
+
+void braid_cuda_test_set_prepare_hook(braid_result_t (*fn)(struct braid_comm *comm,
+                                                           const struct braid_op_args *a))
+{
+    test_prepare_hook = fn;
+}
+
+braid_result_t braid_coll_prepare_dev(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    return test_prepare_hook ? test_prepare_hook(comm, a) : braid_cuda_prepare_queued(comm, a);
+}
+
+static int test_engine_runs = -1; /* braid_cuda_test_set_engine_runs */
+
+void braid_cuda_test_set_engine_runs(int v)
+{
+    test_engine_runs = v;
+}
+
 braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t *a, int has_send,
                                        int has_recv)
 {
@@ -63,21 +83,24 @@ braid_result_t braid_coll_check_device(struct braid_comm *comm, braid_op_args_t 
                                name, sd >= 0 ? "device" : "host", rd >= 0 ? "device" : "host");
     if (sd >= 0) BRAID_CHECK(dev_usable(comm, name, "sendbuf", sd));
     if (rd >= 0) BRAID_CHECK(dev_usable(comm, name, "recvbuf", rd));
-    /* The reductions' kernels (src/cuda/reduce_dev.cuh) load and store whole elements where the
-     * buffers are not co-aligned: an element at a misaligned address is a fatal
-     * cudaErrorMisalignedAddress. Copies (broadcast, allgather) go byte by byte there. */
+    /* The device engine's reduction kernels (src/cuda/reduce_dev.cuh) load and store whole
+     * elements where the buffers are not co-aligned: an element at a misaligned address is a
+     * fatal cudaErrorMisalignedAddress. Refused only where the engine runs (or, before its
+     * collective setup, may run) the call: a call staged through the host takes any address,
+     * as NCCL does, and so do copies (broadcast, allgather), which go byte by byte there. */
     size_t es = braid_dtype_size(a->dtype);
-    if (es > 1 && (a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
-                   a->coll == BRAID_COLL_REDUCE_SCATTER)) {
-        for (int k = 0; k < 2; k++) {
-            const void *p = k ? a->recvbuf : a->sendbuf;
-            if ((k ? rd : sd) >= 0 && (uintptr_t)p % es)
-                return braid_set_error(BRAID_ERR_INVALID_ARG,
-                                       "%s: %s=%p is device memory not aligned to its %zu-byte "
-                                       "%s elements (device buffers of reductions must be)",
-                                       name, k ? "recvbuf" : "sendbuf", p, es,
-                                       braid_dtype_name(a->dtype));
-        }
+    if (es > 1 &&
+        (a->coll == BRAID_COLL_ALLREDUCE || a->coll == BRAID_COLL_REDUCE ||
+         a->coll == BRAID_COLL_REDUCE_SCATTER) &&
+        ((sd >= 0 && (uintptr_t)a->sendbuf % es) || (rd >= 0 && (uintptr_t)a->recvbuf % es)) &&
+        (test_engine_runs >= 0 ? test_engine_runs : braid_cuda_engine_will_run(comm, a))) {
+        int k = !(sd >= 0 && (uintptr_t)a->sendbuf % es);
+        return braid_set_error(BRAID_ERR_INVALID_ARG,
+                               "%s: %s=%p is device memory not aligned to its %zu-byte %s "
+                               "elements (the device engine, which runs this call, needs "
+                               "element-aligned device buffers)",
+                               name, k ? "recvbuf" : "sendbuf", k ? a->recvbuf : a->sendbuf, es,
+                               braid_dtype_name(a->dtype));
     }
     a->on_device = 1;
     return BRAID_SUCCESS;
@@ -89,15 +112,24 @@ static braid_result_t run_stream_in(struct braid_comm *comm, braid_op_args_t *a,
     if (comm->cuda_dev < 0) {
         const char *why;
         (void)braid_cuda_ndevices(&why);
-        return braid_set_error(BRAID_ERR_UNSUPPORTED,
-                               "%s_stream: this communicator has no CUDA device (%s)", name, why);
+        /* Told to the peers too: a peer with a device would otherwise wait for the timeout. */
+        return braid_coll_reject(comm, a,
+                                 braid_set_error(BRAID_ERR_UNSUPPORTED,
+                                                 "%s_stream: this communicator has no CUDA "
+                                                 "device (%s)",
+                                                 name, why));
     }
     braid_result_t vres = braid_coll_validate(comm, a);
     if (vres < 0) return braid_coll_reject(comm, a, vres); /* the peers' call fails too */
-    if (a->on_device) return braid_cuda_enqueue(comm, a, s);
+    /* Refused here before anything was queued (a stream under graph capture, a failed prepare,
+     * event record or stream wait): this rank still takes the call's number and tells the
+     * peers, as for a bad argument, so their call fails at once naming the reason instead of
+     * waiting for the timeout. */
+    braid_result_t res = a->on_device ? braid_cuda_enqueue(comm, a, s) /* every error: not queued */
+                                      : braid_cuda_stream_wait(comm, s);
+    if (res < 0) return braid_coll_reject(comm, a, res);
     /* Host buffers: ordered after the stream's work, complete on return. */
-    BRAID_CHECK(braid_cuda_stream_wait(comm, s));
-    return braid_coll_submit(comm, a);
+    return a->on_device ? BRAID_SUCCESS : braid_coll_submit(comm, a);
 }
 
 /* As every collective entry: the communicator is entered by one thread at a time. */

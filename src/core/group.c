@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/p2p.h"
 #include "core/worker.h"
+#include "cuda/cuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -410,6 +411,21 @@ braid_result_t braid_group_end(void)
         }
         break;
     }
+    /* Device collectives: what allocates (the device engine's collective setup, the staging
+     * area) is done here, on the caller's thread, in call order, before any part goes to a
+     * worker (which must not allocate while a stream-ordered call may hold a user stream). A
+     * failure is this rank's refusal of the group: the peers are told, as for a bad argument. */
+    for (int i = 0; res >= 0 && i < nparts; i++)
+        for (int j = 0; res >= 0 && j < parts[i].n; j++) {
+            braid_group_item_t *it = &parts[i].items[j];
+            if (it->kind != BRAID_ITEM_COLL || !it->args.on_device) continue;
+            braid_result_t r = braid_coll_prepare_dev(parts[i].comm, &it->args);
+            if (r < 0) {
+                res = rejected = r;
+                snprintf(msg, sizeof(msg), "%s", braid_last_error());
+                snprintf(group.errmsg, sizeof(group.errmsg), "%s", msg);
+            }
+        }
     if (res >= 0) {
         res = run_parts(parts, nparts, BRAID_SUCCESS, NULL);
         if (res < 0) snprintf(msg, sizeof(msg), "%s", braid_last_error());

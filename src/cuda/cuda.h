@@ -39,6 +39,17 @@ int braid_cuda_drv_ptr_device(const void *p);
 /* Tests only: classify pointers with fn instead of the runtime (NULL restores the runtime).
  * This is how the argument checks for device buffers are tested on machines without a GPU. */
 void braid_cuda_test_set_classifier(int (*fn)(const void *p));
+/* Whether the device engine runs collective a (its reduction kernels need element-aligned
+ * buffers) on comm: 1 when it will, or when the comm's first device collective has not yet made
+ * the engine's collective setup and nothing known without it rules the engine out; 0 when the
+ * call is staged through the host (built without CUDA, no engine state, BRAID_DEV_ENGINE=stage,
+ * PreMulSum, float8, a barrier, or the setup found the engine unavailable). Which of the two
+ * runs the call is still decided alike on every rank (executor.c); this answers for this
+ * rank's argument check (executor.c, nocuda.c). */
+int braid_cuda_engine_will_run(struct braid_comm *comm, const struct braid_op_args *a);
+/* Tests only: the argument check takes v (0 or 1) as braid_cuda_engine_will_run's answer; -1
+ * restores it (coll_dev.c). */
+void braid_cuda_test_set_engine_runs(int v);
 /* Tests: the probe acts as if NVIDIA's device nodes existed (where it sets
  * CUDA_DEVICE_MAX_CONNECTIONS); call before the first CUDA probe of the process. */
 void braid_cuda_test_set_driver_present(int yes);
@@ -81,8 +92,16 @@ braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct bra
  * behind pending operations): the device engine's setup or the staging area's growth, done now
  * on the caller's thread (the worker must not allocate while a user stream may be held). */
 braid_result_t braid_cuda_prepare_queued(struct braid_comm *comm, const struct braid_op_args *a);
+/* braid_cuda_prepare_queued as the collective entries and group end call it (coll_dev.c).
+ * Tests only: braid_cuda_test_set_prepare_hook(fn) makes fn run instead (NULL restores), so a
+ * test sees on which thread, and for which calls, the preparation runs. */
+braid_result_t braid_coll_prepare_dev(struct braid_comm *comm, const struct braid_op_args *a);
+void braid_cuda_test_set_prepare_hook(braid_result_t (*fn)(struct braid_comm *comm,
+                                                           const struct braid_op_args *a));
 /* A validated stream-ordered collective on device buffers: enqueues it after the stream's
- * current work and returns at once; the stream's later work waits for it (stream.c). */
+ * current work and returns at once; the stream's later work waits for it (stream.c). An error
+ * means nothing was queued and the call took no number (the caller tells the peers: a stream
+ * under graph capture, a failed prepare or event record). */
 braid_result_t braid_cuda_enqueue(struct braid_comm *comm, const struct braid_op_args *a,
                                   void *stream);
 /* Run by the comm's worker thread for a request made by braid_cuda_enqueue. */

@@ -214,17 +214,23 @@ static braid_result_t setup_local(struct braid_comm *comm, struct braid_cuda_eng
                                        &mine->ipc);
 }
 
+/* What rules the engine out from the peers' infos alone: the same answer on every rank. */
+static const char *ruled_out(const struct braid_comm *comm)
+{
+    int n = comm->nranks;
+    for (int r = 0; r < n; r++) {
+        if (strcmp(comm->peers[r].host, comm->peers[0].host)) return "the ranks span several hosts";
+        if (comm->peers[r].cuda_dev < 0) return "a rank has no CUDA device";
+    }
+    return n + 1 > BRAID_DEV_MAX_LINKS ? "more than 65 ranks" : NULL;
+}
+
 /* The collective setup; on return cc->eng_state is 1 (ready) or -1 (eng_why says why) on every
  * rank alike, unless the bootstrap itself failed (then the error is returned). */
 static braid_result_t engine_setup(struct braid_comm *comm, struct braid_cuda_comm *cc)
 {
     int n = comm->nranks;
-    const char *why = NULL;
-    for (int r = 0; r < n && !why; r++) {
-        if (strcmp(comm->peers[r].host, comm->peers[0].host)) why = "the ranks span several hosts";
-        if (comm->peers[r].cuda_dev < 0) why = "a rank has no CUDA device";
-    }
-    if (!why && n + 1 > BRAID_DEV_MAX_LINKS) why = "more than 65 ranks";
+    const char *why = ruled_out(comm);
     if (why) { /* from the peers' infos: the same answer on every rank, no exchange needed */
         snprintf(cc->eng_why, sizeof(cc->eng_why), "%s", why);
         cc->eng_state = -1;
@@ -544,6 +550,17 @@ static braid_result_t engine_run(struct braid_comm *comm, struct braid_cuda_engi
 static int engine_runs(const braid_op_args_t *a)
 {
     return !a->premul && a->dtype < BRAID_FLOAT8_E4M3 && a->coll != BRAID_COLL_BARRIER;
+}
+
+int braid_cuda_engine_will_run(struct braid_comm *comm, const braid_op_args_t *a)
+{
+    struct braid_cuda_comm *cc = comm->cuda;
+    if (!cc || !engine_runs(a) || !a->count) return 0;
+    int state = __atomic_load_n(&cc->eng_state, __ATOMIC_ACQUIRE);
+    if (state) return state > 0;
+    /* Not set up yet: the setup may still find it unavailable (it agrees on that across the
+     * ranks), but this rank cannot know before the call: may run. */
+    return strcasecmp(braid_param_str("DEV_ENGINE"), "stage") && !ruled_out(comm);
 }
 
 int braid_cuda_engine_prepare(struct braid_comm *comm, const braid_op_args_t *a)

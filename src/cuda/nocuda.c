@@ -104,6 +104,13 @@ braid_result_t braid_cuda_run_blocking(struct braid_comm *comm, const struct bra
                            braid_coll_name(a->coll));
 }
 
+int braid_cuda_engine_will_run(struct braid_comm *comm, const struct braid_op_args *a)
+{
+    (void)comm;
+    (void)a;
+    return 0; /* no device engine: braid_cuda_run_blocking answers */
+}
+
 braid_result_t braid_cuda_prepare_queued(struct braid_comm *comm, const struct braid_op_args *a)
 {
     (void)comm;

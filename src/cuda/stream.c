@@ -127,7 +127,7 @@ static braid_result_t enqueue(struct braid_comm *comm, const braid_op_args_t *a,
     if (res < 0) goto fail;
     /* Everything that allocates (the engine's setup, the staging area) happens here, before the
      * stream is held: the worker must not allocate while it is (see stage.c). */
-    if ((res = braid_cuda_prepare_queued(comm, a)) < 0) goto fail;
+    if ((res = braid_coll_prepare_dev(comm, a)) < 0) goto fail;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)stream);
     if (e != cudaSuccess) {

@@ -182,9 +182,10 @@ Test(cuda, device_buffers_of_another_device_or_mixed_are_rejected, .timeout = 30
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
 }
 
-/* The GPU's reductions load whole elements: device buffers of allreduce, reduce and
- * reduce_scatter not aligned to their element size are refused, naming the buffer (the host
- * path, and copies, take any address). */
+/* The device engine's reductions load whole elements: device buffers of allreduce, reduce and
+ * reduce_scatter not aligned to their element size are refused, naming the buffer, where the
+ * engine runs the call (forced here with braid_cuda_test_set_engine_runs). A call staged
+ * through the host takes any address (as NCCL), and so do copies. */
 Test(cuda, misaligned_device_buffers_of_reductions_are_rejected, .timeout = 30)
 {
     braid_comm_t c = one_rank();
@@ -192,10 +193,24 @@ Test(cuda, misaligned_device_buffers_of_reductions_are_rejected, .timeout = 30)
     c->cuda_dev = 1; /* the fake arena's device */
     braid_cuda_test_set_classifier(fake_classify);
     char *al = fake_dev + (16 - (uintptr_t)fake_dev % 16) % 16; /* 16-byte aligned */
+    /* No engine state here (no real device): the call is staged, so it passes the check (what
+     * follows fails: no real device). */
+    cr_assert_eq(braid_cuda_engine_will_run(c, &(braid_op_args_t){.coll = BRAID_COLL_ALLREDUCE,
+                                                                  .dtype = BRAID_FLOAT32,
+                                                                  .count = 4}),
+                 0);
+    braid_allreduce(al + 1, al + 1, 4, BRAID_FLOAT32, BRAID_SUM, c);
+    cr_assert(!strstr(braid_last_error(), "aligned"), "staged: %s", braid_last_error());
+    braid_cuda_test_set_engine_runs(0);
+    braid_reduce(al, al + 1026, 4, BRAID_FLOAT64, BRAID_MAX, 0, c);
+    cr_assert(!strstr(braid_last_error(), "aligned"), "staged: %s", braid_last_error());
+    /* The engine runs the calls: refused. */
+    braid_cuda_test_set_engine_runs(1);
     cr_assert_eq(braid_allreduce(al + 1, al + 1, 4, BRAID_FLOAT32, BRAID_SUM, c),
                  BRAID_ERR_INVALID_ARG);
     cr_assert(strstr(braid_last_error(), "allreduce: sendbuf=") &&
-                  strstr(braid_last_error(), "not aligned to its 4-byte float32 elements"),
+                  strstr(braid_last_error(), "not aligned to its 4-byte float32 elements") &&
+                  strstr(braid_last_error(), "the device engine, which runs this call"),
               "%s", braid_last_error());
     cr_assert_eq(braid_reduce(al, al + 1026, 4, BRAID_FLOAT64, BRAID_MAX, 0, c),
                  BRAID_ERR_INVALID_ARG);
@@ -222,6 +237,7 @@ Test(cuda, misaligned_device_buffers_of_reductions_are_rejected, .timeout = 30)
         cr_assert(!strstr(ok_cases[i], "aligned"), "case %d: %s", i, ok_cases[i]);
         free(ok_cases[i]);
     }
+    braid_cuda_test_set_engine_runs(-1);
     braid_cuda_test_set_classifier(NULL);
     c->cuda_dev = saved;
     cr_assert_eq(braid_comm_destroy(c), BRAID_SUCCESS);
