@@ -186,3 +186,17 @@ int proc_listener_rejects(const struct sockaddr_storage *addr, socklen_t alen, c
     close(fd);
     return closed;
 }
+
+int proc_pid_alive(pid_t pid)
+{
+    if (kill(pid, 0) != 0) return 0;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}

@@ -38,6 +38,9 @@ pid_t proc_thread_named(const char *name);
 
 /* Connects to addr, sends len bytes, and says whether the listener closed the connection
  * within 3 s (1) or not (0). */
+/* Whether pid is a live process (a zombie counts as gone). */
+int proc_pid_alive(pid_t pid);
+
 int proc_listener_rejects(const struct sockaddr_storage *addr, socklen_t alen, const void *buf,
                           size_t len);
 

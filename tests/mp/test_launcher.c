@@ -6,6 +6,8 @@
  * the launcher suite) works too.
  * Every test gets a fresh temporary directory: ranks write their pids there ("pidfile"), and
  * after the launcher has exited no such pid may still be alive. */
+#include "proc.h"
+
 #include <criterion/criterion.h>
 
 #include <dirent.h>
@@ -202,21 +204,6 @@ static int exit_code(const result_t *res)
     cr_assert_eq(exit_code(res), (code), "exit %d, expected %d; stderr:\n%s", exit_code(res),      \
                  (code), (res)->err)
 
-/* Whether pid is a live process (a zombie counts as gone). */
-static int pid_alive(pid_t pid)
-{
-    if (kill(pid, 0) != 0) return 0;
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 /* Reads @dir/rank.R.pid; 0 if missing. */
 static pid_t rank_pid(int r)
 {
@@ -254,9 +241,9 @@ static int assert_no_leftovers(int n, double max_wait)
         pid_t pid = rank_pid(r);
         if (pid <= 0) continue;
         seen++;
-        while (pid_alive(pid) && now_s() - t0 < max_wait)
+        while (proc_pid_alive(pid) && now_s() - t0 < max_wait)
             usleep(10000);
-        if (pid_alive(pid)) {
+        if (proc_pid_alive(pid)) {
             left++;
             kill(pid, SIGKILL);
         }
@@ -593,7 +580,7 @@ Test(launcher, ranks_die_with_a_killed_launcher)
         }
         int alive = 0;
         for (int r = 0; r < 3; r++)
-            alive += pid_alive(rank_pid(r));
+            alive += proc_pid_alive(rank_pid(r));
         if (!alive) break;
         usleep(10000);
     }

@@ -106,20 +106,6 @@ static pid_t pid_file(const char *name)
     return 0;
 }
 
-/* Whether pid is a live process (a zombie counts as gone). */
-static int alive(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return !(paren && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 static char proc_state(pid_t pid)
 {
     char path[64], buf[512];
@@ -136,7 +122,7 @@ static char proc_state(pid_t pid)
 /* Fails (after killing it) if pid still runs. */
 static void assert_gone(pid_t pid, const char *what)
 {
-    int live = alive(pid);
+    int live = proc_pid_alive(pid);
     if (live) kill(pid, SIGKILL);
     cr_assert(!live, "%s (pid %d) outlived braid-run", what, (int)pid);
 }
@@ -222,7 +208,7 @@ Test(launcher_jobs, a_daemon_in_its_own_session_is_spared)
     pid_t d = pid_file("daemon"), c0 = pid_file("child.0");
     int rc = wait_exit(pid, 20, "a daemon left running");
     char *err = slurp_name("err");
-    int live = alive(d);
+    int live = proc_pid_alive(d);
     if (live) kill(d, SIGKILL);
     cr_assert_eq(rc, 0, "exit %d; stderr:\n%s", rc, err);
     cr_assert(live, "the setsid daemon (pid %d) was killed; stderr:\n%s", (int)d, err);
@@ -246,9 +232,9 @@ Test(launcher_jobs, tag_output_stalled_reader_does_not_stop_the_timeout)
     pid_t yes = pid_file("rank.pid");
     /* Nobody reads p[0]: the pipe fills at once. The rank must still end by the timeout. */
     double t0 = proc_now_s();
-    while (alive(yes) && proc_now_s() - t0 < 15)
+    while (proc_pid_alive(yes) && proc_now_s() - t0 < 15)
         usleep(20000);
-    int live = alive(yes);
+    int live = proc_pid_alive(yes);
     char *err = slurp_name("err");
     close(p[0]); /* now braid-run's pending output meets EPIPE */
     int rc = wait_exit(pid, 20, "stdout closed");
