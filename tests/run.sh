@@ -21,6 +21,11 @@ cmake --build build-tsan -j"$jobs" --target braid_thread_stress || exit 1
 
 status=0
 failed=""
+# step NAME: prints the step's header with the seconds since the start (builds included), so the
+# log shows where the time goes
+step() {
+  echo "== [${SECONDS} s] $1"
+}
 # fail NAME: records a failed step; the summary after the last suite names every one of them
 # (CI shows only the tail of the log).
 fail() {
@@ -29,14 +34,14 @@ fail() {
   - $1"
 }
 if command -v nvcc >/dev/null; then
-  echo "== CUDA kernels use 128-bit loads and stores (PTX)"
+  step "CUDA kernels use 128-bit loads and stores (PTX)"
   bash tests/gpu/ptx_check.sh || fail "PTX check"
 fi
-echo "== clang-format (the tree is formatted)"
+step "clang-format (the tree is formatted)"
 bash tests/format_check.sh || fail "clang-format"
-echo "== ThreadSanitizer: worker thread, polling, abort; pipelined hier all-reduce, a rank killed in it"
+step "ThreadSanitizer: worker thread, polling, abort; pipelined hier all-reduce, a rank killed in it"
 TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/braid_thread_stress || fail "TSan thread stress"
-echo "== ASan+UBSan suite"
+step "ASan+UBSan suite"
 BRAID_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -48,20 +53,20 @@ echo "$asan_lines"
 [ $rc -eq 0 ] || fail "ASan+UBSan suite (exit $rc; build-asan/tests.log):
 $(echo "$asan_lines" | tail -n 25)
 $(tail -n 15 build-asan/tests.log)"
-echo "== valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
+step "valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
 bash tests/valgrind.sh build/bin || fail "valgrind gate"
-echo "== install smoke (pkg-config, find_package)"
+step "install smoke (pkg-config, find_package)"
 bash tests/install_smoke.sh || fail "install smoke"
 for extra in tests/fuzz/run.sh tests/net/run_net_tests.sh tests/rdma/run_rdma_tests.sh; do
   if [ -x "$extra" ] || [ -f "$extra" ]; then
-    echo "== $extra"
+    step "$extra"
     bash "$extra" || fail "$extra"
   fi
 done
-echo "== RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
+step "RDMA under ASan+UBSan+LSan in the Soft-RoCE VM (conformance, collectives, zero-copy subset)"
 BRAID_RDMA_ONLY='conformance rdma/[a-z]* (\|net_check coll\|zero-copy ring' bash tests/rdma/run_rdma_tests.sh build-asan ||
   fail "RDMA VM under ASan"
-echo "== PyTorch backend (pytest tests/torch: collectives at 1..4 ranks vs Gloo, DDP, faults)"
+step "PyTorch backend (pytest tests/torch: collectives at 1..4 ranks vs Gloo, DDP, faults)"
 # pytest exits 0 when every test passed (skips are listed by -rs), 1 on failures, 2-4 on
 # interruption or usage/internal errors, 5 when it collected nothing: all but 0 fail the run.
 if [ -f build/python/braid_torch/__init__.py ]; then
@@ -72,15 +77,15 @@ else
   echo "braid_torch was not built (the configure summary says why)"
   fail "braid_torch not built"
 fi
-echo "== braid test suite"
+step "braid test suite"
 build/bin/braid_tests --jobs "$jobs" 2>&1 | tee build/tests.log
 rc=${PIPESTATUS[0]}
 # the summary names the failed tests and their assertions (CI shows only the tail of the log)
 [ $rc -eq 0 ] || fail "braid test suite (exit $rc; build/tests.log):
 $(grep -E "^\[(FAIL|----)\]|Synthesis|Timed out|[Cc]rash" build/tests.log | tail -n 30)"
 if [ $status -eq 0 ]; then
-  echo "== tests/run.sh: every step passed"
+  echo "== [${SECONDS} s] tests/run.sh: every step passed"
 else
-  echo "== tests/run.sh: these steps failed:$failed"
+  echo "== [${SECONDS} s] tests/run.sh: these steps failed:$failed"
 fi
 exit $status

@@ -1,7 +1,9 @@
 """Starts N ranks of a worker script as real processes (torchrun-style environment: RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and collects what each rank wrote to its JSON file."""
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +22,9 @@ def free_port():
 class Job:
     def __init__(self, script, world, args=(), env=None, timeout=240):
         self.dir = tempfile.mkdtemp(prefix="braid_torch_")
+        # the ranks' files are read while the test runs; the folder goes when pytest exits
+        # (failures print the logs they need into the assertion)
+        atexit.register(shutil.rmtree, self.dir, True)
         port = free_port()
         self.procs = []
         self.world = world
@@ -30,9 +35,10 @@ class Job:
                       "MASTER_PORT": str(port), "BRAID_TEST_OUT": os.path.join(self.dir, f"r{r}.json"),
                       "OMP_NUM_THREADS": "1"})
             e.update(env or {})
-            log = open(os.path.join(self.dir, f"r{r}.log"), "w")
-            self.procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), *args],
-                                               env=e, stdout=log, stderr=subprocess.STDOUT))
+            with open(os.path.join(self.dir, f"r{r}.log"), "w") as log:
+                self.procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script),
+                                                    *args], env=e, stdout=log,
+                                                   stderr=subprocess.STDOUT))
 
     def wait(self, ranks=None):
         """Waits for ranks (default all) up to the timeout, then kills every rank still alive.
