@@ -12,6 +12,9 @@
 #include <string.h>
 
 extern int g_rank, g_nranks;
+/* --require-fp8, --require-premulsum: a float8 datatype or PreMulSum op that braid refuses as
+ * unsupported fails the test instead of being skipped. */
+extern int require_fp8, require_premulsum;
 
 /* Prints the failure with the rank and returns 1 from the enclosing function. */
 #define CHECK(cond, ...)                                                                           \
@@ -63,7 +66,7 @@ size_t check_reduced(const void *got, ncclDataType_t dt, ncclRedOp_t op, int n, 
 size_t check_rank(const void *got, ncclDataType_t dt, ncclRedOp_t op, int src, int n, size_t base,
                   size_t count, int seed, const char *what);
 
-/* ---- tests (client.c, client_p2p.c) --------------------------------------------------------- */
+/* ---- tests (client.c, client_coll.c, client_comm.c, client_p2p.c) ---------------------------- */
 /* CLOCK_MONOTONIC in seconds. */
 double now_s(void);
 /* An id for a new communicator over world's ranks: rank 0 makes it, the others get it by an
@@ -77,6 +80,15 @@ int test_abort_init(void);
 int test_env_blocking(void);
 /* nccl.conf and the lazy NCCL_COMM_BLOCKING, run alone (client_env.c). */
 int test_env_conf(void);
+/* Every datatype x op x count through the collectives (client_coll.c). */
+int test_coll(ncclComm_t world);
+/* PreMulSum ops (client_coll.c). */
+int test_premulsum(ncclComm_t world);
+/* Non-blocking and grouped inits, splits, ncclCommInitAll, argument errors (client_comm.c). */
+int test_nonblocking(ncclComm_t world);
+int test_split(ncclComm_t world);
+int test_initall(ncclComm_t world);
+int test_errors(ncclComm_t world);
 int test_p2p(ncclComm_t comm);
 int test_groups(ncclComm_t comm);
 int test_refused(ncclComm_t world);
