@@ -38,7 +38,8 @@ static int avg_active(int rank, size_t i, int seed)
     return rank == a || rank == b;
 }
 
-double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed)
+/* data_value, inlined into the fill and reference loops below */
+static inline double value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed)
 {
     uint64_t h = (uint64_t)i * 2654435761u + (uint64_t)rank * 40503u + (uint64_t)seed * 977u;
     h ^= h >> 13;
@@ -71,69 +72,85 @@ double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int
     return is_signed(dt) ? v - 11 : v;
 }
 
-/* Stores through memcpy: buffers may be misaligned on purpose. */
-static void store(void *buf, size_t k, braid_datatype_t dt, double v)
+double data_value(braid_datatype_t dt, braid_redop_t op, int rank, size_t i, int seed)
 {
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t h;
-        uint8_t f8;
-        float f;
-        double d;
-    } t;
+    return value(dt, op, rank, i, seed);
+}
+
+/* Stores v as one dtype element at p, through memcpy of the element's size (buffers may be
+ * misaligned on purpose; a constant size per case keeps it a plain store). */
+static void store(void *p, braid_datatype_t dt, double v)
+{
     switch (dt) {
-    case BRAID_INT8:
-        t.i8 = (int8_t)(int64_t)v;
-        break;
-    case BRAID_UINT8:
-        t.u8 = (uint8_t)(uint64_t)v;
-        break;
-    case BRAID_INT32:
-        t.i32 = (int32_t)(int64_t)v;
-        break;
-    case BRAID_UINT32:
-        t.u32 = (uint32_t)(uint64_t)v;
-        break;
-    case BRAID_INT64:
-        t.i64 = (int64_t)v;
-        break;
-    case BRAID_UINT64:
-        t.u64 = (uint64_t)v;
-        break;
-    case BRAID_FLOAT16:
-        t.h = braid_float_to_half((float)v);
-        break;
-    case BRAID_BFLOAT16:
-        t.h = braid_float_to_bf16((float)v);
-        break;
-    case BRAID_FLOAT32:
-        t.f = (float)v;
-        break;
+    case BRAID_INT8: {
+        int8_t t = (int8_t)(int64_t)v;
+        memcpy(p, &t, 1);
+        return;
+    }
+    case BRAID_UINT8: {
+        uint8_t t = (uint8_t)(uint64_t)v;
+        memcpy(p, &t, 1);
+        return;
+    }
+    case BRAID_INT32: {
+        int32_t t = (int32_t)(int64_t)v;
+        memcpy(p, &t, 4);
+        return;
+    }
+    case BRAID_UINT32: {
+        uint32_t t = (uint32_t)(uint64_t)v;
+        memcpy(p, &t, 4);
+        return;
+    }
+    case BRAID_INT64: {
+        int64_t t = (int64_t)v;
+        memcpy(p, &t, 8);
+        return;
+    }
+    case BRAID_UINT64: {
+        uint64_t t = (uint64_t)v;
+        memcpy(p, &t, 8);
+        return;
+    }
+    case BRAID_FLOAT16: {
+        uint16_t t = braid_float_to_half((float)v);
+        memcpy(p, &t, 2);
+        return;
+    }
+    case BRAID_BFLOAT16: {
+        uint16_t t = braid_float_to_bf16((float)v);
+        memcpy(p, &t, 2);
+        return;
+    }
+    case BRAID_FLOAT32: {
+        float t = (float)v;
+        memcpy(p, &t, 4);
+        return;
+    }
     case BRAID_FLOAT64:
-        t.d = v;
-        break;
-    case BRAID_FLOAT8_E4M3:
-        t.f8 = braid_float_to_e4m3((float)v);
-        break;
-    case BRAID_FLOAT8_E5M2:
-        t.f8 = braid_float_to_e5m2((float)v);
-        break;
+        memcpy(p, &v, 8);
+        return;
+    case BRAID_FLOAT8_E4M3: {
+        uint8_t t = braid_float_to_e4m3((float)v);
+        memcpy(p, &t, 1);
+        return;
+    }
+    case BRAID_FLOAT8_E5M2: {
+        uint8_t t = braid_float_to_e5m2((float)v);
+        memcpy(p, &t, 1);
+        return;
+    }
     default:
         return;
     }
-    memcpy((char *)buf + k * braid_dtype_size(dt), &t, braid_dtype_size(dt));
 }
 
 void data_fill(void *buf, braid_datatype_t dt, braid_redop_t op, int rank, size_t base,
                size_t count, int seed)
 {
+    size_t es = braid_dtype_size(dt);
     for (size_t k = 0; k < count; k++)
-        store(buf, k, dt, data_value(dt, op, rank, base + k, seed));
+        store((char *)buf + k * es, dt, value(dt, op, rank, base + k, seed));
 }
 
 /* v (a float32 value, or any for float64) rounded to dtype dt by the tests' own conversions
@@ -165,7 +182,7 @@ static double expected_avg(braid_datatype_t dt, int n, size_t i, int seed)
 {
     double f = (double)(float)(1.0 / n), acc = 0;
     for (int r = 0; r < n; r++)
-        acc += to_dtype(dt, (double)(float)(data_value(dt, BRAID_AVG, r, i, seed) * f));
+        acc += to_dtype(dt, (double)(float)(value(dt, BRAID_AVG, r, i, seed) * f));
     return (float)acc;
 }
 
@@ -173,13 +190,13 @@ static double expected_avg(braid_datatype_t dt, int n, size_t i, int seed)
 void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size_t i, int seed)
 {
     if (is_float(dt) && dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64 && op == BRAID_AVG) {
-        store(out, 0, dt, expected_avg(dt, n, i, seed));
+        store(out, dt, expected_avg(dt, n, i, seed));
         return;
     }
     if (is_float(dt)) {
-        double acc = data_value(dt, op, 0, i, seed);
+        double acc = value(dt, op, 0, i, seed);
         for (int r = 1; r < n; r++) {
-            double v = data_value(dt, op, r, i, seed);
+            double v = value(dt, op, r, i, seed);
             switch (op) {
             case BRAID_SUM:
             case BRAID_AVG:
@@ -200,12 +217,12 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
         }
         if (op == BRAID_AVG) acc /= n; /* float32, float64: the exact sum divided once */
         if (dt != BRAID_FLOAT32 && dt != BRAID_FLOAT64) acc = (float)acc; /* float32-computed */
-        store(out, 0, dt, acc);
+        store(out, dt, acc);
         return;
     }
-    int64_t acc = (int64_t)data_value(dt, op, 0, i, seed);
+    int64_t acc = (int64_t)value(dt, op, 0, i, seed);
     for (int r = 1; r < n; r++) {
-        int64_t v = (int64_t)data_value(dt, op, r, i, seed);
+        int64_t v = (int64_t)value(dt, op, r, i, seed);
         switch (op) {
         case BRAID_SUM:
         case BRAID_AVG:
@@ -228,23 +245,32 @@ void data_expected(void *out, braid_datatype_t dt, braid_redop_t op, int n, size
         /* Sums here never wrap, so the element type's truncating division is int64's. */
         acc /= n;
     }
-    store(out, 0, dt, (double)acc);
+    store(out, dt, (double)acc);
 }
 
+/* The expected elements are built a block at a time and compared with one memcmp per block;
+ * only a block that differs is compared element by element (to count and print). */
 static size_t compare(const void *got, const void *want_fn_arg, braid_datatype_t dt, size_t count,
                       const char *what, void (*want)(void *out, size_t k, const void *arg))
 {
+    enum { BLOCK = 512 };
     size_t es = braid_dtype_size(dt), bad = 0;
-    unsigned char w[8];
-    for (size_t k = 0; k < count; k++) {
-        want(w, k, want_fn_arg);
-        if (memcmp((const char *)got + k * es, w, es)) {
+    unsigned char w[BLOCK * 8];
+    for (size_t k0 = 0; k0 < count; k0 += BLOCK) {
+        size_t m = count - k0 < BLOCK ? count - k0 : BLOCK;
+        const unsigned char *g = (const unsigned char *)got + k0 * es;
+        for (size_t j = 0; j < m; j++)
+            want(w + j * es, k0 + j, want_fn_arg);
+        if (!memcmp(g, w, m * es)) continue;
+        for (size_t j = 0; j < m; j++) {
+            if (!memcmp(g + j * es, w + j * es, es)) continue;
             if (bad < 3) {
-                uint64_t g = 0, x = 0;
-                memcpy(&g, (const char *)got + k * es, es);
-                memcpy(&x, w, es);
+                uint64_t gv = 0, xv = 0;
+                memcpy(&gv, g + j * es, es);
+                memcpy(&xv, w + j * es, es);
                 fprintf(stderr, "%s: %s element %zu: got 0x%llx, want 0x%llx\n", what,
-                        braid_dtype_name(dt), k, (unsigned long long)g, (unsigned long long)x);
+                        braid_dtype_name(dt), k0 + j, (unsigned long long)gv,
+                        (unsigned long long)xv);
             }
             bad++;
         }
@@ -268,7 +294,7 @@ static void want_reduced(void *out, size_t k, const void *arg)
 static void want_rank(void *out, size_t k, const void *arg)
 {
     const want_t *w = arg;
-    store(out, 0, w->dt, data_value(w->dt, w->op, w->src, w->base + k, w->seed));
+    store(out, w->dt, value(w->dt, w->op, w->src, w->base + k, w->seed));
 }
 
 size_t data_check_reduced(const void *got, braid_datatype_t dt, braid_redop_t op, int n,
