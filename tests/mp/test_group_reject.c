@@ -91,10 +91,33 @@ static void group_calls(const case_t *c, braid_comm_t comm, int rank, int n, flo
     }
 }
 
+/* Elements of in and out the group's calls touch (group_calls), plus a margin. */
+static size_t span(const case_t *c, int n)
+{
+    size_t k = c->count, m = 1;
+    switch (c->kind) {
+    case BAD_OP:
+        m = 2; /* the all-reduce's output at out + k */
+        break;
+    case BAD_A2A:
+        m = n > 5 ? (size_t)n : 5; /* n blocks; the all-reduce's output at out + 4k */
+        break;
+    case BAD_FUSED:
+        m = 3;
+        break;
+    case BAD_FUSED_AG:
+        m = 3 * (size_t)n;
+        break;
+    default:
+        break;
+    }
+    return m * k + 16;
+}
+
 static int run_case(braid_comm_t comm, int rank, int n, void *arg)
 {
     const case_t *c = arg;
-    size_t len = 24 * c->count + 16; /* fused_gathers: 3 x n x count */
+    size_t len = span(c, n);
     float *in = calloc(len, sizeof(float)), *out = calloc(len, sizeof(float));
     MP_CHECK(rank, in && out, "out of memory");
     for (size_t i = 0; i < len; i++) {
