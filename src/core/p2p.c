@@ -225,7 +225,9 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
     if (res == BRAID_INPROGRESS) {
         /* Copy a piece into the receiver's buffer meanwhile, once it has published it. */
         int pushed = 0;
+        uint64_t t0 = op->timed ? braid_now_ns() : 0;
         BRAID_CHECK(braid_p2p_cma_push(r->st->cma, c, op->cma_slot, op->sbuf, &pushed));
+        if (pushed && op->timed) op->copy_ns += braid_now_ns() - t0;
         if (pushed) {
             *moved = 1;
             return BRAID_SUCCESS;
@@ -235,6 +237,7 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
     }
     BRAID_CHECK(res);
     op->off = braid_p2p_op_bytes(op);
+    if (op->timed) braid_p2p_cma_tx_done(r->st->cma, op->peer, 1, op->off, op->copy_ns);
     op_complete(r, op, BRAID_SUCCESS);
     *moved = 1;
     return BRAID_SUCCESS;
@@ -280,12 +283,16 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
             BRAID_CHECK(c->ops->send_post_ref(c, &h, src));
             r->used_ref[peer] = 1;
         } else {
+            uint64_t t0 = op->timed ? braid_now_ns() : 0;
             if (nb) h.flags |= braid_p2p_copy_to_slot(r->st, c, peer, slot, src, nb);
+            if (op->timed) op->copy_ns += braid_now_ns() - t0;
             BRAID_CHECK(c->ops->send_post(c, &h));
         }
         op->off += nb;
         op->nmsgs++;
         *moved = 1;
+        if (op->timed && op->off >= bytes)
+            braid_p2p_cma_tx_done(r->st->cma, peer, 0, bytes, op->copy_ns);
     }
     if (r->used_ref[peer]) {
         /* The last send on the connection stays open while the batch has other work that is
@@ -382,24 +389,34 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                     BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, got, bytes));
                     op->cma = 1;
                     op->cma_slot = (void *)buf;
+                    op->timed = braid_p2p_cma_rx_timed(r->st->cma, peer, bytes);
                 }
                 /* The descriptor's shared fields are written in place: CMA is shm only, whose
                  * slots both ends map read-write (transport.h). */
+                uint64_t t0 = op->timed ? braid_now_ns() : 0;
                 BRAID_CHECK(braid_p2p_cma_pull(r->comm, c, (void *)buf, op->rbuf, bytes, &op->off));
+                if (op->timed) op->copy_ns += braid_now_ns() - t0;
                 *moved = 1;
                 if (op->off < bytes) return BRAID_SUCCESS; /* the next piece at the next pass */
                 op->nmsgs++;
                 BRAID_CHECK(c->ops->recv_release(c));
+                if (op->timed) braid_p2p_cma_rx_done(r->st->cma, c, peer, 1, bytes, op->copy_ns);
                 continue;
             }
             BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
+            /* a message the sender could have sent by CMA: its copies are timed for the choice */
+            if (!op->nmsgs) op->timed = braid_p2p_cma_rx_timed(r->st->cma, peer, bytes);
+            uint64_t t0 = op->timed ? braid_now_ns() : 0;
             if (h->bytes)
                 braid_p2p_copy_from_slot(r->st, c, peer, (char *)op->rbuf + op->off, buf, h->bytes,
                                          h->flags);
+            if (op->timed) op->copy_ns += braid_now_ns() - t0;
             op->off += h->bytes;
             op->nmsgs++;
             BRAID_CHECK(c->ops->recv_release(c));
             *moved = 1;
+            if (op->timed && op->off >= bytes)
+                braid_p2p_cma_rx_done(r->st->cma, c, peer, 0, bytes, op->copy_ns);
         }
         op_complete(r, op, BRAID_SUCCESS);
     }

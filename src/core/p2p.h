@@ -75,14 +75,17 @@ typedef struct braid_p2p_op {
     int call;                  /* position in its group (1-based), 0 outside a group */
     struct braid_request *req; /* completed when the operation is (may be NULL) */
     /* Runner state. */
-    size_t off;     /* bytes moved */
-    int nmsgs;      /* messages moved */
-    int done;       /* 1 when complete */
-    int next;       /* next operation on the same connection, -1 = none */
-    int noticed;    /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
-    int cma;        /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
-    void *cma_slot; /* moved by CMA: its descriptor (the send's slot, as either end maps it) */
-    uint64_t tl0;   /* BRAID_TRACE: when it was linked, 0 = not recorded */
+    size_t off;       /* bytes moved */
+    int nmsgs;        /* messages moved */
+    int done;         /* 1 when complete */
+    int next;         /* next operation on the same connection, -1 = none */
+    int noticed;      /* a blocked receive told its peer (BRAID_MSG_NOTICE) */
+    int cma;          /* moved by CMA (p2p_cma.h): posted (send) or descriptor checked (receive) */
+    void *cma_slot;   /* moved by CMA: its descriptor (the send's slot, as either end maps it) */
+    int cma_pick;     /* a send's path once chosen: 0 not yet, 1 slots, 2 CMA (braid_p2p_cma_use) */
+    int timed;        /* its copies are timed for braid_p2p_cma_pick (p2p_cma.h) */
+    uint64_t copy_ns; /* a timed operation: ns this end spent copying its bytes */
+    uint64_t tl0;     /* BRAID_TRACE: when it was linked, 0 = not recorded */
     /* A device buffer (p2p_dev.c): on_dev set by the call's checks; once the runner takes the
      * operation, sbuf/rbuf is the host copy `shadow` and dev_buf the caller's buffer. */
     int on_dev;
@@ -155,6 +158,9 @@ uint64_t braid_p2p_cma_pushed(struct braid_comm *comm, int *help_p);
  * leave_first: its next CMA message's pieces wait until its sender has claimed one. */
 void braid_p2p_cma_test_stall(struct braid_comm *comm, uint64_t stall_ns, int leave_first);
 int braid_p2p_cma_test_stalled(struct braid_comm *comm);
+/* For tests of the measured choice (braid_p2p_cma_pick): this rank's receives report the copy
+ * time of path cma_path (1 single copy, 0 the slots) multiplied by factor (0: unscaled). */
+void braid_p2p_cma_test_scale(struct braid_comm *comm, int cma_path, double factor);
 /* How many communicators of this process hold PR_SET_PTRACER_ANY (p2p_cma.c); for tests. */
 int braid_p2p_cma_ptracer_refs(void);
 /* A message of collective seq on the collective engine's connections (a peer in a ring, tree

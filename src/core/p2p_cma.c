@@ -147,11 +147,17 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
     braid_result_t res = BRAID_SUCCESS;
     if (!cma || !all || !ok || !(cma->send_ok = calloc((size_t)n, 1)) ||
         !(cma->recv_ok = calloc((size_t)n, 1)) ||
-        !(cma->pid = calloc((size_t)n, sizeof(int32_t)))) {
+        !(cma->pid = calloc((size_t)n, sizeof(int32_t))) ||
+        !(cma->picked = calloc((size_t)n, sizeof(uint64_t))) ||
+        !(cma->rx_avg = calloc((size_t)n * 2, sizeof(double))) ||
+        !(cma->rx_n = calloc((size_t)n * 2, sizeof(uint32_t))) ||
+        !(cma->tx_avg = calloc((size_t)n * 2, sizeof(double))) ||
+        !(cma->tx_n = calloc((size_t)n * 2, sizeof(uint32_t)))) {
         res = braid_set_error(BRAID_ERR_NOMEM, "out of memory for the CMA probe of %d ranks", n);
         goto out;
     }
     cma->min_bytes = (size_t)min;
+    cma->measured = on == 1;
     cma->piece = (size_t)piece;
     cma->help = help != 0;
     if (getrandom(&cma->probe, sizeof(cma->probe), 0) != sizeof(cma->probe))
@@ -225,15 +231,89 @@ void braid_p2p_cma_free(braid_p2p_cma_t *cma)
     free(cma->send_ok);
     free(cma->recv_ok);
     free(cma->pid);
+    free(cma->picked);
+    free(cma->rx_avg);
+    free(cma->rx_n);
+    free(cma->tx_avg);
+    free(cma->tx_n);
     free(cma);
 }
 
-int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const braid_p2p_op_t *op,
-                      size_t bytes)
+int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma)
 {
+    if (!cost_slots || !cost_cma)
+        return sent >= BRAID_CMA_PICK_TRIAL ? cost_cma || !cost_slots : !(sent & 1);
+    int best = cost_cma <= cost_slots;
+    /* One message of the other path in `every`, so that it costs about 2% of the time: the
+     * ratio r of the two costs makes that message take r - 1 messages' time more. */
+    uint64_t lo = best ? cost_cma : cost_slots, hi = best ? cost_slots : cost_cma;
+    double extra = (double)hi / (double)lo - 1.0;
+    uint64_t every = extra / BRAID_CMA_PICK_BUDGET > BRAID_CMA_PICK_EXPLORE
+                         ? (uint64_t)(extra / BRAID_CMA_PICK_BUDGET)
+                         : BRAID_CMA_PICK_EXPLORE;
+    if (every > BRAID_CMA_PICK_EXPLORE_MAX) every = BRAID_CMA_PICK_EXPLORE_MAX;
+    return sent % every == every - 1 ? !best : best;
+}
+
+int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_t *op, size_t bytes)
+{
+    if (op->cma_pick) return op->cma_pick == 2;
     /* reduce_scatterv's receiver folds chunk by chunk (step_reduce): it keeps the slots. */
-    return cma && bytes >= cma->min_bytes && cma->send_ok[op->peer] &&
-           c->slot_size >= sizeof(braid_cma_desc_t) && op->coll != BRAID_COLL_REDUCE_SCATTERV;
+    int can = cma && bytes >= cma->min_bytes && cma->send_ok[op->peer] &&
+              c->slot_size >= sizeof(braid_cma_desc_t) && op->coll != BRAID_COLL_REDUCE_SCATTERV;
+    int use = can;
+    if (can && cma->measured) {
+        uint64_t cost[2];
+        braid_p2p_cma_costs(cma, c, op->peer, cost);
+        use = braid_p2p_cma_pick(cma->picked[op->peer]++, cost[0], cost[1]);
+        op->timed = 1;
+    }
+    op->cma_pick = use ? 2 : 1;
+    return use;
+}
+
+/* Both ends' copy time per byte, each end's moving average (ps per byte): the slots are the
+ * sender's copies in and the receiver's copies out, the single copy the receiver's reads and
+ * the sender's writes where it helps (none: 0). Measured once the receiver reported the path
+ * (and the sender timed the slots' copies in). */
+void braid_p2p_cma_costs(const braid_p2p_cma_t *cma, const braid_conn_t *c, int peer,
+                         uint64_t cost[2])
+{
+    for (int k = 0; k < 2; k++) {
+        size_t i = (size_t)peer * 2 + (size_t)k;
+        uint64_t rx = braid_shm_msg_cost_get(c, k);
+        int tx_ok = k == 1 || cma->tx_n[i] > 1;
+        cost[k] = rx && tx_ok ? rx + (uint64_t)(cma->tx_avg[i] * 1000.0) : 0;
+    }
+}
+
+static double fold(double avg, size_t bytes, uint64_t ns)
+{
+    double v = (double)ns / (double)bytes;
+    return avg > 0 ? 0.75 * avg + 0.25 * v : v;
+}
+
+void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, int peer, int cma_path, size_t bytes, uint64_t ns)
+{
+    size_t k = (size_t)peer * 2 + (cma_path != 0);
+    if (bytes && cma->tx_n[k]++ > 0) cma->tx_avg[k] = fold(cma->tx_avg[k], bytes, ns);
+}
+
+int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes)
+{
+    return cma && cma->recv_ok[peer] && bytes >= cma->min_bytes;
+}
+
+void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int cma_path,
+                           size_t bytes, uint64_t ns)
+{
+    size_t k = (size_t)peer * 2 + (cma_path != 0);
+    if (!bytes || cma->rx_n[k]++ == 0) return;
+    if (cma->test_scale[cma_path != 0] > 0)
+        ns = (uint64_t)((double)ns * cma->test_scale[cma_path != 0]);
+    cma->rx_avg[k] = fold(cma->rx_avg[k], bytes, ns);
+    uint64_t ps = (uint64_t)(cma->rx_avg[k] * 1000.0);
+    braid_shm_msg_cost_set(c, cma_path, ps ? ps : 1);
 }
 
 braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,

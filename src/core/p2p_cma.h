@@ -44,8 +44,23 @@ typedef struct {
  * finished (nothing more will be written) and the message as failed. */
 #define BRAID_CMA_DONE_FAILED ((uint64_t)1 << 62)
 
+/* BRAID_P2P_CMA=auto measures which path is faster per connection (braid_p2p_cma_pick): the
+ * single copy won by 1.2-1.3x at 16-64 MiB on some days of the 2-vCPU VMs (sessions 13-21) and
+ * lost by 1.4-1.6x at 1-64 MiB on others (session 35), where the kernel's page-by-page copy
+ * ran at about 5 GB/s and the pipelined slots at 8. */
+#define BRAID_CMA_PICK_TRIAL 8     /* messages that alternate until both paths are measured */
+#define BRAID_CMA_PICK_EXPLORE 32  /* then one message in at least this many takes the other */
+#define BRAID_CMA_PICK_BUDGET 0.02 /* path, in more where that costs more than this fraction */
+#define BRAID_CMA_PICK_EXPLORE_MAX 4096
+
 typedef struct braid_p2p_cma {
-    uint8_t *send_ok; /* per peer: sends of >= min_bytes to it go by CMA */
+    uint8_t *send_ok; /* per peer: sends of >= min_bytes to it may go by CMA */
+    int measured;     /* BRAID_P2P_CMA=auto: braid_p2p_cma_pick chooses (1: always CMA) */
+    uint64_t *picked; /* per peer: sends of >= min_bytes whose path was chosen */
+    double *rx_avg;   /* per peer x path: receives' copy time, moving average, ns per byte */
+    uint32_t *rx_n;   /* per peer x path: receives timed (the first of each is not counted) */
+    double *tx_avg;   /* per peer x path: sends' copy time (slots: in; CMA: helping) */
+    uint32_t *tx_n;   /* per peer x path: sends timed (the first of each is not counted) */
     uint8_t *recv_ok; /* per peer: this rank's probe read that peer's memory */
     int32_t *pid;     /* per peer: its pid as exchanged */
     size_t min_bytes;
@@ -57,6 +72,7 @@ typedef struct braid_p2p_cma {
     _Atomic uint64_t pushed; /* bytes this rank wrote into its receivers' buffers */
     int ptracer;             /* holds a reference to PR_SET_PTRACER_ANY (p2p_cma.c) */
     uint64_t test_stall_ns;  /* braid_p2p_cma_test_stall */
+    double test_scale[2];    /* braid_p2p_cma_test_scale */
     int test_leave_first;
     _Atomic int test_stalled;
 } braid_p2p_cma_t;
@@ -70,9 +86,34 @@ braid_result_t braid_p2p_cma_connect(struct braid_comm *comm, braid_conn_t **sen
                                      braid_conn_t **recv, braid_p2p_cma_t **cma_p);
 void braid_p2p_cma_free(braid_p2p_cma_t *cma);
 
-/* Whether a send of op (bytes > 0) to peer over c goes by CMA. */
-int braid_p2p_cma_use(const braid_p2p_cma_t *cma, const braid_conn_t *c, const braid_p2p_op_t *op,
+/* Whether a send of op (bytes > 0) to peer over c goes by CMA: decided once per operation
+ * (op->cma_pick), by braid_p2p_cma_pick where cma->measured. */
+int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_t *op,
                       size_t bytes);
+/* The path of a connection's sent-th message of at least BRAID_P2P_CMA_MIN bytes (1 single
+ * copy, 0 the slots), from the receiver's costs per path (ps per byte, 0: not measured yet):
+ * the two alternate (single copy first) until both are measured, for at most
+ * BRAID_CMA_PICK_TRIAL messages; then the cheaper one (single copy on a tie), and the other for
+ * one message in BRAID_CMA_PICK_EXPLORE, or in as many as keep that message's extra time at
+ * BRAID_CMA_PICK_BUDGET of the total (at most BRAID_CMA_PICK_EXPLORE_MAX), so that a change of
+ * the machine's speeds is seen.
+ * After the trial with one path measured, that one; with none, the single copy. */
+int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma);
+/* Whether the receiving end times a receive of bytes from peer (for braid_p2p_cma_pick): a
+ * message of at least min_bytes from a peer that may send it by CMA. */
+int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes);
+/* The receiving end: copying a message of bytes from peer over c (shm) out of the slots
+ * (cma_path 0) or reading it (1) took ns; folds it into the moving average (not the first of
+ * each path: cold pages) and publishes that to the sender (braid_shm_msg_cost_set). */
+void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int cma_path,
+                           size_t bytes, uint64_t ns);
+/* The sending end of a message whose path braid_p2p_cma_pick chose: its copies into the slots
+ * (cma_path 0) or its help (1: 0 ns when it wrote nothing) took ns; folded likewise. */
+void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, int peer, int cma_path, size_t bytes, uint64_t ns);
+/* Per path ([0] slots, [1] single copy): both ends' copy time in ps per byte, 0 while either
+ * end has no figure yet (the input of braid_p2p_cma_pick). */
+void braid_p2p_cma_costs(const braid_p2p_cma_t *cma, const braid_conn_t *c, int peer,
+                         uint64_t cost[2]);
 /* Writes the descriptor of [src, src + bytes) into slot and posts it with header h (whose
  * bytes and flags it sets). */
 braid_result_t braid_p2p_cma_post(braid_conn_t *c, void *slot, braid_msg_hdr_t *h, const void *src,

@@ -69,6 +69,19 @@ void braid_p2p_close(struct braid_comm *comm)
 {
     struct braid_p2p_state *st = comm->p2p;
     if (!st) return;
+    for (int p = 0; st->cma && st->cma->measured && p < comm->nranks; p++) {
+        braid_conn_t *c = st->send ? st->send[p] : NULL;
+        if (!c || !st->cma->picked[p]) continue;
+        uint64_t ps[2];
+        braid_p2p_cma_costs(st->cma, c, p, ps);
+        braid_debug(SHM,
+                    "messages of %zu bytes or more to rank %d: %llu, copied at %.2f GB/s by the "
+                    "slots (both ends' copies), %.2f GB/s by single copy; taking %s",
+                    st->cma->min_bytes, p, (unsigned long long)st->cma->picked[p],
+                    ps[0] ? 1000.0 / (double)ps[0] : 0.0, ps[1] ? 1000.0 / (double)ps[1] : 0.0,
+                    braid_p2p_cma_pick(BRAID_CMA_PICK_TRIAL, ps[0], ps[1]) ? "single copy"
+                                                                           : "the slots");
+    }
     for (int p = 0; p < comm->nranks && st->send; p++) {
         if (st->send[p]) st->send[p]->ops->close(st->send[p]);
         if (st->recv && st->recv[p]) st->recv[p]->ops->close(st->recv[p]);
@@ -191,6 +204,12 @@ void braid_p2p_cma_test_stall(struct braid_comm *comm, uint64_t stall_ns, int le
     st->cma->test_leave_first = leave_first;
 }
 
+void braid_p2p_cma_test_scale(struct braid_comm *comm, int cma_path, double factor)
+{
+    struct braid_p2p_state *st = comm->p2p;
+    if (st && st->cma) st->cma->test_scale[cma_path != 0] = factor;
+}
+
 int braid_p2p_cma_test_stalled(struct braid_comm *comm)
 {
     struct braid_p2p_state *st = comm->p2p;
@@ -220,6 +239,9 @@ braid_result_t braid_p2p_batch_add(braid_p2p_batch_t *b, const braid_p2p_op_t *o
     b->ops[b->nops].noticed = 0;
     b->ops[b->nops].cma = 0;
     b->ops[b->nops].cma_slot = NULL;
+    b->ops[b->nops].cma_pick = 0;
+    b->ops[b->nops].timed = 0;
+    b->ops[b->nops].copy_ns = 0;
     b->ops[b->nops].dev_buf = b->ops[b->nops].shadow = NULL;
     b->nops++;
     return BRAID_SUCCESS;

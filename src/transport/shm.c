@@ -62,8 +62,9 @@ typedef struct {
     _Atomic uint32_t tail;
     _Atomic uint32_t tail_waiters;
     char pad1[56];
-    _Atomic uint64_t rx_cost[2]; /* braid_shm_rx_cost_set: written by the receiver */
-    char pad2[48];
+    _Atomic uint64_t rx_cost[2];  /* braid_shm_rx_cost_set: written by the receiver */
+    _Atomic uint64_t msg_cost[2]; /* braid_shm_msg_cost_set: written by the receiver */
+    char pad2[32];
     _Atomic int32_t sender_pid;
     _Atomic int32_t failed; /* SHM_FAIL_* bits */
     int32_t fail_code[2];   /* braid_result_t of each side's failure */
@@ -107,6 +108,18 @@ uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt)
 {
     const shm_conn_t *c = (const shm_conn_t *)send_conn;
     return atomic_load_explicit(&c->f->rx_cost[nt != 0], memory_order_relaxed);
+}
+
+void braid_shm_msg_cost_set(braid_conn_t *recv_conn, int cma, uint64_t ps_per_byte)
+{
+    shm_conn_t *c = (shm_conn_t *)recv_conn;
+    atomic_store_explicit(&c->f->msg_cost[cma != 0], ps_per_byte, memory_order_relaxed);
+}
+
+uint64_t braid_shm_msg_cost_get(const braid_conn_t *send_conn, int cma)
+{
+    const shm_conn_t *c = (const shm_conn_t *)send_conn;
+    return atomic_load_explicit(&c->f->msg_cost[cma != 0], memory_order_relaxed);
 }
 
 static int futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t timeout_ns)

@@ -179,6 +179,12 @@ extern const braid_transport_t braid_transport_shm;
  * receiving end, read by the sending end (core/ntpick.h). */
 void braid_shm_rx_cost_set(braid_conn_t *recv_conn, int nt, uint64_t ps_per_byte);
 uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt);
+/* The receiver's time for a whole message of at least BRAID_P2P_CMA_MIN bytes, from its first
+ * chunk (or CMA descriptor) to its last byte, per path (0 the slots, 1 single copy), as a
+ * moving average in picoseconds per byte (0: not measured), on the same line: set by the
+ * receiving end, read by the sending end (core/p2p_cma.h, braid_p2p_cma_pick). */
+void braid_shm_msg_cost_set(braid_conn_t *recv_conn, int cma, uint64_t ps_per_byte);
+uint64_t braid_shm_msg_cost_get(const braid_conn_t *send_conn, int cma);
 /* A new name for a shared-memory segment in /dev/shm: "/braid-ns<PID namespace inode>-<pid>-"
  * tag, a counter, "-" and 8 random hex digits (at most 52 bytes with the NUL for a tag of up to
  * 2 characters). The shm transport's setup removes segments of dead creators of its own PID
