@@ -70,7 +70,9 @@ static const braid_param_t params[] = {
      "thread always yields; 0 = always yield for BRAID_YIELD_US"},
     {"P2P_CMA", "auto", BRAID_PARAM_STR,
      "single-copy send/recv within a host (process_vm_readv): auto = where a probe at init "
-     "reads the peer's memory, 1 = the same, and a failed probe is a warning, 0 = never"},
+     "reads the peer's memory, each message of at least BRAID_P2P_CMA_MIN bytes by the path "
+     "both ends' measured copy times favour (single copy or the slots), 1 = single copy for "
+     "every such message where the probe passed, and a failed probe is a warning, 0 = never"},
     {"P2P_NT_SLOTS", "auto", BRAID_PARAM_STR,
      "stores into the shared-memory send slots of send/recv: auto = per peer, the kind "
      "(streaming or plain) of the lower sender + receiver copy time, each measured in runs of "
