@@ -284,6 +284,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
             r->used_ref[peer] = 1;
         } else {
             uint64_t t0 = op->timed ? braid_now_ns() : 0;
+            if (op->timed) h.flags |= BRAID_MSG_PICKED;
             if (nb) h.flags |= braid_p2p_copy_to_slot(r->st, c, peer, slot, src, nb);
             if (op->timed) op->copy_ns += braid_now_ns() - t0;
             BRAID_CHECK(c->ops->send_post(c, &h));
@@ -393,9 +394,8 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 }
                 /* The descriptor's shared fields are written in place: CMA is shm only, whose
                  * slots both ends map read-write (transport.h). */
-                uint64_t t0 = op->timed ? braid_now_ns() : 0;
-                BRAID_CHECK(braid_p2p_cma_pull(r->comm, c, (void *)buf, op->rbuf, bytes, &op->off));
-                if (op->timed) op->copy_ns += braid_now_ns() - t0;
+                BRAID_CHECK(braid_p2p_cma_pull(r->comm, c, (void *)buf, op->rbuf, bytes, &op->off,
+                                               op->timed ? &op->copy_ns : NULL));
                 *moved = 1;
                 if (op->off < bytes) return BRAID_SUCCESS; /* the next piece at the next pass */
                 op->nmsgs++;
@@ -404,8 +404,8 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                 continue;
             }
             BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, h->bytes, 0));
-            /* a message the sender could have sent by CMA: its copies are timed for the choice */
-            if (!op->nmsgs) op->timed = braid_p2p_cma_rx_timed(r->st->cma, peer, bytes);
+            /* a message whose path the sender picked: its copies are timed for the choice */
+            if (!op->nmsgs) op->timed = (h->flags & BRAID_MSG_PICKED) && r->st->cma;
             uint64_t t0 = op->timed ? braid_now_ns() : 0;
             if (h->bytes)
                 braid_p2p_copy_from_slot(r->st, c, peer, (char *)op->rbuf + op->off, buf, h->bytes,

@@ -239,20 +239,21 @@ void braid_p2p_cma_free(braid_p2p_cma_t *cma)
     free(cma);
 }
 
-int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma)
+int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma, uint32_t samples)
 {
     if (!cost_slots || !cost_cma)
         return sent >= BRAID_CMA_PICK_TRIAL ? cost_cma || !cost_slots : !(sent & 1);
     int best = cost_cma <= cost_slots;
     /* One message of the other path in `every`, so that it costs about 2% of the time: the
-     * ratio r of the two costs makes that message take r - 1 messages' time more. */
+     * ratio r of the two costs makes that message take r - 1 messages' time more. While a path
+     * has few samples (one of them may have met a preemption or cold pages), every 32. */
     uint64_t lo = best ? cost_cma : cost_slots, hi = best ? cost_slots : cost_cma;
-    double extra = (double)hi / (double)lo - 1.0;
-    uint64_t every = extra / BRAID_CMA_PICK_BUDGET > BRAID_CMA_PICK_EXPLORE
-                         ? (uint64_t)(extra / BRAID_CMA_PICK_BUDGET)
-                         : BRAID_CMA_PICK_EXPLORE;
+    double every = ((double)hi / (double)lo - 1.0) / BRAID_CMA_PICK_BUDGET;
+    if (samples < BRAID_CMA_PICK_SETTLE || every < BRAID_CMA_PICK_EXPLORE)
+        every = BRAID_CMA_PICK_EXPLORE;
     if (every > BRAID_CMA_PICK_EXPLORE_MAX) every = BRAID_CMA_PICK_EXPLORE_MAX;
-    return sent % every == every - 1 ? !best : best;
+    uint64_t e = (uint64_t)every;
+    return sent % e == e - 1 ? !best : best;
 }
 
 int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_t *op, size_t bytes)
@@ -265,7 +266,9 @@ int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_
     if (can && cma->measured) {
         uint64_t cost[2];
         braid_p2p_cma_costs(cma, c, op->peer, cost);
-        use = braid_p2p_cma_pick(cma->picked[op->peer]++, cost[0], cost[1]);
+        const uint32_t *tn = &cma->tx_n[(size_t)op->peer * 2];
+        use = braid_p2p_cma_pick(cma->picked[op->peer]++, cost[0], cost[1],
+                                 tn[0] < tn[1] ? tn[0] : tn[1]);
         op->timed = 1;
     }
     op->cma_pick = use ? 2 : 1;
@@ -287,16 +290,23 @@ void braid_p2p_cma_costs(const braid_p2p_cma_t *cma, const braid_conn_t *c, int 
     }
 }
 
-static double fold(double avg, size_t bytes, uint64_t ns)
+/* A path's next sample (ns per byte) into its average, n samples counted before it: the least
+ * of the first BRAID_CMA_PICK_SEED (a copy that met a preemption or pages touched for the
+ * first time, a slot ring's pages on its first laps, must not stand for the path), then a
+ * moving average of samples clipped at 4x it. */
+static double fold(double avg, uint32_t n, size_t bytes, uint64_t ns)
 {
     double v = (double)ns / (double)bytes;
-    return avg > 0 ? 0.75 * avg + 0.25 * v : v;
+    if (n < BRAID_CMA_PICK_SEED || avg <= 0) return avg > 0 && avg < v ? avg : v;
+    if (v > 4 * avg) v = 4 * avg;
+    return 0.75 * avg + 0.25 * v;
 }
 
 void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, int peer, int cma_path, size_t bytes, uint64_t ns)
 {
     size_t k = (size_t)peer * 2 + (cma_path != 0);
-    if (bytes && cma->tx_n[k]++ > 0) cma->tx_avg[k] = fold(cma->tx_avg[k], bytes, ns);
+    if (bytes && cma->tx_n[k]++ > 0)
+        cma->tx_avg[k] = fold(cma->tx_avg[k], cma->tx_n[k] - 2, bytes, ns);
 }
 
 int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes)
@@ -311,7 +321,7 @@ void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int 
     if (!bytes || cma->rx_n[k]++ == 0) return;
     if (cma->test_scale[cma_path != 0] > 0)
         ns = (uint64_t)((double)ns * cma->test_scale[cma_path != 0]);
-    cma->rx_avg[k] = fold(cma->rx_avg[k], bytes, ns);
+    cma->rx_avg[k] = fold(cma->rx_avg[k], cma->rx_n[k] - 2, bytes, ns);
     uint64_t ps = (uint64_t)(cma->rx_avg[k] * 1000.0);
     braid_shm_msg_cost_set(c, cma_path, ps ? ps : 1);
 }
@@ -390,7 +400,7 @@ static braid_result_t wait_done(struct braid_comm *comm, braid_conn_t *c, braid_
 }
 
 braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void *buf, char *dst,
-                                  size_t total, size_t *off_p)
+                                  size_t total, size_t *off_p, uint64_t *copy_ns)
 {
     braid_p2p_cma_t *cma = comm->p2p->cma;
     braid_cma_desc_t *d = buf;
@@ -409,7 +419,9 @@ braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void
     if (claim_piece(cma, d, &off, &nb)) {
         struct iovec l = {.iov_base = dst + off, .iov_len = nb};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(d->addr + off), .iov_len = nb};
+        uint64_t t0 = copy_ns ? braid_now_ns() : 0;
         ssize_t got = process_vm_readv(d->pid, &l, 1, &r, 1, 0);
+        if (copy_ns) *copy_ns += braid_now_ns() - t0;
         if (got != (ssize_t)nb) {
             int err = got < 0 ? errno : EFAULT;
             /* Accounted as finished: the revoke of the failed receive waits for the sender's

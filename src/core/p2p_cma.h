@@ -52,6 +52,8 @@ typedef struct {
 #define BRAID_CMA_PICK_EXPLORE 32  /* then one message in at least this many takes the other */
 #define BRAID_CMA_PICK_BUDGET 0.02 /* path, in more where that costs more than this fraction */
 #define BRAID_CMA_PICK_EXPLORE_MAX 4096
+#define BRAID_CMA_PICK_SETTLE 8 /* messages of each path before the interval may grow */
+#define BRAID_CMA_PICK_SEED 3   /* a path's figure starts as the least of its first samples */
 
 typedef struct braid_p2p_cma {
     uint8_t *send_ok; /* per peer: sends of >= min_bytes to it may go by CMA */
@@ -95,16 +97,18 @@ int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_
  * the two alternate (single copy first) until both are measured, for at most
  * BRAID_CMA_PICK_TRIAL messages; then the cheaper one (single copy on a tie), and the other for
  * one message in BRAID_CMA_PICK_EXPLORE, or in as many as keep that message's extra time at
- * BRAID_CMA_PICK_BUDGET of the total (at most BRAID_CMA_PICK_EXPLORE_MAX), so that a change of
- * the machine's speeds is seen.
+ * BRAID_CMA_PICK_BUDGET of the total (at most BRAID_CMA_PICK_EXPLORE_MAX; every 32 while the
+ * sender has sent fewer than BRAID_CMA_PICK_SETTLE messages of either path: `samples`), so
+ * that a change of the machine's speeds, or a first figure that was too high, is seen.
  * After the trial with one path measured, that one; with none, the single copy. */
-int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma);
+int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma, uint32_t samples);
 /* Whether the receiving end times a receive of bytes from peer (for braid_p2p_cma_pick): a
  * message of at least min_bytes from a peer that may send it by CMA. */
 int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes);
 /* The receiving end: copying a message of bytes from peer over c (shm) out of the slots
- * (cma_path 0) or reading it (1) took ns; folds it into the moving average (not the first of
- * each path: cold pages) and publishes that to the sender (braid_shm_msg_cost_set). */
+ * (cma_path 0) or reading it (1) took ns; folds it into the path's figure (not the first of
+ * each path: cold pages; the least of the next BRAID_CMA_PICK_SEED, then a moving average of
+ * clipped samples) and publishes that to the sender (braid_shm_msg_cost_set). */
 void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int cma_path,
                            size_t bytes, uint64_t ns);
 /* The sending end of a message whose path braid_p2p_cma_pick chose: its copies into the slots
@@ -126,9 +130,10 @@ braid_result_t braid_p2p_cma_desc(const braid_p2p_cma_t *cma, int peer, const br
  * first call publishes dst; each call copies the next unclaimed piece, if any, else waits for
  * the pieces the sender is copying (spin, then yield; comm's abort and timeout apply), checks
  * the sender over c (peer_check) and sets *off_p = total. *off_p stays below total until then.
- * BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read. */
+ * BRAID_ERR_REMOTE naming the rank when the sender died or its memory cannot be read.
+ * copy_ns (may be NULL): adds the time spent in process_vm_readv (not the waits). */
 braid_result_t braid_p2p_cma_pull(struct braid_comm *comm, braid_conn_t *c, void *buf, char *dst,
-                                  size_t total, size_t *off_p);
+                                  size_t total, size_t *off_p, uint64_t *copy_ns);
 /* A receive that fails (abort, timeout, an error elsewhere in its batch) with buf's message
  * unfinished: no piece can be claimed after this, and it waits for the pieces the sender is
  * writing, so that no write reaches the buffer once the call has returned: until they are

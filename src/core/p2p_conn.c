@@ -79,8 +79,8 @@ void braid_p2p_close(struct braid_comm *comm)
                     "slots (both ends' copies), %.2f GB/s by single copy; taking %s",
                     st->cma->min_bytes, p, (unsigned long long)st->cma->picked[p],
                     ps[0] ? 1000.0 / (double)ps[0] : 0.0, ps[1] ? 1000.0 / (double)ps[1] : 0.0,
-                    braid_p2p_cma_pick(BRAID_CMA_PICK_TRIAL, ps[0], ps[1]) ? "single copy"
-                                                                           : "the slots");
+                    braid_p2p_cma_pick(BRAID_CMA_PICK_TRIAL, ps[0], ps[1], 0) ? "single copy"
+                                                                              : "the slots");
     }
     for (int p = 0; p < comm->nranks && st->send; p++) {
         if (st->send[p]) st->send[p]->ops->close(st->send[p]);

@@ -62,6 +62,10 @@ typedef struct {
 /* On a shm send slot's message (core/p2p.c): the sender wrote the payload with streaming
  * stores (core/ntpick.h); the receiver times its copy out per kind and reports it back. */
 #define BRAID_MSG_NT 0x20
+/* On every chunk of a send/recv message the sender sent through the shm slots by the measured
+ * choice (core/p2p_cma.h, braid_p2p_cma_pick): the receiver times its copies out and reports
+ * them back. */
+#define BRAID_MSG_PICKED 0x40
 
 /* BRAID_WAIT_RELEASED (only on transports with send_released): until every slot posted on a
  * send connection has been released by the receiver. */
@@ -179,10 +183,10 @@ extern const braid_transport_t braid_transport_shm;
  * receiving end, read by the sending end (core/ntpick.h). */
 void braid_shm_rx_cost_set(braid_conn_t *recv_conn, int nt, uint64_t ps_per_byte);
 uint64_t braid_shm_rx_cost_get(const braid_conn_t *send_conn, int nt);
-/* The receiver's time for a whole message of at least BRAID_P2P_CMA_MIN bytes, from its first
- * chunk (or CMA descriptor) to its last byte, per path (0 the slots, 1 single copy), as a
- * moving average in picoseconds per byte (0: not measured), on the same line: set by the
- * receiving end, read by the sending end (core/p2p_cma.h, braid_p2p_cma_pick). */
+/* The receiver's copy time for the messages whose path the sender picks (core/p2p_cma.h,
+ * braid_p2p_cma_pick), per path (0 its copies out of the slots, 1 its process_vm_readv calls),
+ * as a moving average in picoseconds per byte of the message (0: not measured), on the same
+ * line: set by the receiving end, read by the sending end. */
 void braid_shm_msg_cost_set(braid_conn_t *recv_conn, int cma, uint64_t ps_per_byte);
 uint64_t braid_shm_msg_cost_get(const braid_conn_t *send_conn, int cma);
 /* A new name for a shared-memory segment in /dev/shm: "/braid-ns<PID namespace inode>-<pid>-"
