@@ -246,11 +246,12 @@ int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma, ui
     int best = cost_cma <= cost_slots;
     /* One message of the other path in `every`, so that it costs about 2% of the time: the
      * ratio r of the two costs makes that message take r - 1 messages' time more. While a path
-     * has few samples (one of them may have met a preemption or cold pages), every 32. */
+     * has few samples (one of them may have met a preemption or cold pages) at most 256. */
     uint64_t lo = best ? cost_cma : cost_slots, hi = best ? cost_slots : cost_cma;
     double every = ((double)hi / (double)lo - 1.0) / BRAID_CMA_PICK_BUDGET;
-    if (samples < BRAID_CMA_PICK_SETTLE || every < BRAID_CMA_PICK_EXPLORE)
-        every = BRAID_CMA_PICK_EXPLORE;
+    if (every < BRAID_CMA_PICK_EXPLORE) every = BRAID_CMA_PICK_EXPLORE;
+    if (samples < BRAID_CMA_PICK_SETTLE && every > BRAID_CMA_PICK_EXPLORE_EARLY)
+        every = BRAID_CMA_PICK_EXPLORE_EARLY;
     if (every > BRAID_CMA_PICK_EXPLORE_MAX) every = BRAID_CMA_PICK_EXPLORE_MAX;
     uint64_t e = (uint64_t)every;
     return sent % e == e - 1 ? !best : best;

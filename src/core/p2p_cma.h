@@ -52,8 +52,9 @@ typedef struct {
 #define BRAID_CMA_PICK_EXPLORE 32  /* then one message in at least this many takes the other */
 #define BRAID_CMA_PICK_BUDGET 0.02 /* path, in more where that costs more than this fraction */
 #define BRAID_CMA_PICK_EXPLORE_MAX 4096
-#define BRAID_CMA_PICK_SETTLE 8 /* messages of each path before the interval may grow */
-#define BRAID_CMA_PICK_SEED 3   /* a path's figure starts as the least of its first samples */
+#define BRAID_CMA_PICK_SETTLE 8          /* messages of each path before the interval may exceed */
+#define BRAID_CMA_PICK_EXPLORE_EARLY 256 /* this */
+#define BRAID_CMA_PICK_SEED 3 /* a path's figure starts as the least of its first samples */
 
 typedef struct braid_p2p_cma {
     uint8_t *send_ok; /* per peer: sends of >= min_bytes to it may go by CMA */
@@ -97,9 +98,10 @@ int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_
  * the two alternate (single copy first) until both are measured, for at most
  * BRAID_CMA_PICK_TRIAL messages; then the cheaper one (single copy on a tie), and the other for
  * one message in BRAID_CMA_PICK_EXPLORE, or in as many as keep that message's extra time at
- * BRAID_CMA_PICK_BUDGET of the total (at most BRAID_CMA_PICK_EXPLORE_MAX; every 32 while the
- * sender has sent fewer than BRAID_CMA_PICK_SETTLE messages of either path: `samples`), so
- * that a change of the machine's speeds, or a first figure that was too high, is seen.
+ * BRAID_CMA_PICK_BUDGET of the total (at most BRAID_CMA_PICK_EXPLORE_MAX; at most
+ * BRAID_CMA_PICK_EXPLORE_EARLY while the sender has sent fewer than BRAID_CMA_PICK_SETTLE
+ * messages of either path: `samples`), so that a change of the machine's speeds, or a first
+ * figure that was too high, is seen.
  * After the trial with one path measured, that one; with none, the single copy. */
 int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma, uint32_t samples);
 /* Whether the receiving end times a receive of bytes from peer (for braid_p2p_cma_pick): a

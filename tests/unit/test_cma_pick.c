@@ -44,7 +44,8 @@ Test(cma_pick, cheaper_path_with_one_exploration_per_interval)
     /* 1000x apart: capped at one in BRAID_CMA_PICK_EXPLORE_MAX */
     cr_expect_eq(cma_count(0, 2 * BRAID_CMA_PICK_EXPLORE_MAX, 1, 1000, 100), 2,
                  "slots far cheaper");
-    /* a path with fewer than BRAID_CMA_PICK_SETTLE messages: every 32 whatever the ratio */
-    cr_expect_eq(cma_count(0, 3200, 1, 1000, BRAID_CMA_PICK_SETTLE - 1), 100, "few samples");
-    cr_expect_eq(cma_count(0, 3200, 1000, 1, 0), 3200 - 100, "no samples yet");
+    /* a path with fewer than BRAID_CMA_PICK_SETTLE messages: at most 256 apart */
+    cr_expect_eq(cma_count(0, 2560, 1, 1000, BRAID_CMA_PICK_SETTLE - 1), 10, "few samples");
+    cr_expect_eq(cma_count(0, 2560, 1000, 1, 0), 2560 - 10, "no samples yet");
+    cr_expect_eq(cma_count(0, 3200, 100, 120, 0), 100, "few samples, close: every 32");
 }
