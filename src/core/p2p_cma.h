@@ -48,13 +48,19 @@ typedef struct {
  * single copy won by 1.2-1.3x at 16-64 MiB on some days of the 2-vCPU VMs (sessions 13-21) and
  * lost by 1.4-1.6x at 1-64 MiB on others (session 35), where the kernel's page-by-page copy
  * ran at about 5 GB/s and the pipelined slots at 8. */
-#define BRAID_CMA_PICK_TRIAL 8     /* messages that alternate until both paths are measured */
-#define BRAID_CMA_PICK_EXPLORE 32  /* then one message in at least this many takes the other */
-#define BRAID_CMA_PICK_BUDGET 0.02 /* path, in more where that costs more than this fraction */
+/* Messages that alternate until both paths are measured. */
+#define BRAID_CMA_PICK_TRIAL 8
+/* Then one message in at least BRAID_CMA_PICK_EXPLORE takes the other path, in more where
+ * that would cost more than BRAID_CMA_PICK_BUDGET of the time, in at most
+ * BRAID_CMA_PICK_EXPLORE_MAX, and at most BRAID_CMA_PICK_EXPLORE_EARLY while either path has
+ * fewer than BRAID_CMA_PICK_SETTLE messages. */
+#define BRAID_CMA_PICK_EXPLORE 32
+#define BRAID_CMA_PICK_BUDGET 0.02
 #define BRAID_CMA_PICK_EXPLORE_MAX 4096
-#define BRAID_CMA_PICK_SETTLE 8          /* messages of each path before the interval may exceed */
-#define BRAID_CMA_PICK_EXPLORE_EARLY 256 /* this */
-#define BRAID_CMA_PICK_SEED 3 /* a path's figure starts as the least of its first samples */
+#define BRAID_CMA_PICK_EXPLORE_EARLY 256
+#define BRAID_CMA_PICK_SETTLE 8
+/* A path's figure starts as the least of its first this many counted samples. */
+#define BRAID_CMA_PICK_SEED 3
 
 typedef struct braid_p2p_cma {
     uint8_t *send_ok; /* per peer: sends of >= min_bytes to it may go by CMA */
