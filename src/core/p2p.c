@@ -215,6 +215,7 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
         }
         BRAID_CHECK(res);
         braid_msg_hdr_t h = braid_p2p_op_hdr(op);
+        if (op->timed) h.flags |= BRAID_MSG_PICKED; /* the receiver times its reads */
         BRAID_CHECK(braid_p2p_cma_post(c, slot, &h, op->sbuf, braid_p2p_op_bytes(op)));
         op->cma = 1;
         op->cma_slot = slot;
@@ -237,7 +238,7 @@ static braid_result_t cma_send(runner_t *r, braid_p2p_op_t *op, braid_conn_t *c,
     }
     BRAID_CHECK(res);
     op->off = braid_p2p_op_bytes(op);
-    if (op->timed) braid_p2p_cma_tx_done(r->st->cma, op->peer, 1, op->off, op->copy_ns);
+    if (op->timed) braid_p2p_cma_tx_done(r->st->cma, c, op->peer, 1, op->off, op->copy_ns);
     op_complete(r, op, BRAID_SUCCESS);
     *moved = 1;
     return BRAID_SUCCESS;
@@ -293,7 +294,7 @@ static braid_result_t step_send(runner_t *r, int peer, int *moved)
         op->nmsgs++;
         *moved = 1;
         if (op->timed && op->off >= bytes)
-            braid_p2p_cma_tx_done(r->st->cma, peer, 0, bytes, op->copy_ns);
+            braid_p2p_cma_tx_done(r->st->cma, c, peer, 0, bytes, op->copy_ns);
     }
     if (r->used_ref[peer]) {
         /* The last send on the connection stays open while the batch has other work that is
@@ -390,7 +391,7 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
                     BRAID_CHECK(braid_p2p_check_msg(r->comm, op, peer, h, buf, got, bytes));
                     op->cma = 1;
                     op->cma_slot = (void *)buf;
-                    op->timed = braid_p2p_cma_rx_timed(r->st->cma, peer, bytes);
+                    op->timed = (h->flags & BRAID_MSG_PICKED) && r->st->cma;
                 }
                 /* The descriptor's shared fields are written in place: CMA is shm only, whose
                  * slots both ends map read-write (transport.h). */

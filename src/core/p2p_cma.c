@@ -294,25 +294,25 @@ void braid_p2p_cma_costs(const braid_p2p_cma_t *cma, const braid_conn_t *c, int 
 /* A path's next sample (ns per byte) into its average, n samples counted before it: the least
  * of the first BRAID_CMA_PICK_SEED (a copy that met a preemption or pages touched for the
  * first time, a slot ring's pages on its first laps, must not stand for the path), then a
- * moving average of samples clipped at 4x it. */
-static double fold(double avg, uint32_t n, size_t bytes, uint64_t ns)
+ * moving average of samples clipped at 4x the larger of it and floor (a helping sender's
+ * share may be 0: then the receiver's figure for the path bounds it). */
+static double fold(double avg, uint32_t n, size_t bytes, uint64_t ns, double floor)
 {
     double v = (double)ns / (double)bytes;
-    if (n < BRAID_CMA_PICK_SEED || avg <= 0) return avg > 0 && avg < v ? avg : v;
-    if (v > 4 * avg) v = 4 * avg;
+    if (n == 0) return v;
+    if (n < BRAID_CMA_PICK_SEED) return avg < v ? avg : v;
+    double cap = 4 * (avg > floor ? avg : floor);
+    if (cap > 0 && v > cap) v = cap;
     return 0.75 * avg + 0.25 * v;
 }
 
-void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, int peer, int cma_path, size_t bytes, uint64_t ns)
+void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, const braid_conn_t *c, int peer, int cma_path,
+                           size_t bytes, uint64_t ns)
 {
     size_t k = (size_t)peer * 2 + (cma_path != 0);
     if (bytes && cma->tx_n[k]++ > 0)
-        cma->tx_avg[k] = fold(cma->tx_avg[k], cma->tx_n[k] - 2, bytes, ns);
-}
-
-int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes)
-{
-    return cma && cma->recv_ok[peer] && bytes >= cma->min_bytes;
+        cma->tx_avg[k] = fold(cma->tx_avg[k], cma->tx_n[k] - 2, bytes, ns,
+                              (double)braid_shm_msg_cost_get(c, cma_path) / 1000.0);
 }
 
 void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int cma_path,
@@ -322,7 +322,7 @@ void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int 
     if (!bytes || cma->rx_n[k]++ == 0) return;
     if (cma->test_scale[cma_path != 0] > 0)
         ns = (uint64_t)((double)ns * cma->test_scale[cma_path != 0]);
-    cma->rx_avg[k] = fold(cma->rx_avg[k], cma->rx_n[k] - 2, bytes, ns);
+    cma->rx_avg[k] = fold(cma->rx_avg[k], cma->rx_n[k] - 2, bytes, ns, 0);
     uint64_t ps = (uint64_t)(cma->rx_avg[k] * 1000.0);
     braid_shm_msg_cost_set(c, cma_path, ps ? ps : 1);
 }

@@ -110,18 +110,17 @@ int braid_p2p_cma_use(braid_p2p_cma_t *cma, const braid_conn_t *c, braid_p2p_op_
  * figure that was too high, is seen.
  * After the trial with one path measured, that one; with none, the single copy. */
 int braid_p2p_cma_pick(uint64_t sent, uint64_t cost_slots, uint64_t cost_cma, uint32_t samples);
-/* Whether the receiving end times a receive of bytes from peer (for braid_p2p_cma_pick): a
- * message of at least min_bytes from a peer that may send it by CMA. */
-int braid_p2p_cma_rx_timed(const braid_p2p_cma_t *cma, int peer, size_t bytes);
 /* The receiving end: copying a message of bytes from peer over c (shm) out of the slots
  * (cma_path 0) or reading it (1) took ns; folds it into the path's figure (not the first of
  * each path: cold pages; the least of the next BRAID_CMA_PICK_SEED, then a moving average of
  * clipped samples) and publishes that to the sender (braid_shm_msg_cost_set). */
 void braid_p2p_cma_rx_done(braid_p2p_cma_t *cma, braid_conn_t *c, int peer, int cma_path,
                            size_t bytes, uint64_t ns);
-/* The sending end of a message whose path braid_p2p_cma_pick chose: its copies into the slots
- * (cma_path 0) or its help (1: 0 ns when it wrote nothing) took ns; folded likewise. */
-void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, int peer, int cma_path, size_t bytes, uint64_t ns);
+/* The sending end of a message to peer over c whose path braid_p2p_cma_pick chose: its copies
+ * into the slots (cma_path 0) or its help (1: 0 ns when it wrote nothing) took ns; folded
+ * likewise (samples clipped at 4x the larger of its figure and the receiver's for the path). */
+void braid_p2p_cma_tx_done(braid_p2p_cma_t *cma, const braid_conn_t *c, int peer, int cma_path,
+                           size_t bytes, uint64_t ns);
 /* Per path ([0] slots, [1] single copy): both ends' copy time in ps per byte, 0 while either
  * end has no figure yet (the input of braid_p2p_cma_pick). */
 void braid_p2p_cma_costs(const braid_p2p_cma_t *cma, const braid_conn_t *c, int peer,

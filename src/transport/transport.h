@@ -62,9 +62,9 @@ typedef struct {
 /* On a shm send slot's message (core/p2p.c): the sender wrote the payload with streaming
  * stores (core/ntpick.h); the receiver times its copy out per kind and reports it back. */
 #define BRAID_MSG_NT 0x20
-/* On every chunk of a send/recv message the sender sent through the shm slots by the measured
- * choice (core/p2p_cma.h, braid_p2p_cma_pick): the receiver times its copies out and reports
- * them back. */
+/* On every chunk (or the CMA descriptor) of a send/recv message whose path the sender chose by
+ * measurement (core/p2p_cma.h, braid_p2p_cma_pick; shm only): the receiver times its copies
+ * out (or its reads) and reports them back. */
 #define BRAID_MSG_PICKED 0x40
 
 /* BRAID_WAIT_RELEASED (only on transports with send_released): until every slot posted on a
