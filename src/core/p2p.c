@@ -52,15 +52,6 @@ typedef struct {
     char stage_msg[256];
 } runner_t;
 
-/* The kernels' op of a reducing receive: a PreMulSum's, and a float16/bfloat16/float8 avg's,
- * inputs were scaled (coll_p2p.c), so they sum; the messages carry the call's op. */
-static braid_redop_t kernel_op(const braid_p2p_op_t *op)
-{
-    int scaled = op->op == BRAID_OP_WIRE_PREMULSUM ||
-                 (op->op == BRAID_AVG && braid_reduce_avg_prescales(op->dtype));
-    return scaled ? BRAID_SUM : op->op;
-}
-
 static void op_complete(runner_t *r, braid_p2p_op_t *op, braid_result_t res)
 {
     if (op->done) return;
@@ -141,8 +132,8 @@ static braid_result_t link_new(runner_t *r)
             r->rr = i;
             if (r->comm->nranks == 1) {
                 if (op->count)
-                    braid_reduce_finalize(op->dtype, kernel_op(op), op->rbuf, op->sbuf, op->count,
-                                          1);
+                    braid_reduce_finalize(op->dtype, braid_p2p_kernel_op(op), op->rbuf, op->sbuf,
+                                          op->count, 1);
                 op_complete(r, op, BRAID_SUCCESS);
             }
             continue;
@@ -427,74 +418,17 @@ static braid_result_t step_recv(runner_t *r, int peer, int *moved)
     return BRAID_SUCCESS;
 }
 
-/* reduce_scatterv's receive: chunk k of every peer, folded in rank order with this rank's. */
+/* reduce_scatterv's receive (p2p_reduce.c); blocks on the first peer still missing. */
 static braid_result_t step_reduce(runner_t *r, int *moved)
 {
     braid_p2p_op_t *op = &r->b->ops[r->rr];
-    struct braid_comm *comm = r->comm;
-    int n = comm->nranks, me = comm->rank;
-    size_t es = braid_dtype_size(op->dtype), bytes = braid_p2p_op_bytes(op);
-    while (!(op->nmsgs && op->off >= bytes)) {
-        size_t nb = bytes - op->off < r->st->chunk ? bytes - op->off : r->st->chunk;
-        int missing = 0;
-        for (int p = 0; p < n; p++) {
-            if (p == me || r->rr_buf[p]) continue;
-            braid_conn_t *c = r->st->recv[p];
-            if (c->ops->progress) BRAID_CHECK(c->ops->progress(c));
-            braid_result_t res = c->ops->recv_get(c, &r->rr_hdr[p], &r->rr_buf[p]);
-            if (res == BRAID_INPROGRESS) {
-                r->rr_buf[p] = NULL;
-                if (!missing++) {
-                    op->peer = p; /* for the wait and its messages */
-                    block_on(r, r->rr, BRAID_WAIT_RECV);
-                }
-                continue;
-            }
-            BRAID_CHECK(res);
-            if (r->rr_hdr[p]->flags & BRAID_MSG_NOTICE) {
-                char mine[200];
-                braid_p2p_op_str(op, mine, sizeof(mine));
-                BRAID_CHECK(braid_p2p_take_notice(comm, p, r->rr_hdr[p], op->seq, "called", mine));
-                r->rr_buf[p] = NULL;
-                *moved = 1;
-                missing++; /* its chunk comes next */
-                continue;
-            }
-            BRAID_CHECK(braid_p2p_check_msg(comm, op, p, r->rr_hdr[p], r->rr_buf[p],
-                                            r->rr_hdr[p]->bytes, nb ? nb : 0));
-            if (r->rr_hdr[p]->flags & BRAID_MSG_CMA) /* never sent to a reducing receive */
-                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent a CMA descriptor to %s", p,
-                                       "a reduce_scatterv");
-            if (!nb && r->rr_hdr[p]->bytes)
-                return braid_set_error(BRAID_ERR_INTERNAL, "rank %d sent %u bytes, expected 0", p,
-                                       r->rr_hdr[p]->bytes);
-            *moved = 1;
-        }
-        if (missing) return BRAID_SUCCESS;
-        size_t cnt = nb / es;
-        char *out = (char *)op->rbuf + op->off;
-        const char *own = (const char *)op->sbuf + op->off;
-        if (cnt && r->rr_own && own == out) {
-            memcpy(r->rr_own, own, nb); /* in place: the fold overwrites it before its turn */
-            own = r->rr_own;
-        }
-        braid_redop_t kop = kernel_op(op);
-        for (int i = 1; cnt && i < n; i++) {
-            const void *left = i == 1 ? (me == 0 ? own : r->rr_buf[0]) : out;
-            const void *right = i == me ? own : r->rr_buf[i];
-            if (i == n - 1)
-                braid_reduce_pair_final(op->dtype, kop, out, left, right, cnt, n);
-            else
-                braid_reduce_pair(op->dtype, kop, out, left, right, cnt);
-        }
-        for (int p = 0; p < n; p++) {
-            if (p == me) continue;
-            r->rr_buf[p] = NULL;
-            BRAID_CHECK(r->st->recv[p]->ops->recv_release(r->st->recv[p]));
-        }
-        op->off += nb;
-        op->nmsgs++;
-        *moved = 1;
+    int wait_peer = -1;
+    braid_result_t res =
+        braid_p2p_step_reduce(r->comm, op, r->rr_buf, r->rr_hdr, r->rr_own, &wait_peer, moved);
+    if (res < 0) return res;
+    if (res == BRAID_INPROGRESS) {
+        if (wait_peer >= 0) block_on(r, r->rr, BRAID_WAIT_RECV);
+        return BRAID_SUCCESS;
     }
     op_complete(r, op, BRAID_SUCCESS);
     r->rr = -1;

@@ -1,6 +1,7 @@
 /* What the files of the point-to-point layer share (p2p_conn.c: connections and batches;
- * p2p.c: the runner; p2p_check.c: header checks): the per-communicator state behind
- * comm->p2p and the header of an operation's messages. Internal to src/core/p2p*.c. */
+ * p2p.c: the runner; p2p_reduce.c: its reducing receive; p2p_check.c: header checks): the
+ * per-communicator state behind comm->p2p and the header of an operation's messages. Internal to
+ * src/core/p2p*.c. */
 #ifndef BRAID_CORE_P2P_IMPL_H
 #define BRAID_CORE_P2P_IMPL_H
 
@@ -68,5 +69,19 @@ static inline size_t braid_p2p_op_bytes(const braid_p2p_op_t *op)
 braid_result_t braid_p2p_check_msg(struct braid_comm *comm, const braid_p2p_op_t *op, int from,
                                    const braid_msg_hdr_t *h, const void *buf, uint64_t got,
                                    size_t expect);
+
+/* The kernels' op of a reducing receive (p2p_reduce.c): a PreMulSum's, and a
+ * float16/bfloat16/float8 avg's, inputs were scaled (coll_p2p.c), so they sum; the messages
+ * carry the call's op. */
+braid_redop_t braid_p2p_kernel_op(const braid_p2p_op_t *op);
+
+/* reduce_scatterv's receive (RECV_REDUCE, p2p_reduce.c): takes chunk k of every peer into
+ * rr_buf/rr_hdr (nranks entries each, NULL = not held) and folds them in rank order with this
+ * rank's (rr_own: a chunk-sized save for in place, else NULL). BRAID_SUCCESS once the whole
+ * operation is reduced; BRAID_INPROGRESS while chunks are missing, *wait_peer the first peer
+ * whose chunk has not come (-1: none, a notice was taken and the chunk may follow at once). */
+braid_result_t braid_p2p_step_reduce(struct braid_comm *comm, braid_p2p_op_t *op,
+                                     const void **rr_buf, const braid_msg_hdr_t **rr_hdr,
+                                     char *rr_own, int *wait_peer, int *moved);
 
 #endif

@@ -51,6 +51,8 @@ int odd_expect_mismatch(braid_comm_t comm, int rank, int n, braid_result_t first
             braid_strerror(first), first_msg, braid_strerror(r), m, el);
     MP_CHECK(rank, r == BRAID_ERR_MISMATCH, "ended in %s: %s", braid_strerror(r), m);
     MP_CHECK(rank, strstr(m, w1) && strstr(m, w2), "message lacks '%s' / '%s': %s", w1, w2, m);
-    MP_CHECK(rank, el < 1.0, "took %.2f s", el);
+    /* A quarter of the 20 s BRAID_TIMEOUT: detection, not the timeout (1 s failed once with
+     * the machine's 2 cpus shared with a sanitizer suite). */
+    MP_CHECK(rank, el < 5.0, "took %.2f s", el);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* Ranks that disagree on a call: every kind ends in BRAID_ERR_MISMATCH on every rank, naming
- * both calls, within a second (never a timeout, never success everywhere), on shm and tcp,
- * with 2 and 3 ranks. The last rank (rank n-1) is the odd one out.
+ * both calls, within 5 s, a quarter of the timeout (never a timeout, never success everywhere), on
+ * shm and tcp, with 2 and 3 ranks. The last rank (rank n-1) is the odd one out.
  *
  * A rank whose own part of the mismatched call was complete (all it had to receive came from
  * ranks that agreed with it) may return success from it: its next call (a barrier here) must
