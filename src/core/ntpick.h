@@ -35,7 +35,10 @@
  * the warm-up meets cold slots and buffers, and a choice it misled was otherwise kept for
  * about a thousand copies (session 14: most of a sweep on the slower kind). Only copies past the
  * first BRAID_NT_PICK_SKIP of a run of one kind enter the averages, on both ends (the rings of the
- * send/recv connections have 4 slots up to 16 ranks). */
+ * send/recv connections have 4 slots up to 16 ranks), each at most BRAID_NT_PICK_CLIP times its
+ * kind's average: one slow copy (a preemption) would otherwise turn a picker to the other kind
+ * until that kind's next run, up to BRAID_NT_PICK_EXPLORE copies (session 36, a day plain stores
+ * cost 2-2.9x: sendrecv over the slots 1.05-1.18x slower without the clip, 7 rounds). */
 #ifndef BRAID_CORE_NTPICK_H
 #define BRAID_CORE_NTPICK_H
 
@@ -48,6 +51,7 @@
 #define BRAID_NT_PICK_EXPLORE 1024
 #define BRAID_NT_PICK_EARLY 4 /* explorations before the first BRAID_NT_PICK_EXPLORE copies */
 #define BRAID_NT_PICK_FACTOR 3.0
+#define BRAID_NT_PICK_CLIP 4.0 /* a sample counts at most 4x its kind's average */
 
 /* A picker's schedule: runs of `trial` timed events of one kind, the first `skip` of each run
  * out of the averages, an exploration run every `explore` events and `early` ones before (at

@@ -122,6 +122,27 @@ Test(ntpick, follows_the_machine_when_it_changes)
     cr_assert_eq(braid_nt_pick_best(&p), 1, "still plain after plain stores got slow");
 }
 
+/* One copy that took 1000x its kind's time (the process was preempted in it) does not turn the
+ * picker: its sample counts at most BRAID_NT_PICK_CLIP times the kind's average. */
+Test(ntpick, one_preempted_copy_does_not_turn_the_picker)
+{
+    braid_nt_pick_t p;
+    memset(&p, 0, sizeof(p));
+    feed(&p, 600, 1.0, 0.1); /* past the early run at 512, before the one at 1024 */
+    cr_assert_eq(braid_nt_pick_best(&p), 1);
+    int kind = braid_nt_pick_choose(&p);
+    cr_assert_eq(kind, 1, "outside a run of plain stores");
+    braid_nt_pick_record(&p, kind, 1 << 20, (uint64_t)(100.0 * (1 << 20)));
+    cr_assert(p.ns_per_byte[1] < 0.2, "streaming average %g ns/B after one 100 ns/B copy",
+              p.ns_per_byte[1]);
+    cr_assert_eq(braid_nt_pick_best(&p), 1, "turned to plain stores by one slow copy");
+    int s = feed(&p, 100, 1.0, 0.1);
+    cr_assert_eq(s, 100, "%d of the next 100 copies streaming", s);
+    /* a lasting slowdown of the same size is followed within a few copies */
+    feed(&p, 8, 1.0, 100.0);
+    cr_assert_eq(braid_nt_pick_best(&p), 0, "streaming at 100 ns/B for 8 copies: still taken");
+}
+
 static void fill(unsigned char *b, size_t n, unsigned seed)
 {
     for (size_t i = 0; i < n; i++) {
