@@ -112,9 +112,8 @@ void braid_nt_pick_record(braid_nt_pick_t *p, int nt, size_t bytes, uint64_t ns)
     }
     if (++p->run <= k->skip) return;
     double *avg = &p->ns_per_byte[nt];
-    /* One preempted copy would otherwise make its kind look many times dearer until that
-     * kind's next run (up to BRAID_NT_PICK_EXPLORE copies of the other kind); a lasting change
-     * still moves the average 1.75x per copy. */
+    /* At most BRAID_NT_PICK_CLIP times the average (ntpick.h): a lasting change still moves
+     * the average 1.75x per copy. */
     if (*avg > 0 && v > BRAID_NT_PICK_CLIP * *avg) v = BRAID_NT_PICK_CLIP * *avg;
     *avg = *avg > 0 ? 0.75 * *avg + 0.25 * v : v;
     p->count[nt]++;

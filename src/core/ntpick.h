@@ -36,9 +36,13 @@
  * about a thousand copies (session 14: most of a sweep on the slower kind). Only copies past the
  * first BRAID_NT_PICK_SKIP of a run of one kind enter the averages, on both ends (the rings of the
  * send/recv connections have 4 slots up to 16 ranks), each at most BRAID_NT_PICK_CLIP times its
- * kind's average: one slow copy (a preemption) would otherwise turn a picker to the other kind
- * until that kind's next run, up to BRAID_NT_PICK_EXPLORE copies (session 36, a day plain stores
- * cost 2-2.9x: sendrecv over the slots 1.05-1.18x slower without the clip, 7 rounds). */
+ * kind's average: one slow copy (a preemption) moved the average without bound and could turn a
+ * picker to the other kind until that kind's next run, up to BRAID_NT_PICK_EXPLORE copies
+ * (session 36, a day plain stores cost 2-2.9x: sendrecv over the slots 1.05-1.18x slower
+ * without the clip, 7 rounds). A clipped copy still moves its average by 1.75x, so one slow
+ * copy can still turn a picker whose margin is below that; and a kind whose copies are often
+ * more than 4x its average is counted cheaper than it is (10% at 10x: 0.146 for a mean of
+ * 0.190), the price of not counting preemptions. */
 #ifndef BRAID_CORE_NTPICK_H
 #define BRAID_CORE_NTPICK_H
 

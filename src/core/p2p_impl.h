@@ -79,7 +79,8 @@ braid_redop_t braid_p2p_kernel_op(const braid_p2p_op_t *op);
  * rr_buf/rr_hdr (nranks entries each, NULL = not held) and folds them in rank order with this
  * rank's (rr_own: a chunk-sized save for in place, else NULL). BRAID_SUCCESS once the whole
  * operation is reduced; BRAID_INPROGRESS while chunks are missing, *wait_peer the first peer
- * whose chunk has not come (-1: none, a notice was taken and the chunk may follow at once). */
+ * whose chunk has not come (-1: no wait this pass, since a notice was taken before it and the
+ * next pass comes at once). */
 braid_result_t braid_p2p_step_reduce(struct braid_comm *comm, braid_p2p_op_t *op,
                                      const void **rr_buf, const braid_msg_hdr_t **rr_hdr,
                                      char *rr_own, int *wait_peer, int *moved);

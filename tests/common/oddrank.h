@@ -16,7 +16,7 @@ int odd_run_all(mp_fn_t fn, void *arg);
 /* A rank's end of a case: first is the result of its disagreeing call (or group end), and
  * first_msg braid_last_error() after it. If first is BRAID_SUCCESS (its own part was complete)
  * or again is set (it rejected its call), its next call, a barrier, gives the result. That
- * must be BRAID_ERR_MISMATCH with a message containing w1 and w2, within 1 s of t0
+ * must be BRAID_ERR_MISMATCH with a message containing w1 and w2, within 5 s of t0
  * (proc_now_s). Prints the outcome on stderr; returns 0, or 1 after printing the failed check. */
 int odd_expect_mismatch(braid_comm_t comm, int rank, int n, braid_result_t first,
                         const char *first_msg, int again, double t0, const char *w1,

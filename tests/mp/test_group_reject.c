@@ -1,6 +1,6 @@
 /* A call that fails its argument checks inside a group (braid_group_start/end) on one rank
  * only: none of that rank's calls of the group is issued, but each tells its peers, so every
- * rank ends in an error within a second (never a timeout, never success everywhere), on shm
+ * rank ends in an error within 5 s (never a timeout, never success everywhere), on shm
  * and tcp, with 2 and 3 ranks. The last rank (rank n-1) is the odd one out. A peer whose own
  * part of the group was complete (a buffered send, data from ranks that agreed) may return
  * success from its group end: its next call (a barrier) must then fail.
