@@ -53,6 +53,11 @@ echo "$asan_lines"
 [ $rc -eq 0 ] || fail "ASan+UBSan suite (exit $rc; build-asan/tests.log):
 $(echo "$asan_lines" | tail -n 25)
 $(tail -n 15 build-asan/tests.log)"
+# A test process that leaks (or fails a sanitizer check) after its test has passed only gets
+# Criterion's warning "crashed during its setup or teardown", and the run still exits 0.
+after=$(grep -c -E "ERROR: LeakSanitizer|crashed during its setup or teardown" build-asan/tests.log)
+[ "$after" -eq 0 ] || fail "ASan+UBSan suite: $after leak report(s) or crash(es) after a test (build-asan/tests.log):
+$(grep -E -A12 "ERROR: LeakSanitizer|crashed during its setup or teardown" build-asan/tests.log | head -n 40)"
 step "valgrind gate: a small all-reduce on shm and tcp, every rank under memcheck, no leak"
 bash tests/valgrind.sh build/bin || fail "valgrind gate"
 step "install smoke (pkg-config, find_package)"

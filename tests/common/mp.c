@@ -1,5 +1,7 @@
 #include "mp.h"
 
+#include "leaks.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -40,6 +42,10 @@ static void child(mp_job_t *job, int rank, mp_fn_t fn, void *arg)
     }
     int rc = fn(comm, rank, job->n, arg);
     braid_comm_destroy(comm);
+    if (test_leaks()) { /* LSan does not run at _exit */
+        fprintf(stderr, "rank %d: leaks (LeakSanitizer's report above)\n", rank);
+        rc = 1;
+    }
     fflush(stdout);
     fflush(stderr);
     _exit(rc ? 1 : 0);

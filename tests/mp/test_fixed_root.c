@@ -6,6 +6,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "data.h"
+#include "leaks.h"
 #include "proc.h"
 
 #include <criterion/criterion.h>
@@ -88,7 +89,7 @@ static void job(int n, int port)
             int bad = data_check_allreduce(comm, r, n, BRAID_FLOAT32, BRAID_SUM, 1031, 0, 0, 5,
                                            "fixed root");
             braid_comm_destroy(comm);
-            _exit(bad);
+            _exit(bad || test_leaks());
         }
     }
     for (int r = 0; r < n; r++) {
@@ -123,7 +124,7 @@ Test(fixedroot, late_rank0)
         }
         int bad = data_check_allreduce(comm, 1, 2, BRAID_INT32, BRAID_MAX, 77, 1, 0, 6, "late");
         braid_comm_destroy(comm);
-        _exit(bad);
+        _exit(bad || test_leaks());
     }
     usleep(500 * 1000);
     pid_t p0 = fork();
@@ -137,7 +138,7 @@ Test(fixedroot, late_rank0)
         }
         int bad = data_check_allreduce(comm, 0, 2, BRAID_INT32, BRAID_MAX, 77, 1, 0, 6, "late");
         braid_comm_destroy(comm);
-        _exit(bad);
+        _exit(bad || test_leaks());
     }
     int s0, s1;
     waitpid(p0, &s0, 0);
@@ -175,7 +176,7 @@ static void fixed_rank(int r, const char *root, int split)
         braid_comm_destroy(sub);
     }
     braid_comm_destroy(comm);
-    _exit(bad);
+    _exit(bad || test_leaks());
 }
 
 static void fixed_pair(const char *root0, const char *root1, int split)

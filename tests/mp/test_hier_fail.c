@@ -9,19 +9,13 @@
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "data.h"
+#include "leaks.h"
 #include "mp.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define RANK_LEAKS() __lsan_do_recoverable_leak_check()
-#else
-#define RANK_LEAKS() 0 /* checked only in ASan builds */
-#endif
 
 /* The calls' timeout: a rank that waits it out fails the prompt-failure checks (PROMPT_S). */
 #define LONG_TIMEOUT_S 30.0
@@ -188,7 +182,7 @@ static int scratch_fn(braid_comm_t comm, int rank, int n, void *arg)
         free(out);
         MP_OK(rank, braid_comm_destroy(c));
     }
-    MP_CHECK(rank, RANK_LEAKS() == 0, "leaks (LeakSanitizer's report above)");
+    MP_CHECK(rank, test_leaks() == 0, "leaks (LeakSanitizer's report above)");
     return 0;
 }
 

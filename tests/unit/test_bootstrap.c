@@ -6,6 +6,7 @@
  * addressing, id and environment tests are in test_bootstrap_addr.c. */
 #include "core/bootstrap.h"
 #include "boothand.h"
+#include "leaks.h"
 #include "core/log.h"
 #include "proc.h"
 
@@ -23,13 +24,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define CHILD_LEAKS() __lsan_do_recoverable_leak_check()
-#else
-#define CHILD_LEAKS() 0 /* checked only in ASan builds */
-#endif
 
 #define MAXP 16
 
@@ -172,7 +166,7 @@ static void run_job(job_t *j, int start_root_here, void (*before_release)(job_t 
             close(fds[i][1]);
             if (read(fds[i][0], &root, sizeof(root)) != (ssize_t)sizeof(root)) _exit(3);
             j->body(j, i, &root, &j->slots[i]);
-            _exit(CHILD_LEAKS() ? 4 : 0); /* _exit: no Criterion atexit work in a rank */
+            _exit(test_leaks() ? 4 : 0); /* _exit: no Criterion atexit work in a rank */
         }
         close(fds[i][0]);
     }
@@ -203,7 +197,7 @@ static void assert_root_exits(void)
     while (braid_boot_root_count() > 0 && now_s() - t0 < 5)
         usleep(10000);
     cr_assert_eq(braid_boot_root_count(), 0, "the root service did not exit");
-    cr_assert_eq(CHILD_LEAKS(), 0, "leaks in the test process (ASan report above)");
+    cr_assert_eq(test_leaks(), 0, "leaks in the test process (ASan report above)");
 }
 
 static void run_ok(int n)
