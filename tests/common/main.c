@@ -17,8 +17,7 @@ int main(int argc, char *argv[])
     if (criterion_handle_args(argc, argv, true)) result = !criterion_run_all_tests(tests);
     criterion_finalize(tests);
 #if defined(__SANITIZE_ADDRESS__)
-    fflush(stdout);
-    fflush(stderr);
+    fflush(NULL);
     _exit(result);
 #else
     return result;

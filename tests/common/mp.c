@@ -42,13 +42,11 @@ static void child(mp_job_t *job, int rank, mp_fn_t fn, void *arg)
     }
     int rc = fn(comm, rank, job->n, arg);
     braid_comm_destroy(comm);
-    if (test_leaks()) { /* LSan does not run at _exit */
-        fprintf(stderr, "rank %d: leaks (LeakSanitizer's report above)\n", rank);
-        rc = 1;
-    }
+    int leaked = test_leaks(); /* LSan does not run at _exit */
+    if (leaked) fprintf(stderr, "rank %d: leaks (LeakSanitizer's report above)\n", rank);
     fflush(stdout);
     fflush(stderr);
-    _exit(rc ? 1 : 0);
+    _exit(rc ? 1 : leaked ? MP_EXIT_LEAKS : 0);
 }
 
 void mp_start(mp_job_t *job, int n, mp_fn_t fn, void *arg)

@@ -24,7 +24,9 @@ typedef struct {
 } mp_job_t;
 
 /* Forks n <= MP_MAX_RANKS ranks running fn (each inits its comm, runs fn, destroys the comm, exits
- * 0 if fn returned 0). Does not wait. */
+ * 0 if fn returned 0, 1 if not, MP_EXIT_LEAKS if fn passed but LeakSanitizer found leaks in the
+ * rank: ASan builds, tests/common/leaks.h). Does not wait. */
+#define MP_EXIT_LEAKS 5
 void mp_start(mp_job_t *job, int n, mp_fn_t fn, void *arg);
 /* Waits for every rank up to timeout_s (then SIGKILLs the rest and marks them). Returns the
  * number of ranks that did not exit 0. */
