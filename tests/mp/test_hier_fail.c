@@ -9,7 +9,6 @@
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "data.h"
-#include "leaks.h"
 #include "mp.h"
 
 #include <criterion/criterion.h>
@@ -182,8 +181,7 @@ static int scratch_fn(braid_comm_t comm, int rank, int n, void *arg)
         free(out);
         MP_OK(rank, braid_comm_destroy(c));
     }
-    MP_CHECK(rank, test_leaks() == 0, "leaks (LeakSanitizer's report above)");
-    return 0;
+    return 0; /* the harness checks this rank for leaks after destroying comm */
 }
 
 /* Hosts of 3 and 1 ranks: only local index 0 has an inter-host sub-communicator. */
